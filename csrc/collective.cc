@@ -1,0 +1,439 @@
+#include "collective.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+
+namespace jmf {
+namespace {
+
+// The pre-launch device barrier: thread t signals rank t and waits for it.
+// Written in PTX so the runtime needs no compiler; the driver JITs it once
+// per context. A peer that never signals traps after `timeout` ns rather
+// than hanging the GPU (the host-side rendezvous normally catches it first).
+constexpr char kBarrierPtx[] = R"ptx(
+.version 7.0
+.target sm_70
+.address_size 64
+
+.visible .entry jmf_runtime_barrier(
+    .param .u64 areas_param,
+    .param .u32 rank_param,
+    .param .u32 peers_param,
+    .param .u64 timeout_param)
+{
+    .reg .pred %p<4>;
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<17>;
+
+    ld.param.u64 %rd1, [areas_param];
+    ld.param.u32 %r1, [rank_param];
+    ld.param.u32 %r2, [peers_param];
+    ld.param.u64 %rd2, [timeout_param];
+    mov.u32 %r3, %tid.x;
+    mul.wide.u32 %rd3, %r1, 8;
+    add.s64 %rd4, %rd1, %rd3;
+    ld.global.u64 %rd5, [%rd4];
+    ld.volatile.global.u64 %rd6, [%rd5+512];
+    add.s64 %rd7, %rd6, 1;
+    setp.ge.u32 %p1, %r3, %r2;
+    @%p1 bra SYNC;
+    mul.wide.u32 %rd8, %r3, 8;
+    add.s64 %rd9, %rd1, %rd8;
+    ld.global.u64 %rd10, [%rd9];
+    add.s64 %rd11, %rd10, %rd3;
+    st.release.sys.global.u64 [%rd11], %rd7;
+    add.s64 %rd12, %rd5, %rd8;
+    mov.u64 %rd13, %globaltimer;
+WAIT:
+    ld.acquire.sys.global.u64 %rd14, [%rd12];
+    setp.ge.u64 %p2, %rd14, %rd7;
+    @%p2 bra SYNC;
+    nanosleep.u32 32;
+    mov.u64 %rd15, %globaltimer;
+    sub.s64 %rd16, %rd15, %rd13;
+    setp.lt.u64 %p3, %rd16, %rd2;
+    @%p3 bra WAIT;
+    trap;
+SYNC:
+    bar.sync 0;
+    setp.ne.u32 %p1, %r3, 0;
+    @%p1 bra DONE;
+    st.volatile.global.u64 [%rd5+512], %rd7;
+DONE:
+    ret;
+}
+)ptx";
+
+static_assert(kRuntimeGeneration * 8 == 512, "the PTX above reads the generation at byte 512");
+
+// The barrier kernel, loaded once per CUDA context and kept for the process.
+ffi::ErrorOr<CUfunction> BarrierFunction(const Driver& driver, CUcontext context) {
+  static std::mutex mutex;
+  static auto* loaded = new std::map<CUcontext, CUfunction>();
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = loaded->find(context); it != loaded->end()) return it->second;
+  ScopedContext scoped(driver, context);
+  CUmodule module = nullptr;
+  if (CUresult r = driver.cuModuleLoadDataEx(&module, kBarrierPtx, 0, nullptr, nullptr); r != CUDA_SUCCESS) {
+    return ffi::Error::Internal("loading the device barrier: " + CudaErrorText(driver, r));
+  }
+  CUfunction function = nullptr;
+  if (CUresult r = driver.cuModuleGetFunction(&function, module, "jmf_runtime_barrier"); r != CUDA_SUCCESS) {
+    return ffi::Error::Internal("loading the device barrier: " + CudaErrorText(driver, r));
+  }
+  (*loaded)[context] = function;
+  return function;
+}
+
+// Peer access is per ordered pair of contexts and lasts for the process.
+ffi::Error EnablePeerAccess(const Driver& driver, int32_t device, int32_t peer, const std::string& who) {
+  static std::mutex mutex;
+  static auto* enabled = new std::set<std::pair<int32_t, int32_t>>();
+  std::lock_guard<std::mutex> lock(mutex);
+  if (enabled->count({device, peer})) return ffi::Error::Success();
+  CUdevice self_dev, peer_dev;
+  if (driver.cuDeviceGet(&self_dev, device) != CUDA_SUCCESS || driver.cuDeviceGet(&peer_dev, peer) != CUDA_SUCCESS) {
+    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                      who + ": device " + std::to_string(peer) + " of the clique is not visible in this "
+                      "process. Collective kernels need every device of the clique in one process");
+  }
+  int can_access = 0;
+  driver.cuDeviceCanAccessPeer(&can_access, self_dev, peer_dev);
+  if (!can_access) {
+    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                      who + ": devices " + std::to_string(device) + " and " + std::to_string(peer) +
+                          " cannot access each other's memory (no NVLink or PCIe peer-to-peer path). "
+                          "Collective kernels need peer access between all devices of a clique");
+  }
+  CUcontext peer_context = nullptr;
+  if (CUresult r = driver.cuDevicePrimaryCtxRetain(&peer_context, peer_dev); r != CUDA_SUCCESS) {
+    return ffi::Error::Internal(who + ": cuDevicePrimaryCtxRetain: " + CudaErrorText(driver, r));
+  }
+  CUresult r = driver.cuCtxEnablePeerAccess(peer_context, 0);
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) {
+    return ffi::Error::Internal(who + ": enabling peer access from device " + std::to_string(device) + " to " +
+                                std::to_string(peer) + ": " + CudaErrorText(driver, r));
+  }
+  enabled->insert({device, peer});
+  return ffi::Error::Success();
+}
+
+std::chrono::milliseconds PeerTimeout() {
+  const char* value = std::getenv("JAX_MOSAIC_FFI_PEER_TIMEOUT_S");
+  double seconds = value ? std::atof(value) : 0.0;
+  if (!(seconds > 0)) seconds = 60.0;
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+}  // namespace
+
+Rendezvous::Rendezvous(int participants, int words_each) : participants_(participants), words_(words_each) {
+  for (Round& round : rounds_) {
+    round.present.assign(participants, 0);
+    round.data.assign(static_cast<size_t>(participants) * words_each, 0);
+  }
+}
+
+ffi::Error Rendezvous::Exchange(int64_t run_id, int rank, const uint64_t* mine, uint64_t* all,
+                                std::chrono::milliseconds timeout, const std::string& who) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::unique_lock<std::mutex> lock(mutex_);
+  Round* round = nullptr;
+  while (round == nullptr) {
+    for (Round& r : rounds_) {
+      if (r.run_id == run_id) round = &r;
+    }
+    if (round == nullptr) {
+      for (Round& r : rounds_) {
+        if (r.run_id == -1) {
+          round = &r;
+          round->run_id = run_id;
+          break;
+        }
+      }
+    }
+    if (round == nullptr && changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      return ffi::Error(ffi::ErrorCode::kDeadlineExceeded,
+                        who + ": rank " + std::to_string(rank) + " found no free rendezvous slot: earlier "
+                        "executions of this kernel never completed on every peer");
+    }
+  }
+  if (round->present[rank]) {
+    return ffi::Error::Internal(who + ": rank " + std::to_string(rank) + " arrived twice for run " +
+                                std::to_string(run_id));
+  }
+  std::memcpy(&round->data[static_cast<size_t>(rank) * words_], mine, sizeof(uint64_t) * words_);
+  round->present[rank] = 1;
+  if (++round->arrived == participants_) changed_.notify_all();
+  if (!changed_.wait_until(lock, deadline, [&] { return round->arrived == participants_; })) {
+    std::string missing;
+    for (int r = 0; r < participants_; ++r) {
+      if (!round->present[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    }
+    // Leave the round to the peers that did come; the slot frees when they give up too.
+    round->present[rank] = 0;
+    if (--round->arrived == 0) {
+      round->run_id = -1;
+      changed_.notify_all();
+    }
+    return ffi::Error(ffi::ErrorCode::kDeadlineExceeded,
+                      who + ": rank " + std::to_string(rank) + " of " + std::to_string(participants_) +
+                          " waited " + std::to_string(timeout.count() / 1000.0) +
+                          " s for peer rank(s) " + missing + " to run this kernel (run id " +
+                          std::to_string(run_id) + "); they never arrived. Every device of the mesh "
+                          "axis must run the kernel: is it under a lax.cond or a branch some devices "
+                          "skip? (JAX_MOSAIC_FFI_PEER_TIMEOUT_S sets the timeout)");
+  }
+  std::memcpy(all, round->data.data(), sizeof(uint64_t) * round->data.size());
+  if (++round->departed == participants_) {
+    round->run_id = -1;
+    round->arrived = 0;
+    round->departed = 0;
+    std::fill(round->present.begin(), round->present.end(), 0);
+    changed_.notify_all();
+  }
+  return ffi::Error::Success();
+}
+
+ffi::ErrorOr<std::unique_ptr<CollectiveState>> CollectiveState::Create(const ffi::Dictionary& attrs,
+                                                                       const CallSite& site) {
+  const std::string& who = site.who();
+  std::unique_ptr<CollectiveState> state(new CollectiveState(site));
+  auto ids = attrs.get<std::string_view>("xla_replica_ids");
+  if (!ids.has_value() || ids->empty()) {
+    return ffi::Error::InvalidArgument(who + ": a collective kernel needs the xla_replica_ids attribute");
+  }
+  state->clique_of_.fill(-1);
+  state->rank_of_.fill(-1);
+  // "0,1,2,3" is one clique; cliques are separated by ';'.
+  Clique current;
+  std::string number;
+  auto finish_number = [&]() -> bool {
+    if (number.empty()) return false;
+    if (number.size() > 6) return false;
+    current.devices.push_back(std::stoi(number));
+    number.clear();
+    return true;
+  };
+  for (size_t i = 0; i <= ids->size(); ++i) {
+    const char c = i < ids->size() ? (*ids)[i] : ';';
+    if (c >= '0' && c <= '9') {
+      number += c;
+    } else if (c == ',' || c == ';') {
+      if (!finish_number()) {
+        return ffi::Error::InvalidArgument(who + ": xla_replica_ids '" + std::string(*ids) + "' is malformed");
+      }
+      if (c == ';') state->cliques_.push_back(std::move(current)), current = Clique();
+    } else if (c != ' ') {
+      return ffi::Error::InvalidArgument(who + ": xla_replica_ids '" + std::string(*ids) + "' is malformed");
+    }
+  }
+  for (size_t c = 0; c < state->cliques_.size(); ++c) {
+    Clique& clique = state->cliques_[c];
+    if (clique.devices.size() > static_cast<size_t>(kMaxPeers)) {
+      return ffi::Error::InvalidArgument(who + ": cliques of more than " + std::to_string(kMaxPeers) +
+                                         " devices are not supported");
+    }
+    for (size_t r = 0; r < clique.devices.size(); ++r) {
+      int32_t d = clique.devices[r];
+      if (d < 0 || d >= kMaxDevices || state->clique_of_[d] != -1) {
+        return ffi::Error::InvalidArgument(who + ": device " + std::to_string(d) +
+                                           " is out of range or in two cliques of xla_replica_ids");
+      }
+      state->clique_of_[d] = static_cast<int>(c);
+      state->rank_of_[d] = static_cast<int>(r);
+    }
+    clique.rendezvous = std::make_unique<Rendezvous>(static_cast<int>(clique.devices.size()), site.num_buffers() + 1);
+  }
+  const int num_buffers = site.num_buffers();
+  for (const char* name : {"symmetric_memory_parameters", "multimem_parameters"}) {
+    auto flags = attrs.get<std::string_view>(name);
+    if (!flags.has_value() || flags->empty()) continue;
+    int count = 0;
+    for (char c : *flags) {
+      if (c == '0' || c == '1') ++count;
+      else if (c != ',' && c != ' ') {
+        return ffi::Error::InvalidArgument(who + ": " + name + " must be 0/1 values, got '" + std::string(*flags) + "'");
+      }
+    }
+    if (count != num_buffers) {
+      return ffi::Error::InvalidArgument(who + ": " + name + " has " + std::to_string(count) +
+                                         " entries for " + std::to_string(num_buffers) + " buffers");
+    }
+    break;
+  }
+  if (attrs.contains("skip_device_barrier")) {
+    auto skip = attrs.get<bool>("skip_device_barrier");
+    if (!skip.has_value()) return ffi::Error::InvalidArgument(who + ": skip_device_barrier must be a bool");
+    state->skip_barrier_ = *skip;
+  }
+  state->timeout_ = PeerTimeout();
+  return state;
+}
+
+CollectiveState::~CollectiveState() {
+  const Driver& driver = site_.driver();
+  for (DeviceResources& device : devices_) {
+    if (device.area != 0) {
+      ScopedContext scoped(driver, device.context);
+      driver.cuMemFree(device.area);
+    }
+  }
+}
+
+size_t CollectiveState::MetadataWords(int peers) const {
+  const size_t p = static_cast<size_t>(site_.num_buffers());
+  return kMetadataHeaderWords + p * peers + p + peers;
+}
+
+ffi::Error CollectiveState::Prepare(int32_t device, CUcontext context) {
+  DeviceResources& res = devices_[device];
+  if (res.ready) return ffi::Error::Success();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (res.ready) return ffi::Error::Success();
+  const std::string& who = site_.who();
+  const Driver& driver = site_.driver();
+  if (clique_of_[device] < 0) {
+    return ffi::Error::InvalidArgument(who + ": device " + std::to_string(device) +
+                                       " runs this collective kernel but is in no clique of xla_replica_ids");
+  }
+  const Clique& clique = cliques_[clique_of_[device]];
+  for (int32_t peer : clique.devices) {
+    if (peer == device) continue;
+    if (ffi::Error e = EnablePeerAccess(driver, device, peer, who); e.failure()) return e;
+  }
+  auto barrier = BarrierFunction(driver, context);
+  if (!barrier.has_value()) return ffi::Error::Internal(who + ": " + barrier.error().message());
+  const int peers = static_cast<int>(clique.devices.size());
+  const size_t bytes = kBarrierAreaBytes + MetadataWords(peers) * sizeof(uint64_t);
+  ScopedContext scoped(driver, context);
+  CUdeviceptr area = 0;
+  if (CUresult r = driver.cuMemAlloc(&area, bytes); r != CUDA_SUCCESS) {
+    return ffi::Error(ffi::ErrorCode::kResourceExhausted,
+                      who + ": allocating " + std::to_string(bytes) + " bytes of collective metadata: " +
+                          CudaErrorText(driver, r));
+  }
+  if (CUresult r = driver.cuMemsetD8(area, 0, bytes); r != CUDA_SUCCESS) {
+    driver.cuMemFree(area);
+    return ffi::Error::Internal(who + ": clearing collective metadata: " + CudaErrorText(driver, r));
+  }
+  res.context = context;
+  res.area = area;
+  res.barrier = *barrier;
+  res.deposit.assign(site_.num_buffers() + 1, 0);
+  res.exchange.assign(static_cast<size_t>(peers) * (site_.num_buffers() + 1), 0);
+  res.metadata.assign(MetadataWords(peers), 0);
+  res.copied.assign(MetadataWords(peers), ~uint64_t{0});
+  res.ready = true;
+  return ffi::Error::Success();
+}
+
+ffi::Error CollectiveState::Initialize(int32_t device, int64_t run_id, CUstream stream, const Buffers& buffers) {
+  DeviceResources& res = devices_[device];
+  if (!res.ready) {
+    return ffi::Error::Internal(site_.who() + ": initialize ran before prepare on device " + std::to_string(device));
+  }
+  const Clique& clique = cliques_[clique_of_[device]];
+  const int rank = rank_of_[device];
+  const int peers = static_cast<int>(clique.devices.size());
+  const int p = site_.num_buffers();
+  for (int i = 0; i < p; ++i) res.deposit[i] = reinterpret_cast<uintptr_t>(buffers.ptrs[i]);
+  res.deposit[p] = res.area;
+  if (peers > 1) {
+    if (ffi::Error e = clique.rendezvous->Exchange(run_id, rank, res.deposit.data(), res.exchange.data(), timeout_,
+                                                   site_.who() + " on device " + std::to_string(device));
+        e.failure()) {
+      return e;
+    }
+  } else {
+    res.exchange = res.deposit;
+  }
+  const uint64_t base = res.area + kBarrierAreaBytes;
+  uint64_t* m = res.metadata.data();
+  const size_t peers_offset = kMetadataHeaderWords;
+  const size_t multimem_offset = peers_offset + static_cast<size_t>(p) * peers;
+  const size_t areas_offset = multimem_offset + p;
+  m[0] = static_cast<uint64_t>(rank);
+  m[1] = base + peers_offset * sizeof(uint64_t);
+  m[2] = base + multimem_offset * sizeof(uint64_t);
+  m[3] = static_cast<uint64_t>(peers);
+  for (int b = 0; b < p; ++b) {
+    for (int r = 0; r < peers; ++r) m[peers_offset + b * peers + r] = res.exchange[static_cast<size_t>(r) * (p + 1) + b];
+    m[multimem_offset + b] = 0;
+  }
+  for (int r = 0; r < peers; ++r) m[areas_offset + r] = res.exchange[static_cast<size_t>(r) * (p + 1) + p];
+  if (res.metadata == res.copied) return ffi::Error::Success();
+  const Driver& driver = site_.driver();
+  if (CUresult r = driver.cuMemcpyHtoDAsync(base, res.metadata.data(), res.metadata.size() * sizeof(uint64_t), stream);
+      r != CUDA_SUCCESS) {
+    return ffi::Error::Internal(site_.who() + ": copying collective metadata: " + CudaErrorText(driver, r));
+  }
+  res.copied = res.metadata;
+  return ffi::Error::Success();
+}
+
+ffi::Error CollectiveState::LaunchBarrier(int32_t device, CUstream stream) {
+  if (skip_barrier_) return ffi::Error::Success();
+  const DeviceResources& res = devices_[device];
+  const Clique& clique = cliques_[clique_of_[device]];
+  uint64_t areas = res.area + kBarrierAreaBytes +
+                   (kMetadataHeaderWords + static_cast<size_t>(site_.num_buffers()) * (clique.devices.size() + 1)) *
+                       sizeof(uint64_t);
+  uint32_t rank = static_cast<uint32_t>(rank_of_[device]);
+  uint32_t peers = static_cast<uint32_t>(clique.devices.size());
+  uint64_t timeout_ns = static_cast<uint64_t>(timeout_.count()) * 1000000;
+  void* params[] = {&areas, &rank, &peers, &timeout_ns};
+  CUlaunchConfig config{};
+  config.gridDimX = config.gridDimY = config.gridDimZ = 1;
+  config.blockDimX = kMaxPeers, config.blockDimY = config.blockDimZ = 1;
+  config.hStream = stream;
+  const Driver& driver = site_.driver();
+  if (CUresult r = driver.cuLaunchKernelEx(&config, res.barrier, params, nullptr); r != CUDA_SUCCESS) {
+    return ffi::Error::Internal(site_.who() + ": launching the device barrier: " + CudaErrorText(driver, r));
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error CollectiveState::RecordBarrier(const RecordFrame& record, int32_t device,
+                                          const XLA_FFI_Command** dependency) {
+  *dependency = nullptr;
+  if (skip_barrier_) return ffi::Error::Success();
+  if (!record.creating()) return ffi::Error::Success();  // its arguments never change
+  const DeviceResources& res = devices_[device];
+  const Clique& clique = cliques_[clique_of_[device]];
+  uint64_t areas = res.area + kBarrierAreaBytes +
+                   (kMetadataHeaderWords + static_cast<size_t>(site_.num_buffers()) * (clique.devices.size() + 1)) *
+                       sizeof(uint64_t);
+  uint32_t rank = static_cast<uint32_t>(rank_of_[device]);
+  uint32_t peers = static_cast<uint32_t>(clique.devices.size());
+  uint64_t timeout_ns = static_cast<uint64_t>(timeout_.count()) * 1000000;
+  XLA_FFI_KernelArg args[] = {
+      {&areas, sizeof(areas), XLA_FFI_KernelArgType_HostValue},
+      {&rank, sizeof(rank), XLA_FFI_KernelArgType_HostValue},
+      {&peers, sizeof(peers), XLA_FFI_KernelArgType_HostValue},
+      {&timeout_ns, sizeof(timeout_ns), XLA_FFI_KernelArgType_HostValue},
+  };
+  XLA_FFI_KernelArgs kernel_args{args, 4};
+  XLA_FFI_LaunchDims dims{{1, 1, 1}, {kMaxPeers, 1, 1}, {0, 0, 0}};
+  const XLA_FFI_Command* command = nullptr;
+  if (ffi::Error e = record.Take(record.frame->api->create_launch(record.frame->record_ctx, "jmf_runtime_barrier",
+                                                                  kBarrierPtx, sizeof(kBarrierPtx),
+                                                                  XLA_FFI_SourceFormat_PTX, dims, 0, 0, &kernel_args,
+                                                                  nullptr, 0, &command),
+                                 "recording the device barrier");
+      e.failure()) {
+    return e;
+  }
+  if (!record.Push(command)) {
+    return ffi::Error(ffi::ErrorCode::kResourceExhausted, site_.who() + ": the record frame has no room");
+  }
+  *dependency = command;
+  return ffi::Error::Success();
+}
+
+}  // namespace jmf

@@ -1,0 +1,125 @@
+// Collective kernels in one process that drives several GPUs.
+//
+// Per call site and device the runtime owns one allocation: a barrier area
+// of flag words that peers write to, then the collective metadata the kernel
+// receives as its last parameter (layout in docs/collectives.md and in
+// jax_mosaic_ffi/include/jax_mosaic_ffi/collective.cuh):
+//
+//   header   u64 rank | u64* param_to_peers | u64* param_to_multimem | u64 num_peers
+//   u64 param_to_peers[P * N]     entry p * N + r: buffer p on rank r
+//   u64 param_to_multimem[P]      null: multicast stays off
+//   u64 barrier_areas[N]          each rank's barrier area
+//
+// The first four parts are XLA's layout. Every execution, initialize trades
+// buffer addresses with the peers through a rendezvous keyed by the run id
+// (a peer that never comes ends in an error after a timeout), refreshes the
+// metadata when an address changed, and execute runs a device barrier before
+// the launch unless skip_device_barrier is set.
+#ifndef JAX_MOSAIC_FFI_COLLECTIVE_H_
+#define JAX_MOSAIC_FFI_COLLECTIVE_H_
+
+#include <array>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "call_site.h"
+#include "cuda_driver.h"
+#include "record.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace jmf {
+
+inline constexpr int kMaxPeers = 64;
+// Word offsets inside a barrier area; collective.cuh has the same numbers.
+inline constexpr int kRuntimeRow = 0;
+inline constexpr int kRuntimeGeneration = 64;
+inline constexpr int kKernelRow = 72;
+inline constexpr int kKernelGeneration = 136;
+inline constexpr int kKernelArrivals = 137;
+inline constexpr size_t kBarrierAreaBytes = 2048;
+inline constexpr size_t kMetadataHeaderWords = 4;
+
+// Devices of one clique meet here once per execution to trade addresses.
+class Rendezvous {
+ public:
+  Rendezvous(int participants, int words_each);
+
+  // Deposits `mine` as `rank`, waits for every participant of `run_id`, and
+  // copies all deposits, rank-major, to `all`. On timeout names the ranks
+  // that never came.
+  ffi::Error Exchange(int64_t run_id, int rank, const uint64_t* mine, uint64_t* all,
+                      std::chrono::milliseconds timeout, const std::string& who);
+
+ private:
+  struct Round {
+    int64_t run_id = -1;
+    int arrived = 0;
+    int departed = 0;
+    std::vector<char> present;
+    std::vector<uint64_t> data;
+  };
+
+  const int participants_;
+  const int words_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::array<Round, 4> rounds_;
+};
+
+class CollectiveState {
+ public:
+  static ffi::ErrorOr<std::unique_ptr<CollectiveState>> Create(const ffi::Dictionary& attrs,
+                                                               const CallSite& site);
+  ~CollectiveState();
+
+  // Allocates this device's area and enables peer access. O(1) once done.
+  ffi::Error Prepare(int32_t device, CUcontext context);
+  // Trades addresses with the peers and refreshes the metadata on `stream`.
+  ffi::Error Initialize(int32_t device, int64_t run_id, CUstream stream, const Buffers& buffers);
+  ffi::Error LaunchBarrier(int32_t device, CUstream stream);
+  // Records the barrier; `*dependency` is what the launch must wait for.
+  ffi::Error RecordBarrier(const RecordFrame& record, int32_t device, const XLA_FFI_Command** dependency);
+  int barrier_commands() const { return skip_barrier_ ? 0 : 1; }
+
+  void* metadata(int32_t device) const {
+    return reinterpret_cast<void*>(devices_[device].area + kBarrierAreaBytes);
+  }
+
+ private:
+  CollectiveState(const CallSite& site) : site_(site) {}
+
+  struct Clique {
+    std::vector<int32_t> devices;
+    std::unique_ptr<Rendezvous> rendezvous;
+  };
+  struct DeviceResources {
+    bool ready = false;
+    CUcontext context = nullptr;
+    CUdeviceptr area = 0;
+    CUfunction barrier = nullptr;
+    std::vector<uint64_t> deposit;   // my buffer addresses, then my area
+    std::vector<uint64_t> exchange;  // everyone's deposits
+    std::vector<uint64_t> metadata;  // host copy of the device metadata
+    std::vector<uint64_t> copied;    // what the device holds now
+  };
+
+  size_t MetadataWords(int peers) const;
+
+  const CallSite& site_;
+  std::vector<Clique> cliques_;
+  std::array<int, kMaxDevices> clique_of_{};
+  std::array<int, kMaxDevices> rank_of_{};
+  bool skip_barrier_ = false;
+  std::chrono::milliseconds timeout_{0};
+  std::mutex mutex_;
+  std::array<DeviceResources, kMaxDevices> devices_;
+};
+
+}  // namespace jmf
+
+#endif  // JAX_MOSAIC_FFI_COLLECTIVE_H_

@@ -1,0 +1,178 @@
+#include "handlers.h"
+
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "call_site.h"
+#include "collective.h"
+#include "cuda.h"
+#include "record.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace jmf {
+struct ApiPointer {};
+}  // namespace jmf
+
+// Decodes the calling plugin's XLA_FFI_Api, which the bootstrap registers with.
+template <>
+struct xla::ffi::CtxDecoding<jmf::ApiPointer> {
+  using Type = const XLA_FFI_Api*;
+  static std::optional<Type> Decode(const XLA_FFI_Api* api, XLA_FFI_InvokeContext*, DiagnosticEngine&) {
+    return api;
+  }
+};
+
+namespace jmf {
+namespace {
+
+using Stream = ffi::PlatformStream<CUstream>;
+using SiteState = ffi::State<CallSite>;
+
+ffi::ErrorOr<std::unique_ptr<CallSite>> InstantiatePlain(ffi::Dictionary attrs) {
+  return CallSite::Create(attrs, /*collective=*/false);
+}
+
+ffi::ErrorOr<std::unique_ptr<CallSite>> InstantiateCollective(ffi::Dictionary attrs) {
+  return CallSite::Create(attrs, /*collective=*/true);
+}
+
+CUcontext CurrentContext(const CallSite& site) {
+  CUcontext context = nullptr;
+  site.driver().cuCtxGetCurrent(&context);
+  return context;
+}
+
+ffi::Error Execute(CUstream stream, int32_t device, CallSite* site, ffi::RemainingArgs args,
+                   ffi::RemainingRets rets) {
+  Buffers buffers;
+  if (ffi::Error e = site->GatherBuffers(args, rets, &buffers); e.failure()) [[unlikely]] return e;
+  return site->Launch(stream, device, buffers);
+}
+
+ffi::Error Prepare(int32_t device, CallSite* site) {
+  return site->Prepare(device, CurrentContext(*site));
+}
+
+ffi::Error Record(RecordFrame record, int32_t device, CallSite* site, ffi::RemainingArgs args,
+                  ffi::RemainingRets rets) {
+  Buffers buffers;
+  if (ffi::Error e = site->GatherBuffers(args, rets, &buffers); e.failure()) [[unlikely]] return e;
+  return site->Record(record, device, buffers);
+}
+
+ffi::Error CollectivePrepare(int32_t device, CallSite* site) {
+  CUcontext context = CurrentContext(*site);
+  if (ffi::Error e = site->Prepare(device, context); e.failure()) return e;
+  return site->collective()->Prepare(device, context);
+}
+
+ffi::Error CollectiveInitialize(CUstream stream, ffi::RunId run_id, int32_t device, CallSite* site,
+                                ffi::RemainingArgs args, ffi::RemainingRets rets) {
+  Buffers buffers;
+  if (ffi::Error e = site->GatherBuffers(args, rets, &buffers); e.failure()) return e;
+  return site->collective()->Initialize(device, run_id.run_id, stream, buffers);
+}
+
+ffi::Error CollectiveExecute(CUstream stream, int32_t device, CallSite* site, ffi::RemainingArgs args,
+                             ffi::RemainingRets rets) {
+  Buffers buffers;
+  if (ffi::Error e = site->GatherBuffers(args, rets, &buffers); e.failure()) [[unlikely]] return e;
+  if (ffi::Error e = site->collective()->LaunchBarrier(device, stream); e.failure()) return e;
+  return site->Launch(stream, device, buffers);
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_instantiate_plain, InstantiatePlain,
+                              ffi::Ffi::BindInstantiate().Attrs());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_instantiate_collective, InstantiateCollective,
+                              ffi::Ffi::BindInstantiate().Attrs());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_execute, Execute,
+                              ffi::Ffi::BindExecute()
+                                  .Ctx<Stream>()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Ctx<SiteState>()
+                                  .RemainingArgs()
+                                  .RemainingRets(),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_prepare, Prepare,
+                              ffi::Ffi::BindPrepare().Ctx<ffi::DeviceOrdinal>().Ctx<SiteState>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_record, Record,
+                              ffi::Ffi::BindRecord()
+                                  .Ctx<ffi::Extension<RecordExtension>>()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Ctx<SiteState>()
+                                  .RemainingArgs()
+                                  .RemainingRets());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_collective_prepare, CollectivePrepare,
+                              ffi::Ffi::BindPrepare().Ctx<ffi::DeviceOrdinal>().Ctx<SiteState>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_collective_initialize, CollectiveInitialize,
+                              ffi::Ffi::BindInitialize()
+                                  .Ctx<Stream>()
+                                  .Ctx<ffi::RunId>()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Ctx<SiteState>()
+                                  .RemainingArgs()
+                                  .RemainingRets(),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_collective_execute, CollectiveExecute,
+                              ffi::Ffi::BindExecute()
+                                  .Ctx<Stream>()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Ctx<SiteState>()
+                                  .RemainingArgs()
+                                  .RemainingRets(),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+std::vector<TargetBundle> Targets() {
+  return {
+      {kLaunchTarget, {jmf_instantiate_plain, nullptr, nullptr, jmf_execute, jmf_record}},
+      {kStagedLaunchTarget, {jmf_instantiate_plain, jmf_prepare, nullptr, jmf_execute, jmf_record}},
+      {kCollectiveTarget,
+       {jmf_instantiate_collective, jmf_collective_prepare, jmf_collective_initialize, jmf_collective_execute, jmf_record}},
+  };
+}
+
+namespace {
+
+std::mutex registration_mutex;
+RecordRegistration registration;
+
+ffi::Error Bootstrap(const XLA_FFI_Api* api, ffi::Result<ffi::AnyBuffer>) {
+  std::lock_guard<std::mutex> lock(registration_mutex);
+  if (registration.attempted) return ffi::Error::Success();
+  registration.attempted = true;
+  if (api->api_version.major_version != XLA_FFI_API_MAJOR || api->api_version.minor_version != XLA_FFI_API_MINOR) {
+    registration.message = "the running XLA FFI API is " + std::to_string(api->api_version.major_version) + "." +
+                           std::to_string(api->api_version.minor_version) + ", built against " +
+                           std::to_string(XLA_FFI_API_MAJOR) + "." + std::to_string(XLA_FFI_API_MINOR);
+    return ffi::Error::Success();
+  }
+  for (const TargetBundle& target : Targets()) {
+    if (XLA_FFI_Error* error = ffi::Ffi::RegisterStaticHandler(api, target.name, "CUDA", target.bundle,
+                                                               XLA_FFI_HANDLER_TRAITS_COMMAND_BUFFER_COMPATIBLE)) {
+      registration.message = std::string("registering ") + target.name + ": " +
+                             ffi::internal::GetErrorMessage(api, error);
+      ffi::internal::DestroyError(api, error);
+      return ffi::Error::Success();
+    }
+  }
+  registration.registered = true;
+  registration.message = "registered with record handlers";
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_bootstrap, Bootstrap,
+                              ffi::Ffi::BindExecute().Ctx<ApiPointer>().Ret<ffi::AnyBuffer>());
+
+XLA_FFI_Handler* BootstrapHandler() { return jmf_bootstrap; }
+
+RecordRegistration GetRecordRegistration() {
+  std::lock_guard<std::mutex> lock(registration_mutex);
+  return registration;
+}
+
+}  // namespace jmf

@@ -1,0 +1,39 @@
+// The XLA FFI handler bundles of jax_mosaic_ffi and how they get registered.
+#ifndef JAX_MOSAIC_FFI_HANDLERS_H_
+#define JAX_MOSAIC_FFI_HANDLERS_H_
+
+#include <string>
+#include <vector>
+
+#include "xla/ffi/api/c_api.h"
+
+namespace jmf {
+
+// Custom-call target names: the contract (jax_mosaic_ffi/contract.py).
+inline constexpr char kLaunchTarget[] = "jax_mosaic_ffi_launch_v1";
+inline constexpr char kCollectiveTarget[] = "jax_mosaic_ffi_collective_v1";
+inline constexpr char kStagedLaunchTarget[] = "jax_mosaic_ffi_staged_launch_v1";
+inline constexpr char kBootstrapTarget[] = "jax_mosaic_ffi_bootstrap";
+
+struct TargetBundle {
+  const char* name;
+  XLA_FFI_Handler_Bundle bundle;  // with the record handler
+};
+
+// Every target this runtime serves.
+std::vector<TargetBundle> Targets();
+
+// The bootstrap target's execute handler: registers Targets(), record
+// handlers included, through the XLA_FFI_Api of the plugin that calls it.
+XLA_FFI_Handler* BootstrapHandler();
+
+struct RecordRegistration {
+  bool attempted = false;
+  bool registered = false;
+  std::string message;
+};
+RecordRegistration GetRecordRegistration();
+
+}  // namespace jmf
+
+#endif  // JAX_MOSAIC_FFI_HANDLERS_H_

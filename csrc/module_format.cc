@@ -1,0 +1,117 @@
+#include "module_format.h"
+
+#include <cstring>
+#include <string>
+
+namespace jmf {
+namespace {
+
+constexpr char kMagic[8] = {'J', 'M', 'F', 'F', 'I', 'M', 'O', 'D'};
+
+// Reads little-endian integers from a bounded byte range.
+class Reader {
+ public:
+  explicit Reader(std::string_view bytes) : bytes_(bytes) {}
+
+  bool U32(uint32_t* value) { return Read(value, 4); }
+  bool U64(uint64_t* value) { return Read(value, 8); }
+  bool Bytes(uint64_t size, std::string_view* out) {
+    if (size > bytes_.size() - offset_) return false;
+    *out = bytes_.substr(offset_, size);
+    offset_ += size;
+    return true;
+  }
+  size_t remaining() const { return bytes_.size() - offset_; }
+
+ private:
+  template <typename T>
+  bool Read(T* value, size_t size) {
+    if (size > bytes_.size() - offset_) return false;
+    T result = 0;
+    for (size_t i = 0; i < size; ++i) {
+      result |= static_cast<T>(static_cast<unsigned char>(bytes_[offset_ + i])) << (8 * i);
+    }
+    offset_ += size;
+    *value = result;
+    return true;
+  }
+
+  std::string_view bytes_;
+  size_t offset_ = 0;
+};
+
+bool Fail(std::string* error, std::string message) {
+  *error = "malformed kernel module: " + std::move(message);
+  return false;
+}
+
+}  // namespace
+
+bool ParseModule(std::string_view bytes, ParsedModule* module, std::string* error) {
+  Reader reader(bytes);
+  std::string_view magic;
+  if (!reader.Bytes(sizeof(kMagic), &magic) || std::memcmp(magic.data(), kMagic, sizeof(kMagic)) != 0) {
+    return Fail(error, "it does not start with the JMFFIMOD magic (was it made by jax_mosaic_ffi?)");
+  }
+  uint32_t version, flags, num_images, symbol_length;
+  if (!reader.U32(&version) || !reader.U32(&flags) || !reader.U32(&num_images) ||
+      !reader.U32(&symbol_length)) {
+    return Fail(error, "the header is truncated");
+  }
+  if (version != kModuleFormatVersion) {
+    return Fail(error, "format version " + std::to_string(version) +
+                           " is newer than this runtime reads (" +
+                           std::to_string(kModuleFormatVersion) + "); upgrade jax_mosaic_ffi");
+  }
+  if (flags != 0) return Fail(error, "unknown flags " + std::to_string(flags));
+  if (num_images == 0 || num_images > kMaxImages) {
+    return Fail(error, "it declares " + std::to_string(num_images) + " images (1.." +
+                           std::to_string(kMaxImages) + " allowed)");
+  }
+  if (symbol_length == 0 || symbol_length > kMaxSymbolLength) {
+    return Fail(error, "the kernel symbol is " + std::to_string(symbol_length) + " bytes long");
+  }
+  std::string_view symbol;
+  if (!reader.Bytes(symbol_length, &symbol)) return Fail(error, "the kernel symbol is truncated");
+  if (symbol.find('\0') != std::string_view::npos) return Fail(error, "the kernel symbol holds a NUL byte");
+  module->symbol.assign(symbol);
+  module->images.clear();
+  module->images.reserve(num_images);
+  for (uint32_t i = 0; i < num_images; ++i) {
+    uint32_t kind, arch, suffix, reserved;
+    uint64_t size;
+    std::string_view data;
+    if (!reader.U32(&kind) || !reader.U32(&arch) || !reader.U32(&suffix) ||
+        !reader.U32(&reserved) || !reader.U64(&size)) {
+      return Fail(error, "the header of image " + std::to_string(i) + " is truncated");
+    }
+    if (kind != static_cast<uint32_t>(ImageKind::kCubin) && kind != static_cast<uint32_t>(ImageKind::kPtx)) {
+      return Fail(error, "image " + std::to_string(i) + " has unknown kind " + std::to_string(kind));
+    }
+    if (suffix > 2 || reserved != 0 || arch == 0 || arch > 10000) {
+      return Fail(error, "image " + std::to_string(i) + " has a bad arch field");
+    }
+    if (size == 0 || !reader.Bytes(size, &data)) {
+      return Fail(error, "image " + std::to_string(i) + " declares " + std::to_string(size) +
+                             " bytes but the module has " + std::to_string(reader.remaining()) + " left");
+    }
+    module->images.push_back(Image{static_cast<ImageKind>(kind), arch, suffix, std::string(data)});
+  }
+  if (reader.remaining() != 0) {
+    return Fail(error, std::to_string(reader.remaining()) + " trailing bytes after the last image");
+  }
+  return true;
+}
+
+std::string DescribeImages(const ParsedModule& module) {
+  std::string out;
+  for (const Image& image : module.images) {
+    if (!out.empty()) out += ", ";
+    const char* suffix = image.suffix == 1 ? "a" : image.suffix == 2 ? "f" : "";
+    out += image.kind == ImageKind::kCubin ? "cubin:sm_" : "ptx:compute_";
+    out += std::to_string(image.arch) + suffix;
+  }
+  return out;
+}
+
+}  // namespace jmf

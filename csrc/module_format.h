@@ -1,0 +1,41 @@
+// Parser for the serialized kernel module (jax_mosaic_ffi/module_format.py
+// writes it; docs/contract.md specifies it). The bytes come from a program
+// the user may have loaded from anywhere, so every length and offset is
+// checked before it is used.
+#ifndef JAX_MOSAIC_FFI_MODULE_FORMAT_H_
+#define JAX_MOSAIC_FFI_MODULE_FORMAT_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace jmf {
+
+inline constexpr uint32_t kModuleFormatVersion = 1;
+inline constexpr uint32_t kMaxSymbolLength = 4096;
+inline constexpr uint32_t kMaxImages = 64;
+
+enum class ImageKind : uint32_t { kCubin = 1, kPtx = 2 };
+
+struct Image {
+  ImageKind kind;
+  uint32_t arch;    // compute capability, major * 10 + minor
+  uint32_t suffix;  // 0 none, 1 'a' (arch-specific), 2 'f' (family)
+  std::string data;  // std::string keeps PTX NUL-terminated for the driver
+};
+
+struct ParsedModule {
+  std::string symbol;
+  std::vector<Image> images;
+};
+
+// Parses `bytes`; on failure returns false and says why in `*error`.
+bool ParseModule(std::string_view bytes, ParsedModule* module, std::string* error);
+
+// "cubin:sm_90, ptx:compute_90"
+std::string DescribeImages(const ParsedModule& module);
+
+}  // namespace jmf
+
+#endif  // JAX_MOSAIC_FFI_MODULE_FORMAT_H_

@@ -1,0 +1,131 @@
+// jax_mosaic_ffi._core: what Python needs from the C++ runtime.
+//
+// Handler capsules for jax.ffi registration, the state type, cache statistics
+// and a few inspection hooks. Importing it touches no GPU.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "call_site.h"
+#include "collective.h"
+#include "handlers.h"
+#include "kernel_cache.h"
+#include "module_format.h"
+
+namespace nb = nanobind;
+
+namespace jmf {
+namespace {
+
+constexpr XLA_FFI_TypeInfo kCallSiteTypeInfo = ffi::MakeTypeInfo<CallSite>();
+
+nb::capsule Capsule(const void* ptr) { return nb::capsule(ptr); }
+
+nb::dict HandlerCapsules(const std::string& name, bool with_record) {
+  for (const TargetBundle& target : Targets()) {
+    if (name != target.name) continue;
+    nb::dict handlers;
+    const XLA_FFI_Handler_Bundle& b = target.bundle;
+    if (b.instantiate) handlers["instantiate"] = Capsule(reinterpret_cast<void*>(b.instantiate));
+    if (b.prepare) handlers["prepare"] = Capsule(reinterpret_cast<void*>(b.prepare));
+    if (b.initialize) handlers["initialize"] = Capsule(reinterpret_cast<void*>(b.initialize));
+    handlers["execute"] = Capsule(reinterpret_cast<void*>(b.execute));
+    if (with_record && b.record) handlers["record"] = Capsule(reinterpret_cast<void*>(b.record));
+    return handlers;
+  }
+  throw nb::value_error(("unknown target " + name).c_str());
+}
+
+// Threads stand in for devices: `arriving` of `participants` ranks show up.
+std::vector<std::string> RendezvousProbe(int participants, int arriving, double timeout_s) {
+  Rendezvous rendezvous(participants, 1);
+  std::vector<std::string> results(arriving);
+  std::vector<std::thread> threads;
+  {
+    nb::gil_scoped_release release;
+    for (int rank = 0; rank < arriving; ++rank) {
+      threads.emplace_back([&, rank] {
+        uint64_t mine = 100 + rank;
+        std::vector<uint64_t> all(participants);
+        ffi::Error e = rendezvous.Exchange(7, rank, &mine, all.data(),
+                                           std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)),
+                                           "probe");
+        if (e.failure()) {
+          results[rank] = e.message();
+        } else {
+          for (uint64_t v : all) results[rank] += std::to_string(v) + " ";
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  return results;
+}
+
+}  // namespace
+}  // namespace jmf
+
+NB_MODULE(_core, m) {
+  using namespace jmf;
+  m.doc() = "C++ runtime of jax_mosaic_ffi: XLA FFI handlers and their caches.";
+
+  m.def("target_names", [] {
+    std::vector<std::string> names;
+    for (const TargetBundle& t : Targets()) names.push_back(t.name);
+    return names;
+  });
+  m.def("handlers", &HandlerCapsules, nb::arg("name"), nb::arg("with_record") = false,
+        "Capsules of one target's stage handlers, for jax.ffi.register_ffi_target.");
+  m.def("bootstrap_handler", [] { return Capsule(reinterpret_cast<void*>(BootstrapHandler())); });
+  m.attr("BOOTSTRAP_TARGET") = kBootstrapTarget;
+  m.def("state_type", [] {
+    nb::dict d;
+    d["type_id"] = Capsule(&CallSite::id);
+    d["type_info"] = Capsule(&kCallSiteTypeInfo);
+    return d;
+  });
+  m.def("record_registration", [] {
+    RecordRegistration r = GetRecordRegistration();
+    return std::make_tuple(r.attempted, r.registered, r.message);
+  });
+  m.def("cache_stats", [] {
+    CacheStats& s = GetCacheStats();
+    nb::dict d;
+    d["kernel_builds"] = s.kernel_builds.load();
+    d["kernel_hits"] = s.kernel_hits.load();
+    d["cached_kernels"] = KernelCacheSize();
+    d["module_loads"] = s.module_loads.load();
+    d["loaded_modules"] = s.loaded_modules.load();
+    return d;
+  });
+  m.def("clear_kernel_cache", &ClearKernelCache);
+  m.def("inspect_module", [](nb::bytes data) {
+    ParsedModule module;
+    std::string error;
+    if (!ParseModule(std::string_view(data.c_str(), data.size()), &module, &error)) throw nb::value_error(error.c_str());
+    std::vector<std::tuple<int, int, int, nb::bytes>> images;
+    for (const Image& image : module.images) {
+      images.emplace_back(static_cast<int>(image.kind), image.arch, image.suffix,
+                          nb::bytes(image.data.data(), image.data.size()));
+    }
+    return std::make_tuple(module.symbol, images);
+  }, "Parses a serialized module with the runtime's own parser.");
+  m.def("rendezvous_probe", &RendezvousProbe, nb::arg("participants"), nb::arg("arriving"),
+        nb::arg("timeout_s"), "Runs the collective rendezvous with threads as ranks.");
+  m.def("driver_status", [] {
+    std::string error;
+    const Driver* driver = GetDriver(&error);
+    return std::make_tuple(driver != nullptr, driver ? std::to_string(driver->version) : error);
+  });
+  nb::dict built;
+  built["jaxlib"] = JMF_JAXLIB_VERSION;
+  built["ffi_api"] = std::to_string(XLA_FFI_API_MAJOR) + "." + std::to_string(XLA_FFI_API_MINOR);
+  built["cuda"] = CUDA_VERSION;
+  m.attr("BUILT_AGAINST") = built;
+}

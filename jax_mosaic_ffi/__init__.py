@@ -1,0 +1,91 @@
+"""Hand-written GPU kernels inside `jax.jit`.
+
+    import jax_mosaic_ffi as jmf
+
+    kernel = jmf.cuda_kernel(source, "add")
+    add = jmf.mosaic_kernel(kernel, jax.ShapeDtypeStruct(x.shape, x.dtype),
+                            grid=blocks, block=256, scalars=(np.int32(n),))
+    y = jax.jit(add)(x, x)
+
+See README.md for the whole API.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from jax_mosaic_ffi import _core
+from jax_mosaic_ffi import compiler as _compiler
+from jax_mosaic_ffi import contract
+from jax_mosaic_ffi import disk_cache as _disk_cache
+from jax_mosaic_ffi import registration as _registration
+from jax_mosaic_ffi.collective import Collective
+from jax_mosaic_ffi.compiler import CompileError
+from jax_mosaic_ffi.kernel import Kernel, cubin_kernel, cuda_kernel, ptx_kernel
+from jax_mosaic_ffi.primitive import LaunchError, mosaic_kernel, mosaic_kernel_p
+
+__version__ = "0.1.0"
+
+register = _registration.register
+
+__all__ = [
+    "Collective", "CompileError", "Kernel", "KernelCacheStats", "LaunchError",
+    "clear_kernel_cache", "cubin_kernel", "cuda_kernel", "export_disabled_checks",
+    "kernel_cache_stats", "mosaic_kernel", "ptx_kernel", "register",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelCacheStats:
+  """What the caches did so far in this process.
+
+  nvrtc_compiles: NVRTC invocations. memory_hits / disk_hits: compiles served
+  by the in-memory or on-disk cache. kernel_builds / kernel_hits: instantiate
+  stages that parsed a new module or found it in the runtime's cache.
+  cached_kernels: modules in that cache now. module_loads: cuModuleLoadData
+  calls. loaded_modules: CUmodules alive now, across all devices.
+  """
+
+  nvrtc_compiles: int
+  memory_hits: int
+  disk_hits: int
+  kernel_builds: int
+  kernel_hits: int
+  cached_kernels: int
+  module_loads: int
+  loaded_modules: int
+
+
+def kernel_cache_stats() -> KernelCacheStats:
+  compile_stats = _compiler.stats()
+  return KernelCacheStats(
+      nvrtc_compiles=compile_stats.nvrtc_compiles,
+      memory_hits=compile_stats.memory_hits,
+      disk_hits=compile_stats.disk_hits,
+      **_core.cache_stats(),
+  )
+
+
+def clear_kernel_cache(*, disk: bool = False) -> None:
+  """Empties the in-memory caches (and the on-disk one with ``disk=True``).
+
+  Modules stay loaded on the GPU while a live executable uses them; they are
+  unloaded when the last such executable is destroyed.
+  """
+  _compiler.clear_memory_cache()
+  _core.clear_kernel_cache()
+  if disk:
+    _disk_cache.clear()
+
+
+def export_disabled_checks() -> list:
+  """The ``disabled_checks`` to pass to ``jax.export.export``.
+
+  Our custom-call targets are not on JAX's list of stable custom calls;
+  their stability is ours to keep (docs/contract.md)::
+
+      exported = jax.export.export(jax.jit(f), platforms=["cuda"],
+                                   disabled_checks=jmf.export_disabled_checks())(x)
+  """
+  import jax.export
+  return [jax.export.DisabledSafetyCheck.custom_call(name) for name in contract.ALL_TARGETS]

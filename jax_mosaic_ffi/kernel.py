@@ -1,0 +1,146 @@
+"""`Kernel`: compiled GPU code plus its entry symbol, and the three ways to make one."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Mapping, Sequence
+
+from jax_mosaic_ffi import compiler
+from jax_mosaic_ffi import dump
+from jax_mosaic_ffi import gpu_info
+from jax_mosaic_ffi import module_format
+from jax_mosaic_ffi import ptx as ptx_info
+from jax_mosaic_ffi.module_format import Arch, Image, ImageKind
+
+DEFAULT_ARCH = Arch(90)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Kernel:
+  """A kernel ready to launch: serialized module, its hash and what we know of it.
+
+  ``name`` is what the user asked for (``"add<float>"``); ``symbol`` the
+  entry in the binary (``"_Z3addIfEvPKT_S2_PS0_i"``). ``param_sizes`` is the
+  size in bytes of each kernel parameter when the module has PTX to read it
+  from, else None.
+  """
+
+  name: str
+  contents: module_format.Module
+  param_sizes: tuple[int, ...] | None
+
+  @property
+  def symbol(self) -> str:
+    return self.contents.symbol
+
+  @property
+  def images(self) -> tuple[Image, ...]:
+    return self.contents.images
+
+  @functools.cached_property
+  def module(self) -> bytes:
+    return module_format.serialize(self.contents)
+
+  @functools.cached_property
+  def hash(self) -> bytes:
+    return module_format.kernel_hash(self.module)
+
+  def __repr__(self) -> str:
+    images = ", ".join(f"{i.kind.name.lower()}:{i.arch}" for i in self.images)
+    return f"Kernel({self.name!r}, images=[{images}])"
+
+  def __hash__(self) -> int:
+    return hash(self.hash)
+
+  def __eq__(self, other) -> bool:
+    return isinstance(other, Kernel) and self.hash == other.hash and self.name == other.name
+
+
+def default_targets() -> tuple[Arch, ...]:
+  """The archs of the visible GPUs, or sm_90 where there is none."""
+  archs = sorted({gpu.arch for gpu in gpu_info.visible_gpus()})
+  return tuple(Arch(a) for a in archs) or (DEFAULT_ARCH,)
+
+
+def _parse_targets(targets) -> tuple[Arch, ...]:
+  if targets is None:
+    return default_targets()
+  if isinstance(targets, (str, int)):
+    targets = (targets,)
+  parsed = tuple(dict.fromkeys(Arch.parse(t) for t in targets))
+  if not parsed:
+    raise ValueError("targets must name at least one GPU architecture")
+  return parsed
+
+
+def cuda_kernel(source: str, name: str, *, options: Sequence[str] = (),
+                headers: Mapping[str, str] | None = None,
+                targets: Sequence[str | int] | str | None = None) -> Kernel:
+  """Compiles CUDA C++ with NVRTC.
+
+  Args:
+    source: the CUDA C++ text.
+    name: the ``__global__`` function to launch: an ``extern "C"`` name, or a
+      C++ name such as ``"ns::add<float>"``, which NVRTC resolves.
+    options: extra NVRTC options (``"-DBLOCK=128"``, ``"--use_fast_math"``).
+    headers: in-memory headers, ``{"include name": "text"}``.
+    targets: archs to build cubins for (``"sm_90a"``, ``"sm_100"``). Default:
+      the visible GPUs, or sm_90 without one. The PTX of the first target is
+      kept too, as the portable form.
+
+  Raises:
+    CompileError: with NVRTC's log and the source lines it names.
+  """
+  if not isinstance(source, str) or not source.strip():
+    raise ValueError("cuda_kernel needs the CUDA C++ source text")
+  if not isinstance(name, str) or not name.strip():
+    raise ValueError("cuda_kernel needs the name of the __global__ function to launch")
+  contents = compiler.compile_cuda(source, name.strip(), options=options, headers=headers,
+                                   targets=_parse_targets(targets))
+  return _made(Kernel(name.strip(), contents, compiler.param_sizes(contents)))
+
+
+def ptx_kernel(ptx: str | bytes, name: str) -> Kernel:
+  """Wraps PTX text; the driver compiles it for the GPU when it is loaded.
+
+  ``name`` is the entry's symbol as it appears in the PTX (``.entry name``).
+  The PTX's ISA version must be one the installed driver can compile.
+  """
+  text = ptx.decode() if isinstance(ptx, bytes) else ptx
+  entries = ptx_info.entries(text)
+  if name not in entries:
+    raise ValueError(
+        f"PTX has no entry named '{name}'; its entries are: {', '.join(entries) or 'none'}")
+  arch = Arch.parse(ptx_info.target_arch(text) or DEFAULT_ARCH.sm)
+  contents = module_format.Module(name, (Image(ImageKind.PTX, arch, text.encode()),))
+  return _made(Kernel(name, contents, entries[name]))
+
+
+def cubin_kernel(images: Mapping[str | int, bytes] | bytes, name: str, *,
+                 arch: str | int | None = None) -> Kernel:
+  """Wraps prebuilt cubins, e.g. from ``nvcc -cubin``.
+
+  Args:
+    images: ``{"sm_90": cubin_bytes, ...}``, or one cubin's bytes with ``arch``.
+    name: the entry symbol in the cubin (mangled for C++ kernels).
+    arch: the arch of a single cubin passed as bytes (default sm_90).
+  """
+  if isinstance(images, (bytes, bytearray, memoryview)):
+    images = {arch if arch is not None else DEFAULT_ARCH.sm: bytes(images)}
+  elif arch is not None:
+    raise ValueError("pass arch only with a single cubin; a mapping names each arch")
+  if not images:
+    raise ValueError("cubin_kernel needs at least one cubin")
+  built = []
+  for target, data in images.items():
+    data = bytes(data)
+    if data[:4] != b"\x7fELF":
+      raise ValueError(f"the image for {target} is not a cubin (no ELF header)")
+    built.append(Image(ImageKind.CUBIN, Arch.parse(target), data))
+  return _made(Kernel(name, module_format.Module(name, tuple(built)), None))
+
+
+def _made(kernel: Kernel) -> Kernel:
+  dump.maybe_dump(kernel)
+  return kernel

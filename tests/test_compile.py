@@ -1,0 +1,112 @@
+"""NVRTC front end: compiling, names, targets, errors (no GPU needed)."""
+
+import hashlib
+
+import pytest
+
+import jax_mosaic_ffi as jmf
+from jax_mosaic_ffi import gpu_info, module_format
+from jax_mosaic_ffi.module_format import ImageKind
+
+import kernel_sources
+
+
+def test_extern_c_kernel_keeps_its_name_and_signature(isolated_disk_cache):
+  kernel = jmf.cuda_kernel(kernel_sources.ADD, "add", targets="sm_90")
+  assert kernel.symbol == "add"
+  assert kernel.param_sizes == (8, 8, 8, 4)
+  kinds = [(i.kind, i.arch.sm) for i in kernel.images]
+  assert kinds == [(ImageKind.CUBIN, "sm_90"), (ImageKind.PTX, "sm_90")]
+  assert kernel.images[0].data[:4] == b"\x7fELF"
+  assert b".entry add(" in kernel.images[1].data
+
+
+def test_cpp_template_name_is_resolved_to_its_mangled_symbol(isolated_disk_cache):
+  kernel = jmf.cuda_kernel(kernel_sources.AXPB, "ops::axpb<__nv_bfloat16>", targets="sm_90")
+  assert kernel.symbol.startswith("_ZN3ops4axpb")
+  assert kernel.param_sizes == (8, 8, 8)
+  assert kernel.name == "ops::axpb<__nv_bfloat16>"
+
+
+def test_several_targets_give_one_cubin_each_and_the_first_ptx(isolated_disk_cache):
+  kernel = jmf.cuda_kernel(kernel_sources.ADD, "add", targets=("sm_80", "sm_90a"))
+  assert [(i.kind, str(i.arch)) for i in kernel.images] == [
+      (ImageKind.CUBIN, "sm_80"), (ImageKind.CUBIN, "sm_90a"), (ImageKind.PTX, "sm_80")]
+
+
+@pytest.mark.skipif(gpu_info.has_gpu(), reason="checks the default without a GPU")
+def test_default_target_without_a_gpu_is_sm_90(isolated_disk_cache):
+  kernel = jmf.cuda_kernel(kernel_sources.ADD, "add")
+  assert {str(i.arch) for i in kernel.images} == {"sm_90"}
+
+
+def test_compile_error_carries_the_log_and_line_numbers(isolated_disk_cache):
+  source = 'extern "C" __global__ void broken(float* x) {\n  x[0] = 1.0f;\n  x[1] = undefined_thing;\n}\n'
+  with pytest.raises(jmf.CompileError) as info:
+    jmf.cuda_kernel(source, "broken")
+  message = str(info.value)
+  assert "broken.cu(3)" in message
+  assert "undefined_thing" in message
+  assert "    3 |   x[1] = undefined_thing;" in message
+  assert info.value.kernel == "broken"
+
+
+def test_a_name_that_is_not_in_the_source_fails_to_compile(isolated_disk_cache):
+  with pytest.raises(jmf.CompileError, match="no_such_kernel"):
+    jmf.cuda_kernel(kernel_sources.ADD, "no_such_kernel")
+
+
+def test_in_memory_headers_and_options(isolated_disk_cache):
+  source = '#include "scale.h"\nextern "C" __global__ void k(float* x) { x[0] = SCALE * OFFSET; }'
+  a = jmf.cuda_kernel(source, "k", headers={"scale.h": "#define SCALE 2.0f"}, options=["-DOFFSET=1.0f"])
+  b = jmf.cuda_kernel(source, "k", headers={"scale.h": "#define SCALE 3.0f"}, options=["-DOFFSET=1.0f"])
+  c = jmf.cuda_kernel(source, "k", headers={"scale.h": "#define SCALE 2.0f"}, options=["-DOFFSET=5.0f"])
+  assert len({a.hash, b.hash, c.hash}) == 3
+
+
+def test_arch_options_are_refused_in_favour_of_targets():
+  with pytest.raises(ValueError, match="targets="):
+    jmf.cuda_kernel(kernel_sources.ADD, "add", options=["--gpu-architecture=sm_80"])
+
+
+def test_the_same_source_is_compiled_once_in_memory(isolated_disk_cache):
+  before = jmf.kernel_cache_stats()
+  first = jmf.cuda_kernel(kernel_sources.ADD, "add", targets="sm_90")
+  second = jmf.cuda_kernel(kernel_sources.ADD, "add", targets="sm_90")
+  after = jmf.kernel_cache_stats()
+  assert first.hash == second.hash
+  assert after.nvrtc_compiles - before.nvrtc_compiles == 1
+  assert after.memory_hits - before.memory_hits == 1
+
+
+def test_kernel_hash_is_the_sha256_of_the_module(isolated_disk_cache):
+  kernel = jmf.cuda_kernel(kernel_sources.ADD, "add")
+  assert kernel.hash == hashlib.sha256(kernel.module).digest()
+  assert len(kernel.hash) == 32
+
+
+def test_ptx_and_cubin_kernels_wrap_prebuilt_code(isolated_disk_cache):
+  compiled = jmf.cuda_kernel(kernel_sources.ADD, "add", targets="sm_90")
+  ptx = next(i.data for i in compiled.images if i.kind == ImageKind.PTX)
+  cubin = next(i.data for i in compiled.images if i.kind == ImageKind.CUBIN)
+  from_ptx = jmf.ptx_kernel(ptx, "add")
+  assert from_ptx.param_sizes == (8, 8, 8, 4)
+  assert [(i.kind, str(i.arch)) for i in from_ptx.images] == [(ImageKind.PTX, "sm_90")]
+  from_cubin = jmf.cubin_kernel({"sm_90": cubin}, "add")
+  assert from_cubin.param_sizes is None
+  assert module_format.parse(from_cubin.module).images[0].data == cubin
+  with pytest.raises(ValueError, match="no entry named 'nope'"):
+    jmf.ptx_kernel(ptx, "nope")
+  with pytest.raises(ValueError, match="not a cubin"):
+    jmf.cubin_kernel({"sm_90": b"not an elf"}, "add")
+
+
+def test_dump_switch_writes_ptx_cubin_and_sass(isolated_disk_cache, tmp_path, monkeypatch):
+  monkeypatch.setenv("JAX_MOSAIC_FFI_DUMP_DIR", str(tmp_path / "dump"))
+  kernel = jmf.cuda_kernel(kernel_sources.ADD, "add", targets="sm_90")
+  names = sorted(p.name for p in (tmp_path / "dump").iterdir())
+  stem = f"add-{kernel.hash.hex()[:8]}"
+  assert f"{stem}.ptx" in names and f"{stem}.sm_90.cubin" in names
+  sass = tmp_path / "dump" / f"{stem}.sm_90.sass"
+  if sass.exists():  # needs cuobjdump, which CUDA toolkits carry
+    assert "add" in sass.read_text()
