@@ -460,6 +460,7 @@ ffi::Error CallSite::Record(const RecordFrame& record, int32_t device, Buffers& 
   if (!record.Push(command)) {
     return ffi::Error(ffi::ErrorCode::kResourceExhausted, who_ + ": the record frame has no room for the launch");
   }
+  GetCacheStats().records_created++;
   return ffi::Error::Success();
 }
 

@@ -1,6 +1,7 @@
 #include "collective.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -130,6 +131,12 @@ std::chrono::milliseconds PeerTimeout() {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
 
+std::string Seconds(std::chrono::milliseconds duration) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", duration.count() / 1000.0);
+  return text;
+}
+
 }  // namespace
 
 Rendezvous::Rendezvous(int participants, int words_each) : participants_(participants), words_(words_each) {
@@ -183,7 +190,7 @@ ffi::Error Rendezvous::Exchange(int64_t run_id, int rank, const uint64_t* mine, 
     }
     return ffi::Error(ffi::ErrorCode::kDeadlineExceeded,
                       who + ": rank " + std::to_string(rank) + " of " + std::to_string(participants_) +
-                          " waited " + std::to_string(timeout.count() / 1000.0) +
+                          " waited " + Seconds(timeout) +
                           " s for peer rank(s) " + missing + " to run this kernel (run id " +
                           std::to_string(run_id) + "); they never arrived. Every device of the mesh "
                           "axis must run the kernel: is it under a lax.cond or a branch some devices "

@@ -39,7 +39,6 @@ inline constexpr int kMaxPeers = 64;
 inline constexpr int kRuntimeRow = 0;
 inline constexpr int kRuntimeGeneration = 64;
 inline constexpr int kKernelRow = 72;
-inline constexpr int kKernelGeneration = 136;
 inline constexpr int kKernelArrivals = 137;
 inline constexpr size_t kBarrierAreaBytes = 2048;
 inline constexpr size_t kMetadataHeaderWords = 4;

@@ -8,8 +8,13 @@
 namespace jmf {
 namespace {
 
-using GetProcAddressFn = CUresult (*)(const char*, void**, int, cuuint64_t,
-                                      CUdriverProcAddressQueryResult*);
+// The exported symbol our declaration of `name` refers to: cuda.h maps
+// names to ABI versions with macros (cuMemAlloc -> cuMemAlloc_v2), so the
+// name is stringified after expansion. Looking up the exact symbol avoids
+// cuGetProcAddress's version mapping, which can hand back a newer ABI of
+// the same name (cuStreamGetCtx -> cuStreamGetCtx_v2, with another signature).
+#define JMF_SYMBOL(name) JMF_SYMBOL_EXPANDED(name)
+#define JMF_SYMBOL_EXPANDED(name) #name
 
 struct LoadResult {
   Driver driver;
@@ -27,25 +32,11 @@ LoadResult Load() {
                    ". jax_mosaic_ffi launches kernels only on a machine with an NVIDIA GPU and driver";
     return result;
   }
-  auto get_proc = reinterpret_cast<GetProcAddressFn>(dlsym(library, "cuGetProcAddress_v2"));
-  if (get_proc == nullptr) {
-    result.error = "the CUDA driver is too old: it has no cuGetProcAddress_v2 (needs CUDA 12+)";
-    return result;
-  }
   Driver& d = result.driver;
   std::string missing;
-  // Ask for the ABI of the headers we compiled against (CUDA_VERSION).
-#define JMF_RESOLVE(name)                                                          \
-  {                                                                                \
-    void* fn = nullptr;                                                            \
-    CUdriverProcAddressQueryResult status;                                         \
-    if (get_proc(#name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) != \
-            CUDA_SUCCESS ||                                                        \
-        fn == nullptr) {                                                           \
-      missing += std::string(missing.empty() ? "" : ", ") + #name;                 \
-    }                                                                              \
-    d.name = reinterpret_cast<decltype(d.name)>(fn);                               \
-  }
+#define JMF_RESOLVE(name)                                                        \
+  d.name = reinterpret_cast<decltype(d.name)>(dlsym(library, JMF_SYMBOL(name))); \
+  if (d.name == nullptr) missing += std::string(missing.empty() ? "" : ", ") + JMF_SYMBOL(name);
   JMF_DRIVER_FUNCTIONS(JMF_RESOLVE)
 #undef JMF_RESOLVE
   if (!missing.empty()) {

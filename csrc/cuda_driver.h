@@ -23,6 +23,8 @@ namespace jmf {
   X(cuCtxPushCurrent)                   \
   X(cuCtxPopCurrent)                    \
   X(cuDeviceGet)                        \
+  X(cuDeviceGetCount)                   \
+  X(cuDeviceGetName)                    \
   X(cuDeviceGetAttribute)               \
   X(cuDevicePrimaryCtxRetain)           \
   X(cuDeviceCanAccessPeer)              \
@@ -33,6 +35,7 @@ namespace jmf {
   X(cuFuncSetAttribute)                 \
   X(cuFuncGetAttribute)                 \
   X(cuFuncGetParamInfo)                 \
+  X(cuLaunchKernel)                     \
   X(cuLaunchKernelEx)                   \
   X(cuOccupancyMaxPotentialClusterSize) \
   X(cuMemAlloc)                         \

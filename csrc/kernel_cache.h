@@ -37,6 +37,7 @@ struct CacheStats {
   std::atomic<int64_t> kernel_hits{0};
   std::atomic<int64_t> module_loads{0};   // cuModuleLoadData calls
   std::atomic<int64_t> loaded_modules{0}; // CUmodules alive now
+  std::atomic<int64_t> records_created{0}; // launch commands made by the record stage
 };
 CacheStats& GetCacheStats();
 

@@ -20,6 +20,8 @@
 
 namespace nb = nanobind;
 
+extern "C" XLA_FFI_Error* jmf_baseline_ffi_execute(XLA_FFI_CallFrame* call_frame);
+
 namespace jmf {
 namespace {
 
@@ -84,6 +86,8 @@ NB_MODULE(_core, m) {
         "Capsules of one target's stage handlers, for jax.ffi.register_ffi_target.");
   m.def("bootstrap_handler", [] { return Capsule(reinterpret_cast<void*>(BootstrapHandler())); });
   m.attr("BOOTSTRAP_TARGET") = kBootstrapTarget;
+  m.def("baseline_ffi_handler", [] { return Capsule(reinterpret_cast<void*>(jmf_baseline_ffi_execute)); },
+        "A plain hand-made FFI launch handler: the benchmarks' baseline.");
   m.def("state_type", [] {
     nb::dict d;
     d["type_id"] = Capsule(&CallSite::id);
@@ -102,6 +106,7 @@ NB_MODULE(_core, m) {
     d["cached_kernels"] = KernelCacheSize();
     d["module_loads"] = s.module_loads.load();
     d["loaded_modules"] = s.loaded_modules.load();
+    d["records_created"] = s.records_created.load();
     return d;
   });
   m.def("clear_kernel_cache", &ClearKernelCache);
@@ -118,6 +123,37 @@ NB_MODULE(_core, m) {
   }, "Parses a serialized module with the runtime's own parser.");
   m.def("rendezvous_probe", &RendezvousProbe, nb::arg("participants"), nb::arg("arriving"),
         nb::arg("timeout_s"), "Runs the collective rendezvous with threads as ranks.");
+  m.def("visible_gpus", [] {
+    nb::list gpus;
+    const Driver* driver = GetDriver(nullptr);
+    int count = 0;
+    if (driver == nullptr || driver->cuDeviceGetCount(&count) != CUDA_SUCCESS) return gpus;
+    for (int ordinal = 0; ordinal < count; ++ordinal) {
+      CUdevice device;
+      if (driver->cuDeviceGet(&device, ordinal) != CUDA_SUCCESS) continue;
+      char name[256] = {0};
+      driver->cuDeviceGetName(name, sizeof(name) - 1, device);
+      auto attr = [&](CUdevice_attribute which) {
+        int value = 0;
+        driver->cuDeviceGetAttribute(&value, which, device);
+        return value;
+      };
+      nb::dict gpu;
+      gpu["ordinal"] = ordinal;
+      gpu["name"] = std::string(name);
+      gpu["arch"] = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) * 10 +
+                    attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+      gpu["max_shared_memory_per_block_optin"] = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+      gpu["max_threads_per_block"] = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+      gpu["max_grid"] = std::make_tuple(attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X), attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y),
+                                        attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z));
+      gpu["max_block"] = std::make_tuple(attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X),
+                                         attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y),
+                                         attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z));
+      gpus.append(gpu);
+    }
+    return gpus;
+  }, "The visible GPUs and their launch limits; empty without a driver.");
   m.def("driver_status", [] {
     std::string error;
     const Driver* driver = GetDriver(&error);

@@ -44,6 +44,8 @@ class KernelCacheStats:
   stages that parsed a new module or found it in the runtime's cache.
   cached_kernels: modules in that cache now. module_loads: cuModuleLoadData
   calls. loaded_modules: CUmodules alive now, across all devices.
+  records_created: kernel launches recorded as CUDA-graph nodes by the record
+  stage (command buffers).
   """
 
   nvrtc_compiles: int
@@ -54,6 +56,7 @@ class KernelCacheStats:
   cached_kernels: int
   module_loads: int
   loaded_modules: int
+  records_created: int
 
 
 def kernel_cache_stats() -> KernelCacheStats:

@@ -11,9 +11,11 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import json
 import os
 import pathlib
 import re
+import struct
 import threading
 
 from jax_mosaic_ffi import disk_cache
@@ -42,6 +44,34 @@ class CompileError(RuntimeError):
     super().__init__(message)
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class Compiled:
+  """A compiled kernel module with what is derived from it, computed once."""
+
+  module: module_format.Module
+  module_bytes: bytes
+  hash: bytes
+  param_sizes: tuple[int, ...] | None  # from the PTX, when the module has some
+
+  @classmethod
+  def of(cls, module: module_format.Module, param_sizes: tuple[int, ...] | None) -> "Compiled":
+    data = module_format.serialize(module)
+    return cls(module, data, module_format.kernel_hash(data), param_sizes)
+
+  def to_bytes(self) -> bytes:
+    header = json.dumps({"param_sizes": self.param_sizes}).encode()
+    return struct.pack("<I", len(header)) + header + self.module_bytes
+
+  @classmethod
+  def from_bytes(cls, data: bytes) -> "Compiled":
+    (length,) = struct.unpack_from("<I", data)
+    header = json.loads(data[4:4 + length])
+    sizes = header["param_sizes"]
+    module_bytes = data[4 + length:]
+    return cls(module_format.parse(module_bytes), module_bytes, module_format.kernel_hash(module_bytes),
+               tuple(sizes) if sizes is not None else None)
+
+
 @dataclasses.dataclass
 class CompileStats:
   nvrtc_compiles: int = 0
@@ -51,7 +81,7 @@ class CompileStats:
 
 _stats = CompileStats()
 _lock = threading.Lock()
-_memory: collections.OrderedDict[str, module_format.Module] = collections.OrderedDict()
+_memory: collections.OrderedDict[str, Compiled] = collections.OrderedDict()
 
 
 def stats() -> CompileStats:
@@ -84,22 +114,45 @@ def nvrtc_version() -> tuple[int, int]:
 
 @functools.cache
 def cuda_include_dirs() -> tuple[str, ...]:
-  """Where <cuda_fp16.h> and friends live: the CUDA runtime wheel, else CUDA_HOME."""
+  """Where <cuda_fp16.h> and CCCL (cuda/std/..., which cooperative_groups
+  needs) live, as cuda-python's pathfinder finds them: the CUDA wheels, else
+  CUDA_HOME or the system toolkit."""
   found = []
+  try:
+    from cuda import pathfinder
+    for name in ("cudart", "cccl"):
+      try:
+        directory = pathfinder.find_nvidia_header_directory(name)
+      except Exception:
+        directory = None
+      if directory:
+        found.append(directory)
+  except ImportError:
+    pass
+  home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+  found += [os.path.join(home, "include"), os.path.join(home, "include", "cccl")]
+  return tuple(d for d in dict.fromkeys(found) if os.path.isdir(d))
+
+
+@functools.cache
+def nvrtc_identity() -> str:
+  """What the cache key needs of the compiler: the NVRTC library's identity.
+
+  Reading the wheel's library file (path, size, mtime) costs microseconds,
+  where loading NVRTC to ask its version costs tens of milliseconds; the
+  version is asked only when the wheel is not there.
+  """
   try:
     import nvidia
     for base in nvidia.__path__:
-      for sub in ("cu13/include", "cuda_runtime/include"):
-        candidate = pathlib.Path(base) / sub
-        if (candidate / "cuda_fp16.h").exists():
-          found.append(str(candidate))
-  except ImportError:
+      for lib in sorted(pathlib.Path(base).glob("cu*/lib/libnvrtc.so*")):
+        if "builtins" not in lib.name and "alt" not in lib.name:
+          stat = lib.stat()
+          return f"{lib}:{stat.st_size}:{int(stat.st_mtime)}"
+  except (ImportError, OSError):
     pass
-  for env in ("CUDA_HOME", "CUDA_PATH"):
-    if os.environ.get(env):
-      found.append(os.path.join(os.environ[env], "include"))
-  found.append("/usr/local/cuda/include")
-  return tuple(d for d in dict.fromkeys(found) if os.path.isdir(d))
+  major, minor = nvrtc_version()
+  return f"nvrtc{major}.{minor}"
 
 
 def _check(nvrtc, err, what: str) -> None:
@@ -112,9 +165,17 @@ def _has_option(options, *prefixes) -> bool:
   return any(str(o).startswith(p) for o in options for p in prefixes)
 
 
+def cache_key(source: str, name: str, options, headers: dict, targets, compiler: str) -> str:
+  """Everything that changes the binary, hashed: the key of both caches."""
+  return disk_cache.key(
+      f"format{module_format.FORMAT_VERSION}", compiler, source, name,
+      f"{len(options)} options", *options, f"{len(headers)} headers",
+      *(f"{k}\0{v}" for k, v in sorted(headers.items())), *(t.sm for t in targets))
+
+
 def compile_cuda(source: str, name: str, *, options=(), headers=None,
-                 targets: tuple[Arch, ...]) -> module_format.Module:
-  """Compiles ``source`` for each target and returns the module's contents.
+                 targets: tuple[Arch, ...]) -> Compiled:
+  """Compiles ``source`` for each target, through the memory and disk caches.
 
   The result holds one cubin per target and the PTX of the first one, the
   portable form a newer GPU can still JIT.
@@ -124,33 +185,30 @@ def compile_cuda(source: str, name: str, *, options=(), headers=None,
     raise ValueError(
         "set the GPU architecture with targets=('sm_90', ...), not with NVRTC options")
   headers = dict(sorted((headers or {}).items()))
-  version = nvrtc_version()
-  entry_key = disk_cache.key(
-      f"format{module_format.FORMAT_VERSION}", f"nvrtc{version[0]}.{version[1]}",
-      source, name, *options, *(f"{k}\0{v}" for k, v in headers.items()),
-      *(t.sm for t in targets))
+  entry_key = cache_key(source, name, options, headers, targets, nvrtc_identity())
   with _lock:
     if entry_key in _memory:
       _memory.move_to_end(entry_key)
       _stats.memory_hits += 1
       return _memory[entry_key]
-  module = None
+  compiled = None
   cached = disk_cache.load(entry_key)
   if cached is not None:
     try:
-      module = module_format.parse(cached)
+      compiled = Compiled.from_bytes(cached)
       with _lock:
         _stats.disk_hits += 1
-    except module_format.ModuleFormatError:
-      module = None
-  if module is None:
+    except (ValueError, KeyError, struct.error, module_format.ModuleFormatError):
+      compiled = None
+  if compiled is None:
     module = _compile_with_nvrtc(source, name, options, headers, targets)
-    disk_cache.store(entry_key, module_format.serialize(module))
+    compiled = Compiled.of(module, param_sizes(module))
+    disk_cache.store(entry_key, compiled.to_bytes())
   with _lock:
-    _memory[entry_key] = module
+    _memory[entry_key] = compiled
     while len(_memory) > _MEMORY_CACHE_SIZE:
       _memory.popitem(last=False)
-  return module
+  return compiled
 
 
 def _compile_with_nvrtc(source, name, options, headers, targets) -> module_format.Module:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Mapping, Sequence
 
 from jax_mosaic_ffi import compiler
@@ -18,7 +17,7 @@ DEFAULT_ARCH = Arch(90)
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Kernel:
-  """A kernel ready to launch: serialized module, its hash and what we know of it.
+  """A kernel ready to launch: its serialized module, hash and signature.
 
   ``name`` is what the user asked for (``"add<float>"``); ``symbol`` the
   entry in the binary (``"_Z3addIfEvPKT_S2_PS0_i"``). ``param_sizes`` is the
@@ -27,24 +26,31 @@ class Kernel:
   """
 
   name: str
-  contents: module_format.Module
-  param_sizes: tuple[int, ...] | None
+  compiled: compiler.Compiled
+
+  @property
+  def contents(self) -> module_format.Module:
+    return self.compiled.module
 
   @property
   def symbol(self) -> str:
-    return self.contents.symbol
+    return self.compiled.module.symbol
 
   @property
   def images(self) -> tuple[Image, ...]:
-    return self.contents.images
+    return self.compiled.module.images
 
-  @functools.cached_property
+  @property
   def module(self) -> bytes:
-    return module_format.serialize(self.contents)
+    return self.compiled.module_bytes
 
-  @functools.cached_property
+  @property
   def hash(self) -> bytes:
-    return module_format.kernel_hash(self.module)
+    return self.compiled.hash
+
+  @property
+  def param_sizes(self) -> tuple[int, ...] | None:
+    return self.compiled.param_sizes
 
   def __repr__(self) -> str:
     images = ", ".join(f"{i.kind.name.lower()}:{i.arch}" for i in self.images)
@@ -96,9 +102,9 @@ def cuda_kernel(source: str, name: str, *, options: Sequence[str] = (),
     raise ValueError("cuda_kernel needs the CUDA C++ source text")
   if not isinstance(name, str) or not name.strip():
     raise ValueError("cuda_kernel needs the name of the __global__ function to launch")
-  contents = compiler.compile_cuda(source, name.strip(), options=options, headers=headers,
+  compiled = compiler.compile_cuda(source, name.strip(), options=options, headers=headers,
                                    targets=_parse_targets(targets))
-  return _made(Kernel(name.strip(), contents, compiler.param_sizes(contents)))
+  return _made(Kernel(name.strip(), compiled))
 
 
 def ptx_kernel(ptx: str | bytes, name: str) -> Kernel:
@@ -114,7 +120,7 @@ def ptx_kernel(ptx: str | bytes, name: str) -> Kernel:
         f"PTX has no entry named '{name}'; its entries are: {', '.join(entries) or 'none'}")
   arch = Arch.parse(ptx_info.target_arch(text) or DEFAULT_ARCH.sm)
   contents = module_format.Module(name, (Image(ImageKind.PTX, arch, text.encode()),))
-  return _made(Kernel(name, contents, entries[name]))
+  return _made(Kernel(name, compiler.Compiled.of(contents, entries[name])))
 
 
 def cubin_kernel(images: Mapping[str | int, bytes] | bytes, name: str, *,
@@ -138,7 +144,7 @@ def cubin_kernel(images: Mapping[str | int, bytes] | bytes, name: str, *,
     if data[:4] != b"\x7fELF":
       raise ValueError(f"the image for {target} is not a cubin (no ELF header)")
     built.append(Image(ImageKind.CUBIN, Arch.parse(target), data))
-  return _made(Kernel(name, module_format.Module(name, tuple(built)), None))
+  return _made(Kernel(name, compiler.Compiled.of(module_format.Module(name, tuple(built)), None)))
 
 
 def _made(kernel: Kernel) -> Kernel:

@@ -88,7 +88,7 @@ def _scalar_bytes(value, index: int, kernel: Kernel) -> bytes:
         "at trace time, so pass a numpy scalar (np.int32(n)), or pass the value as an input array")
   if isinstance(value, (bool, np.bool_)):
     return bytes([1 if value else 0])
-  if isinstance(value, (int, float)):
+  if isinstance(value, (int, float)) and not isinstance(value, np.generic):
     kind = "np.int32(...) or np.int64(...)" if isinstance(value, int) else "np.float32(...) or np.float64(...)"
     raise LaunchError(
         f"{_who(kernel)}: scalars[{index}] is a Python {type(value).__name__}, whose width the "

@@ -82,7 +82,8 @@ def _run_bootstrap(device) -> None:
 
   def run():
     try:
-      jax.jit(call, device=device)().block_until_ready()
+      with jax.default_device(device):
+        jax.jit(call)().block_until_ready()
     except Exception as e:  # reported below, as a fallback reason
       errors.append(e)
 

@@ -5,6 +5,11 @@ import pytest
 # Every GPU test's outputs start as 0xFF bytes (NaN / -1), so an element a
 # kernel fails to write cannot pass for a right answer left by an earlier run.
 os.environ.setdefault("JAX_MOSAIC_FFI_POISON_OUTPUTS", "1")
+# Eight host devices, so collective lowering can be checked over real meshes
+# without GPUs. Set before jax initialises its backends.
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 
 
 def _cuda_device_count() -> int:

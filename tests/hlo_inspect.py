@@ -26,7 +26,7 @@ def custom_calls(lowered) -> list[dict]:
             config = ir.DictAttr(attrs["mhlo.backend_config"])
             found.append({
                 "target": ir.StringAttr(attrs["call_target_name"]).value,
-                "api_version": ir.IntegerAttr(attrs["api_version"]).value,
+                "api_version": ir.IntegerAttr(attrs["api_version"]).value if "api_version" in attrs else 1,
                 "attributes": {name: attrs[name] for name in attrs},
                 "config": {config[i].name: _value(config[i].attr) for i in range(len(config))},
                 "operands": len(op.operation.operands),

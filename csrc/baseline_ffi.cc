@@ -1,0 +1,41 @@
+// A hand-made jax.ffi custom call of the usual kind, for the benchmarks only:
+// the baseline that benchmarks/launch_overhead.py compares mosaic_kernel
+// with. It decodes its attributes on every call and launches a CUfunction
+// (passed as an integer attribute) on XLA's stream with cuLaunchKernel.
+#include <cstdint>
+
+#include "cuda_driver.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace jmf {
+namespace {
+
+namespace ffi = xla::ffi;
+
+ffi::Error BaselineLaunch(CUstream stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, int64_t function,
+                          int32_t grid, int32_t block, int32_t n) {
+  static const Driver* driver = GetDriver(nullptr);
+  if (driver == nullptr) return ffi::Error::Internal("no CUDA driver");
+  void* in = x.untyped_data();
+  void* out = y->untyped_data();
+  void* params[] = {&in, &out, &n};
+  CUresult r = driver->cuLaunchKernel(reinterpret_cast<CUfunction>(function), grid, 1, 1, block, 1, 1, 0, stream,
+                                      params, nullptr);
+  if (r != CUDA_SUCCESS) return ffi::Error::Internal("launch failed: " + CudaErrorText(*driver, r));
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_baseline_ffi_execute, BaselineLaunch,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<CUstream>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<int64_t>("function")
+                                  .Attr<int32_t>("grid")
+                                  .Attr<int32_t>("block")
+                                  .Attr<int32_t>("n"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+}  // namespace jmf

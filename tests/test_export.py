@@ -1,0 +1,166 @@
+"""jax.export and the persistent compilation cache: nothing compiled twice."""
+
+import hashlib
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_mosaic_ffi as jmf
+from jax_mosaic_ffi import contract
+
+from hlo_inspect import custom_calls
+
+ARTIFACT_V1 = pathlib.Path(__file__).parent / "data" / "add_v1.jax_export"
+
+SOURCE = r'''
+extern "C" __global__ void axpy(const float* x, const float* y, float* out, float a, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = a * x[i] + y[i];
+}
+'''
+N = 8192
+
+
+def make_call():
+  kernel = jmf.cuda_kernel(SOURCE, "axpy")
+  return jmf.mosaic_kernel(kernel, jax.ShapeDtypeStruct((N,), jnp.float32), grid=N // 256, block=256,
+                           scalars=(np.float32(2.0), np.int32(N)))
+
+
+def export(fn):
+  spec = jax.ShapeDtypeStruct((N,), jnp.float32)
+  return jax.export.export(jax.jit(fn), platforms=["cuda"], disabled_checks=jmf.export_disabled_checks())(spec, spec)
+
+
+def config_of(exported):
+  (call,) = [c for c in custom_calls_of(exported)]
+  return call
+
+
+def custom_calls_of(exported):
+  # Lower the deserialized module through jit so hlo_inspect can read it.
+  text = exported.mlir_module()
+  from jax._src.interpreters import mlir
+  from jax._src.lib.mlir import ir
+  with mlir.make_ir_context():
+    module = ir.Module.parse(text)
+
+    class Lowered:
+      def compiler_ir(self, dialect):
+        return module
+
+    return custom_calls(Lowered())
+
+
+def test_export_for_cuda_on_any_machine_round_trips(isolated_disk_cache):
+  exported = export(make_call())
+  blob = exported.serialize()
+  again = jax.export.deserialize(blob)
+  assert again.platforms == ("cuda",)
+  (cc,) = custom_calls_of(again)
+  assert cc["target"] == contract.LAUNCH_TARGET
+  assert cc["config"]["kernel_hash"] == hashlib.sha256(cc["config"]["module"]).digest()
+  assert cc["config"]["scalar_data"][:4] == np.float32(2.0).tobytes()
+
+
+def test_export_without_the_disabled_checks_explains_itself(isolated_disk_cache):
+  spec = jax.ShapeDtypeStruct((N,), jnp.float32)
+  with pytest.raises(ValueError, match="jax_mosaic_ffi_launch_v1"):
+    jax.export.export(jax.jit(make_call()), platforms=["cuda"])(spec, spec)
+
+
+def test_the_contract_v1_artifact_still_deserializes():
+  exported = jax.export.deserialize(ARTIFACT_V1.read_bytes())
+  (cc,) = custom_calls_of(exported)
+  assert cc["target"] == "jax_mosaic_ffi_launch_v1"
+  config = cc["config"]
+  assert config["kernel_hash"] == hashlib.sha256(config["module"]).digest()
+  assert config["use_custom_barrier"] is False and config["uses_xla_collective_metadata"] is False
+  assert config["grid"] == [16, 1, 1] and config["block"] == [256, 1, 1]
+  assert config["param_order"] == [0, 1, 2, -1, -2]
+
+
+@pytest.mark.gpu
+def test_a_deserialized_export_runs_with_identical_results(rng, isolated_disk_cache):
+  call = make_call()
+  x, y = (rng.standard_normal(N).astype(np.float32) for _ in range(2))
+  direct = np.asarray(jax.jit(call)(x, y))
+  again = jax.export.deserialize(export(call).serialize())
+  jmf.register()
+  np.testing.assert_array_equal(np.asarray(again.call(x, y)), direct)
+  np.testing.assert_array_equal(direct, 2.0 * x + y)
+
+
+@pytest.mark.gpu
+def test_the_contract_v1_artifact_runs(rng):
+  exported = jax.export.deserialize(ARTIFACT_V1.read_bytes())
+  jmf.register()
+  a, b = (rng.standard_normal(4096).astype(np.float32) for _ in range(2))
+  np.testing.assert_array_equal(np.asarray(exported.call(a, b)), np.float32(3.0) * a + b)
+
+
+FRESH_PROCESS = textwrap.dedent('''
+    import json, sys
+    import jax, numpy as np
+    import jax_mosaic_ffi as jmf
+    mode = sys.argv[1]
+    if mode == "deserialize":
+      # A process that never lowers a mosaic_kernel: only deserializes.
+      exported = jax.export.deserialize(open(sys.argv[2], "rb").read())
+      jmf.register()
+      run = exported.call
+    else:
+      jax.config.update("jax_compilation_cache_dir", sys.argv[2])
+      jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+      jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+      hits = []
+      jax.monitoring.register_event_listener(
+          lambda event, **kw: hits.append(event) if "cache_hits" in event else None)
+      sys.path.insert(0, sys.argv[3])
+      import test_export
+      run = jax.jit(test_export.make_call())
+    rng = np.random.default_rng(int(sys.argv[-1]))
+    x, y = (rng.standard_normal(8192).astype(np.float32) for _ in range(2))
+    out = np.asarray(run(x, y))
+    s = jmf.kernel_cache_stats()
+    print(json.dumps({"ok": bool((out == np.float32(2.0) * x + y).all()) if mode != "deserialize" else
+                      bool((out == np.float32(3.0) * x + y).all()),
+                      "nvrtc": s.nvrtc_compiles, "builds": s.kernel_builds,
+                      "cache_hits": len(hits) if mode != "deserialize" else None}))
+''')
+
+
+def fresh_process(tmp_path, *args, env=None):
+  result = subprocess.run([sys.executable, "-c", FRESH_PROCESS, *map(str, args), "11"], cwd=tmp_path,
+                          env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.gpu
+def test_a_process_that_only_deserializes_runs_the_artifact(tmp_path):
+  info = fresh_process(tmp_path, "deserialize", ARTIFACT_V1)
+  assert info["ok"] and info["nvrtc"] == 0 and info["builds"] == 1
+
+
+@pytest.mark.gpu
+def test_persistent_compilation_cache_second_process_calls_no_nvrtc(tmp_path):
+  cache = tmp_path / "xla-cache"
+  env = {"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "kernels"), "JAX_MOSAIC_FFI_POISON_OUTPUTS": "0"}
+  first = fresh_process(tmp_path, "persistent", cache, os.path.dirname(__file__), env=env)
+  second = fresh_process(tmp_path, "persistent", cache, os.path.dirname(__file__), env=env)
+  assert first["ok"] and second["ok"]
+  assert first["nvrtc"] == 1 and first["cache_hits"] == 0
+  # The executable came from XLA's cache; instantiate ran again and found the
+  # code in the module; the kernel came from our disk cache, not NVRTC.
+  assert second["cache_hits"] >= 1
+  assert second["nvrtc"] == 0
+  assert second["builds"] == 1
