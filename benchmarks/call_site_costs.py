@@ -2,7 +2,8 @@
 
 instantiate: the extra XLA compile time per added call site of a cached
   kernel (64 call sites against 1), which is XLA's per-custom-call work plus
-  our instantiate stage.
+  our instantiate stage; the same for a plain FFI call, which has no
+  instantiate, gives XLA's part.
 first run: the first execution of a fresh kernel minus a warm one, which is
   loading its module onto the GPU (prepare).
 """
@@ -35,18 +36,29 @@ def kernel(value):
   return jmf.cuda_kernel(SOURCE, "add_k", options=[f"-DKVALUE={value}.0f"])
 
 
-def call(k):
-  return jmf.mosaic_kernel(k, jax.ShapeDtypeStruct((N,), jnp.float32), grid=1, block=N, scalars=(np.int32(N),))
+def call(k, n=N):
+  return jmf.mosaic_kernel(k, jax.ShapeDtypeStruct((N,), jnp.float32), grid=1, block=N, scalars=(np.int32(n),))
 
 
-def compile_seconds(sites, k):
-  def f(x):
-    for _ in range(sites):
-      x = call(k)(x)
-    return x
+def plain_ffi_call(n=N):
+  from jax._src.lib import xla_client
+  jax.ffi.register_ffi_target("jax_mosaic_ffi_bench_plain", {"execute": jmf._core.baseline_ffi_handler()},
+                              platform="CUDA", api_version=1,
+                              traits=xla_client.CustomCallTargetTraits.COMMAND_BUFFER_COMPATIBLE)
+  ffi = jax.ffi.ffi_call("jax_mosaic_ffi_bench_plain", jax.ShapeDtypeStruct((N,), jnp.float32))
+  return lambda x: ffi(x, function=np.int64(0), grid=np.int32(1), block=np.int32(N), n=np.int32(n))
+
+
+def compile_seconds(sites, make_call):
+  """XLA compile time of a program with `sites` call sites. Each trial
+  differs in a scalar so XLA's in-memory cache cannot answer it."""
   x = jax.ShapeDtypeStruct((N,), jnp.float32)
   times = []
-  for _ in range(5):
+  for trial in range(5):
+    def f(v, trial=trial):
+      for _ in range(sites):
+        v = make_call(N - trial)(v)
+      return v
     lowered = jax.jit(f).trace(x).lower()
     start = time.perf_counter()
     lowered.compile()
@@ -58,8 +70,10 @@ def main():
   x = jnp.zeros((N,), jnp.float32)
   k = kernel(1)
   jax.jit(call(k))(x).block_until_ready()
-  one, many = compile_seconds(1, k), compile_seconds(65, k)
+  one, many = compile_seconds(1, lambda n: call(k, n)), compile_seconds(65, lambda n: call(k, n))
   per_site_us = (many - one) / 64 * 1e6
+  plain_one, plain_many = compile_seconds(1, plain_ffi_call), compile_seconds(65, plain_ffi_call)
+  plain_per_site_us = (plain_many - plain_one) / 64 * 1e6
   firsts, warms = [], []
   for i in range(10):
     fresh = jax.jit(call(kernel(100 + i)))
@@ -75,7 +89,7 @@ def main():
   start = time.perf_counter()
   kernel(999)
   warm_compile = time.perf_counter() - start
-  emit({"instantiate_per_call_site_us": per_site_us, "compile_1_site_ms": one * 1e3,
+  emit({"instantiate_per_call_site_us": per_site_us, "plain_ffi_per_call_site_us": plain_per_site_us, "compile_1_site_ms": one * 1e3,
         "compile_65_sites_ms": many * 1e3,
         "first_run_extra_us": float(np.median(np.array(firsts) - np.array(warms))) * 1e6,
         "nvrtc_cold_compile_ms": cold_compile * 1e3, "nvrtc_memory_hit_us": warm_compile * 1e6})

@@ -10,6 +10,7 @@ Pallas on Triton (XLA's own kernel thunk) and Pallas on Mosaic GPU
 """
 
 import argparse
+import traceback
 import ctypes
 import os
 import sys
@@ -140,6 +141,7 @@ def main():
     except Exception as e:  # reported, not fatal: the others still count
       results[name] = None
       results[f"{name} error"] = f"{type(e).__name__}: {str(e)[:300]}"
+      traceback.print_exc()
   results["registration"] = jmf.registration.status()["message"]
   emit(results)
 

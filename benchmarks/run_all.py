@@ -150,6 +150,7 @@ def main():
     sections.append("## Per call site\n\n" + ("error: " + sites["error"] if "error" in sites else
                     "| cost | value |\n|---|---:|\n"
                     f"| XLA compile + instantiate per extra call site | {fmt(sites['instantiate_per_call_site_us'], 1)} us |\n"
+                    f"| the same for a plain FFI call (no instantiate) | {fmt(sites['plain_ffi_per_call_site_us'], 1)} us |\n"
                     f"| first run of a fresh kernel (module load in prepare) | {fmt(sites['first_run_extra_us'], 1)} us |\n"
                     f"| NVRTC compile, trivial kernel, cold | {fmt(sites['nvrtc_cold_compile_ms'], 1)} ms |\n"
                     f"| same compile, in-memory hit | {fmt(sites['nvrtc_memory_hit_us'], 1)} us |\n"))

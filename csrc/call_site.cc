@@ -240,14 +240,13 @@ ffi::Error CallSite::GatherBuffers(const ffi::RemainingArgs& args, const ffi::Re
     auto buffer = args.get<ffi::AnyBuffer>(i);
     if (!buffer.has_value()) return ffi::Error::InvalidArgument(who_ + ": input " + std::to_string(i) + " is not a buffer");
     out->ptrs[i] = buffer->untyped_data();
-    out->bytes[i] = buffer->size_bytes();
     misaligned |= reinterpret_cast<uintptr_t>(out->ptrs[i]);
   }
   for (size_t i = 0; i < rets.size(); ++i) {
     auto buffer = rets.get<ffi::AnyBuffer>(i);
     if (!buffer.has_value()) return ffi::Error::InvalidArgument(who_ + ": output " + std::to_string(i) + " is not a buffer");
     out->ptrs[args.size() + i] = (*buffer)->untyped_data();
-    out->bytes[args.size() + i] = (*buffer)->size_bytes();
+    if (!poison_buffers_.empty()) [[unlikely]] out->bytes[args.size() + i] = (*buffer)->size_bytes();
     misaligned |= reinterpret_cast<uintptr_t>(out->ptrs[args.size() + i]);
   }
   out->count = n;
@@ -352,9 +351,16 @@ ffi::Error CallSite::Launch(CUstream stream, int32_t device, Buffers& buffers) {
     buffers.ptrs[buffers.count] = collective_->metadata(device);
     params[n++] = &buffers.ptrs[buffers.count];
   }
-  CUlaunchConfig config = config_;
-  config.hStream = stream;
-  CUresult result = driver_->cuLaunchKernelEx(&config, module->function(), params, nullptr);
+  CUresult result;
+  if (config_.numAttrs == 0) {
+    result = driver_->cuLaunchKernel(module->function(), config_.gridDimX, config_.gridDimY, config_.gridDimZ,
+                                     config_.blockDimX, config_.blockDimY, config_.blockDimZ,
+                                     config_.sharedMemBytes, stream, params, nullptr);
+  } else {
+    CUlaunchConfig config = config_;
+    config.hStream = stream;
+    result = driver_->cuLaunchKernelEx(&config, module->function(), params, nullptr);
+  }
   if (result != CUDA_SUCCESS) [[unlikely]] return LaunchError(result, device, *module);
   return ffi::Error::Success();
 }

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax  # noqa: F401  (jaxlib's extensions load before ours)
+
 from jax_mosaic_ffi import _core
 from jax_mosaic_ffi import compiler as _compiler
 from jax_mosaic_ffi import contract
