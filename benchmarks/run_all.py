@@ -62,7 +62,8 @@ def fmt(v, digits=2):
 
 
 LAUNCH_PATHS = ["raw CUDA graph", "raw stream launches", "mosaic_kernel", "mosaic_kernel (staged prepare)",
-                "plain jax.ffi call", "XLA kernel (Pallas/Triton)", "mosaic_gpu_v2 (Pallas/Mosaic GPU)"]
+                "plain jax.ffi call", "XLA custom call, empty handler", "XLA kernel (Pallas/Triton)",
+                "mosaic_gpu_v2 (Pallas/Mosaic GPU)"]
 
 
 def launch_table(on, off):

@@ -1,7 +1,8 @@
 // A hand-made jax.ffi custom call of the usual kind, for the benchmarks only:
 // the baseline that benchmarks/launch_overhead.py compares mosaic_kernel
 // with. It decodes its attributes on every call and launches a CUfunction
-// (passed as an integer attribute) on XLA's stream with cuLaunchKernel.
+// (passed as an integer attribute) on XLA's stream with cuLaunchKernel. And
+// an empty handler, which measures XLA's own cost of a custom call.
 #include <cstdint>
 
 #include "cuda_driver.h"
@@ -25,7 +26,17 @@ ffi::Error BaselineLaunch(CUstream stream, ffi::AnyBuffer x, ffi::Result<ffi::An
   return ffi::Error::Success();
 }
 
+// Launches nothing: what XLA itself spends on a custom call.
+ffi::Error NoLaunch(CUstream, ffi::AnyBuffer, ffi::Result<ffi::AnyBuffer>) { return ffi::Error::Success(); }
+
 }  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_empty_ffi_execute, NoLaunch,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<CUstream>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>(),
+                              {ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_baseline_ffi_execute, BaselineLaunch,
                               ffi::Ffi::Bind()

@@ -21,6 +21,7 @@
 namespace nb = nanobind;
 
 extern "C" XLA_FFI_Error* jmf_baseline_ffi_execute(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* jmf_empty_ffi_execute(XLA_FFI_CallFrame* call_frame);
 
 namespace jmf {
 namespace {
@@ -88,6 +89,8 @@ NB_MODULE(_core, m) {
   m.attr("BOOTSTRAP_TARGET") = kBootstrapTarget;
   m.def("baseline_ffi_handler", [] { return Capsule(reinterpret_cast<void*>(jmf_baseline_ffi_execute)); },
         "A plain hand-made FFI launch handler: the benchmarks' baseline.");
+  m.def("empty_ffi_handler", [] { return Capsule(reinterpret_cast<void*>(jmf_empty_ffi_execute)); },
+        "An FFI handler that does nothing: XLA's own cost of a custom call.");
   m.def("state_type", [] {
     nb::dict d;
     d["type_id"] = Capsule(&CallSite::id);

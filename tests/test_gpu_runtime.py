@@ -435,3 +435,31 @@ def test_no_growth_over_200_compile_delete_clear_cycles(rng, isolated_disk_cache
   assert stats.loaded_modules == base_modules, stats
   assert stats.cached_kernels == 0
   assert base_free - free_bytes() < 64 << 20, (base_free, free_bytes())
+
+
+SCALE = r'''
+extern "C" __global__ void scale(const float* x, float* y, float factor, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i] * factor;
+}
+'''
+
+
+def test_gradients_through_custom_vjp_and_vmap(rng, isolated_disk_cache):
+  n = 4096
+  kernel = jmf.cuda_kernel(SCALE, "scale")
+
+  def scale_by(factor):
+    return jmf.mosaic_kernel(kernel, jax.ShapeDtypeStruct((n,), jnp.float32), grid=n // 256, block=256,
+                             scalars=(np.float32(factor), np.int32(n)))
+
+  @jax.custom_vjp
+  def triple(x):
+    return scale_by(3.0)(x)
+
+  triple.defvjp(lambda x: (triple(x), None), lambda _, g: (scale_by(3.0)(g),))
+  x = rng.standard_normal(n).astype(np.float32)
+  grad = jax.jit(jax.grad(lambda v: (triple(v) ** 2).sum()))(x)
+  np.testing.assert_allclose(np.asarray(grad), 18.0 * x, rtol=1e-5)
+  batch = rng.standard_normal((3, n)).astype(np.float32)
+  np.testing.assert_array_equal(np.asarray(jax.jit(jax.vmap(triple))(batch)), batch * np.float32(3.0))
