@@ -68,6 +68,10 @@ class CallSite {
   struct DeviceSlot {
     std::atomic<LoadedModule*> ready{nullptr};
     std::shared_ptr<LoadedModule> module;  // written under mutex_
+    // Per recorded launch command on this device (one per graph that holds
+    // this call site), the buffer addresses it was last given: an update
+    // with the same addresses is skipped. Written by the device's own thread.
+    std::vector<std::pair<const XLA_FFI_Command*, std::unique_ptr<void*[]>>> recorded;
   };
 
   // Fills `params` (pointers to each kernel argument) for one launch.
