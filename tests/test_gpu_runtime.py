@@ -283,9 +283,12 @@ LOOP_SCRIPT = textwrap.dedent('''
       return x
     x, y = (np.load(sys.argv[1]), np.load(sys.argv[2]))
     f = jax.jit(loop)
-    outs = [np.asarray(f(x, y)) for _ in range(3)]
-    np.save(sys.argv[3], outs[-1])
-    print(json.dumps({"same": all((o == outs[0]).all() for o in outs),
+    # Inputs alive at once sit at different addresses: the recorded launches
+    # must follow them from one execution to the next.
+    inputs = [(jax.device_put(x * k), jax.device_put(y)) for k in (1, 2, 3, 1)]
+    outs = [np.asarray(f(a, b)) for a, b in inputs]
+    np.save(sys.argv[3], np.stack(outs))
+    print(json.dumps({"same": bool((outs[0] == outs[3]).all()),
                       "records": jmf.kernel_cache_stats().records_created,
                       "registration": jmf.registration.status()}))
 ''')
@@ -306,12 +309,15 @@ def _run_loop(tmp_path, x, y, xla_flags):
 def test_command_buffers_on_and_off_agree_and_record_is_used(rng, tmp_path):
   n = 1 << 16
   x, y = f32(rng, n), f32(rng, n)
-  expected = x.astype(np.float64)
-  for _ in range(12):
-    expected = expected * 0.5 + y
+  expected = []
+  for k in (1, 2, 3, 1):
+    e = x.astype(np.float64) * k
+    for _ in range(12):
+      e = e * 0.5 + y
+    expected.append(e)
   on, on_info = _run_loop(tmp_path, x, y, "")
   off, off_info = _run_loop(tmp_path, x, y, "--xla_gpu_enable_command_buffer=")
-  np.testing.assert_allclose(on, expected, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(on, np.stack(expected), rtol=1e-5, atol=1e-5)
   np.testing.assert_array_equal(on, off)
   assert on_info["same"] and off_info["same"]
   print("command buffers on:", on_info, "off:", off_info)
