@@ -332,6 +332,11 @@ ffi::Error CollectiveState::Prepare(int32_t device, CUcontext context) {
   res.context = context;
   res.area = area;
   res.barrier = *barrier;
+  const size_t p = static_cast<size_t>(site_.num_buffers());
+  res.barrier_args = BarrierArgs{
+      area + kBarrierAreaBytes + (kMetadataHeaderWords + p * peers + p) * sizeof(uint64_t),
+      static_cast<uint32_t>(rank_of_[device]), static_cast<uint32_t>(peers),
+      static_cast<uint64_t>(timeout_.count()) * 1000000};
   res.deposit.assign(site_.num_buffers() + 1, 0);
   res.exchange.assign(static_cast<size_t>(peers) * (site_.num_buffers() + 1), 0);
   res.metadata.assign(MetadataWords(peers), 0);
@@ -386,21 +391,12 @@ ffi::Error CollectiveState::Initialize(int32_t device, int64_t run_id, CUstream 
 
 ffi::Error CollectiveState::LaunchBarrier(int32_t device, CUstream stream) {
   if (skip_barrier_) return ffi::Error::Success();
-  const DeviceResources& res = devices_[device];
-  const Clique& clique = cliques_[clique_of_[device]];
-  uint64_t areas = res.area + kBarrierAreaBytes +
-                   (kMetadataHeaderWords + static_cast<size_t>(site_.num_buffers()) * (clique.devices.size() + 1)) *
-                       sizeof(uint64_t);
-  uint32_t rank = static_cast<uint32_t>(rank_of_[device]);
-  uint32_t peers = static_cast<uint32_t>(clique.devices.size());
-  uint64_t timeout_ns = static_cast<uint64_t>(timeout_.count()) * 1000000;
-  void* params[] = {&areas, &rank, &peers, &timeout_ns};
-  CUlaunchConfig config{};
-  config.gridDimX = config.gridDimY = config.gridDimZ = 1;
-  config.blockDimX = kMaxPeers, config.blockDimY = config.blockDimZ = 1;
-  config.hStream = stream;
+  DeviceResources& res = devices_[device];
+  void* params[] = {&res.barrier_args.areas, &res.barrier_args.rank, &res.barrier_args.peers,
+                    &res.barrier_args.timeout_ns};
   const Driver& driver = site_.driver();
-  if (CUresult r = driver.cuLaunchKernelEx(&config, res.barrier, params, nullptr); r != CUDA_SUCCESS) {
+  if (CUresult r = driver.cuLaunchKernel(res.barrier, 1, 1, 1, kMaxPeers, 1, 1, 0, stream, params, nullptr);
+      r != CUDA_SUCCESS) {
     return ffi::Error::Internal(site_.who() + ": launching the device barrier: " + CudaErrorText(driver, r));
   }
   return ffi::Error::Success();
@@ -411,19 +407,12 @@ ffi::Error CollectiveState::RecordBarrier(const RecordFrame& record, int32_t dev
   *dependency = nullptr;
   if (skip_barrier_) return ffi::Error::Success();
   if (!record.creating()) return ffi::Error::Success();  // its arguments never change
-  const DeviceResources& res = devices_[device];
-  const Clique& clique = cliques_[clique_of_[device]];
-  uint64_t areas = res.area + kBarrierAreaBytes +
-                   (kMetadataHeaderWords + static_cast<size_t>(site_.num_buffers()) * (clique.devices.size() + 1)) *
-                       sizeof(uint64_t);
-  uint32_t rank = static_cast<uint32_t>(rank_of_[device]);
-  uint32_t peers = static_cast<uint32_t>(clique.devices.size());
-  uint64_t timeout_ns = static_cast<uint64_t>(timeout_.count()) * 1000000;
+  BarrierArgs& a = devices_[device].barrier_args;
   XLA_FFI_KernelArg args[] = {
-      {&areas, sizeof(areas), XLA_FFI_KernelArgType_HostValue},
-      {&rank, sizeof(rank), XLA_FFI_KernelArgType_HostValue},
-      {&peers, sizeof(peers), XLA_FFI_KernelArgType_HostValue},
-      {&timeout_ns, sizeof(timeout_ns), XLA_FFI_KernelArgType_HostValue},
+      {&a.areas, sizeof(a.areas), XLA_FFI_KernelArgType_HostValue},
+      {&a.rank, sizeof(a.rank), XLA_FFI_KernelArgType_HostValue},
+      {&a.peers, sizeof(a.peers), XLA_FFI_KernelArgType_HostValue},
+      {&a.timeout_ns, sizeof(a.timeout_ns), XLA_FFI_KernelArgType_HostValue},
   };
   XLA_FFI_KernelArgs kernel_args{args, 4};
   XLA_FFI_LaunchDims dims{{1, 1, 1}, {kMaxPeers, 1, 1}, {0, 0, 0}};

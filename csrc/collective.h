@@ -96,8 +96,16 @@ class CollectiveState {
     std::vector<int32_t> devices;
     std::unique_ptr<Rendezvous> rendezvous;
   };
+  // The barrier kernel's parameters for one device (fixed once prepared).
+  struct BarrierArgs {
+    uint64_t areas = 0;  // device address of barrier_areas[N] in the metadata
+    uint32_t rank = 0;
+    uint32_t peers = 0;
+    uint64_t timeout_ns = 0;
+  };
   struct DeviceResources {
     bool ready = false;
+    BarrierArgs barrier_args;
     CUcontext context = nullptr;
     CUdeviceptr area = 0;
     CUfunction barrier = nullptr;
