@@ -65,44 +65,44 @@ class LaunchSpec:
   call_site: str
 
 
-def _dims(value, what: str, kernel: Kernel) -> tuple[int, int, int]:
+def _dims(value, what: str, who: str) -> tuple[int, int, int]:
   if isinstance(value, (int, np.integer)):
     value = (value,)
   try:
     dims = tuple(int(v) for v in value)
   except TypeError:
-    raise LaunchError(f"{_who(kernel)}: {what} must be an int or a tuple of up to 3 ints, got {value!r}") from None
+    raise LaunchError(f"{who}: {what} must be an int or a tuple of up to 3 ints, got {value!r}") from None
   if not 1 <= len(dims) <= 3:
-    raise LaunchError(f"{_who(kernel)}: {what} must have 1 to 3 dimensions, got {dims}")
+    raise LaunchError(f"{who}: {what} must have 1 to 3 dimensions, got {dims}")
   return dims + (1,) * (3 - len(dims))
 
 
-def _who(kernel: Kernel) -> str:
-  return f"mosaic_kernel '{kernel.name}'"
+def _who(kernel: Kernel, call_site: str) -> str:
+  return f"mosaic_kernel '{kernel.name}' at {call_site}"
 
 
-def _scalar_bytes(value, index: int, kernel: Kernel) -> bytes:
+def _scalar_bytes(value, index: int, who: str) -> bytes:
   if isinstance(value, (jax.Array, jax.core.Tracer)):
     raise LaunchError(
-        f"{_who(kernel)}: scalars[{index}] is a JAX array; scalars are baked into the launch "
+        f"{who}: scalars[{index}] is a JAX array; scalars are baked into the launch "
         "at trace time, so pass a numpy scalar (np.int32(n)), or pass the value as an input array")
   if isinstance(value, (bool, np.bool_)):
     return bytes([1 if value else 0])
   if isinstance(value, (int, float)) and not isinstance(value, np.generic):
     kind = "np.int32(...) or np.int64(...)" if isinstance(value, int) else "np.float32(...) or np.float64(...)"
     raise LaunchError(
-        f"{_who(kernel)}: scalars[{index}] is a Python {type(value).__name__}, whose width the "
+        f"{who}: scalars[{index}] is a Python {type(value).__name__}, whose width the "
         f"kernel's parameter cannot be guessed from; pass {kind}")
   if isinstance(value, np.generic) and (value.dtype.kind in _SCALAR_KINDS or isinstance(value, _EXTRA_SCALAR_TYPES)):
     if value.dtype.itemsize > 8:
-      raise LaunchError(f"{_who(kernel)}: scalars[{index}] has dtype {value.dtype}, wider than 8 bytes")
+      raise LaunchError(f"{who}: scalars[{index}] has dtype {value.dtype}, wider than 8 bytes")
     return np.asarray(value).astype(value.dtype.newbyteorder("<")).tobytes()
   raise LaunchError(
-      f"{_who(kernel)}: scalars[{index}] has unsupported type {type(value).__name__}; scalars "
+      f"{who}: scalars[{index}] has unsupported type {type(value).__name__}; scalars "
       "are numpy integer, float (float16/bfloat16/float32/float64) or bool values")
 
 
-def _param_order(order, n_in: int, n_out: int, n_scalars: int, kernel: Kernel) -> tuple[int, ...]:
+def _param_order(order, n_in: int, n_out: int, n_scalars: int, who: str) -> tuple[int, ...]:
   default = tuple(range(n_in + n_out)) + tuple(-(k + 1) for k in range(n_scalars))
   if order is None:
     return default
@@ -113,14 +113,14 @@ def _param_order(order, n_in: int, n_out: int, n_scalars: int, kernel: Kernel) -
   for entry in order:
     if entry not in names:
       raise LaunchError(
-          f"{_who(kernel)}: param_order entry {entry!r} names nothing; use "
+          f"{who}: param_order entry {entry!r} names nothing; use "
           f"{', '.join(names) or 'nothing (no parameters)'}")
     codes.append(names[entry])
   if sorted(codes) != sorted(default):
     missing = [n for n, c in names.items() if c not in codes]
     twice = sorted({n for n in order if list(order).count(n) > 1})
     raise LaunchError(
-        f"{_who(kernel)}: param_order must name every input, output and scalar once "
+        f"{who}: param_order must name every input, output and scalar once "
         f"(missing: {missing or 'none'}, repeated: {twice or 'none'})")
   return tuple(codes)
 
@@ -137,7 +137,7 @@ def _describe_param(code: int, in_avals, out_avals, scalar_sizes) -> str:
   return f"scalar{k} ({scalar_sizes[k]} bytes)"
 
 
-def _check_signature(kernel: Kernel, spec: LaunchSpec, in_avals, out_avals) -> None:
+def _check_signature(kernel: Kernel, spec: LaunchSpec, in_avals, out_avals, who: str) -> None:
   if kernel.param_sizes is None:
     return  # a cubin: the runtime checks against the binary when it loads it
   passed = [8 if code >= 0 else spec.scalar_sizes[-code - 1] for code in spec.param_order]
@@ -149,15 +149,14 @@ def _check_signature(kernel: Kernel, spec: LaunchSpec, in_avals, out_avals) -> N
   if passed == expected:
     return
   raise LaunchError(
-      f"{_who(kernel)}: the kernel takes {len(expected)} parameters of "
+      f"{who}: the kernel takes {len(expected)} parameters of "
       f"{expected} bytes, but the call passes {len(passed)}: "
       f"{'; '.join(described) or 'none'}. The order is inputs, outputs, then scalars"
       + (", then the collective metadata pointer" if spec.collective else "")
       + "; fix the kernel's signature, the scalars' dtypes, or param_order")
 
 
-def _check_limits(kernel: Kernel, spec: LaunchSpec) -> None:
-  who = _who(kernel)
+def _check_limits(spec: LaunchSpec, who: str) -> None:
   for what, dims, limits in (("grid", spec.grid, _MAX_GRID), ("block", spec.block, _MAX_BLOCK)):
     for axis, (d, limit) in enumerate(zip(dims, limits)):
       if not 1 <= d <= limit:
@@ -186,7 +185,7 @@ def _check_limits(kernel: Kernel, spec: LaunchSpec) -> None:
     raise LaunchError(f"{who}: more than {MAX_PARAMS} kernel parameters")
 
 
-def _normalize_aliases(aliases, in_avals, out_avals, kernel: Kernel):
+def _normalize_aliases(aliases, in_avals, out_avals, who: str):
   if not aliases:
     return ()
   result = []
@@ -194,17 +193,17 @@ def _normalize_aliases(aliases, in_avals, out_avals, kernel: Kernel):
   for i, o in dict(aliases).items():
     if not (isinstance(i, (int, np.integer)) and 0 <= i < len(in_avals)):
       raise LaunchError(
-          f"{_who(kernel)}: input_output_aliases key {i!r} is not an input index (0..{len(in_avals) - 1})")
+          f"{who}: input_output_aliases key {i!r} is not an input index (0..{len(in_avals) - 1})")
     if not (isinstance(o, (int, np.integer)) and 0 <= o < len(out_avals)):
       raise LaunchError(
-          f"{_who(kernel)}: input_output_aliases value {o!r} is not an output index (0..{len(out_avals) - 1})")
+          f"{who}: input_output_aliases value {o!r} is not an output index (0..{len(out_avals) - 1})")
     if o in seen_outputs:
-      raise LaunchError(f"{_who(kernel)}: output {o} is aliased to two inputs")
+      raise LaunchError(f"{who}: output {o} is aliased to two inputs")
     seen_outputs.add(o)
     a, b = in_avals[i], out_avals[o]
     if a.shape != b.shape or a.dtype != b.dtype:
       raise LaunchError(
-          f"{_who(kernel)}: input {i} ({a.dtype}{list(a.shape)}) cannot alias output {o} "
+          f"{who}: input {i} ({a.dtype}{list(a.shape)}) cannot alias output {o} "
           f"({b.dtype}{list(b.shape)}); aliased buffers need the same shape and dtype")
     result.append((int(i), int(o)))
   return tuple(sorted(result))
@@ -236,37 +235,40 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_
   if not isinstance(kernel, Kernel):
     raise TypeError(
         f"mosaic_kernel needs a Kernel from cuda_kernel/ptx_kernel/cubin_kernel, got {type(kernel).__name__}")
+  who = _who(kernel, _call_site())
   single = isinstance(out_shape, (jax.ShapeDtypeStruct, jax.core.ShapedArray)) or hasattr(out_shape, "shape")
   shapes = (out_shape,) if single else tuple(out_shape)
   if not shapes:
-    raise LaunchError(f"{_who(kernel)}: out_shape must name at least one output")
+    raise LaunchError(f"{who}: out_shape must name at least one output")
   out_avals = tuple(jax.core.ShapedArray(tuple(s.shape), jnp.dtype(s.dtype)) for s in shapes)
-  scalar_blobs = [_scalar_bytes(v, k, kernel) for k, v in enumerate(scalars)]
+  scalar_blobs = [_scalar_bytes(v, k, who) for k, v in enumerate(scalars)]
   if collective is not None and not isinstance(collective, Collective):
-    raise TypeError(f"{_who(kernel)}: collective must be a jax_mosaic_ffi.Collective")
+    raise TypeError(f"{who}: collective must be a jax_mosaic_ffi.Collective")
 
   def call(*args):
+    call_site = _call_site()
+    who = _who(kernel, call_site)
     in_avals = tuple(jax.typeof(a) for a in args)
     for i, aval in enumerate(in_avals):
       if not hasattr(aval, "shape"):
-        raise LaunchError(f"{_who(kernel)}: input {i} is not an array")
+        raise LaunchError(f"{who}: input {i} is not an array")
     spec = LaunchSpec(
-        grid=_dims(grid, "grid", kernel),
-        block=_dims(block, "block", kernel),
-        cluster=_dims(cluster, "cluster", kernel) if cluster is not None else (1, 1, 1),
+        grid=_dims(grid, "grid", who),
+        block=_dims(block, "block", who),
+        cluster=_dims(cluster, "cluster", who) if cluster is not None else (1, 1, 1),
         smem_bytes=int(smem_bytes),
         uses_pdl=bool(uses_pdl),
-        param_order=_param_order(param_order, len(args), len(out_avals), len(scalar_blobs), kernel),
+        param_order=_param_order(param_order, len(args), len(out_avals), len(scalar_blobs), who),
         scalar_data=b"".join(b.ljust(8, b"\0") for b in scalar_blobs),
         scalar_sizes=tuple(len(b) for b in scalar_blobs),
-        aliases=_normalize_aliases(input_output_aliases, in_avals, out_avals, kernel),
+        aliases=_normalize_aliases(input_output_aliases, in_avals, out_avals, who),
         collective=collective,
-        call_site=_call_site(),
+        call_site=call_site,
     )
     if collective is not None and collective.symmetric is not None and \
         len(collective.symmetric) != len(args) + len(out_avals):
       raise LaunchError(
-          f"{_who(kernel)}: Collective.symmetric has {len(collective.symmetric)} entries; it needs "
+          f"{who}: Collective.symmetric has {len(collective.symmetric)} entries; it needs "
           f"one per input and output ({len(args) + len(out_avals)})")
     if all(math.prod(a.shape) == 0 for a in out_avals):
       # Nothing to write, so nothing to launch.
@@ -274,8 +276,8 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_
       outs = [args[aliased[o]] if o in aliased else jnp.zeros(a.shape, a.dtype)
               for o, a in enumerate(out_avals)]
       return outs[0] if single else tuple(outs)
-    _check_limits(kernel, spec)
-    _check_signature(kernel, spec, in_avals, out_avals)
+    _check_limits(spec, who)
+    _check_signature(kernel, spec, in_avals, out_avals, who)
     outs = mosaic_kernel_p.bind(*args, kernel=kernel, out_avals=out_avals, spec=spec)
     return outs[0] if single else tuple(outs)
 
@@ -302,16 +304,17 @@ def _call_site() -> str:
 
 
 def _collective_attributes(ctx, kernel: Kernel, spec: LaunchSpec, n_buffers: int) -> dict:
+  who = _who(kernel, spec.call_site)
   axis_context = ctx.module_context.axis_context
   mesh = getattr(axis_context, "mesh", None)
   devices = getattr(mesh, "devices", None)
   if devices is None:
     raise LaunchError(
-        f"{_who(kernel)}: a collective kernel must run inside shard_map (or pmap) over a mesh "
+        f"{who}: a collective kernel must run inside shard_map (or pmap) over a mesh "
         f"that has axis {spec.collective.axes[0]!r}")
   if jax.process_count() > 1:
     raise NotImplementedError(
-        f"{_who(kernel)}: collective kernels across processes (jax.distributed) are not "
+        f"{who}: collective kernels across processes (jax.distributed) are not "
         "supported yet; run one process that drives all GPUs. docs/collectives.md explains the plan")
   ids = np.vectorize(lambda d: d.id, otypes=[np.int64])(devices)
   groups = collective_lib.cliques(ids, mesh.axis_names, spec.collective.axes)
@@ -367,10 +370,11 @@ def _cuda_lowering(ctx, *operands, kernel: Kernel, out_avals, spec: LaunchSpec):
   return op.results
 
 
-def _unsupported_platform_lowering(ctx, *operands, kernel: Kernel, **_):
+def _unsupported_platform_lowering(ctx, *operands, kernel: Kernel, spec: LaunchSpec, **_):
+  who = _who(kernel, spec.call_site)
   platforms = ", ".join(ctx.module_context.platforms)
   raise NotImplementedError(
-      f"{_who(kernel)} runs only on CUDA GPUs, but this computation is lowered for {platforms}. "
+      f"{who} runs only on CUDA GPUs, but this computation is lowered for {platforms}. "
       "Put its inputs on a GPU, or export with platforms=['cuda'].")
 
 
@@ -397,9 +401,10 @@ def _batching_rule(args, dims, *, kernel, out_avals, spec):
 batching.primitive_batchers[mosaic_kernel_p] = _batching_rule
 
 
-def _no_derivative(primals, tangents, *, kernel, **_):
+def _no_derivative(primals, tangents, *, kernel, spec, **_):
+  who = _who(kernel, spec.call_site)
   raise TypeError(
-      f"{_who(kernel)} has no derivative: JAX cannot see inside a hand-written kernel. Wrap "
+      f"{who} has no derivative: JAX cannot see inside a hand-written kernel. Wrap "
       "the call in jax.custom_vjp and give the backward pass (which can be another "
       "mosaic_kernel); the README shows how.")
 
