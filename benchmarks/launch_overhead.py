@@ -13,7 +13,9 @@ import argparse
 import traceback
 import ctypes
 import os
+import statistics
 import sys
+import time
 
 CHAIN = 200
 N = 256
@@ -35,7 +37,7 @@ import jax_mosaic_ffi as jmf  # noqa: E402
 from jax_mosaic_ffi import contract  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import Params, check, emit, median_seconds, spin_then  # noqa: E402
+from common import Params, check, emit, spin_then  # noqa: E402
 
 SOURCE = r'''
 extern "C" __global__ void add_one(const float* x, float* y, int n) {
@@ -50,12 +52,28 @@ extern "C" __global__ void spin(unsigned long long ns) {
 '''
 
 
-def per_call_us(fn, x, check=True):
+def prepared(fn, x, check=True):
+  """Jits, runs once and checks `fn`; returns the timed call."""
   jitted = jax.jit(fn)
   out = jitted(x)
   if check:
     np.testing.assert_allclose(np.asarray(out), np.asarray(x) + CHAIN)  # really ran 200 kernels
-  return median_seconds(lambda: jitted(x).block_until_ready(), reps=args.reps) / CHAIN * 1e6
+  return lambda: jitted(x).block_until_ready()
+
+
+def interleaved_us(calls: dict, rounds: int) -> dict:
+  """Per-call microseconds of each path, timed in turn round after round so
+  that drift in the machine's state hits every path alike; medians."""
+  for call in calls.values():
+    for _ in range(3):
+      call()
+  times = {name: [] for name in calls}
+  for _ in range(rounds):
+    for name, call in calls.items():
+      start = time.perf_counter()
+      call()
+      times[name].append(time.perf_counter() - start)
+  return {name: statistics.median(t) / CHAIN * 1e6 for name, t in times.items()}
 
 
 def chain(call):
@@ -90,6 +108,14 @@ def raw_paths(kernel):
       check(driver.cuLaunchKernel(add_one, 1, 1, 1, N, 1, 1, 0, stream, params.address, 0))
 
   stream_s = min(spin_then(driver, stream, spin, launches) for _ in range(5))
+
+  def host_timed():
+    start = time.perf_counter()
+    launches()
+    check(driver.cuStreamSynchronize(stream))
+    return time.perf_counter() - start
+
+  host_s = statistics.median(host_timed() for _ in range(args.reps))
   check(driver.cuStreamBeginCapture(stream, driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))
   launches()
   graph = check(driver.cuStreamEndCapture(stream))
@@ -97,7 +123,7 @@ def raw_paths(kernel):
   check(driver.cuGraphLaunch(exe, stream))
   graph_s = min(spin_then(driver, stream, spin, lambda: check(driver.cuGraphLaunch(exe, stream))) for _ in range(5))
   check(driver.cuStreamSynchronize(stream))
-  return stream_s / CHAIN * 1e6, graph_s / CHAIN * 1e6, module, add_one
+  return stream_s / CHAIN * 1e6, graph_s / CHAIN * 1e6, host_s / CHAIN * 1e6, module, add_one
 
 
 def plain_ffi(function):
@@ -136,22 +162,23 @@ def main():
   kernel = jmf.cuda_kernel(SOURCE, "add_one")
   x = jnp.asarray(np.random.default_rng(0).standard_normal(N).astype(np.float32))
   results = {"command_buffers": args.command_buffers, "chain": CHAIN}
-  results["mosaic_kernel"] = per_call_us(chain(mosaic(kernel)), x)
+  calls = {"mosaic_kernel": prepared(chain(mosaic(kernel)), x)}
   os.environ[contract.STAGED_ENV] = "1"
-  results["mosaic_kernel (staged prepare)"] = per_call_us(chain(mosaic(kernel)), x)
+  calls["mosaic_kernel (staged prepare)"] = prepared(chain(mosaic(kernel)), x)
   del os.environ[contract.STAGED_ENV]
-  stream_us, graph_us, module, function = raw_paths(kernel)
+  stream_us, graph_us, host_us, module, function = raw_paths(kernel)
   results["raw stream launches"] = stream_us
+  results["raw stream launches (host wall)"] = host_us
   results["raw CUDA graph"] = graph_us
-  results["plain jax.ffi call"] = per_call_us(chain(plain_ffi(function)), x)
-  results["XLA custom call, empty handler"] = per_call_us(chain(empty_ffi()), x, check=False)
+  calls["plain jax.ffi call"] = prepared(chain(plain_ffi(function)), x)
+  calls["XLA custom call, empty handler"] = prepared(chain(empty_ffi()), x, check=False)
   for name, backend in (("XLA kernel (Pallas/Triton)", "triton"), ("mosaic_gpu_v2 (Pallas/Mosaic GPU)", "mosaic")):
     try:
-      results[name] = per_call_us(chain(pallas(backend)), x)
-    except Exception as e:  # reported, not fatal: the others still count
+      calls[name] = prepared(chain(pallas(backend)), x)
+    except Exception:  # reported, not fatal: the others still count
       results[name] = None
-      results[f"{name} error"] = f"{type(e).__name__}: {str(e)[:300]}"
-      traceback.print_exc()
+      results[f"{name} error"] = traceback.format_exc()[-1200:]
+  results.update(interleaved_us(calls, args.reps))
   results["registration"] = jmf.registration.status()["message"]
   emit(results)
 

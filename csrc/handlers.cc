@@ -1,5 +1,6 @@
 #include "handlers.h"
 
+#include <chrono>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -29,12 +30,22 @@ namespace {
 using Stream = ffi::PlatformStream<CUstream>;
 using SiteState = ffi::State<CallSite>;
 
+ffi::ErrorOr<std::unique_ptr<CallSite>> Instantiate(ffi::Dictionary attrs, bool collective) {
+  const auto start = std::chrono::steady_clock::now();
+  auto site = CallSite::Create(attrs, collective);
+  CacheStats& stats = GetCacheStats();
+  stats.instantiations++;
+  stats.instantiate_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::steady_clock::now() - start).count();
+  return site;
+}
+
 ffi::ErrorOr<std::unique_ptr<CallSite>> InstantiatePlain(ffi::Dictionary attrs) {
-  return CallSite::Create(attrs, /*collective=*/false);
+  return Instantiate(attrs, /*collective=*/false);
 }
 
 ffi::ErrorOr<std::unique_ptr<CallSite>> InstantiateCollective(ffi::Dictionary attrs) {
-  return CallSite::Create(attrs, /*collective=*/true);
+  return Instantiate(attrs, /*collective=*/true);
 }
 
 CUcontext CurrentContext(const CallSite& site) {

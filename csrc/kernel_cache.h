@@ -38,6 +38,8 @@ struct CacheStats {
   std::atomic<int64_t> module_loads{0};   // cuModuleLoadData calls
   std::atomic<int64_t> loaded_modules{0}; // CUmodules alive now
   std::atomic<int64_t> records_created{0}; // launch commands made by the record stage
+  std::atomic<int64_t> instantiations{0};   // instantiate stages run
+  std::atomic<int64_t> instantiate_ns{0};   // time spent in them
 };
 CacheStats& GetCacheStats();
 

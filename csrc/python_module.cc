@@ -110,6 +110,8 @@ NB_MODULE(_core, m) {
     d["module_loads"] = s.module_loads.load();
     d["loaded_modules"] = s.loaded_modules.load();
     d["records_created"] = s.records_created.load();
+    d["instantiations"] = s.instantiations.load();
+    d["instantiate_seconds"] = s.instantiate_ns.load() * 1e-9;
     return d;
   });
   m.def("clear_kernel_cache", &ClearKernelCache);

@@ -47,7 +47,8 @@ class KernelCacheStats:
   cached_kernels: modules in that cache now. module_loads: cuModuleLoadData
   calls. loaded_modules: CUmodules alive now, across all devices.
   records_created: kernel launches recorded as CUDA-graph nodes by the record
-  stage (command buffers).
+  stage (command buffers). instantiations / instantiate_seconds: instantiate
+  stages run, and the time spent in them.
   """
 
   nvrtc_compiles: int
@@ -59,6 +60,8 @@ class KernelCacheStats:
   module_loads: int
   loaded_modules: int
   records_created: int
+  instantiations: int
+  instantiate_seconds: float
 
 
 def kernel_cache_stats() -> KernelCacheStats:
