@@ -153,6 +153,7 @@ def pallas(backend):
     from jax.experimental.pallas import triton as plgpu
     params = plgpu.CompilerParams()
   else:
+    from jax._src.pallas.mosaic_gpu import pallas_call_registration  # noqa: F401  (registers the lowering)
     from jax.experimental.pallas import mosaic_gpu as plgpu
     params = plgpu.CompilerParams()
   return pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct((N,), jnp.float32), compiler_params=params)
