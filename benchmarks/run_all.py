@@ -77,7 +77,8 @@ def launch_table(on, off):
     r_on = on["mosaic_kernel"] / on[path] if on.get(path) and on.get("mosaic_kernel") else None
     r_off = off["mosaic_kernel"] / off[path] if off.get(path) and off.get("mosaic_kernel") else None
     ratios.append(f"| vs {path} | {fmt(r_on)} | {fmt(r_off)} |")
-  errors = [f"- {k}: {v}" for r in (on, off) for k, v in r.items() if k.endswith("error")]
+  errors = sorted({f"- {k}: {v.strip().splitlines()[-1]}" for r in (on, off) for k, v in r.items()
+                   if k.endswith("error")})
   return "\n".join(rows + ratios + ([""] + errors if errors else []) + ["", *goals(on, off)])
 
 
@@ -165,9 +166,11 @@ def main():
   on, off = results.get("launch_on", {}), results.get("launch_off", {})
   if on or off:
     sections.append("## Launch overhead\n\nPer-call time of a trivial kernel (256 floats, +1) in a jitted chain "
-                    "of 200 calls: host wall time of the whole call over 200, median of 40. The raw rows are the "
-                    "floor: the same cubin launched through the driver, timed on the GPU behind a spin kernel so "
-                    "host speed does not count.\n\n" + launch_table(on, off) +
+                    "of 200 calls: host wall time of the whole call over 200, median of 40 rounds with the paths "
+                    "interleaved. The raw rows launch the same cubin through the driver (cuda-python): \"raw stream "
+                    "launches\" and \"raw CUDA graph\" are timed on the GPU behind a spin kernel, so host speed does "
+                    "not count (the floor); \"host wall\" is the same 200 launches timed on the host, as a jitted "
+                    "chain is.\n\n" + launch_table(on, off) +
                     f"\n\nRegistration: {on.get('registration', off.get('registration', '?'))}\n")
     image = plot(on, off, os.path.join(REPO, "docs", "launch_overhead.png"))
     if image:
