@@ -202,7 +202,8 @@ ffi::ErrorOr<std::unique_ptr<CallSite>> CallSite::Create(ffi::Dictionary attrs, 
   // XLA loads its own copy of the module for a recorded launch and cannot be
   // told to allow non-portable clusters on it, and the record API has no
   // memset for poisoning: such call sites let XLA capture the stream launch.
-  site->record_by_capture_ = cluster[0] * cluster[1] * cluster[2] > 8 || !site->poison_buffers_.empty();
+  site->non_portable_cluster_ = cluster[0] * cluster[1] * cluster[2] > 8;
+  site->record_by_capture_ = site->non_portable_cluster_ || !site->poison_buffers_.empty();
   c.attrs = num_attrs ? site->launch_attrs_ : nullptr;
   c.numAttrs = num_attrs;
   const bool has_cluster = cluster[0] * cluster[1] * cluster[2] > 1;
@@ -307,10 +308,7 @@ ffi::Error CallSite::Prepare(int32_t device, CUcontext context) {
                       who_ + " on device " + std::to_string(device) + ": " + loaded.error().message());
   }
   if (ffi::Error e = CheckFits(**loaded, device); e.failure()) return e;
-  const bool non_portable = config_.numAttrs > 0 && launch_attrs_[0].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION &&
-                            launch_attrs_[0].value.clusterDim.x * launch_attrs_[0].value.clusterDim.y *
-                                    launch_attrs_[0].value.clusterDim.z > 8;
-  if (ffi::Error e = (*loaded)->Configure(static_cast<int>(config_.sharedMemBytes), non_portable, who_);
+  if (ffi::Error e = (*loaded)->Configure(static_cast<int>(config_.sharedMemBytes), non_portable_cluster_, who_);
       e.failure()) {
     return e;
   }

@@ -94,6 +94,7 @@ class CallSite {
   CUlaunchAttribute launch_attrs_[2]{};
   XLA_FFI_LaunchDims record_dims_{};
   bool uses_pdl_ = false;
+  bool non_portable_cluster_ = false;  // a cluster of more than 8 blocks
   bool record_by_capture_ = false;
   std::vector<int32_t> poison_buffers_;  // debug: outputs filled with 0xFF first
   std::unique_ptr<CollectiveState> collective_;

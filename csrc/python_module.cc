@@ -159,11 +159,6 @@ NB_MODULE(_core, m) {
     }
     return gpus;
   }, "The visible GPUs and their launch limits; empty without a driver.");
-  m.def("driver_status", [] {
-    std::string error;
-    const Driver* driver = GetDriver(&error);
-    return std::make_tuple(driver != nullptr, driver ? std::to_string(driver->version) : error);
-  });
   nb::dict built;
   built["jaxlib"] = JMF_JAXLIB_VERSION;
   built["ffi_api"] = std::to_string(XLA_FFI_API_MAJOR) + "." + std::to_string(XLA_FFI_API_MINOR);
