@@ -142,7 +142,7 @@ def plot(on, off, path):
 def main():
   parser = argparse.ArgumentParser()
   parser.add_argument("--out", default=None, help="also copy the plot and raw results here")
-  parser.add_argument("--only", default="launch,bandwidth,sites,compile")
+  parser.add_argument("--only", default="launch,bandwidth,sites,compile,allreduce")
   args = parser.parse_args()
   only = set(args.only.split(","))
   results = {"machine": machine(), "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
@@ -157,6 +157,8 @@ def main():
     results["sites"] = run("call_site_costs.py", env=env)
   if "compile" in only:
     results["compile"] = run("compile_cache.py", env=env)
+  if "allreduce" in only:
+    results["allreduce"] = run("allreduce_latency.py", env=env)
 
   m = results["machine"]
   sections = [f"# Benchmarks\n\nWritten by `python benchmarks/run_all.py` on {results['date']}: "
@@ -205,6 +207,15 @@ def main():
                     f"| warm from disk, fresh process | {fmt(compile_['warm_disk_ms'], 2)} ms "
                     f"({fmt(100 * compile_['warm_over_cold'], 1)}% of cold) | <= 5% of cold |\n"
                     f"| in-process hit | {fmt(compile_['memory_hit_us'], 1)} us | <= 50 us |\n"))
+  allreduce = results.get("allreduce")
+  if allreduce and "rows" in allreduce:
+    table = ["| bytes per device | one-shot all-reduce (us) | psum / NCCL (us) | speedup |", "|---:|---:|---:|---:|"]
+    table += [f"| {r['bytes']} | {fmt(r['ours_us'])} | {fmt(r['psum_us'])} | {fmt(r['speedup'])} |"
+              for r in allreduce["rows"]]
+    sections.append(f"## One-shot all-reduce on {allreduce['devices']} GPUs\n\nGoal: at least 2x faster than psum "
+                    "at 256 KiB and below.\n\n" + "\n".join(table) + "\n")
+  elif allreduce:
+    sections.append("## One-shot all-reduce\n\nNot run: " + allreduce.get("skipped", allreduce.get("error", "?"))[-300:] + "\n")
   text = "\n".join(sections)
   os.makedirs(os.path.dirname(DOC), exist_ok=True)
   with open(DOC, "w") as f:
