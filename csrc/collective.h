@@ -35,11 +35,9 @@
 namespace jmf {
 
 inline constexpr int kMaxPeers = 64;
-// Word offsets inside a barrier area; collective.cuh has the same numbers.
-inline constexpr int kRuntimeRow = 0;
+// A barrier area's runtime generation word (the barrier PTX reads it at
+// byte 512); the kernel-side words are collective.cuh's (kKernelRow...).
 inline constexpr int kRuntimeGeneration = 64;
-inline constexpr int kKernelRow = 72;
-inline constexpr int kKernelArrivals = 137;
 inline constexpr size_t kBarrierAreaBytes = 2048;
 inline constexpr size_t kMetadataHeaderWords = 4;
 

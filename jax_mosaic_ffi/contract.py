@@ -5,6 +5,8 @@ meaning: a change to the attributes is a new contract version, with new
 target names, and the runtime keeps serving every older one.
 """
 
+import os
+
 CONTRACT_VERSION = 1
 
 # One target for plain kernels, one for collective ones: a plain kernel then
@@ -22,7 +24,6 @@ STAGED_ENV = "JAX_MOSAIC_FFI_STAGED_LAUNCH"
 
 
 def target_name(*, collective: bool) -> str:
-  import os
   if collective:
     return COLLECTIVE_TARGET
   if os.environ.get(STAGED_ENV, "") not in ("", "0"):

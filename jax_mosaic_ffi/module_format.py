@@ -63,10 +63,6 @@ class Arch:
   def sm(self) -> str:
     return f"sm_{self.number}{self.suffix}"
 
-  @property
-  def compute(self) -> str:
-    return f"compute_{self.number}{self.suffix}"
-
   def __str__(self) -> str:
     return self.sm
 
