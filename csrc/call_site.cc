@@ -1,11 +1,14 @@
 #include "call_site.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
 
 #include "collective.h"
+#include "runtime_kernels.h"
+#include "status.h"
 
 namespace jmf {
 
@@ -13,46 +16,47 @@ ffi::TypeId CallSite::id = {};
 
 namespace {
 
-template <typename T>
-ffi::ErrorOr<T> Required(const ffi::Dictionary& attrs, const char* name, const std::string& who) {
-  if (!attrs.contains(name)) {
-    return ffi::Error::InvalidArgument(who + ": the custom call has no '" + name +
-                                       "' attribute; it was not lowered by jax_mosaic_ffi's mosaic_kernel");
-  }
-  auto value = attrs.get<T>(name);
-  if (!value.has_value()) {
-    return ffi::Error::InvalidArgument(who + ": attribute '" + name + "' has the wrong type: " +
-                                       value.error().message());
-  }
-  return *value;
-}
+// The attributes of XLA's custom call, for DecodeLaunchAttributes.
+class DictionarySource {
+ public:
+  explicit DictionarySource(const ffi::Dictionary& attrs) : attrs_(attrs) {}
 
-template <typename T>
-ffi::ErrorOr<T> Optional(const ffi::Dictionary& attrs, const char* name, T fallback, const std::string& who) {
-  if (!attrs.contains(name)) return fallback;
-  return Required<T>(attrs, name, who);
-}
-
-ffi::ErrorOr<std::array<uint32_t, 3>> Dims(const ffi::Dictionary& attrs, const char* name,
-                                           const std::string& who) {
-  auto span = Required<ffi::Span<const int32_t>>(attrs, name, who);
-  if (!span.has_value()) return span.error();
-  if (span->size() != 3) {
-    return ffi::Error::InvalidArgument(who + ": attribute '" + name + "' must hold 3 values");
+  Lookup Bool(const char* name, bool* out) { return Get(name, out); }
+  Lookup Int(const char* name, int64_t* out) {
+    int32_t value = 0;
+    Lookup found = Get(name, &value);
+    if (found == Lookup::kFound) *out = value;
+    return found;
   }
-  std::array<uint32_t, 3> dims;
-  for (int i = 0; i < 3; ++i) {
-    if ((*span)[i] < 1) {
-      return ffi::Error::InvalidArgument(who + ": " + name + "[" + std::to_string(i) + "] = " +
-                                         std::to_string((*span)[i]) + " must be at least 1");
-    }
-    dims[i] = static_cast<uint32_t>((*span)[i]);
+  Lookup Ints(const char* name, std::vector<int64_t>* out) {
+    ffi::Span<const int32_t> span;
+    Lookup found = Get(name, &span);
+    if (found == Lookup::kFound) out->assign(span.begin(), span.end());
+    return found;
   }
-  return dims;
-}
+  Lookup Bytes(const char* name, std::string* out, size_t limit) {
+    std::string_view view;
+    Lookup found = Get(name, &view);
+    if (found != Lookup::kFound) return found;
+    if (view.size() > limit) return Lookup::kWrongType;
+    out->assign(view);
+    return found;
+  }
+  template <typename T>
+  Lookup Get(const char* name, T* out) {
+    if (!attrs_.contains(name)) return Lookup::kMissing;
+    auto value = attrs_.get<T>(name);
+    if (!value.has_value()) return Lookup::kWrongType;
+    *out = *value;
+    return Lookup::kFound;
+  }
 
-std::string DimsText(const unsigned int (&d)[3]) {
-  return "(" + std::to_string(d[0]) + ", " + std::to_string(d[1]) + ", " + std::to_string(d[2]) + ")";
+ private:
+  const ffi::Dictionary& attrs_;
+};
+
+std::string DimsText(unsigned x, unsigned y, unsigned z) {
+  return "(" + std::to_string(x) + ", " + std::to_string(y) + ", " + std::to_string(z) + ")";
 }
 
 std::string ListText(const std::vector<size_t>& v) {
@@ -61,234 +65,168 @@ std::string ListText(const std::vector<size_t>& v) {
   return out + "]";
 }
 
+ffi::Error DeviceOutOfRange(const std::string& who, int32_t device) {
+  return ffi::Error::Internal(who + ": device ordinal " + std::to_string(device) + " is outside 0.." +
+                              std::to_string(kMaxDevices - 1));
+}
+
+// A record frame holds at most this many commands per call: the barrier,
+// the poison fills and the launch must fit.
+constexpr int kMaxRecordedCommands = 16;
+
 }  // namespace
 
-#define JMF_ASSIGN_OR_RETURN(lhs, expr) \
-  auto lhs##_or = (expr);               \
-  if (!lhs##_or.has_value()) return lhs##_or.error(); \
-  auto lhs = std::move(*lhs##_or)
+bool SynchronizeLaunchesRequested() {
+  const char* value = std::getenv("JAX_MOSAIC_FFI_SYNC_LAUNCHES");
+  return value != nullptr && value[0] != '\0' && std::strcmp(value, "0") != 0;
+}
 
 ffi::ErrorOr<std::unique_ptr<CallSite>> CallSite::Create(ffi::Dictionary attrs, bool collective) {
   std::unique_ptr<CallSite> site(new CallSite());
-  std::string kernel_name(Optional<std::string_view>(attrs, "kernel_name", "<unnamed>", "mosaic_kernel").value());
-  std::string call_site(Optional<std::string_view>(attrs, "call_site", "<unknown call site>", "mosaic_kernel").value());
-  site->who_ = "mosaic_kernel '" + kernel_name + "' at " + call_site;
-  const std::string& who = site->who_;
+  LaunchAttributes decoded;
+  std::string error;
+  DictionarySource source(attrs);
+  if (!DecodeLaunchAttributes(source, &decoded, &error)) {
+    return ffi::Error::InvalidArgument(Who(decoded) + ": " + error);
+  }
+  if (!ValidateLaunch(decoded, collective, &site->spec_, &error)) {
+    return ffi::Error::InvalidArgument(site->spec_.who + ": " + error);
+  }
+  const LaunchSpec& spec = site->spec_;
+  const std::string& who = spec.who;
 
-  JMF_ASSIGN_OR_RETURN(use_custom_barrier, Optional<bool>(attrs, "use_custom_barrier", false, who));
-  if (use_custom_barrier) {
-    return ffi::Error(ffi::ErrorCode::kUnimplemented,
-                      who + ": use_custom_barrier=true is not supported on GPUs");
+  std::string_view module;
+  if (Lookup found = source.Get("module", &module); found != Lookup::kFound) {
+    return ffi::Error::InvalidArgument(who + (found == Lookup::kMissing ? ": the custom call has no 'module' attribute"
+                                                                        : ": attribute 'module' is not a string"));
   }
-  JMF_ASSIGN_OR_RETURN(hash_bytes, Required<std::string_view>(attrs, "kernel_hash", who));
-  if (hash_bytes.size() != 32) {
-    return ffi::Error::InvalidArgument(who + ": kernel_hash is " + std::to_string(hash_bytes.size()) +
-                                       " bytes; it must be the 32-byte sha256 of the module");
-  }
-  JMF_ASSIGN_OR_RETURN(module, Required<std::string_view>(attrs, "module", who));
-  JMF_ASSIGN_OR_RETURN(uses_metadata, Optional<bool>(attrs, "uses_xla_collective_metadata", false, who));
-  if (uses_metadata != collective) {
-    return ffi::Error::InvalidArgument(
-        who + ": uses_xla_collective_metadata=" + (uses_metadata ? "true" : "false") +
-        " does not match the custom call target; lower it again with this jax_mosaic_ffi");
-  }
-
-  std::string driver_error;
-  site->driver_ = GetDriver(&driver_error);
-  if (site->driver_ == nullptr) {
-    return ffi::Error(ffi::ErrorCode::kFailedPrecondition, who + ": " + driver_error);
-  }
-
+  site->driver_ = GetDriver(&error);
+  if (site->driver_ == nullptr) return ffi::Error(ffi::ErrorCode::kFailedPrecondition, who + ": " + error);
   KernelHash hash;
-  std::memcpy(hash.data(), hash_bytes.data(), hash.size());
-  auto kernel = GetOrBuildKernel(hash, module);
+  std::memcpy(hash.data(), decoded.kernel_hash.data(), hash.size());
+  auto kernel = GetOrParseKernel(hash, module);
   if (!kernel.has_value()) {
     return ffi::Error(kernel.error().errc().value_or(ffi::ErrorCode::kInvalidArgument),
                       who + ": " + kernel.error().message());
   }
   site->kernel_ = *kernel;
 
-  JMF_ASSIGN_OR_RETURN(grid, Dims(attrs, "grid", who));
-  JMF_ASSIGN_OR_RETURN(block, Dims(attrs, "block", who));
-  JMF_ASSIGN_OR_RETURN(cluster, Dims(attrs, "cluster", who));
-  JMF_ASSIGN_OR_RETURN(smem, Optional<int32_t>(attrs, "smem_bytes", 0, who));
-  JMF_ASSIGN_OR_RETURN(uses_pdl, Optional<bool>(attrs, "uses_pdl", false, who));
-  JMF_ASSIGN_OR_RETURN(num_inputs, Required<int32_t>(attrs, "num_inputs", who));
-  JMF_ASSIGN_OR_RETURN(order, Required<ffi::Span<const int32_t>>(attrs, "param_order", who));
-  if (smem < 0) return ffi::Error::InvalidArgument(who + ": smem_bytes is negative");
-  if (uint64_t threads = uint64_t{block[0]} * block[1] * block[2]; threads > 1024) {
-    return ffi::Error::InvalidArgument(who + ": a block of " + std::to_string(threads) +
-                                       " threads is over the limit of 1024");
-  }
-
-  std::string_view scalar_data;
-  std::vector<int32_t> scalar_sizes;
-  if (attrs.contains("scalar_sizes")) {
-    JMF_ASSIGN_OR_RETURN(sizes, Required<ffi::Span<const int32_t>>(attrs, "scalar_sizes", who));
-    scalar_sizes.assign(sizes.begin(), sizes.end());
-    JMF_ASSIGN_OR_RETURN(data, Required<std::string_view>(attrs, "scalar_data", who));
-    scalar_data = data;
-  }
-  if (scalar_data.size() != 8 * scalar_sizes.size()) {
-    return ffi::Error::InvalidArgument(who + ": scalar_data must hold 8 bytes per scalar");
-  }
-  site->scalars_.resize(scalar_sizes.size());
-  if (!scalar_data.empty()) std::memcpy(site->scalars_.data(), scalar_data.data(), scalar_data.size());
-  site->scalar_sizes_ = scalar_sizes;
-
-  int num_buffers = 0;
-  std::vector<bool> seen_scalar(scalar_sizes.size(), false);
-  for (int32_t code : order) {
-    if (code >= 0) {
-      num_buffers = std::max(num_buffers, code + 1);
-      site->expected_param_sizes_.push_back(8);
-    } else {
-      size_t k = static_cast<size_t>(-code - 1);
-      if (k >= scalar_sizes.size() || seen_scalar[k]) {
-        return ffi::Error::InvalidArgument(who + ": param_order names scalar " + std::to_string(k) +
-                                           " which is missing or repeated");
-      }
-      seen_scalar[k] = true;
-      if (scalar_sizes[k] < 1 || scalar_sizes[k] > 8) {
-        return ffi::Error::InvalidArgument(who + ": scalar sizes must be 1 to 8 bytes");
-      }
-      site->expected_param_sizes_.push_back(static_cast<size_t>(scalar_sizes[k]));
-    }
-    site->param_order_.push_back(code);
-  }
-  if (num_inputs < 0 || num_inputs > num_buffers) {
-    return ffi::Error::InvalidArgument(who + ": num_inputs is out of range");
-  }
-  if (static_cast<int>(site->param_order_.size()) + (collective ? 1 : 0) > kMaxParams) {
-    return ffi::Error::InvalidArgument(who + ": more than " + std::to_string(kMaxParams) + " kernel parameters");
-  }
-  site->num_inputs_ = num_inputs;
-  site->num_buffers_ = num_buffers;
-  if (collective) site->expected_param_sizes_.push_back(8);
-  if (attrs.contains("poison_outputs")) {
-    JMF_ASSIGN_OR_RETURN(poison, Required<ffi::Span<const int32_t>>(attrs, "poison_outputs", who));
-    for (int32_t output : poison) {
-      if (output < 0 || num_inputs + output >= num_buffers) {
-        return ffi::Error::InvalidArgument(who + ": poison_outputs names output " + std::to_string(output));
-      }
-      site->poison_buffers_.push_back(num_inputs + output);
-    }
-  }
-
   CUlaunchConfig& c = site->config_;
-  c.gridDimX = grid[0], c.gridDimY = grid[1], c.gridDimZ = grid[2];
-  c.blockDimX = block[0], c.blockDimY = block[1], c.blockDimZ = block[2];
-  c.sharedMemBytes = static_cast<unsigned>(smem);
+  c.gridDimX = spec.grid[0], c.gridDimY = spec.grid[1], c.gridDimZ = spec.grid[2];
+  c.blockDimX = spec.block[0], c.blockDimY = spec.block[1], c.blockDimZ = spec.block[2];
+  c.sharedMemBytes = spec.smem_bytes;
   int num_attrs = 0;
-  if (cluster[0] * cluster[1] * cluster[2] > 1) {
-    for (int i = 0; i < 3; ++i) {
-      if (grid[i] % cluster[i] != 0) {
-        return ffi::Error::InvalidArgument(who + ": grid[" + std::to_string(i) + "] is not a multiple of cluster[" +
-                                           std::to_string(i) + "]");
-      }
-    }
-    site->launch_attrs_[num_attrs].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    site->launch_attrs_[num_attrs].value.clusterDim.x = cluster[0];
-    site->launch_attrs_[num_attrs].value.clusterDim.y = cluster[1];
-    site->launch_attrs_[num_attrs].value.clusterDim.z = cluster[2];
-    ++num_attrs;
+  if (spec.has_cluster) {
+    CUlaunchAttribute& a = site->launch_attrs_[num_attrs++];
+    a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    a.value.clusterDim.x = spec.cluster[0], a.value.clusterDim.y = spec.cluster[1], a.value.clusterDim.z = spec.cluster[2];
   }
-  if (uses_pdl) {
-    site->launch_attrs_[num_attrs].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    site->launch_attrs_[num_attrs].value.programmaticStreamSerializationAllowed = 1;
-    ++num_attrs;
+  if (spec.uses_pdl) {
+    CUlaunchAttribute& a = site->launch_attrs_[num_attrs++];
+    a.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    a.value.programmaticStreamSerializationAllowed = 1;
   }
-  site->uses_pdl_ = uses_pdl;
-  // XLA loads its own copy of the module for a recorded launch and cannot be
-  // told to allow non-portable clusters on it, and the record API has no
-  // memset for poisoning: such call sites let XLA capture the stream launch.
-  site->non_portable_cluster_ = cluster[0] * cluster[1] * cluster[2] > 8;
-  site->record_by_capture_ = site->non_portable_cluster_ || !site->poison_buffers_.empty();
   c.attrs = num_attrs ? site->launch_attrs_ : nullptr;
   c.numAttrs = num_attrs;
-  const bool has_cluster = cluster[0] * cluster[1] * cluster[2] > 1;
+  auto dim = [](uint32_t v) { return static_cast<int32_t>(v); };  // bounded by the contract
   site->record_dims_ = XLA_FFI_LaunchDims{
-      {static_cast<int32_t>(grid[0]), static_cast<int32_t>(grid[1]), static_cast<int32_t>(grid[2])},
-      {static_cast<int32_t>(block[0]), static_cast<int32_t>(block[1]), static_cast<int32_t>(block[2])},
-      {has_cluster ? static_cast<int32_t>(cluster[0]) : 0, has_cluster ? static_cast<int32_t>(cluster[1]) : 0,
-       has_cluster ? static_cast<int32_t>(cluster[2]) : 0}};
-
+      {dim(spec.grid[0]), dim(spec.grid[1]), dim(spec.grid[2])},
+      {dim(spec.block[0]), dim(spec.block[1]), dim(spec.block[2])},
+      spec.has_cluster ? XLA_FFI_Dim3{dim(spec.cluster[0]), dim(spec.cluster[1]), dim(spec.cluster[2])}
+                       : XLA_FFI_Dim3{0, 0, 0}};
+  site->synchronize_launches_ = SynchronizeLaunchesRequested();
+  // XLA loads its own copy of the module for a recorded launch and cannot be
+  // told to allow non-portable clusters on it; a synchronizing debug launch
+  // cannot sit in a graph; and one record call holds at most 16 commands.
+  // Such call sites let XLA capture the stream launch instead.
+  site->record_by_capture_ = spec.non_portable_cluster || site->synchronize_launches_ ||
+                             static_cast<int>(spec.poison_buffers.size()) + 2 > kMaxRecordedCommands;
   if (collective) {
-    auto state = CollectiveState::Create(attrs, *site);
-    if (!state.has_value()) return state.error();
-    site->collective_ = std::move(*state);
+    JMF_ASSIGN_OR_RETURN(site->collective_, CollectiveState::Create(*site));
   }
   return site;
 }
 
 CallSite::~CallSite() = default;
 
-ffi::Error CallSite::DeviceOutOfRange(int32_t device) const {
-  return ffi::Error::Internal(who_ + ": device ordinal " + std::to_string(device) + " is outside 0.." +
-                              std::to_string(kMaxDevices - 1));
-}
-
 ffi::Error CallSite::GatherBuffers(const ffi::RemainingArgs& args, const ffi::RemainingRets& rets,
                                    Buffers* out) const {
-  const int n = static_cast<int>(args.size() + rets.size());
-  if (n != num_buffers_ || static_cast<int>(args.size()) != num_inputs_) {
-    return ffi::Error::InvalidArgument(who_ + ": called with " + std::to_string(args.size()) + " inputs and " +
+  if (args.size() != static_cast<size_t>(spec_.num_inputs) ||
+      args.size() + rets.size() != static_cast<size_t>(spec_.num_buffers)) [[unlikely]] {
+    return ffi::Error::InvalidArgument(who() + ": called with " + std::to_string(args.size()) + " inputs and " +
                                        std::to_string(rets.size()) + " outputs, but lowered for " +
-                                       std::to_string(num_inputs_) + " and " +
-                                       std::to_string(num_buffers_ - num_inputs_));
+                                       std::to_string(spec_.num_inputs) + " and " +
+                                       std::to_string(spec_.num_buffers - spec_.num_inputs));
   }
   uintptr_t misaligned = 0;
   for (size_t i = 0; i < args.size(); ++i) {
     auto buffer = args.get<ffi::AnyBuffer>(i);
-    if (!buffer.has_value()) return ffi::Error::InvalidArgument(who_ + ": input " + std::to_string(i) + " is not a buffer");
+    if (!buffer.has_value()) [[unlikely]] {
+      return ffi::Error::InvalidArgument(who() + ": input " + std::to_string(i) + " is not a buffer");
+    }
     out->ptrs[i] = buffer->untyped_data();
     misaligned |= reinterpret_cast<uintptr_t>(out->ptrs[i]);
   }
   for (size_t i = 0; i < rets.size(); ++i) {
     auto buffer = rets.get<ffi::AnyBuffer>(i);
-    if (!buffer.has_value()) return ffi::Error::InvalidArgument(who_ + ": output " + std::to_string(i) + " is not a buffer");
+    if (!buffer.has_value()) [[unlikely]] {
+      return ffi::Error::InvalidArgument(who() + ": output " + std::to_string(i) + " is not a buffer");
+    }
     out->ptrs[args.size() + i] = (*buffer)->untyped_data();
-    if (!poison_buffers_.empty()) [[unlikely]] out->bytes[args.size() + i] = (*buffer)->size_bytes();
+    if (!spec_.poison_buffers.empty()) [[unlikely]] out->bytes[args.size() + i] = (*buffer)->size_bytes();
     misaligned |= reinterpret_cast<uintptr_t>(out->ptrs[args.size() + i]);
   }
-  out->count = n;
+  out->count = spec_.num_buffers;
   if (misaligned % kBufferAlignment != 0) [[unlikely]] {
-    for (int i = 0; i < n; ++i) {
-      if (reinterpret_cast<uintptr_t>(out->ptrs[i]) % kBufferAlignment != 0) {
-        const bool input = i < num_inputs_;
-        return ffi::Error::InvalidArgument(
-            who_ + ": " + (input ? "input " : "output ") + std::to_string(input ? i : i - num_inputs_) +
-            " is at address " + std::to_string(reinterpret_cast<uintptr_t>(out->ptrs[i])) +
-            ", which is not " + std::to_string(kBufferAlignment) +
-            "-byte aligned. Kernels may assume aligned buffers; pass a whole array, not a "
-            "view into one (for instance copy it with jnp.copy)");
-      }
+    for (int i = 0; i < out->count; ++i) {
+      if (reinterpret_cast<uintptr_t>(out->ptrs[i]) % kBufferAlignment == 0) continue;
+      const bool input = i < spec_.num_inputs;
+      return ffi::Error::InvalidArgument(
+          who() + ": " + (input ? "input " : "output ") + std::to_string(input ? i : i - spec_.num_inputs) +
+          " is at address " + std::to_string(reinterpret_cast<uintptr_t>(out->ptrs[i])) + ", which is not " +
+          std::to_string(kBufferAlignment) +
+          "-byte aligned. Kernels may assume aligned buffers; pass a whole array, not a "
+          "view into one (for instance copy it with jnp.copy)");
     }
   }
   return ffi::Error::Success();
 }
 
+template <typename Visit>
+int CallSite::ForEachParam(const Buffers& buffers, int32_t device, Visit&& visit) const {
+  int n = 0;
+  for (const Param& p : spec_.params) {
+    if (p.kind == Param::kBuffer) {
+      visit(n++, static_cast<const void*>(&buffers.ptrs[p.index]), size_t{0});
+    } else {
+      visit(n++, static_cast<const void*>(&spec_.scalars[p.index]), size_t{spec_.scalar_sizes[p.index]});
+    }
+  }
+  if (collective_ != nullptr) visit(n++, static_cast<const void*>(collective_->metadata_slot(device)), size_t{0});
+  return n;
+}
+
 ffi::Error CallSite::CheckFits(const LoadedModule& module, int32_t device) const {
   const std::vector<size_t>& actual = module.param_sizes();
-  if (!actual.empty() && actual != expected_param_sizes_) {
+  if (!actual.empty() && actual != spec_.param_sizes) {
     return ffi::Error::InvalidArgument(
-        who_ + ": the kernel takes " + std::to_string(actual.size()) + " parameters of " + ListText(actual) +
-        " bytes, but the call passes " + std::to_string(expected_param_sizes_.size()) + " of " +
-        ListText(expected_param_sizes_) +
+        who() + ": the kernel takes " + std::to_string(actual.size()) + " parameters of " + ListText(actual) +
+        " bytes, but the call passes " + std::to_string(spec_.param_sizes.size()) + " of " +
+        ListText(spec_.param_sizes) +
         " bytes (inputs, outputs, scalars in param_order). Fix the kernel's signature or the call");
   }
   const int threads = static_cast<int>(config_.blockDimX * config_.blockDimY * config_.blockDimZ);
   if (module.max_threads_per_block() > 0 && threads > module.max_threads_per_block()) {
     return ffi::Error::InvalidArgument(
-        who_ + ": block " + DimsText({config_.blockDimX, config_.blockDimY, config_.blockDimZ}) + " has " +
+        who() + ": block " + DimsText(config_.blockDimX, config_.blockDimY, config_.blockDimZ) + " has " +
         std::to_string(threads) + " threads, but this kernel (" + std::to_string(module.num_registers()) +
         " registers per thread) can run at most " + std::to_string(module.max_threads_per_block()) +
         " per block on device " + std::to_string(device) + "; use a smaller block");
   }
-  const int total_smem = module.static_smem_bytes() + static_cast<int>(config_.sharedMemBytes);
+  const int64_t total_smem = int64_t{module.static_smem_bytes()} + config_.sharedMemBytes;
   if (module.max_dynamic_smem_optin() > 0 && total_smem > module.max_dynamic_smem_optin()) {
     return ffi::Error::InvalidArgument(
-        who_ + ": the kernel needs " + std::to_string(config_.sharedMemBytes) + " bytes of dynamic plus " +
+        who() + ": the kernel needs " + std::to_string(config_.sharedMemBytes) + " bytes of dynamic plus " +
         std::to_string(module.static_smem_bytes()) + " bytes of static shared memory, over the " +
         std::to_string(module.max_dynamic_smem_optin()) + " bytes a block may have on device " +
         std::to_string(device) + "; lower smem_bytes");
@@ -297,7 +235,7 @@ ffi::Error CallSite::CheckFits(const LoadedModule& module, int32_t device) const
 }
 
 ffi::Error CallSite::Prepare(int32_t device, CUcontext context) {
-  if (device < 0 || device >= kMaxDevices) return DeviceOutOfRange(device);
+  if (device < 0 || device >= kMaxDevices) return DeviceOutOfRange(who(), device);
   DeviceSlot& slot = slots_[device];
   if (slot.ready.load(std::memory_order_acquire) != nullptr) return ffi::Error::Success();
   std::lock_guard<std::mutex> lock(mutex_);
@@ -305,13 +243,10 @@ ffi::Error CallSite::Prepare(int32_t device, CUcontext context) {
   auto loaded = LoadedModule::GetOrLoad(*driver_, kernel_, context);
   if (!loaded.has_value()) {
     return ffi::Error(loaded.error().errc().value_or(ffi::ErrorCode::kInternal),
-                      who_ + " on device " + std::to_string(device) + ": " + loaded.error().message());
+                      who() + " on device " + std::to_string(device) + ": " + loaded.error().message());
   }
-  if (ffi::Error e = CheckFits(**loaded, device); e.failure()) return e;
-  if (ffi::Error e = (*loaded)->Configure(static_cast<int>(config_.sharedMemBytes), non_portable_cluster_, who_);
-      e.failure()) {
-    return e;
-  }
+  JMF_RETURN_IF_ERROR(CheckFits(**loaded, device));
+  JMF_RETURN_IF_ERROR((*loaded)->Configure(static_cast<int>(config_.sharedMemBytes), spec_.non_portable_cluster, who()));
   slot.module = std::move(*loaded);
   slot.ready.store(slot.module.get(), std::memory_order_release);
   return ffi::Error::Success();
@@ -319,73 +254,73 @@ ffi::Error CallSite::Prepare(int32_t device, CUcontext context) {
 
 ffi::Error CallSite::PrepareForStream(int32_t device, CUstream stream) {
   CUcontext context = nullptr;
-  if (CUresult r = driver_->cuStreamGetCtx(stream, &context); r != CUDA_SUCCESS) {
-    return ffi::Error::Internal(who_ + ": cuStreamGetCtx: " + CudaErrorText(*driver_, r));
-  }
+  JMF_RETURN_IF_ERROR(CudaCheck(*driver_, driver_->cuStreamGetCtx(stream, &context), who(), "cuStreamGetCtx"));
   return Prepare(device, context);
 }
 
-int CallSite::BuildParams(Buffers& buffers, void** params) const {
-  int n = 0;
-  for (int32_t code : param_order_) {
-    params[n++] = code >= 0 ? static_cast<void*>(&buffers.ptrs[code])
-                            : const_cast<uint64_t*>(&scalars_[static_cast<size_t>(-code - 1)]);
-  }
-  return n;
-}
-
 ffi::Error CallSite::Launch(CUstream stream, int32_t device, Buffers& buffers) {
-  if (device < 0 || device >= kMaxDevices) [[unlikely]] return DeviceOutOfRange(device);
+  if (device < 0 || device >= kMaxDevices) [[unlikely]] return DeviceOutOfRange(who(), device);
   LoadedModule* module = slots_[device].ready.load(std::memory_order_acquire);
   if (module == nullptr) [[unlikely]] {
-    if (ffi::Error e = PrepareForStream(device, stream); e.failure()) return e;
+    JMF_RETURN_IF_ERROR(PrepareForStream(device, stream));
     module = slots_[device].ready.load(std::memory_order_acquire);
   }
-  if (!poison_buffers_.empty()) [[unlikely]] {
-    if (ffi::Error e = Poison(stream, buffers); e.failure()) return e;
-  }
-  void* params[kMaxParams + 1];
-  int n = BuildParams(buffers, params);
-  if (collective_ != nullptr) {
-    buffers.ptrs[buffers.count] = collective_->metadata(device);
-    params[n++] = &buffers.ptrs[buffers.count];
-  }
+  if (!spec_.poison_buffers.empty()) [[unlikely]] JMF_RETURN_IF_ERROR(Poison(stream, buffers));
+  void* params[kMaxParams];
+  ForEachParam(buffers, device, [&](int i, const void* value, size_t) { params[i] = const_cast<void*>(value); });
   CUresult result;
   if (config_.numAttrs == 0) {
     result = driver_->cuLaunchKernel(module->function(), config_.gridDimX, config_.gridDimY, config_.gridDimZ,
-                                     config_.blockDimX, config_.blockDimY, config_.blockDimZ,
-                                     config_.sharedMemBytes, stream, params, nullptr);
+                                     config_.blockDimX, config_.blockDimY, config_.blockDimZ, config_.sharedMemBytes,
+                                     stream, params, nullptr);
   } else {
     CUlaunchConfig config = config_;
     config.hStream = stream;
     result = driver_->cuLaunchKernelEx(&config, module->function(), params, nullptr);
   }
+  if (synchronize_launches_) [[unlikely]] return SynchronizeAfter(stream, device, result, *module);
   if (result != CUDA_SUCCESS) [[unlikely]] return LaunchError(result, device, *module);
   return ffi::Error::Success();
 }
 
+ffi::Error CallSite::SynchronizeAfter(CUstream stream, int32_t device, CUresult launch_result,
+                                      const LoadedModule& module) const {
+  if (launch_result != CUDA_SUCCESS) return LaunchError(launch_result, device, module);
+  CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
+  driver_->cuStreamIsCapturing(stream, &capturing);
+  if (capturing != CU_STREAM_CAPTURE_STATUS_NONE) return ffi::Error::Success();  // a graph is being built
+  CUresult result = driver_->cuStreamSynchronize(stream);
+  if (result == CUDA_SUCCESS) return ffi::Error::Success();
+  return ffi::Error::Internal(
+      who() + ": the kernel failed while running on device " + std::to_string(device) + " (" + LaunchDescription() +
+      "): " + CudaErrorText(*driver_, result) +
+      ". (JAX_MOSAIC_FFI_SYNC_LAUNCHES is on, so this is the first kernel that failed, unless work queued "
+      "before it on the stream faulted.) The CUDA context cannot be used after a fault: restart the process. "
+      "To find the line, run under compute-sanitizer (`compute-sanitizer --tool memcheck python script.py`) "
+      "and compile with options=('-lineinfo',)");
+}
+
 ffi::Error CallSite::Poison(CUstream stream, const Buffers& buffers) const {
-  for (int32_t b : poison_buffers_) {
+  for (int b : spec_.poison_buffers) {
     if (buffers.bytes[b] == 0) continue;
-    if (CUresult r = driver_->cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(buffers.ptrs[b]), 0xFF, buffers.bytes[b],
-                                              stream);
-        r != CUDA_SUCCESS) {
-      return ffi::Error::Internal(who_ + ": poisoning output buffers: " + CudaErrorText(*driver_, r));
-    }
+    JMF_RETURN_IF_ERROR(CudaCheck(*driver_,
+                                  driver_->cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(buffers.ptrs[b]), 0xFF,
+                                                           buffers.bytes[b], stream),
+                                  who(), "poisoning output buffers"));
   }
   return ffi::Error::Success();
 }
 
-ffi::Error CallSite::LaunchError(CUresult result, int32_t device, const LoadedModule& module) const {
+std::string CallSite::LaunchDescription() const {
   std::string cluster = "none";
-  if (config_.numAttrs > 0 && launch_attrs_[0].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
-    const auto& d = launch_attrs_[0].value.clusterDim;
-    cluster = DimsText({d.x, d.y, d.z});
-  }
-  std::string message = who_ + ": launch failed on device " + std::to_string(device) + " (grid " +
-                        DimsText({config_.gridDimX, config_.gridDimY, config_.gridDimZ}) + ", block " +
-                        DimsText({config_.blockDimX, config_.blockDimY, config_.blockDimZ}) + ", smem " +
-                        std::to_string(config_.sharedMemBytes) + " bytes, cluster " + cluster +
+  if (spec_.has_cluster) cluster = DimsText(spec_.cluster[0], spec_.cluster[1], spec_.cluster[2]);
+  return "grid " + DimsText(config_.gridDimX, config_.gridDimY, config_.gridDimZ) + ", block " +
+         DimsText(config_.blockDimX, config_.blockDimY, config_.blockDimZ) + ", smem " +
+         std::to_string(config_.sharedMemBytes) + " bytes, cluster " + cluster;
+}
+
+ffi::Error CallSite::LaunchError(CUresult result, int32_t device, const LoadedModule& module) const {
+  std::string message = who() + ": launch failed on device " + std::to_string(device) + " (" + LaunchDescription() +
                         "): " + CudaErrorText(*driver_, result);
   if (result == CUDA_ERROR_INVALID_CLUSTER_SIZE) {
     CUlaunchConfig config = config_;
@@ -399,92 +334,121 @@ ffi::Error CallSite::LaunchError(CUresult result, int32_t device, const LoadedMo
   return ffi::Error::Internal(message);
 }
 
-ffi::Error CallSite::Record(const RecordFrame& record, int32_t device, Buffers& buffers) {
-  if (device < 0 || device >= kMaxDevices) [[unlikely]] return DeviceOutOfRange(device);
-  XLA_FFI_KernelArg args[kMaxParams + 1];
-  int n = 0;
-  for (int32_t code : param_order_) {
-    if (code >= 0) {
-      args[n++] = XLA_FFI_KernelArg{buffers.ptrs[code], 0, XLA_FFI_KernelArgType_DevicePtr};
-    } else {
-      size_t k = static_cast<size_t>(-code - 1);
-      args[n++] = XLA_FFI_KernelArg{&scalars_[k], scalar_sizes_[k], XLA_FFI_KernelArgType_HostValue};
+ffi::Error CallSite::LoadForRecord(int32_t device) {
+  if (slots_[device].ready.load(std::memory_order_acquire) != nullptr) return ffi::Error::Success();
+  // Load our own copy too: it checks the kernel against this call site and
+  // picks the image for this GPU. XLA loads the image it is given itself.
+  CUcontext context = nullptr;
+  driver_->cuCtxGetCurrent(&context);
+  if (context == nullptr) {
+    CUdevice cu_device;
+    if (driver_->cuDeviceGet(&cu_device, device) != CUDA_SUCCESS ||
+        driver_->cuDevicePrimaryCtxRetain(&context, cu_device) != CUDA_SUCCESS) {
+      return ffi::Error::Internal(who() + ": no CUDA context for device " + std::to_string(device) +
+                                  " while recording");
     }
   }
-  if (collective_ != nullptr) {
-    args[n++] = XLA_FFI_KernelArg{collective_->metadata(device), 0, XLA_FFI_KernelArgType_DevicePtr};
-  }
-  XLA_FFI_KernelArgs kernel_args{args, n};
-  const int64_t launch_command = collective_ != nullptr ? collective_->barrier_commands() : 0;
-  DeviceSlot& slot = slots_[device];
-  if (!record.creating()) {
-    if (record.num_commands() <= launch_command) [[unlikely]] {
-      return ffi::Error::Internal(who_ + ": the record frame lost the launch command");
-    }
-    // XLA asks for an update on every execution; most reuse the same buffers,
-    // and rewriting the graph node for nothing costs more than the launch.
-    const XLA_FFI_Command* command = record.command(launch_command);
-    void** last = nullptr;
-    for (auto& [recorded_command, addresses] : slot.recorded) {
-      if (recorded_command == command) last = addresses.get();
-    }
-    if (last != nullptr && std::equal(buffers.ptrs, buffers.ptrs + buffers.count, last)) {
-      return ffi::Error::Success();
-    }
-    if (ffi::Error e = record.Take(record.frame->api->update_launch(record.frame->record_ctx, command, &kernel_args),
-                                   "updating the launch command");
-        e.failure()) {
-      return e;
-    }
-    if (last != nullptr) std::copy(buffers.ptrs, buffers.ptrs + buffers.count, last);
-    return ffi::Error::Success();
-  }
+  return Prepare(device, context);
+}
+
+ffi::Error CallSite::Record(const RecordFrame& record, int32_t device, const Buffers& buffers) {
+  if (device < 0 || device >= kMaxDevices) [[unlikely]] return DeviceOutOfRange(who(), device);
   if (record_by_capture_) {
     return record.Take(record.frame->api->request_stream_capture(record.frame->record_ctx),
                        "requesting stream capture");
   }
-  LoadedModule* module = slots_[device].ready.load(std::memory_order_acquire);
-  if (module == nullptr) {
-    // Load our own copy too: it checks the kernel against this call site and
-    // picks the image for this GPU. XLA loads the image it is given itself.
-    CUcontext context = nullptr;
-    driver_->cuCtxGetCurrent(&context);
-    if (context == nullptr) {
-      CUdevice cu_device;
-      if (driver_->cuDeviceGet(&cu_device, device) != CUDA_SUCCESS ||
-          driver_->cuDevicePrimaryCtxRetain(&context, cu_device) != CUDA_SUCCESS) {
-        return ffi::Error::Internal(who_ + ": no CUDA context for device " + std::to_string(device) +
-                                    " while recording");
-      }
+  return record.creating() ? CreateCommands(record, device, buffers) : UpdateCommands(record, device, buffers);
+}
+
+// A recorded call is a chain of commands: [barrier] [one fill per poisoned
+// output] launch. The launch comes last, so later commands depend on it.
+ffi::Error CallSite::CreateCommands(const RecordFrame& record, int32_t device, const Buffers& buffers) {
+  JMF_RETURN_IF_ERROR(LoadForRecord(device));
+  const LoadedModule& module = *slots_[device].ready.load(std::memory_order_acquire);
+  const XLA_FFI_RecordApi& api = *record.frame->api;
+  const XLA_FFI_Command* previous = nullptr;
+  if (collective_ != nullptr) JMF_RETURN_IF_ERROR(collective_->RecordBarrier(record, device, &previous));
+  const RuntimeKernelSource fill = Source(RuntimeKernel::kFill);
+  for (int b : spec_.poison_buffers) {
+    uint64_t bytes = buffers.bytes[b];
+    XLA_FFI_KernelArg args[] = {{buffers.ptrs[b], 0, XLA_FFI_KernelArgType_DevicePtr},
+                                {&bytes, sizeof(bytes), XLA_FFI_KernelArgType_HostValue}};
+    XLA_FFI_KernelArgs fill_args{args, 2};
+    XLA_FFI_LaunchDims dims{{static_cast<int32_t>(FillBlocks(bytes)), 1, 1}, {kFillThreads, 1, 1}, {0, 0, 0}};
+    const XLA_FFI_Command* command = nullptr;
+    JMF_RETURN_IF_ERROR(record.Take(api.create_launch(record.frame->record_ctx, fill.symbol, fill.ptx,
+                                                      static_cast<int64_t>(fill.size), XLA_FFI_SourceFormat_PTX, dims,
+                                                      0, 0, &fill_args, previous ? &previous : nullptr,
+                                                      previous ? 1 : 0, &command),
+                                    "recording the output poisoning"));
+    if (!record.Push(command)) {
+      return ffi::Error(ffi::ErrorCode::kResourceExhausted, who() + ": the record frame has no room");
     }
-    if (ffi::Error e = Prepare(device, context); e.failure()) return e;
-    module = slots_[device].ready.load(std::memory_order_acquire);
+    previous = command;
   }
-  const XLA_FFI_Command* dependency = nullptr;
-  if (collective_ != nullptr) {
-    if (ffi::Error e = collective_->RecordBarrier(record, device, &dependency); e.failure()) return e;
-  }
-  const Image& image = module->image();
+  XLA_FFI_KernelArg args[kMaxParams];
+  const int n = ForEachParam(buffers, device, [&](int i, const void* value, size_t size) {
+    args[i] = size == 0 ? XLA_FFI_KernelArg{*static_cast<void* const*>(value), 0, XLA_FFI_KernelArgType_DevicePtr}
+                        : XLA_FFI_KernelArg{value, static_cast<int64_t>(size), XLA_FFI_KernelArgType_HostValue};
+  });
+  XLA_FFI_KernelArgs kernel_args{args, n};
+  const Image& image = module.image();
   const bool ptx = image.kind == ImageKind::kPtx;
   const XLA_FFI_Command* command = nullptr;
-  if (ffi::Error e = record.Take(
-          record.frame->api->create_launch(
-              record.frame->record_ctx, kernel_->module.symbol.c_str(), image.data.c_str(),
-              static_cast<int64_t>(ptx ? image.data.size() + 1 : image.data.size()),
-              ptx ? XLA_FFI_SourceFormat_PTX : XLA_FFI_SourceFormat_CUBIN, record_dims_, config_.sharedMemBytes,
-              uses_pdl_, &kernel_args, dependency ? &dependency : nullptr, dependency ? 1 : 0, &command),
-          "creating the launch command");
-      e.failure()) {
-    return e;
-  }
+  JMF_RETURN_IF_ERROR(record.Take(
+      api.create_launch(record.frame->record_ctx, kernel_->module.symbol.c_str(), image.data.c_str(),
+                        static_cast<int64_t>(ptx ? image.data.size() + 1 : image.data.size()),
+                        ptx ? XLA_FFI_SourceFormat_PTX : XLA_FFI_SourceFormat_CUBIN, record_dims_,
+                        config_.sharedMemBytes, spec_.uses_pdl, &kernel_args, previous ? &previous : nullptr,
+                        previous ? 1 : 0, &command),
+      "creating the launch command"));
   if (!record.Push(command)) {
-    return ffi::Error(ffi::ErrorCode::kResourceExhausted, who_ + ": the record frame has no room for the launch");
+    return ffi::Error(ffi::ErrorCode::kResourceExhausted, who() + ": the record frame has no room for the launch");
   }
   std::unique_ptr<void*[]> addresses(new void*[buffers.count]);  // once per recorded command
   std::copy(buffers.ptrs, buffers.ptrs + buffers.count, addresses.get());
+  DeviceSlot& slot = slots_[device];
   std::erase_if(slot.recorded, [&](const auto& entry) { return entry.first == command; });
   slot.recorded.emplace_back(command, std::move(addresses));
   GetCacheStats().records_created++;
+  return ffi::Error::Success();
+}
+
+ffi::Error CallSite::UpdateCommands(const RecordFrame& record, int32_t device, const Buffers& buffers) {
+  const int64_t first_fill = collective_ != nullptr ? collective_->barrier_commands() : 0;
+  const int64_t launch = first_fill + static_cast<int64_t>(spec_.poison_buffers.size());
+  if (record.num_commands() <= launch) [[unlikely]] {
+    return ffi::Error::Internal(who() + ": the record frame lost the launch command");
+  }
+  // XLA asks for an update whenever an allocation the graph uses moved; most
+  // of the time this call's own buffers did not, and rewriting the node for
+  // nothing costs more than the launch.
+  const XLA_FFI_Command* command = record.command(launch);
+  void** last = nullptr;
+  for (auto& [recorded_command, addresses] : slots_[device].recorded) {
+    if (recorded_command == command) last = addresses.get();
+  }
+  if (last != nullptr && std::equal(buffers.ptrs, buffers.ptrs + buffers.count, last)) return ffi::Error::Success();
+  const XLA_FFI_RecordApi& api = *record.frame->api;
+  for (size_t i = 0; i < spec_.poison_buffers.size(); ++i) {
+    const int b = spec_.poison_buffers[i];
+    uint64_t bytes = buffers.bytes[b];
+    XLA_FFI_KernelArg args[] = {{buffers.ptrs[b], 0, XLA_FFI_KernelArgType_DevicePtr},
+                                {&bytes, sizeof(bytes), XLA_FFI_KernelArgType_HostValue}};
+    XLA_FFI_KernelArgs fill_args{args, 2};
+    JMF_RETURN_IF_ERROR(record.Take(
+        api.update_launch(record.frame->record_ctx, record.command(first_fill + static_cast<int64_t>(i)), &fill_args),
+        "updating the output poisoning"));
+  }
+  XLA_FFI_KernelArg args[kMaxParams];
+  const int n = ForEachParam(buffers, device, [&](int i, const void* value, size_t size) {
+    args[i] = size == 0 ? XLA_FFI_KernelArg{*static_cast<void* const*>(value), 0, XLA_FFI_KernelArgType_DevicePtr}
+                        : XLA_FFI_KernelArg{value, static_cast<int64_t>(size), XLA_FFI_KernelArgType_HostValue};
+  });
+  XLA_FFI_KernelArgs kernel_args{args, n};
+  JMF_RETURN_IF_ERROR(record.Take(api.update_launch(record.frame->record_ctx, command, &kernel_args),
+                                  "updating the launch command"));
+  if (last != nullptr) std::copy(buffers.ptrs, buffers.ptrs + buffers.count, last);
   return ffi::Error::Success();
 }
 

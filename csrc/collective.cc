@@ -1,6 +1,7 @@
 #include "collective.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -9,87 +10,10 @@
 #include <string>
 #include <utility>
 
+#include "runtime_kernels.h"
+
 namespace jmf {
 namespace {
-
-// The pre-launch device barrier: thread t signals rank t and waits for it.
-// Written in PTX so the runtime needs no compiler; the driver JITs it once
-// per context. A peer that never signals traps after `timeout` ns rather
-// than hanging the GPU (the host-side rendezvous normally catches it first).
-constexpr char kBarrierPtx[] = R"ptx(
-.version 7.0
-.target sm_70
-.address_size 64
-
-.visible .entry jmf_runtime_barrier(
-    .param .u64 areas_param,
-    .param .u32 rank_param,
-    .param .u32 peers_param,
-    .param .u64 timeout_param)
-{
-    .reg .pred %p<4>;
-    .reg .b32 %r<4>;
-    .reg .b64 %rd<17>;
-
-    ld.param.u64 %rd1, [areas_param];
-    ld.param.u32 %r1, [rank_param];
-    ld.param.u32 %r2, [peers_param];
-    ld.param.u64 %rd2, [timeout_param];
-    mov.u32 %r3, %tid.x;
-    mul.wide.u32 %rd3, %r1, 8;
-    add.s64 %rd4, %rd1, %rd3;
-    ld.global.u64 %rd5, [%rd4];
-    ld.volatile.global.u64 %rd6, [%rd5+512];
-    add.s64 %rd7, %rd6, 1;
-    setp.ge.u32 %p1, %r3, %r2;
-    @%p1 bra SYNC;
-    mul.wide.u32 %rd8, %r3, 8;
-    add.s64 %rd9, %rd1, %rd8;
-    ld.global.u64 %rd10, [%rd9];
-    add.s64 %rd11, %rd10, %rd3;
-    st.release.sys.global.u64 [%rd11], %rd7;
-    add.s64 %rd12, %rd5, %rd8;
-    mov.u64 %rd13, %globaltimer;
-WAIT:
-    ld.acquire.sys.global.u64 %rd14, [%rd12];
-    setp.ge.u64 %p2, %rd14, %rd7;
-    @%p2 bra SYNC;
-    nanosleep.u32 32;
-    mov.u64 %rd15, %globaltimer;
-    sub.s64 %rd16, %rd15, %rd13;
-    setp.lt.u64 %p3, %rd16, %rd2;
-    @%p3 bra WAIT;
-    trap;
-SYNC:
-    bar.sync 0;
-    setp.ne.u32 %p1, %r3, 0;
-    @%p1 bra DONE;
-    st.volatile.global.u64 [%rd5+512], %rd7;
-DONE:
-    ret;
-}
-)ptx";
-
-static_assert(kRuntimeGeneration * 8 == 512, "the PTX above reads the generation at byte 512");
-
-// The barrier kernel, loaded once per CUDA context and kept for the process.
-ffi::ErrorOr<CUfunction> BarrierFunction(const Driver& driver, CUcontext context) {
-  static std::mutex mutex;
-  static auto* loaded = new std::map<CUcontext, CUfunction>();
-  std::lock_guard<std::mutex> lock(mutex);
-  if (auto it = loaded->find(context); it != loaded->end()) return it->second;
-  ScopedContext scoped(driver, context);
-  CUmodule module = nullptr;
-  if (CUresult r = driver.cuModuleLoadDataEx(&module, kBarrierPtx, 0, nullptr, nullptr); r != CUDA_SUCCESS) {
-    return ffi::Error::Internal("loading the device barrier: " + CudaErrorText(driver, r));
-  }
-  CUfunction function = nullptr;
-  if (CUresult r = driver.cuModuleGetFunction(&function, module, "jmf_runtime_barrier"); r != CUDA_SUCCESS) {
-    return ffi::Error::Internal("loading the device barrier: " + CudaErrorText(driver, r));
-  }
-  (*loaded)[context] = function;
-  return function;
-}
 
 // Peer access is per ordered pair of contexts and lasts for the process.
 ffi::Error EnablePeerAccess(const Driver& driver, int32_t device, int32_t peer, const std::string& who) {
@@ -124,10 +48,18 @@ ffi::Error EnablePeerAccess(const Driver& driver, int32_t device, int32_t peer, 
   return ffi::Error::Success();
 }
 
+// JAX_MOSAIC_FFI_PEER_TIMEOUT_S, default 60 s. A value that is not a
+// positive finite number means the default; a huge one means a week, so the
+// conversion to milliseconds (and to nanoseconds for the barrier) never overflows.
 std::chrono::milliseconds PeerTimeout() {
+  constexpr double kDefault = 60.0, kMax = 7 * 24 * 3600.0;
   const char* value = std::getenv("JAX_MOSAIC_FFI_PEER_TIMEOUT_S");
-  double seconds = value ? std::atof(value) : 0.0;
-  if (!(seconds > 0)) seconds = 60.0;
+  double seconds = kDefault;
+  if (value != nullptr) {
+    char* end = nullptr;
+    const double parsed = std::strtod(value, &end);
+    if (end != value && parsed > 0 && std::isfinite(parsed)) seconds = std::min(parsed, kMax);
+  }
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
 
@@ -207,78 +139,24 @@ ffi::Error Rendezvous::Exchange(int64_t run_id, int rank, const uint64_t* mine, 
   return ffi::Error::Success();
 }
 
-ffi::ErrorOr<std::unique_ptr<CollectiveState>> CollectiveState::Create(const ffi::Dictionary& attrs,
-                                                                       const CallSite& site) {
-  const std::string& who = site.who();
+ffi::ErrorOr<std::unique_ptr<CollectiveState>> CollectiveState::Create(const CallSite& site) {
+  const LaunchSpec& spec = site.spec();
   std::unique_ptr<CollectiveState> state(new CollectiveState(site));
-  auto ids = attrs.get<std::string_view>("xla_replica_ids");
-  if (!ids.has_value() || ids->empty()) {
-    return ffi::Error::InvalidArgument(who + ": a collective kernel needs the xla_replica_ids attribute");
-  }
   state->clique_of_.fill(-1);
   state->rank_of_.fill(-1);
-  // "0,1,2,3" is one clique; cliques are separated by ';'.
-  Clique current;
-  std::string number;
-  auto finish_number = [&]() -> bool {
-    if (number.empty()) return false;
-    if (number.size() > 6) return false;
-    current.devices.push_back(std::stoi(number));
-    number.clear();
-    return true;
-  };
-  for (size_t i = 0; i <= ids->size(); ++i) {
-    const char c = i < ids->size() ? (*ids)[i] : ';';
-    if (c >= '0' && c <= '9') {
-      number += c;
-    } else if (c == ',' || c == ';') {
-      if (!finish_number()) {
-        return ffi::Error::InvalidArgument(who + ": xla_replica_ids '" + std::string(*ids) + "' is malformed");
-      }
-      if (c == ';') state->cliques_.push_back(std::move(current)), current = Clique();
-    } else if (c != ' ') {
-      return ffi::Error::InvalidArgument(who + ": xla_replica_ids '" + std::string(*ids) + "' is malformed");
-    }
-  }
-  for (size_t c = 0; c < state->cliques_.size(); ++c) {
-    Clique& clique = state->cliques_[c];
-    if (clique.devices.size() > static_cast<size_t>(kMaxPeers)) {
-      return ffi::Error::InvalidArgument(who + ": cliques of more than " + std::to_string(kMaxPeers) +
-                                         " devices are not supported");
-    }
+  // The contract bounds device ids below kMaxDevices, each in one clique, and
+  // cliques to kMaxPeers devices, so the rendezvous is small.
+  for (size_t c = 0; c < spec.cliques.size(); ++c) {
+    Clique clique;
+    clique.devices = spec.cliques[c];
     for (size_t r = 0; r < clique.devices.size(); ++r) {
-      int32_t d = clique.devices[r];
-      if (d < 0 || d >= kMaxDevices || state->clique_of_[d] != -1) {
-        return ffi::Error::InvalidArgument(who + ": device " + std::to_string(d) +
-                                           " is out of range or in two cliques of xla_replica_ids");
-      }
-      state->clique_of_[d] = static_cast<int>(c);
-      state->rank_of_[d] = static_cast<int>(r);
+      state->clique_of_[clique.devices[r]] = static_cast<int>(c);
+      state->rank_of_[clique.devices[r]] = static_cast<int>(r);
     }
-    clique.rendezvous = std::make_unique<Rendezvous>(static_cast<int>(clique.devices.size()), site.num_buffers() + 1);
+    clique.rendezvous = std::make_unique<Rendezvous>(static_cast<int>(clique.devices.size()), spec.num_buffers + 1);
+    state->cliques_.push_back(std::move(clique));
   }
-  const int num_buffers = site.num_buffers();
-  for (const char* name : {"symmetric_memory_parameters", "multimem_parameters"}) {
-    auto flags = attrs.get<std::string_view>(name);
-    if (!flags.has_value() || flags->empty()) continue;
-    int count = 0;
-    for (char c : *flags) {
-      if (c == '0' || c == '1') ++count;
-      else if (c != ',' && c != ' ') {
-        return ffi::Error::InvalidArgument(who + ": " + name + " must be 0/1 values, got '" + std::string(*flags) + "'");
-      }
-    }
-    if (count != num_buffers) {
-      return ffi::Error::InvalidArgument(who + ": " + name + " has " + std::to_string(count) +
-                                         " entries for " + std::to_string(num_buffers) + " buffers");
-    }
-    break;
-  }
-  if (attrs.contains("skip_device_barrier")) {
-    auto skip = attrs.get<bool>("skip_device_barrier");
-    if (!skip.has_value()) return ffi::Error::InvalidArgument(who + ": skip_device_barrier must be a bool");
-    state->skip_barrier_ = *skip;
-  }
+  state->skip_barrier_ = spec.skip_device_barrier;
   state->timeout_ = PeerTimeout();
   return state;
 }
@@ -294,7 +172,7 @@ CollectiveState::~CollectiveState() {
 }
 
 size_t CollectiveState::MetadataWords(int peers) const {
-  const size_t p = static_cast<size_t>(site_.num_buffers());
+  const size_t p = static_cast<size_t>(site_.spec().num_buffers);
   return kMetadataHeaderWords + p * peers + p + peers;
 }
 
@@ -314,7 +192,7 @@ ffi::Error CollectiveState::Prepare(int32_t device, CUcontext context) {
     if (peer == device) continue;
     if (ffi::Error e = EnablePeerAccess(driver, device, peer, who); e.failure()) return e;
   }
-  auto barrier = BarrierFunction(driver, context);
+  auto barrier = LoadRuntimeKernel(driver, context, RuntimeKernel::kBarrier);
   if (!barrier.has_value()) return ffi::Error::Internal(who + ": " + barrier.error().message());
   const int peers = static_cast<int>(clique.devices.size());
   const size_t bytes = kBarrierAreaBytes + MetadataWords(peers) * sizeof(uint64_t);
@@ -331,14 +209,15 @@ ffi::Error CollectiveState::Prepare(int32_t device, CUcontext context) {
   }
   res.context = context;
   res.area = area;
+  res.metadata_ptr = reinterpret_cast<void*>(area + kBarrierAreaBytes);
   res.barrier = *barrier;
-  const size_t p = static_cast<size_t>(site_.num_buffers());
+  const size_t p = static_cast<size_t>(site_.spec().num_buffers);
   res.barrier_args = BarrierArgs{
       area + kBarrierAreaBytes + (kMetadataHeaderWords + p * peers + p) * sizeof(uint64_t),
       static_cast<uint32_t>(rank_of_[device]), static_cast<uint32_t>(peers),
       static_cast<uint64_t>(timeout_.count()) * 1000000};
-  res.deposit.assign(site_.num_buffers() + 1, 0);
-  res.exchange.assign(static_cast<size_t>(peers) * (site_.num_buffers() + 1), 0);
+  res.deposit.assign(site_.spec().num_buffers + 1, 0);
+  res.exchange.assign(static_cast<size_t>(peers) * (site_.spec().num_buffers + 1), 0);
   res.metadata.assign(MetadataWords(peers), 0);
   res.copied.assign(MetadataWords(peers), ~uint64_t{0});
   res.ready = true;
@@ -346,14 +225,14 @@ ffi::Error CollectiveState::Prepare(int32_t device, CUcontext context) {
 }
 
 ffi::Error CollectiveState::Initialize(int32_t device, int64_t run_id, CUstream stream, const Buffers& buffers) {
-  DeviceResources& res = devices_[device];
-  if (!res.ready) {
+  if (device < 0 || device >= kMaxDevices || !devices_[device].ready) {
     return ffi::Error::Internal(site_.who() + ": initialize ran before prepare on device " + std::to_string(device));
   }
+  DeviceResources& res = devices_[device];
   const Clique& clique = cliques_[clique_of_[device]];
   const int rank = rank_of_[device];
   const int peers = static_cast<int>(clique.devices.size());
-  const int p = site_.num_buffers();
+  const int p = site_.spec().num_buffers;
   for (int i = 0; i < p; ++i) res.deposit[i] = reinterpret_cast<uintptr_t>(buffers.ptrs[i]);
   res.deposit[p] = res.area;
   if (peers > 1) {
@@ -391,6 +270,9 @@ ffi::Error CollectiveState::Initialize(int32_t device, int64_t run_id, CUstream 
 
 ffi::Error CollectiveState::LaunchBarrier(int32_t device, CUstream stream) {
   if (skip_barrier_) return ffi::Error::Success();
+  if (device < 0 || device >= kMaxDevices || !devices_[device].ready) [[unlikely]] {
+    return ffi::Error::Internal(site_.who() + ": execute ran before prepare on device " + std::to_string(device));
+  }
   DeviceResources& res = devices_[device];
   void* params[] = {&res.barrier_args.areas, &res.barrier_args.rank, &res.barrier_args.peers,
                     &res.barrier_args.timeout_ns};
@@ -417,8 +299,9 @@ ffi::Error CollectiveState::RecordBarrier(const RecordFrame& record, int32_t dev
   XLA_FFI_KernelArgs kernel_args{args, 4};
   XLA_FFI_LaunchDims dims{{1, 1, 1}, {kMaxPeers, 1, 1}, {0, 0, 0}};
   const XLA_FFI_Command* command = nullptr;
-  if (ffi::Error e = record.Take(record.frame->api->create_launch(record.frame->record_ctx, "jmf_runtime_barrier",
-                                                                  kBarrierPtx, sizeof(kBarrierPtx),
+  const RuntimeKernelSource barrier = Source(RuntimeKernel::kBarrier);
+  if (ffi::Error e = record.Take(record.frame->api->create_launch(record.frame->record_ctx, barrier.symbol,
+                                                                  barrier.ptx, static_cast<int64_t>(barrier.size),
                                                                   XLA_FFI_SourceFormat_PTX, dims, 0, 0, &kernel_args,
                                                                   nullptr, 0, &command),
                                  "recording the device barrier");

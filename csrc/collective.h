@@ -34,10 +34,8 @@
 
 namespace jmf {
 
-inline constexpr int kMaxPeers = 64;
-// A barrier area's runtime generation word (the barrier PTX reads it at
-// byte 512); the kernel-side words are collective.cuh's (kKernelRow...).
-inline constexpr int kRuntimeGeneration = 64;
+// A barrier area: kernel-side words (collective.cuh's kKernelRow...), then
+// the runtime generation word at kRuntimeGeneration (runtime_kernels.h).
 inline constexpr size_t kBarrierAreaBytes = 2048;
 inline constexpr size_t kMetadataHeaderWords = 4;
 
@@ -70,8 +68,7 @@ class Rendezvous {
 
 class CollectiveState {
  public:
-  static ffi::ErrorOr<std::unique_ptr<CollectiveState>> Create(const ffi::Dictionary& attrs,
-                                                               const CallSite& site);
+  static ffi::ErrorOr<std::unique_ptr<CollectiveState>> Create(const CallSite& site);
   ~CollectiveState();
 
   // Allocates this device's area and enables peer access. O(1) once done.
@@ -83,9 +80,8 @@ class CollectiveState {
   ffi::Error RecordBarrier(const RecordFrame& record, int32_t device, const XLA_FFI_Command** dependency);
   int barrier_commands() const { return skip_barrier_ ? 0 : 1; }
 
-  void* metadata(int32_t device) const {
-    return reinterpret_cast<void*>(devices_[device].area + kBarrierAreaBytes);
-  }
+  // Where this device's metadata pointer is kept: the launch passes it on.
+  void* const* metadata_slot(int32_t device) const { return &devices_[device].metadata_ptr; }
 
  private:
   CollectiveState(const CallSite& site) : site_(site) {}
@@ -106,6 +102,7 @@ class CollectiveState {
     BarrierArgs barrier_args;
     CUcontext context = nullptr;
     CUdeviceptr area = 0;
+    void* metadata_ptr = nullptr;  // area + kBarrierAreaBytes
     CUfunction barrier = nullptr;
     std::vector<uint64_t> deposit;   // my buffer addresses, then my area
     std::vector<uint64_t> exchange;  // everyone's deposits

@@ -44,7 +44,9 @@ namespace jmf {
   X(cuMemsetD8Async)                    \
   X(cuMemcpyHtoD)                       \
   X(cuMemcpyHtoDAsync)                  \
-  X(cuMemGetInfo)
+  X(cuMemGetInfo)                       \
+  X(cuStreamSynchronize)                \
+  X(cuStreamIsCapturing)
 
 struct Driver {
 #define JMF_DECLARE_DRIVER_FIELD(name) decltype(&::name) name = nullptr;

@@ -9,6 +9,7 @@
 #include "collective.h"
 #include "cuda.h"
 #include "record.h"
+#include "status.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jmf {
@@ -57,39 +58,37 @@ CUcontext CurrentContext(const CallSite& site) {
 ffi::Error Execute(CUstream stream, int32_t device, CallSite* site, ffi::RemainingArgs args,
                    ffi::RemainingRets rets) {
   Buffers buffers;
-  if (ffi::Error e = site->GatherBuffers(args, rets, &buffers); e.failure()) [[unlikely]] return e;
+  JMF_RETURN_IF_ERROR(site->GatherBuffers(args, rets, &buffers));
   return site->Launch(stream, device, buffers);
-}
-
-ffi::Error Prepare(int32_t device, CallSite* site) {
-  return site->Prepare(device, CurrentContext(*site));
 }
 
 ffi::Error Record(RecordFrame record, int32_t device, CallSite* site, ffi::RemainingArgs args,
                   ffi::RemainingRets rets) {
   Buffers buffers;
-  if (ffi::Error e = site->GatherBuffers(args, rets, &buffers); e.failure()) [[unlikely]] return e;
+  JMF_RETURN_IF_ERROR(site->GatherBuffers(args, rets, &buffers));
   return site->Record(record, device, buffers);
 }
 
+// The collective stages run only after the device ordinal passed Prepare's
+// range check: XLA runs prepare before initialize and execute.
 ffi::Error CollectivePrepare(int32_t device, CallSite* site) {
   CUcontext context = CurrentContext(*site);
-  if (ffi::Error e = site->Prepare(device, context); e.failure()) return e;
+  JMF_RETURN_IF_ERROR(site->Prepare(device, context));
   return site->collective()->Prepare(device, context);
 }
 
 ffi::Error CollectiveInitialize(CUstream stream, ffi::RunId run_id, int32_t device, CallSite* site,
                                 ffi::RemainingArgs args, ffi::RemainingRets rets) {
   Buffers buffers;
-  if (ffi::Error e = site->GatherBuffers(args, rets, &buffers); e.failure()) return e;
+  JMF_RETURN_IF_ERROR(site->GatherBuffers(args, rets, &buffers));
   return site->collective()->Initialize(device, run_id.run_id, stream, buffers);
 }
 
 ffi::Error CollectiveExecute(CUstream stream, int32_t device, CallSite* site, ffi::RemainingArgs args,
                              ffi::RemainingRets rets) {
   Buffers buffers;
-  if (ffi::Error e = site->GatherBuffers(args, rets, &buffers); e.failure()) [[unlikely]] return e;
-  if (ffi::Error e = site->collective()->LaunchBarrier(device, stream); e.failure()) return e;
+  JMF_RETURN_IF_ERROR(site->GatherBuffers(args, rets, &buffers));
+  JMF_RETURN_IF_ERROR(site->collective()->LaunchBarrier(device, stream));
   return site->Launch(stream, device, buffers);
 }
 
@@ -107,8 +106,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_execute, Execute,
                                   .RemainingArgs()
                                   .RemainingRets(),
                               {ffi::Traits::kCmdBufferCompatible});
-XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_prepare, Prepare,
-                              ffi::Ffi::BindPrepare().Ctx<ffi::DeviceOrdinal>().Ctx<SiteState>());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_record, Record,
                               ffi::Ffi::BindRecord()
                                   .Ctx<ffi::Extension<RecordExtension>>()
@@ -139,7 +136,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_collective_execute, CollectiveExecute,
 std::vector<TargetBundle> Targets() {
   return {
       {kLaunchTarget, {jmf_instantiate_plain, nullptr, nullptr, jmf_execute, jmf_record}},
-      {kStagedLaunchTarget, {jmf_instantiate_plain, jmf_prepare, nullptr, jmf_execute, jmf_record}},
       {kCollectiveTarget,
        {jmf_instantiate_collective, jmf_collective_prepare, jmf_collective_initialize, jmf_collective_execute, jmf_record}},
   };

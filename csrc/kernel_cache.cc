@@ -10,7 +10,7 @@ namespace {
 
 struct KernelCache {
   std::mutex mutex;
-  std::map<KernelHash, std::shared_ptr<const CompiledKernel>> kernels;
+  std::map<KernelHash, std::shared_ptr<const ParsedKernel>> kernels;
 };
 
 KernelCache& GetKernelCache() {
@@ -20,16 +20,12 @@ KernelCache& GetKernelCache() {
 
 struct LoadedModuleCache {
   std::mutex mutex;
-  std::map<std::pair<const CompiledKernel*, CUcontext>, std::weak_ptr<LoadedModule>> modules;
+  std::map<std::pair<const ParsedKernel*, CUcontext>, std::weak_ptr<LoadedModule>> modules;
 };
 
 LoadedModuleCache& GetLoadedModuleCache() {
   static auto* cache = new LoadedModuleCache();
   return *cache;
-}
-
-std::string Arch(const Image& image) {
-  return std::to_string(image.arch) + (image.suffix == 1 ? "a" : image.suffix == 2 ? "f" : "");
 }
 
 }  // namespace
@@ -39,23 +35,23 @@ CacheStats& GetCacheStats() {
   return *stats;
 }
 
-ffi::ErrorOr<std::shared_ptr<const CompiledKernel>> GetOrBuildKernel(const KernelHash& hash,
+ffi::ErrorOr<std::shared_ptr<const ParsedKernel>> GetOrParseKernel(const KernelHash& hash,
                                                                      std::string_view module_bytes) {
   KernelCache& cache = GetKernelCache();
   {
     std::lock_guard<std::mutex> lock(cache.mutex);
     if (auto it = cache.kernels.find(hash); it != cache.kernels.end()) {
-      GetCacheStats().kernel_hits++;
+      GetCacheStats().parse_cache_hits++;
       return it->second;
     }
   }
-  auto kernel = std::make_shared<CompiledKernel>();
+  auto kernel = std::make_shared<ParsedKernel>();
   kernel->hash = hash;
   std::string error;
   if (!ParseModule(module_bytes, &kernel->module, &error)) {
     return ffi::Error::InvalidArgument(error);
   }
-  GetCacheStats().kernel_builds++;
+  GetCacheStats().module_parses++;
   std::lock_guard<std::mutex> lock(cache.mutex);
   auto [it, inserted] = cache.kernels.try_emplace(hash, std::move(kernel));
   return it->second;
@@ -100,7 +96,7 @@ const Image* SelectImage(const ParsedModule& module, int arch) {
 }
 
 ffi::ErrorOr<std::shared_ptr<LoadedModule>> LoadedModule::GetOrLoad(
-    const Driver& driver, std::shared_ptr<const CompiledKernel> kernel, CUcontext context) {
+    const Driver& driver, std::shared_ptr<const ParsedKernel> kernel, CUcontext context) {
   LoadedModuleCache& cache = GetLoadedModuleCache();
   std::lock_guard<std::mutex> lock(cache.mutex);
   auto key = std::make_pair(kernel.get(), context);
@@ -136,7 +132,7 @@ ffi::ErrorOr<std::shared_ptr<LoadedModule>> LoadedModule::GetOrLoad(
   if (r != CUDA_SUCCESS) {
     std::string message = "the driver could not load the " +
                           std::string(loaded->image_->kind == ImageKind::kPtx ? "PTX (compute_" : "cubin (sm_") +
-                          Arch(*loaded->image_) + ") on sm_" + std::to_string(arch) + ": " +
+                          ArchName(*loaded->image_) + ") on sm_" + std::to_string(arch) + ": " +
                           CudaErrorText(driver, r);
     if (error_log[0] != '\0') message += "\nJIT log:\n" + std::string(error_log);
     if (r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION) {

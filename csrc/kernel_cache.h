@@ -1,6 +1,6 @@
 // The two caches of the runtime.
 //
-// * Compiled kernels, process-wide, keyed by the 32-byte kernel hash: the
+// * Parsed kernels, process-wide, keyed by the 32-byte kernel hash: the
 //   parsed module, shared by every call site and executable that uses it.
 // * Loaded modules, keyed by (compiled kernel, CUDA context): a CUmodule is
 //   loaded once per device and shared by all executables, and unloaded when
@@ -27,14 +27,14 @@ namespace ffi = xla::ffi;
 
 using KernelHash = std::array<uint8_t, 32>;
 
-struct CompiledKernel {
+struct ParsedKernel {
   KernelHash hash;
   ParsedModule module;
 };
 
 struct CacheStats {
-  std::atomic<int64_t> kernel_builds{0};  // instantiate found no cached kernel
-  std::atomic<int64_t> kernel_hits{0};
+  std::atomic<int64_t> module_parses{0};     // instantiate found no parsed kernel and parsed the module
+  std::atomic<int64_t> parse_cache_hits{0};  // instantiate found it parsed already
   std::atomic<int64_t> module_loads{0};   // cuModuleLoadData calls
   std::atomic<int64_t> loaded_modules{0}; // CUmodules alive now
   std::atomic<int64_t> records_created{0}; // launch commands made by the record stage
@@ -43,10 +43,10 @@ struct CacheStats {
 };
 CacheStats& GetCacheStats();
 
-// The compiled kernel for `hash`, parsed from `module_bytes` on a miss. The
+// The parsed kernel for `hash`, parsed from `module_bytes` on a miss. The
 // parse runs outside the lock; when call sites race, the first result wins
 // and all of them share it.
-ffi::ErrorOr<std::shared_ptr<const CompiledKernel>> GetOrBuildKernel(const KernelHash& hash,
+ffi::ErrorOr<std::shared_ptr<const ParsedKernel>> GetOrParseKernel(const KernelHash& hash,
                                                                      std::string_view module_bytes);
 void ClearKernelCache();
 int64_t KernelCacheSize();
@@ -56,7 +56,7 @@ class LoadedModule {
  public:
   // Loads `kernel` into `context` (the one its launches will use).
   static ffi::ErrorOr<std::shared_ptr<LoadedModule>> GetOrLoad(
-      const Driver& driver, std::shared_ptr<const CompiledKernel> kernel, CUcontext context);
+      const Driver& driver, std::shared_ptr<const ParsedKernel> kernel, CUcontext context);
 
   ~LoadedModule();
   LoadedModule(const LoadedModule&) = delete;
@@ -77,11 +77,11 @@ class LoadedModule {
   ffi::Error Configure(int dynamic_smem_bytes, bool non_portable_cluster, const std::string& who);
 
  private:
-  LoadedModule(const Driver& driver, std::shared_ptr<const CompiledKernel> kernel)
+  LoadedModule(const Driver& driver, std::shared_ptr<const ParsedKernel> kernel)
       : driver_(driver), kernel_(std::move(kernel)) {}
 
   const Driver& driver_;
-  std::shared_ptr<const CompiledKernel> kernel_;
+  std::shared_ptr<const ParsedKernel> kernel_;
   CUcontext context_ = nullptr;
   CUdevice device_ = 0;
   CUmodule module_ = nullptr;

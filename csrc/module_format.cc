@@ -1,6 +1,7 @@
 #include "module_format.h"
 
 #include <cstring>
+#include <iterator>
 #include <string>
 
 namespace jmf {
@@ -88,12 +89,23 @@ bool ParseModule(std::string_view bytes, ParsedModule* module, std::string* erro
     if (kind != static_cast<uint32_t>(ImageKind::kCubin) && kind != static_cast<uint32_t>(ImageKind::kPtx)) {
       return Fail(error, "image " + std::to_string(i) + " has unknown kind " + std::to_string(kind));
     }
-    if (suffix > 2 || reserved != 0 || arch == 0 || arch > 10000) {
-      return Fail(error, "image " + std::to_string(i) + " has a bad arch field");
+    if (suffix >= std::size(kArchSuffixes) || arch < kMinArch || arch > kMaxArch) {
+      return Fail(error, "image " + std::to_string(i) + " has arch " + std::to_string(arch) + " suffix " +
+                             std::to_string(suffix) + "; archs are " + std::to_string(kMinArch) + ".." +
+                             std::to_string(kMaxArch) + " with a suffix below " +
+                             std::to_string(std::size(kArchSuffixes)));
     }
+    if (reserved != 0) return Fail(error, "image " + std::to_string(i) + " has a nonzero reserved field");
     if (size == 0 || !reader.Bytes(size, &data)) {
       return Fail(error, "image " + std::to_string(i) + " declares " + std::to_string(size) +
                              " bytes but the module has " + std::to_string(reader.remaining()) + " left");
+    }
+    // The driver reads a cubin as an ELF file and PTX as a C string.
+    if (kind == static_cast<uint32_t>(ImageKind::kCubin) && data.substr(0, 4) != std::string_view("\x7f" "ELF", 4)) {
+      return Fail(error, "image " + std::to_string(i) + " is declared a cubin but is not an ELF file");
+    }
+    if (kind == static_cast<uint32_t>(ImageKind::kPtx) && data.find('\0') != std::string_view::npos) {
+      return Fail(error, "image " + std::to_string(i) + " is PTX text with a NUL byte inside");
     }
     module->images.push_back(Image{static_cast<ImageKind>(kind), arch, suffix, std::string(data)});
   }
@@ -103,13 +115,14 @@ bool ParseModule(std::string_view bytes, ParsedModule* module, std::string* erro
   return true;
 }
 
+std::string ArchName(const Image& image) { return std::to_string(image.arch) + kArchSuffixes[image.suffix]; }
+
 std::string DescribeImages(const ParsedModule& module) {
   std::string out;
   for (const Image& image : module.images) {
     if (!out.empty()) out += ", ";
-    const char* suffix = image.suffix == 1 ? "a" : image.suffix == 2 ? "f" : "";
     out += image.kind == ImageKind::kCubin ? "cubin:sm_" : "ptx:compute_";
-    out += std::to_string(image.arch) + suffix;
+    out += ArchName(image);
   }
   return out;
 }

@@ -15,13 +15,18 @@ namespace jmf {
 inline constexpr uint32_t kModuleFormatVersion = 1;
 inline constexpr uint32_t kMaxSymbolLength = 4096;
 inline constexpr uint32_t kMaxImages = 64;
+// Compute capability as major * 10 + minor: sm_10 .. sm_999.
+inline constexpr uint32_t kMinArch = 10;
+inline constexpr uint32_t kMaxArch = 999;
+// arch_suffix values: index 0 none, 1 'a' (arch-specific), 2 'f' (family).
+inline constexpr const char* kArchSuffixes[] = {"", "a", "f"};
 
 enum class ImageKind : uint32_t { kCubin = 1, kPtx = 2 };
 
 struct Image {
   ImageKind kind;
   uint32_t arch;    // compute capability, major * 10 + minor
-  uint32_t suffix;  // 0 none, 1 'a' (arch-specific), 2 'f' (family)
+  uint32_t suffix;  // index into kArchSuffixes
   std::string data;  // std::string keeps PTX NUL-terminated for the driver
 };
 
@@ -35,6 +40,9 @@ bool ParseModule(std::string_view bytes, ParsedModule* module, std::string* erro
 
 // "cubin:sm_90, ptx:compute_90"
 std::string DescribeImages(const ParsedModule& module);
+
+// "90a"
+std::string ArchName(const Image& image);
 
 }  // namespace jmf
 

@@ -1,27 +1,30 @@
 // jax_mosaic_ffi._core: what Python needs from the C++ runtime.
 //
-// Handler capsules for jax.ffi registration, the state type, cache statistics
-// and a few inspection hooks. Importing it touches no GPU.
+// Handler capsules for jax.ffi registration, the state type, cache
+// statistics, and the contract itself: its limits, the launch validator and
+// the module parser, so that trace-time checks and the disk cache use the
+// very code XLA's instantiate stage runs. Importing it touches no GPU.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <chrono>
+#include <cstdint>
+#include <iterator>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "call_site.h"
 #include "collective.h"
+#include "contract.h"
 #include "handlers.h"
 #include "kernel_cache.h"
 #include "module_format.h"
 
 namespace nb = nanobind;
-
-extern "C" XLA_FFI_Error* jmf_baseline_ffi_execute(XLA_FFI_CallFrame* call_frame);
-extern "C" XLA_FFI_Error* jmf_empty_ffi_execute(XLA_FFI_CallFrame* call_frame);
 
 namespace jmf {
 namespace {
@@ -45,8 +48,135 @@ nb::dict HandlerCapsules(const std::string& name, bool with_record) {
   throw nb::value_error(("unknown target " + name).c_str());
 }
 
+// The attributes a lowering is about to emit, as a Python dict of bool, int,
+// bytes/str and lists of ints, for DecodeLaunchAttributes. Types are checked
+// as strictly as XLA's own decoding does.
+class PythonSource {
+ public:
+  explicit PythonSource(nb::dict attrs) : attrs_(attrs) {}
+
+  Lookup Bool(const char* name, bool* out) {
+    nb::handle value;
+    if (!Find(name, &value)) return Lookup::kMissing;
+    if (!nb::isinstance<nb::bool_>(value)) return Lookup::kWrongType;
+    *out = nb::cast<bool>(value);
+    return Lookup::kFound;
+  }
+  Lookup Int(const char* name, int64_t* out) {
+    nb::handle value;
+    if (!Find(name, &value)) return Lookup::kMissing;
+    return ToInt(value, out) ? Lookup::kFound : Lookup::kWrongType;
+  }
+  Lookup Ints(const char* name, std::vector<int64_t>* out) {
+    nb::handle value;
+    if (!Find(name, &value)) return Lookup::kMissing;
+    if (!nb::isinstance<nb::list>(value) && !nb::isinstance<nb::tuple>(value)) return Lookup::kWrongType;
+    out->clear();
+    for (nb::handle item : value) {
+      int64_t v;
+      if (!ToInt(item, &v) || out->size() > 1 << 20) return Lookup::kWrongType;
+      out->push_back(v);
+    }
+    return Lookup::kFound;
+  }
+  Lookup Bytes(const char* name, std::string* out, size_t limit) {
+    nb::handle value;
+    if (!Find(name, &value)) return Lookup::kMissing;
+    if (nb::isinstance<nb::bytes>(value)) {
+      nb::bytes b = nb::borrow<nb::bytes>(value);
+      if (b.size() > limit) return Lookup::kWrongType;
+      out->assign(b.c_str(), b.size());
+    } else if (nb::isinstance<nb::str>(value)) {
+      std::string s = nb::cast<std::string>(value);
+      if (s.size() > limit) return Lookup::kWrongType;
+      *out = std::move(s);
+    } else {
+      return Lookup::kWrongType;
+    }
+    return Lookup::kFound;
+  }
+
+ private:
+  bool Find(const char* name, nb::handle* value) {
+    if (!attrs_.contains(name)) return false;
+    *value = attrs_[name];
+    return !value->is_none();
+  }
+  // A Python int (not a bool), saturated to int64: the validator bounds it.
+  static bool ToInt(nb::handle value, int64_t* out) {
+    if (nb::isinstance<nb::bool_>(value) || !nb::isinstance<nb::int_>(value)) return false;
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
+    if (overflow != 0) v = overflow > 0 ? std::numeric_limits<long long>::max() : std::numeric_limits<long long>::min();
+    *out = v;
+    return true;
+  }
+
+  nb::dict attrs_;
+};
+
+// The contract's checks of one launch, as XLA's instantiate stage runs them.
+nb::dict ValidateLaunchForPython(nb::dict attrs, bool collective) {
+  LaunchAttributes decoded;
+  LaunchSpec spec;
+  std::string error;
+  PythonSource source(attrs);
+  if (!DecodeLaunchAttributes(source, &decoded, &error) || !ValidateLaunch(decoded, collective, &spec, &error)) {
+    throw nb::value_error(error.c_str());
+  }
+  nb::dict result;
+  result["param_sizes"] = spec.param_sizes;
+  result["num_buffers"] = spec.num_buffers;
+  return result;
+}
+
+nb::tuple ParseModuleForPython(nb::bytes data) {
+  ParsedModule module;
+  std::string error;
+  bool ok;
+  {
+    nb::gil_scoped_release release;
+    ok = ParseModule(std::string_view(data.c_str(), data.size()), &module, &error);
+  }
+  if (!ok) throw nb::value_error(error.c_str());
+  nb::list images;
+  for (const Image& image : module.images) {
+    images.append(nb::make_tuple(static_cast<int>(image.kind), image.arch, image.suffix,
+                                 nb::bytes(image.data.data(), image.data.size())));
+  }
+  return nb::make_tuple(module.symbol, images);
+}
+
+nb::dict Limits() {
+  nb::dict d;
+  d["max_params"] = kMaxParams;
+  d["max_buffers"] = kMaxBuffers;
+  d["max_devices"] = kMaxDevices;
+  d["max_peers"] = kMaxPeers;
+  d["max_threads_per_block"] = kMaxThreadsPerBlock;
+  d["max_grid"] = nb::make_tuple(kMaxGrid[0], kMaxGrid[1], kMaxGrid[2]);
+  d["max_block"] = nb::make_tuple(kMaxBlock[0], kMaxBlock[1], kMaxBlock[2]);
+  d["max_cluster_blocks"] = kMaxClusterBlocks;
+  d["max_smem_bytes"] = kMaxSmemBytes;
+  d["max_scalar_bytes"] = kMaxScalarBytes;
+  d["buffer_alignment"] = kBufferAlignment;
+  d["kernel_hash_bytes"] = kKernelHashBytes;
+  d["module_format_version"] = kModuleFormatVersion;
+  d["max_symbol_length"] = kMaxSymbolLength;
+  d["max_images"] = kMaxImages;
+  d["min_arch"] = kMinArch;
+  d["max_arch"] = kMaxArch;
+  nb::list suffixes;
+  for (const char* suffix : kArchSuffixes) suffixes.append(suffix);
+  d["arch_suffixes"] = nb::tuple(suffixes);
+  return d;
+}
+
 // Threads stand in for devices: `arriving` of `participants` ranks show up.
 std::vector<std::string> RendezvousProbe(int participants, int arriving, double timeout_s) {
+  if (participants < 1 || participants > kMaxPeers || arriving < 0 || arriving > participants) {
+    throw nb::value_error("0 <= arriving <= participants <= kMaxPeers");
+  }
   Rendezvous rendezvous(participants, 1);
   std::vector<std::string> results(arriving);
   std::vector<std::thread> threads;
@@ -71,12 +201,43 @@ std::vector<std::string> RendezvousProbe(int participants, int arriving, double 
   return results;
 }
 
+nb::list VisibleGpus() {
+  nb::list gpus;
+  const Driver* driver = GetDriver(nullptr);
+  int count = 0;
+  if (driver == nullptr || driver->cuDeviceGetCount(&count) != CUDA_SUCCESS) return gpus;
+  for (int ordinal = 0; ordinal < count; ++ordinal) {
+    CUdevice device;
+    if (driver->cuDeviceGet(&device, ordinal) != CUDA_SUCCESS) continue;
+    char name[256] = {0};
+    driver->cuDeviceGetName(name, sizeof(name) - 1, device);
+    auto attr = [&](CUdevice_attribute which) {
+      int value = 0;
+      driver->cuDeviceGetAttribute(&value, which, device);
+      return value;
+    };
+    nb::dict gpu;
+    gpu["ordinal"] = ordinal;
+    gpu["name"] = std::string(name);
+    gpu["arch"] = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) * 10 +
+                  attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+    gpu["max_shared_memory_per_block_optin"] = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+    gpu["max_threads_per_block"] = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+    gpu["max_grid"] = std::make_tuple(attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X), attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y),
+                                      attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z));
+    gpu["max_block"] = std::make_tuple(attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X), attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y),
+                                       attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z));
+    gpus.append(gpu);
+  }
+  return gpus;
+}
+
 }  // namespace
 }  // namespace jmf
 
 NB_MODULE(_core, m) {
   using namespace jmf;
-  m.doc() = "C++ runtime of jax_mosaic_ffi: XLA FFI handlers and their caches.";
+  m.doc() = "C++ runtime of jax_mosaic_ffi: XLA FFI handlers, their caches, and the custom-call contract.";
 
   m.def("target_names", [] {
     std::vector<std::string> names;
@@ -87,10 +248,6 @@ NB_MODULE(_core, m) {
         "Capsules of one target's stage handlers, for jax.ffi.register_ffi_target.");
   m.def("bootstrap_handler", [] { return Capsule(reinterpret_cast<void*>(BootstrapHandler())); });
   m.attr("BOOTSTRAP_TARGET") = kBootstrapTarget;
-  m.def("baseline_ffi_handler", [] { return Capsule(reinterpret_cast<void*>(jmf_baseline_ffi_execute)); },
-        "A plain hand-made FFI launch handler: the benchmarks' baseline.");
-  m.def("empty_ffi_handler", [] { return Capsule(reinterpret_cast<void*>(jmf_empty_ffi_execute)); },
-        "An FFI handler that does nothing: XLA's own cost of a custom call.");
   m.def("state_type", [] {
     nb::dict d;
     d["type_id"] = Capsule(&CallSite::id);
@@ -104,8 +261,8 @@ NB_MODULE(_core, m) {
   m.def("cache_stats", [] {
     CacheStats& s = GetCacheStats();
     nb::dict d;
-    d["kernel_builds"] = s.kernel_builds.load();
-    d["kernel_hits"] = s.kernel_hits.load();
+    d["module_parses"] = s.module_parses.load();
+    d["parse_cache_hits"] = s.parse_cache_hits.load();
     d["cached_kernels"] = KernelCacheSize();
     d["module_loads"] = s.module_loads.load();
     d["loaded_modules"] = s.loaded_modules.load();
@@ -115,50 +272,19 @@ NB_MODULE(_core, m) {
     return d;
   });
   m.def("clear_kernel_cache", &ClearKernelCache);
-  m.def("inspect_module", [](nb::bytes data) {
-    ParsedModule module;
-    std::string error;
-    if (!ParseModule(std::string_view(data.c_str(), data.size()), &module, &error)) throw nb::value_error(error.c_str());
-    std::vector<std::tuple<int, int, int, nb::bytes>> images;
-    for (const Image& image : module.images) {
-      images.emplace_back(static_cast<int>(image.kind), image.arch, image.suffix,
-                          nb::bytes(image.data.data(), image.data.size()));
-    }
-    return std::make_tuple(module.symbol, images);
-  }, "Parses a serialized module with the runtime's own parser.");
-  m.def("rendezvous_probe", &RendezvousProbe, nb::arg("participants"), nb::arg("arriving"),
-        nb::arg("timeout_s"), "Runs the collective rendezvous with threads as ranks.");
-  m.def("visible_gpus", [] {
-    nb::list gpus;
-    const Driver* driver = GetDriver(nullptr);
-    int count = 0;
-    if (driver == nullptr || driver->cuDeviceGetCount(&count) != CUDA_SUCCESS) return gpus;
-    for (int ordinal = 0; ordinal < count; ++ordinal) {
-      CUdevice device;
-      if (driver->cuDeviceGet(&device, ordinal) != CUDA_SUCCESS) continue;
-      char name[256] = {0};
-      driver->cuDeviceGetName(name, sizeof(name) - 1, device);
-      auto attr = [&](CUdevice_attribute which) {
-        int value = 0;
-        driver->cuDeviceGetAttribute(&value, which, device);
-        return value;
-      };
-      nb::dict gpu;
-      gpu["ordinal"] = ordinal;
-      gpu["name"] = std::string(name);
-      gpu["arch"] = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) * 10 +
-                    attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
-      gpu["max_shared_memory_per_block_optin"] = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
-      gpu["max_threads_per_block"] = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
-      gpu["max_grid"] = std::make_tuple(attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X), attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y),
-                                        attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z));
-      gpu["max_block"] = std::make_tuple(attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X),
-                                         attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y),
-                                         attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z));
-      gpus.append(gpu);
-    }
-    return gpus;
-  }, "The visible GPUs and their launch limits; empty without a driver.");
+
+  m.attr("LIMITS") = Limits();
+  m.def("validate_launch", &ValidateLaunchForPython, nb::arg("attributes"), nb::arg("collective"),
+        "Checks a launch's contract attributes as XLA's instantiate stage does; raises ValueError naming the "
+        "attribute. Returns the parameter sizes the kernel must take and the buffer count.");
+  m.def("parse_module", &ParseModuleForPython, nb::arg("data"),
+        "Parses a serialized kernel module with the runtime's parser: (symbol, [(kind, arch, suffix, data)]).");
+  m.def("visible_gpus", &VisibleGpus, "The visible GPUs and their launch limits; empty without a driver.");
+
+  nb::module_ testing = m.def_submodule("_testing", "Hooks for the test suite only; not API.");
+  testing.def("rendezvous_probe", &RendezvousProbe, nb::arg("participants"), nb::arg("arriving"),
+              nb::arg("timeout_s"), "Runs the collective rendezvous with threads as ranks.");
+
   nb::dict built;
   built["jaxlib"] = JMF_JAXLIB_VERSION;
   built["ffi_api"] = std::to_string(XLA_FFI_API_MAJOR) + "." + std::to_string(XLA_FFI_API_MINOR);

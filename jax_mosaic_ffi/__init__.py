@@ -23,15 +23,17 @@ from jax_mosaic_ffi import disk_cache as _disk_cache
 from jax_mosaic_ffi import registration as _registration
 from jax_mosaic_ffi.collective import Collective
 from jax_mosaic_ffi.compiler import CompileError
+from jax_mosaic_ffi import lowering as _lowering  # noqa: F401  (registers the CUDA lowering)
 from jax_mosaic_ffi.kernel import Kernel, cubin_kernel, cuda_kernel, ptx_kernel
-from jax_mosaic_ffi.primitive import LaunchError, mosaic_kernel, mosaic_kernel_p
+from jax_mosaic_ffi.launch_spec import LaunchError, cdiv
+from jax_mosaic_ffi.primitive import mosaic_kernel, mosaic_kernel_p
 
 __version__ = "0.1.0"
 
 register = _registration.register
 
 __all__ = [
-    "Collective", "CompileError", "Kernel", "KernelCacheStats", "LaunchError",
+    "Collective", "CompileError", "Kernel", "KernelCacheStats", "LaunchError", "cdiv",
     "clear_kernel_cache", "cubin_kernel", "cuda_kernel", "export_disabled_checks",
     "kernel_cache_stats", "mosaic_kernel", "ptx_kernel", "register",
 ]
@@ -41,10 +43,12 @@ __all__ = [
 class KernelCacheStats:
   """What the caches did so far in this process.
 
-  nvrtc_compiles: NVRTC invocations. memory_hits / disk_hits: compiles served
-  by the in-memory or on-disk cache. kernel_builds / kernel_hits: instantiate
-  stages that parsed a new module or found it in the runtime's cache.
-  cached_kernels: modules in that cache now. module_loads: cuModuleLoadData
+  nvrtc_compiles: NVRTC invocations (one per target arch). memory_hits /
+  disk_hits: compiles served by the in-memory or on-disk cache.
+  module_parses / parse_cache_hits: instantiate stages that parsed a module
+  or found it parsed in the runtime's cache (``kernel_builds`` and
+  ``kernel_hits`` are their old, deprecated names). cached_kernels: parsed
+  modules in that cache now. module_loads: cuModuleLoadData
   calls. loaded_modules: CUmodules alive now, across all devices.
   records_created: kernel launches recorded as CUDA-graph nodes by the record
   stage (command buffers). instantiations / instantiate_seconds: instantiate
@@ -54,14 +58,24 @@ class KernelCacheStats:
   nvrtc_compiles: int
   memory_hits: int
   disk_hits: int
-  kernel_builds: int
-  kernel_hits: int
+  module_parses: int
+  parse_cache_hits: int
   cached_kernels: int
   module_loads: int
   loaded_modules: int
   records_created: int
   instantiations: int
   instantiate_seconds: float
+
+  @property
+  def kernel_builds(self) -> int:
+    """Deprecated name of `module_parses`."""
+    return self.module_parses
+
+  @property
+  def kernel_hits(self) -> int:
+    """Deprecated name of `parse_cache_hits`."""
+    return self.parse_cache_hits
 
 
 def kernel_cache_stats() -> KernelCacheStats:

@@ -1,9 +1,10 @@
 """CUDA C++ to cubin and PTX with NVRTC (cuda-python), behind two caches.
 
 A compile is looked up first in memory, then on disk (``disk_cache``), and
-only then handed to NVRTC. The cache key covers everything that changes the
-binary: the source, the headers, the options, the target archs, the NVRTC
-version and this package's module format.
+only then handed to NVRTC (``nvrtc_program``, in a child process with a time
+bound). The cache key covers everything that changes the binary: the source,
+the headers, the options, the target archs, the NVRTC build and this
+package's module format.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import threading
 
 from jax_mosaic_ffi import disk_cache
 from jax_mosaic_ffi import module_format
-from jax_mosaic_ffi import ptx as ptx_info
-from jax_mosaic_ffi.module_format import Arch, Image, ImageKind
+from jax_mosaic_ffi import nvrtc_program
+from jax_mosaic_ffi import ptx_info
+from jax_mosaic_ffi.module_format import Arch, Image, ImageKind, ParsedModule
 
 DEVICE_INCLUDE_DIR = pathlib.Path(__file__).parent / "include"
 _MEMORY_CACHE_SIZE = 512
@@ -46,17 +48,17 @@ class CompileError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Compiled:
-  """A compiled kernel module with what is derived from it, computed once."""
+  """A kernel module, as bytes and parsed, with what is derived from it, computed once."""
 
-  module: module_format.Module
+  parsed: ParsedModule
   module_bytes: bytes
   hash: bytes
   param_sizes: tuple[int, ...] | None  # from the PTX, when the module has some
 
   @classmethod
-  def of(cls, module: module_format.Module, param_sizes: tuple[int, ...] | None) -> "Compiled":
-    data = module_format.serialize(module)
-    return cls(module, data, module_format.kernel_hash(data), param_sizes)
+  def of(cls, parsed: ParsedModule, param_sizes: tuple[int, ...] | None) -> "Compiled":
+    data = module_format.serialize(parsed)
+    return cls(parsed, data, module_format.kernel_hash(data), param_sizes)
 
   def to_bytes(self) -> bytes:
     header = json.dumps({"param_sizes": self.param_sizes}).encode()
@@ -64,9 +66,17 @@ class Compiled:
 
   @classmethod
   def from_bytes(cls, data: bytes) -> "Compiled":
+    """Reads `to_bytes` back; raises ValueError on anything malformed."""
+    if len(data) < 4:
+      raise ValueError("truncated")
     (length,) = struct.unpack_from("<I", data)
+    if length > min(len(data) - 4, 1 << 16):
+      raise ValueError("bad header length")
     header = json.loads(data[4:4 + length])
-    sizes = header["param_sizes"]
+    sizes = header.get("param_sizes") if isinstance(header, dict) else None
+    if sizes is not None and not (isinstance(sizes, list) and len(sizes) <= module_format.LIMITS["max_params"]
+                                  and all(type(s) is int and 1 <= s <= 4096 for s in sizes)):
+      raise ValueError("bad param_sizes")
     module_bytes = data[4 + length:]
     return cls(module_format.parse(module_bytes), module_bytes, module_format.kernel_hash(module_bytes),
                tuple(sizes) if sizes is not None else None)
@@ -94,21 +104,11 @@ def clear_memory_cache() -> None:
     _memory.clear()
 
 
-def _nvrtc():
-  try:
-    from cuda.bindings import nvrtc
-  except ImportError as e:
-    raise RuntimeError(
-        "jax_mosaic_ffi compiles CUDA C++ with NVRTC through cuda-python; install "
-        "it with `pip install cuda-bindings nvidia-cuda-nvrtc`") from e
-  return nvrtc
-
-
 @functools.cache
 def nvrtc_version() -> tuple[int, int]:
-  nvrtc = _nvrtc()
+  nvrtc = nvrtc_program._nvrtc()
   err, major, minor = nvrtc.nvrtcVersion()
-  _check(nvrtc, err, "nvrtcVersion")
+  nvrtc_program._check(nvrtc, err, "nvrtcVersion")
   return int(major), int(minor)
 
 
@@ -155,12 +155,6 @@ def nvrtc_identity() -> str:
   return f"nvrtc{major}.{minor}"
 
 
-def _check(nvrtc, err, what: str) -> None:
-  if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-    _, text = nvrtc.nvrtcGetErrorString(err)
-    raise RuntimeError(f"{what} failed: {text.decode() if isinstance(text, bytes) else text}")
-
-
 def _has_option(options, *prefixes) -> bool:
   return any(str(o).startswith(p) for o in options for p in prefixes)
 
@@ -182,9 +176,11 @@ def compile_cuda(source: str, name: str, *, options=(), headers=None,
   """
   options = tuple(str(o) for o in options)
   if _has_option(options, "-arch", "--gpu-architecture", "-gencode"):
-    raise ValueError(
-        "set the GPU architecture with targets=('sm_90', ...), not with NVRTC options")
+    raise ValueError("set the GPU architecture with targets=('sm_90', ...), not with NVRTC options")
   headers = dict(sorted((headers or {}).items()))
+  # Settings mistakes surface before a compile that may take seconds.
+  disk_cache.max_bytes()
+  timeout = nvrtc_program.timeout_s()
   entry_key = cache_key(source, name, options, headers, targets, nvrtc_identity())
   with _lock:
     if entry_key in _memory:
@@ -198,11 +194,11 @@ def compile_cuda(source: str, name: str, *, options=(), headers=None,
       compiled = Compiled.from_bytes(cached)
       with _lock:
         _stats.disk_hits += 1
-    except (ValueError, KeyError, struct.error, module_format.ModuleFormatError):
-      compiled = None
+    except (ValueError, UnicodeDecodeError, struct.error):
+      compiled = None  # an entry of ours that does not read back: compile again and overwrite it
   if compiled is None:
-    module = _compile_with_nvrtc(source, name, options, headers, targets)
-    compiled = Compiled.of(module, param_sizes(module))
+    parsed = _compile_with_nvrtc(source, name, options, headers, targets, timeout)
+    compiled = Compiled.of(parsed, param_sizes(parsed))
     disk_cache.store(entry_key, compiled.to_bytes())
   with _lock:
     _memory[entry_key] = compiled
@@ -211,65 +207,31 @@ def compile_cuda(source: str, name: str, *, options=(), headers=None,
   return compiled
 
 
-def _compile_with_nvrtc(source, name, options, headers, targets) -> module_format.Module:
-  nvrtc = _nvrtc()
+def _compile_with_nvrtc(source, name, options, headers, targets, timeout) -> ParsedModule:
   filename = re.sub(r"\W", "_", name.split("<")[0]) + ".cu"
-  base_options = list(options)
+  all_options = list(options)
   if not _has_option(options, "-std", "--std"):
-    base_options.append("-std=c++17")
-  base_options.append(f"-I{DEVICE_INCLUDE_DIR}")
-  base_options.extend(f"-I{d}" for d in cuda_include_dirs())
-  images = []
-  symbol = None
-  for index, target in enumerate(targets):
-    err, prog = nvrtc.nvrtcCreateProgram(
-        source.encode(), filename.encode(), len(headers),
-        [v.encode() for v in headers.values()], [k.encode() for k in headers])
-    _check(nvrtc, err, "nvrtcCreateProgram")
-    try:
-      _check(nvrtc, nvrtc.nvrtcAddNameExpression(prog, name.encode())[0],
-             "nvrtcAddNameExpression")
-      opts = [o.encode() for o in base_options] + [f"--gpu-architecture={target.sm}".encode()]
-      with _lock:
-        _stats.nvrtc_compiles += 1
-      (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
-      log = _program_log(nvrtc, prog)
-      if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-        raise CompileError(name, log or str(err), source, filename)
-      err, lowered = nvrtc.nvrtcGetLoweredName(prog, name.encode())
-      if err != nvrtc.nvrtcResult.NVRTC_SUCCESS or not lowered:
-        raise CompileError(
-            name, f"'{name}' does not name a __global__ function in {filename}", source, filename)
-      symbol = lowered.decode()
-      err, size = nvrtc.nvrtcGetCUBINSize(prog)
-      _check(nvrtc, err, "nvrtcGetCUBINSize")
-      cubin = b" " * size
-      _check(nvrtc, nvrtc.nvrtcGetCUBIN(prog, cubin)[0], "nvrtcGetCUBIN")
-      images.append(Image(ImageKind.CUBIN, target, cubin))
-      if index == 0:
-        err, size = nvrtc.nvrtcGetPTXSize(prog)
-        _check(nvrtc, err, "nvrtcGetPTXSize")
-        ptx = b" " * size
-        _check(nvrtc, nvrtc.nvrtcGetPTX(prog, ptx)[0], "nvrtcGetPTX")
-        ptx_image = Image(ImageKind.PTX, target, ptx.rstrip(b"\0"))
-    finally:
-      nvrtc.nvrtcDestroyProgram(prog)
-  images.append(ptx_image)
-  return module_format.Module(symbol, tuple(images))
+    all_options.append("-std=c++17")
+  all_options.append(f"-I{DEVICE_INCLUDE_DIR}")
+  all_options.extend(f"-I{d}" for d in cuda_include_dirs())
+  request = {"source": source, "filename": filename, "name": name, "headers": headers, "options": all_options,
+             "targets": [t.sm for t in targets]}
+  with _lock:
+    _stats.nvrtc_compiles += len(targets)
+  try:
+    result = nvrtc_program.compile_bounded(request, timeout)
+  except nvrtc_program.NvrtcFailure as e:
+    raise CompileError(name, e.log, source, filename) from None
+  except nvrtc_program.NvrtcTimeout as e:
+    raise CompileError(name, str(e), source, filename) from None
+  images = [Image(ImageKind.CUBIN, target, cubin) for target, cubin in zip(targets, result["cubins"])]
+  images.append(Image(ImageKind.PTX, targets[0], result["ptx"]))
+  return ParsedModule(result["symbol"], tuple(images))
 
 
-def _program_log(nvrtc, prog) -> str:
-  err, size = nvrtc.nvrtcGetProgramLogSize(prog)
-  if err != nvrtc.nvrtcResult.NVRTC_SUCCESS or size <= 1:
-    return ""
-  log = b" " * size
-  nvrtc.nvrtcGetProgramLog(prog, log)
-  return log.rstrip(b"\0").decode(errors="replace")
-
-
-def param_sizes(module: module_format.Module) -> tuple[int, ...] | None:
+def param_sizes(parsed: ParsedModule) -> tuple[int, ...] | None:
   """The kernel's parameter sizes, read from the module's PTX when it has one."""
-  for image in module.images:
+  for image in parsed.images:
     if image.kind == ImageKind.PTX:
-      return ptx_info.entries(image.data.decode(errors="replace")).get(module.symbol)
+      return ptx_info.entries(image.data.decode(errors="replace")).get(parsed.symbol)
   return None

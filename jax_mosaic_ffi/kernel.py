@@ -9,15 +9,15 @@ from jax_mosaic_ffi import compiler
 from jax_mosaic_ffi import dump
 from jax_mosaic_ffi import gpu_info
 from jax_mosaic_ffi import module_format
-from jax_mosaic_ffi import ptx as ptx_info
-from jax_mosaic_ffi.module_format import Arch, Image, ImageKind
+from jax_mosaic_ffi import ptx_info
+from jax_mosaic_ffi.module_format import Arch, Image, ImageKind, ParsedModule
 
 DEFAULT_ARCH = Arch(90)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Kernel:
-  """A kernel ready to launch: its serialized module, hash and signature.
+  """A kernel ready to launch: its module (as bytes and parsed), hash and signature.
 
   ``name`` is what the user asked for (``"add<float>"``); ``symbol`` the
   entry in the binary (``"_Z3addIfEvPKT_S2_PS0_i"``). ``param_sizes`` is the
@@ -29,19 +29,20 @@ class Kernel:
   compiled: compiler.Compiled
 
   @property
-  def contents(self) -> module_format.Module:
-    return self.compiled.module
+  def parsed(self) -> ParsedModule:
+    return self.compiled.parsed
 
   @property
   def symbol(self) -> str:
-    return self.compiled.module.symbol
+    return self.compiled.parsed.symbol
 
   @property
   def images(self) -> tuple[Image, ...]:
-    return self.compiled.module.images
+    return self.compiled.parsed.images
 
   @property
   def module(self) -> bytes:
+    """The serialized module: the bytes the custom call carries."""
     return self.compiled.module_bytes
 
   @property
@@ -61,6 +62,18 @@ class Kernel:
 
   def __eq__(self, other) -> bool:
     return isinstance(other, Kernel) and self.hash == other.hash and self.name == other.name
+
+
+def _check_name(name, what: str) -> str:
+  if not isinstance(name, str) or not name.strip():
+    raise ValueError(f"{what} needs the name of the kernel's entry point as a non-empty string, got {name!r}")
+  name = name.strip()
+  if any(ord(c) < 0x20 or ord(c) == 0x7f for c in name):
+    raise ValueError(f"{what}: the kernel name {name!r} holds control characters (a NUL, a newline); "
+                     "pass the entry point's name as written in the source")
+  if len(name.encode()) > module_format.LIMITS["max_symbol_length"]:
+    raise ValueError(f"{what}: the kernel name is longer than {module_format.LIMITS['max_symbol_length']} bytes")
+  return name
 
 
 def default_targets() -> tuple[Arch, ...]:
@@ -100,11 +113,15 @@ def cuda_kernel(source: str, name: str, *, options: Sequence[str] = (),
   """
   if not isinstance(source, str) or not source.strip():
     raise ValueError("cuda_kernel needs the CUDA C++ source text")
-  if not isinstance(name, str) or not name.strip():
-    raise ValueError("cuda_kernel needs the name of the __global__ function to launch")
-  compiled = compiler.compile_cuda(source, name.strip(), options=options, headers=headers,
+  name = _check_name(name, "cuda_kernel")
+  if isinstance(options, (str, bytes)):
+    raise TypeError(f"cuda_kernel: options must be a sequence of NVRTC options, like ['-DTILE=64'], got {options!r}")
+  if headers is not None and not (isinstance(headers, Mapping) and
+                                  all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items())):
+    raise TypeError("cuda_kernel: headers must map include names to header text, both strings")
+  compiled = compiler.compile_cuda(source, name, options=options, headers=headers,
                                    targets=_parse_targets(targets))
-  return _made(Kernel(name.strip(), compiled))
+  return _made(Kernel(name, compiled))
 
 
 def ptx_kernel(ptx: str | bytes, name: str) -> Kernel:
@@ -113,14 +130,17 @@ def ptx_kernel(ptx: str | bytes, name: str) -> Kernel:
   ``name`` is the entry's symbol as it appears in the PTX (``.entry name``).
   The PTX's ISA version must be one the installed driver can compile.
   """
-  text = ptx.decode() if isinstance(ptx, bytes) else ptx
+  name = _check_name(name, "ptx_kernel")
+  if not isinstance(ptx, (str, bytes)):
+    raise TypeError(f"ptx_kernel needs the PTX text as str or bytes, got {type(ptx).__name__}")
+  text = ptx.decode(errors="replace") if isinstance(ptx, bytes) else ptx
   entries = ptx_info.entries(text)
   if name not in entries:
     raise ValueError(
         f"PTX has no entry named '{name}'; its entries are: {', '.join(entries) or 'none'}")
   arch = Arch.parse(ptx_info.target_arch(text) or DEFAULT_ARCH.sm)
-  contents = module_format.Module(name, (Image(ImageKind.PTX, arch, text.encode()),))
-  return _made(Kernel(name, compiler.Compiled.of(contents, entries[name])))
+  parsed = ParsedModule(name, (Image(ImageKind.PTX, arch, text.encode()),))
+  return _made(Kernel(name, compiler.Compiled.of(parsed, entries[name])))
 
 
 def cubin_kernel(images: Mapping[str | int, bytes] | bytes, name: str, *,
@@ -132,19 +152,22 @@ def cubin_kernel(images: Mapping[str | int, bytes] | bytes, name: str, *,
     name: the entry symbol in the cubin (mangled for C++ kernels).
     arch: the arch of a single cubin passed as bytes (default sm_90).
   """
+  name = _check_name(name, "cubin_kernel")
   if isinstance(images, (bytes, bytearray, memoryview)):
     images = {arch if arch is not None else DEFAULT_ARCH.sm: bytes(images)}
   elif arch is not None:
     raise ValueError("pass arch only with a single cubin; a mapping names each arch")
-  if not images:
-    raise ValueError("cubin_kernel needs at least one cubin")
+  if not isinstance(images, Mapping) or not images:
+    raise ValueError("cubin_kernel needs at least one cubin: {'sm_90': cubin_bytes}")
   built = []
   for target, data in images.items():
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+      raise TypeError(f"cubin_kernel: the image for {target!r} must be the cubin's bytes, got {type(data).__name__}")
     data = bytes(data)
     if data[:4] != b"\x7fELF":
       raise ValueError(f"the image for {target} is not a cubin (no ELF header)")
     built.append(Image(ImageKind.CUBIN, Arch.parse(target), data))
-  return _made(Kernel(name, compiler.Compiled.of(module_format.Module(name, tuple(built)), None)))
+  return _made(Kernel(name, compiler.Compiled.of(ParsedModule(name, tuple(built)), None)))
 
 
 def _made(kernel: Kernel) -> Kernel:

@@ -121,11 +121,11 @@ def test_an_unknown_axis_is_named(isolated_disk_cache):
 
 
 def test_rendezvous_trades_deposits_between_ranks():
-  results = _core.rendezvous_probe(participants=4, arriving=4, timeout_s=10.0)
+  results = _core._testing.rendezvous_probe(participants=4, arriving=4, timeout_s=10.0)
   assert results == ["100 101 102 103 "] * 4
 
 
 def test_a_peer_that_never_arrives_times_out_with_its_rank_named():
-  (result,) = _core.rendezvous_probe(participants=2, arriving=1, timeout_s=0.2)
+  (result,) = _core._testing.rendezvous_probe(participants=2, arriving=1, timeout_s=0.2)
   assert "rank 0 of 2 waited 0.2 s for peer rank(s) 1" in result
   assert "JAX_MOSAIC_FFI_PEER_TIMEOUT_S" in result

@@ -1,8 +1,13 @@
-// A hand-made jax.ffi custom call of the usual kind, for the benchmarks only:
-// the baseline that benchmarks/launch_overhead.py compares mosaic_kernel
-// with. It decodes its attributes on every call and launches a CUfunction
-// (passed as an integer attribute) on XLA's stream with cuLaunchKernel. And
-// an empty handler, which measures XLA's own cost of a custom call.
+// jax_mosaic_ffi._benchmark_targets: baselines the benchmarks compare
+// mosaic_kernel with, built only on request (-DJMF_BENCHMARK_TARGETS=ON; see
+// scripts/gpu_check.sh). Not part of the custom-call contract.
+//
+// A hand-made jax.ffi custom call of the usual kind: it decodes its
+// attributes on every call and launches a CUfunction (passed as an integer
+// attribute) on XLA's stream with cuLaunchKernel. And an empty handler,
+// which measures XLA's own cost of a custom call.
+#include <nanobind/nanobind.h>
+
 #include <cstdint>
 
 #include "cuda_driver.h"
@@ -50,3 +55,11 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_baseline_ffi_execute, BaselineLaunch,
                               {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace jmf
+
+NB_MODULE(_benchmark_targets, m) {
+  m.doc() = "Benchmark baselines for jax_mosaic_ffi (not API).";
+  m.def("baseline_ffi_handler", [] { return nanobind::capsule(reinterpret_cast<void*>(jmf::jmf_baseline_ffi_execute)); },
+        "A plain hand-made FFI launch handler.");
+  m.def("empty_ffi_handler", [] { return nanobind::capsule(reinterpret_cast<void*>(jmf::jmf_empty_ffi_execute)); },
+        "An FFI handler that does nothing: XLA's own cost of a custom call.");
+}

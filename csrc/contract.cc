@@ -1,0 +1,253 @@
+#include "contract.h"
+
+#include <algorithm>
+#include <string>
+
+namespace jmf {
+namespace {
+
+std::string Num(int64_t v) { return std::to_string(v); }
+
+// Message text from a user-supplied string: bounded, printable.
+std::string Label(std::string_view text) {
+  std::string out;
+  for (char c : text.substr(0, kMaxLabelBytes)) {
+    out += (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) ? '?' : c;
+  }
+  if (text.size() > kMaxLabelBytes) out += "...";
+  return out;
+}
+
+class Checker {
+ public:
+  Checker(std::string* error) : error_(error) {}
+
+  bool Fail(const std::string& message) {
+    *error_ = message;
+    return false;
+  }
+
+  // Three dimensions, each in [1, limit[i]].
+  bool Dims(const char* name, const std::vector<int64_t>& values, const std::array<int64_t, 3>& limits,
+            std::array<uint32_t, 3>* out) {
+    if (values.size() != 3) {
+      return Fail(std::string(name) + " must hold 3 values, it holds " + Num(static_cast<int64_t>(values.size())));
+    }
+    for (int i = 0; i < 3; ++i) {
+      if (values[i] < 1 || values[i] > limits[i]) {
+        return Fail(std::string(name) + "[" + Num(i) + "] = " + Num(values[i]) + " is out of range; it must be 1.." +
+                    Num(limits[i]));
+      }
+      (*out)[i] = static_cast<uint32_t>(values[i]);
+    }
+    return true;
+  }
+
+ private:
+  std::string* error_;
+};
+
+}  // namespace
+
+bool ParseCliques(std::string_view ids, std::vector<std::vector<int32_t>>* cliques, std::string* error) {
+  cliques->clear();
+  if (ids.empty() || ids.size() > kMaxReplicaIdsBytes) {
+    *error = "xla_replica_ids must list the devices of each clique, like \"0,1,2,3\"";
+    return false;
+  }
+  std::array<bool, kMaxDevices> seen{};
+  std::vector<int32_t> current;
+  int64_t number = -1;
+  for (size_t i = 0; i <= ids.size(); ++i) {
+    const char c = i < ids.size() ? ids[i] : ';';
+    if (c >= '0' && c <= '9') {
+      number = (number < 0 ? 0 : number) * 10 + (c - '0');
+      if (number >= kMaxDevices) {
+        *error = "xla_replica_ids names a device id of " + Num(number) + " or more; ids must be below " +
+                 Num(kMaxDevices);
+        return false;
+      }
+    } else if (c == ',' || c == ';') {
+      if (number < 0) {
+        *error = "xla_replica_ids '" + Label(ids) + "' is malformed: an empty entry";
+        return false;
+      }
+      if (seen[number]) {
+        *error = "xla_replica_ids names device " + Num(number) + " twice";
+        return false;
+      }
+      seen[number] = true;
+      current.push_back(static_cast<int32_t>(number));
+      number = -1;
+      if (c == ';') {
+        if (current.size() > static_cast<size_t>(kMaxPeers)) {
+          *error = "xla_replica_ids has a clique of more than " + Num(kMaxPeers) + " devices";
+          return false;
+        }
+        cliques->push_back(std::move(current));
+        current.clear();
+      }
+    } else if (c != ' ') {
+      *error = "xla_replica_ids '" + Label(ids) + "' is malformed: only digits, ',' and ';' may appear";
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string Who(const LaunchAttributes& a) {
+  return "mosaic_kernel '" + Label(a.kernel_name) + "' at " + Label(a.call_site);
+}
+
+bool ValidateLaunch(const LaunchAttributes& a, bool collective, LaunchSpec* spec, std::string* error) {
+  *spec = LaunchSpec();
+  spec->who = Who(a);
+  Checker check(error);
+
+  if (a.kernel_hash.size() != kKernelHashBytes) {
+    return check.Fail("kernel_hash is " + Num(static_cast<int64_t>(a.kernel_hash.size())) +
+                      " bytes; it must be the 32-byte sha256 of the module");
+  }
+  if (a.use_custom_barrier) return check.Fail("use_custom_barrier=true is not supported on GPUs");
+  if (a.uses_xla_collective_metadata != collective) {
+    return check.Fail(std::string("uses_xla_collective_metadata=") + (a.uses_xla_collective_metadata ? "true" : "false") +
+                      " does not match the custom call target; lower it again with this jax_mosaic_ffi");
+  }
+
+  if (!check.Dims("grid", a.grid, kMaxGrid, &spec->grid) || !check.Dims("block", a.block, kMaxBlock, &spec->block) ||
+      !check.Dims("cluster", a.cluster, {kMaxClusterBlocks, kMaxClusterBlocks, kMaxClusterBlocks}, &spec->cluster)) {
+    return false;
+  }
+  // Every factor is bounded above, so these products fit in 64 bits.
+  const int64_t threads = int64_t{spec->block[0]} * spec->block[1] * spec->block[2];
+  if (threads > kMaxThreadsPerBlock) {
+    return check.Fail("block (" + Num(spec->block[0]) + ", " + Num(spec->block[1]) + ", " + Num(spec->block[2]) +
+                      ") has " + Num(threads) + " threads; a block holds at most " + Num(kMaxThreadsPerBlock));
+  }
+  const int64_t cluster_blocks = int64_t{spec->cluster[0]} * spec->cluster[1] * spec->cluster[2];
+  if (cluster_blocks > kMaxClusterBlocks) {
+    return check.Fail("a cluster of " + Num(cluster_blocks) + " blocks is more than the " + Num(kMaxClusterBlocks) +
+                      " any GPU allows");
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (spec->grid[i] % spec->cluster[i] != 0) {
+      return check.Fail("grid[" + Num(i) + "] = " + Num(spec->grid[i]) + " is not a multiple of cluster[" + Num(i) +
+                        "] = " + Num(spec->cluster[i]));
+    }
+  }
+  spec->has_cluster = cluster_blocks > 1;
+  spec->non_portable_cluster = cluster_blocks > kPortableClusterBlocks;
+
+  if (a.smem_bytes < 0 || a.smem_bytes > kMaxSmemBytes) {
+    return check.Fail("smem_bytes = " + Num(a.smem_bytes) + (a.smem_bytes < 0 ? " is negative" : " is out of range") +
+                      "; it must be 0.." + Num(kMaxSmemBytes));
+  }
+  spec->smem_bytes = static_cast<uint32_t>(a.smem_bytes);
+  spec->uses_pdl = a.uses_pdl;
+
+  // Scalars: sizes 1..8, 8 bytes of data each.
+  if (a.scalar_sizes.size() > static_cast<size_t>(kMaxParams)) {
+    return check.Fail("more than " + Num(kMaxParams) + " scalars");
+  }
+  if (a.scalar_data.size() != 8 * a.scalar_sizes.size()) {
+    return check.Fail("scalar_data holds " + Num(static_cast<int64_t>(a.scalar_data.size())) + " bytes for " +
+                      Num(static_cast<int64_t>(a.scalar_sizes.size())) + " scalars; it must hold 8 bytes per scalar");
+  }
+  for (size_t k = 0; k < a.scalar_sizes.size(); ++k) {
+    if (a.scalar_sizes[k] < 1 || a.scalar_sizes[k] > kMaxScalarBytes) {
+      return check.Fail("scalar_sizes[" + Num(static_cast<int64_t>(k)) + "] = " + Num(a.scalar_sizes[k]) +
+                        "; scalars are 1 to 8 bytes");
+    }
+    spec->scalar_sizes.push_back(static_cast<uint8_t>(a.scalar_sizes[k]));
+    uint64_t value = 0;
+    for (int b = 0; b < 8; ++b) value |= uint64_t{static_cast<unsigned char>(a.scalar_data[8 * k + b])} << (8 * b);
+    spec->scalars.push_back(value);
+  }
+
+  // Buffers: inputs then outputs.
+  if (a.num_inputs < 0 || a.num_inputs > kMaxBuffers) {
+    return check.Fail("num_inputs = " + Num(a.num_inputs) + " is out of range 0.." + Num(kMaxBuffers));
+  }
+  if (a.param_order.size() > static_cast<size_t>(kMaxParams)) {
+    return check.Fail("param_order has " + Num(static_cast<int64_t>(a.param_order.size())) +
+                      " entries; a kernel takes at most " + Num(kMaxParams) + " parameters");
+  }
+  int64_t num_buffers = 0;
+  if (a.num_outputs.has_value()) {
+    if (*a.num_outputs < 0 || *a.num_outputs > kMaxBuffers - a.num_inputs) {
+      return check.Fail("num_outputs = " + Num(*a.num_outputs) + " is out of range: inputs and outputs together are at most " +
+                        Num(kMaxBuffers));
+    }
+    num_buffers = a.num_inputs + *a.num_outputs;
+  } else {
+    // Contract v1 before num_outputs: every buffer is a parameter.
+    for (int64_t code : a.param_order) {
+      if (code >= 0 && code < kMaxBuffers) num_buffers = std::max(num_buffers, code + 1);
+    }
+  }
+  if (a.num_inputs > num_buffers) {
+    return check.Fail("num_inputs = " + Num(a.num_inputs) + " is more than the " + Num(num_buffers) + " buffers");
+  }
+  spec->num_inputs = static_cast<int>(a.num_inputs);
+  spec->num_buffers = static_cast<int>(num_buffers);
+
+  std::vector<bool> scalar_seen(a.scalar_sizes.size(), false);
+  for (size_t i = 0; i < a.param_order.size(); ++i) {
+    const int64_t code = a.param_order[i];
+    if (code >= 0) {
+      if (code >= num_buffers) {
+        return check.Fail("param_order[" + Num(static_cast<int64_t>(i)) + "] = " + Num(code) + " names buffer " +
+                          Num(code) + ", but the call has " + Num(num_buffers) + " buffers");
+      }
+      spec->params.push_back(Param{Param::kBuffer, static_cast<uint16_t>(code)});
+      spec->param_sizes.push_back(8);
+    } else {
+      const int64_t k = -(code + 1);  // code < 0, so code + 1 cannot overflow
+      if (k >= static_cast<int64_t>(a.scalar_sizes.size()) || scalar_seen[k]) {
+        return check.Fail("param_order[" + Num(static_cast<int64_t>(i)) + "] = " + Num(code) + " names scalar " +
+                          Num(k) + ", which is missing or named twice");
+      }
+      scalar_seen[k] = true;
+      spec->params.push_back(Param{Param::kScalar, static_cast<uint16_t>(k)});
+      spec->param_sizes.push_back(spec->scalar_sizes[k]);
+    }
+  }
+  if (collective) spec->param_sizes.push_back(8);  // the metadata pointer, last
+  if (spec->param_sizes.size() > static_cast<size_t>(kMaxParams)) {
+    return check.Fail("more than " + Num(kMaxParams) + " kernel parameters");
+  }
+
+  for (int64_t output : a.poison_outputs) {
+    if (output < 0 || output >= num_buffers - a.num_inputs) {
+      return check.Fail("poison_outputs names output " + Num(output) + ", but the call has " +
+                        Num(num_buffers - a.num_inputs) + " outputs");
+    }
+    spec->poison_buffers.push_back(static_cast<int>(a.num_inputs + output));
+  }
+
+  spec->collective = collective;
+  if (collective) {
+    if (!ParseCliques(a.xla_replica_ids, &spec->cliques, error)) return false;
+    spec->symmetric.assign(num_buffers, false);
+    if (!a.symmetric_memory_parameters.empty()) {
+      size_t count = 0;
+      for (char c : a.symmetric_memory_parameters) {
+        if (c == '0' || c == '1') {
+          if (count < spec->symmetric.size()) spec->symmetric[count] = c == '1';
+          ++count;
+        } else if (c != ',' && c != ' ') {
+          return check.Fail("symmetric_memory_parameters must be 0/1 flags, got '" +
+                            Label(a.symmetric_memory_parameters) + "'");
+        }
+      }
+      if (count != static_cast<size_t>(num_buffers)) {
+        return check.Fail("symmetric_memory_parameters has " + Num(static_cast<int64_t>(count)) + " flags for " +
+                          Num(num_buffers) + " buffers");
+      }
+    }
+    spec->skip_device_barrier = a.skip_device_barrier;
+  }
+  return true;
+}
+
+}  // namespace jmf

@@ -1,0 +1,169 @@
+// The custom-call contract (docs/contract.md): its limits, the names and
+// types of its attributes, and the one validator that turns attributes into
+// a launch specification.
+//
+// This is the single owner of the contract. XLA's instantiate stage
+// (call_site.cc) and Python's trace-time checks (through _core.validate_launch)
+// both decode attributes with DecodeLaunchAttributes and check them with
+// ValidateLaunch, so the two can never disagree. Attribute values come from
+// programs the user may have loaded from anywhere (an edited jax.export
+// artifact): every value is bounded here before any arithmetic or indexing.
+//
+// Plain C++ only (no XLA, no CUDA): the fuzz driver links it as it is.
+#ifndef JAX_MOSAIC_FFI_CONTRACT_H_
+#define JAX_MOSAIC_FFI_CONTRACT_H_
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace jmf {
+
+// ----------------------------------------------------------------- limits
+
+inline constexpr int kMaxParams = 256;   // kernel parameters; launch arguments live on the stack
+inline constexpr int kMaxBuffers = 256;  // inputs plus outputs of one call
+inline constexpr int kMaxDevices = 64;   // device ordinals a call-site state keeps slots for
+inline constexpr int kMaxPeers = 64;     // devices in one collective clique
+inline constexpr int kMaxThreadsPerBlock = 1024;
+inline constexpr std::array<int64_t, 3> kMaxGrid = {2147483647, 65535, 65535};
+inline constexpr std::array<int64_t, 3> kMaxBlock = {1024, 1024, 64};
+inline constexpr int kMaxClusterBlocks = 16;        // the largest non-portable cluster of current GPUs
+inline constexpr int kPortableClusterBlocks = 8;
+inline constexpr int64_t kMaxSmemBytes = 1 << 20;    // a bound; the device's own limit is checked at load
+inline constexpr int kMaxScalarBytes = 8;
+inline constexpr size_t kMaxLabelBytes = 512;        // kernel_name, call_site: for messages only
+inline constexpr size_t kMaxReplicaIdsBytes = 64 * 1024;
+inline constexpr uint64_t kBufferAlignment = 256;
+inline constexpr size_t kKernelHashBytes = 32;
+
+// ------------------------------------------------------------- attributes
+
+// The attributes of one custom call, as decoded, before validation.
+// Absent optional attributes keep these defaults.
+struct LaunchAttributes {
+  std::string kernel_hash;
+  std::string kernel_name = "<unnamed>";
+  std::string call_site = "<unknown call site>";
+  bool use_custom_barrier = false;
+  bool uses_xla_collective_metadata = false;
+  std::vector<int64_t> grid, block, cluster;
+  int64_t smem_bytes = 0;
+  bool uses_pdl = false;
+  int64_t num_inputs = 0;
+  std::optional<int64_t> num_outputs;  // absent in artifacts made before it existed
+  std::vector<int64_t> param_order;
+  std::vector<int64_t> scalar_sizes;
+  std::string scalar_data;
+  std::vector<int64_t> poison_outputs;
+  // Collective target only.
+  std::string xla_replica_ids;
+  std::string symmetric_memory_parameters;
+  bool skip_device_barrier = false;
+};
+
+// How a lookup of one attribute went.
+enum class Lookup { kFound, kMissing, kWrongType };
+
+// Decodes every contract attribute from `source`, which provides
+//   Lookup Bool(const char*, bool*), Int(const char*, int64_t*),
+//   Ints(const char*, std::vector<int64_t>*), Bytes(const char*, std::string*, size_t limit)
+// (Bytes fails with kWrongType past `limit` bytes). The names and types here
+// are the contract's; an absent required attribute or a wrong type is an
+// error naming it.
+template <typename Source>
+bool DecodeLaunchAttributes(Source& source, LaunchAttributes* a, std::string* error) {
+  bool ok = true;
+  auto check = [&](Lookup found, const char* name, bool required, const char* type) {
+    if (!ok) return;
+    if (found == Lookup::kWrongType) {
+      *error = std::string("attribute '") + name + "' has the wrong type or size; the contract says " + type;
+      ok = false;
+    } else if (found == Lookup::kMissing && required) {
+      *error = std::string("the custom call has no '") + name +
+               "' attribute; it was not lowered by jax_mosaic_ffi's mosaic_kernel";
+      ok = false;
+    }
+  };
+  constexpr bool kRequired = true, kOptional = false;
+  check(source.Bytes("kernel_hash", &a->kernel_hash, 1024), "kernel_hash", kRequired, "32 bytes");
+  check(source.Bytes("kernel_name", &a->kernel_name, 1 << 16), "kernel_name", kOptional, "a string");
+  check(source.Bytes("call_site", &a->call_site, 1 << 16), "call_site", kOptional, "a string");
+  check(source.Bool("use_custom_barrier", &a->use_custom_barrier), "use_custom_barrier", kOptional, "a bool");
+  check(source.Bool("uses_xla_collective_metadata", &a->uses_xla_collective_metadata),
+        "uses_xla_collective_metadata", kOptional, "a bool");
+  check(source.Ints("grid", &a->grid), "grid", kRequired, "array<i32> of 3");
+  check(source.Ints("block", &a->block), "block", kRequired, "array<i32> of 3");
+  check(source.Ints("cluster", &a->cluster), "cluster", kRequired, "array<i32> of 3");
+  check(source.Int("smem_bytes", &a->smem_bytes), "smem_bytes", kOptional, "i32");
+  check(source.Bool("uses_pdl", &a->uses_pdl), "uses_pdl", kOptional, "a bool");
+  check(source.Int("num_inputs", &a->num_inputs), "num_inputs", kRequired, "i32");
+  int64_t num_outputs = 0;
+  Lookup outputs = source.Int("num_outputs", &num_outputs);
+  check(outputs, "num_outputs", kOptional, "i32");
+  if (outputs == Lookup::kFound) a->num_outputs = num_outputs;
+  check(source.Ints("param_order", &a->param_order), "param_order", kRequired, "array<i32>");
+  check(source.Ints("scalar_sizes", &a->scalar_sizes), "scalar_sizes", kOptional, "array<i32>");
+  check(source.Bytes("scalar_data", &a->scalar_data, 8 * kMaxParams), "scalar_data", kOptional,
+        "8 bytes per scalar");
+  check(source.Ints("poison_outputs", &a->poison_outputs), "poison_outputs", kOptional, "array<i32>");
+  check(source.Bytes("xla_replica_ids", &a->xla_replica_ids, kMaxReplicaIdsBytes), "xla_replica_ids", kOptional,
+        "a string of device ids");
+  // The anchor's older name for the same flags is read too.
+  Lookup symmetric = source.Bytes("symmetric_memory_parameters", &a->symmetric_memory_parameters, 4 * kMaxBuffers);
+  if (symmetric == Lookup::kMissing) {
+    symmetric = source.Bytes("multimem_parameters", &a->symmetric_memory_parameters, 4 * kMaxBuffers);
+  }
+  check(symmetric, "symmetric_memory_parameters", kOptional, "a string of 0/1 flags");
+  check(source.Bool("skip_device_barrier", &a->skip_device_barrier), "skip_device_barrier", kOptional, "a bool");
+  return ok;
+}
+
+// --------------------------------------------------------------- the spec
+
+// A kernel parameter: buffer `index` (inputs, then outputs), or scalar `index`.
+struct Param {
+  enum Kind : uint8_t { kBuffer, kScalar } kind;
+  uint16_t index;
+};
+
+// A validated launch: everything the runtime needs, all in range.
+struct LaunchSpec {
+  std::string who;  // "mosaic_kernel 'add' at model.py:12 (f)", for messages
+  std::array<uint32_t, 3> grid{}, block{}, cluster{};
+  uint32_t smem_bytes = 0;
+  bool uses_pdl = false;
+  bool has_cluster = false;           // more than one block per cluster
+  bool non_portable_cluster = false;  // more than 8
+  int num_inputs = 0;
+  int num_buffers = 0;                 // inputs plus outputs
+  std::vector<Param> params;           // in the kernel's order (the metadata pointer not included)
+  std::vector<uint64_t> scalars;       // one 8-byte slot per scalar, value in the low bytes
+  std::vector<uint8_t> scalar_sizes;
+  std::vector<size_t> param_sizes;     // what the kernel's signature must be, metadata pointer included
+  std::vector<int> poison_buffers;     // debug: buffers filled with 0xFF before the launch
+  // Collective target only.
+  bool collective = false;
+  std::vector<std::vector<int32_t>> cliques;  // device ordinals of each clique
+  std::vector<bool> symmetric;                // per buffer
+  bool skip_device_barrier = false;
+};
+
+// "mosaic_kernel 'add' at model.py:12 (f)": how messages name a call site.
+std::string Who(const LaunchAttributes& a);
+
+// Checks `a` (for the collective target when `collective`) and fills `spec`.
+// On failure returns false with `*error` naming the attribute and the fix;
+// `spec->who` is filled either way, for the caller's message.
+bool ValidateLaunch(const LaunchAttributes& a, bool collective, LaunchSpec* spec, std::string* error);
+
+// "0,1,2,3" is one clique; cliques are separated by ';'. Each device id may
+// appear once, below kMaxDevices.
+bool ParseCliques(std::string_view ids, std::vector<std::vector<int32_t>>* cliques, std::string* error);
+
+}  // namespace jmf
+
+#endif  // JAX_MOSAIC_FFI_CONTRACT_H_
