@@ -24,6 +24,7 @@ from jax_mosaic_ffi import registration as _registration
 from jax_mosaic_ffi.collective import Collective
 from jax_mosaic_ffi.compiler import CompileError
 from jax_mosaic_ffi import lowering as _lowering  # noqa: F401  (registers the CUDA lowering)
+from jax_mosaic_ffi import ops
 from jax_mosaic_ffi.kernel import Kernel, cubin_kernel, cuda_kernel, ptx_kernel
 from jax_mosaic_ffi.launch_spec import LaunchError, cdiv
 from jax_mosaic_ffi.primitive import mosaic_kernel, mosaic_kernel_p
@@ -35,7 +36,7 @@ register = _registration.register
 __all__ = [
     "Collective", "CompileError", "Kernel", "KernelCacheStats", "LaunchError", "cdiv",
     "clear_kernel_cache", "cubin_kernel", "cuda_kernel", "export_disabled_checks",
-    "kernel_cache_stats", "mosaic_kernel", "ptx_kernel", "register",
+    "kernel_cache_stats", "mosaic_kernel", "ops", "ptx_kernel", "register",
 ]
 
 

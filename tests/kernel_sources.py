@@ -40,3 +40,22 @@ extern "C" __global__ void sum_and_product(const float* a, const float* b, float
   if (i < n) { sum[i] = a[i] + b[i]; product[i] = a[i] * b[i]; }
 }
 '''
+
+INCREMENT = r'''
+extern "C" __global__ void increment(const float* in, float* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = in[i] + 1.0f;
+}
+'''
+
+# Reverses each block's slice through dynamic shared memory (over 48 KiB when asked).
+BIG_SMEM = r'''
+extern "C" __global__ void reverse_in_smem(const float* in, float* out, int per_block) {
+  extern __shared__ float tile[];
+  const float* src = in + blockIdx.x * per_block;
+  for (int i = threadIdx.x; i < per_block; i += blockDim.x) tile[i] = src[i];
+  __syncthreads();
+  for (int i = threadIdx.x; i < per_block; i += blockDim.x)
+    out[blockIdx.x * per_block + i] = tile[per_block - 1 - i];
+}
+'''

@@ -111,24 +111,6 @@ def test_several_outputs(isolated_disk_cache):
   assert cc["results"] == 2 and cc["config"]["param_order"] == [0, 1, 2, 3, -1]
 
 
-def test_vmap_runs_the_kernel_once_per_element(add_kernel):
-  x = jax.ShapeDtypeStruct((5, 32), jnp.float32)
-  one = jax.ShapeDtypeStruct((32,), jnp.float32)
-  call = jmf.mosaic_kernel(add_kernel, one, grid=1, block=32, scalars=(np.int32(32),))
-  lowered = jax.jit(jax.vmap(call)).trace(x, x).lower(lowering_platforms=("cuda",))
-  assert lowered.out_info.shape == (5, 32)
-  assert len(custom_calls(lowered)) == 1  # inside the loop body
-  assert "stablehlo.while" in lowered.as_text()
-
-
-def test_grad_explains_how_to_differentiate(add_kernel):
-  x = jnp.ones((8,), jnp.float32)
-  call = jmf.mosaic_kernel(add_kernel, jax.ShapeDtypeStruct((8,), jnp.float32), grid=1, block=8,
-                           scalars=(np.int32(8),))
-  with pytest.raises(TypeError, match="custom_vjp"):
-    jax.grad(lambda a: call(a, a).sum())(x)
-
-
 def test_lowering_for_the_cpu_names_the_problem(add_kernel):
   x = jax.ShapeDtypeStruct((8,), jnp.float32)
   call = jmf.mosaic_kernel(add_kernel, x, grid=1, block=8, scalars=(np.int32(8),))

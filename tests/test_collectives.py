@@ -1,10 +1,10 @@
-"""Collective kernels on real GPUs: one-device cliques here, many-GPU runs when lent."""
+"""Collective kernels: cliques lowered over host-device meshes (no GPU), and runs on GPUs.
+
+One-device cliques run on any GPU; the many-GPU tests wait for a machine
+with several GPUs.
+"""
 
 import functools
-import os
-import subprocess
-import sys
-import textwrap
 
 import jax
 import jax.numpy as jnp
@@ -13,14 +13,124 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import jax_mosaic_ffi as jmf
+from jax_mosaic_ffi import _core, contract
 
-import conftest
+import fresh_process
+import kernel_sources
+from hlo_inspect import custom_calls
 
-sys.path.insert(0, conftest.EXAMPLES)
-import collectives  # noqa: E402
+def cpu_mesh(shape, names):
+  devices = jax.devices("cpu")
+  if len(devices) < int(np.prod(shape)):
+    pytest.skip("needs --xla_force_host_platform_device_count=8 before jax starts")
+  return Mesh(np.array(devices[:int(np.prod(shape))]).reshape(shape), names)
 
-pytestmark = pytest.mark.gpu
 
+def lower_sharded(fn, mesh, spec, x):
+  f = jax.shard_map(fn, mesh=mesh, in_specs=spec, out_specs=spec)
+  return jax.jit(f).trace(x).lower(lowering_platforms=("cuda",))
+
+
+def ids(mesh):
+  return np.vectorize(lambda d: d.id)(mesh.devices)
+
+
+def test_one_dimensional_mesh(isolated_disk_cache):
+  mesh = cpu_mesh((8,), ("x",))
+  x = jax.ShapeDtypeStruct((8 * 256,), jnp.float32)
+  (cc,) = custom_calls(lower_sharded(functools.partial(jmf.ops.all_reduce, axis_name="x"), mesh, P("x"), x))
+  config = cc["config"]
+  assert cc["target"] == contract.COLLECTIVE_TARGET
+  assert config["uses_xla_collective_metadata"] is True
+  assert config["xla_replica_ids"].decode() == ",".join(str(i) for i in ids(mesh))
+  assert config["symmetric_memory_parameters"] == b"0,0"
+  assert config["skip_device_barrier"] is False
+  assert config["param_order"] == [0, 1, -1]
+
+
+@pytest.mark.parametrize("axis, expected", [
+    ("b", lambda m: [list(row) for row in m]),        # cliques along b: the rows
+    ("a", lambda m: [list(col) for col in m.T]),      # along a: the columns
+    (("a", "b"), lambda m: [list(m.reshape(-1))]),    # both: one clique
+])
+def test_two_dimensional_mesh_gives_one_clique_per_group(isolated_disk_cache, axis, expected):
+  mesh = cpu_mesh((2, 4), ("a", "b"))
+  x = jax.ShapeDtypeStruct((8 * 256,), jnp.float32)
+  fn = functools.partial(jmf.ops.all_reduce, axis_name=axis)
+  (cc,) = custom_calls(lower_sharded(fn, mesh, P(("a", "b")), x))
+  groups = [[int(d) for d in g.split(",")] for g in cc["config"]["xla_replica_ids"].decode().split(";")]
+  assert groups == [[int(d) for d in g] for g in expected(ids(mesh))]
+
+
+def test_symmetric_flags_and_skip_barrier(isolated_disk_cache):
+  mesh = cpu_mesh((4,), ("x",))
+  kernel = jmf.ops.collectives.kernel("all_reduce_f32")
+
+  def fn(v):
+    call = jmf.mosaic_kernel(kernel, jax.ShapeDtypeStruct(v.shape, v.dtype), grid=1, block=256,
+                             scalars=(np.int64(v.size),),
+                             collective=jmf.Collective("x", symmetric=(True, False), skip_device_barrier=True))
+    return call(v)
+
+  (cc,) = custom_calls(lower_sharded(fn, mesh, P("x"), jax.ShapeDtypeStruct((1024,), jnp.float32)))
+  assert cc["config"]["symmetric_memory_parameters"] == b"1,0"
+  assert cc["config"]["skip_device_barrier"] is True
+
+
+def test_a_plain_kernel_under_shard_map_is_unchanged(isolated_disk_cache):
+  mesh = cpu_mesh((8,), ("x",))
+  kernel = jmf.cuda_kernel(kernel_sources.ADD, "add")
+
+  def fn(v):
+    return jmf.mosaic_kernel(kernel, jax.ShapeDtypeStruct(v.shape, v.dtype), grid=1, block=256,
+                             scalars=(np.int32(v.size),))(v, v)
+
+  (cc,) = custom_calls(lower_sharded(fn, mesh, P("x"), jax.ShapeDtypeStruct((2048,), jnp.float32)))
+  assert cc["target"] == contract.LAUNCH_TARGET
+  assert cc["config"]["uses_xla_collective_metadata"] is False
+  assert not {"xla_replica_ids", "symmetric_memory_parameters", "skip_device_barrier"} & set(cc["config"])
+  assert cc["config"]["param_order"] == [0, 1, 2, -1]  # no metadata pointer
+
+
+def test_the_metadata_pointer_is_checked_against_the_kernel_signature(isolated_disk_cache):
+  mesh = cpu_mesh((2,), ("x",))
+  kernel = jmf.cuda_kernel(kernel_sources.ADD, "add")  # has no metadata parameter
+
+  def fn(v):
+    return jmf.mosaic_kernel(kernel, jax.ShapeDtypeStruct(v.shape, v.dtype), grid=1, block=256,
+                             scalars=(np.int32(v.size),), collective=jmf.Collective("x"))(v, v)
+
+  with pytest.raises(jmf.LaunchError, match="collective metadata"):
+    lower_sharded(fn, mesh, P("x"), jax.ShapeDtypeStruct((512,), jnp.float32))
+
+
+def test_outside_shard_map_a_collective_kernel_names_the_problem(isolated_disk_cache):
+  kernel = jmf.ops.collectives.kernel("all_reduce_f32")
+  call = jmf.mosaic_kernel(kernel, jax.ShapeDtypeStruct((256,), jnp.float32), grid=1, block=256,
+                           scalars=(np.int64(256),), collective=jmf.Collective("x"))
+  with pytest.raises(jmf.LaunchError, match="inside shard_map"):
+    jax.jit(call).trace(jax.ShapeDtypeStruct((256,), jnp.float32)).lower(lowering_platforms=("cuda",))
+
+
+def test_an_unknown_axis_is_named(isolated_disk_cache):
+  mesh = cpu_mesh((2,), ("x",))
+  with pytest.raises(Exception, match="'y'"):
+    lower_sharded(functools.partial(jmf.ops.all_reduce, axis_name="y"), mesh, P("x"),
+                  jax.ShapeDtypeStruct((512,), jnp.float32))
+
+
+def test_rendezvous_trades_deposits_between_ranks():
+  results = _core._testing.rendezvous_probe(participants=4, arriving=4, timeout_s=10.0)
+  assert results == ["100 101 102 103 "] * 4
+
+
+def test_a_peer_that_never_arrives_times_out_with_its_rank_named():
+  (result,) = _core._testing.rendezvous_probe(participants=2, arriving=1, timeout_s=0.2)
+  assert "rank 0 of 2 waited 0.2 s for peer rank(s) 1" in result
+  assert "JAX_MOSAIC_FFI_PEER_TIMEOUT_S" in result
+
+
+# ---------------------------------------------------------------- on GPUs
 
 def gpu_mesh(shape, names):
   devices = jax.devices("cuda")
@@ -31,10 +141,11 @@ def gpu_mesh(shape, names):
 
 
 def sharded_all_reduce(mesh, axis):
-  return jax.jit(jax.shard_map(functools.partial(collectives.all_reduce, axis_name=axis), mesh=mesh,
+  return jax.jit(jax.shard_map(functools.partial(jmf.ops.all_reduce, axis_name=axis), mesh=mesh,
                                in_specs=P(mesh.axis_names), out_specs=P(mesh.axis_names)))
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [np.float32, np.int32])
 def test_one_device_clique_all_reduce(rng, isolated_disk_cache, dtype):
   mesh = gpu_mesh((1,), ("x",))
@@ -43,17 +154,19 @@ def test_one_device_clique_all_reduce(rng, isolated_disk_cache, dtype):
   np.testing.assert_array_equal(np.asarray(out), x)
 
 
+@pytest.mark.gpu
 def test_one_device_clique_under_pmap(rng, isolated_disk_cache):
   x = rng.standard_normal((1, 4096)).astype(np.float32)
-  f = jax.pmap(functools.partial(collectives.all_reduce, axis_name="i"), axis_name="i",
+  f = jax.pmap(functools.partial(jmf.ops.all_reduce, axis_name="i"), axis_name="i",
                devices=jax.devices("cuda")[:1])
   np.testing.assert_array_equal(np.asarray(f(x)), x)
 
 
+@pytest.mark.gpu
 def test_one_device_all_gather(rng, isolated_disk_cache):
   mesh = gpu_mesh((1,), ("x",))
   x = rng.standard_normal(3000).astype(np.float32)
-  f = jax.jit(jax.shard_map(functools.partial(collectives.all_gather, axis_name="x", axis_size=1), mesh=mesh,
+  f = jax.jit(jax.shard_map(functools.partial(jmf.ops.all_gather, axis_name="x", axis_size=1), mesh=mesh,
                             in_specs=P("x"), out_specs=P(None, "x")))
   np.testing.assert_array_equal(np.asarray(f(x)), x[None])
 
@@ -79,6 +192,7 @@ extern "C" __global__ void show_metadata(const float* a, const int* b, long long
 '''
 
 
+@pytest.mark.gpu
 def test_metadata_seen_by_the_kernel(rng, isolated_disk_cache):
   mesh = gpu_mesh((1,), ("x",))
   kernel = jmf.cuda_kernel(METADATA, "show_metadata")
@@ -99,9 +213,10 @@ def test_metadata_seen_by_the_kernel(rng, isolated_disk_cache):
   assert multimem_null == 1 and area == 1
 
 
+@pytest.mark.gpu
 def test_collective_kernel_inside_a_command_buffer(rng, isolated_disk_cache):
   mesh = gpu_mesh((1,), ("x",))
-  kernel = collectives._kernel("all_reduce_f32")
+  kernel = jmf.ops.collectives.kernel("all_reduce_f32")
 
   def chain(v):
     for _ in range(6):  # enough consecutive custom calls for XLA to form a command buffer
@@ -116,9 +231,10 @@ def test_collective_kernel_inside_a_command_buffer(rng, isolated_disk_cache):
     np.testing.assert_array_equal(np.asarray(f(x)), x)
 
 
+@pytest.mark.gpu
 def test_skip_device_barrier(rng, isolated_disk_cache):
   mesh = gpu_mesh((1,), ("x",))
-  kernel = collectives._kernel("all_reduce_f32")
+  kernel = jmf.ops.collectives.kernel("all_reduce_f32")
 
   def fn(v):
     return jmf.mosaic_kernel(kernel, jax.ShapeDtypeStruct(v.shape, v.dtype), grid=4, block=256,
@@ -157,68 +273,63 @@ def test_all_reduce_equals_psum(rng, isolated_disk_cache, shape, names, axis):
 def test_all_gather_equals_lax_all_gather(rng, isolated_disk_cache, count):
   mesh = gpu_mesh((count,), ("x",))
   x = jax.device_put(rng.standard_normal(count * 4096).astype(np.float32), NamedSharding(mesh, P("x")))
-  ours = jax.jit(jax.shard_map(functools.partial(collectives.all_gather, axis_name="x", axis_size=count),
+  ours = jax.jit(jax.shard_map(functools.partial(jmf.ops.all_gather, axis_name="x", axis_size=count),
                                mesh=mesh, in_specs=P("x"), out_specs=P(None, "x")))
   reference = jax.jit(jax.shard_map(lambda v: jax.lax.all_gather(v, "x"), mesh=mesh, in_specs=P("x"),
                                     out_specs=P(None, "x")))
   np.testing.assert_array_equal(np.asarray(ours(x)), np.asarray(reference(x)))
 
 
-MANY_ITERATIONS = textwrap.dedent('''
+MANY_ITERATIONS = '''
     import functools, json, sys
-    sys.path.insert(0, sys.argv[1])
     import jax, numpy as np
     from jax.sharding import Mesh, PartitionSpec as P
-    import collectives
+    import jax_mosaic_ffi as jmf
     count = jax.device_count()
     mesh = Mesh(np.array(jax.devices()), ("x",))
-    reduce = jax.jit(jax.shard_map(functools.partial(collectives.all_reduce, axis_name="x"), mesh=mesh,
+    reduce = jax.jit(jax.shard_map(functools.partial(jmf.ops.all_reduce, axis_name="x"), mesh=mesh,
                                    in_specs=P("x"), out_specs=P("x")))
-    rng = np.random.default_rng(int(sys.argv[2]))
+    rng = np.random.default_rng(int(sys.argv[1]))
     wrong = 0
     for i in range(1000):
       x = rng.integers(-1000, 1000, size=count * 4096).astype(np.int32)
       expected = np.tile(x.reshape(count, -1).sum(0), count)
       wrong += int((np.asarray(reduce(x)) != expected).sum())
     print(json.dumps({"wrong": wrong}))
-''')
+'''
 
 
 @pytest.mark.multi_gpu
 @pytest.mark.parametrize("xla_flags", ["", "--xla_gpu_enable_command_buffer="])
 def test_a_thousand_iterations_without_a_hang_or_a_wrong_value(tmp_path, xla_flags):
-  env = dict(os.environ, XLA_FLAGS=xla_flags, NCCL_NVLS_ENABLE="0")
-  result = subprocess.run([sys.executable, "-c", MANY_ITERATIONS, conftest.EXAMPLES, "7"], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=600)
-  assert result.returncode == 0, result.stderr[-3000:]
-  assert '"wrong": 0' in result.stdout
+  result = fresh_process.run(MANY_ITERATIONS, 7, cwd=tmp_path, timeout=600,
+                             env={"XLA_FLAGS": xla_flags, "NCCL_NVLS_ENABLE": "0"}).result
+  assert result["wrong"] == 0
 
 
-PEER_SKIPS = textwrap.dedent('''
-    import functools, sys
-    sys.path.insert(0, sys.argv[1])
+PEER_SKIPS = '''
+    import json
     import jax, jax.numpy as jnp, numpy as np
     from jax.sharding import Mesh, PartitionSpec as P
-    import collectives
+    import jax_mosaic_ffi as jmf
     mesh = Mesh(np.array(jax.devices()[:2]), ("x",))
 
     def fn(v):
       # Device 1 never calls the kernel: device 0 must time out, not hang.
       return jax.lax.cond(jax.lax.axis_index("x") == 0,
-                          lambda u: collectives.all_reduce(u, axis_name="x"), lambda u: u, v)
+                          lambda u: jmf.ops.all_reduce(u, axis_name="x"), lambda u: u, v)
 
     f = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
     try:
       jax.block_until_ready(f(np.ones(2 * 1024, np.float32)))
-      print("NO ERROR")
+      print(json.dumps({"error": None}))
     except Exception as e:
-      print("ERROR:", e)
-''')
+      print(json.dumps({"error": str(e)}))
+'''
 
 
 @pytest.mark.multi_gpu
 def test_a_peer_that_never_arrives_ends_in_a_timeout(tmp_path):
-  env = dict(os.environ, JAX_MOSAIC_FFI_PEER_TIMEOUT_S="3", NCCL_NVLS_ENABLE="0")
-  result = subprocess.run([sys.executable, "-c", PEER_SKIPS, conftest.EXAMPLES], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
-  assert "never arrived" in result.stdout, result.stdout + result.stderr[-3000:]
+  result = fresh_process.run(PEER_SKIPS, cwd=tmp_path, timeout=120,
+                             env={"JAX_MOSAIC_FFI_PEER_TIMEOUT_S": "3", "NCCL_NVLS_ENABLE": "0"}).result
+  assert "never arrived" in (result["error"] or "")

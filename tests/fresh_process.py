@@ -1,0 +1,50 @@
+"""Running a test script in a fresh Python process, the one way the suite does it.
+
+Fresh processes are for what one process cannot show: XLA flags read once at
+start-up, caches across processes, a CUDA context broken by a device fault,
+a process that must survive a hostile artifact. The script prints its
+findings as one JSON object on its last line of output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+@dataclasses.dataclass
+class Finished:
+  returncode: int
+  stdout: str
+  stderr: str
+
+  @property
+  def result(self):
+    """The JSON object on the last line of stdout."""
+    lines = [line for line in self.stdout.strip().splitlines() if line.strip()]
+    if not lines:
+      raise AssertionError(f"the child printed nothing; stderr:\n{self.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def run(script: str, *args, env: dict | None = None, cwd=None, timeout: float = 300, check: bool = True) -> Finished:
+  """Runs ``script`` (dedented) with ``args`` in a new interpreter that can import tests/ helpers.
+
+  ``env`` is added to the current environment. With ``check``, a non-zero
+  exit fails the test with the child's stderr.
+  """
+  environment = {**os.environ, **(env or {})}
+  environment["PYTHONPATH"] = os.pathsep.join(p for p in (TESTS, environment.get("PYTHONPATH", "")) if p)
+  completed = subprocess.run([sys.executable, "-c", textwrap.dedent(script), *map(str, args)], env=environment,
+                             cwd=cwd, capture_output=True, text=True, timeout=timeout)
+  finished = Finished(completed.returncode, completed.stdout, completed.stderr)
+  if check and completed.returncode != 0:
+    raise AssertionError(f"the child process failed with exit code {completed.returncode}:\n"
+                         f"{completed.stderr[-4000:]}")
+  return finished

@@ -1,0 +1,82 @@
+"""Nothing compiled or loaded twice, and nothing left behind (on a GPU)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_mosaic_ffi as jmf
+
+import kernel_sources
+
+pytestmark = pytest.mark.gpu
+
+
+def f32(rng, *shape):
+  return rng.standard_normal(shape).astype(np.float32)
+
+
+def test_eight_call_sites_compile_once_and_a_new_jit_compiles_nothing(rng, isolated_disk_cache):
+  n = 1024
+  source = kernel_sources.ADD.replace("a[i] + b[i]", "a[i] + b[i] + 0.5f")  # a kernel no other test uses
+  jmf.clear_kernel_cache()
+  before = jmf.kernel_cache_stats()
+  kernel = jmf.cuda_kernel(source, "add")
+  add = jmf.mosaic_kernel(kernel, jax.ShapeDtypeStruct((n,), jnp.float32), grid=n // 256, block=256,
+                          scalars=(np.int32(n),))
+
+  def eight(a, b):
+    for _ in range(8):
+      a = add(a, b)
+    return a
+
+  a, b = f32(rng, n), f32(rng, n)
+  out = jax.jit(eight)(a, b)
+  expected = a.copy()
+  for _ in range(8):
+    expected = expected + b + 0.5
+  np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-6, atol=1e-5)
+  mid = jmf.kernel_cache_stats()
+  assert mid.nvrtc_compiles - before.nvrtc_compiles == 1
+  assert mid.module_parses - before.module_parses == 1
+  assert mid.parse_cache_hits - before.parse_cache_hits == 7
+  assert mid.module_loads - before.module_loads == 1
+
+  again = jax.jit(lambda a, b: add(add(a, b), b))(a, b)
+  np.testing.assert_allclose(np.asarray(again), a + 2 * b + 1.0, rtol=1e-6, atol=1e-5)
+  after = jmf.kernel_cache_stats()
+  assert after.nvrtc_compiles == mid.nvrtc_compiles
+  assert after.module_parses == mid.module_parses
+  assert after.module_loads == mid.module_loads
+
+
+def test_no_growth_over_200_compile_delete_clear_cycles(rng, isolated_disk_cache):
+  from cuda.bindings import driver
+  n = 4096
+  x = f32(rng, n)
+
+  def cycle(i):
+    source = kernel_sources.INCREMENT.replace("+ 1.0f", f"+ {i}.0f")
+    kernel = jmf.cuda_kernel(source, "increment")
+    inc = jmf.mosaic_kernel(kernel, jax.ShapeDtypeStruct((n,), jnp.float32), grid=n // 256, block=256,
+                            scalars=(np.int32(n),))
+    y = jax.jit(inc)(x)
+    np.testing.assert_array_equal(np.asarray(y), x + i)
+    del y, inc, kernel
+    jax.clear_caches()
+    jmf.clear_kernel_cache()
+
+  def free_bytes():
+    err, free, _ = driver.cuMemGetInfo()
+    return free
+
+  for i in range(5):  # warm up allocators and caches
+    cycle(i)
+  base_modules = jmf.kernel_cache_stats().loaded_modules
+  base_free = free_bytes()
+  for i in range(200):
+    cycle(i + 5)
+  stats = jmf.kernel_cache_stats()
+  assert stats.loaded_modules == base_modules, stats
+  assert stats.cached_kernels == 0
+  assert base_free - free_bytes() < 64 << 20, (base_free, free_bytes())
