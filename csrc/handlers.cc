@@ -72,6 +72,7 @@ ffi::Error Record(RecordFrame record, int32_t device, CallSite* site, ffi::Remai
 // The collective stages run only after the device ordinal passed Prepare's
 // range check: XLA runs prepare before initialize and execute.
 ffi::Error CollectivePrepare(int32_t device, CallSite* site) {
+  GetCacheStats().collective_prepares.fetch_add(1, std::memory_order_relaxed);
   CUcontext context = CurrentContext(*site);
   JMF_RETURN_IF_ERROR(site->Prepare(device, context));
   return site->collective()->Prepare(device, context);
@@ -79,6 +80,7 @@ ffi::Error CollectivePrepare(int32_t device, CallSite* site) {
 
 ffi::Error CollectiveInitialize(CUstream stream, ffi::RunId run_id, int32_t device, CallSite* site,
                                 ffi::RemainingArgs args, ffi::RemainingRets rets) {
+  GetCacheStats().collective_initializes.fetch_add(1, std::memory_order_relaxed);
   Buffers buffers;
   JMF_RETURN_IF_ERROR(site->GatherBuffers(args, rets, &buffers));
   return site->collective()->Initialize(device, run_id.run_id, stream, buffers);

@@ -40,6 +40,8 @@ struct CacheStats {
   std::atomic<int64_t> records_created{0}; // launch commands made by the record stage
   std::atomic<int64_t> instantiations{0};   // instantiate stages run
   std::atomic<int64_t> instantiate_ns{0};   // time spent in them
+  std::atomic<int64_t> collective_prepares{0};     // prepare stages run by collective call sites
+  std::atomic<int64_t> collective_initializes{0};  // initialize stages likewise
 };
 CacheStats& GetCacheStats();
 

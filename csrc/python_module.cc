@@ -269,6 +269,8 @@ NB_MODULE(_core, m) {
     d["records_created"] = s.records_created.load();
     d["instantiations"] = s.instantiations.load();
     d["instantiate_seconds"] = s.instantiate_ns.load() * 1e-9;
+    d["collective_prepares"] = s.collective_prepares.load();
+    d["collective_initializes"] = s.collective_initializes.load();
     return d;
   });
   m.def("clear_kernel_cache", &ClearKernelCache);

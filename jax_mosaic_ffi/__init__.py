@@ -53,7 +53,9 @@ class KernelCacheStats:
   calls. loaded_modules: CUmodules alive now, across all devices.
   records_created: kernel launches recorded as CUDA-graph nodes by the record
   stage (command buffers). instantiations / instantiate_seconds: instantiate
-  stages run, and the time spent in them.
+  stages run, and the time spent in them. collective_prepares /
+  collective_initializes: prepare and initialize stages run by collective
+  call sites (XLA runs them on every execution).
   """
 
   nvrtc_compiles: int
@@ -67,6 +69,8 @@ class KernelCacheStats:
   records_created: int
   instantiations: int
   instantiate_seconds: float
+  collective_prepares: int
+  collective_initializes: int
 
   @property
   def kernel_builds(self) -> int:

@@ -95,6 +95,7 @@ def test_ptx_and_cubin_kernels_wrap_prebuilt_code(isolated_disk_cache):
   from_cubin = jmf.cubin_kernel({"sm_90": cubin}, "add")
   assert from_cubin.param_sizes is None
   assert module_format.parse(from_cubin.module).images[0].data == cubin
+  assert from_cubin.parsed.images[0].data == cubin
   with pytest.raises(ValueError, match="no entry named 'nope'"):
     jmf.ptx_kernel(ptx, "nope")
   with pytest.raises(ValueError, match="not a cubin"):
@@ -110,3 +111,36 @@ def test_dump_switch_writes_ptx_cubin_and_sass(isolated_disk_cache, tmp_path, mo
   sass = tmp_path / "dump" / f"{stem}.sm_90.sass"
   if sass.exists():  # needs cuobjdump, which CUDA toolkits carry
     assert "add" in sass.read_text()
+
+
+TEMPLATE_BOMB = r'''
+template <int N, unsigned long long M> struct Bomb {
+  static constexpr unsigned long long value = Bomb<N - 1, 2 * M>::value + Bomb<N - 1, 2 * M + 1>::value;
+};
+template <unsigned long long M> struct Bomb<0, M> { static constexpr unsigned long long value = M; };
+extern "C" __global__ void bomb(unsigned long long* out) { out[0] = Bomb<40, 1>::value; }
+'''
+
+
+def test_a_compile_that_never_ends_is_stopped_and_the_next_one_works(isolated_disk_cache, monkeypatch):
+  import time
+  monkeypatch.setenv("JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S", "2")
+  start = time.monotonic()
+  with pytest.raises(jmf.CompileError, match="did not finish within"):
+    jmf.cuda_kernel(TEMPLATE_BOMB, "bomb")
+  assert time.monotonic() - start < 30
+  assert jmf.cuda_kernel(kernel_sources.ADD, "add").symbol == "add"
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "nan"])
+def test_a_bad_compile_timeout_is_named_before_compiling(isolated_disk_cache, monkeypatch, value):
+  monkeypatch.setenv("JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S", value)
+  with pytest.raises(ValueError, match="JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S"):
+    jmf.cuda_kernel(kernel_sources.ADD, "add")
+
+
+def test_compiling_in_this_process_gives_the_same_binary(isolated_disk_cache, monkeypatch):
+  bounded = jmf.cuda_kernel(kernel_sources.SUM, "block_sum")
+  jmf.clear_kernel_cache(disk=True)
+  monkeypatch.setenv("JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S", "0")
+  assert jmf.cuda_kernel(kernel_sources.SUM, "block_sum").module == bounded.module
