@@ -1,5 +1,6 @@
 """The on-disk NVRTC cache: its key, concurrency, corruption and bounds."""
 
+import json
 import os
 import subprocess
 import sys
@@ -45,7 +46,7 @@ def test_a_new_process_compiles_nothing(isolated_disk_cache, tmp_path):
                        env=dict(os.environ, JAX_MOSAIC_FFI_CACHE_DIR=str(isolated_disk_cache)),
                        capture_output=True, text=True, timeout=120)
   assert out.returncode == 0, out.stderr
-  compiles, hits, digest = eval(out.stdout.strip().splitlines()[-1])
+  compiles, hits, digest = json.loads(out.stdout.strip().splitlines()[-1])
   assert (compiles, hits) == (0, 1)
   assert digest == jmf.cuda_kernel(kernel_sources.ADD, "add").hash.hex()
 
