@@ -1,10 +1,13 @@
 """The on-disk NVRTC cache: its key, concurrency, corruption and bounds."""
 
+import hashlib
 import json
 import os
+import stat
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -110,3 +113,133 @@ def test_the_cache_can_be_moved_or_turned_off(tmp_path, monkeypatch):
   monkeypatch.delenv("JAX_MOSAIC_FFI_CACHE_DIR")
   monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
   assert disk_cache.cache_dir() == tmp_path / "xdg" / "jax_mosaic_ffi"
+
+
+# Keys whose first two digits name distinct folders, so each planted file has its own.
+KEYS = {name: digits * 32 for name, digits in
+        [("no_magic", "a1"), ("hex_less_folder", "b2"), ("wrong_folder", "c3"), ("linked_folder", "d4"),
+         ("linked_entry", "e5"), ("fifo", "f6"), ("dev_zero", "07")]}
+
+
+def entry_bytes(payload: bytes) -> bytes:
+  """A well-formed entry, as store writes it."""
+  return disk_cache._ENTRY_HEADER.pack(disk_cache._ENTRY_MAGIC, len(payload),
+                                       hashlib.sha256(payload).digest()) + payload
+
+
+def plant_foreign_files(cache, outside):
+  """Files in and around the cache that are not its entries; returns {path: bytes} for each."""
+  valid = entry_bytes(b"looks like ours")
+  keys = KEYS
+  files = {
+      cache / "weights" / "model.bin": b"a project's model weights",
+      cache / keys["no_magic"][:2] / f"{keys['no_magic']}.bin": b"our name, not our magic" * 4,
+      cache / "zz" / f"{keys['hex_less_folder']}.bin": valid,
+      cache / keys["no_magic"][:2] / f"{keys['wrong_folder']}.bin": valid,
+      # Other processes' writes in flight: this version's temp name, and an older version's.
+      cache / keys["no_magic"][:2] / ".tmp-4242-0123456789abcdef.partial": valid[:20],
+      cache / keys["no_magic"][:2] / ".tmp-k3j4l5m6.bin": valid[:20],
+      outside / "folder" / f"{keys['linked_folder']}.bin": valid,
+      outside / "entry.bin": valid,
+  }
+  for path, data in files.items():
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+  (cache / keys["linked_folder"][:2]).symlink_to(outside / "folder", target_is_directory=True)
+  for name in "linked_entry", "fifo", "dev_zero":
+    (cache / keys[name][:2]).mkdir()
+  (cache / keys["linked_entry"][:2] / f"{keys['linked_entry']}.bin").symlink_to(outside / "entry.bin")
+  os.mkfifo(cache / keys["fifo"][:2] / f"{keys['fifo']}.bin")
+  (cache / keys["dev_zero"][:2] / f"{keys['dev_zero']}.bin").symlink_to("/dev/zero")
+  return files
+
+
+def check_foreign_files(cache, files):
+  for path, data in files.items():
+    assert path.read_bytes() == data, path
+  assert (cache / KEYS["linked_folder"][:2]).is_symlink()
+  assert (cache / KEYS["linked_entry"][:2] / f"{KEYS['linked_entry']}.bin").is_symlink()
+  assert stat.S_ISFIFO(os.lstat(cache / KEYS["fifo"][:2] / f"{KEYS['fifo']}.bin").st_mode)
+  assert os.readlink(cache / KEYS["dev_zero"][:2] / f"{KEYS['dev_zero']}.bin") == "/dev/zero"
+
+
+@pytest.mark.parametrize("how", ["evict", "clear"])
+def test_only_our_own_entries_are_ever_deleted(isolated_disk_cache, tmp_path, monkeypatch, how):
+  cache = isolated_disk_cache
+  ours = [disk_cache.key("ours", str(i)) for i in range(4)]
+  for entry_key in ours:
+    disk_cache.store(entry_key, os.urandom(1000))
+  files = plant_foreign_files(cache, tmp_path / "outside")
+  # Our own temp file, left by a writer that died two days ago.
+  stale = cache / ours[0][:2] / ".tmp-4243-fedcba9876543210.partial"
+  stale.write_bytes(b"half an entry")
+  os.utime(stale, (time.time() - 2 * 86400,) * 2)
+  if how == "evict":
+    monkeypatch.setenv("JAX_MOSAIC_FFI_CACHE_MAX_BYTES", "1")
+    jmf.cuda_kernel(kernel_sources.ADD, "add")
+  else:
+    jmf.clear_kernel_cache(disk=True)
+  for entry_key in ours:
+    assert not (cache / entry_key[:2] / f"{entry_key}.bin").exists()
+  assert not stale.exists()
+  check_foreign_files(cache, files)
+
+
+def test_foreign_files_are_misses_and_are_left_alone(isolated_disk_cache, tmp_path):
+  cache = isolated_disk_cache
+  files = plant_foreign_files(cache, tmp_path / "outside")
+  for name in "no_magic", "hex_less_folder", "wrong_folder", "linked_folder", "linked_entry":
+    assert disk_cache.load(KEYS[name]) is None, name
+  check_foreign_files(cache, files)
+
+
+def test_a_damaged_entry_of_ours_is_deleted_on_load(isolated_disk_cache):
+  entry_key = disk_cache.key("damaged")
+  disk_cache.store(entry_key, b"payload" * 100)
+  path = isolated_disk_cache / entry_key[:2] / f"{entry_key}.bin"
+  path.write_bytes(path.read_bytes()[:-1])
+  assert disk_cache.load(entry_key) is None
+  assert not path.exists()
+
+
+def test_stores_do_not_write_through_symlinks(isolated_disk_cache, tmp_path):
+  cache = isolated_disk_cache
+  outside = tmp_path / "outside"
+  outside.mkdir()
+  (outside / "precious").write_bytes(b"precious")
+  # A symlink in place of a two-hex folder: the store is skipped.
+  folder_key = KEYS["linked_folder"]
+  cache.mkdir()
+  (cache / folder_key[:2]).symlink_to(outside, target_is_directory=True)
+  disk_cache.store(folder_key, b"payload")
+  assert sorted(p.name for p in outside.iterdir()) == ["precious"]
+  assert disk_cache.load(folder_key) is None
+  # A symlink at an entry's name: the entry replaces the link, not its target.
+  entry_key = KEYS["linked_entry"]
+  (cache / entry_key[:2]).mkdir()
+  entry = cache / entry_key[:2] / f"{entry_key}.bin"
+  entry.symlink_to(outside / "precious")
+  disk_cache.store(entry_key, b"payload")
+  assert (outside / "precious").read_bytes() == b"precious"
+  assert not entry.is_symlink() and disk_cache.load(entry_key) == b"payload"
+
+
+def test_special_files_at_an_entry_path_are_prompt_misses(isolated_disk_cache):
+  files = plant_foreign_files(isolated_disk_cache, isolated_disk_cache.parent / "outside")
+  # disk_cache alone, without jax, so the child starts at once and its memory
+  # can be capped: an unbounded read of /dev/zero fails fast instead of
+  # taking the machine's memory, and a FIFO that blocks runs into the timeout.
+  script = textwrap.dedent("""
+      import importlib.util, json, resource, sys
+      spec = importlib.util.spec_from_file_location("disk_cache", sys.argv[1])
+      disk_cache = importlib.util.module_from_spec(spec)
+      spec.loader.exec_module(disk_cache)
+      resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+      print(json.dumps([disk_cache.load(k) is None for k in sys.argv[2:]]))
+  """)
+  out = subprocess.run([sys.executable, "-c", script, disk_cache.__file__, KEYS["fifo"], KEYS["dev_zero"]],
+                       env=dict(os.environ, JAX_MOSAIC_FFI_CACHE_DIR=str(isolated_disk_cache)),
+                       capture_output=True, text=True, timeout=10)
+  assert out.returncode == 0, out.stderr
+  assert json.loads(out.stdout) == [True, True]
+  check_foreign_files(isolated_disk_cache, files)
