@@ -2,11 +2,12 @@
 
 Settings (read on every use, so tests and users can change them at run time):
 
-* ``JAX_MOSAIC_FFI_CACHE_DIR``: where entries live. Default
+* ``JAX_MOSAIC_FFI_CACHE_DIR``: where entries live (``~`` is expanded). Default
   ``$XDG_CACHE_HOME/jax_mosaic_ffi`` (``~/.cache/jax_mosaic_ffi``). Set it to
   ``off`` (or ``0``, or an empty string) to turn the cache off.
-* ``JAX_MOSAIC_FFI_CACHE_MAX_BYTES``: the size bound, 1 GiB by default. The
-  least recently used entries go first once a write crosses it.
+* ``JAX_MOSAIC_FFI_CACHE_MAX_BYTES``: the size bound, a whole number of bytes,
+  1 GiB by default. The least recently used entries go first once a write
+  crosses it. ``check_settings()`` reports a bad value before any compile.
 
 The folder may hold other files, so the cache only ever reads, replaces or
 deletes its own entries: ``<xx>/<key>.bin``, where ``<key>`` is 64 lowercase
@@ -43,6 +44,7 @@ _MAX_ENTRY_BYTES = 256 << 20
 # another process's write in flight.
 _STALE_TEMP_S = 24 * 3600
 _OFF = {"", "0", "off", "false", "none"}
+_MAX_BYTES_ENV = "JAX_MOSAIC_FFI_CACHE_MAX_BYTES"
 
 _KEY = re.compile(r"[0-9a-f]{64}")
 _FOLDER_NAME = re.compile(r"[0-9a-f]{2}")
@@ -60,20 +62,32 @@ _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 def cache_dir() -> pathlib.Path | None:
   configured = os.environ.get("JAX_MOSAIC_FFI_CACHE_DIR")
   if configured is not None:
-    return None if configured.strip().lower() in _OFF else pathlib.Path(configured)
+    if configured.strip().lower() in _OFF:
+      return None
+    # os.path's expanduser, not pathlib's: "~nosuchuser" stays as written instead of raising.
+    return pathlib.Path(os.path.expanduser(configured))
   base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
   return pathlib.Path(base) / "jax_mosaic_ffi"
 
 
 def max_bytes() -> int:
-  value = os.environ.get("JAX_MOSAIC_FFI_CACHE_MAX_BYTES")
+  value = os.environ.get(_MAX_BYTES_ENV, "").strip()
   if not value:
     return _DEFAULT_MAX_BYTES
   try:
-    return max(0, int(value))
+    bound = int(value)
   except ValueError:
+    bound = -1
+  if bound < 0:
     raise ValueError(
-        f"JAX_MOSAIC_FFI_CACHE_MAX_BYTES must be a number of bytes, got {value!r}") from None
+        f"{_MAX_BYTES_ENV}={value!r} is not a size: set it to a whole number of bytes, e.g. "
+        f"{_MAX_BYTES_ENV}=1073741824 for 1 GiB (0 keeps nothing), or unset it for the default 1 GiB")
+  return bound
+
+
+def check_settings() -> None:
+  """Raises ValueError for a setting the cache cannot use. Cheap: call it before compiling."""
+  max_bytes()
 
 
 def key(*parts: bytes | str) -> str:

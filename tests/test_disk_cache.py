@@ -115,6 +115,38 @@ def test_the_cache_can_be_moved_or_turned_off(tmp_path, monkeypatch):
   assert disk_cache.cache_dir() == tmp_path / "xdg" / "jax_mosaic_ffi"
 
 
+def test_a_tilde_means_the_home_folder(tmp_path, monkeypatch):
+  monkeypatch.setenv("HOME", str(tmp_path / "home"))
+  monkeypatch.chdir(tmp_path)
+  monkeypatch.setenv("JAX_MOSAIC_FFI_CACHE_DIR", "~")
+  assert disk_cache.cache_dir() == tmp_path / "home"
+  monkeypatch.setenv("JAX_MOSAIC_FFI_CACHE_DIR", "~/kernels")
+  assert disk_cache.cache_dir() == tmp_path / "home" / "kernels"
+  entry_key = disk_cache.key("tilde")
+  disk_cache.store(entry_key, b"payload")
+  assert disk_cache.load(entry_key) == b"payload"
+  assert (tmp_path / "home" / "kernels" / entry_key[:2] / f"{entry_key}.bin").is_file()
+  assert not (tmp_path / "~").exists()
+
+
+@pytest.mark.parametrize("value", ["1GiB", "-1", "1.5", "lots"])
+def test_a_bad_size_bound_is_reported_before_compiling(isolated_disk_cache, monkeypatch, value):
+  monkeypatch.setenv("JAX_MOSAIC_FFI_CACHE_MAX_BYTES", value)
+  with pytest.raises(ValueError, match=r"JAX_MOSAIC_FFI_CACHE_MAX_BYTES=.* whole number of bytes, e\.g\."):
+    disk_cache.check_settings()
+  before = jmf.kernel_cache_stats().nvrtc_compiles
+  with pytest.raises(ValueError, match="JAX_MOSAIC_FFI_CACHE_MAX_BYTES"):
+    jmf.cuda_kernel(kernel_sources.ADD, "add")
+  assert jmf.kernel_cache_stats().nvrtc_compiles == before
+
+
+@pytest.mark.parametrize("value, expected", [("", 1 << 30), ("0", 0), (" 2048 ", 2048)], ids=["unset", "0", "2048"])
+def test_good_size_bounds(monkeypatch, value, expected):
+  monkeypatch.setenv("JAX_MOSAIC_FFI_CACHE_MAX_BYTES", value)
+  disk_cache.check_settings()
+  assert disk_cache.max_bytes() == expected
+
+
 # Keys whose first two digits name distinct folders, so each planted file has its own.
 KEYS = {name: digits * 32 for name, digits in
         [("no_magic", "a1"), ("hex_less_folder", "b2"), ("wrong_folder", "c3"), ("linked_folder", "d4"),
