@@ -275,3 +275,16 @@ def test_special_files_at_an_entry_path_are_prompt_misses(isolated_disk_cache):
   assert out.returncode == 0, out.stderr
   assert json.loads(out.stdout) == [True, True]
   check_foreign_files(isolated_disk_cache, files)
+
+
+def test_a_configured_folder_that_is_a_symlink_is_followed(tmp_path, monkeypatch):
+  # The user's own choice of folder, unlike a link found below it.
+  (tmp_path / "real").mkdir()
+  (tmp_path / "link").symlink_to(tmp_path / "real", target_is_directory=True)
+  monkeypatch.setenv("JAX_MOSAIC_FFI_CACHE_DIR", str(tmp_path / "link"))
+  entry_key = disk_cache.key("through the root link")
+  disk_cache.store(entry_key, b"payload")
+  assert (tmp_path / "real" / entry_key[:2] / f"{entry_key}.bin").is_file()
+  assert disk_cache.load(entry_key) == b"payload"
+  disk_cache.clear()
+  assert disk_cache.load(entry_key) is None and (tmp_path / "link").is_symlink()
