@@ -179,7 +179,7 @@ def compile_cuda(source: str, name: str, *, options=(), headers=None,
     raise ValueError("set the GPU architecture with targets=('sm_90', ...), not with NVRTC options")
   headers = dict(sorted((headers or {}).items()))
   # Settings mistakes surface before a compile that may take seconds.
-  disk_cache.max_bytes()
+  disk_cache.check_settings()
   timeout = nvrtc_program.timeout_s()
   entry_key = cache_key(source, name, options, headers, targets, nvrtc_identity())
   with _lock:

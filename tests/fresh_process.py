@@ -33,18 +33,32 @@ class Finished:
     return json.loads(lines[-1])
 
 
-def run(script: str, *args, env: dict | None = None, cwd=None, timeout: float = 300, check: bool = True) -> Finished:
-  """Runs ``script`` (dedented) with ``args`` in a new interpreter that can import tests/ helpers.
+def start(script: str, *args, env: dict | None = None, cwd=None) -> subprocess.Popen:
+  """Starts ``script`` (dedented) with ``args`` in a new interpreter that can import tests/ helpers.
 
-  ``env`` is added to the current environment. With ``check``, a non-zero
-  exit fails the test with the child's stderr.
+  ``env`` is added to the current environment. For children that must run
+  at the same time; `finish` waits for one.
   """
   environment = {**os.environ, **(env or {})}
   environment["PYTHONPATH"] = os.pathsep.join(p for p in (TESTS, environment.get("PYTHONPATH", "")) if p)
-  completed = subprocess.run([sys.executable, "-c", textwrap.dedent(script), *map(str, args)], env=environment,
-                             cwd=cwd, capture_output=True, text=True, timeout=timeout)
-  finished = Finished(completed.returncode, completed.stdout, completed.stderr)
-  if check and completed.returncode != 0:
-    raise AssertionError(f"the child process failed with exit code {completed.returncode}:\n"
-                         f"{completed.stderr[-4000:]}")
+  return subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), *map(str, args)], env=environment, cwd=cwd,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(process: subprocess.Popen, timeout: float = 300, check: bool = True) -> Finished:
+  """Waits for a started child; with ``check``, a non-zero exit fails the test with its stderr."""
+  try:
+    stdout, stderr = process.communicate(timeout=timeout)
+  except subprocess.TimeoutExpired:
+    process.kill()
+    stdout, stderr = process.communicate()
+    raise AssertionError(f"the child process ran over {timeout} s:\n{stderr[-4000:]}") from None
+  finished = Finished(process.returncode, stdout, stderr)
+  if check and process.returncode != 0:
+    raise AssertionError(f"the child process failed with exit code {process.returncode}:\n{stderr[-4000:]}")
   return finished
+
+
+def run(script: str, *args, env: dict | None = None, cwd=None, timeout: float = 300, check: bool = True) -> Finished:
+  """`start` then `finish`: the usual way."""
+  return finish(start(script, *args, env=env, cwd=cwd), timeout=timeout, check=check)

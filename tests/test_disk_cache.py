@@ -1,9 +1,10 @@
 """The on-disk NVRTC cache: its key, concurrency, corruption and bounds."""
 
+import hashlib
+import json
 import os
-import subprocess
-import sys
-import textwrap
+import stat
+import time
 
 import pytest
 
@@ -11,6 +12,7 @@ import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi import compiler, disk_cache
 from jax_mosaic_ffi.module_format import Arch
 
+import fresh_process
 import kernel_sources
 
 
@@ -33,36 +35,29 @@ def test_the_key_covers_everything_that_changes_the_binary():
 
 def test_a_new_process_compiles_nothing(isolated_disk_cache, tmp_path):
   jmf.cuda_kernel(kernel_sources.ADD, "add")
-  script = textwrap.dedent("""
-      import json, sys
-      sys.path.insert(0, sys.argv[1])
+  script = """
+      import json
       import jax_mosaic_ffi as jmf, kernel_sources
       k = jmf.cuda_kernel(kernel_sources.ADD, "add")
       s = jmf.kernel_cache_stats()
       print(json.dumps([s.nvrtc_compiles, s.disk_hits, k.hash.hex()]))
-  """)
-  out = subprocess.run([sys.executable, "-c", script, os.path.dirname(__file__)], cwd=tmp_path,
-                       env=dict(os.environ, JAX_MOSAIC_FFI_CACHE_DIR=str(isolated_disk_cache)),
-                       capture_output=True, text=True, timeout=120)
-  assert out.returncode == 0, out.stderr
-  compiles, hits, digest = eval(out.stdout.strip().splitlines()[-1])
+  """
+  compiles, hits, digest = fresh_process.run(script, cwd=tmp_path, timeout=120, env={
+      "JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)}).result
   assert (compiles, hits) == (0, 1)
   assert digest == jmf.cuda_kernel(kernel_sources.ADD, "add").hash.hex()
 
 
 def test_several_processes_compiling_the_same_kernel_at_once(isolated_disk_cache, tmp_path):
-  script = textwrap.dedent("""
-      import sys
-      sys.path.insert(0, sys.argv[1])
+  script = """
+      import json
       import jax_mosaic_ffi as jmf, kernel_sources
-      print(jmf.cuda_kernel(kernel_sources.SUM, "block_sum").hash.hex())
-  """)
-  env = dict(os.environ, JAX_MOSAIC_FFI_CACHE_DIR=str(isolated_disk_cache))
-  procs = [subprocess.Popen([sys.executable, "-c", script, os.path.dirname(__file__)], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(6)]
-  results = [p.communicate(timeout=180) for p in procs]
-  assert all(p.returncode == 0 for p in procs), [err for _, err in results]
-  assert len({out.strip() for out, _ in results}) == 1
+      print(json.dumps(jmf.cuda_kernel(kernel_sources.SUM, "block_sum").hash.hex()))
+  """
+  children = [fresh_process.start(script, cwd=tmp_path, env={"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)})
+              for _ in range(6)]
+  results = [fresh_process.finish(child, timeout=180).result for child in children]
+  assert len(set(results)) == 1
   assert len(entries(isolated_disk_cache)) == 1
   assert not list(isolated_disk_cache.glob("*/.tmp-*"))
   jmf.clear_kernel_cache()
@@ -109,3 +104,176 @@ def test_the_cache_can_be_moved_or_turned_off(tmp_path, monkeypatch):
   monkeypatch.delenv("JAX_MOSAIC_FFI_CACHE_DIR")
   monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
   assert disk_cache.cache_dir() == tmp_path / "xdg" / "jax_mosaic_ffi"
+
+
+def test_a_tilde_means_the_home_folder(tmp_path, monkeypatch):
+  monkeypatch.setenv("HOME", str(tmp_path / "home"))
+  monkeypatch.chdir(tmp_path)
+  monkeypatch.setenv("JAX_MOSAIC_FFI_CACHE_DIR", "~")
+  assert disk_cache.cache_dir() == tmp_path / "home"
+  monkeypatch.setenv("JAX_MOSAIC_FFI_CACHE_DIR", "~/kernels")
+  assert disk_cache.cache_dir() == tmp_path / "home" / "kernels"
+  entry_key = disk_cache.key("tilde")
+  disk_cache.store(entry_key, b"payload")
+  assert disk_cache.load(entry_key) == b"payload"
+  assert (tmp_path / "home" / "kernels" / entry_key[:2] / f"{entry_key}.bin").is_file()
+  assert not (tmp_path / "~").exists()
+
+
+@pytest.mark.parametrize("value", ["1GiB", "-1", "1.5", "lots"])
+def test_a_bad_size_bound_is_reported_before_compiling(isolated_disk_cache, monkeypatch, value):
+  monkeypatch.setenv("JAX_MOSAIC_FFI_CACHE_MAX_BYTES", value)
+  with pytest.raises(ValueError, match=r"JAX_MOSAIC_FFI_CACHE_MAX_BYTES=.* whole number of bytes, e\.g\."):
+    disk_cache.check_settings()
+  before = jmf.kernel_cache_stats().nvrtc_compiles
+  with pytest.raises(ValueError, match="JAX_MOSAIC_FFI_CACHE_MAX_BYTES"):
+    jmf.cuda_kernel(kernel_sources.ADD, "add")
+  assert jmf.kernel_cache_stats().nvrtc_compiles == before
+
+
+@pytest.mark.parametrize("value, expected", [("", 1 << 30), ("0", 0), (" 2048 ", 2048)], ids=["unset", "0", "2048"])
+def test_good_size_bounds(monkeypatch, value, expected):
+  monkeypatch.setenv("JAX_MOSAIC_FFI_CACHE_MAX_BYTES", value)
+  disk_cache.check_settings()
+  assert disk_cache.max_bytes() == expected
+
+
+# Keys whose first two digits name distinct folders, so each planted file has its own.
+KEYS = {name: digits * 32 for name, digits in
+        [("no_magic", "a1"), ("hex_less_folder", "b2"), ("wrong_folder", "c3"), ("linked_folder", "d4"),
+         ("linked_entry", "e5"), ("fifo", "f6"), ("dev_zero", "07")]}
+
+
+def entry_bytes(payload: bytes) -> bytes:
+  """A well-formed entry, as store writes it."""
+  return disk_cache._ENTRY_HEADER.pack(disk_cache._ENTRY_MAGIC, len(payload),
+                                       hashlib.sha256(payload).digest()) + payload
+
+
+def plant_foreign_files(cache, outside):
+  """Files in and around the cache that are not its entries; returns {path: bytes} for each."""
+  valid = entry_bytes(b"looks like ours")
+  keys = KEYS
+  files = {
+      cache / "weights" / "model.bin": b"a project's model weights",
+      cache / keys["no_magic"][:2] / f"{keys['no_magic']}.bin": b"our name, not our magic" * 4,
+      cache / "zz" / f"{keys['hex_less_folder']}.bin": valid,
+      cache / keys["no_magic"][:2] / f"{keys['wrong_folder']}.bin": valid,
+      # Other processes' writes in flight: this version's temp name, and an older version's.
+      cache / keys["no_magic"][:2] / ".tmp-4242-0123456789abcdef.partial": valid[:20],
+      cache / keys["no_magic"][:2] / ".tmp-k3j4l5m6.bin": valid[:20],
+      outside / "folder" / f"{keys['linked_folder']}.bin": valid,
+      outside / "entry.bin": valid,
+  }
+  for path, data in files.items():
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+  (cache / keys["linked_folder"][:2]).symlink_to(outside / "folder", target_is_directory=True)
+  for name in "linked_entry", "fifo", "dev_zero":
+    (cache / keys[name][:2]).mkdir()
+  (cache / keys["linked_entry"][:2] / f"{keys['linked_entry']}.bin").symlink_to(outside / "entry.bin")
+  os.mkfifo(cache / keys["fifo"][:2] / f"{keys['fifo']}.bin")
+  (cache / keys["dev_zero"][:2] / f"{keys['dev_zero']}.bin").symlink_to("/dev/zero")
+  return files
+
+
+def check_foreign_files(cache, files):
+  for path, data in files.items():
+    assert path.read_bytes() == data, path
+  assert (cache / KEYS["linked_folder"][:2]).is_symlink()
+  assert (cache / KEYS["linked_entry"][:2] / f"{KEYS['linked_entry']}.bin").is_symlink()
+  assert stat.S_ISFIFO(os.lstat(cache / KEYS["fifo"][:2] / f"{KEYS['fifo']}.bin").st_mode)
+  assert os.readlink(cache / KEYS["dev_zero"][:2] / f"{KEYS['dev_zero']}.bin") == "/dev/zero"
+
+
+@pytest.mark.parametrize("how", ["evict", "clear"])
+def test_only_our_own_entries_are_ever_deleted(isolated_disk_cache, tmp_path, monkeypatch, how):
+  cache = isolated_disk_cache
+  ours = [disk_cache.key("ours", str(i)) for i in range(4)]
+  for entry_key in ours:
+    disk_cache.store(entry_key, os.urandom(1000))
+  files = plant_foreign_files(cache, tmp_path / "outside")
+  # Our own temp file, left by a writer that died two days ago.
+  stale = cache / ours[0][:2] / ".tmp-4243-fedcba9876543210.partial"
+  stale.write_bytes(b"half an entry")
+  os.utime(stale, (time.time() - 2 * 86400,) * 2)
+  if how == "evict":
+    monkeypatch.setenv("JAX_MOSAIC_FFI_CACHE_MAX_BYTES", "1")
+    jmf.cuda_kernel(kernel_sources.ADD, "add")
+  else:
+    jmf.clear_kernel_cache(disk=True)
+  for entry_key in ours:
+    assert not (cache / entry_key[:2] / f"{entry_key}.bin").exists()
+  assert not stale.exists()
+  check_foreign_files(cache, files)
+
+
+def test_foreign_files_are_misses_and_are_left_alone(isolated_disk_cache, tmp_path):
+  cache = isolated_disk_cache
+  files = plant_foreign_files(cache, tmp_path / "outside")
+  for name in "no_magic", "hex_less_folder", "wrong_folder", "linked_folder", "linked_entry":
+    assert disk_cache.load(KEYS[name]) is None, name
+  check_foreign_files(cache, files)
+
+
+def test_a_damaged_entry_of_ours_is_deleted_on_load(isolated_disk_cache):
+  entry_key = disk_cache.key("damaged")
+  disk_cache.store(entry_key, b"payload" * 100)
+  path = isolated_disk_cache / entry_key[:2] / f"{entry_key}.bin"
+  path.write_bytes(path.read_bytes()[:-1])
+  assert disk_cache.load(entry_key) is None
+  assert not path.exists()
+
+
+def test_stores_do_not_write_through_symlinks(isolated_disk_cache, tmp_path):
+  cache = isolated_disk_cache
+  outside = tmp_path / "outside"
+  outside.mkdir()
+  (outside / "precious").write_bytes(b"precious")
+  # A symlink in place of a two-hex folder: the store is skipped.
+  folder_key = KEYS["linked_folder"]
+  cache.mkdir()
+  (cache / folder_key[:2]).symlink_to(outside, target_is_directory=True)
+  disk_cache.store(folder_key, b"payload")
+  assert sorted(p.name for p in outside.iterdir()) == ["precious"]
+  assert disk_cache.load(folder_key) is None
+  # A symlink at an entry's name: the entry replaces the link, not its target.
+  entry_key = KEYS["linked_entry"]
+  (cache / entry_key[:2]).mkdir()
+  entry = cache / entry_key[:2] / f"{entry_key}.bin"
+  entry.symlink_to(outside / "precious")
+  disk_cache.store(entry_key, b"payload")
+  assert (outside / "precious").read_bytes() == b"precious"
+  assert not entry.is_symlink() and disk_cache.load(entry_key) == b"payload"
+
+
+def test_special_files_at_an_entry_path_are_prompt_misses(isolated_disk_cache):
+  files = plant_foreign_files(isolated_disk_cache, isolated_disk_cache.parent / "outside")
+  # disk_cache alone, without jax, so the child starts at once and its memory
+  # can be capped: an unbounded read of /dev/zero fails fast instead of
+  # taking the machine's memory, and a FIFO that blocks runs into the timeout.
+  script = """
+      import importlib.util, json, resource, sys
+      spec = importlib.util.spec_from_file_location("disk_cache", sys.argv[1])
+      disk_cache = importlib.util.module_from_spec(spec)
+      spec.loader.exec_module(disk_cache)
+      resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+      print(json.dumps([disk_cache.load(k) is None for k in sys.argv[2:]]))
+  """
+  result = fresh_process.run(script, disk_cache.__file__, KEYS["fifo"], KEYS["dev_zero"], timeout=10,
+                             env={"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)}).result
+  assert result == [True, True]
+  check_foreign_files(isolated_disk_cache, files)
+
+
+def test_a_configured_folder_that_is_a_symlink_is_followed(tmp_path, monkeypatch):
+  # The user's own choice of folder, unlike a link found below it.
+  (tmp_path / "real").mkdir()
+  (tmp_path / "link").symlink_to(tmp_path / "real", target_is_directory=True)
+  monkeypatch.setenv("JAX_MOSAIC_FFI_CACHE_DIR", str(tmp_path / "link"))
+  entry_key = disk_cache.key("through the root link")
+  disk_cache.store(entry_key, b"payload")
+  assert (tmp_path / "real" / entry_key[:2] / f"{entry_key}.bin").is_file()
+  assert disk_cache.load(entry_key) == b"payload"
+  disk_cache.clear()
+  assert disk_cache.load(entry_key) is None and (tmp_path / "link").is_symlink()
