@@ -64,7 +64,10 @@ bool ParseModule(std::string_view bytes, ParsedModule* module, std::string* erro
                            " is newer than this runtime reads (" +
                            std::to_string(kModuleFormatVersion) + "); upgrade jax_mosaic_ffi");
   }
-  if (flags != 0) return Fail(error, "unknown flags " + std::to_string(flags));
+  if ((flags & ~kKnownFlags) != 0) {
+    return Fail(error, "unknown flags " + std::to_string(flags) + "; upgrade jax_mosaic_ffi");
+  }
+  module->flags = flags;
   if (num_images == 0 || num_images > kMaxImages) {
     return Fail(error, "it declares " + std::to_string(num_images) + " images (1.." +
                            std::to_string(kMaxImages) + " allowed)");

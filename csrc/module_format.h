@@ -18,6 +18,11 @@ inline constexpr uint32_t kMaxImages = 64;
 // Compute capability as major * 10 + minor: sm_10 .. sm_999.
 inline constexpr uint32_t kMinArch = 10;
 inline constexpr uint32_t kMaxArch = 999;
+// Module flags. kFlagPdlWait: the kernel's entry waits for the prerequisite
+// grid (griddepcontrol.wait) before touching memory, in every image, so it
+// may be launched with programmatic dependent launch.
+inline constexpr uint32_t kFlagPdlWait = 1;
+inline constexpr uint32_t kKnownFlags = kFlagPdlWait;
 // arch_suffix values: index 0 none, 1 'a' (arch-specific), 2 'f' (family).
 inline constexpr const char* kArchSuffixes[] = {"", "a", "f"};
 
@@ -31,6 +36,7 @@ struct Image {
 };
 
 struct ParsedModule {
+  uint32_t flags = 0;
   std::string symbol;
   std::vector<Image> images;
 };

@@ -144,7 +144,7 @@ nb::tuple ParseModuleForPython(nb::bytes data) {
     images.append(nb::make_tuple(static_cast<int>(image.kind), image.arch, image.suffix,
                                  nb::bytes(image.data.data(), image.data.size())));
   }
-  return nb::make_tuple(module.symbol, images);
+  return nb::make_tuple(module.symbol, images, module.flags);
 }
 
 nb::dict Limits() {
@@ -166,6 +166,7 @@ nb::dict Limits() {
   d["max_images"] = kMaxImages;
   d["min_arch"] = kMinArch;
   d["max_arch"] = kMaxArch;
+  d["module_flag_pdl_wait"] = kFlagPdlWait;
   nb::list suffixes;
   for (const char* suffix : kArchSuffixes) suffixes.append(suffix);
   d["arch_suffixes"] = nb::tuple(suffixes);
@@ -280,7 +281,7 @@ NB_MODULE(_core, m) {
         "Checks a launch's contract attributes as XLA's instantiate stage does; raises ValueError naming the "
         "attribute. Returns the parameter sizes the kernel must take and the buffer count.");
   m.def("parse_module", &ParseModuleForPython, nb::arg("data"),
-        "Parses a serialized kernel module with the runtime's parser: (symbol, [(kind, arch, suffix, data)]).");
+        "Parses a serialized kernel module with the runtime's parser: (symbol, [(kind, arch, suffix, data)], flags).");
   m.def("visible_gpus", &VisibleGpus, "The visible GPUs and their launch limits; empty without a driver.");
 
   nb::module_ testing = m.def_submodule("_testing", "Hooks for the test suite only; not API.");

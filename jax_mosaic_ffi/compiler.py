@@ -159,20 +159,26 @@ def _has_option(options, *prefixes) -> bool:
   return any(str(o).startswith(p) for o in options for p in prefixes)
 
 
-def cache_key(source: str, name: str, options, headers: dict, targets, compiler: str) -> str:
+# Bumped whenever the code we add to a kernel changes (nvrtc_program.wait_at_entry).
+_INSTRUMENTATION = "pdl-wait-1"
+
+
+def cache_key(source: str, name: str, options, headers: dict, targets, compiler: str, pdl: bool = True) -> str:
   """Everything that changes the binary, hashed: the key of both caches."""
   return disk_cache.key(
-      f"format{module_format.FORMAT_VERSION}", compiler, source, name,
+      f"format{module_format.FORMAT_VERSION}", _INSTRUMENTATION if pdl else "as-written", compiler, source, name,
       f"{len(options)} options", *options, f"{len(headers)} headers",
       *(f"{k}\0{v}" for k, v in sorted(headers.items())), *(t.sm for t in targets))
 
 
 def compile_cuda(source: str, name: str, *, options=(), headers=None,
-                 targets: tuple[Arch, ...]) -> Compiled:
+                 targets: tuple[Arch, ...], pdl: bool = True) -> Compiled:
   """Compiles ``source`` for each target, through the memory and disk caches.
 
   The result holds one cubin per target and the PTX of the first one, the
-  portable form a newer GPU can still JIT.
+  portable form a newer GPU can still JIT. With ``pdl``, the kernel's entry
+  waits for the previous grid first (nvrtc_program.wait_at_entry), so it may
+  be launched with programmatic dependent launch.
   """
   options = tuple(str(o) for o in options)
   if _has_option(options, "-arch", "--gpu-architecture", "-gencode"):
@@ -181,7 +187,7 @@ def compile_cuda(source: str, name: str, *, options=(), headers=None,
   # Settings mistakes surface before a compile that may take seconds.
   disk_cache.check_settings()
   timeout = nvrtc_program.timeout_s()
-  entry_key = cache_key(source, name, options, headers, targets, nvrtc_identity())
+  entry_key = cache_key(source, name, options, headers, targets, nvrtc_identity(), pdl)
   with _lock:
     if entry_key in _memory:
       _memory.move_to_end(entry_key)
@@ -197,7 +203,7 @@ def compile_cuda(source: str, name: str, *, options=(), headers=None,
     except (ValueError, UnicodeDecodeError, struct.error):
       compiled = None  # an entry of ours that does not read back: compile again and overwrite it
   if compiled is None:
-    parsed = _compile_with_nvrtc(source, name, options, headers, targets, timeout)
+    parsed = _compile_with_nvrtc(source, name, options, headers, targets, timeout, pdl)
     compiled = Compiled.of(parsed, param_sizes(parsed))
     disk_cache.store(entry_key, compiled.to_bytes())
   with _lock:
@@ -207,7 +213,7 @@ def compile_cuda(source: str, name: str, *, options=(), headers=None,
   return compiled
 
 
-def _compile_with_nvrtc(source, name, options, headers, targets, timeout) -> ParsedModule:
+def _compile_with_nvrtc(source, name, options, headers, targets, timeout, pdl) -> ParsedModule:
   filename = re.sub(r"\W", "_", name.split("<")[0]) + ".cu"
   all_options = list(options)
   if not _has_option(options, "-std", "--std"):
@@ -215,7 +221,7 @@ def _compile_with_nvrtc(source, name, options, headers, targets, timeout) -> Par
   all_options.append(f"-I{DEVICE_INCLUDE_DIR}")
   all_options.extend(f"-I{d}" for d in cuda_include_dirs())
   request = {"source": source, "filename": filename, "name": name, "headers": headers, "options": all_options,
-             "targets": [t.sm for t in targets]}
+             "targets": [t.sm for t in targets], "pdl": pdl}
   with _lock:
     _stats.nvrtc_compiles += len(targets)
   try:
@@ -226,7 +232,7 @@ def _compile_with_nvrtc(source, name, options, headers, targets, timeout) -> Par
     raise CompileError(name, str(e), source, filename) from None
   images = [Image(ImageKind.CUBIN, target, cubin) for target, cubin in zip(targets, result["cubins"])]
   images.append(Image(ImageKind.PTX, targets[0], result["ptx"]))
-  return ParsedModule(result["symbol"], tuple(images))
+  return ParsedModule(result["symbol"], tuple(images), module_format.FLAG_PDL_WAIT if result["pdl_wait"] else 0)
 
 
 def param_sizes(parsed: ParsedModule) -> tuple[int, ...] | None:

@@ -9,6 +9,7 @@ from jax_mosaic_ffi import compiler
 from jax_mosaic_ffi import dump
 from jax_mosaic_ffi import gpu_info
 from jax_mosaic_ffi import module_format
+from jax_mosaic_ffi import nvrtc_program
 from jax_mosaic_ffi import ptx_info
 from jax_mosaic_ffi.module_format import Arch, Image, ImageKind, ParsedModule
 
@@ -53,6 +54,13 @@ class Kernel:
   def param_sizes(self) -> tuple[int, ...] | None:
     return self.compiled.param_sizes
 
+  @property
+  def pdl_safe(self) -> bool:
+    """Its entry waits for the previous kernel (griddepcontrol.wait) before
+    touching memory, so `mosaic_kernel` launches it with programmatic
+    dependent launch by default."""
+    return self.compiled.parsed.pdl_wait
+
   def __repr__(self) -> str:
     images = ", ".join(f"{i.kind.name.lower()}:{i.arch}" for i in self.images)
     return f"Kernel({self.name!r}, images=[{images}])"
@@ -95,7 +103,7 @@ def _parse_targets(targets) -> tuple[Arch, ...]:
 
 def cuda_kernel(source: str, name: str, *, options: Sequence[str] = (),
                 headers: Mapping[str, str] | None = None,
-                targets: Sequence[str | int] | str | None = None) -> Kernel:
+                targets: Sequence[str | int] | str | None = None, pdl: bool = True) -> Kernel:
   """Compiles CUDA C++ with NVRTC.
 
   Args:
@@ -107,6 +115,11 @@ def cuda_kernel(source: str, name: str, *, options: Sequence[str] = (),
     targets: archs to build cubins for (``"sm_90a"``, ``"sm_100"``). Default:
       the visible GPUs, or sm_90 without one. The PTX of the first target is
       kept too, as the portable form.
+    pdl: make the kernel safe for programmatic dependent launch (sm_90 and
+      newer): its first instruction waits for the previous kernel on the
+      stream, so the launch overlaps that kernel's tail. ``mosaic_kernel``
+      then launches it with PDL unless ``uses_pdl=False``. A kernel that uses
+      ``griddepcontrol`` itself is left as written.
 
   Raises:
     CompileError: with NVRTC's log and the source lines it names.
@@ -120,15 +133,17 @@ def cuda_kernel(source: str, name: str, *, options: Sequence[str] = (),
                                   all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items())):
     raise TypeError("cuda_kernel: headers must map include names to header text, both strings")
   compiled = compiler.compile_cuda(source, name, options=options, headers=headers,
-                                   targets=_parse_targets(targets))
+                                   targets=_parse_targets(targets), pdl=bool(pdl))
   return _made(Kernel(name, compiled))
 
 
-def ptx_kernel(ptx: str | bytes, name: str) -> Kernel:
+def ptx_kernel(ptx: str | bytes, name: str, *, pdl: bool = True) -> Kernel:
   """Wraps PTX text; the driver compiles it for the GPU when it is loaded.
 
   ``name`` is the entry's symbol as it appears in the PTX (``.entry name``).
-  The PTX's ISA version must be one the installed driver can compile.
+  The PTX's ISA version must be one the installed driver can compile. With
+  ``pdl`` and a ``.target`` of sm_90 or newer, the entry waits for the
+  previous kernel first, as `cuda_kernel` does.
   """
   name = _check_name(name, "ptx_kernel")
   if not isinstance(ptx, (str, bytes)):
@@ -139,7 +154,11 @@ def ptx_kernel(ptx: str | bytes, name: str) -> Kernel:
     raise ValueError(
         f"PTX has no entry named '{name}'; its entries are: {', '.join(entries) or 'none'}")
   arch = Arch.parse(ptx_info.target_arch(text) or DEFAULT_ARCH.sm)
-  parsed = ParsedModule(name, (Image(ImageKind.PTX, arch, text.encode()),))
+  safe = False
+  if pdl and arch.number >= nvrtc_program.PDL_MIN_ARCH:
+    text, safe = nvrtc_program.wait_at_entry(text, name)
+  parsed = ParsedModule(name, (Image(ImageKind.PTX, arch, text.encode()),),
+                        module_format.FLAG_PDL_WAIT if safe else 0)
   return _made(Kernel(name, compiler.Compiled.of(parsed, entries[name])))
 
 

@@ -264,8 +264,11 @@ class LaunchOptions:
           f"mosaic_kernel needs a Kernel from cuda_kernel/ptx_kernel/cubin_kernel, got {type(kernel).__name__}")
     if collective is not None and not isinstance(collective, Collective):
       raise TypeError(f"{where}: collective must be a jax_mosaic_ffi.Collective")
+    if uses_pdl is None:
+      uses_pdl = kernel.pdl_safe
     if not isinstance(uses_pdl, (bool, np.bool_)):
-      raise LaunchError(f"{where}: uses_pdl must be True or False, got {uses_pdl!r}")
+      raise LaunchError(f"{where}: uses_pdl must be True, False or None (PDL when the kernel is safe for it), "
+                        f"got {uses_pdl!r}")
     if param_order is not None:
       if isinstance(param_order, str) or not isinstance(param_order, Sequence) or \
           not all(isinstance(n, str) for n in param_order):

@@ -6,7 +6,8 @@ instantiate stage runs (csrc/module_format.cc), and the limits come from the
 same place, so what lowers here is exactly what the runtime accepts. All
 integers are little-endian.
 
-    header   magic "JMFFIMOD" | u32 format_version | u32 flags (0)
+    header   magic "JMFFIMOD" | u32 format_version | u32 flags
+             (bit 0: every image's entry waits for the prerequisite grid: PDL-safe)
              | u32 num_images | u32 symbol_length | symbol (UTF-8, no NUL)
     image    u32 kind (1 cubin, 2 ptx) | u32 arch (e.g. 90)
              | u32 arch_suffix (0 none, 1 'a', 2 'f') | u32 reserved (0)
@@ -27,6 +28,7 @@ MAGIC = b"JMFFIMOD"
 LIMITS = _core.LIMITS
 FORMAT_VERSION = LIMITS["module_format_version"]
 _SUFFIXES = LIMITS["arch_suffixes"]  # index = the arch_suffix field
+FLAG_PDL_WAIT = LIMITS["module_flag_pdl_wait"]
 
 _HEADER = struct.Struct("<8sIIII")
 _IMAGE = struct.Struct("<IIIIQ")
@@ -85,16 +87,22 @@ class Image:
 
 @dataclasses.dataclass(frozen=True)
 class ParsedModule:
-  """A module's contents: the entry symbol and its images."""
+  """A module's contents: the entry symbol, its images and the format's flags."""
 
   symbol: str
   images: tuple[Image, ...]
+  flags: int = 0
+
+  @property
+  def pdl_wait(self) -> bool:
+    """Every image's entry waits for the prerequisite grid: the kernel may launch with PDL."""
+    return bool(self.flags & FLAG_PDL_WAIT)
 
 
 def serialize(module: ParsedModule) -> bytes:
   """The module's bytes, checked by the runtime's own parser before they are returned."""
   symbol = module.symbol.encode("utf-8")
-  parts = [_HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(module.images), len(symbol)), symbol]
+  parts = [_HEADER.pack(MAGIC, FORMAT_VERSION, module.flags, len(module.images), len(symbol)), symbol]
   for image in module.images:
     parts.append(_IMAGE.pack(int(image.kind), image.arch.number, _SUFFIXES.index(image.arch.suffix), 0,
                              len(image.data)))
@@ -107,11 +115,11 @@ def serialize(module: ParsedModule) -> bytes:
 def parse(data: bytes) -> ParsedModule:
   """Reads a module with the runtime's parser; raises ModuleFormatError."""
   try:
-    symbol, images = _core.parse_module(bytes(data))
+    symbol, images, flags = _core.parse_module(bytes(data))
   except ValueError as e:
     raise ModuleFormatError(str(e)) from None
   return ParsedModule(symbol, tuple(Image(ImageKind(kind), Arch(arch, _SUFFIXES[suffix]), blob)
-                                    for kind, arch, suffix, blob in images))
+                                    for kind, arch, suffix, blob in images), flags)
 
 
 def kernel_hash(module_bytes: bytes) -> bytes:

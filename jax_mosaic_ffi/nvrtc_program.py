@@ -14,8 +14,10 @@ milliseconds.
 
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
+import re
 import select
 import struct
 import subprocess
@@ -79,15 +81,115 @@ def _log(nvrtc, prog) -> str:
   return log.rstrip(b"\0").decode(errors="replace")
 
 
+# Programmatic dependent launch (PDL) lets a kernel start while the one
+# before it on the stream finishes, hiding launch latency; it is safe when
+# the kernel touches no memory before `griddepcontrol.wait`, which waits for
+# the prerequisite grid to complete and its writes to be visible. Kernels we
+# compile get that wait as their first instruction, so they can be launched
+# with PDL by default; then `griddepcontrol.launch_dependents` lets the next
+# kernel start its own launch (it waits likewise before reading anything).
+# Hopper (sm_90) and newer only.
+PDL_MIN_ARCH = 90
+PDL_ENTRY = ("\n\tgriddepcontrol.wait;  // jax_mosaic_ffi: PDL-safe entry"
+             "\n\tgriddepcontrol.launch_dependents;")
+
+
+def _entry_body(ptx: str, symbol: str) -> tuple[int, int] | None:
+  """The [start, end) of the body of entry `symbol`, inside its braces."""
+  match = re.search(rf"\.entry\s+{re.escape(symbol)}\s*\(", ptx)
+  if match is None:
+    return None
+  params_end = ptx.find(")", match.end())
+  start = ptx.find("{", params_end) if params_end >= 0 else -1
+  if start < 0:
+    return None
+  depth = 0
+  for index in range(start, len(ptx)):
+    depth += {"{": 1, "}": -1}.get(ptx[index], 0)
+    if depth == 0:
+      return start + 1, index
+  return None
+
+
+def wait_at_entry(ptx: str, symbol: str) -> tuple[str, bool]:
+  """(PTX with `PDL_ENTRY` first in `symbol`'s body, whether the entry is
+  PDL-safe). An entry that already uses griddepcontrol manages PDL itself
+  and is left as written (safe when it waits)."""
+  body = _entry_body(ptx, symbol)
+  if body is None:
+    return ptx, False
+  start, end = body
+  if "griddepcontrol" in ptx[start:end]:
+    return ptx, "griddepcontrol.wait" in ptx[start:end]
+  return ptx[:start] + PDL_ENTRY + ptx[start:], True
+
+
+def _arch_number(target: str) -> int:
+  return int(re.sub(r"\D", "", target) or 0)
+
+
+def _jitlink_options(options) -> list[str]:
+  """The NVRTC options that act on the PTX-to-cubin step, as nvJitLink spells them."""
+  out = []
+  options = list(options)
+  for index, option in enumerate(options):
+    if option in ("-lineinfo", "--generate-line-info"):
+      out.append("-lineinfo")
+    elif option in ("-G", "--device-debug"):
+      out.append("-g")
+    elif re.match(r"^-{1,2}maxrregcount=", option):
+      out.append("-maxrregcount=" + option.split("=", 1)[1])
+    elif option.startswith("--ptxas-options="):
+      out.append("-Xptxas=" + option.split("=", 1)[1])
+    elif option in ("-Xptxas", "--ptxas-options") and index + 1 < len(options):
+      out.append("-Xptxas=" + options[index + 1])
+  return out
+
+
+def _link_ptx(ptx: bytes, target: str, name: str, nvrtc_options) -> bytes:
+  """A cubin for `target` from PTX, with nvJitLink (cuda-python), as NVRTC's own would be built."""
+  try:
+    from cuda.bindings import nvjitlink
+  except ImportError as e:
+    raise RuntimeError("jax_mosaic_ffi builds PDL-safe kernels with nvJitLink; install it with "
+                       "`pip install nvidia-nvjitlink`, or compile with pdl=False") from e
+  options = [f"-arch={target}", "-O3", *_jitlink_options(nvrtc_options)]
+  handle = nvjitlink.create(len(options), options)
+  try:
+    try:
+      nvjitlink.add_data(handle, nvjitlink.InputType.PTX, ptx, len(ptx), name)
+      nvjitlink.complete(handle)
+    except nvjitlink.nvJitLinkError as e:
+      log = bytearray(nvjitlink.get_error_log_size(handle))
+      nvjitlink.get_error_log(handle, log)
+      raise NvrtcFailure(f"nvJitLink could not build the PDL-safe kernel: {e}\n"
+                         f"{bytes(log).rstrip(b'\0').decode(errors='replace')}") from None
+    cubin = bytearray(nvjitlink.get_linked_cubin_size(handle))
+    nvjitlink.get_linked_cubin(handle, cubin)
+    return bytes(cubin)
+  finally:
+    nvjitlink.destroy(handle)
+
+
+def _ptx_of(nvrtc, prog) -> bytes:
+  err, size = nvrtc.nvrtcGetPTXSize(prog)
+  _check(nvrtc, err, "nvrtcGetPTXSize")
+  text = b" " * size
+  _check(nvrtc, nvrtc.nvrtcGetPTX(prog, text)[0], "nvrtcGetPTX")
+  return text.rstrip(b"\0")
+
+
 def compile_here(request: dict) -> dict:
-  """Compiles ``request`` (source, filename, name, headers, options, targets)
-  for each target: {"symbol", "cubins": [bytes per target], "ptx": bytes of
-  the first target}. Raises NvrtcFailure with the log."""
+  """Compiles ``request`` (source, filename, name, headers, options, targets,
+  pdl) for each target: {"symbol", "cubins": [bytes per target], "ptx":
+  bytes of the first target, "pdl_wait": every image waits at entry}.
+  Raises NvrtcFailure with the log."""
   nvrtc = _nvrtc()
   headers = request["headers"]
   cubins = []
   ptx = b""
   symbol = None
+  pdl_wait = bool(request.get("pdl")) and all(_arch_number(t) >= PDL_MIN_ARCH for t in request["targets"])
   for index, target in enumerate(request["targets"]):
     err, prog = nvrtc.nvrtcCreateProgram(request["source"].encode(), request["filename"].encode(), len(headers),
                                          [v.encode() for v in headers.values()], [k.encode() for k in headers])
@@ -103,20 +205,24 @@ def compile_here(request: dict) -> dict:
       if err != nvrtc.nvrtcResult.NVRTC_SUCCESS or not lowered:
         raise NvrtcFailure(f"'{request['name']}' does not name a __global__ function in {request['filename']}")
       symbol = lowered.decode()
-      err, size = nvrtc.nvrtcGetCUBINSize(prog)
-      _check(nvrtc, err, "nvrtcGetCUBINSize")
-      cubin = b" " * size
-      _check(nvrtc, nvrtc.nvrtcGetCUBIN(prog, cubin)[0], "nvrtcGetCUBIN")
+      target_ptx = _ptx_of(nvrtc, prog)
+      cubin = None
+      if pdl_wait:
+        text, pdl_wait = wait_at_entry(target_ptx.decode(), symbol)
+        if text.encode() != target_ptx:  # instrumented here: build the cubin from it
+          target_ptx = text.encode()
+          cubin = _link_ptx(target_ptx, target, request["filename"], request["options"])
+      if cubin is None:
+        err, size = nvrtc.nvrtcGetCUBINSize(prog)
+        _check(nvrtc, err, "nvrtcGetCUBINSize")
+        cubin = b" " * size
+        _check(nvrtc, nvrtc.nvrtcGetCUBIN(prog, cubin)[0], "nvrtcGetCUBIN")
       cubins.append(cubin)
       if index == 0:
-        err, size = nvrtc.nvrtcGetPTXSize(prog)
-        _check(nvrtc, err, "nvrtcGetPTXSize")
-        text = b" " * size
-        _check(nvrtc, nvrtc.nvrtcGetPTX(prog, text)[0], "nvrtcGetPTX")
-        ptx = text.rstrip(b"\0")
+        ptx = target_ptx
     finally:
       nvrtc.nvrtcDestroyProgram(prog)
-  return {"symbol": symbol, "cubins": cubins, "ptx": ptx}
+  return {"symbol": symbol, "cubins": cubins, "ptx": ptx, "pdl_wait": pdl_wait}
 
 
 class _Worker:
@@ -153,9 +259,25 @@ class _Worker:
     if process is not None:
       process.kill()
       process.wait()
+      process.stdin.close()
+      process.stdout.close()
+
+  def close(self) -> None:
+    """Ends the worker: it exits when its input closes."""
+    process, self._process = self._process, None
+    if process is None:
+      return
+    process.stdin.close()
+    try:
+      process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+      process.kill()
+      process.wait()
+    process.stdout.close()
 
 
 _worker = _Worker()
+atexit.register(_worker.close)
 
 
 def compile_bounded(request: dict, seconds: float | None) -> dict:

@@ -27,7 +27,7 @@ source_info_util.register_exclusion(os.path.dirname(__file__))
 
 
 def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_bytes=0,
-                  uses_pdl: bool = False, scalars=(),
+                  uses_pdl: bool | None = None, scalars=(),
                   input_output_aliases: Mapping[int, int] | None = None,
                   param_order: Sequence[str] | None = None,
                   collective: Collective | None = None) -> Callable[..., Any]:
@@ -44,7 +44,10 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_
     out_shape: a `jax.ShapeDtypeStruct`, or a sequence of them.
     grid, block, cluster: launch dimensions, an int or up to 3 ints.
     smem_bytes: dynamic shared memory per block.
-    uses_pdl: launch with programmatic dependent launch allowed.
+    uses_pdl: launch with programmatic dependent launch (PDL) allowed. By
+      default, kernels that are safe for it (`Kernel.pdl_safe`: compiled or
+      wrapped by jax_mosaic_ffi for sm_90+) use it; False opts out. True on
+      a kernel that reads memory before ``griddepcontrol.wait`` is a race.
     scalars: numpy scalars (any int or float width, or bool), passed by value.
     input_output_aliases: ``{input_index: output_index}`` for in-place updates.
     param_order: an explicit parameter order, by names ``inN``, ``outN``, ``scalarN``.

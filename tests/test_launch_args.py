@@ -47,7 +47,7 @@ def trace(kernel, *, inputs=(X, X), out=X, **kwargs):
     (dict(smem_bytes=2**80), "smem_bytes = .* is out of range"),
     (dict(scalars=np.int32(5)), r"scalars must be a tuple of numpy scalars.*scalars=\(np.int32\(n\),\)"),
     (dict(scalars="abc"), "scalars must be a tuple"),
-    (dict(uses_pdl="yes"), "uses_pdl must be True or False"),
+    (dict(uses_pdl="yes"), "uses_pdl must be True, False or None"),
     (dict(param_order="in0"), "param_order must be a sequence of names"),
     (dict(input_output_aliases=[(0, 0)]), "input_output_aliases must be a dict"),
 ])

@@ -43,7 +43,7 @@ def test_one_custom_call_with_every_contract_attribute(add_kernel):
   assert config["use_custom_barrier"] is False
   assert config["uses_xla_collective_metadata"] is False
   assert config["grid"] == [4, 1, 1] and config["block"] == [256, 1, 1] and config["cluster"] == [1, 1, 1]
-  assert config["smem_bytes"] == 1024 and config["uses_pdl"] is False
+  assert config["smem_bytes"] == 1024 and config["uses_pdl"] is True  # PDL-safe by default
   assert config["num_inputs"] == 2
   assert config["param_order"] == [0, 1, 2, -1]
   assert config["scalar_sizes"] == [4]

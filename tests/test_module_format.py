@@ -20,7 +20,7 @@ def test_round_trip_through_python_and_the_cpp_parser():
   module = _module()
   data = module_format.serialize(module)
   assert module_format.parse(data) == module
-  symbol, images = _core.parse_module(data)
+  symbol, images, flags = _core.parse_module(data)
   assert symbol == module.symbol
   assert [(k, a, s, d) for k, a, s, d in images] == [
       (1, 90, 0, module.images[0].data), (1, 90, 1, b"\x7fELF-a"), (2, 80, 0, module.images[2].data)]
@@ -28,7 +28,7 @@ def test_round_trip_through_python_and_the_cpp_parser():
 
 def test_a_compiled_kernel_round_trips(isolated_disk_cache):
   kernel = jmf.cuda_kernel(kernel_sources.ADD, "add")
-  symbol, images = _core.parse_module(kernel.module)
+  symbol, images, flags = _core.parse_module(kernel.module)
   assert symbol == "add"
   assert [d for *_, d in images] == [i.data for i in kernel.images]
 
