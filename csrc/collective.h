@@ -108,6 +108,7 @@ class CollectiveState {
     std::vector<uint64_t> exchange;  // everyone's deposits
     std::vector<uint64_t> metadata;  // host copy of the device metadata
     std::vector<uint64_t> copied;    // what the device holds now
+    int64_t initialized_run = -1;    // the run whose addresses were last traded
   };
 
   size_t MetadataWords(int peers) const;
