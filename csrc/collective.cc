@@ -267,14 +267,16 @@ ffi::Error CollectiveState::Initialize(int32_t device, int64_t run_id, CUstream 
     m[multimem_offset + b] = 0;
   }
   for (int r = 0; r < peers; ++r) m[areas_offset + r] = res.exchange[static_cast<size_t>(r) * (p + 1) + p];
-  res.initialized_run = run_id;
-  if (res.metadata == res.copied) return ffi::Error::Success();
-  const Driver& driver = site_.driver();
-  if (CUresult r = driver.cuMemcpyHtoDAsync(base, res.metadata.data(), res.metadata.size() * sizeof(uint64_t), stream);
-      r != CUDA_SUCCESS) {
-    return ffi::Error::Internal(site_.who() + ": copying collective metadata: " + CudaErrorText(driver, r));
+  if (res.metadata != res.copied) {
+    const Driver& driver = site_.driver();
+    if (CUresult r = driver.cuMemcpyHtoDAsync(base, res.metadata.data(), res.metadata.size() * sizeof(uint64_t),
+                                              stream);
+        r != CUDA_SUCCESS) {
+      return ffi::Error::Internal(site_.who() + ": copying collective metadata: " + CudaErrorText(driver, r));
+    }
+    res.copied = res.metadata;
   }
-  res.copied = res.metadata;
+  res.initialized_run = run_id;
   return ffi::Error::Success();
 }
 
