@@ -34,6 +34,12 @@ class DictionarySource {
     if (found == Lookup::kFound) out->assign(span.begin(), span.end());
     return found;
   }
+  Lookup Ints64(const char* name, std::vector<int64_t>* out) {
+    ffi::Span<const int64_t> span;
+    Lookup found = Get(name, &span);
+    if (found == Lookup::kFound) out->assign(span.begin(), span.end());
+    return found;
+  }
   Lookup Bytes(const char* name, std::string* out, size_t limit) {
     std::string_view view;
     Lookup found = Get(name, &view);
@@ -139,8 +145,10 @@ ffi::ErrorOr<std::unique_ptr<CallSite>> CallSite::Create(ffi::Dictionary attrs, 
   // told to allow non-portable clusters on it; a synchronizing debug launch
   // cannot sit in a graph; and one record call holds at most 16 commands.
   // Such call sites let XLA capture the stream launch instead.
+  const int64_t commands = (collective ? 1 : 0) + static_cast<int64_t>(spec.poison_buffers.size()) +
+                           spec.batch_size + (spec.batch_size > 1 ? 1 : 0);
   site->record_by_capture_ = spec.non_portable_cluster || site->synchronize_launches_ ||
-                             static_cast<int>(spec.poison_buffers.size()) + 2 > kMaxRecordedCommands;
+                             commands > kMaxRecordedCommands;
   if (collective) {
     JMF_ASSIGN_OR_RETURN(site->collective_, CollectiveState::Create(*site));
   }
@@ -268,19 +276,29 @@ ffi::Error CallSite::Launch(CUstream stream, int32_t device, Buffers& buffers) {
   if (!spec_.poison_buffers.empty()) [[unlikely]] JMF_RETURN_IF_ERROR(Poison(stream, buffers));
   void* params[kMaxParams];
   ForEachParam(buffers, device, [&](int i, const void* value, size_t) { params[i] = const_cast<void*>(value); });
-  CUresult result;
-  if (config_.numAttrs == 0) {
-    result = driver_->cuLaunchKernel(module->function(), config_.gridDimX, config_.gridDimY, config_.gridDimZ,
-                                     config_.blockDimX, config_.blockDimY, config_.blockDimZ, config_.sharedMemBytes,
-                                     stream, params, nullptr);
-  } else {
-    CUlaunchConfig config = config_;
-    config.hStream = stream;
-    result = driver_->cuLaunchKernelEx(&config, module->function(), params, nullptr);
+  CUresult result = LaunchOnce(stream, *module, params);
+  // vmap: the same launch once per batch element, each with its buffers moved
+  // on; the parameters point into `buffers`, so moving them moves the launch.
+  for (uint32_t b = 1; b < spec_.batch_size && result == CUDA_SUCCESS; ++b) {
+    for (int i = 0; i < buffers.count; ++i) {
+      buffers.ptrs[i] = static_cast<char*>(buffers.ptrs[i]) + spec_.batch_strides[i];
+    }
+    result = LaunchOnce(stream, *module, params);
   }
   if (synchronize_launches_) [[unlikely]] return SynchronizeAfter(stream, device, result, *module);
   if (result != CUDA_SUCCESS) [[unlikely]] return LaunchError(result, device, *module);
   return ffi::Error::Success();
+}
+
+CUresult CallSite::LaunchOnce(CUstream stream, const LoadedModule& module, void** params) const {
+  if (config_.numAttrs == 0) {
+    return driver_->cuLaunchKernel(module.function(), config_.gridDimX, config_.gridDimY, config_.gridDimZ,
+                                   config_.blockDimX, config_.blockDimY, config_.blockDimZ, config_.sharedMemBytes,
+                                   stream, params, nullptr);
+  }
+  CUlaunchConfig config = config_;
+  config.hStream = stream;
+  return driver_->cuLaunchKernelEx(&config, module.function(), params, nullptr);
 }
 
 ffi::Error CallSite::SynchronizeAfter(CUstream stream, int32_t device, CUresult launch_result,
@@ -386,38 +404,63 @@ ffi::Error CallSite::CreateCommands(const RecordFrame& record, int32_t device, c
     }
     previous = command;
   }
-  XLA_FFI_KernelArg args[kMaxParams];
-  const int n = ForEachParam(buffers, device, [&](int i, const void* value, size_t size) {
-    args[i] = size == 0 ? XLA_FFI_KernelArg{*static_cast<void* const*>(value), 0, XLA_FFI_KernelArgType_DevicePtr}
-                        : XLA_FFI_KernelArg{value, static_cast<int64_t>(size), XLA_FFI_KernelArgType_HostValue};
-  });
-  XLA_FFI_KernelArgs kernel_args{args, n};
   const Image& image = module.image();
   const bool ptx = image.kind == ImageKind::kPtx;
-  const XLA_FFI_Command* command = nullptr;
-  JMF_RETURN_IF_ERROR(record.Take(
-      api.create_launch(record.frame->record_ctx, kernel_->module.symbol.c_str(), image.data.c_str(),
-                        static_cast<int64_t>(ptx ? image.data.size() + 1 : image.data.size()),
-                        ptx ? XLA_FFI_SourceFormat_PTX : XLA_FFI_SourceFormat_CUBIN, record_dims_,
-                        config_.sharedMemBytes, spec_.uses_pdl, &kernel_args, previous ? &previous : nullptr,
-                        previous ? 1 : 0, &command),
-      "creating the launch command"));
-  if (!record.Push(command)) {
-    return ffi::Error(ffi::ErrorCode::kResourceExhausted, who() + ": the record frame has no room for the launch");
+  const XLA_FFI_Command* dependency = previous;
+  const XLA_FFI_Command* launches[kMaxRecordedCommands];
+  Buffers element = buffers;
+  for (uint32_t b = 0; b < spec_.batch_size; ++b) {
+    if (b > 0) MoveToNextElement(element);
+    XLA_FFI_KernelArg args[kMaxParams];
+    XLA_FFI_KernelArgs kernel_args{args, RecordArgs(element, device, args)};
+    JMF_RETURN_IF_ERROR(record.Take(
+        api.create_launch(record.frame->record_ctx, kernel_->module.symbol.c_str(), image.data.c_str(),
+                          static_cast<int64_t>(ptx ? image.data.size() + 1 : image.data.size()),
+                          ptx ? XLA_FFI_SourceFormat_PTX : XLA_FFI_SourceFormat_CUBIN, record_dims_,
+                          config_.sharedMemBytes, spec_.uses_pdl, &kernel_args, dependency ? &dependency : nullptr,
+                          dependency ? 1 : 0, &launches[b]),
+        "creating the launch command"));
+    if (!record.Push(launches[b])) {
+      return ffi::Error(ffi::ErrorCode::kResourceExhausted, who() + ": the record frame has no room for the launch");
+    }
   }
+  if (spec_.batch_size > 1) {
+    // The batch elements' launches are independent; later commands wait for all of them.
+    const XLA_FFI_Command* join = nullptr;
+    JMF_RETURN_IF_ERROR(record.Take(api.create_empty_command(record.frame->record_ctx, launches, spec_.batch_size,
+                                                             &join),
+                                    "joining the batch's launches"));
+    if (!record.Push(join)) {
+      return ffi::Error(ffi::ErrorCode::kResourceExhausted, who() + ": the record frame has no room");
+    }
+  }
+  const XLA_FFI_Command* command = launches[0];
   std::unique_ptr<void*[]> addresses(new void*[buffers.count]);  // once per recorded command
   std::copy(buffers.ptrs, buffers.ptrs + buffers.count, addresses.get());
   DeviceSlot& slot = slots_[device];
   std::erase_if(slot.recorded, [&](const auto& entry) { return entry.first == command; });
   slot.recorded.emplace_back(command, std::move(addresses));
-  GetCacheStats().records_created++;
+  GetCacheStats().records_created += spec_.batch_size;
   return ffi::Error::Success();
+}
+
+void CallSite::MoveToNextElement(Buffers& buffers) const {
+  for (int i = 0; i < buffers.count; ++i) {
+    buffers.ptrs[i] = static_cast<char*>(buffers.ptrs[i]) + spec_.batch_strides[i];
+  }
+}
+
+int CallSite::RecordArgs(const Buffers& buffers, int32_t device, XLA_FFI_KernelArg* args) const {
+  return ForEachParam(buffers, device, [&](int i, const void* value, size_t size) {
+    args[i] = size == 0 ? XLA_FFI_KernelArg{*static_cast<void* const*>(value), 0, XLA_FFI_KernelArgType_DevicePtr}
+                        : XLA_FFI_KernelArg{value, static_cast<int64_t>(size), XLA_FFI_KernelArgType_HostValue};
+  });
 }
 
 ffi::Error CallSite::UpdateCommands(const RecordFrame& record, int32_t device, const Buffers& buffers) {
   const int64_t first_fill = collective_ != nullptr ? collective_->barrier_commands() : 0;
   const int64_t launch = first_fill + static_cast<int64_t>(spec_.poison_buffers.size());
-  if (record.num_commands() <= launch) [[unlikely]] {
+  if (record.num_commands() < launch + spec_.batch_size) [[unlikely]] {
     return ffi::Error::Internal(who() + ": the record frame lost the launch command");
   }
   // XLA asks for an update whenever an allocation the graph uses moved; most
@@ -440,14 +483,15 @@ ffi::Error CallSite::UpdateCommands(const RecordFrame& record, int32_t device, c
         api.update_launch(record.frame->record_ctx, record.command(first_fill + static_cast<int64_t>(i)), &fill_args),
         "updating the output poisoning"));
   }
-  XLA_FFI_KernelArg args[kMaxParams];
-  const int n = ForEachParam(buffers, device, [&](int i, const void* value, size_t size) {
-    args[i] = size == 0 ? XLA_FFI_KernelArg{*static_cast<void* const*>(value), 0, XLA_FFI_KernelArgType_DevicePtr}
-                        : XLA_FFI_KernelArg{value, static_cast<int64_t>(size), XLA_FFI_KernelArgType_HostValue};
-  });
-  XLA_FFI_KernelArgs kernel_args{args, n};
-  JMF_RETURN_IF_ERROR(record.Take(api.update_launch(record.frame->record_ctx, command, &kernel_args),
-                                  "updating the launch command"));
+  Buffers element = buffers;
+  for (uint32_t b = 0; b < spec_.batch_size; ++b) {
+    if (b > 0) MoveToNextElement(element);
+    XLA_FFI_KernelArg args[kMaxParams];
+    XLA_FFI_KernelArgs kernel_args{args, RecordArgs(element, device, args)};
+    JMF_RETURN_IF_ERROR(record.Take(api.update_launch(record.frame->record_ctx, record.command(launch + b),
+                                                      &kernel_args),
+                                    "updating the launch command"));
+  }
   if (last != nullptr) std::copy(buffers.ptrs, buffers.ptrs + buffers.count, last);
   return ffi::Error::Success();
 }

@@ -75,6 +75,9 @@ class CallSite {
   template <typename Visit>
   int ForEachParam(const Buffers& buffers, int32_t device, Visit&& visit) const;
 
+  CUresult LaunchOnce(CUstream stream, const LoadedModule& module, void** params) const;
+  void MoveToNextElement(Buffers& buffers) const;
+  int RecordArgs(const Buffers& buffers, int32_t device, XLA_FFI_KernelArg* args) const;
   ffi::Error PrepareForStream(int32_t device, CUstream stream);
   ffi::Error LoadForRecord(int32_t device);
   ffi::Error Poison(CUstream stream, const Buffers& buffers) const;

@@ -225,6 +225,31 @@ bool ValidateLaunch(const LaunchAttributes& a, bool collective, LaunchSpec* spec
     spec->poison_buffers.push_back(static_cast<int>(a.num_inputs + output));
   }
 
+  if (a.batch_size < 1 || a.batch_size > kMaxBatch) {
+    return check.Fail("batch_size = " + Num(a.batch_size) + " is out of range 1.." + Num(kMaxBatch));
+  }
+  spec->batch_size = static_cast<uint32_t>(a.batch_size);
+  if (a.batch_size == 1 && !a.batch_strides.empty()) {
+    return check.Fail("batch_strides is given without a batch_size above 1");
+  }
+  if (a.batch_size > 1) {
+    if (collective) return check.Fail("a collective kernel cannot be batched (vmap) on its own devices");
+    if (a.batch_strides.size() != static_cast<size_t>(num_buffers)) {
+      return check.Fail("batch_strides has " + Num(static_cast<int64_t>(a.batch_strides.size())) +
+                        " entries for " + Num(num_buffers) + " buffers");
+    }
+    for (size_t b = 0; b < a.batch_strides.size(); ++b) {
+      const int64_t stride = a.batch_strides[b];
+      const bool output = static_cast<int64_t>(b) >= a.num_inputs;
+      if (stride < (output ? 1 : 0) || stride > kMaxBatchStride) {
+        return check.Fail("batch_strides[" + Num(static_cast<int64_t>(b)) + "] = " + Num(stride) +
+                          " is out of range " + (output ? "1" : "0") + ".." + Num(kMaxBatchStride) +
+                          (output ? " (every batch element writes its own part of an output)" : ""));
+      }
+      spec->batch_strides.push_back(static_cast<uint64_t>(stride));
+    }
+  }
+
   spec->collective = collective;
   if (collective) {
     if (!ParseCliques(a.xla_replica_ids, &spec->cliques, error)) return false;

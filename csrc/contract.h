@@ -38,6 +38,8 @@ inline constexpr int kMaxScalarBytes = 8;
 inline constexpr size_t kMaxLabelBytes = 512;        // kernel_name, call_site: for messages only
 inline constexpr size_t kMaxReplicaIdsBytes = 64 * 1024;
 inline constexpr uint64_t kBufferAlignment = 256;
+inline constexpr int64_t kMaxBatch = 1 << 16;          // launches of one vmapped call
+inline constexpr int64_t kMaxBatchStride = int64_t{1} << 40;  // bytes between batch elements
 inline constexpr size_t kKernelHashBytes = 32;
 
 // ------------------------------------------------------------- attributes
@@ -59,6 +61,8 @@ struct LaunchAttributes {
   std::vector<int64_t> scalar_sizes;
   std::string scalar_data;
   std::vector<int64_t> poison_outputs;
+  int64_t batch_size = 1;              // vmap: launches, one per batch element
+  std::vector<int64_t> batch_strides;  // bytes between elements, per buffer; 0: shared
   // Collective target only.
   std::string xla_replica_ids;
   std::string symmetric_memory_parameters;
@@ -70,7 +74,8 @@ enum class Lookup { kFound, kMissing, kWrongType };
 
 // Decodes every contract attribute from `source`, which provides
 //   Lookup Bool(const char*, bool*), Int(const char*, int64_t*),
-//   Ints(const char*, std::vector<int64_t>*), Bytes(const char*, std::string*, size_t limit)
+//   Ints(const char*, std::vector<int64_t>*) (array<i32>), Ints64(...) (array<i64>),
+//   Bytes(const char*, std::string*, size_t limit)
 // (Bytes fails with kWrongType past `limit` bytes). The names and types here
 // are the contract's; an absent required attribute or a wrong type is an
 // error naming it.
@@ -110,6 +115,8 @@ bool DecodeLaunchAttributes(Source& source, LaunchAttributes* a, std::string* er
   check(source.Bytes("scalar_data", &a->scalar_data, 8 * kMaxParams), "scalar_data", kOptional,
         "8 bytes per scalar");
   check(source.Ints("poison_outputs", &a->poison_outputs), "poison_outputs", kOptional, "array<i32>");
+  check(source.Int("batch_size", &a->batch_size), "batch_size", kOptional, "i32");
+  check(source.Ints64("batch_strides", &a->batch_strides), "batch_strides", kOptional, "array<i64>");
   check(source.Bytes("xla_replica_ids", &a->xla_replica_ids, kMaxReplicaIdsBytes), "xla_replica_ids", kOptional,
         "a string of device ids");
   // The anchor's older name for the same flags is read too.
@@ -145,6 +152,8 @@ struct LaunchSpec {
   std::vector<uint8_t> scalar_sizes;
   std::vector<size_t> param_sizes;     // what the kernel's signature must be, metadata pointer included
   std::vector<int> poison_buffers;     // debug: buffers filled with 0xFF before the launch
+  uint32_t batch_size = 1;             // vmap: one launch per element, pointers moved by...
+  std::vector<uint64_t> batch_strides; // ...these bytes per element and buffer (empty when 1)
   // Collective target only.
   bool collective = false;
   std::vector<std::vector<int32_t>> cliques;  // device ordinals of each clique

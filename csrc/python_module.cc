@@ -79,6 +79,7 @@ class PythonSource {
     }
     return Lookup::kFound;
   }
+  Lookup Ints64(const char* name, std::vector<int64_t>* out) { return Ints(name, out); }
   Lookup Bytes(const char* name, std::string* out, size_t limit) {
     nb::handle value;
     if (!Find(name, &value)) return Lookup::kMissing;
@@ -127,6 +128,7 @@ nb::dict ValidateLaunchForPython(nb::dict attrs, bool collective) {
   nb::dict result;
   result["param_sizes"] = spec.param_sizes;
   result["num_buffers"] = spec.num_buffers;
+  result["batch_size"] = spec.batch_size;
   return result;
 }
 
@@ -160,6 +162,7 @@ nb::dict Limits() {
   d["max_smem_bytes"] = kMaxSmemBytes;
   d["max_scalar_bytes"] = kMaxScalarBytes;
   d["buffer_alignment"] = kBufferAlignment;
+  d["max_batch"] = kMaxBatch;
   d["kernel_hash_bytes"] = kKernelHashBytes;
   d["module_format_version"] = kModuleFormatVersion;
   d["max_symbol_length"] = kMaxSymbolLength;

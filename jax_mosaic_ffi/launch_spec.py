@@ -153,12 +153,34 @@ class LaunchSpec:
   aliases: tuple[tuple[int, int], ...]  # (input, output)
   collective: Collective | None
   call_site: str
+  # vmap: the primitive's buffers hold batch_size elements each, batch_strides
+  # bytes apart (0: an input shared by all). Launched once per element by the
+  # runtime, or, with batch_grid_axis (0, 1, 2), as one launch with that grid
+  # axis multiplied (see `attributes`).
+  batch_size: int = 1
+  batch_strides: tuple[int, ...] = ()
+  batch_grid_axis: int | None = None
 
   def attributes(self, kernel: Kernel) -> dict[str, Any]:
     """The contract attributes of the custom call (docs/contract.md), as Python values.
 
     Collective calls get their clique attributes at lowering, from the mesh.
+    A kernel written for a batch on a grid axis (``batch_grid_axis``) always
+    gets, after its scalars, a `u32`: the axis's length for one element (its
+    element is blockIdx / that), and one `u64` per buffer (inputs, then
+    outputs): the bytes between elements, 0 for a shared input (all 0 when
+    the call is not batched). A batch is then one launch, the axis
+    `batch_size` times longer.
     """
+    grid, order = list(self.grid), list(self.param_order)
+    sizes, data = list(self.scalar_sizes), self.scalar_data
+    if self.batch_grid_axis is not None:
+      grid[self.batch_grid_axis] *= self.batch_size
+      strides = self.batch_strides or (0,) * (self.num_inputs + self.num_outputs)
+      extra = [np.uint32(self.grid[self.batch_grid_axis])] + [np.uint64(s) for s in strides]
+      order += [-(len(sizes) + k + 1) for k in range(len(extra))]
+      sizes += [v.dtype.itemsize for v in extra]
+      data += b"".join(v.tobytes().ljust(8, b"\0") for v in extra)
     attributes = {
         "module": kernel.module,
         "kernel_hash": kernel.hash,
@@ -166,18 +188,21 @@ class LaunchSpec:
         "call_site": self.call_site,
         "use_custom_barrier": False,
         "uses_xla_collective_metadata": self.collective is not None,
-        "grid": list(self.grid),
+        "grid": grid,
         "block": list(self.block),
         "cluster": list(self.cluster),
         "smem_bytes": self.smem_bytes,
         "uses_pdl": self.uses_pdl,
         "num_inputs": self.num_inputs,
         "num_outputs": self.num_outputs,
-        "param_order": list(self.param_order),
+        "param_order": order,
     }
-    if self.scalar_sizes:
-      attributes["scalar_sizes"] = list(self.scalar_sizes)
-      attributes["scalar_data"] = self.scalar_data
+    if sizes:
+      attributes["scalar_sizes"] = sizes
+      attributes["scalar_data"] = data
+    if self.batch_size > 1 and self.batch_grid_axis is None:
+      attributes["batch_size"] = self.batch_size
+      attributes["batch_strides"] = list(self.batch_strides)
     return attributes
 
 
@@ -255,10 +280,11 @@ class LaunchOptions:
   aliases: tuple[tuple[int, int], ...]
   param_order: tuple[str, ...] | None
   collective: Collective | None
+  batch_grid_axis: int | None = None
 
   @classmethod
   def create(cls, kernel, out_shape, *, grid, block, cluster, smem_bytes, uses_pdl, scalars,
-             input_output_aliases, param_order, collective, where: str) -> "LaunchOptions":
+             input_output_aliases, param_order, collective, batch_grid_axis=None, where: str) -> "LaunchOptions":
     if not isinstance(kernel, Kernel):
       raise TypeError(
           f"mosaic_kernel needs a Kernel from cuda_kernel/ptx_kernel/cubin_kernel, got {type(kernel).__name__}")
@@ -277,6 +303,10 @@ class LaunchOptions:
       param_order = tuple(param_order)
     if not callable(out_shape):
       _out_avals(out_shape, where)  # checked now; kept as given, to be read per trace
+    if batch_grid_axis is not None and batch_grid_axis not in ("x", "y", "z"):
+      raise LaunchError(f"{where}: batch_grid_axis must be 'x', 'y', 'z' or None, got {batch_grid_axis!r}")
+    if batch_grid_axis is not None and collective is not None:
+      raise LaunchError(f"{where}: a collective kernel cannot take a batch on a grid axis")
     fixed = lambda value, normalise: value if callable(value) else normalise(value)  # noqa: E731
     return cls(
         kernel=kernel,
@@ -290,6 +320,7 @@ class LaunchOptions:
         aliases=_aliases(input_output_aliases, where),
         param_order=param_order,
         collective=collective,
+        batch_grid_axis=None if batch_grid_axis is None else "xyz".index(batch_grid_axis),
     )
 
   def _evaluate(self, value, what: str, in_avals, where: str):
@@ -335,31 +366,41 @@ class LaunchOptions:
         param_order=_param_codes(self.param_order, n_in, n_out, len(scalars), self.aliases, where),
         scalar_data=b"".join(b.ljust(8, b"\0") for b in scalars),
         scalar_sizes=tuple(len(b) for b in scalars),
-        aliases=self.aliases, collective=self.collective, call_site=call_site)
+        aliases=self.aliases, collective=self.collective, call_site=call_site,
+        batch_grid_axis=self.batch_grid_axis)
     return spec, out_avals, single
 
   def check(self, spec: LaunchSpec, in_avals, out_avals) -> None:
     """The runtime's validator, then what only this machine or the PTX knows."""
-    where = who(self.kernel, spec.call_site)
-    checked = validate(self.kernel, spec)
-    gpus = gpu_info.visible_gpus()
-    if gpus:
-      limit = min(g.max_shared_memory_per_block_optin for g in gpus)
-      if spec.smem_bytes > limit:
-        raise LaunchError(
-            f"{where}: smem_bytes = {spec.smem_bytes} is over the {limit} bytes of dynamic shared "
-            f"memory a block may have on {gpus[0].name}; use less shared memory per block")
-    expected = self.kernel.param_sizes
-    if expected is None or list(expected) == list(checked["param_sizes"]):
-      return  # a cubin is checked against the binary when it is loaded
-    described = [_describe_param(c, in_avals, out_avals, spec.scalar_sizes) for c in spec.param_order]
-    if spec.collective is not None:
-      described.append("collective metadata (pointer, 8 bytes)")
-    raise LaunchError(
-        f"{where}: the kernel takes {len(expected)} parameters of {list(expected)} bytes, but the call passes "
-        f"{len(checked['param_sizes'])}: {'; '.join(described) or 'none'}. The order is inputs, outputs, then "
-        "scalars" + (", then the collective metadata pointer" if spec.collective else "") +
-        "; fix the kernel's signature, the scalars' dtypes, or param_order")
+    check_launch(self.kernel, spec, in_avals, out_avals)
+
+
+def check_launch(kernel: Kernel, spec: LaunchSpec, in_avals, out_avals) -> None:
+  """The runtime's validator, then what only this machine or the PTX knows."""
+  where = who(kernel, spec.call_site)
+  checked = validate(kernel, spec)
+  gpus = gpu_info.visible_gpus()
+  if gpus:
+    limit = min(g.max_shared_memory_per_block_optin for g in gpus)
+    if spec.smem_bytes > limit:
+      raise LaunchError(
+          f"{where}: smem_bytes = {spec.smem_bytes} is over the {limit} bytes of dynamic shared "
+          f"memory a block may have on {gpus[0].name}; use less shared memory per block")
+  expected = kernel.param_sizes
+  if expected is None or list(expected) == list(checked["param_sizes"]):
+    return  # a cubin is checked against the binary when it is loaded
+  described = [_describe_param(c, in_avals, out_avals, spec.scalar_sizes) for c in spec.param_order]
+  if spec.batch_grid_axis is not None:
+    described += ["the element's grid length (4 bytes)"] + [
+        f"batch stride of buffer {b} (8 bytes)" for b in range(spec.num_inputs + spec.num_outputs)]
+  if spec.collective is not None:
+    described.append("collective metadata (pointer, 8 bytes)")
+  raise LaunchError(
+      f"{where}: the kernel takes {len(expected)} parameters of {list(expected)} bytes, but the call passes "
+      f"{len(checked['param_sizes'])}: {'; '.join(described) or 'none'}. The order is inputs, outputs, then "
+      "scalars" + (", then the batch parameters of batch_grid_axis" if spec.batch_grid_axis is not None else "") +
+      (", then the collective metadata pointer" if spec.collective else "") +
+      "; fix the kernel's signature, the scalars' dtypes, or param_order")
 
 
 def empty_outputs(out_avals) -> bool:

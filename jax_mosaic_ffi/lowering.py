@@ -50,13 +50,19 @@ def _collective_attributes(ctx, kernel: Kernel, spec: LaunchSpec) -> dict:
   }
 
 
-def _ir_attribute(value) -> ir.Attribute:
-  # Every integer is i32 in the contract; the validator has bounded each one.
+# Integers are i32 in the contract, but for these (docs/contract.md); the
+# validator has bounded each value.
+_I64_ARRAYS = frozenset({"batch_strides"})
+
+
+def _ir_attribute(name: str, value) -> ir.Attribute:
   if isinstance(value, bool):
     return ir.BoolAttr.get(value)
   if isinstance(value, int):
     return mlir.ir_attribute(np.int32(value))
   if isinstance(value, list):
+    if name in _I64_ARRAYS:
+      return ir.DenseI64ArrayAttr.get([int(v) for v in value])
     return ir.DenseI32ArrayAttr.get([int(v) for v in value])
   return mlir.ir_attribute(value)
 
@@ -74,7 +80,7 @@ def _cuda_lowering(ctx, *operands, kernel: Kernel, out_avals, spec: LaunchSpec):
       contract.target_name(collective=spec.collective is not None),
       result_types=[mlir.aval_to_ir_type(ctx.module_context, a) for a in out_avals],
       operands=list(operands),
-      backend_config={name: _ir_attribute(value) for name, value in attributes.items()},
+      backend_config={name: _ir_attribute(name, value) for name, value in attributes.items()},
       api_version=4,
       operand_output_aliases=dict(spec.aliases) or None,
       operand_layouts=[list(reversed(range(len(a.shape)))) for a in ctx.avals_in],

@@ -8,6 +8,8 @@ check it, and binds one `mosaic_kernel` primitive. The CUDA lowering is in
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import sys
 from typing import Any, Callable, Mapping, Sequence
@@ -30,7 +32,8 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_
                   uses_pdl: bool | None = None, scalars=(),
                   input_output_aliases: Mapping[int, int] | None = None,
                   param_order: Sequence[str] | None = None,
-                  collective: Collective | None = None) -> Callable[..., Any]:
+                  collective: Collective | None = None,
+                  batch_grid_axis: str | None = None) -> Callable[..., Any]:
   """Returns a function that launches ``kernel`` on its input arrays.
 
   The kernel's parameters are, in order: one pointer per input, one pointer
@@ -52,6 +55,9 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_
     input_output_aliases: ``{input_index: output_index}`` for in-place updates.
     param_order: an explicit parameter order, by names ``inN``, ``outN``, ``scalarN``.
     collective: a `Collective` for kernels that talk to their peers.
+    batch_grid_axis: ``"x"``, ``"y"`` or ``"z"`` for a kernel written to take
+      a vmap batch on that grid axis in one launch (README: vmap). By default
+      a vmapped call launches the kernel once per batch element, unchanged.
 
   ``out_shape``, ``grid``, ``block``, ``smem_bytes`` and ``scalars`` may also
   be callables of the input avals (``grid=lambda x, y: jmf.cdiv(x.size, 256)``),
@@ -60,7 +66,7 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_
   options = LaunchOptions.create(
       kernel, out_shape, grid=grid, block=block, cluster=cluster, smem_bytes=smem_bytes, uses_pdl=uses_pdl,
       scalars=scalars, input_output_aliases=input_output_aliases, param_order=param_order,
-      collective=collective, where=launch_spec.who(kernel, _call_site()) if isinstance(kernel, Kernel) else "")
+      collective=collective, batch_grid_axis=batch_grid_axis, where=launch_spec.who(kernel, _call_site()) if isinstance(kernel, Kernel) else "")
 
   def call(*args):
     in_avals = tuple(jax.typeof(a) for a in args)
@@ -97,17 +103,52 @@ def _call_site() -> str:
 
 
 def _batching_rule(args, dims, *, kernel, out_avals, spec):
-  """vmap runs the kernel once per batch element (a sequential lax.map)."""
-  mapped = [d is not None for d in dims]
-  moved = [jnp.moveaxis(a, d, 0) if m else a for a, d, m in zip(args, dims, mapped)]
+  """vmap as one call: every buffer gets a leading batch axis, and the kernel
+  runs once per element (or once, on a longer grid axis, with batch_grid_axis).
 
-  def one(xs):
-    it = iter(xs)
-    full = [next(it) if m else a for a, m in zip(moved, mapped)]
-    return mosaic_kernel_p.bind(*full, kernel=kernel, out_avals=out_avals, spec=spec)
-
-  outs = jax.lax.map(one, [a for a, m in zip(moved, mapped) if m])
+  Inputs no element changes stay shared (stride 0). A call that is batched
+  already (nested vmap) has its batch axes merged into one: buffers batched
+  at only one level are broadcast, so each element sits one stride after the
+  last. Aliased inputs are batched too, since each element updates its own.
+  """
+  where = launch_spec.who(kernel, spec.call_site)
+  if spec.collective is not None:
+    raise LaunchError(
+        f"{where}: a collective kernel cannot be vmapped: its peers are devices, not batch elements. "
+        "Call it inside shard_map over a mesh axis instead")
+  size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+  inner = spec.batch_size
+  inner_batched = [s > 0 for s in spec.batch_strides[:len(args)]] if inner > 1 else [False] * len(args)
+  aliased = {i for i, _ in spec.aliases}
+  total = size * inner
+  new_args = []
+  for i, (a, d, was_batched) in enumerate(zip(args, dims, inner_batched)):
+    if d is None and not was_batched and i not in aliased:
+      new_args.append(a)
+      continue
+    a = jnp.moveaxis(a, d, 0) if d is not None else jnp.broadcast_to(a, (size, *a.shape))
+    if inner > 1:
+      if not was_batched:
+        a = jnp.broadcast_to(a[:, None], (size, inner, *a.shape[1:]))
+      a = a.reshape((total, *a.shape[2:]))
+    new_args.append(a)
+  per_element_out = [a.shape[1:] if inner > 1 else a.shape for a in out_avals]
+  new_out_avals = tuple(jax.core.ShapedArray((total, *shape), a.dtype) for shape, a in zip(per_element_out, out_avals))
+  strides = [0 if (d is None and not b and i not in aliased) else _element_bytes(a, total)
+             for i, (a, d, b) in enumerate(zip(new_args, dims, inner_batched))]
+  strides += [_element_bytes(a, total) for a in new_out_avals]
+  if total == 0:
+    outs = [jnp.zeros(a.shape, a.dtype) for a in new_out_avals]
+  else:
+    batched = dataclasses.replace(spec, batch_size=total, batch_strides=tuple(strides))
+    launch_spec.check_launch(kernel, batched, [jax.typeof(a) for a in new_args], new_out_avals)
+    outs = mosaic_kernel_p.bind(*new_args, kernel=kernel, out_avals=new_out_avals, spec=batched)
+  outs = [o.reshape((size, inner, *shape)) if inner > 1 else o for o, shape in zip(outs, per_element_out)]
   return outs, [0] * len(outs)
+
+
+def _element_bytes(aval, batch: int) -> int:
+  return math.prod(aval.shape) * aval.dtype.itemsize // max(batch, 1)
 
 
 batching.primitive_batchers[mosaic_kernel_p] = _batching_rule

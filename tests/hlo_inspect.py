@@ -6,7 +6,7 @@ from jax._src.lib.mlir import ir
 def _value(attr):
   for kind, read in ((ir.BoolAttr, lambda a: a.value), (ir.IntegerAttr, lambda a: a.value),
                      (ir.StringAttr, lambda a: a.value_bytes),
-                     (ir.DenseI32ArrayAttr, lambda a: list(a))):
+                     (ir.DenseI32ArrayAttr, lambda a: list(a)), (ir.DenseI64ArrayAttr, lambda a: list(a))):
     if isinstance(attr, kind):
       return read(attr)
   return attr
