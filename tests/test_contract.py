@@ -48,7 +48,8 @@ def collective(**changes):
 
 
 def test_a_valid_launch_gives_the_kernel_signature():
-  assert _core.validate_launch(attributes(), False) == {"param_sizes": [8, 8, 8, 4], "num_buffers": 3}
+  assert _core.validate_launch(attributes(), False) == {"param_sizes": [8, 8, 8, 4], "num_buffers": 3,
+                                                        "batch_size": 1}
   assert _core.validate_launch(collective(), True)["param_sizes"] == [8, 8, 8, 4, 8]
 
 
@@ -90,6 +91,14 @@ def test_a_valid_launch_gives_the_kernel_signature():
     (dict(uses_pdl=1), "attribute 'uses_pdl' has the wrong type"),
     (dict(kernel_hash=bytes(2000)), "attribute 'kernel_hash' has the wrong type or size"),
     (dict(param_order=None), "no 'param_order' attribute"),
+    # vmap's batch: bounded, one stride per buffer, outputs never shared.
+    (dict(batch_size=0), "batch_size = 0 is out of range"),
+    (dict(batch_size=2**20, batch_strides=[4, 4, 4]), "batch_size = 1048576 is out of range"),
+    (dict(batch_size=4, batch_strides=[4, 4]), "batch_strides has 2 entries for 3 buffers"),
+    (dict(batch_size=4, batch_strides=[4, 4, 0]), r"batch_strides\[2\] = 0 is out of range 1"),
+    (dict(batch_size=4, batch_strides=[-4, 4, 4]), r"batch_strides\[0\] = -4 is out of range"),
+    (dict(batch_size=4, batch_strides=[2**62, 4, 4]), r"batch_strides\[0\] = 4611686018427387904"),
+    (dict(batch_strides=[4, 4, 4]), "without a batch_size above 1"),
     (dict(grid=None), "no 'grid' attribute"),
 ])
 def test_hostile_launch_attributes_are_refused_by_name(changes, message):
