@@ -19,7 +19,7 @@ RUNS = (Run("main"),)
 
 GIB = 1 << 30
 N = GIB // 4
-ROUNDS = 20
+ROUNDS = 50
 SAMPLE = 1 << 20  # elements checked at each end
 
 SOURCE = r'''

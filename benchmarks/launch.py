@@ -284,8 +284,8 @@ def _stage_counts(call, executions: int = STAGE_EXECUTIONS) -> dict:
 # ------------------------------------------------------------------ rendering (in the parent, no jax)
 
 METHOD = (
-    f"A trivial kernel (256 floats, +1) called {CHAIN} times in one jitted function: host wall time of a whole "
-    "call over 200, median of the rounds with every path of a process interleaved; the ratios are to XLA's own "
+    f"A trivial kernel ({N} floats, +1) called {CHAIN} times in one jitted function: host wall time of a whole "
+    f"call over {CHAIN}, median of {ROUNDS} rounds with every path of a process interleaved; the ratios are to XLA's own "
     "kernel (Pallas on Triton) in the same process. The raw rows launch the same cubin through the driver: "
     "\"raw stream launches\" and \"raw CUDA graph\" are timed on the GPU behind a spin kernel (the floor), "
     "\"host wall\" on the host as a jitted chain is. Results are dropped at once (the allocator hands the same "

@@ -86,7 +86,14 @@ def child_main(argv: list[str]) -> None:
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {run.xla_flags}".strip()
   os.environ.setdefault("JAX_MOSAIC_FFI_POISON_OUTPUTS", "0")  # a fill before each launch would be timed
   result = module.run(**run.kwargs)
-  print(RESULT_PREFIX + json.dumps(result), flush=True)
+  print(RESULT_PREFIX + json.dumps(result, default=_plain), flush=True)
+
+
+def _plain(value):
+  """numpy scalars as Python numbers (json knows float64 but not float32 or bool_)."""
+  if hasattr(value, "item"):
+    return value.item()
+  raise TypeError(f"{type(value).__name__} in a benchmark's results is not JSON")
 
 
 if __name__ == "__main__":
