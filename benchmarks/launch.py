@@ -284,15 +284,13 @@ def _stage_counts(call, executions: int = STAGE_EXECUTIONS) -> dict:
 # ------------------------------------------------------------------ rendering (in the parent, no jax)
 
 METHOD = (
-    f"A trivial kernel ({N} floats, +1) called {CHAIN} times in one jitted function: host wall time of a whole "
-    f"call over {CHAIN}, median of {ROUNDS} rounds with every path of a process interleaved; the ratios are to XLA's own "
-    "kernel (Pallas on Triton) in the same process. The raw rows launch the same cubin through the driver: "
-    "\"raw stream launches\" and \"raw CUDA graph\" are timed on the GPU behind a spin kernel (the floor), "
-    "\"host wall\" on the host as a jitted chain is. Results are dropped at once (the allocator hands the same "
-    "address back), except \"kept alive\": each result lives until the next call has its own, so the output moves "
-    "every call and XLA updates its command buffer. Execute-only handlers (the plain jax.ffi launch and the empty "
-    "handler) are stream-captured by XLA into a child-graph node inside command buffers; mosaic_kernel records a "
-    "kernel node of its own.")
+    f"A trivial kernel ({N} floats, +1) called {CHAIN} times in one jitted function; per call: host wall time of "
+    f"the whole call over {CHAIN}, median of {ROUNDS} rounds with every path of the process interleaved, and the "
+    "ratio to XLA's own kernel (Pallas on Triton) in the same process. The raw rows launch the same cubin through "
+    "the driver, timed on the GPU behind a spin kernel (the floor) or, \"host wall\", on the host; \"kept alive\" "
+    "holds each result until the next call, so the output moves and XLA updates its command buffer (otherwise "
+    "the allocator hands the same address back); execute-only handlers are stream-captured by XLA into a "
+    "child-graph node inside command buffers, where mosaic_kernel records a kernel node.")
 PDL_METHOD = (
     "The launch-parity paths again, each column a process of its own with XLA's flags `--xla_gpu_enable_pdl` and "
     "`--xla_gpu_enable_pdl_launch` left at XLA's default, both true, or both false: us per call and, in "

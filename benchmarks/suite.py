@@ -34,7 +34,7 @@ class Run:
   kwargs: dict = dataclasses.field(default_factory=dict)  # for the module's run()
   xla_flags: str = ""  # added to XLA_FLAGS in that process
   optional: bool = False  # its failure is reported as n/a and does not fail the suite
-  timeout_s: float = 240.0
+  timeout_s: float = 150.0  # a hung process must not eat the GPU session: runs take 5-40 s
 
 
 def discover() -> list[types.ModuleType]:
