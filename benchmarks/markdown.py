@@ -25,7 +25,8 @@ def table(header: list[str], rows: list[list[str]], align: str | None = None) ->
   """A Markdown table; `align` has one letter per column, l or r (default: first l, rest r)."""
   align = align or "l" + "r" * (len(header) - 1)
   rule = ["---" if a == "l" else "---:" for a in align]
-  return "\n".join("| " + " | ".join(cells) + " |" for cells in [header, rule, *rows])
+  cell = lambda text: str(text).replace("|", "\\|")  # an error message must not split a row
+  return "\n".join("| " + " | ".join(map(cell, cells)) + " |" for cells in [header, rule, *rows])
 
 
 # What ends a failure's text: an XLA/absl fatal log line (a process abort, e.g.
