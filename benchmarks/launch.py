@@ -93,6 +93,7 @@ def run(command_buffers: str, pdl: str, rounds: int = ROUNDS) -> dict:
   import numpy as np
 
   import jax_mosaic_ffi as jmf
+  from benchmarks import launch_paths as paths
   full = pdl == "default"
   result = {"command_buffers": command_buffers, "pdl": pdl, "xla_flags": os.environ.get("XLA_FLAGS", ""),
             "chain": CHAIN, "rounds": rounds, "us_per_call": {}, "errors": {}}
@@ -101,25 +102,28 @@ def run(command_buffers: str, pdl: str, rounds: int = ROUNDS) -> dict:
   function = None
   if full:
     try:
-      raw, function = _raw_paths(kernels["add_one"], rounds)
+      raw, function = paths.raw_paths(kernels["add_one"], rounds)
       result["us_per_call"].update(raw)
     except Exception:  # the plain jax.ffi path needs the function: it then fails too, and says so
       result["errors"].update({key: traceback.format_exc()[-1500:] for key in RAW})
-  calls = {}
+  calls, jitted_by_key = {}, {}
   for key, make in _programs(kernels, function, full).items():
     try:
       fn, adds = make()
-      jitted = _checked(fn, x, adds)
+      jitted = paths.checked(fn, x, adds)
     except Exception:  # reported, not fatal: the other paths still count
       result["errors"][key] = traceback.format_exc()[-1500:]
       continue
-    calls[key] = _dropped(jitted, x)
+    calls[key], jitted_by_key[key] = paths.dropped(jitted, x), jitted
     if full and key in KEPT:
-      calls[KEPT[key]] = _kept(jitted, x)
+      calls[KEPT[key]] = paths.kept(jitted, x)
   seconds = timing.interleaved(calls, rounds)
   result["us_per_call"].update({key: s / CHAIN * 1e6 for key, s in seconds.items()})
   if full:
-    result["collective_stages"] = _stage_counts(calls.get("mosaic_collective"))
+    result["output_addresses"] = {key: {"dropped": paths.distinct_outputs(j, x, keep=False),
+                                        "kept": paths.distinct_outputs(j, x, keep=True)}
+                                  for key, j in jitted_by_key.items() if key in KEPT}
+    result["collective_stages"] = paths.stage_counts(calls.get("mosaic_collective"))
   result["registration"] = jmf.registration.status()["message"]
   return result
 
@@ -129,156 +133,20 @@ def _programs(kernels, function, full: bool) -> dict:
   import jax
 
   from benchmarks import baselines
+  from benchmarks import launch_paths as paths
   makers = {
-      "mosaic": lambda: (_chain(_mosaic(kernels["add_one"])), CHAIN),
-      "mosaic_pdl": lambda: (_chain(_mosaic(kernels["add_one_pdl"], uses_pdl=True)), CHAIN),
-      "mosaic_pdl_early": lambda: (_chain(_mosaic(kernels["add_one_pdl_early"], uses_pdl=True)), CHAIN),
-      "mosaic_collective": lambda: (_collective_chain(), 0),
-      "plain_ffi": lambda: (_chain(baselines.plain_ffi(N, _needed(function))), CHAIN),
-      "empty_ffi": lambda: (_chain(baselines.empty_ffi(N)), None),
-      "xla_triton": lambda: (_chain(_pallas("triton")), CHAIN),
-      "xla_fusion": lambda: (_chain(lambda v: jax.lax.optimization_barrier(v + 1.0)), CHAIN),
-      "mosaic_gpu": lambda: (_chain(_pallas("mosaic_gpu")), CHAIN),
+      "mosaic": lambda: (paths.chain(paths.mosaic(kernels["add_one"])), CHAIN),
+      "mosaic_pdl": lambda: (paths.chain(paths.mosaic(kernels["add_one_pdl"], uses_pdl=True)), CHAIN),
+      "mosaic_pdl_early": lambda: (paths.chain(paths.mosaic(kernels["add_one_pdl_early"], uses_pdl=True)), CHAIN),
+      "mosaic_collective": lambda: (paths.collective_chain(), 0),
+      "plain_ffi": lambda: (paths.chain(baselines.plain_ffi(N, paths.needed(function))), CHAIN),
+      "empty_ffi": lambda: (paths.chain(baselines.empty_ffi(N)), None),
+      "xla_triton": lambda: (paths.chain(paths.pallas("triton")), CHAIN),
+      "xla_fusion": lambda: (paths.chain(lambda v: jax.lax.optimization_barrier(v + 1.0)), CHAIN),
+      "mosaic_gpu": lambda: (paths.chain(paths.pallas("mosaic_gpu")), CHAIN),
   }
   keys = makers if full else PDL_PATHS
   return {key: makers[key] for key in keys}
-
-
-def _needed(function):
-  if function is None:
-    raise RuntimeError("no CUfunction: the raw driver paths failed")
-  return function
-
-
-def _chain(call, length: int = CHAIN):
-  def f(x):
-    for _ in range(length):
-      x = call(x)
-    return x
-  return f
-
-
-def _checked(fn, x, adds):
-  """Jits `fn`, runs it once and checks that it really ran its kernels."""
-  import jax
-  import numpy as np
-  jitted = jax.jit(fn)
-  out = jitted(x)
-  if adds is not None:
-    np.testing.assert_allclose(np.asarray(out), np.asarray(x) + adds, rtol=1e-6)
-  return jitted
-
-
-def _dropped(jitted, x):
-  """The result dies at once: the allocator hands its address to the next call."""
-  return lambda: jitted(x).block_until_ready()
-
-
-def _kept(jitted, x):
-  """The result lives until the next call has its own, so outputs alternate
-  between two addresses and XLA must update its command buffer every time."""
-  held = []
-
-  def call():
-    out = jitted(x).block_until_ready()
-    held[:] = [out]
-  return call
-
-
-def _mosaic(kernel, uses_pdl: bool = False):
-  import jax
-  import jax.numpy as jnp
-  import numpy as np
-
-  import jax_mosaic_ffi as jmf
-  return jmf.mosaic_kernel(kernel, jax.ShapeDtypeStruct((N,), jnp.float32), grid=1, block=N,
-                           scalars=(np.int32(N),), uses_pdl=uses_pdl)
-
-
-def _collective_chain():
-  """The chain through the collective target: all_reduce over one device is the identity."""
-  import functools
-
-  import jax
-  import numpy as np
-  from jax.sharding import Mesh, PartitionSpec as P
-
-  import jax_mosaic_ffi as jmf
-  mesh = Mesh(np.array(jax.devices()[:1]), ("x",))
-  body = _chain(functools.partial(jmf.ops.all_reduce, axis_name="x"))
-  return jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"))
-
-
-def _pallas(backend: str):
-  import jax
-  import jax.numpy as jnp
-  from jax.experimental import pallas as pl
-
-  def body(x_ref, o_ref):
-    o_ref[...] = x_ref[...] + 1.0
-
-  if backend == "triton":
-    from jax.experimental.pallas import triton as plgpu
-  else:
-    from jax._src.pallas.mosaic_gpu import pallas_call_registration  # noqa: F401  (registers the lowering)
-    from jax.experimental.pallas import mosaic_gpu as plgpu
-  return pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct((N,), jnp.float32),
-                        compiler_params=plgpu.CompilerParams())
-
-
-def _raw_paths(kernel, rounds: int) -> tuple[dict, object]:
-  """Our kernel's cubin through the driver directly: stream launches and a graph."""
-  import ctypes
-  import statistics
-  import time
-
-  from cuda.bindings import driver
-  check = timing.check
-  timing.primary_context()
-  module = check(driver.cuModuleLoadData(kernel.images[0].data))
-  add_one, spin = (check(driver.cuModuleGetFunction(module, name)) for name in (b"add_one", b"spin"))
-  stream = check(driver.cuStreamCreate(1))
-  x, y = (check(driver.cuMemAlloc(N * 4)) for _ in range(2))
-  params = timing.Params(ctypes.c_uint64(int(x)), ctypes.c_uint64(int(y)), ctypes.c_int32(N))
-
-  def launches():
-    for _ in range(CHAIN):
-      check(driver.cuLaunchKernel(add_one, 1, 1, 1, N, 1, 1, 0, stream, params.address, 0))
-
-  def host_timed():
-    start = time.perf_counter()
-    launches()
-    check(driver.cuStreamSynchronize(stream))
-    return time.perf_counter() - start
-
-  stream_s = min(timing.spin_then(stream, spin, launches) for _ in range(5))
-  host_s = statistics.median(host_timed() for _ in range(rounds))
-  check(driver.cuStreamBeginCapture(stream, driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))
-  launches()
-  graph = check(driver.cuStreamEndCapture(stream))
-  exe = check(driver.cuGraphInstantiate(graph, 0))
-  check(driver.cuGraphLaunch(exe, stream))
-  graph_s = min(timing.spin_then(stream, spin, lambda: check(driver.cuGraphLaunch(exe, stream))) for _ in range(5))
-  check(driver.cuStreamSynchronize(stream))
-  us = {"raw_stream": stream_s, "raw_stream_host": host_s, "raw_graph": graph_s}
-  return {key: s / CHAIN * 1e6 for key, s in us.items()}, add_one
-
-
-def _stage_counts(call, executions: int = STAGE_EXECUTIONS) -> dict:
-  """How often XLA ran the collective target's prepare and initialize stages."""
-  import jax_mosaic_ffi as jmf
-  if call is None:
-    return {"n/a": "the collective chain failed (see its error)"}
-  before = jmf.kernel_cache_stats()
-  if not hasattr(before, "collective_prepares"):
-    return {"n/a": "this build's kernel_cache_stats() has no collective_prepares / collective_initializes"}
-  for _ in range(executions):
-    call()
-  after = jmf.kernel_cache_stats()
-  count = {f: (getattr(after, f) - getattr(before, f)) / executions
-           for f in ("collective_prepares", "collective_initializes")}
-  return {"executions": executions, "call_sites": CHAIN, "prepares_per_execution": count["collective_prepares"],
-          "initializes_per_execution": count["collective_initializes"]}
 
 
 # ------------------------------------------------------------------ rendering (in the parent, no jax)
@@ -333,9 +201,16 @@ def _main_table(results: dict) -> str:
   header = ["path", "command buffers on (us/call)", "off (us/call)", "on / XLA's kernel", "off / XLA's kernel"]
   notes = _notes({f"command buffers {cb}": run for cb, run in runs.items()})
   registration = next((r["registration"] for r in runs.values() if r and "registration" in r), None)
-  text = METHOD + "\n\n" + table(header, rows)
+  text = METHOD + "\n\n" + table(header, rows) + _addresses_line(runs)
   text += ("\n\n" + "\n".join(notes)) if notes else ""
   return text + (f"\n\nRegistration: {registration}" if registration else "")
+
+
+def _addresses_line(runs: dict) -> str:
+  """What the kept-alive rows rest on: outputs move only when results are kept."""
+  parts = [f"{PATHS[key]} with command buffers {cb}: {seen['dropped']} dropped, {seen['kept']} kept"
+           for cb, run in runs.items() for key, seen in (run or {}).get("output_addresses", {}).items()]
+  return ("\n\nDistinct output addresses over 6 calls: " + "; ".join(parts) + ".") if parts else ""
 
 
 def _pdl_cell(run, key) -> str:
