@@ -48,7 +48,8 @@ def plain_ffi(size: int, function: int = 0, *, n: int | None = None):
 
 
 def empty_ffi(n: int):
-  """x -> a float32[n] that nothing writes: XLA's own cost of a custom call."""
+  """x -> a float32[n] that nothing writes: an execute-only custom call that launches
+  nothing (inside command buffers, XLA captures it into a child-graph node)."""
   import jax
   import jax.numpy as jnp
   register()

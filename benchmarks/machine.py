@@ -21,6 +21,7 @@ def describe() -> dict:
     except importlib.metadata.PackageNotFoundError:
       pass
   info.update(_nvidia_smi())
+  info.update(_commit())
   try:
     from jax_mosaic_ffi import compiler, gpu_info
     info["nvrtc"] = "%d.%d" % compiler.nvrtc_version()
@@ -46,6 +47,21 @@ def _nvidia_smi() -> dict:
   return {"gpu": name, "driver": driver, "gpu_memory": memory}
 
 
+def _commit() -> dict:
+  """The source tree's commit, when it is a git checkout; "+" marks local changes."""
+  import benchmarks
+  try:
+    head = subprocess.run(["git", "-C", benchmarks.REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True, timeout=10)
+    dirty = subprocess.run(["git", "-C", benchmarks.REPO, "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, timeout=10)
+  except (OSError, subprocess.TimeoutExpired):
+    return {}
+  if head.returncode != 0:
+    return {}
+  return {"commit": head.stdout.strip() + ("+" if dirty.stdout.strip() else "")}
+
+
 def summary(info: dict) -> str:
   """One line: GPU(s), driver, versions."""
   packages = info.get("packages", {})
@@ -55,4 +71,5 @@ def summary(info: dict) -> str:
   arch = f", {info['arch']}" if info.get("arch") else ""
   return (f"{gpus}{arch} (driver {info.get('driver', '?')}), jax {packages.get('jax', '?')}, "
           f"jaxlib {packages.get('jaxlib', '?')}, CUDA plugin {packages.get('jax-cuda13-plugin', '?')}, "
-          f"NVRTC {info.get('nvrtc', '?')}, Python {info.get('python', '?')}")
+          f"NVRTC {info.get('nvrtc', '?')}, Python {info.get('python', '?')}" +
+          (f", source {info['commit']}" if info.get("commit") else ""))
