@@ -1,0 +1,139 @@
+"""The goals the benchmarks are judged by: one table of data, and its verdicts.
+
+A metric is a path into the results, "benchmark/run/key/...". With a
+baseline, the verdict is on metric / baseline (a ratio within one run).
+`explain_unmet` is a template for when a goal is not met, formatted with
+value, baseline, ratio, threshold and the names in `context` (paths too),
+each already formatted as a number.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+
+from benchmarks.markdown import failure, last_line, sig, table
+
+COMPARE = {"<=": operator.le, ">=": operator.ge}
+
+
+@dataclasses.dataclass(frozen=True)
+class Goal:
+  name: str
+  metric: str
+  compare: str  # a key of COMPARE
+  threshold: float
+  baseline: str | None = None
+  unit: str = ""
+  explain_unmet: str = ""
+  context: dict = dataclasses.field(default_factory=dict)
+
+
+GOALS = (
+    Goal("Command buffers on: a mosaic_kernel call costs at most XLA's own kernel",
+         metric="launch/cb_on/us_per_call/mosaic", baseline="launch/cb_on/us_per_call/xla_triton",
+         compare="<=", threshold=1.02, unit="us",
+         explain_unmet=(
+             "Both are kernel nodes of the graph ({graph} us each in a raw CUDA graph). XLA refreshes its own "
+             "kernel's node itself, but reaches ours through the record handler, an FFI call, on every "
+             "execution. For scale: an execute-only empty handler, which XLA stream-captures into a child-graph "
+             "node, costs {empty} us; a plain jax.ffi launch, captured the same way, {plain} us. The PDL and "
+             "kept-alive rows test two other suspects."),
+         context={"graph": "launch/cb_on/us_per_call/raw_graph", "empty": "launch/cb_on/us_per_call/empty_ffi",
+                  "plain": "launch/cb_on/us_per_call/plain_ffi"}),
+    Goal("Command buffers off: at most 1.1x raw stream launches timed on the host",
+         metric="launch/cb_off/us_per_call/mosaic", baseline="launch/cb_off/us_per_call/raw_stream_host",
+         compare="<=", threshold=1.1, unit="us",
+         explain_unmet=(
+             "Launched one at a time by XLA's thunk loop, every kernel costs about the same: XLA's own kernel "
+             "{xla} us, a plain FFI call {plain} us; a custom call that launches nothing costs {empty} us. The "
+             "rest is the launch as XLA's thread sees it, which the raw loop (GPU-side floor {floor} us) does "
+             "not pay in the same way; command buffers (XLA's default) remove it."),
+         context={"xla": "launch/cb_off/us_per_call/xla_triton", "plain": "launch/cb_off/us_per_call/plain_ffi",
+                  "empty": "launch/cb_off/us_per_call/empty_ffi", "floor": "launch/cb_off/us_per_call/raw_stream"}),
+    Goal("Memory-bound kernel: at least 90% of device-to-device copy bandwidth",
+         metric="bandwidth/main/ratio", compare=">=", threshold=0.90),
+    Goal("Compile, warm from disk in a fresh process: at most 5% of a cold compile",
+         metric="compile/main/warm_disk_ms", baseline="compile/main/cold_ms", compare="<=", threshold=0.05,
+         unit="ms"),
+    Goal("Compile, in-process hit: at most 50 us",
+         metric="compile/main/memory_hit_us", compare="<=", threshold=50, unit="us"),
+    Goal("One-shot all-reduce: at least 2x faster than psum at 256 KiB and below (slowest size)",
+         metric="allreduce/main/min_speedup_small", compare=">=", threshold=2.0),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+  goal: Goal
+  value: float | None
+  baseline: float | None
+  judged: float | None  # the value the threshold applies to
+  status: str  # "met", "not met" or "not measured"
+  reason: str = ""  # why not measured
+  explanation: str = ""
+
+
+def lookup(results: dict, path: str) -> tuple[float | None, str]:
+  """The number at `path` in results["results"], or None and why it is missing."""
+  keys = path.split("/")
+  node, run = results.get("results", {}), None
+  for depth, key in enumerate(keys):
+    if not isinstance(node, dict) or node.get(key) is None:
+      return None, _missing(node, run, keys, depth)
+    node = node[key]
+    if depth == 1:
+      run = node
+  if isinstance(node, (int, float)) and not isinstance(node, bool):
+    return float(node), ""
+  return None, f"{path} is not a number"
+
+
+def _missing(node, run, keys: list[str], depth: int) -> str:
+  if depth < 2:
+    return f"{'/'.join(keys[:depth + 1])} was not run"
+  reason = failure(run) if isinstance(run, dict) else None  # the whole run failed or was skipped
+  errors = run.get("errors", {}) if isinstance(run, dict) else {}
+  if not reason and keys[-1] in errors:  # that one path failed, the run went on
+    reason = "failed: " + last_line(errors[keys[-1]])
+  return reason or f"{'/'.join(keys)} is not in the results"
+
+
+def judge(goal: Goal, results: dict) -> Verdict:
+  value, why = lookup(results, goal.metric)
+  baseline, why_baseline = lookup(results, goal.baseline) if goal.baseline else (None, "")
+  judged = value if not goal.baseline else (value / baseline if value is not None and baseline else None)
+  if judged is None:
+    return Verdict(goal, value, baseline, None, "not measured", why or why_baseline)
+  met = COMPARE[goal.compare](judged, goal.threshold)
+  explanation = "" if met or not goal.explain_unmet else _explain(goal, results, value, baseline, judged)
+  return Verdict(goal, value, baseline, judged, "met" if met else "not met", "", explanation)
+
+
+def _explain(goal: Goal, results: dict, value, baseline, judged) -> str:
+  names = {name: sig(lookup(results, path)[0]) for name, path in goal.context.items()}
+  return goal.explain_unmet.format(value=sig(value), baseline=sig(baseline), ratio=sig(judged),
+                                   threshold=sig(goal.threshold), **names)
+
+
+def verdicts(results: dict) -> list[Verdict]:
+  return [judge(goal, results) for goal in GOALS]
+
+
+def section(results: dict) -> str:
+  """The goals table and the explanations of unmet goals, as Markdown."""
+  rows, notes = [], []
+  for v in verdicts(results):
+    unit = f" {v.goal.unit}" if v.goal.unit else ""
+    if v.goal.baseline:
+      measured = f"{sig(v.value)} vs {sig(v.baseline)}{unit} ({sig(v.judged)}x)"
+      target = f"{v.goal.compare} {sig(v.goal.threshold)}x"
+    else:
+      measured, target = f"{sig(v.value)}{unit}", f"{v.goal.compare} {sig(v.goal.threshold)}{unit}"
+    verdict = f"**{v.status}**" if v.status != "not measured" else f"not measured ({v.reason})"
+    rows.append([v.goal.name, measured if v.status != "not measured" else "n/a", target, verdict])
+    if v.explanation:
+      notes.append(f"- {v.goal.name}: {v.explanation}")
+  text = ("Each goal is read from this run's results by goals.GOALS; a ratio compares two numbers of the "
+          "same process.\n\n" + table(["goal", "measured", "target", "verdict"], rows, "lrll"))
+  return text + ("\n\n" + "\n".join(notes) if notes else "")

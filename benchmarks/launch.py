@@ -1,0 +1,270 @@
+"""Launch overhead: per-call time of a trivial kernel in a jitted chain of 200 calls.
+
+One process per setting of XLA's flags (command buffers on/off; PDL at
+XLA's default, forced on, forced off), every path of a process timed
+interleaved, ratios taken to XLA's own kernel (Pallas on Triton) in the same
+process. The default-PDL processes also time the raw driver floors, the
+baseline custom calls and the kept-alive variants, and count the collective
+target's prepare/initialize stages.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+
+from benchmarks import timing
+from benchmarks.markdown import failure, fmt, last_line, ratio, table
+from benchmarks.suite import Run
+
+NAME = "launch"
+TITLE = "Launch overhead"
+ORDER = 10
+FIGURE = "launch_overhead.png"
+
+CHAIN = 200
+N = 256
+ROUNDS = 100
+STAGE_EXECUTIONS = 10
+
+# key -> label, in table order. Keys are the results' keys (and goals' paths).
+PATHS = {
+    "raw_graph": "raw CUDA graph",
+    "raw_stream": "raw stream launches",
+    "raw_stream_host": "raw stream launches (host wall)",
+    "mosaic": "mosaic_kernel",
+    "mosaic_kept": "mosaic_kernel, results kept alive",
+    "mosaic_pdl": "mosaic_kernel, uses_pdl (kernel starts with griddepcontrol.wait)",
+    "mosaic_pdl_early": "mosaic_kernel, uses_pdl + early griddepcontrol.launch_dependents",
+    "mosaic_collective": "mosaic_kernel collective target, 1-device clique (jmf.ops.all_reduce)",
+    "plain_ffi": "plain jax.ffi launch, execute-only handler (captured)",
+    "empty_ffi": "custom call, execute-only empty handler (captured)",
+    "xla_triton": "XLA's own kernel (Pallas/Triton)",
+    "xla_triton_kept": "XLA's own kernel (Pallas/Triton), results kept alive",
+    "xla_fusion": "XLA fusion (x + 1 between optimization barriers)",
+    "mosaic_gpu": "mosaic_gpu_v2 (Pallas/Mosaic GPU)",
+}
+REFERENCE = "xla_triton"  # "XLA's own kernel": every ratio is to it
+RAW = ("raw_graph", "raw_stream", "raw_stream_host")
+KEPT = {"mosaic": "mosaic_kept", "xla_triton": "xla_triton_kept"}  # timed both ways from one executable
+PDL_PATHS = ("mosaic", "mosaic_pdl", "mosaic_pdl_early", "xla_triton", "xla_fusion")
+
+CB_FLAGS = {"on": "", "off": "--xla_gpu_enable_command_buffer="}
+# Both flags exist in jaxlib 0.11.2 (both default to true there); a flag XLA
+# does not know aborts the process, which then reads as n/a.
+PDL_FLAGS = {"default": "", "on": "--xla_gpu_enable_pdl=true --xla_gpu_enable_pdl_launch=true",
+             "off": "--xla_gpu_enable_pdl=false --xla_gpu_enable_pdl_launch=false"}
+
+
+def run_name(command_buffers: str, pdl: str) -> str:
+  return f"cb_{command_buffers}" + ("" if pdl == "default" else f"_pdl_{pdl}")
+
+
+RUNS = tuple(Run(run_name(cb, pdl), kwargs={"command_buffers": cb, "pdl": pdl},
+                 xla_flags=f"{CB_FLAGS[cb]} {PDL_FLAGS[pdl]}".strip(), optional=pdl != "default")
+             for pdl in PDL_FLAGS for cb in CB_FLAGS)
+
+SOURCE = timing.SPIN_SOURCE + r'''
+extern "C" __global__ void add_one(const float* x, float* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i] + 1.0f;
+}
+// PDL-safe: reads nothing before the previous grid's results are visible.
+extern "C" __global__ void add_one_pdl(const float* x, float* y, int n) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i] + 1.0f;
+}
+// The same, and lets the next grid launch at once: it waits for our results anyway.
+extern "C" __global__ void add_one_pdl_early(const float* x, float* y, int n) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i] + 1.0f;
+}
+'''
+KERNELS = ("add_one", "add_one_pdl", "add_one_pdl_early")
+
+
+# ------------------------------------------------------------------ measuring (in the child)
+
+def run(command_buffers: str, pdl: str, rounds: int = ROUNDS) -> dict:
+  import jax.numpy as jnp
+  import numpy as np
+
+  import jax_mosaic_ffi as jmf
+  from benchmarks import launch_paths as paths
+  full = pdl == "default"
+  result = {"command_buffers": command_buffers, "pdl": pdl, "xla_flags": os.environ.get("XLA_FLAGS", ""),
+            "chain": CHAIN, "rounds": rounds, "us_per_call": {}, "errors": {}}
+  kernels = {name: jmf.cuda_kernel(SOURCE, name) for name in KERNELS}
+  x = jnp.asarray(np.random.default_rng(0).standard_normal(N).astype(np.float32))  # JAX's backend first
+  function = None
+  if full:
+    try:
+      raw, function = paths.raw_paths(kernels["add_one"], rounds)
+      result["us_per_call"].update(raw)
+    except Exception:  # the plain jax.ffi path needs the function: it then fails too, and says so
+      result["errors"].update({key: traceback.format_exc()[-1500:] for key in RAW})
+  calls, jitted_by_key = {}, {}
+  for key, make in _programs(kernels, function, full).items():
+    try:
+      fn, adds = make()
+      jitted = paths.checked(fn, x, adds)
+    except Exception:  # reported, not fatal: the other paths still count
+      result["errors"][key] = traceback.format_exc()[-1500:]
+      continue
+    calls[key], jitted_by_key[key] = paths.dropped(jitted, x), jitted
+    if full and key in KEPT:
+      calls[KEPT[key]] = paths.kept(jitted, x)
+  seconds = timing.interleaved(calls, rounds)
+  result["us_per_call"].update({key: s / CHAIN * 1e6 for key, s in seconds.items()})
+  if full:
+    result["output_addresses"] = {key: {"dropped": paths.distinct_outputs(j, x, keep=False),
+                                        "kept": paths.distinct_outputs(j, x, keep=True)}
+                                  for key, j in jitted_by_key.items() if key in KEPT}
+    result["collective_stages"] = paths.stage_counts(calls.get("mosaic_collective"))
+  result["registration"] = jmf.registration.status()["message"]
+  return result
+
+
+def _programs(kernels, function, full: bool) -> dict:
+  """key -> a maker of (function of x to jit, what it adds to x, or None: unchecked)."""
+  import jax
+
+  from benchmarks import baselines
+  from benchmarks import launch_paths as paths
+  makers = {
+      "mosaic": lambda: (paths.chain(paths.mosaic(kernels["add_one"])), CHAIN),
+      "mosaic_pdl": lambda: (paths.chain(paths.mosaic(kernels["add_one_pdl"], uses_pdl=True)), CHAIN),
+      "mosaic_pdl_early": lambda: (paths.chain(paths.mosaic(kernels["add_one_pdl_early"], uses_pdl=True)), CHAIN),
+      "mosaic_collective": lambda: (paths.collective_chain(), 0),
+      "plain_ffi": lambda: (paths.chain(baselines.plain_ffi(N, paths.needed(function))), CHAIN),
+      "empty_ffi": lambda: (paths.chain(baselines.empty_ffi(N)), None),
+      "xla_triton": lambda: (paths.chain(paths.pallas("triton")), CHAIN),
+      "xla_fusion": lambda: (paths.chain(lambda v: jax.lax.optimization_barrier(v + 1.0)), CHAIN),
+      "mosaic_gpu": lambda: (paths.chain(paths.pallas("mosaic_gpu")), CHAIN),
+  }
+  keys = makers if full else PDL_PATHS
+  return {key: makers[key] for key in keys}
+
+
+# ------------------------------------------------------------------ rendering (in the parent, no jax)
+
+METHOD = (
+    f"A trivial kernel ({N} floats, +1) called {CHAIN} times in one jitted function; per call: host wall time of "
+    f"the whole call over {CHAIN}, median of {ROUNDS} rounds with every path of the process interleaved, and the "
+    "ratio to XLA's own kernel (Pallas on Triton) in the same process. The raw rows launch the same cubin through "
+    "the driver, timed on the GPU behind a spin kernel (the floor) or, \"host wall\", on the host; \"kept alive\" "
+    "holds each result until the next call, so the output moves and XLA updates its command buffer (otherwise "
+    "the allocator hands the same address back); execute-only handlers are stream-captured by XLA into a "
+    "child-graph node inside command buffers, where mosaic_kernel records a kernel node.")
+PDL_METHOD = (
+    "The launch-parity paths again, each column a process of its own with XLA's flags `--xla_gpu_enable_pdl` and "
+    "`--xla_gpu_enable_pdl_launch` left at XLA's default, both true, or both false: us per call and, in "
+    "parentheses, the ratio to XLA's own kernel (Pallas on Triton) in that process. Our PDL kernels start with "
+    "`griddepcontrol.wait`; \"early\" issues `griddepcontrol.launch_dependents` right after it.")
+STAGES_METHOD = (
+    f"`jmf.ops.all_reduce` over a one-device mesh (`shard_map`), chained {CHAIN} times: per-call time as above, "
+    f"and the prepare and initialize stages XLA ran, counted by `kernel_cache_stats()` over {STAGE_EXECUTIONS} "
+    "executions: per execution of the chain and, in parentheses, per call site and execution.")
+
+
+def tables(results: dict) -> list[str]:
+  return [_main_table(results), "### XLA's PDL flags\n\n" + _pdl_table(results),
+          "### Collective target: stages per execution\n\n" + _stages_table(results)]
+
+
+def _us(run, key):
+  return (run or {}).get("us_per_call", {}).get(key)
+
+
+def _notes(runs: dict) -> list[str]:
+  """A line per failed run and per failed path; `runs` maps a description to a run's results."""
+  lines = []
+  for described, run in runs.items():
+    why = failure(run)
+    if why:
+      lines.append(f"- {described}: n/a: {why}")
+    for key, error in (run or {}).get("errors", {}).items():
+      lines.append(f"- {PATHS.get(key, key)} ({described}): n/a: {last_line(error)}")
+  return lines
+
+
+def _main_table(results: dict) -> str:
+  runs = {cb: results.get(run_name(cb, "default")) for cb in CB_FLAGS}
+  rows = []
+  for key, label in PATHS.items():
+    us = [_us(runs[cb], key) for cb in CB_FLAGS]
+    ratios = [ratio(_us(runs[cb], key), _us(runs[cb], REFERENCE)) for cb in CB_FLAGS]
+    rows.append([label, *map(fmt, us), *map(fmt, ratios)])
+  header = ["path", "command buffers on (us/call)", "off (us/call)", "on / XLA's kernel", "off / XLA's kernel"]
+  notes = _notes({f"command buffers {cb}": run for cb, run in runs.items()})
+  registration = next((r["registration"] for r in runs.values() if r and "registration" in r), None)
+  text = METHOD + "\n\n" + table(header, rows) + _addresses_line(runs)
+  text += ("\n\n" + "\n".join(notes)) if notes else ""
+  return text + (f"\n\nRegistration: {registration}" if registration else "")
+
+
+def _addresses_line(runs: dict) -> str:
+  """What the kept-alive rows rest on: outputs move only when results are kept."""
+  parts = [f"{PATHS[key]} with command buffers {cb}: {seen['dropped']} dropped, {seen['kept']} kept"
+           for cb, run in runs.items() for key, seen in (run or {}).get("output_addresses", {}).items()]
+  return ("\n\nDistinct output addresses over 6 calls: " + "; ".join(parts) + ".") if parts else ""
+
+
+def _pdl_cell(run, key) -> str:
+  us = _us(run, key)
+  r = ratio(us, _us(run, REFERENCE))
+  return "n/a" if us is None else fmt(us) + (f" ({fmt(r)}x)" if r is not None else "")
+
+
+def _pdl_table(results: dict) -> str:
+  columns = [(cb, pdl) for cb in CB_FLAGS for pdl in PDL_FLAGS]
+  header = ["path"] + [f"cb {cb}, PDL {pdl}" for cb, pdl in columns]
+  rows = [[PATHS[key]] + [_pdl_cell(results.get(run_name(cb, pdl)), key) for cb, pdl in columns]
+          for key in PDL_PATHS]
+  notes = _notes({f"command buffers {cb}, XLA PDL flags {pdl}": results.get(run_name(cb, pdl))
+                  for cb, pdl in columns if pdl != "default"})  # the default runs' notes are above
+  return PDL_METHOD + "\n\n" + table(header, rows) + ("\n\n" + "\n".join(notes) if notes else "")
+
+
+def _stages_table(results: dict) -> str:
+  rows, notes = [], []
+  for cb in CB_FLAGS:
+    run = results.get(run_name(cb, "default"))
+    stages = (run or {}).get("collective_stages", {})
+    sites = stages.get("call_sites")
+    cells = [f"{fmt(stages.get(k), 0)} ({fmt(ratio(stages.get(k), sites))})" if k in stages else "n/a"
+             for k in ("prepares_per_execution", "initializes_per_execution")]
+    rows.append([f"command buffers {cb}", fmt(_us(run, "mosaic_collective")), fmt(_us(run, "mosaic")), *cells])
+    if "n/a" in stages:
+      notes.append(f"- command buffers {cb}: counts n/a: {stages['n/a']}")
+  header = ["setting", "collective (us/call)", "plain target (us/call)", "prepare runs", "initialize runs"]
+  return STAGES_METHOD + "\n\n" + table(header, rows) + ("\n\n" + "\n".join(notes) if notes else "")
+
+
+def figure(results: dict, path: str) -> bool:
+  """A bar chart of the main table; False where matplotlib is missing or nothing was measured."""
+  try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+  except ImportError:
+    return False
+  on, off = (results.get(run_name(cb, "default")) for cb in CB_FLAGS)
+  keys = [k for k in PATHS if _us(on, k) is not None or _us(off, k) is not None]
+  if not keys:
+    return False
+  fig, ax = plt.subplots(figsize=(10, 6))
+  y = range(len(keys))
+  ax.barh([i - 0.2 for i in y], [_us(on, k) or 0 for k in keys], height=0.4, label="command buffers on")
+  ax.barh([i + 0.2 for i in y], [_us(off, k) or 0 for k in keys], height=0.4, label="command buffers off")
+  ax.set_yticks(list(y), [PATHS[k] for k in keys], fontsize=7)
+  ax.invert_yaxis()
+  ax.set_xlabel(f"microseconds per call (trivial kernel, chain of {CHAIN} in one jit)")
+  ax.legend()
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+  return True

@@ -1,0 +1,75 @@
+"""What the benchmarks ran on: GPUs, driver, library versions.
+
+Asked without starting a JAX backend, so the parent process holds no GPU
+memory while its children measure.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import subprocess
+
+PACKAGES = ("jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda13-pjrt", "cuda-bindings")
+
+
+def describe() -> dict:
+  info = {"python": platform.python_version(), "host": platform.node(), "packages": {}}
+  for package in PACKAGES:
+    try:
+      info["packages"][package] = importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+      pass
+  info.update(_nvidia_smi())
+  info.update(_commit())
+  try:
+    from jax_mosaic_ffi import compiler, gpu_info
+    info["nvrtc"] = "%d.%d" % compiler.nvrtc_version()
+    gpus = gpu_info.visible_gpus()
+    info["gpu_count"] = len(gpus)
+    info.setdefault("gpu", gpus[0].name if gpus else "none")
+    info["arch"] = f"sm_{gpus[0].arch}" if gpus else None
+  except Exception as e:  # a report without these beats no report
+    info.setdefault("gpu", f"unknown ({type(e).__name__}: {e})")
+  return info
+
+
+def _nvidia_smi() -> dict:
+  try:
+    out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                         capture_output=True, text=True, timeout=30)
+  except (OSError, subprocess.TimeoutExpired):
+    return {}
+  lines = [line.split(", ") for line in out.stdout.strip().splitlines() if line.count(", ") == 2]
+  if out.returncode != 0 or not lines:
+    return {}
+  name, driver, memory = lines[0]
+  return {"gpu": name, "driver": driver, "gpu_memory": memory}
+
+
+def _commit() -> dict:
+  """The source tree's commit, when it is a git checkout; "+" marks local changes."""
+  import benchmarks
+  try:
+    head = subprocess.run(["git", "-C", benchmarks.REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True, timeout=10)
+    dirty = subprocess.run(["git", "-C", benchmarks.REPO, "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, timeout=10)
+  except (OSError, subprocess.TimeoutExpired):
+    return {}
+  if head.returncode != 0:
+    return {}
+  return {"commit": head.stdout.strip() + ("+" if dirty.stdout.strip() else "")}
+
+
+def summary(info: dict) -> str:
+  """One line: GPU(s), driver, versions."""
+  packages = info.get("packages", {})
+  gpu = info.get("gpu", "unknown GPU")
+  count = info.get("gpu_count")
+  gpus = f"{count} x {gpu}" if count and count > 1 else gpu
+  arch = f", {info['arch']}" if info.get("arch") else ""
+  return (f"{gpus}{arch} (driver {info.get('driver', '?')}), jax {packages.get('jax', '?')}, "
+          f"jaxlib {packages.get('jaxlib', '?')}, CUDA plugin {packages.get('jax-cuda13-plugin', '?')}, "
+          f"NVRTC {info.get('nvrtc', '?')}, Python {info.get('python', '?')}" +
+          (f", source {info['commit']}" if info.get("commit") else ""))

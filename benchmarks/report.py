@@ -1,0 +1,95 @@
+"""The report: docs/benchmarks.md (and figures) from the results, and the
+same again from a saved JSON, on any machine (no jax, no GPU):
+
+    python -m benchmarks.report results.json [--doc PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+
+from benchmarks import REPO, goals, machine, suite
+from benchmarks.markdown import last_line, table
+
+DOC = os.path.join(REPO, "docs", "benchmarks.md")
+
+
+def render(results: dict, figures: dict[str, str] | None = None) -> str:
+  """The whole page; `figures` maps a benchmark's NAME to an image path relative to the page."""
+  figures = figures or {}
+  parts = [_header(results), "## Goals\n\n" + goals.section(results)]
+  measured = results.get("results", {})
+  modules = suite.discover()
+  for module in modules:
+    if module.NAME in measured:
+      parts.append(_section(module, measured[module.NAME], figures.get(module.NAME)))
+  for name in sorted(set(measured) - {m.NAME for m in modules}):
+    parts.append(f"## {name}\n\nNo module renders these results any more; they are in the JSON.")
+  if results.get("runs"):
+    parts.append(_runs(results["runs"]))
+  return "\n\n".join(parts) + "\n"
+
+
+def _header(results: dict) -> str:
+  note = f"\n\n*{results['note']}*" if results.get("note") else ""
+  return ("# Benchmarks\n\n"
+          f"Written by `python -m benchmarks` on {results.get('date', '?')}: "
+          f"{machine.summary(results.get('machine', {}))}.\n"
+          "Every comparison is a ratio of numbers measured in the same run, and in the same process where a "
+          "table says so. The raw results are JSON (`--out`); `python -m benchmarks.report results.json` "
+          f"writes this page again from them.{note}")
+
+
+def _section(module, results: dict, image: str | None) -> str:
+  try:
+    blocks = module.tables(results)
+  except Exception:  # one renderer's bug must not cost the rest of the page
+    blocks = [f"Could not render these results: {last_line(traceback.format_exc())}"]
+  text = f"## {module.TITLE}\n\n" + "\n\n".join(blocks)
+  return text + (f"\n\n![{module.TITLE}]({image})" if image else "")
+
+
+def _runs(runs: dict) -> str:
+  rows = [[name, f"{run['seconds']:.1f}", run["outcome"]] for name, run in runs.items()]
+  total = sum(run["seconds"] for run in runs.values())
+  return (f"## Runs\n\nOne process each; {total:.0f} s in all.\n\n" +
+          table(["run", "seconds", "outcome"], rows, "lrl"))
+
+
+def write(results: dict, doc: str = DOC, *, figures: bool = True) -> str:
+  """Writes the page (and the figures beside it); returns its text."""
+  directory = os.path.dirname(os.path.abspath(doc))
+  os.makedirs(directory, exist_ok=True)
+  images = {}
+  for module in suite.discover() if figures else ():
+    name = getattr(module, "FIGURE", None)
+    if name and module.NAME in results.get("results", {}):
+      try:
+        if module.figure(results["results"][module.NAME], os.path.join(directory, name)):
+          images[module.NAME] = name
+      except Exception as e:  # the tables matter more than the picture
+        print(f"figure {name}: {e}", file=sys.stderr)
+  text = render(results, images)
+  with open(doc, "w") as f:
+    f.write(text)
+  return text
+
+
+def main(argv: list[str] | None = None) -> None:
+  parser = argparse.ArgumentParser(prog="python -m benchmarks.report", description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("results", help="a JSON file written by python -m benchmarks --out DIR")
+  parser.add_argument("--doc", default=DOC, help="where to write the Markdown (default: %(default)s)")
+  parser.add_argument("--no-figures", action="store_true", help="write no images (and link none)")
+  args = parser.parse_args(argv)
+  with open(args.results) as f:
+    results = json.load(f)
+  print(write(results, args.doc, figures=not args.no_figures))
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,102 @@
+"""Timing helpers shared by the benchmarks: host medians, interleaved paths,
+GPU-side timing with events and behind a spin kernel, raw driver calls.
+
+cuda-python is imported inside the functions that use it, so that importing
+this module costs nothing (the report imports the benchmark modules).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import statistics
+import time
+from typing import Callable
+
+# Holds the stream while the host enqueues the timed work, so that host
+# launch speed does not count; add it to a module of kernels being timed.
+SPIN_SOURCE = r'''
+extern "C" __global__ void spin(unsigned long long ns) {
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < ns);
+}
+'''
+
+
+def median_seconds(fn: Callable[[], object], *, warmup: int = 3, reps: int = 30) -> float:
+  """Median wall time of `fn()`, which must block until its work is done."""
+  for _ in range(warmup):
+    fn()
+  times = []
+  for _ in range(reps):
+    start = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
+
+
+def interleaved(calls: dict[str, Callable[[], object]], rounds: int, *, warmup: int = 3) -> dict[str, float]:
+  """Median seconds of each blocking call, timed in turn round after round so
+  that drift in the machine's state (clocks, other tenants) hits every path alike."""
+  for call in calls.values():
+    for _ in range(warmup):
+      call()
+  times = {name: [] for name in calls}
+  for _ in range(rounds):
+    for name, call in calls.items():
+      start = time.perf_counter()
+      call()
+      times[name].append(time.perf_counter() - start)
+  return {name: statistics.median(t) for name, t in times.items()}
+
+
+def check(result):
+  """Unpacks a cuda-python result tuple, raising on an error code."""
+  err, *values = result if isinstance(result, tuple) else (result,)
+  if int(err) != 0:
+    raise RuntimeError(f"CUDA call failed: {err!r}")
+  return values[0] if len(values) == 1 else tuple(values) if values else None
+
+
+class Params:
+  """A void** kernel-parameter array for cuda-python launches."""
+
+  def __init__(self, *values):
+    self._values = list(values)  # ctypes values, kept alive with the array
+    self._array = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in self._values])
+
+  @property
+  def address(self) -> int:
+    return ctypes.addressof(self._array)
+
+
+def primary_context(ordinal: int = 0):
+  """Makes device `ordinal`'s primary context (the one JAX uses) current."""
+  from cuda.bindings import driver
+  check(driver.cuInit(0))
+  context = check(driver.cuDevicePrimaryCtxRetain(check(driver.cuDeviceGet(ordinal))))
+  check(driver.cuCtxSetCurrent(context))
+  return context
+
+
+def event_seconds(stream, body: Callable[[], None]) -> float:
+  """GPU time of the stream work `body()` enqueues, between two events."""
+  from cuda.bindings import driver
+  start, stop = (check(driver.cuEventCreate(0)) for _ in range(2))
+  check(driver.cuEventRecord(start, stream))
+  body()
+  check(driver.cuEventRecord(stop, stream))
+  check(driver.cuEventSynchronize(stop))
+  ms = check(driver.cuEventElapsedTime(start, stop))
+  driver.cuEventDestroy(start)
+  driver.cuEventDestroy(stop)
+  return ms / 1e3
+
+
+def spin_then(stream, spin_function, body: Callable[[], None], *, spin_ns: int = 20_000_000) -> float:
+  """GPU time of `body()`'s stream work alone: a spin kernel holds the stream
+  while the host enqueues it, so host launch speed does not count."""
+  from cuda.bindings import driver
+  params = Params(ctypes.c_uint64(spin_ns))
+  check(driver.cuLaunchKernel(spin_function, 1, 1, 1, 1, 1, 1, 0, stream, params.address, 0))
+  return event_seconds(stream, body)

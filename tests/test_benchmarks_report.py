@@ -1,0 +1,163 @@
+"""The benchmark report on CPU: goals, tables and the command line, from recorded results.
+
+tests/data/benchmark_results.json is synthetic, in the shape `python -m
+benchmarks` writes: one optional run failed on an unknown XLA flag, one path
+failed, one run skipped, one stage count missing.
+"""
+
+import importlib.util
+import inspect
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURE = os.path.join(REPO, "tests", "data", "benchmark_results.json")
+
+
+def _load_benchmarks():
+  """The benchmarks package of this tree, without putting the tree on sys.path
+  (its jax_mosaic_ffi may have no compiled extension)."""
+  if "benchmarks" not in sys.modules:
+    spec = importlib.util.spec_from_file_location("benchmarks", os.path.join(REPO, "benchmarks", "__init__.py"),
+                                                  submodule_search_locations=[os.path.join(REPO, "benchmarks")])
+    package = importlib.util.module_from_spec(spec)
+    sys.modules["benchmarks"] = package
+    spec.loader.exec_module(package)
+  import benchmarks.goals
+  import benchmarks.report
+  import benchmarks.suite
+  return benchmarks
+
+
+bench = _load_benchmarks()
+goals, report, suite = bench.goals, bench.report, bench.suite
+
+
+@pytest.fixture
+def results():
+  with open(FIXTURE) as f:
+    return json.load(f)
+
+
+def _python(*args, cwd):
+  env = {**os.environ, "PYTHONPATH": REPO}
+  return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=60, cwd=cwd, env=env)
+
+
+def test_every_benchmark_is_found_in_order_with_unique_runs():
+  modules = suite.discover()
+  names = [m.NAME for m in modules]
+  assert names == ["launch", "bandwidth", "inplace", "sites", "compile", "allreduce"]
+  for module in modules:
+    runs = [r.name for r in module.RUNS]
+    assert runs and len(set(runs)) == len(runs) and all("/" not in r for r in runs)
+    assert callable(module.run) and callable(module.tables) and module.TITLE
+
+
+def test_launch_runs_set_xla_flags_and_only_pdl_variants_are_optional():
+  launch = suite.by_name()["launch"]
+  runs = {r.name: r for r in launch.RUNS}
+  assert set(runs) == {f"cb_{cb}{pdl}" for cb in ("on", "off") for pdl in ("", "_pdl_on", "_pdl_off")}
+  assert "--xla_gpu_enable_command_buffer=" in runs["cb_off"].xla_flags and not runs["cb_on"].xla_flags
+  assert "--xla_gpu_enable_pdl=false" in runs["cb_on_pdl_off"].xla_flags
+  assert "--xla_gpu_enable_pdl_launch=true" in runs["cb_off_pdl_on"].xla_flags
+  assert [r.name for r in launch.RUNS if not r.optional] == ["cb_on", "cb_off"]
+
+
+def test_goal_verdicts_from_recorded_results(results):
+  by_metric = {v.goal.metric: v for v in goals.verdicts(results)}
+  on = by_metric["launch/cb_on/us_per_call/mosaic"]
+  assert on.status == "not met" and on.judged == pytest.approx(1.98 / 1.67)
+  assert "0.79 us" in on.explanation and "1.06 us" in on.explanation  # its context was looked up
+  assert by_metric["launch/cb_off/us_per_call/mosaic"].status == "met"
+  assert by_metric["bandwidth/main/ratio"].status == "met"
+  assert by_metric["compile/main/warm_disk_ms"].judged == pytest.approx(1.91 / 111.7)
+  skipped = by_metric["allreduce/main/min_speedup_small"]
+  assert skipped.status == "not measured" and "needs 2 or more GPUs" in skipped.reason
+
+
+def test_a_goal_says_why_its_number_is_missing(results):
+  assert goals.lookup(results, "nope/main/x") == (None, "nope was not run")
+  assert goals.lookup(results, "launch/cb_on_pdl_off/us_per_call/mosaic")[1].startswith(
+      "run failed (exit code -6): Unknown flag in XLA_FLAGS")
+  assert goals.lookup(results, "launch/cb_on/us_per_call/mosaic_gpu")[1] == (
+      "failed: AssertionError: assert rule is not None")
+
+
+def test_goals_read_keys_their_benchmarks_write():
+  modules = suite.by_name()
+  for goal in goals.GOALS:
+    assert goal.compare in goals.COMPARE and goal.name
+    for path in [goal.metric, goal.baseline, *goal.context.values()]:
+      if path is None:
+        continue
+      name, run, *keys = path.split("/")
+      module = modules[name]
+      assert run in {r.name for r in module.RUNS}, path
+      source = inspect.getsource(module)
+      assert all(f'"{key}"' in source for key in keys), path  # the run writes that key
+    goal.explain_unmet.format(value="v", baseline="b", ratio="r", threshold="t",
+                              **{k: "c" for k in goal.context})  # names nothing it lacks
+
+
+def test_the_page_from_recorded_results(results):
+  page = report.render(results)
+  for title in ["Goals", "Launch overhead", "XLA's PDL flags", "Collective target: stages per execution",
+                "Memory-bound kernel", "In-place update (1 GiB)", "Per call site", "Compile caches",
+                "One-shot all-reduce", "Runs"]:
+    assert f"## {title}\n" in page or f"### {title}\n" in page, title
+  assert "NVIDIA H200" in page and "driver 580.95.05" in page and "NVRTC 13.0" in page and "2026-12-02" in page
+  assert "| custom call, execute-only empty handler (captured) | 0.79 | 1.08 |" in page
+  assert "| mosaic_kernel | 1.98 | 4.44 | 1.19 | 1.09 |" in page
+  assert "| mosaic_kernel | 1.98 (1.19x) | 1.99 (1.20x) | n/a |" in page  # the failed PDL-off process
+  assert "command buffers on, XLA PDL flags off: n/a: run failed (exit code -6): Unknown flag in XLA_FLAGS" in page
+  assert "Distinct output addresses over 6 calls: mosaic_kernel with command buffers on: 1 dropped, 2 kept;" in page
+  assert "| command buffers on | 3.10 | 1.98 | 200 (1.00) | 200 (1.00) |" in page
+  assert "counts n/a: this build's kernel_cache_stats() has no collective_prepares" in page
+  assert "Without donation / with: **1.96x**" in page
+  assert "staged" not in page and not re.search(r"\bNone\b *\||\bnan\b|\binf\b", page)
+  assert "{" not in page.replace("{0: 0}", "")  # no template left unformatted
+
+
+def test_every_table_has_its_method_and_rows_of_equal_width(results):
+  page = report.render(results)
+  for block in page.split("\n\n"):
+    lines = block.splitlines()
+    if lines and lines[0].startswith("|"):
+      assert len({line.count(" | ") for line in lines}) == 1, block
+
+
+def test_a_renderer_that_fails_costs_only_its_section(results):
+  results["results"]["bandwidth"] = {"main": {"ratio": 0.5}}  # keys missing: its tables() raises
+  page = report.render(results)
+  assert "## Memory-bound kernel\n\nCould not render these results: KeyError" in page
+  assert "## Compile caches" in page
+
+
+def test_report_command_line_writes_the_page(tmp_path, results):
+  doc = tmp_path / "benchmarks.md"
+  done = _python("-m", "benchmarks.report", FIXTURE, "--doc", str(doc), "--no-figures", cwd=tmp_path)
+  assert done.returncode == 0, done.stderr
+  assert doc.read_text() == report.render(results) and doc.read_text() in done.stdout
+
+
+def test_benchmarks_command_line_lists_and_refuses_unknown_names(tmp_path):
+  done = _python("-m", "benchmarks", "--list", cwd=tmp_path)
+  assert done.returncode == 0, done.stderr
+  assert "launch/cb_off_pdl_off (optional)" in done.stdout and "inplace/main" in done.stdout
+  done = _python("-m", "benchmarks", "--only", "launch,nope", cwd=tmp_path)
+  assert done.returncode == 2 and "no benchmark 'nope'" in done.stderr
+
+
+def test_finding_and_rendering_imports_no_jax(tmp_path):
+  # The parent process must not fix XLA's flags (or hold a GPU) before its children set theirs.
+  script = ("import sys, json, benchmarks.report as r; r.render(json.load(open(sys.argv[1]))); "
+            "print(sorted(m for m in ('jax', 'jaxlib', 'jax_mosaic_ffi') if m in sys.modules))")
+  done = _python("-c", script, FIXTURE, cwd=tmp_path)
+  assert done.returncode == 0, done.stderr
+  assert done.stdout.strip() == "[]"
