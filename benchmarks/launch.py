@@ -32,10 +32,11 @@ PATHS = {
     "raw_graph": "raw CUDA graph",
     "raw_stream": "raw stream launches",
     "raw_stream_host": "raw stream launches (host wall)",
-    "mosaic": "mosaic_kernel",
+    "mosaic": "mosaic_kernel (PDL by default: wait, then launch_dependents, at entry)",
     "mosaic_kept": "mosaic_kernel, results kept alive",
-    "mosaic_pdl": "mosaic_kernel, uses_pdl (kernel starts with griddepcontrol.wait)",
-    "mosaic_pdl_early": "mosaic_kernel, uses_pdl + early griddepcontrol.launch_dependents",
+    "mosaic_no_pdl": "mosaic_kernel, uses_pdl=False (the kernel as written)",
+    "mosaic_pdl": "mosaic_kernel, PDL, kernel starts with griddepcontrol.wait only",
+    "mosaic_pdl_early": "mosaic_kernel, PDL, hand-written wait + early launch_dependents",
     "mosaic_collective": "mosaic_kernel collective target, 1-device clique (jmf.ops.all_reduce)",
     "plain_ffi": "plain jax.ffi launch, execute-only handler (captured)",
     "empty_ffi": "custom call, execute-only empty handler (captured)",
@@ -47,7 +48,7 @@ PATHS = {
 REFERENCE = "xla_triton"  # "XLA's own kernel": every ratio is to it
 RAW = ("raw_graph", "raw_stream", "raw_stream_host")
 KEPT = {"mosaic": "mosaic_kept", "xla_triton": "xla_triton_kept"}  # timed both ways from one executable
-PDL_PATHS = ("mosaic", "mosaic_pdl", "mosaic_pdl_early", "xla_triton", "xla_fusion")
+PDL_PATHS = ("mosaic", "mosaic_no_pdl", "mosaic_pdl", "mosaic_pdl_early", "xla_triton", "xla_fusion")
 
 CB_FLAGS = {"on": "", "off": "--xla_gpu_enable_command_buffer="}
 # Both flags exist in jaxlib 0.11.2 (both default to true there); a flag XLA
@@ -83,7 +84,7 @@ extern "C" __global__ void add_one_pdl_early(const float* x, float* y, int n) {
   if (i < n) y[i] = x[i] + 1.0f;
 }
 '''
-KERNELS = ("add_one", "add_one_pdl", "add_one_pdl_early")
+KERNELS = ("add_one", "add_one_pdl", "add_one_pdl_early")  # add_one as written is compiled too (pdl=False)
 
 
 # ------------------------------------------------------------------ measuring (in the child)
@@ -98,11 +99,12 @@ def run(command_buffers: str, pdl: str, rounds: int = ROUNDS) -> dict:
   result = {"command_buffers": command_buffers, "pdl": pdl, "xla_flags": os.environ.get("XLA_FLAGS", ""),
             "chain": CHAIN, "rounds": rounds, "us_per_call": {}, "errors": {}}
   kernels = {name: jmf.cuda_kernel(SOURCE, name) for name in KERNELS}
+  kernels["add_one_as_written"] = jmf.cuda_kernel(SOURCE, "add_one", pdl=False)
   x = jnp.asarray(np.random.default_rng(0).standard_normal(N).astype(np.float32))  # JAX's backend first
   function = None
   if full:
     try:
-      raw, function = paths.raw_paths(kernels["add_one"], rounds)
+      raw, function = paths.raw_paths(kernels["add_one_as_written"], rounds)
       result["us_per_call"].update(raw)
     except Exception:  # the plain jax.ffi path needs the function: it then fails too, and says so
       result["errors"].update({key: traceback.format_exc()[-1500:] for key in RAW})
@@ -136,6 +138,7 @@ def _programs(kernels, function, full: bool) -> dict:
   from benchmarks import launch_paths as paths
   makers = {
       "mosaic": lambda: (paths.chain(paths.mosaic(kernels["add_one"])), CHAIN),
+      "mosaic_no_pdl": lambda: (paths.chain(paths.mosaic(kernels["add_one_as_written"], uses_pdl=False)), CHAIN),
       "mosaic_pdl": lambda: (paths.chain(paths.mosaic(kernels["add_one_pdl"], uses_pdl=True)), CHAIN),
       "mosaic_pdl_early": lambda: (paths.chain(paths.mosaic(kernels["add_one_pdl_early"], uses_pdl=True)), CHAIN),
       "mosaic_collective": lambda: (paths.collective_chain(), 0),
@@ -162,8 +165,9 @@ METHOD = (
 PDL_METHOD = (
     "The launch-parity paths again, each column a process of its own with XLA's flags `--xla_gpu_enable_pdl` and "
     "`--xla_gpu_enable_pdl_launch` left at XLA's default, both true, or both false: us per call and, in "
-    "parentheses, the ratio to XLA's own kernel (Pallas on Triton) in that process. Our PDL kernels start with "
-    "`griddepcontrol.wait`; \"early\" issues `griddepcontrol.launch_dependents` right after it.")
+    "parentheses, the ratio to XLA's own kernel (Pallas on Triton) in that process. mosaic_kernel's default "
+    "instruments the kernel with `griddepcontrol.wait` then `griddepcontrol.launch_dependents` at entry; the "
+    "hand-written rows start with the wait alone, or with both.")
 STAGES_METHOD = (
     f"`jmf.ops.all_reduce` over a one-device mesh (`shard_map`), chained {CHAIN} times: per-call time as above, "
     f"and the prepare and initialize stages XLA ran, counted by `kernel_cache_stats()` over {STAGE_EXECUTIONS} "

@@ -62,7 +62,7 @@ def distinct_outputs(jitted, x, keep: bool, calls: int = 6) -> int:
   return len(seen)
 
 
-def mosaic(kernel, uses_pdl: bool = False):
+def mosaic(kernel, uses_pdl: bool | None = None):
   import jax
   import jax.numpy as jnp
   import numpy as np
