@@ -7,7 +7,6 @@
 #include <utility>
 
 #include "collective.h"
-#include "runtime_kernels.h"
 #include "status.h"
 
 namespace jmf {
@@ -62,7 +61,13 @@ class DictionarySource {
 };
 
 std::string DimsText(unsigned x, unsigned y, unsigned z) {
-  return "(" + std::to_string(x) + ", " + std::to_string(y) + ", " + std::to_string(z) + ")";
+  std::string text = "(";
+  text += std::to_string(x);
+  text += ", ";
+  text += std::to_string(y);
+  text += ", ";
+  text += std::to_string(z);
+  return text + ")";
 }
 
 std::string ListText(const std::vector<size_t>& v) {
@@ -71,16 +76,12 @@ std::string ListText(const std::vector<size_t>& v) {
   return out + "]";
 }
 
+}  // namespace
+
 ffi::Error DeviceOutOfRange(const std::string& who, int32_t device) {
   return ffi::Error::Internal(who + ": device ordinal " + std::to_string(device) + " is outside 0.." +
                               std::to_string(kMaxDevices - 1));
 }
-
-// A record frame holds at most this many commands per call: the barrier,
-// the poison fills and the launch must fit.
-constexpr int kMaxRecordedCommands = 16;
-
-}  // namespace
 
 bool SynchronizeLaunchesRequested() {
   const char* value = std::getenv("JAX_MOSAIC_FFI_SYNC_LAUNCHES");
@@ -117,45 +118,51 @@ ffi::ErrorOr<std::unique_ptr<CallSite>> CallSite::Create(ffi::Dictionary attrs, 
   }
   site->kernel_ = *kernel;
 
-  CUlaunchConfig& c = site->config_;
-  c.gridDimX = spec.grid[0], c.gridDimY = spec.grid[1], c.gridDimZ = spec.grid[2];
-  c.blockDimX = spec.block[0], c.blockDimY = spec.block[1], c.blockDimZ = spec.block[2];
-  c.sharedMemBytes = spec.smem_bytes;
-  int num_attrs = 0;
-  if (spec.has_cluster) {
-    CUlaunchAttribute& a = site->launch_attrs_[num_attrs++];
-    a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    a.value.clusterDim.x = spec.cluster[0], a.value.clusterDim.y = spec.cluster[1], a.value.clusterDim.z = spec.cluster[2];
-  }
-  if (spec.uses_pdl) {
-    CUlaunchAttribute& a = site->launch_attrs_[num_attrs++];
-    a.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    a.value.programmaticStreamSerializationAllowed = 1;
-  }
-  c.attrs = num_attrs ? site->launch_attrs_ : nullptr;
-  c.numAttrs = num_attrs;
-  auto dim = [](uint32_t v) { return static_cast<int32_t>(v); };  // bounded by the contract
-  site->record_dims_ = XLA_FFI_LaunchDims{
-      {dim(spec.grid[0]), dim(spec.grid[1]), dim(spec.grid[2])},
-      {dim(spec.block[0]), dim(spec.block[1]), dim(spec.block[2])},
-      spec.has_cluster ? XLA_FFI_Dim3{dim(spec.cluster[0]), dim(spec.cluster[1]), dim(spec.cluster[2])}
-                       : XLA_FFI_Dim3{0, 0, 0}};
-  site->synchronize_launches_ = SynchronizeLaunchesRequested();
-  // XLA loads its own copy of the module for a recorded launch and cannot be
-  // told to allow non-portable clusters on it; a synchronizing debug launch
-  // cannot sit in a graph; and one record call holds at most 16 commands.
-  // Such call sites let XLA capture the stream launch instead.
-  const int64_t commands = (collective ? 1 : 0) + static_cast<int64_t>(spec.poison_buffers.size()) +
-                           spec.batch_size + (spec.batch_size > 1 ? 1 : 0);
-  site->record_by_capture_ = spec.non_portable_cluster || site->synchronize_launches_ ||
-                             commands > kMaxRecordedCommands;
+  site->ConfigureLaunch(collective);
   if (collective) {
     JMF_ASSIGN_OR_RETURN(site->collective_, CollectiveState::Create(*site));
   }
   return site;
 }
 
+void CallSite::ConfigureLaunch(bool collective) {
+  const LaunchSpec& spec = spec_;
+  CUlaunchConfig& c = config_;
+  c.gridDimX = spec.grid[0], c.gridDimY = spec.grid[1], c.gridDimZ = spec.grid[2];
+  c.blockDimX = spec.block[0], c.blockDimY = spec.block[1], c.blockDimZ = spec.block[2];
+  c.sharedMemBytes = spec.smem_bytes;
+  int num_attrs = 0;
+  if (spec.has_cluster) {
+    CUlaunchAttribute& a = launch_attrs_[num_attrs++];
+    a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    a.value.clusterDim.x = spec.cluster[0], a.value.clusterDim.y = spec.cluster[1], a.value.clusterDim.z = spec.cluster[2];
+  }
+  if (spec.uses_pdl) {
+    CUlaunchAttribute& a = launch_attrs_[num_attrs++];
+    a.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    a.value.programmaticStreamSerializationAllowed = 1;
+  }
+  c.attrs = num_attrs ? launch_attrs_ : nullptr;
+  c.numAttrs = num_attrs;
+  auto dim = [](uint32_t v) { return static_cast<int32_t>(v); };  // bounded by the contract
+  record_dims_ = XLA_FFI_LaunchDims{
+      {dim(spec.grid[0]), dim(spec.grid[1]), dim(spec.grid[2])},
+      {dim(spec.block[0]), dim(spec.block[1]), dim(spec.block[2])},
+      spec.has_cluster ? XLA_FFI_Dim3{dim(spec.cluster[0]), dim(spec.cluster[1]), dim(spec.cluster[2])}
+                       : XLA_FFI_Dim3{0, 0, 0}};
+  synchronize_launches_ = SynchronizeLaunchesRequested();
+  // XLA loads its own copy of the module for a recorded launch and cannot be
+  // told to allow non-portable clusters on it; a synchronizing debug launch
+  // cannot sit in a graph; and one record call holds at most 16 commands.
+  // Such call sites let XLA capture the stream launch instead.
+  const int64_t commands = (collective ? 1 : 0) + static_cast<int64_t>(spec.poison_buffers.size()) +
+                           spec.batch_size + (spec.batch_size > 1 ? 1 : 0);
+  record_by_capture_ = spec.non_portable_cluster || synchronize_launches_ || commands > kMaxRecordedCommands;
+}
+
 CallSite::~CallSite() = default;
+
+void* const* CallSite::MetadataSlot(int32_t device) const { return collective_->metadata_slot(device); }
 
 ffi::Error CallSite::GatherBuffers(const ffi::RemainingArgs& args, const ffi::RemainingRets& rets,
                                    Buffers* out) const {
@@ -198,20 +205,6 @@ ffi::Error CallSite::GatherBuffers(const ffi::RemainingArgs& args, const ffi::Re
     }
   }
   return ffi::Error::Success();
-}
-
-template <typename Visit>
-int CallSite::ForEachParam(const Buffers& buffers, int32_t device, Visit&& visit) const {
-  int n = 0;
-  for (const Param& p : spec_.params) {
-    if (p.kind == Param::kBuffer) {
-      visit(n++, static_cast<const void*>(&buffers.ptrs[p.index]), size_t{0});
-    } else {
-      visit(n++, static_cast<const void*>(&spec_.scalars[p.index]), size_t{spec_.scalar_sizes[p.index]});
-    }
-  }
-  if (collective_ != nullptr) visit(n++, static_cast<const void*>(collective_->metadata_slot(device)), size_t{0});
-  return n;
 }
 
 ffi::Error CallSite::CheckFits(const LoadedModule& module, int32_t device) const {
@@ -280,9 +273,7 @@ ffi::Error CallSite::Launch(CUstream stream, int32_t device, Buffers& buffers) {
   // vmap: the same launch once per batch element, each with its buffers moved
   // on; the parameters point into `buffers`, so moving them moves the launch.
   for (uint32_t b = 1; b < spec_.batch_size && result == CUDA_SUCCESS; ++b) {
-    for (int i = 0; i < buffers.count; ++i) {
-      buffers.ptrs[i] = static_cast<char*>(buffers.ptrs[i]) + spec_.batch_strides[i];
-    }
+    MoveToNextElement(buffers);
     result = LaunchOnce(stream, *module, params);
   }
   if (synchronize_launches_) [[unlikely]] return SynchronizeAfter(stream, device, result, *module);
@@ -299,6 +290,12 @@ CUresult CallSite::LaunchOnce(CUstream stream, const LoadedModule& module, void*
   CUlaunchConfig config = config_;
   config.hStream = stream;
   return driver_->cuLaunchKernelEx(&config, module.function(), params, nullptr);
+}
+
+void CallSite::MoveToNextElement(Buffers& buffers) const {
+  for (int i = 0; i < buffers.count; ++i) {
+    buffers.ptrs[i] = static_cast<char*>(buffers.ptrs[i]) + spec_.batch_strides[i];
+  }
 }
 
 ffi::Error CallSite::SynchronizeAfter(CUstream stream, int32_t device, CUresult launch_result,
@@ -350,157 +347,6 @@ ffi::Error CallSite::LaunchError(CUresult result, int32_t device, const LoadedMo
     }
   }
   return ffi::Error::Internal(message);
-}
-
-ffi::Error CallSite::LoadForRecord(int32_t device) {
-  if (slots_[device].ready.load(std::memory_order_acquire) != nullptr) return ffi::Error::Success();
-  // Load our own copy too: it checks the kernel against this call site and
-  // picks the image for this GPU. XLA loads the image it is given itself.
-  CUcontext context = nullptr;
-  driver_->cuCtxGetCurrent(&context);
-  if (context == nullptr) {
-    CUdevice cu_device;
-    if (driver_->cuDeviceGet(&cu_device, device) != CUDA_SUCCESS ||
-        driver_->cuDevicePrimaryCtxRetain(&context, cu_device) != CUDA_SUCCESS) {
-      return ffi::Error::Internal(who() + ": no CUDA context for device " + std::to_string(device) +
-                                  " while recording");
-    }
-  }
-  return Prepare(device, context);
-}
-
-ffi::Error CallSite::Record(const RecordFrame& record, int32_t device, const Buffers& buffers) {
-  if (device < 0 || device >= kMaxDevices) [[unlikely]] return DeviceOutOfRange(who(), device);
-  if (record_by_capture_) {
-    return record.Take(record.frame->api->request_stream_capture(record.frame->record_ctx),
-                       "requesting stream capture");
-  }
-  return record.creating() ? CreateCommands(record, device, buffers) : UpdateCommands(record, device, buffers);
-}
-
-// A recorded call is a chain of commands: [barrier] [one fill per poisoned
-// output] launch. The launch comes last, so later commands depend on it.
-ffi::Error CallSite::CreateCommands(const RecordFrame& record, int32_t device, const Buffers& buffers) {
-  JMF_RETURN_IF_ERROR(LoadForRecord(device));
-  const LoadedModule& module = *slots_[device].ready.load(std::memory_order_acquire);
-  const XLA_FFI_RecordApi& api = *record.frame->api;
-  const XLA_FFI_Command* previous = nullptr;
-  if (collective_ != nullptr) JMF_RETURN_IF_ERROR(collective_->RecordBarrier(record, device, &previous));
-  const RuntimeKernelSource fill = Source(RuntimeKernel::kFill);
-  for (int b : spec_.poison_buffers) {
-    uint64_t bytes = buffers.bytes[b];
-    XLA_FFI_KernelArg args[] = {{buffers.ptrs[b], 0, XLA_FFI_KernelArgType_DevicePtr},
-                                {&bytes, sizeof(bytes), XLA_FFI_KernelArgType_HostValue}};
-    XLA_FFI_KernelArgs fill_args{args, 2};
-    XLA_FFI_LaunchDims dims{{static_cast<int32_t>(FillBlocks(bytes)), 1, 1}, {kFillThreads, 1, 1}, {0, 0, 0}};
-    const XLA_FFI_Command* command = nullptr;
-    JMF_RETURN_IF_ERROR(record.Take(api.create_launch(record.frame->record_ctx, fill.symbol, fill.ptx,
-                                                      static_cast<int64_t>(fill.size), XLA_FFI_SourceFormat_PTX, dims,
-                                                      0, 0, &fill_args, previous ? &previous : nullptr,
-                                                      previous ? 1 : 0, &command),
-                                    "recording the output poisoning"));
-    if (!record.Push(command)) {
-      return ffi::Error(ffi::ErrorCode::kResourceExhausted, who() + ": the record frame has no room");
-    }
-    previous = command;
-  }
-  const Image& image = module.image();
-  const bool ptx = image.kind == ImageKind::kPtx;
-  const XLA_FFI_Command* dependency = previous;
-  const XLA_FFI_Command* launches[kMaxRecordedCommands];
-  Buffers element = buffers;
-  for (uint32_t b = 0; b < spec_.batch_size; ++b) {
-    if (b > 0) MoveToNextElement(element);
-    XLA_FFI_KernelArg args[kMaxParams];
-    XLA_FFI_KernelArgs kernel_args{args, RecordArgs(element, device, args)};
-    JMF_RETURN_IF_ERROR(record.Take(
-        api.create_launch(record.frame->record_ctx, kernel_->module.symbol.c_str(), image.data.c_str(),
-                          static_cast<int64_t>(ptx ? image.data.size() + 1 : image.data.size()),
-                          ptx ? XLA_FFI_SourceFormat_PTX : XLA_FFI_SourceFormat_CUBIN, record_dims_,
-                          config_.sharedMemBytes, spec_.uses_pdl, &kernel_args, dependency ? &dependency : nullptr,
-                          dependency ? 1 : 0, &launches[b]),
-        "creating the launch command"));
-    if (!record.Push(launches[b])) {
-      return ffi::Error(ffi::ErrorCode::kResourceExhausted, who() + ": the record frame has no room for the launch");
-    }
-  }
-  if (spec_.batch_size > 1) {
-    // The batch elements' launches are independent; later commands wait for all of them.
-    const XLA_FFI_Command* join = nullptr;
-    JMF_RETURN_IF_ERROR(record.Take(api.create_empty_command(record.frame->record_ctx, launches, spec_.batch_size,
-                                                             &join),
-                                    "joining the batch's launches"));
-    if (!record.Push(join)) {
-      return ffi::Error(ffi::ErrorCode::kResourceExhausted, who() + ": the record frame has no room");
-    }
-  }
-  const XLA_FFI_Command* command = launches[0];
-  std::unique_ptr<void*[]> addresses(new void*[buffers.count]);  // once per recorded command
-  std::copy(buffers.ptrs, buffers.ptrs + buffers.count, addresses.get());
-  DeviceSlot& slot = slots_[device];
-  std::erase_if(slot.recorded, [&](const auto& entry) { return entry.first == command; });
-  slot.recorded.emplace_back(command, std::move(addresses));
-  GetCacheStats().records_created += spec_.batch_size;
-  return ffi::Error::Success();
-}
-
-void CallSite::MoveToNextElement(Buffers& buffers) const {
-  for (int i = 0; i < buffers.count; ++i) {
-    buffers.ptrs[i] = static_cast<char*>(buffers.ptrs[i]) + spec_.batch_strides[i];
-  }
-}
-
-int CallSite::RecordArgs(const Buffers& buffers, int32_t device, XLA_FFI_KernelArg* args) const {
-  return ForEachParam(buffers, device, [&](int i, const void* value, size_t size) {
-    args[i] = size == 0 ? XLA_FFI_KernelArg{*static_cast<void* const*>(value), 0, XLA_FFI_KernelArgType_DevicePtr}
-                        : XLA_FFI_KernelArg{value, static_cast<int64_t>(size), XLA_FFI_KernelArgType_HostValue};
-  });
-}
-
-ffi::Error CallSite::UpdateCommands(const RecordFrame& record, int32_t device, const Buffers& buffers) {
-  const int64_t first_fill = collective_ != nullptr ? collective_->barrier_commands() : 0;
-  const int64_t launch = first_fill + static_cast<int64_t>(spec_.poison_buffers.size());
-  if (record.num_commands() < launch + spec_.batch_size) [[unlikely]] {
-    return ffi::Error::Internal(who() + ": the record frame lost the launch command");
-  }
-  // XLA asks for an update whenever an allocation the graph uses moved; most
-  // of the time this call's own buffers did not, and rewriting the node for
-  // nothing costs more than the launch.
-  const XLA_FFI_Command* command = record.command(launch);
-  void** last = nullptr;
-  for (auto& [recorded_command, addresses] : slots_[device].recorded) {
-    if (recorded_command == command) last = addresses.get();
-  }
-  if (last != nullptr && std::equal(buffers.ptrs, buffers.ptrs + buffers.count, last)) return ffi::Error::Success();
-  const XLA_FFI_RecordApi& api = *record.frame->api;
-  for (size_t i = 0; i < spec_.poison_buffers.size(); ++i) {
-    const int b = spec_.poison_buffers[i];
-    uint64_t bytes = buffers.bytes[b];
-    XLA_FFI_KernelArg args[] = {{buffers.ptrs[b], 0, XLA_FFI_KernelArgType_DevicePtr},
-                                {&bytes, sizeof(bytes), XLA_FFI_KernelArgType_HostValue}};
-    XLA_FFI_KernelArgs fill_args{args, 2};
-    JMF_RETURN_IF_ERROR(record.Take(
-        api.update_launch(record.frame->record_ctx, record.command(first_fill + static_cast<int64_t>(i)), &fill_args),
-        "updating the output poisoning"));
-  }
-  Buffers element = buffers;
-  for (uint32_t b = 0; b < spec_.batch_size; ++b) {
-    if (b > 0) MoveToNextElement(element);
-    XLA_FFI_KernelArg args[kMaxParams];
-    XLA_FFI_KernelArgs kernel_args{args, RecordArgs(element, device, args)};
-    JMF_RETURN_IF_ERROR(record.Take(api.update_launch(record.frame->record_ctx, record.command(launch + b),
-                                                      &kernel_args),
-                                    "updating the launch command"));
-  }
-  if (last != nullptr) std::copy(buffers.ptrs, buffers.ptrs + buffers.count, last);
-  return ffi::Error::Success();
-}
-
-ffi::Error RecordFrame::Take(XLA_FFI_Error* error, const std::string& what) const {
-  if (error == nullptr) return ffi::Error::Success();
-  std::string message = ffi::internal::GetErrorMessage(api, error);
-  ffi::internal::DestroyError(api, error);
-  return ffi::Error::Internal("command buffer: " + what + ": " + message);
 }
 
 }  // namespace jmf

@@ -26,6 +26,10 @@ namespace jmf {
 
 class CollectiveState;
 
+// A record frame holds at most this many commands per call (XLA's limit):
+// the barrier, the poison fills and the launches must fit.
+inline constexpr int kMaxRecordedCommands = 16;
+
 // The buffers of one call, inputs then outputs. One more pointer slot holds
 // the collective metadata pointer for the launch.
 struct Buffers {
@@ -49,6 +53,7 @@ class CallSite {
   ffi::Error Prepare(int32_t device, CUcontext context);
 
   ffi::Error Launch(CUstream stream, int32_t device, Buffers& buffers);
+  // The record stage (record.cc).
   ffi::Error Record(const RecordFrame& record, int32_t device, const Buffers& buffers);
 
   CollectiveState* collective() { return collective_.get(); }
@@ -76,11 +81,14 @@ class CallSite {
   int ForEachParam(const Buffers& buffers, int32_t device, Visit&& visit) const;
 
   CUresult LaunchOnce(CUstream stream, const LoadedModule& module, void** params) const;
+  void* const* MetadataSlot(int32_t device) const;  // the collective metadata pointer's home
   void MoveToNextElement(Buffers& buffers) const;
   int RecordArgs(const Buffers& buffers, int32_t device, XLA_FFI_KernelArg* args) const;
   ffi::Error PrepareForStream(int32_t device, CUstream stream);
   ffi::Error LoadForRecord(int32_t device);
   ffi::Error Poison(CUstream stream, const Buffers& buffers) const;
+  void ConfigureLaunch(bool collective);
+  ffi::Error CreateFills(const RecordFrame& record, const Buffers& buffers, const XLA_FFI_Command** previous) const;
   ffi::Error CreateCommands(const RecordFrame& record, int32_t device, const Buffers& buffers);
   ffi::Error UpdateCommands(const RecordFrame& record, int32_t device, const Buffers& buffers);
   ffi::Error SynchronizeAfter(CUstream stream, int32_t device, CUresult launch_result, const LoadedModule& module) const;
@@ -100,6 +108,23 @@ class CallSite {
   std::mutex mutex_;
   std::array<DeviceSlot, kMaxDevices> slots_;
 };
+
+template <typename Visit>
+int CallSite::ForEachParam(const Buffers& buffers, int32_t device, Visit&& visit) const {
+  int n = 0;
+  for (const Param& p : spec_.params) {
+    if (p.kind == Param::kBuffer) {
+      visit(n++, static_cast<const void*>(&buffers.ptrs[p.index]), size_t{0});
+    } else {
+      visit(n++, static_cast<const void*>(&spec_.scalars[p.index]), size_t{spec_.scalar_sizes[p.index]});
+    }
+  }
+  if (collective_ != nullptr) visit(n++, static_cast<const void*>(MetadataSlot(device)), size_t{0});
+  return n;
+}
+
+// "<who>: device ordinal N is outside 0..63".
+ffi::Error DeviceOutOfRange(const std::string& who, int32_t device);
 
 // Reads JAX_MOSAIC_FFI_SYNC_LAUNCHES (debug: synchronize after each launch
 // and name the kernel that faulted).

@@ -99,11 +99,12 @@ std::string Who(const LaunchAttributes& a) {
   return "mosaic_kernel '" + Label(a.kernel_name) + "' at " + Label(a.call_site);
 }
 
-bool ValidateLaunch(const LaunchAttributes& a, bool collective, LaunchSpec* spec, std::string* error) {
-  *spec = LaunchSpec();
-  spec->who = Who(a);
-  Checker check(error);
+namespace {
 
+// The validation stages, in order; each fills its part of `spec` or fails
+// with the message, and may rely on the stages before it.
+
+bool CheckHeader(const LaunchAttributes& a, bool collective, Checker& check) {
   if (a.kernel_hash.size() != kKernelHashBytes) {
     return check.Fail("kernel_hash is " + Num(static_cast<int64_t>(a.kernel_hash.size())) +
                       " bytes; it must be the 32-byte sha256 of the module");
@@ -113,7 +114,10 @@ bool ValidateLaunch(const LaunchAttributes& a, bool collective, LaunchSpec* spec
     return check.Fail(std::string("uses_xla_collective_metadata=") + (a.uses_xla_collective_metadata ? "true" : "false") +
                       " does not match the custom call target; lower it again with this jax_mosaic_ffi");
   }
+  return true;
+}
 
+bool CheckLaunchShape(const LaunchAttributes& a, LaunchSpec* spec, Checker& check) {
   if (!check.Dims("grid", a.grid, kMaxGrid, &spec->grid) || !check.Dims("block", a.block, kMaxBlock, &spec->block) ||
       !check.Dims("cluster", a.cluster, {kMaxClusterBlocks, kMaxClusterBlocks, kMaxClusterBlocks}, &spec->cluster)) {
     return false;
@@ -137,15 +141,17 @@ bool ValidateLaunch(const LaunchAttributes& a, bool collective, LaunchSpec* spec
   }
   spec->has_cluster = cluster_blocks > 1;
   spec->non_portable_cluster = cluster_blocks > kPortableClusterBlocks;
-
   if (a.smem_bytes < 0 || a.smem_bytes > kMaxSmemBytes) {
     return check.Fail("smem_bytes = " + Num(a.smem_bytes) + (a.smem_bytes < 0 ? " is negative" : " is out of range") +
                       "; it must be 0.." + Num(kMaxSmemBytes));
   }
   spec->smem_bytes = static_cast<uint32_t>(a.smem_bytes);
   spec->uses_pdl = a.uses_pdl;
+  return true;
+}
 
-  // Scalars: sizes 1..8, 8 bytes of data each.
+// Scalars: sizes 1..8, 8 bytes of data each.
+bool CheckScalars(const LaunchAttributes& a, LaunchSpec* spec, Checker& check) {
   if (a.scalar_sizes.size() > static_cast<size_t>(kMaxParams)) {
     return check.Fail("more than " + Num(kMaxParams) + " scalars");
   }
@@ -163,8 +169,11 @@ bool ValidateLaunch(const LaunchAttributes& a, bool collective, LaunchSpec* spec
     for (int b = 0; b < 8; ++b) value |= uint64_t{static_cast<unsigned char>(a.scalar_data[8 * k + b])} << (8 * b);
     spec->scalars.push_back(value);
   }
+  return true;
+}
 
-  // Buffers: inputs then outputs.
+// Buffers (inputs then outputs) and the kernel's parameters.
+bool CheckParams(const LaunchAttributes& a, bool collective, LaunchSpec* spec, Checker& check) {
   if (a.num_inputs < 0 || a.num_inputs > kMaxBuffers) {
     return check.Fail("num_inputs = " + Num(a.num_inputs) + " is out of range 0.." + Num(kMaxBuffers));
   }
@@ -175,8 +184,8 @@ bool ValidateLaunch(const LaunchAttributes& a, bool collective, LaunchSpec* spec
   int64_t num_buffers = 0;
   if (a.num_outputs.has_value()) {
     if (*a.num_outputs < 0 || *a.num_outputs > kMaxBuffers - a.num_inputs) {
-      return check.Fail("num_outputs = " + Num(*a.num_outputs) + " is out of range: inputs and outputs together are at most " +
-                        Num(kMaxBuffers));
+      return check.Fail("num_outputs = " + Num(*a.num_outputs) +
+                        " is out of range: inputs and outputs together are at most " + Num(kMaxBuffers));
     }
     num_buffers = a.num_inputs + *a.num_outputs;
   } else {
@@ -190,7 +199,6 @@ bool ValidateLaunch(const LaunchAttributes& a, bool collective, LaunchSpec* spec
   }
   spec->num_inputs = static_cast<int>(a.num_inputs);
   spec->num_buffers = static_cast<int>(num_buffers);
-
   std::vector<bool> scalar_seen(a.scalar_sizes.size(), false);
   for (size_t i = 0; i < a.param_order.size(); ++i) {
     const int64_t code = a.param_order[i];
@@ -201,78 +209,91 @@ bool ValidateLaunch(const LaunchAttributes& a, bool collective, LaunchSpec* spec
       }
       spec->params.push_back(Param{Param::kBuffer, static_cast<uint16_t>(code)});
       spec->param_sizes.push_back(8);
-    } else {
-      const int64_t k = -(code + 1);  // code < 0, so code + 1 cannot overflow
-      if (k >= static_cast<int64_t>(a.scalar_sizes.size()) || scalar_seen[k]) {
-        return check.Fail("param_order[" + Num(static_cast<int64_t>(i)) + "] = " + Num(code) + " names scalar " +
-                          Num(k) + ", which is missing or named twice");
-      }
-      scalar_seen[k] = true;
-      spec->params.push_back(Param{Param::kScalar, static_cast<uint16_t>(k)});
-      spec->param_sizes.push_back(spec->scalar_sizes[k]);
+      continue;
     }
+    const int64_t k = -(code + 1);  // code < 0, so code + 1 cannot overflow
+    if (k >= static_cast<int64_t>(a.scalar_sizes.size()) || scalar_seen[k]) {
+      return check.Fail("param_order[" + Num(static_cast<int64_t>(i)) + "] = " + Num(code) + " names scalar " +
+                        Num(k) + ", which is missing or named twice");
+    }
+    scalar_seen[k] = true;
+    spec->params.push_back(Param{Param::kScalar, static_cast<uint16_t>(k)});
+    spec->param_sizes.push_back(spec->scalar_sizes[k]);
   }
   if (collective) spec->param_sizes.push_back(8);  // the metadata pointer, last
   if (spec->param_sizes.size() > static_cast<size_t>(kMaxParams)) {
     return check.Fail("more than " + Num(kMaxParams) + " kernel parameters");
   }
+  return true;
+}
 
+// Debug poisoning and vmap's batch, both per buffer.
+bool CheckPerBuffer(const LaunchAttributes& a, bool collective, LaunchSpec* spec, Checker& check) {
+  const int64_t num_outputs = spec->num_buffers - spec->num_inputs;
   for (int64_t output : a.poison_outputs) {
-    if (output < 0 || output >= num_buffers - a.num_inputs) {
-      return check.Fail("poison_outputs names output " + Num(output) + ", but the call has " +
-                        Num(num_buffers - a.num_inputs) + " outputs");
+    if (output < 0 || output >= num_outputs) {
+      return check.Fail("poison_outputs names output " + Num(output) + ", but the call has " + Num(num_outputs) +
+                        " outputs");
     }
-    spec->poison_buffers.push_back(static_cast<int>(a.num_inputs + output));
+    spec->poison_buffers.push_back(static_cast<int>(spec->num_inputs + output));
   }
-
   if (a.batch_size < 1 || a.batch_size > kMaxBatch) {
     return check.Fail("batch_size = " + Num(a.batch_size) + " is out of range 1.." + Num(kMaxBatch));
   }
   spec->batch_size = static_cast<uint32_t>(a.batch_size);
-  if (a.batch_size == 1 && !a.batch_strides.empty()) {
-    return check.Fail("batch_strides is given without a batch_size above 1");
+  if (a.batch_size == 1) {
+    return a.batch_strides.empty() || check.Fail("batch_strides is given without a batch_size above 1");
   }
-  if (a.batch_size > 1) {
-    if (collective) return check.Fail("a collective kernel cannot be batched (vmap) on its own devices");
-    if (a.batch_strides.size() != static_cast<size_t>(num_buffers)) {
-      return check.Fail("batch_strides has " + Num(static_cast<int64_t>(a.batch_strides.size())) +
-                        " entries for " + Num(num_buffers) + " buffers");
-    }
-    for (size_t b = 0; b < a.batch_strides.size(); ++b) {
-      const int64_t stride = a.batch_strides[b];
-      const bool output = static_cast<int64_t>(b) >= a.num_inputs;
-      if (stride < (output ? 1 : 0) || stride > kMaxBatchStride) {
-        return check.Fail("batch_strides[" + Num(static_cast<int64_t>(b)) + "] = " + Num(stride) +
-                          " is out of range " + (output ? "1" : "0") + ".." + Num(kMaxBatchStride) +
-                          (output ? " (every batch element writes its own part of an output)" : ""));
-      }
-      spec->batch_strides.push_back(static_cast<uint64_t>(stride));
-    }
+  if (collective) return check.Fail("a collective kernel cannot be batched (vmap) on its own devices");
+  if (a.batch_strides.size() != static_cast<size_t>(spec->num_buffers)) {
+    return check.Fail("batch_strides has " + Num(static_cast<int64_t>(a.batch_strides.size())) + " entries for " +
+                      Num(spec->num_buffers) + " buffers");
   }
-
-  spec->collective = collective;
-  if (collective) {
-    if (!ParseCliques(a.xla_replica_ids, &spec->cliques, error)) return false;
-    spec->symmetric.assign(num_buffers, false);
-    if (!a.symmetric_memory_parameters.empty()) {
-      size_t count = 0;
-      for (char c : a.symmetric_memory_parameters) {
-        if (c == '0' || c == '1') {
-          if (count < spec->symmetric.size()) spec->symmetric[count] = c == '1';
-          ++count;
-        } else if (c != ',' && c != ' ') {
-          return check.Fail("symmetric_memory_parameters must be 0/1 flags, got '" +
-                            Label(a.symmetric_memory_parameters) + "'");
-        }
-      }
-      if (count != static_cast<size_t>(num_buffers)) {
-        return check.Fail("symmetric_memory_parameters has " + Num(static_cast<int64_t>(count)) + " flags for " +
-                          Num(num_buffers) + " buffers");
-      }
+  for (size_t b = 0; b < a.batch_strides.size(); ++b) {
+    const int64_t stride = a.batch_strides[b];
+    const bool output = static_cast<int64_t>(b) >= spec->num_inputs;
+    if (stride < (output ? 1 : 0) || stride > kMaxBatchStride) {
+      return check.Fail("batch_strides[" + Num(static_cast<int64_t>(b)) + "] = " + Num(stride) + " is out of range " +
+                        (output ? "1" : "0") + ".." + Num(kMaxBatchStride) +
+                        (output ? " (every batch element writes its own part of an output)" : ""));
     }
-    spec->skip_device_barrier = a.skip_device_barrier;
+    spec->batch_strides.push_back(static_cast<uint64_t>(stride));
   }
   return true;
+}
+
+bool CheckCollective(const LaunchAttributes& a, LaunchSpec* spec, Checker& check, std::string* error) {
+  if (!ParseCliques(a.xla_replica_ids, &spec->cliques, error)) return false;
+  spec->symmetric.assign(spec->num_buffers, false);
+  spec->skip_device_barrier = a.skip_device_barrier;
+  if (a.symmetric_memory_parameters.empty()) return true;
+  size_t count = 0;
+  for (char c : a.symmetric_memory_parameters) {
+    if (c == '0' || c == '1') {
+      if (count < spec->symmetric.size()) spec->symmetric[count] = c == '1';
+      ++count;
+    } else if (c != ',' && c != ' ') {
+      return check.Fail("symmetric_memory_parameters must be 0/1 flags, got '" + Label(a.symmetric_memory_parameters) +
+                        "'");
+    }
+  }
+  if (count != static_cast<size_t>(spec->num_buffers)) {
+    return check.Fail("symmetric_memory_parameters has " + Num(static_cast<int64_t>(count)) + " flags for " +
+                      Num(spec->num_buffers) + " buffers");
+  }
+  return true;
+}
+
+}  // namespace
+
+bool ValidateLaunch(const LaunchAttributes& a, bool collective, LaunchSpec* spec, std::string* error) {
+  *spec = LaunchSpec();
+  spec->who = Who(a);
+  spec->collective = collective;
+  Checker check(error);
+  return CheckHeader(a, collective, check) && CheckLaunchShape(a, spec, check) && CheckScalars(a, spec, check) &&
+         CheckParams(a, collective, spec, check) && CheckPerBuffer(a, collective, spec, check) &&
+         (!collective || CheckCollective(a, spec, check, error));
 }
 
 }  // namespace jmf

@@ -1,0 +1,184 @@
+// The record stage: a call as CUDA-graph nodes inside an XLA command buffer.
+//
+// A recorded call is a chain of commands: [barrier] [one fill per poisoned
+// output] then the launch, or one launch per vmap batch element joined by an
+// empty command, so that later commands depend on the whole call.
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "call_site.h"
+#include "collective.h"
+#include "runtime_kernels.h"
+#include "status.h"
+
+namespace jmf {
+namespace {
+
+// The fill kernel's arguments for one poisoned output; the record API copies them.
+struct FillArgs {
+  FillArgs(const Buffers& buffers, int b)
+      : bytes(buffers.bytes[b]),
+        args{{buffers.ptrs[b], 0, XLA_FFI_KernelArgType_DevicePtr},
+             {&bytes, sizeof(bytes), XLA_FFI_KernelArgType_HostValue}},
+        kernel_args{args, 2} {}
+  FillArgs(const FillArgs&) = delete;
+
+  uint64_t bytes;
+  XLA_FFI_KernelArg args[2];
+  XLA_FFI_KernelArgs kernel_args;
+};
+
+}  // namespace
+
+ffi::Error CallSite::LoadForRecord(int32_t device) {
+  if (slots_[device].ready.load(std::memory_order_acquire) != nullptr) return ffi::Error::Success();
+  // Load our own copy too: it checks the kernel against this call site and
+  // picks the image for this GPU. XLA loads the image it is given itself.
+  CUcontext context = nullptr;
+  driver_->cuCtxGetCurrent(&context);
+  if (context == nullptr) {
+    CUdevice cu_device;
+    if (driver_->cuDeviceGet(&cu_device, device) != CUDA_SUCCESS ||
+        driver_->cuDevicePrimaryCtxRetain(&context, cu_device) != CUDA_SUCCESS) {
+      return ffi::Error::Internal(who() + ": no CUDA context for device " + std::to_string(device) +
+                                  " while recording");
+    }
+  }
+  return Prepare(device, context);
+}
+
+ffi::Error CallSite::Record(const RecordFrame& record, int32_t device, const Buffers& buffers) {
+  if (device < 0 || device >= kMaxDevices) [[unlikely]] return DeviceOutOfRange(who(), device);
+  if (record_by_capture_) {
+    return record.Take(record.frame->api->request_stream_capture(record.frame->record_ctx),
+                       "requesting stream capture");
+  }
+  return record.creating() ? CreateCommands(record, device, buffers) : UpdateCommands(record, device, buffers);
+}
+
+// A recorded call is a chain of commands: [barrier] [one fill per poisoned
+// output] launch. The launch comes last, so later commands depend on it.
+// Debug poisoning inside a graph, where the record API has no memset: one
+// fill-kernel node per poisoned output, chained after `*previous`.
+ffi::Error CallSite::CreateFills(const RecordFrame& record, const Buffers& buffers,
+                                 const XLA_FFI_Command** previous) const {
+  const RuntimeKernelSource fill = Source(RuntimeKernel::kFill);
+  for (int b : spec_.poison_buffers) {
+    FillArgs args(buffers, b);
+    XLA_FFI_LaunchDims dims{{static_cast<int32_t>(FillBlocks(args.bytes)), 1, 1}, {kFillThreads, 1, 1}, {0, 0, 0}};
+    const XLA_FFI_Command* command = nullptr;
+    JMF_RETURN_IF_ERROR(record.Take(
+        record.frame->api->create_launch(record.frame->record_ctx, fill.symbol, fill.ptx,
+                                         static_cast<int64_t>(fill.size), XLA_FFI_SourceFormat_PTX, dims, 0, 0,
+                                         &args.kernel_args, *previous ? previous : nullptr, *previous ? 1 : 0,
+                                         &command),
+        "recording the output poisoning"));
+    if (!record.Push(command)) {
+      return ffi::Error(ffi::ErrorCode::kResourceExhausted, who() + ": the record frame has no room");
+    }
+    *previous = command;
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error CallSite::CreateCommands(const RecordFrame& record, int32_t device, const Buffers& buffers) {
+  JMF_RETURN_IF_ERROR(LoadForRecord(device));
+  const LoadedModule& module = *slots_[device].ready.load(std::memory_order_acquire);
+  const XLA_FFI_RecordApi& api = *record.frame->api;
+  const XLA_FFI_Command* previous = nullptr;
+  if (collective_ != nullptr) JMF_RETURN_IF_ERROR(collective_->RecordBarrier(record, device, &previous));
+  JMF_RETURN_IF_ERROR(CreateFills(record, buffers, &previous));
+  const Image& image = module.image();
+  const bool ptx = image.kind == ImageKind::kPtx;
+  const XLA_FFI_Command* dependency = previous;  // the batch's launches are independent of each other
+  const XLA_FFI_Command* launches[kMaxRecordedCommands];
+  Buffers element = buffers;
+  for (uint32_t b = 0; b < spec_.batch_size; ++b) {
+    if (b > 0) MoveToNextElement(element);
+    XLA_FFI_KernelArg args[kMaxParams];
+    XLA_FFI_KernelArgs kernel_args{args, RecordArgs(element, device, args)};
+    JMF_RETURN_IF_ERROR(record.Take(
+        api.create_launch(record.frame->record_ctx, kernel_->module.symbol.c_str(), image.data.c_str(),
+                          static_cast<int64_t>(ptx ? image.data.size() + 1 : image.data.size()),
+                          ptx ? XLA_FFI_SourceFormat_PTX : XLA_FFI_SourceFormat_CUBIN, record_dims_,
+                          config_.sharedMemBytes, spec_.uses_pdl, &kernel_args, dependency ? &dependency : nullptr,
+                          dependency ? 1 : 0, &launches[b]),
+        "creating the launch command"));
+    if (!record.Push(launches[b])) {
+      return ffi::Error(ffi::ErrorCode::kResourceExhausted, who() + ": the record frame has no room for the launch");
+    }
+  }
+  if (spec_.batch_size > 1) {
+    // The batch elements' launches are independent; later commands wait for all of them.
+    const XLA_FFI_Command* join = nullptr;
+    JMF_RETURN_IF_ERROR(record.Take(api.create_empty_command(record.frame->record_ctx, launches, spec_.batch_size,
+                                                             &join),
+                                    "joining the batch's launches"));
+    if (!record.Push(join)) {
+      return ffi::Error(ffi::ErrorCode::kResourceExhausted, who() + ": the record frame has no room");
+    }
+  }
+  const XLA_FFI_Command* command = launches[0];
+  std::unique_ptr<void*[]> addresses(new void*[buffers.count]);  // once per recorded command
+  std::copy(buffers.ptrs, buffers.ptrs + buffers.count, addresses.get());
+  DeviceSlot& slot = slots_[device];
+  std::erase_if(slot.recorded, [&](const auto& entry) { return entry.first == command; });
+  slot.recorded.emplace_back(command, std::move(addresses));
+  GetCacheStats().records_created += spec_.batch_size;
+  return ffi::Error::Success();
+}
+
+int CallSite::RecordArgs(const Buffers& buffers, int32_t device, XLA_FFI_KernelArg* args) const {
+  return ForEachParam(buffers, device, [&](int i, const void* value, size_t size) {
+    args[i] = size == 0 ? XLA_FFI_KernelArg{*static_cast<void* const*>(value), 0, XLA_FFI_KernelArgType_DevicePtr}
+                        : XLA_FFI_KernelArg{value, static_cast<int64_t>(size), XLA_FFI_KernelArgType_HostValue};
+  });
+}
+
+ffi::Error CallSite::UpdateCommands(const RecordFrame& record, int32_t device, const Buffers& buffers) {
+  const int64_t first_fill = collective_ != nullptr ? collective_->barrier_commands() : 0;
+  const int64_t launch = first_fill + static_cast<int64_t>(spec_.poison_buffers.size());
+  if (record.num_commands() < launch + spec_.batch_size) [[unlikely]] {
+    return ffi::Error::Internal(who() + ": the record frame lost the launch command");
+  }
+  // XLA asks for an update whenever an allocation the graph uses moved; most
+  // of the time this call's own buffers did not, and rewriting the node for
+  // nothing costs more than the launch.
+  const XLA_FFI_Command* command = record.command(launch);
+  void** last = nullptr;
+  for (auto& [recorded_command, addresses] : slots_[device].recorded) {
+    if (recorded_command == command) last = addresses.get();
+  }
+  if (last != nullptr && std::equal(buffers.ptrs, buffers.ptrs + buffers.count, last)) return ffi::Error::Success();
+  const XLA_FFI_RecordApi& api = *record.frame->api;
+  for (size_t i = 0; i < spec_.poison_buffers.size(); ++i) {
+    FillArgs args(buffers, spec_.poison_buffers[i]);
+    JMF_RETURN_IF_ERROR(record.Take(api.update_launch(record.frame->record_ctx,
+                                                      record.command(first_fill + static_cast<int64_t>(i)),
+                                                      &args.kernel_args),
+                                    "updating the output poisoning"));
+  }
+  Buffers element = buffers;
+  for (uint32_t b = 0; b < spec_.batch_size; ++b) {
+    if (b > 0) MoveToNextElement(element);
+    XLA_FFI_KernelArg args[kMaxParams];
+    XLA_FFI_KernelArgs kernel_args{args, RecordArgs(element, device, args)};
+    JMF_RETURN_IF_ERROR(record.Take(api.update_launch(record.frame->record_ctx, record.command(launch + b),
+                                                      &kernel_args),
+                                    "updating the launch command"));
+  }
+  if (last != nullptr) std::copy(buffers.ptrs, buffers.ptrs + buffers.count, last);
+  return ffi::Error::Success();
+}
+
+ffi::Error RecordFrame::Take(XLA_FFI_Error* error, const std::string& what) const {
+  if (error == nullptr) return ffi::Error::Success();
+  std::string message = ffi::internal::GetErrorMessage(api, error);
+  ffi::internal::DestroyError(api, error);
+  return ffi::Error::Internal("command buffer: " + what + ": " + message);
+}
+
+}  // namespace jmf
