@@ -46,6 +46,40 @@ bool Fail(std::string* error, std::string message) {
   return false;
 }
 
+// Image `i`'s header and bytes, checked, appended to `module`.
+bool ParseImage(Reader& reader, uint32_t i, ParsedModule* module, std::string* error) {
+  uint32_t kind, arch, suffix, reserved;
+  uint64_t size;
+  std::string_view data;
+  if (!reader.U32(&kind) || !reader.U32(&arch) || !reader.U32(&suffix) ||
+      !reader.U32(&reserved) || !reader.U64(&size)) {
+    return Fail(error, "the header of image " + std::to_string(i) + " is truncated");
+  }
+  if (kind != static_cast<uint32_t>(ImageKind::kCubin) && kind != static_cast<uint32_t>(ImageKind::kPtx)) {
+    return Fail(error, "image " + std::to_string(i) + " has unknown kind " + std::to_string(kind));
+  }
+  if (suffix >= std::size(kArchSuffixes) || arch < kMinArch || arch > kMaxArch) {
+    return Fail(error, "image " + std::to_string(i) + " has arch " + std::to_string(arch) + " suffix " +
+                           std::to_string(suffix) + "; archs are " + std::to_string(kMinArch) + ".." +
+                           std::to_string(kMaxArch) + " with a suffix below " +
+                           std::to_string(std::size(kArchSuffixes)));
+  }
+  if (reserved != 0) return Fail(error, "image " + std::to_string(i) + " has a nonzero reserved field");
+  if (size == 0 || !reader.Bytes(size, &data)) {
+    return Fail(error, "image " + std::to_string(i) + " declares " + std::to_string(size) +
+                           " bytes but the module has " + std::to_string(reader.remaining()) + " left");
+  }
+  // The driver reads a cubin as an ELF file and PTX as a C string.
+  if (kind == static_cast<uint32_t>(ImageKind::kCubin) && data.substr(0, 4) != std::string_view("\x7f" "ELF", 4)) {
+    return Fail(error, "image " + std::to_string(i) + " is declared a cubin but is not an ELF file");
+  }
+  if (kind == static_cast<uint32_t>(ImageKind::kPtx) && data.find('\0') != std::string_view::npos) {
+    return Fail(error, "image " + std::to_string(i) + " is PTX text with a NUL byte inside");
+  }
+  module->images.push_back(Image{static_cast<ImageKind>(kind), arch, suffix, std::string(data)});
+  return true;
+}
+
 }  // namespace
 
 bool ParseModule(std::string_view bytes, ParsedModule* module, std::string* error) {
@@ -82,35 +116,7 @@ bool ParseModule(std::string_view bytes, ParsedModule* module, std::string* erro
   module->images.clear();
   module->images.reserve(num_images);
   for (uint32_t i = 0; i < num_images; ++i) {
-    uint32_t kind, arch, suffix, reserved;
-    uint64_t size;
-    std::string_view data;
-    if (!reader.U32(&kind) || !reader.U32(&arch) || !reader.U32(&suffix) ||
-        !reader.U32(&reserved) || !reader.U64(&size)) {
-      return Fail(error, "the header of image " + std::to_string(i) + " is truncated");
-    }
-    if (kind != static_cast<uint32_t>(ImageKind::kCubin) && kind != static_cast<uint32_t>(ImageKind::kPtx)) {
-      return Fail(error, "image " + std::to_string(i) + " has unknown kind " + std::to_string(kind));
-    }
-    if (suffix >= std::size(kArchSuffixes) || arch < kMinArch || arch > kMaxArch) {
-      return Fail(error, "image " + std::to_string(i) + " has arch " + std::to_string(arch) + " suffix " +
-                             std::to_string(suffix) + "; archs are " + std::to_string(kMinArch) + ".." +
-                             std::to_string(kMaxArch) + " with a suffix below " +
-                             std::to_string(std::size(kArchSuffixes)));
-    }
-    if (reserved != 0) return Fail(error, "image " + std::to_string(i) + " has a nonzero reserved field");
-    if (size == 0 || !reader.Bytes(size, &data)) {
-      return Fail(error, "image " + std::to_string(i) + " declares " + std::to_string(size) +
-                             " bytes but the module has " + std::to_string(reader.remaining()) + " left");
-    }
-    // The driver reads a cubin as an ELF file and PTX as a C string.
-    if (kind == static_cast<uint32_t>(ImageKind::kCubin) && data.substr(0, 4) != std::string_view("\x7f" "ELF", 4)) {
-      return Fail(error, "image " + std::to_string(i) + " is declared a cubin but is not an ELF file");
-    }
-    if (kind == static_cast<uint32_t>(ImageKind::kPtx) && data.find('\0') != std::string_view::npos) {
-      return Fail(error, "image " + std::to_string(i) + " is PTX text with a NUL byte inside");
-    }
-    module->images.push_back(Image{static_cast<ImageKind>(kind), arch, suffix, std::string(data)});
+    if (!ParseImage(reader, i, module, error)) return false;
   }
   if (reader.remaining() != 0) {
     return Fail(error, std::to_string(reader.remaining()) + " trailing bytes after the last image");
