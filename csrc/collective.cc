@@ -156,7 +156,10 @@ ffi::ErrorOr<std::unique_ptr<CollectiveState>> CollectiveState::Create(const Cal
     clique.rendezvous = std::make_unique<Rendezvous>(static_cast<int>(clique.devices.size()), spec.num_buffers + 1);
     state->cliques_.push_back(std::move(clique));
   }
-  state->skip_barrier_ = spec.skip_device_barrier;
+  // A device alone in its clique has no one to wait for: no barrier kernel.
+  const bool all_alone = std::all_of(spec.cliques.begin(), spec.cliques.end(),
+                                     [](const std::vector<int32_t>& clique) { return clique.size() == 1; });
+  state->skip_barrier_ = spec.skip_device_barrier || all_alone;
   state->timeout_ = PeerTimeout();
   return state;
 }

@@ -187,7 +187,12 @@ BATCHED_CHAIN = '''
     x = rng.standard_normal((int(sys.argv[1]), 4096)).astype(np.float32)
     y = rng.standard_normal(4096).astype(np.float32)
     outs = [np.asarray(f(x * k, y)) for k in (1, 2)]
-    expected = [x * k + 8 * y for k in (1, 2)]
+    expected = []
+    for k in (1, 2):
+      e = x * np.float32(k)
+      for _ in range(8):
+        e = e + y  # float32, in the kernel's order
+      expected.append(e)
     print(json.dumps({"wrong": int(sum((o != e).sum() for o, e in zip(outs, expected))),
                       "records": jmf.kernel_cache_stats().records_created}))
 '''
