@@ -20,6 +20,7 @@ import threading
 
 from jax_mosaic_ffi import disk_cache
 from jax_mosaic_ffi import module_format
+from jax_mosaic_ffi import nvrtc_compat
 from jax_mosaic_ffi import ptx as ptx_info
 from jax_mosaic_ffi.module_format import Arch, Image, ImageKind
 
@@ -41,6 +42,9 @@ class CompileError(RuntimeError):
     message = f"NVRTC could not compile kernel '{kernel}':\n{log.rstrip()}"
     if excerpts:
       message += "\n\nsource lines named above:\n" + "\n".join(excerpts)
+    hint = nvrtc_compat.advice(log)
+    if hint:
+      message += f"\n\nadvice: {hint}"
     super().__init__(message)
 
 
@@ -168,7 +172,7 @@ def _has_option(options, *prefixes) -> bool:
 def cache_key(source: str, name: str, options, headers: dict, targets, compiler: str) -> str:
   """Everything that changes the binary, hashed: the key of both caches."""
   return disk_cache.key(
-      f"format{module_format.FORMAT_VERSION}", compiler, source, name,
+      f"format{module_format.FORMAT_VERSION}", f"compat{nvrtc_compat.HEADERS_HASH}", compiler, source, name,
       f"{len(options)} options", *options, f"{len(headers)} headers",
       *(f"{k}\0{v}" for k, v in sorted(headers.items())), *(t.sm for t in targets))
 
@@ -217,6 +221,7 @@ def _compile_with_nvrtc(source, name, options, headers, targets) -> module_forma
   base_options = list(options)
   if not _has_option(options, "-std", "--std"):
     base_options.append("-std=c++17")
+  base_options.extend(nvrtc_compat.nvrtc_options())  # before the CUDA dirs: its shims win
   base_options.append(f"-I{DEVICE_INCLUDE_DIR}")
   base_options.extend(f"-I{d}" for d in cuda_include_dirs())
   images = []
