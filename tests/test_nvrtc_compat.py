@@ -174,6 +174,13 @@ def test_the_prelude_can_be_turned_off(isolated_disk_cache):
   assert 'identifier "uint" is undefined' in message or '"uint"' in message
 
 
+def test_the_prelude_needs_no_cccl(isolated_disk_cache, monkeypatch):
+  # CCCL is a dependency, but a kernel that needs nothing from it must not
+  # fail because the prelude does.
+  monkeypatch.setattr(compiler, "cuda_include_dirs", lambda: ())
+  compile_ok('extern "C" __global__ void k(float* x) { x[0] = -INFINITY + M_PI + std::exp(x[1]); }')
+
+
 def test_typedefs_nvrtc_code_writes_for_itself_still_compile(isolated_disk_cache):
   # Code written for NVRTC often defines the fixed-width types itself; the
   # same typedefs again are fine in C++.
