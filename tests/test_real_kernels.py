@@ -210,7 +210,7 @@ def adamw_reference(p, m, v, g):
 
 
 ADAMW = Case("adamw.cu", "adamw_step", adamw_call, adamw_inputs, adamw_reference,
-             tolerance=((1e-5, 1e-6), (1e-5, 1e-9), (1e-5, 1e-12)), in_place=True)
+             tolerance=((1e-5, 1e-6), (1e-5, 1e-8), (1e-5, 1e-12)), in_place=True)  # m: 0.9 m + 0.1 g cancels
 
 
 # --- attention_forward.cu: flash-style attention, head dim 64, causal --------------------
@@ -415,6 +415,21 @@ def test_launch_recipe_lowers_for_cuda(case, sm90_kernels):
   assert "jax_mosaic_ffi_launch" in lowered.as_text()
 
 
+def assert_matches_reference(case: Case, inputs, outs, what: str = "") -> None:
+  expected = case.reference(*inputs)
+  assert len(outs) == len(expected) == len(case.tolerance)
+  for index, (got, want, tolerance) in enumerate(zip(outs, expected, case.tolerance)):
+    where = f"{case.id} output {index}{what}"
+    assert got.shape == np.shape(want), where
+    if tolerance is None:
+      np.testing.assert_array_equal(got, want, err_msg=where)
+    elif tolerance != "by check":  # else case.check compares it
+      rtol, atol = tolerance
+      np.testing.assert_allclose(f64(got), f64(want), rtol=rtol, atol=atol, err_msg=where)
+  if case.check is not None:
+    case.check(inputs, outs)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", params(CASES))
 def test_runs_under_jit_and_matches_the_reference(case, rng, isolated_disk_cache):
@@ -423,20 +438,7 @@ def test_runs_under_jit_and_matches_the_reference(case, rng, isolated_disk_cache
     inputs = case.inputs(rng)
     outs = run(*inputs)
     outs = tuple(np.asarray(o) for o in (outs if isinstance(outs, tuple) else (outs,)))
-    expected = case.reference(*inputs)
-    assert len(outs) == len(expected) == len(case.tolerance)
-    for index, (got, want, tolerance) in enumerate(zip(outs, expected, case.tolerance)):
-      what = f"{case.id} output {index}, run {attempt}"
-      assert got.shape == np.shape(want), what
-      if tolerance is None:
-        np.testing.assert_array_equal(got, want, err_msg=what)
-      elif tolerance == "by check":
-        continue  # case.check compares it
-      else:
-        rtol, atol = tolerance
-        np.testing.assert_allclose(f64(got), f64(want), rtol=rtol, atol=atol, err_msg=what)
-    if case.check is not None:
-      case.check(inputs, outs)
+    assert_matches_reference(case, inputs, outs, f", run {attempt}")
 
 
 # --- the corpus itself --------------------------------------------------------------
