@@ -58,10 +58,9 @@ _HOST_ONLY_HEADERS = {
     "string_view", "vector", "map", "set", "unordered_map", "unordered_set", "list", "forward_list",
     "deque", "queue", "stack", "memory", "thread", "mutex", "condition_variable", "future", "regex",
     "filesystem", "random", "stdexcept", "exception", "locale", "codecvt", "typeinfo", "any",
-    "cuda_runtime_api.h",
 }
 
-# Headers of other CUDA libraries, not on our include path.
+# Headers of other CUDA libraries and header-only projects, not on our include path.
 _CUDA_LIBRARY_HEADER = re.compile(r"^(curand|cublas|cufft|cusparse|cusolver|nccl|nvshmem|cudnn|nvtx|cutlass|cute)",
                                   re.IGNORECASE)
 
@@ -107,7 +106,7 @@ for _names, _header in (
 _HOST_ONLY_STD = set(
     "vector string string_view map set unordered_map unordered_set list deque queue stack cout cerr "
     "endl ostream istream ifstream ofstream stringstream unique_ptr shared_ptr make_unique make_shared "
-    "thread mutex function runtime_error exception sort".split())
+    "thread mutex function runtime_error exception".split())
 
 _HOST_ONLY_CALLS = set(
     "fprintf fputs puts fflush fopen fclose fwrite fread stderr stdout exit abort getenv atexit "
@@ -227,6 +226,9 @@ def advice(log: str) -> str | None:
     if name in _STD_HEADER_OF:
       return (f"add #include {_STD_HEADER_OF[name]}: jax_mosaic_ffi provides it to NVRTC "
               f"(nvcc code often gets std::{name} through another header)")
+    if name in ("sort", "stable_sort"):
+      return (f"std::{name} is not available in device code: sort a block's items with cub::BlockRadixSort "
+              "or cub::BlockMergeSort (<cub/cub.cuh>), or sort outside the kernel with jax.numpy")
     if name in _HOST_ONLY_STD:
       return (f"std::{name} is host-side C++, and NVRTC compiles device code only: keep it out of the "
               "kernel source")

@@ -438,6 +438,7 @@ extern "C" __global__ void k(const __half2* a, __nv_bfloat162* b, __half* c, int
      "cuda::maximum"),
     ('extern "C" __global__ void k(float* x) { fprintf(stderr, "x"); }', "host-side"),
     ('extern "C" __global__ void k(float* x) { std::vector<float> v; }', "host-side"),
+    ('#include <algorithm>\nextern "C" __global__ void k(float* x) { std::sort(x, x + 4); }', "BlockRadixSort"),
     ('extern "C" __global__ void k(float* x) { throw 1; }', "__trap()"),
 ])
 def test_remaining_errors_keep_the_log_and_get_one_line_of_advice(isolated_disk_cache, source, expected):
