@@ -6,6 +6,7 @@ the CPU; values are checked at compile time with static_assert where they
 can be, and in the PTX where the point is what the code compiles to.
 """
 
+import os
 import re
 import shutil
 import subprocess
@@ -497,16 +498,15 @@ def test_every_compat_header_says_why_it_exists():
 # --- the same sources under nvcc, where there is one ----------------------------------
 
 NVCC_ACCEPTS = [ASSERT % "cassert", MATH_CONSTANTS % "cmath", NO_INCLUDES]
+NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None and not __import__("os").path.exists("/usr/local/cuda/bin/nvcc"),
-                    reason="no nvcc to compare with")
+@pytest.mark.skipif(NVCC is None, reason="no nvcc to compare with")
 @pytest.mark.parametrize("index", range(len(NVCC_ACCEPTS)))
 def test_nvcc_accepts_the_same_sources(tmp_path, index):
   # The premise of the compat headers: these are sources nvcc takes as they are.
-  nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
   source = tmp_path / "k.cu"
   source.write_text(NVCC_ACCEPTS[index])
-  result = subprocess.run([nvcc, "-std=c++17", "-arch=sm_90", "-cubin", "-o", str(tmp_path / "k.cubin"),
+  result = subprocess.run([NVCC, "-std=c++17", "-arch=sm_90", "-cubin", "-o", str(tmp_path / "k.cubin"),
                            str(source)], capture_output=True, text=True)
   assert result.returncode == 0, result.stderr
