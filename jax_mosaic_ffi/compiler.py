@@ -21,6 +21,7 @@ import threading
 
 from jax_mosaic_ffi import disk_cache
 from jax_mosaic_ffi import module_format
+from jax_mosaic_ffi import nvrtc_compat
 from jax_mosaic_ffi import nvrtc_program
 from jax_mosaic_ffi import ptx_info
 from jax_mosaic_ffi.module_format import Arch, Image, ImageKind, ParsedModule
@@ -43,6 +44,9 @@ class CompileError(RuntimeError):
     message = f"NVRTC could not compile kernel '{kernel}':\n{log.rstrip()}"
     if excerpts:
       message += "\n\nsource lines named above:\n" + "\n".join(excerpts)
+    hint = nvrtc_compat.advice(log)
+    if hint:
+      message += f"\n\nadvice: {hint}"
     super().__init__(message)
 
 
@@ -166,7 +170,8 @@ _INSTRUMENTATION = "pdl-wait-1"
 def cache_key(source: str, name: str, options, headers: dict, targets, compiler: str, pdl: bool = True) -> str:
   """Everything that changes the binary, hashed: the key of both caches."""
   return disk_cache.key(
-      f"format{module_format.FORMAT_VERSION}", _INSTRUMENTATION if pdl else "as-written", compiler, source, name,
+      f"format{module_format.FORMAT_VERSION}", f"compat{nvrtc_compat.HEADERS_HASH}",
+      _INSTRUMENTATION if pdl else "as-written", compiler, source, name,
       f"{len(options)} options", *options, f"{len(headers)} headers",
       *(f"{k}\0{v}" for k, v in sorted(headers.items())), *(t.sm for t in targets))
 
@@ -218,6 +223,7 @@ def _compile_with_nvrtc(source, name, options, headers, targets, timeout, pdl) -
   all_options = list(options)
   if not _has_option(options, "-std", "--std"):
     all_options.append("-std=c++17")
+  all_options.extend(nvrtc_compat.nvrtc_options())  # before the CUDA dirs: its shims win
   all_options.append(f"-I{DEVICE_INCLUDE_DIR}")
   all_options.extend(f"-I{d}" for d in cuda_include_dirs())
   request = {"source": source, "filename": filename, "name": name, "headers": headers, "options": all_options,
