@@ -106,6 +106,7 @@ def register() -> bool:
       return True
     devices = _cuda_devices()
     if not devices:
+      _state["message"] = "not registered: JAX has no CUDA device here"
       return False
     if _RECORD_UNSUPPORTED is not None:
       _register_without_record(_RECORD_UNSUPPORTED)
