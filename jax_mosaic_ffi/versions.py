@@ -47,7 +47,7 @@ def problem(jax_version: str, jaxlib_version: str, built_jaxlib: str) -> str | N
   bad = [f"{name} {v}" for name, v in (("jax", jax_version), ("jaxlib", jaxlib_version)) if not in_range(v)]
   if bad:
     return (f"jax_mosaic_ffi supports jax and jaxlib {SUPPORTED} (tested with {' and '.join(TESTED)}), "
-            f"but {' and '.join(bad)} is installed. Install a supported one: "
+            f"but this environment has {' and '.join(bad)}. Install a supported one: "
             f"pip install 'jax{SUPPORTED}' 'jaxlib{SUPPORTED}'")
   if parse(jaxlib_version) < parse(built_jaxlib):
     # XLA refuses handlers built against newer FFI headers than its own.
@@ -72,5 +72,5 @@ def check(built_jaxlib: str) -> bool:
   if os.environ.get(SKIP_CHECK_ENV, "") in ("", "0"):
     raise ImportError(f"{reason}. (Set {SKIP_CHECK_ENV}=1 to try it anyway.)")
   warnings.warn(f"{reason}; continuing because {SKIP_CHECK_ENV} is set, without CUDA-graph record handlers",
-                RuntimeWarning, stacklevel=3)
+                RuntimeWarning, skip_file_prefixes=(os.path.dirname(__file__),))
   return False
