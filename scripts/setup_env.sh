@@ -60,7 +60,7 @@ else
   [ -z "${JMF_JAX:-}" ] || pins=("jax==$JMF_JAX" "jaxlib==$JMF_JAX")
   rm -f "$stamp_file"
   if [ -n "${JMF_WHEEL:-}" ]; then
-    echo "== installing $(basename "$JMF_WHEEL")[$extras] ${pins[*]} into $venv"
+    echo "== installing $(basename "$JMF_WHEEL")[$extras]${pins:+ ${pins[*]}} into $venv"
     "$venv/bin/python" -m pip install -q "$JMF_WHEEL[$extras]" "${pins[@]}"
     # Same version number, new build: pip would call it already satisfied.
     "$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$JMF_WHEEL"
@@ -72,7 +72,7 @@ else
       echo "       Install one (Debian/Ubuntu: apt-get install g++; Fedora: dnf install gcc-c++) or set CXX." >&2
       exit 1
     fi
-    echo "== installing jax_mosaic_ffi[$extras] ${pins[*]} into $venv (editable; builds the C++ extension)"
+    echo "== installing jax_mosaic_ffi[$extras]${pins:+ ${pins[*]}} into $venv (editable; builds the C++ extension)"
     "$venv/bin/python" -m pip install -q -e "$repo[$extras]" "${pins[@]}"
   fi
   echo "$stamp" > "$stamp_file"
