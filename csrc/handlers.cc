@@ -152,10 +152,16 @@ ffi::Error Bootstrap(const XLA_FFI_Api* api, ffi::Result<ffi::AnyBuffer>) {
   std::lock_guard<std::mutex> lock(registration_mutex);
   if (registration.attempted) return ffi::Error::Success();
   registration.attempted = true;
-  if (api->api_version.major_version != XLA_FFI_API_MAJOR || api->api_version.minor_version != XLA_FFI_API_MINOR) {
-    registration.message = "the running XLA FFI API is " + std::to_string(api->api_version.major_version) + "." +
-                           std::to_string(api->api_version.minor_version) + ", built against " +
-                           std::to_string(XLA_FFI_API_MAJOR) + "." + std::to_string(XLA_FFI_API_MINOR);
+  // Older-built handlers run on newer runtimes of the same major version, but
+  // the record extension is only known good up to the newest API we checked.
+  const auto version = [](int major, int minor) { return std::to_string(major) + "." + std::to_string(minor); };
+  const int major = api->api_version.major_version;
+  const int minor = api->api_version.minor_version;
+  if (major != XLA_FFI_API_MAJOR || minor < XLA_FFI_API_MINOR || minor > kNewestCheckedFfiApiMinor) {
+    registration.message = "the running XLA FFI API is " + version(major, minor) +
+                           "; record handlers are used from " + version(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR) +
+                           " (built against) to " + version(XLA_FFI_API_MAJOR, kNewestCheckedFfiApiMinor) +
+                           " (checked)";
     return ffi::Error::Success();
   }
   for (const TargetBundle& target : Targets()) {

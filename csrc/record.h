@@ -40,8 +40,21 @@ struct RecordFrame {
   const XLA_FFI_RecordFrame* frame;
 };
 
+// The newest XLA FFI API minor version whose record extension was compared
+// with the headers we build against (docs/compatibility.md): jaxlib 0.11.x
+// reports API 0.4 with record extension 0.1, jaxlib 0.12.x API 0.5 with
+// record 0.2, and XLA_FFI_RecordFrame, XLA_FFI_RecordApi (create_launch,
+// update_launch) and XLA_FFI_Record_Extension are the same in both. The
+// record API may change without a version bump, so the bootstrap registers
+// record handlers only for API versions up to this one; raise it after
+// checking a new jaxlib's headers.
+inline constexpr int32_t kNewestCheckedFfiApiMinor = 5;
+
 // Decodes the record extension with `.Ctx<ffi::Extension<RecordExtension>>()`.
-// Accepts the 0.x versions whose frame layout we were built against.
+// Accepts the 0.x versions from the one we were built against on: the minor
+// bumps so far (0.1 -> 0.2: a FUNCTION_PTR source format) only added. The
+// bootstrap's API version check is what keeps unchecked runtimes away; a
+// refusal here would fail the execution instead of falling back to capture.
 struct RecordExtension : ffi::internal::RecordExtensionBase<RecordFrame> {
   static bool Support(int32_t major, int32_t minor) {
     return major == XLA_FFI_Extension_Record_MajorVersion &&

@@ -17,6 +17,12 @@ import dataclasses
 import jax  # noqa: F401  (jaxlib's extensions load before ours)
 
 from jax_mosaic_ffi import _core
+from jax_mosaic_ffi import versions as _versions
+
+# First, so that an unsupported jax gets a message naming the supported range
+# rather than an error from deep inside a module that uses it.
+_versions.check(_core.BUILT_AGAINST["jaxlib"])
+
 from jax_mosaic_ffi import compiler as _compiler
 from jax_mosaic_ffi import contract
 from jax_mosaic_ffi import disk_cache as _disk_cache

@@ -4,14 +4,24 @@ Used at trace time to pick compile targets and check launch limits. The
 query goes through the C++ core's driver loader (libcuda opened at first
 use): cheap, and on a machine without a driver it answers "no GPU" instead
 of failing, so kernels still compile and lower there (for sm_90 by default).
+That answer comes with one warning per process saying why nothing can run
+here, so that a missing driver is neither silent nor a traceback.
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import functools
+import importlib.metadata
+import os
+import warnings
 
 from jax_mosaic_ffi import _core
+
+
+class NoGpuWarning(RuntimeWarning):
+  """Kernels compile and lower on this machine but cannot run on it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,8 +37,43 @@ class GpuInfo:
 
 @functools.cache
 def visible_gpus() -> tuple[GpuInfo, ...]:
-  return tuple(GpuInfo(**gpu) for gpu in _core.visible_gpus())
+  gpus = tuple(GpuInfo(**gpu) for gpu in _core.visible_gpus())
+  reason = cannot_run_reason(gpus)
+  if reason is not None:
+    warnings.warn(f"jax_mosaic_ffi: {reason}. Kernels compile (for sm_90 unless targets= says otherwise), "
+                  "lower and export here, but cannot run on this machine.", NoGpuWarning,
+                  skip_file_prefixes=(os.path.dirname(__file__),))
+  return gpus
 
 
 def has_gpu() -> bool:
   return bool(visible_gpus())
+
+
+def cannot_run_reason(gpus) -> str | None:
+  """Why kernels cannot run here, given the visible GPUs; None when they can."""
+  if gpus:
+    # A GPU without a CUDA-enabled jax: everything would run on the CPU.
+    # Asked of the installed packages, since initialising jax's backends here
+    # would be too early for jax.distributed.initialize.
+    for dist in ("jax-cuda13-pjrt", "jax-cuda12-pjrt", "jax-cuda13-plugin", "jax-cuda12-plugin"):
+      try:
+        importlib.metadata.version(dist)
+        return None
+      except importlib.metadata.PackageNotFoundError:
+        pass
+    return (f"{gpus[0].name} is here but JAX has no CUDA backend installed "
+            "(pip install 'jax_mosaic_ffi[cuda]', which brings jax[cuda13])")
+  try:
+    driver = ctypes.CDLL("libcuda.so.1")
+  except OSError as e:
+    return f"no NVIDIA GPU driver here ({e})"
+  result = driver.cuInit(0)
+  if result != 0:
+    text = ctypes.c_char_p()
+    driver.cuGetErrorString(result, ctypes.byref(text))
+    return f"the NVIDIA driver did not start: {(text.value or b'error %d' % result).decode()}"
+  visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+  if visible is not None:
+    return f"the NVIDIA driver shows no GPU (CUDA_VISIBLE_DEVICES={visible!r})"
+  return "the NVIDIA driver shows no GPU"

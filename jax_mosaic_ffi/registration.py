@@ -10,16 +10,16 @@ Why a bootstrap: XLA calls a record handler (which lets a kernel join a CUDA
 graph as a kernel node) only for bundles registered through the plugin's own
 ``XLA_FFI_Api``; ``jax.ffi.register_ffi_target`` drops it. So we run one tiny
 program whose handler registers the real bundles through that API. Where the
-running jaxlib is not the one we were built against, or the bootstrap
-fails, the targets are registered through ``jax.ffi`` without record, and
-XLA captures our stream launches into its graphs instead.
+running jaxlib is outside the range whose record extension we checked
+(jax_mosaic_ffi.versions), or the bootstrap refuses the running FFI API
+version, or fails, the targets are registered through ``jax.ffi`` without
+record, and XLA captures our stream launches into its graphs instead.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-import warnings
 
 import jax
 import jaxlib
@@ -27,6 +27,7 @@ import numpy as np
 
 from jax_mosaic_ffi import _core
 from jax_mosaic_ffi import contract
+from jax_mosaic_ffi import versions
 
 STATE_TYPE_NAME = "jax_mosaic_ffi.CallSite"
 RECORD_ENV = "JAX_MOSAIC_FFI_RECORD"  # set to 0 to use stream capture only
@@ -35,16 +36,16 @@ _lock = threading.Lock()
 _state = {"done": False, "record": False, "message": "not registered yet"}
 
 
-def _check_build() -> bool:
-  """True when the running jaxlib is the one our FFI headers came from."""
-  built = _core.BUILT_AGAINST["jaxlib"]
-  if jaxlib.__version__ != built:
-    warnings.warn(
-        f"jax_mosaic_ffi was built against jaxlib {built} but jaxlib {jaxlib.__version__} is "
-        "installed; kernels run without CUDA-graph record handlers. Reinstall jax_mosaic_ffi "
-        "to rebuild it against this jaxlib.", RuntimeWarning, stacklevel=3)
-    return False
-  return True
+def _record_unsupported_reason() -> str | None:
+  """Why the running jaxlib gets no record handlers, or None when it gets them.
+
+  Every jaxlib in the supported range has a record extension whose frame
+  layout and create/update_launch signatures match the headers we were built
+  against (docs/compatibility.md); outside it (only with the version check
+  skipped) nobody checked, and stream capture is the safe choice. The
+  bootstrap checks the FFI API version the plugin reports as well.
+  """
+  return versions.problem(jax.__version__, jaxlib.__version__, _core.BUILT_AGAINST["jaxlib"])
 
 
 if sorted(_core.target_names()) != sorted(contract.ALL_TARGETS):
@@ -52,7 +53,7 @@ if sorted(_core.target_names()) != sorted(contract.ALL_TARGETS):
       f"jax_mosaic_ffi's C++ core serves targets {_core.target_names()} but the Python side "
       f"expects {contract.ALL_TARGETS}; the installed extension is stale, reinstall the package")
 
-_BUILD_MATCHES = _check_build()
+_RECORD_UNSUPPORTED = _record_unsupported_reason()
 jax.ffi.register_ffi_type(STATE_TYPE_NAME, _core.state_type(), platform="CUDA")
 jax.ffi.register_ffi_target(_core.BOOTSTRAP_TARGET, {"execute": _core.bootstrap_handler()},
                             platform="CUDA", api_version=1)
@@ -105,9 +106,10 @@ def register() -> bool:
       return True
     devices = _cuda_devices()
     if not devices:
+      _state["message"] = "not registered: JAX has no CUDA device here"
       return False
-    if not _BUILD_MATCHES:
-      _register_without_record("the running jaxlib is not the one this build used")
+    if _RECORD_UNSUPPORTED is not None:
+      _register_without_record(_RECORD_UNSUPPORTED)
       return True
     if os.environ.get(RECORD_ENV, "1") in ("0", "false", "off"):
       _register_without_record(f"{RECORD_ENV}=0")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Sets everything up from nothing and runs the main demo.
+# Sets everything up from nothing (or checks that it is up to date) and runs
+# the main demo.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$repo/scripts/setup_env.sh" test
 cd "$repo/examples"
-exec "$repo/.venv/bin/python" demo.py "$@"
+exec "$venv/bin/python" demo.py "$@"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Sets everything up from nothing and runs the tests. GPU tests skip without a GPU.
+# Sets everything up from nothing (or checks that it is up to date) and runs
+# the tests. GPU tests skip without a GPU. Arguments go to pytest.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$repo/scripts/setup_env.sh" test
 cd "$repo"
-# The console script, not `python -m pytest`: that would put the source tree
-# (which has no compiled extension) ahead of the installed package.
-exec "$repo/.venv/bin/pytest" "$@"
+# The console script of the venv: its editable install maps jax_mosaic_ffi to
+# this checkout's Python files plus the extension built into the venv.
+exec "$venv/bin/pytest" "$@"

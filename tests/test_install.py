@@ -1,0 +1,236 @@
+"""Installation: the supported jax range, the abi3 wheel, the no-GPU note.
+
+The wheel test builds `pip wheel .` (or reuses the one built for the same
+sources under build/wheelhouse), installs it into a fresh venv and runs a CPU
+smoke subset of these tests against the installed copy, not this checkout.
+"""
+
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import tomllib
+import zipfile
+
+import pytest
+
+import jax_mosaic_ffi as jmf
+from jax_mosaic_ffi import _core, gpu_info, versions
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+PYPROJECT = REPO / "pyproject.toml"
+SMOKE_TESTS = ("test_install.py", "test_module_format.py", "test_compile.py", "test_lowering.py")
+
+
+def run_python(code: str, env_extra=None, python=sys.executable, cwd=None):
+  env = dict(os.environ, **(env_extra or {}))
+  # -P: not the working directory on sys.path, where this checkout's package
+  # (without its extension when installed from the wheel) would shadow the installed one.
+  return subprocess.run([python, "-P", "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
+                        cwd=cwd, timeout=300)
+
+
+def _requirement(requirements, name):
+  return next(r for r in requirements if re.match(rf"{name}\s*[<>=\[]", r))
+
+
+@pytest.mark.skipif(not PYPROJECT.exists(), reason="needs the source checkout")
+def test_supported_range_is_the_same_in_pyproject_and_at_import():
+  project = tomllib.loads(PYPROJECT.read_text())
+  deps = project["project"]["dependencies"]
+  for name in ("jax", "jaxlib"):
+    assert _requirement(deps, name).replace(" ", "") == f"{name}{versions.SUPPORTED}"
+  assert project["project"]["optional-dependencies"]["cuda"] == [f"jax[cuda13]{versions.SUPPORTED}"]
+  # The headers come from the oldest jaxlib in range.
+  oldest = ".".join(map(str, versions.OLDEST))
+  assert f"jaxlib=={oldest}" in project["build-system"]["requires"]
+  assert versions.TESTED[0] == oldest and all(versions.in_range(v) for v in versions.TESTED)
+  # CI runs the oldest in a venv of its own (the README command gets the newest).
+  assert f"JMF_JAX={oldest}" in (REPO / ".ci" / "run").read_text()
+
+
+def test_version_range():
+  assert versions.parse("0.12.0.1") == (0, 12, 0, 1)
+  assert versions.parse("0.13.0.dev20261101") == (0, 13, 0)
+  assert versions.parse("0.12.1rc1") == (0, 12, 1)
+  assert [v for v in ("0.11.1", "0.11.2", "0.11.9", "0.12.0.1", "0.12.7", "0.13.0", "1.0.0")
+          if versions.in_range(v)] == ["0.11.2", "0.11.9", "0.12.0.1", "0.12.7"]
+  assert versions.problem("0.12.0.1", "0.12.0.1", "0.11.2") is None
+  message = versions.problem("0.13.0", "0.13.0", "0.11.2")
+  assert ">=0.11.2,<0.13" in message and "jax 0.13.0 and jaxlib 0.13.0" in message
+  assert "pip install" in message
+  # Built against newer headers than the running jaxlib: XLA would refuse the handlers.
+  assert "Rebuild" in versions.problem("0.11.2", "0.11.2", "0.12.0.1")
+
+
+def test_installed_package_has_its_extension_and_device_headers():
+  # Whether installed editable (scripts/test.sh) or from the wheel.
+  assert pathlib.Path(_core.__file__).is_file()
+  package = pathlib.Path(jmf.__file__).parent
+  assert (package / "include" / "jax_mosaic_ffi" / "collective.cuh").is_file()
+  # Set by the wheel test, which runs this in the venv it installed the wheel into.
+  expected = os.environ.get("JMF_EXPECT_INSTALLED_UNDER")
+  if expected:
+    assert str(package).startswith(expected) and _core.__file__.startswith(expected)
+  assert versions.in_range(_core.BUILT_AGAINST["jaxlib"])
+
+
+def test_unsupported_jax_is_refused_at_import_with_the_range():
+  result = run_python("""
+      import jax, jaxlib
+      jax.__version__ = jaxlib.__version__ = "0.13.0"
+      try:
+        import jax_mosaic_ffi
+      except ImportError as e:
+        print("REFUSED:", e)
+      """)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "REFUSED:" in result.stdout and versions.SUPPORTED in result.stdout, result.stdout
+
+
+def test_skipping_the_version_check_warns_and_turns_record_handlers_off():
+  result = run_python("""
+      import warnings
+      import jax, jaxlib
+      jax.__version__ = jaxlib.__version__ = "0.13.0"
+      with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import jax_mosaic_ffi
+      print([str(w.message) for w in caught if "0.13.0" in str(w.message)])
+      print("RECORD OFF:", jax_mosaic_ffi.registration._RECORD_UNSUPPORTED is not None)
+      """, {versions.SKIP_CHECK_ENV: "1"})
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "continuing because" in result.stdout and "RECORD OFF: True" in result.stdout, result.stdout
+
+
+def test_bootstrap_accepts_the_running_ffi_api_version():
+  # The bootstrap needs no GPU: run it on the CPU backend. It checks the FFI
+  # API version the running jaxlib reports against the built and the newest
+  # checked ones, then registers the real bundles, record handlers included
+  # (for CUDA, which nothing runs here), through that jaxlib's XLA_FFI_Api.
+  result = run_python("""
+      import jax, numpy as np
+      import jax_mosaic_ffi as jmf
+      from jax_mosaic_ffi import _core
+      jax.ffi.register_ffi_type(jmf.registration.STATE_TYPE_NAME, _core.state_type(), platform="cpu")
+      jax.ffi.register_ffi_target("jmf_test_bootstrap", {"execute": _core.bootstrap_handler()},
+                                  platform="cpu", api_version=1)
+      call = jax.ffi.ffi_call("jmf_test_bootstrap", jax.ShapeDtypeStruct((1,), np.int32))
+      with jax.default_device(jax.devices("cpu")[0]):
+        jax.jit(call)().block_until_ready()
+      print("BOOTSTRAP:", _core.record_registration())
+      """)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "BOOTSTRAP: (True, True, 'registered with record handlers')" in result.stdout, result.stdout
+
+
+@pytest.mark.skipif(gpu_info.has_gpu(), reason="checks the machine without a GPU")
+def test_no_gpu_is_said_once_and_the_rest_works(tmp_path):
+  result = run_python("""
+      import warnings
+      warnings.simplefilter("always")
+      import jax, jax.numpy as jnp, numpy as np
+      import jax_mosaic_ffi as jmf
+      kernel = jmf.cuda_kernel('extern "C" __global__ void k(float* y) {}', "k")
+      kernel = jmf.cuda_kernel('extern "C" __global__ void k2(float* y) {}', "k2")
+      f = jmf.mosaic_kernel(kernel, jax.ShapeDtypeStruct((8,), jnp.float32), grid=1, block=8)
+      text = jax.jit(f).trace().lower(lowering_platforms=("cuda",)).as_text()
+      print("LOWERED:", "jax_mosaic_ffi_launch_v1" in text)
+      """, {"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache")})
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "LOWERED: True" in result.stdout
+  notes = [line for line in result.stderr.splitlines() if "NoGpuWarning" in line]
+  assert len(notes) == 1, result.stderr
+  assert "cannot run on this machine" in notes[0] and "Traceback" not in result.stderr
+
+
+def _wheel() -> pathlib.Path:
+  """The wheel of these sources: $JMF_WHEEL, else scripts/build_wheel.sh's (built once per source hash)."""
+  if os.environ.get("JMF_WHEEL"):
+    return pathlib.Path(os.environ["JMF_WHEEL"])
+  result = subprocess.run(["bash", str(REPO / "scripts" / "build_wheel.sh")], capture_output=True, text=True,
+                          env=dict(os.environ, JMF_PYTHON=sys.executable), timeout=900)
+  assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
+  return pathlib.Path(result.stdout.split()[-1])
+
+
+def _link_or_copy(src, dst):
+  try:
+    os.link(src, dst)
+  except OSError:
+    shutil.copy2(src, dst)
+
+
+def _python313():
+  for candidate in ("/root/.pyenv/versions/3.13.0/bin/python", "python3.13"):
+    found = shutil.which(candidate)
+    if found and run_python("import sys; assert sys.version_info[:2] == (3, 13)", python=found).returncode == 0:
+      return found
+  return None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not PYPROJECT.exists(), reason="needs the source checkout")
+def test_wheel_installs_into_a_fresh_venv_and_passes_the_smoke_tests(tmp_path):
+  wheel = _wheel()
+  # One wheel for every CPython >= 3.12.
+  assert re.fullmatch(r"jax_mosaic_ffi-[^-]+-cp312-abi3-linux_x86_64\.whl", wheel.name), wheel.name
+  with zipfile.ZipFile(wheel) as z:
+    names = set(z.namelist())
+    assert "jax_mosaic_ffi/_core.abi3.so" in names
+    assert "jax_mosaic_ffi/include/jax_mosaic_ffi/collective.cuh" in names
+    z.extract("jax_mosaic_ffi/_core.abi3.so", tmp_path / "so")
+
+  # The extension loads under another Python than the one that built it.
+  python313 = _python313()
+  if python313 is not None:
+    result = run_python(f"""
+        import importlib.util, sys
+        spec = importlib.util.spec_from_file_location("_core", {str(tmp_path / 'so/jax_mosaic_ffi/_core.abi3.so')!r})
+        core = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(core)
+        print(sys.version_info[:2], core.target_names())
+        """, python=python313)
+    assert result.returncode == 0 and "(3, 13)" in result.stdout, result.stderr[-3000:]
+
+  # A fresh venv holding the wheel and, as hard links (copies across file
+  # systems), the dependencies this environment already resolved: installing
+  # them again from pip's cache would take a minute for 800 MB of jaxlib and
+  # CUDA wheels. `pip check` then holds the wheel's requirements against them.
+  venv = tmp_path / "venv"
+  subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+  ours = ("jax_mosaic_ffi", "_editable_skbc_jax_mosaic_ffi", "__editable__")
+  site = pathlib.Path(sysconfig.get_paths()["purelib"])
+  new_site = pathlib.Path(run_python("import sysconfig; print(sysconfig.get_paths()['purelib'])",
+                                     python=str(venv / "bin" / "python")).stdout.strip())
+  for entry in site.iterdir():
+    if entry.name.startswith(ours):
+      continue
+    if entry.is_dir():
+      shutil.copytree(entry, new_site / entry.name, symlinks=True, copy_function=_link_or_copy)
+    else:
+      _link_or_copy(entry, new_site / entry.name)
+  python = str(venv / "bin" / "python")
+  for args in (["install", "-q", "--no-deps", str(wheel)], ["check"]):
+    result = subprocess.run([python, "-m", "pip", *args], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
+
+  # Imported from the venv, not from this checkout.
+  result = run_python("import jax_mosaic_ffi as m; print(m.__file__); print(m._core.__file__)",
+                      python=python, cwd=tmp_path)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert all(line.startswith(str(venv)) for line in result.stdout.split()), result.stdout
+
+  # importlib mode and pythonpath = tests (pyproject): the checkout's package
+  # directory is never on sys.path, so the tests see the installed copy.
+  tests = [str(REPO / "tests" / name) for name in SMOKE_TESTS]
+  result = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow",
+                           "--rootdir", str(REPO), *tests], capture_output=True, text=True, cwd=tmp_path,
+                          env=dict(os.environ, JAX_MOSAIC_FFI_CACHE_DIR=str(tmp_path / "cache"),
+                                   JMF_EXPECT_INSTALLED_UNDER=str(venv)), timeout=600)
+  assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
+  assert " passed" in result.stdout and " failed" not in result.stdout, result.stdout[-3000:]
