@@ -82,7 +82,8 @@ def tables(results: dict) -> list[str]:
   if why:
     return [f"n/a: {why}"]
   rows = [["cold (NVRTC)", f"{fmt(r['cold_ms'], 1)} ms"],
-          ["warm from disk, fresh process", f"{fmt(r['warm_disk_ms'], 2)} ms ({fmt(100 * r['warm_over_cold'], 1)}% of cold)"],
+          ["warm from disk, fresh process",
+           f"{fmt(r['warm_disk_ms'], 2)} ms ({fmt(100 * r['warm_over_cold'], 1)}% of cold)"],
           ["in-process hit", f"{fmt(r['memory_hit_us'], 1)} us"]]
   method = (f"`benchmarks/kernels/fused_mlp.cu` ({r['kernel_lines']} lines), `jmf.cuda_kernel` alone, medians of "
             f"{PROCESS_PAIRS} fresh processes each (the in-process hit: of 200 repeats in each).")

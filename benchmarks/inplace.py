@@ -9,7 +9,7 @@ donation XLA must keep the input, so it copies it into the output first.
 from __future__ import annotations
 
 from benchmarks import timing
-from benchmarks.markdown import failure, fmt, ratio, table
+from benchmarks.markdown import failure, fmt, table
 from benchmarks.suite import Run
 
 NAME = "inplace"

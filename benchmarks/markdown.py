@@ -38,8 +38,8 @@ _EXCEPTION = re.compile(r"^(?:\w+\.)*\w*(?:Error|Exception|Exit|Interrupt|Expire
 def last_line(text: str) -> str:
   """The line of an error text that says what failed."""
   lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
-  chosen = (next((_FATAL.sub("", l) for l in reversed(lines) if _FATAL.match(l)), None) or
-            next((l for l in reversed(lines) if _EXCEPTION.match(l)), None) or
+  chosen = (next((_FATAL.sub("", line) for line in reversed(lines) if _FATAL.match(line)), None) or
+            next((line for line in reversed(lines) if _EXCEPTION.match(line)), None) or
             (lines[-1] if lines else "?"))
   return chosen[:300]
 

@@ -36,12 +36,10 @@ ffi::Error NoLaunch(CUstream, ffi::AnyBuffer, ffi::Result<ffi::AnyBuffer>) { ret
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_empty_ffi_execute, NoLaunch,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<CUstream>>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>(),
-                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    jmf_empty_ffi_execute, NoLaunch,
+    ffi::Ffi::Bind().Ctx<ffi::PlatformStream<CUstream>>().Arg<ffi::AnyBuffer>().Ret<ffi::AnyBuffer>(),
+    {ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_baseline_ffi_execute, BaselineLaunch,
                               ffi::Ffi::Bind()
@@ -58,8 +56,10 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_baseline_ffi_execute, BaselineLaunch,
 
 NB_MODULE(_benchmark_targets, m) {
   m.doc() = "Benchmark baselines for jax_mosaic_ffi (not API).";
-  m.def("baseline_ffi_handler", [] { return nanobind::capsule(reinterpret_cast<void*>(jmf::jmf_baseline_ffi_execute)); },
-        "A plain hand-made FFI launch handler.");
-  m.def("empty_ffi_handler", [] { return nanobind::capsule(reinterpret_cast<void*>(jmf::jmf_empty_ffi_execute)); },
-        "An FFI handler that does nothing: XLA's own cost of a custom call.");
+  m.def(
+      "baseline_ffi_handler", [] { return nanobind::capsule(reinterpret_cast<void*>(jmf::jmf_baseline_ffi_execute)); },
+      "A plain hand-made FFI launch handler.");
+  m.def(
+      "empty_ffi_handler", [] { return nanobind::capsule(reinterpret_cast<void*>(jmf::jmf_empty_ffi_execute)); },
+      "An FFI handler that does nothing: XLA's own cost of a custom call.");
 }

@@ -135,7 +135,8 @@ void CallSite::ConfigureLaunch(bool collective) {
   if (spec.has_cluster) {
     CUlaunchAttribute& a = launch_attrs_[num_attrs++];
     a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    a.value.clusterDim.x = spec.cluster[0], a.value.clusterDim.y = spec.cluster[1], a.value.clusterDim.z = spec.cluster[2];
+    a.value.clusterDim.x = spec.cluster[0], a.value.clusterDim.y = spec.cluster[1],
+    a.value.clusterDim.z = spec.cluster[2];
   }
   if (spec.uses_pdl) {
     CUlaunchAttribute& a = launch_attrs_[num_attrs++];
@@ -145,18 +146,18 @@ void CallSite::ConfigureLaunch(bool collective) {
   c.attrs = num_attrs ? launch_attrs_ : nullptr;
   c.numAttrs = num_attrs;
   auto dim = [](uint32_t v) { return static_cast<int32_t>(v); };  // bounded by the contract
-  record_dims_ = XLA_FFI_LaunchDims{
-      {dim(spec.grid[0]), dim(spec.grid[1]), dim(spec.grid[2])},
-      {dim(spec.block[0]), dim(spec.block[1]), dim(spec.block[2])},
-      spec.has_cluster ? XLA_FFI_Dim3{dim(spec.cluster[0]), dim(spec.cluster[1]), dim(spec.cluster[2])}
-                       : XLA_FFI_Dim3{0, 0, 0}};
+  record_dims_ = XLA_FFI_LaunchDims{{dim(spec.grid[0]), dim(spec.grid[1]), dim(spec.grid[2])},
+                                    {dim(spec.block[0]), dim(spec.block[1]), dim(spec.block[2])},
+                                    spec.has_cluster
+                                        ? XLA_FFI_Dim3{dim(spec.cluster[0]), dim(spec.cluster[1]), dim(spec.cluster[2])}
+                                        : XLA_FFI_Dim3{0, 0, 0}};
   synchronize_launches_ = SynchronizeLaunchesRequested();
   // XLA loads its own copy of the module for a recorded launch and cannot be
   // told to allow non-portable clusters on it; a synchronizing debug launch
   // cannot sit in a graph; and one record call holds at most 16 commands.
   // Such call sites let XLA capture the stream launch instead.
-  const int64_t commands = (collective ? 1 : 0) + static_cast<int64_t>(spec.poison_buffers.size()) +
-                           spec.batch_size + (spec.batch_size > 1 ? 1 : 0);
+  const int64_t commands = (collective ? 1 : 0) + static_cast<int64_t>(spec.poison_buffers.size()) + spec.batch_size +
+                           (spec.batch_size > 1 ? 1 : 0);
   record_by_capture_ = spec.non_portable_cluster || synchronize_launches_ || commands > kMaxRecordedCommands;
 }
 
@@ -164,8 +165,7 @@ CallSite::~CallSite() = default;
 
 void* const* CallSite::MetadataSlot(int32_t device) const { return collective_->metadata_slot(device); }
 
-ffi::Error CallSite::GatherBuffers(const ffi::RemainingArgs& args, const ffi::RemainingRets& rets,
-                                   Buffers* out) const {
+ffi::Error CallSite::GatherBuffers(const ffi::RemainingArgs& args, const ffi::RemainingRets& rets, Buffers* out) const {
   if (args.size() != static_cast<size_t>(spec_.num_inputs) ||
       args.size() + rets.size() != static_cast<size_t>(spec_.num_buffers)) [[unlikely]] {
     return ffi::Error::InvalidArgument(who() + ": called with " + std::to_string(args.size()) + " inputs and " +
@@ -188,7 +188,8 @@ ffi::Error CallSite::GatherBuffers(const ffi::RemainingArgs& args, const ffi::Re
       return ffi::Error::InvalidArgument(who() + ": output " + std::to_string(i) + " is not a buffer");
     }
     out->ptrs[args.size() + i] = (*buffer)->untyped_data();
-    if (!spec_.poison_buffers.empty()) [[unlikely]] out->bytes[args.size() + i] = (*buffer)->size_bytes();
+    if (!spec_.poison_buffers.empty()) [[unlikely]]
+      out->bytes[args.size() + i] = (*buffer)->size_bytes();
     misaligned |= reinterpret_cast<uintptr_t>(out->ptrs[args.size() + i]);
   }
   out->count = spec_.num_buffers;
@@ -196,12 +197,12 @@ ffi::Error CallSite::GatherBuffers(const ffi::RemainingArgs& args, const ffi::Re
     for (int i = 0; i < out->count; ++i) {
       if (reinterpret_cast<uintptr_t>(out->ptrs[i]) % kBufferAlignment == 0) continue;
       const bool input = i < spec_.num_inputs;
-      return ffi::Error::InvalidArgument(
-          who() + ": " + (input ? "input " : "output ") + std::to_string(input ? i : i - spec_.num_inputs) +
-          " is at address " + std::to_string(reinterpret_cast<uintptr_t>(out->ptrs[i])) + ", which is not " +
-          std::to_string(kBufferAlignment) +
-          "-byte aligned. Kernels may assume aligned buffers; pass a whole array, not a "
-          "view into one (for instance copy it with jnp.copy)");
+      return ffi::Error::InvalidArgument(who() + ": " + (input ? "input " : "output ") +
+                                         std::to_string(input ? i : i - spec_.num_inputs) + " is at address " +
+                                         std::to_string(reinterpret_cast<uintptr_t>(out->ptrs[i])) + ", which is not " +
+                                         std::to_string(kBufferAlignment) +
+                                         "-byte aligned. Kernels may assume aligned buffers; pass a whole array, not a "
+                                         "view into one (for instance copy it with jnp.copy)");
     }
   }
   return ffi::Error::Success();
@@ -247,7 +248,8 @@ ffi::Error CallSite::Prepare(int32_t device, CUcontext context) {
                       who() + " on device " + std::to_string(device) + ": " + loaded.error().message());
   }
   JMF_RETURN_IF_ERROR(CheckFits(**loaded, device));
-  JMF_RETURN_IF_ERROR((*loaded)->Configure(static_cast<int>(config_.sharedMemBytes), spec_.non_portable_cluster, who()));
+  JMF_RETURN_IF_ERROR(
+      (*loaded)->Configure(static_cast<int>(config_.sharedMemBytes), spec_.non_portable_cluster, who()));
   slot.module = std::move(*loaded);
   slot.ready.store(slot.module.get(), std::memory_order_release);
   return ffi::Error::Success();
@@ -260,13 +262,15 @@ ffi::Error CallSite::PrepareForStream(int32_t device, CUstream stream) {
 }
 
 ffi::Error CallSite::Launch(CUstream stream, int32_t device, Buffers& buffers) {
-  if (device < 0 || device >= kMaxDevices) [[unlikely]] return DeviceOutOfRange(who(), device);
+  if (device < 0 || device >= kMaxDevices) [[unlikely]]
+    return DeviceOutOfRange(who(), device);
   LoadedModule* module = slots_[device].ready.load(std::memory_order_acquire);
   if (module == nullptr) [[unlikely]] {
     JMF_RETURN_IF_ERROR(PrepareForStream(device, stream));
     module = slots_[device].ready.load(std::memory_order_acquire);
   }
-  if (!spec_.poison_buffers.empty()) [[unlikely]] JMF_RETURN_IF_ERROR(Poison(stream, buffers));
+  if (!spec_.poison_buffers.empty()) [[unlikely]]
+    JMF_RETURN_IF_ERROR(Poison(stream, buffers));
   void* params[kMaxParams];
   ForEachParam(buffers, device, [&](int i, const void* value, size_t) { params[i] = const_cast<void*>(value); });
   CUresult result = LaunchOnce(stream, *module, params);
@@ -276,8 +280,10 @@ ffi::Error CallSite::Launch(CUstream stream, int32_t device, Buffers& buffers) {
     MoveToNextElement(buffers);
     result = LaunchOnce(stream, *module, params);
   }
-  if (synchronize_launches_) [[unlikely]] return SynchronizeAfter(stream, device, result, *module);
-  if (result != CUDA_SUCCESS) [[unlikely]] return LaunchError(result, device, *module);
+  if (synchronize_launches_) [[unlikely]]
+    return SynchronizeAfter(stream, device, result, *module);
+  if (result != CUDA_SUCCESS) [[unlikely]]
+    return LaunchError(result, device, *module);
   return ffi::Error::Success();
 }
 
@@ -318,10 +324,10 @@ ffi::Error CallSite::SynchronizeAfter(CUstream stream, int32_t device, CUresult 
 ffi::Error CallSite::Poison(CUstream stream, const Buffers& buffers) const {
   for (int b : spec_.poison_buffers) {
     if (buffers.bytes[b] == 0) continue;
-    JMF_RETURN_IF_ERROR(CudaCheck(*driver_,
-                                  driver_->cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(buffers.ptrs[b]), 0xFF,
-                                                           buffers.bytes[b], stream),
-                                  who(), "poisoning output buffers"));
+    JMF_RETURN_IF_ERROR(CudaCheck(
+        *driver_,
+        driver_->cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(buffers.ptrs[b]), 0xFF, buffers.bytes[b], stream), who(),
+        "poisoning output buffers"));
   }
   return ffi::Error::Success();
 }

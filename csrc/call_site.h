@@ -91,7 +91,8 @@ class CallSite {
   ffi::Error CreateFills(const RecordFrame& record, const Buffers& buffers, const XLA_FFI_Command** previous) const;
   ffi::Error CreateCommands(const RecordFrame& record, int32_t device, const Buffers& buffers);
   ffi::Error UpdateCommands(const RecordFrame& record, int32_t device, const Buffers& buffers);
-  ffi::Error SynchronizeAfter(CUstream stream, int32_t device, CUresult launch_result, const LoadedModule& module) const;
+  ffi::Error SynchronizeAfter(CUstream stream, int32_t device, CUresult launch_result,
+                              const LoadedModule& module) const;
   ffi::Error LaunchError(CUresult result, int32_t device, const LoadedModule& module) const;
   ffi::Error CheckFits(const LoadedModule& module, int32_t device) const;
   std::string LaunchDescription() const;

@@ -24,8 +24,9 @@ ffi::Error EnablePeerAccess(const Driver& driver, int32_t device, int32_t peer, 
   CUdevice self_dev, peer_dev;
   if (driver.cuDeviceGet(&self_dev, device) != CUDA_SUCCESS || driver.cuDeviceGet(&peer_dev, peer) != CUDA_SUCCESS) {
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
-                      who + ": device " + std::to_string(peer) + " of the clique is not visible in this "
-                      "process. Collective kernels need every device of the clique in one process");
+                      who + ": device " + std::to_string(peer) +
+                          " of the clique is not visible in this "
+                          "process. Collective kernels need every device of the clique in one process");
   }
   int can_access = 0;
   driver.cuDeviceCanAccessPeer(&can_access, self_dev, peer_dev);
@@ -98,8 +99,9 @@ ffi::Error Rendezvous::Exchange(int64_t run_id, int rank, const uint64_t* mine, 
     }
     if (round == nullptr && changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
       return ffi::Error(ffi::ErrorCode::kDeadlineExceeded,
-                        who + ": rank " + std::to_string(rank) + " found no free rendezvous slot: earlier "
-                        "executions of this kernel never completed on every peer");
+                        who + ": rank " + std::to_string(rank) +
+                            " found no free rendezvous slot: earlier "
+                            "executions of this kernel never completed on every peer");
     }
   }
   if (round->present[rank]) {
@@ -121,10 +123,10 @@ ffi::Error Rendezvous::Exchange(int64_t run_id, int rank, const uint64_t* mine, 
       changed_.notify_all();
     }
     return ffi::Error(ffi::ErrorCode::kDeadlineExceeded,
-                      who + ": rank " + std::to_string(rank) + " of " + std::to_string(participants_) +
-                          " waited " + Seconds(timeout) +
-                          " s for peer rank(s) " + missing + " to run this kernel (run id " +
-                          std::to_string(run_id) + "); they never arrived. Every device of the mesh "
+                      who + ": rank " + std::to_string(rank) + " of " + std::to_string(participants_) + " waited " +
+                          Seconds(timeout) + " s for peer rank(s) " + missing + " to run this kernel (run id " +
+                          std::to_string(run_id) +
+                          "); they never arrived. Every device of the mesh "
                           "axis must run the kernel: is it under a lax.cond or a branch some devices "
                           "skip? (JAX_MOSAIC_FFI_PEER_TIMEOUT_S sets the timeout)");
   }
@@ -202,9 +204,9 @@ ffi::Error CollectiveState::Prepare(int32_t device, CUcontext context) {
   ScopedContext scoped(driver, context);
   CUdeviceptr area = 0;
   if (CUresult r = driver.cuMemAlloc(&area, bytes); r != CUDA_SUCCESS) {
-    return ffi::Error(ffi::ErrorCode::kResourceExhausted,
-                      who + ": allocating " + std::to_string(bytes) + " bytes of collective metadata: " +
-                          CudaErrorText(driver, r));
+    return ffi::Error(
+        ffi::ErrorCode::kResourceExhausted,
+        who + ": allocating " + std::to_string(bytes) + " bytes of collective metadata: " + CudaErrorText(driver, r));
   }
   if (CUresult r = driver.cuMemsetD8(area, 0, bytes); r != CUDA_SUCCESS) {
     driver.cuMemFree(area);
@@ -215,10 +217,9 @@ ffi::Error CollectiveState::Prepare(int32_t device, CUcontext context) {
   res.metadata_ptr = reinterpret_cast<void*>(area + kBarrierAreaBytes);
   res.barrier = *barrier;
   const size_t p = static_cast<size_t>(site_.spec().num_buffers);
-  res.barrier_args = BarrierArgs{
-      area + kBarrierAreaBytes + (kMetadataHeaderWords + p * peers + p) * sizeof(uint64_t),
-      static_cast<uint32_t>(rank_of_[device]), static_cast<uint32_t>(peers),
-      static_cast<uint64_t>(timeout_.count()) * 1000000};
+  res.barrier_args = BarrierArgs{area + kBarrierAreaBytes + (kMetadataHeaderWords + p * peers + p) * sizeof(uint64_t),
+                                 static_cast<uint32_t>(rank_of_[device]), static_cast<uint32_t>(peers),
+                                 static_cast<uint64_t>(timeout_.count()) * 1000000};
   res.deposit.assign(site_.spec().num_buffers + 1, 0);
   res.exchange.assign(static_cast<size_t>(peers) * (site_.spec().num_buffers + 1), 0);
   res.metadata.assign(MetadataWords(peers), 0);
@@ -266,14 +267,15 @@ ffi::Error CollectiveState::Initialize(int32_t device, int64_t run_id, CUstream 
   m[2] = base + multimem_offset * sizeof(uint64_t);
   m[3] = static_cast<uint64_t>(peers);
   for (int b = 0; b < p; ++b) {
-    for (int r = 0; r < peers; ++r) m[peers_offset + b * peers + r] = res.exchange[static_cast<size_t>(r) * (p + 1) + b];
+    for (int r = 0; r < peers; ++r)
+      m[peers_offset + b * peers + r] = res.exchange[static_cast<size_t>(r) * (p + 1) + b];
     m[multimem_offset + b] = 0;
   }
   for (int r = 0; r < peers; ++r) m[areas_offset + r] = res.exchange[static_cast<size_t>(r) * (p + 1) + p];
   if (res.metadata != res.copied) {
     const Driver& driver = site_.driver();
-    if (CUresult r = driver.cuMemcpyHtoDAsync(base, res.metadata.data(), res.metadata.size() * sizeof(uint64_t),
-                                              stream);
+    if (CUresult r =
+            driver.cuMemcpyHtoDAsync(base, res.metadata.data(), res.metadata.size() * sizeof(uint64_t), stream);
         r != CUDA_SUCCESS) {
       return ffi::Error::Internal(site_.who() + ": copying collective metadata: " + CudaErrorText(driver, r));
     }
@@ -315,11 +317,11 @@ ffi::Error CollectiveState::RecordBarrier(const RecordFrame& record, int32_t dev
   XLA_FFI_LaunchDims dims{{1, 1, 1}, {kMaxPeers, 1, 1}, {0, 0, 0}};
   const XLA_FFI_Command* command = nullptr;
   const RuntimeKernelSource barrier = Source(RuntimeKernel::kBarrier);
-  if (ffi::Error e = record.Take(record.frame->api->create_launch(record.frame->record_ctx, barrier.symbol,
-                                                                  barrier.ptx, static_cast<int64_t>(barrier.size),
-                                                                  XLA_FFI_SourceFormat_PTX, dims, 0, 0, &kernel_args,
-                                                                  nullptr, 0, &command),
-                                 "recording the device barrier");
+  if (ffi::Error e =
+          record.Take(record.frame->api->create_launch(record.frame->record_ctx, barrier.symbol, barrier.ptx,
+                                                       static_cast<int64_t>(barrier.size), XLA_FFI_SourceFormat_PTX,
+                                                       dims, 0, 0, &kernel_args, nullptr, 0, &command),
+                      "recording the device barrier");
       e.failure()) {
     return e;
   }

@@ -47,8 +47,8 @@ class Rendezvous {
   // Deposits `mine` as `rank`, waits for every participant of `run_id`, and
   // copies all deposits, rank-major, to `all`. On timeout names the ranks
   // that never came.
-  ffi::Error Exchange(int64_t run_id, int rank, const uint64_t* mine, uint64_t* all,
-                      std::chrono::milliseconds timeout, const std::string& who);
+  ffi::Error Exchange(int64_t run_id, int rank, const uint64_t* mine, uint64_t* all, std::chrono::milliseconds timeout,
+                      const std::string& who);
 
  private:
   struct Round {

@@ -63,8 +63,8 @@ bool ParseCliques(std::string_view ids, std::vector<std::vector<int32_t>>* cliqu
     if (c >= '0' && c <= '9') {
       number = (number < 0 ? 0 : number) * 10 + (c - '0');
       if (number >= kMaxDevices) {
-        *error = "xla_replica_ids names a device id of " + Num(number) + " or more; ids must be below " +
-                 Num(kMaxDevices);
+        *error =
+            "xla_replica_ids names a device id of " + Num(number) + " or more; ids must be below " + Num(kMaxDevices);
         return false;
       }
     } else if (c == ',' || c == ';') {
@@ -111,7 +111,8 @@ bool CheckHeader(const LaunchAttributes& a, bool collective, Checker& check) {
   }
   if (a.use_custom_barrier) return check.Fail("use_custom_barrier=true is not supported on GPUs");
   if (a.uses_xla_collective_metadata != collective) {
-    return check.Fail(std::string("uses_xla_collective_metadata=") + (a.uses_xla_collective_metadata ? "true" : "false") +
+    return check.Fail(std::string("uses_xla_collective_metadata=") +
+                      (a.uses_xla_collective_metadata ? "true" : "false") +
                       " does not match the custom call target; lower it again with this jax_mosaic_ffi");
   }
   return true;
@@ -213,8 +214,8 @@ bool CheckParams(const LaunchAttributes& a, bool collective, LaunchSpec* spec, C
     }
     const int64_t k = -(code + 1);  // code < 0, so code + 1 cannot overflow
     if (k >= static_cast<int64_t>(a.scalar_sizes.size()) || scalar_seen[k]) {
-      return check.Fail("param_order[" + Num(static_cast<int64_t>(i)) + "] = " + Num(code) + " names scalar " +
-                        Num(k) + ", which is missing or named twice");
+      return check.Fail("param_order[" + Num(static_cast<int64_t>(i)) + "] = " + Num(code) + " names scalar " + Num(k) +
+                        ", which is missing or named twice");
     }
     scalar_seen[k] = true;
     spec->params.push_back(Param{Param::kScalar, static_cast<uint16_t>(k)});

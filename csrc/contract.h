@@ -31,14 +31,14 @@ inline constexpr int kMaxPeers = 64;     // devices in one collective clique
 inline constexpr int kMaxThreadsPerBlock = 1024;
 inline constexpr std::array<int64_t, 3> kMaxGrid = {2147483647, 65535, 65535};
 inline constexpr std::array<int64_t, 3> kMaxBlock = {1024, 1024, 64};
-inline constexpr int kMaxClusterBlocks = 16;        // the largest non-portable cluster of current GPUs
+inline constexpr int kMaxClusterBlocks = 16;  // the largest non-portable cluster of current GPUs
 inline constexpr int kPortableClusterBlocks = 8;
-inline constexpr int64_t kMaxSmemBytes = 1 << 20;    // a bound; the device's own limit is checked at load
+inline constexpr int64_t kMaxSmemBytes = 1 << 20;  // a bound; the device's own limit is checked at load
 inline constexpr int kMaxScalarBytes = 8;
-inline constexpr size_t kMaxLabelBytes = 512;        // kernel_name, call_site: for messages only
+inline constexpr size_t kMaxLabelBytes = 512;  // kernel_name, call_site: for messages only
 inline constexpr size_t kMaxReplicaIdsBytes = 64 * 1024;
 inline constexpr uint64_t kBufferAlignment = 256;
-inline constexpr int64_t kMaxBatch = 1 << 16;          // launches of one vmapped call
+inline constexpr int64_t kMaxBatch = 1 << 16;                 // launches of one vmapped call
 inline constexpr int64_t kMaxBatchStride = int64_t{1} << 40;  // bytes between batch elements
 inline constexpr size_t kKernelHashBytes = 32;
 
@@ -98,8 +98,8 @@ bool DecodeLaunchAttributes(Source& source, LaunchAttributes* a, std::string* er
   check(source.Bytes("kernel_name", &a->kernel_name, 1 << 16), "kernel_name", kOptional, "a string");
   check(source.Bytes("call_site", &a->call_site, 1 << 16), "call_site", kOptional, "a string");
   check(source.Bool("use_custom_barrier", &a->use_custom_barrier), "use_custom_barrier", kOptional, "a bool");
-  check(source.Bool("uses_xla_collective_metadata", &a->uses_xla_collective_metadata),
-        "uses_xla_collective_metadata", kOptional, "a bool");
+  check(source.Bool("uses_xla_collective_metadata", &a->uses_xla_collective_metadata), "uses_xla_collective_metadata",
+        kOptional, "a bool");
   check(source.Ints("grid", &a->grid), "grid", kRequired, "array<i32> of 3");
   check(source.Ints("block", &a->block), "block", kRequired, "array<i32> of 3");
   check(source.Ints("cluster", &a->cluster), "cluster", kRequired, "array<i32> of 3");
@@ -112,8 +112,7 @@ bool DecodeLaunchAttributes(Source& source, LaunchAttributes* a, std::string* er
   if (outputs == Lookup::kFound) a->num_outputs = num_outputs;
   check(source.Ints("param_order", &a->param_order), "param_order", kRequired, "array<i32>");
   check(source.Ints("scalar_sizes", &a->scalar_sizes), "scalar_sizes", kOptional, "array<i32>");
-  check(source.Bytes("scalar_data", &a->scalar_data, 8 * kMaxParams), "scalar_data", kOptional,
-        "8 bytes per scalar");
+  check(source.Bytes("scalar_data", &a->scalar_data, 8 * kMaxParams), "scalar_data", kOptional, "8 bytes per scalar");
   check(source.Ints("poison_outputs", &a->poison_outputs), "poison_outputs", kOptional, "array<i32>");
   check(source.Int("batch_size", &a->batch_size), "batch_size", kOptional, "i32");
   check(source.Ints64("batch_strides", &a->batch_strides), "batch_strides", kOptional, "array<i64>");
@@ -146,14 +145,14 @@ struct LaunchSpec {
   bool has_cluster = false;           // more than one block per cluster
   bool non_portable_cluster = false;  // more than 8
   int num_inputs = 0;
-  int num_buffers = 0;                 // inputs plus outputs
-  std::vector<Param> params;           // in the kernel's order (the metadata pointer not included)
-  std::vector<uint64_t> scalars;       // one 8-byte slot per scalar, value in the low bytes
+  int num_buffers = 0;            // inputs plus outputs
+  std::vector<Param> params;      // in the kernel's order (the metadata pointer not included)
+  std::vector<uint64_t> scalars;  // one 8-byte slot per scalar, value in the low bytes
   std::vector<uint8_t> scalar_sizes;
-  std::vector<size_t> param_sizes;     // what the kernel's signature must be, metadata pointer included
-  std::vector<int> poison_buffers;     // debug: buffers filled with 0xFF before the launch
-  uint32_t batch_size = 1;             // vmap: one launch per element, pointers moved by...
-  std::vector<uint64_t> batch_strides; // ...these bytes per element and buffer (empty when 1)
+  std::vector<size_t> param_sizes;      // what the kernel's signature must be, metadata pointer included
+  std::vector<int> poison_buffers;      // debug: buffers filled with 0xFF before the launch
+  uint32_t batch_size = 1;              // vmap: one launch per element, pointers moved by...
+  std::vector<uint64_t> batch_strides;  // ...these bytes per element and buffer (empty when 1)
   // Collective target only.
   bool collective = false;
   std::vector<std::vector<int32_t>> cliques;  // device ordinals of each clique

@@ -40,8 +40,8 @@ LoadResult Load() {
   JMF_DRIVER_FUNCTIONS(JMF_RESOLVE)
 #undef JMF_RESOLVE
   if (!missing.empty()) {
-    result.error = "the CUDA driver lacks entry points jax_mosaic_ffi needs (" + missing +
-                   "); update the NVIDIA driver";
+    result.error =
+        "the CUDA driver lacks entry points jax_mosaic_ffi needs (" + missing + "); update the NVIDIA driver";
     return result;
   }
   if (CUresult r = d.cuInit(0); r != CUDA_SUCCESS) {

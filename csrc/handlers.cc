@@ -20,9 +20,7 @@ struct ApiPointer {};
 template <>
 struct xla::ffi::CtxDecoding<jmf::ApiPointer> {
   using Type = const XLA_FFI_Api*;
-  static std::optional<Type> Decode(const XLA_FFI_Api* api, XLA_FFI_InvokeContext*, DiagnosticEngine&) {
-    return api;
-  }
+  static std::optional<Type> Decode(const XLA_FFI_Api* api, XLA_FFI_InvokeContext*, DiagnosticEngine&) { return api; }
 };
 
 namespace jmf {
@@ -36,8 +34,8 @@ ffi::ErrorOr<std::unique_ptr<CallSite>> Instantiate(ffi::Dictionary attrs, bool 
   auto site = CallSite::Create(attrs, collective);
   CacheStats& stats = GetCacheStats();
   stats.instantiations++;
-  stats.instantiate_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                              std::chrono::steady_clock::now() - start).count();
+  stats.instantiate_ns +=
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
   return site;
 }
 
@@ -55,8 +53,7 @@ CUcontext CurrentContext(const CallSite& site) {
   return context;
 }
 
-ffi::Error Execute(CUstream stream, int32_t device, CallSite* site, ffi::RemainingArgs args,
-                   ffi::RemainingRets rets) {
+ffi::Error Execute(CUstream stream, int32_t device, CallSite* site, ffi::RemainingArgs args, ffi::RemainingRets rets) {
   Buffers buffers;
   JMF_RETURN_IF_ERROR(site->GatherBuffers(args, rets, &buffers));
   return site->Launch(stream, device, buffers);
@@ -96,18 +93,12 @@ ffi::Error CollectiveExecute(CUstream stream, int32_t device, CallSite* site, ff
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_instantiate_plain, InstantiatePlain,
-                              ffi::Ffi::BindInstantiate().Attrs());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_instantiate_collective, InstantiateCollective,
-                              ffi::Ffi::BindInstantiate().Attrs());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_execute, Execute,
-                              ffi::Ffi::BindExecute()
-                                  .Ctx<Stream>()
-                                  .Ctx<ffi::DeviceOrdinal>()
-                                  .Ctx<SiteState>()
-                                  .RemainingArgs()
-                                  .RemainingRets(),
-                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_instantiate_plain, InstantiatePlain, ffi::Ffi::BindInstantiate().Attrs());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_instantiate_collective, InstantiateCollective, ffi::Ffi::BindInstantiate().Attrs());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    jmf_execute, Execute,
+    ffi::Ffi::BindExecute().Ctx<Stream>().Ctx<ffi::DeviceOrdinal>().Ctx<SiteState>().RemainingArgs().RemainingRets(),
+    {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_record, Record,
                               ffi::Ffi::BindRecord()
                                   .Ctx<ffi::Extension<RecordExtension>>()
@@ -126,20 +117,17 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_collective_initialize, CollectiveInitialize,
                                   .RemainingArgs()
                                   .RemainingRets(),
                               {ffi::Traits::kCmdBufferCompatible});
-XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_collective_execute, CollectiveExecute,
-                              ffi::Ffi::BindExecute()
-                                  .Ctx<Stream>()
-                                  .Ctx<ffi::DeviceOrdinal>()
-                                  .Ctx<SiteState>()
-                                  .RemainingArgs()
-                                  .RemainingRets(),
-                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    jmf_collective_execute, CollectiveExecute,
+    ffi::Ffi::BindExecute().Ctx<Stream>().Ctx<ffi::DeviceOrdinal>().Ctx<SiteState>().RemainingArgs().RemainingRets(),
+    {ffi::Traits::kCmdBufferCompatible});
 
 std::vector<TargetBundle> Targets() {
   return {
       {kLaunchTarget, {jmf_instantiate_plain, nullptr, nullptr, jmf_execute, jmf_record}},
       {kCollectiveTarget,
-       {jmf_instantiate_collective, jmf_collective_prepare, jmf_collective_initialize, jmf_collective_execute, jmf_record}},
+       {jmf_instantiate_collective, jmf_collective_prepare, jmf_collective_initialize, jmf_collective_execute,
+        jmf_record}},
   };
 }
 
@@ -158,17 +146,16 @@ ffi::Error Bootstrap(const XLA_FFI_Api* api, ffi::Result<ffi::AnyBuffer>) {
   const int major = api->api_version.major_version;
   const int minor = api->api_version.minor_version;
   if (major != XLA_FFI_API_MAJOR || minor < XLA_FFI_API_MINOR || minor > kNewestCheckedFfiApiMinor) {
-    registration.message = "the running XLA FFI API is " + version(major, minor) +
-                           "; record handlers are used from " + version(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR) +
-                           " (built against) to " + version(XLA_FFI_API_MAJOR, kNewestCheckedFfiApiMinor) +
-                           " (checked)";
+    registration.message = "the running XLA FFI API is " + version(major, minor) + "; record handlers are used from " +
+                           version(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR) + " (built against) to " +
+                           version(XLA_FFI_API_MAJOR, kNewestCheckedFfiApiMinor) + " (checked)";
     return ffi::Error::Success();
   }
   for (const TargetBundle& target : Targets()) {
     if (XLA_FFI_Error* error = ffi::Ffi::RegisterStaticHandler(api, target.name, "CUDA", target.bundle,
                                                                XLA_FFI_HANDLER_TRAITS_COMMAND_BUFFER_COMPATIBLE)) {
-      registration.message = std::string("registering ") + target.name + ": " +
-                             ffi::internal::GetErrorMessage(api, error);
+      registration.message =
+          std::string("registering ") + target.name + ": " + ffi::internal::GetErrorMessage(api, error);
       ffi::internal::DestroyError(api, error);
       return ffi::Error::Success();
     }

@@ -36,7 +36,7 @@ CacheStats& GetCacheStats() {
 }
 
 ffi::ErrorOr<std::shared_ptr<const ParsedKernel>> GetOrParseKernel(const KernelHash& hash,
-                                                                     std::string_view module_bytes) {
+                                                                   std::string_view module_bytes) {
   KernelCache& cache = GetKernelCache();
   {
     std::lock_guard<std::mutex> lock(cache.mutex);
@@ -77,17 +77,15 @@ const Image* SelectImage(const ParsedModule& module, int arch) {
   }
   // 2. A generic cubin of the same major version and a lower minor one.
   for (const Image& image : module.images) {
-    if (image.kind == ImageKind::kCubin && image.suffix == 0 &&
-        static_cast<int>(image.arch) / 10 == arch / 10 && static_cast<int>(image.arch) < arch &&
-        (best == nullptr || image.arch > best->arch)) {
+    if (image.kind == ImageKind::kCubin && image.suffix == 0 && static_cast<int>(image.arch) / 10 == arch / 10 &&
+        static_cast<int>(image.arch) < arch && (best == nullptr || image.arch > best->arch)) {
       best = &image;
     }
   }
   if (best != nullptr) return best;
   // 3. PTX the driver can compile for this arch.
   for (const Image& image : module.images) {
-    bool fits = image.suffix == 0 ? static_cast<int>(image.arch) <= arch
-                                  : static_cast<int>(image.arch) == arch;
+    bool fits = image.suffix == 0 ? static_cast<int>(image.arch) <= arch : static_cast<int>(image.arch) == arch;
     if (image.kind == ImageKind::kPtx && fits && (best == nullptr || image.arch > best->arch)) {
       best = &image;
     }
@@ -95,8 +93,9 @@ const Image* SelectImage(const ParsedModule& module, int arch) {
   return best;
 }
 
-ffi::ErrorOr<std::shared_ptr<LoadedModule>> LoadedModule::GetOrLoad(
-    const Driver& driver, std::shared_ptr<const ParsedKernel> kernel, CUcontext context) {
+ffi::ErrorOr<std::shared_ptr<LoadedModule>> LoadedModule::GetOrLoad(const Driver& driver,
+                                                                    std::shared_ptr<const ParsedKernel> kernel,
+                                                                    CUcontext context) {
   LoadedModuleCache& cache = GetLoadedModuleCache();
   std::lock_guard<std::mutex> lock(cache.mutex);
   auto key = std::make_pair(kernel.get(), context);
@@ -108,8 +107,7 @@ ffi::ErrorOr<std::shared_ptr<LoadedModule>> LoadedModule::GetOrLoad(
   loaded->context_ = context;
   ScopedContext scoped(driver, context);
   auto fail = [&](const std::string& what, CUresult r) {
-    return ffi::Error::Internal("loading kernel '" + parsed.symbol + "': " + what + ": " +
-                                CudaErrorText(driver, r));
+    return ffi::Error::Internal("loading kernel '" + parsed.symbol + "': " + what + ": " + CudaErrorText(driver, r));
   };
   if (CUresult r = driver.cuCtxGetDevice(&loaded->device_); r != CUDA_SUCCESS) {
     return fail("cuCtxGetDevice", r);
@@ -122,8 +120,8 @@ ffi::ErrorOr<std::shared_ptr<LoadedModule>> LoadedModule::GetOrLoad(
   if (loaded->image_ == nullptr) {
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
                       "kernel '" + parsed.symbol + "' has no code this GPU (sm_" + std::to_string(arch) +
-                          ") can run: the module holds " + DescribeImages(parsed) +
-                          ". Compile it with targets=('sm_" + std::to_string(arch) + "',)");
+                          ") can run: the module holds " + DescribeImages(parsed) + ". Compile it with targets=('sm_" +
+                          std::to_string(arch) + "',)");
   }
   char error_log[16384] = {0};
   CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
@@ -137,9 +135,8 @@ ffi::ErrorOr<std::shared_ptr<LoadedModule>> LoadedModule::GetOrLoad(
     if (error_log[0] != '\0') message += "\nJIT log:\n" + std::string(error_log);
     if (r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION) {
       message += "\nThe PTX is newer than this driver (CUDA " + std::to_string(driver.version / 1000) + "." +
-                 std::to_string(driver.version % 1000 / 10) +
-                 ") compiles; build a cubin for this GPU (targets=('sm_" + std::to_string(arch) +
-                 "',)) or use an NVRTC no newer than the driver";
+                 std::to_string(driver.version % 1000 / 10) + ") compiles; build a cubin for this GPU (targets=('sm_" +
+                 std::to_string(arch) + "',)) or use an NVRTC no newer than the driver";
     }
     loaded->module_ = nullptr;
     return ffi::Error::Internal("kernel '" + parsed.symbol + "': " + message);
@@ -183,22 +180,22 @@ LoadedModule::~LoadedModule() {
 ffi::Error LoadedModule::Configure(int dynamic_smem_bytes, bool non_portable_cluster, const std::string& who) {
   std::lock_guard<std::mutex> lock(configure_mutex_);
   if (dynamic_smem_bytes > dynamic_smem_set_) {
-    if (CUresult r = driver_.cuFuncSetAttribute(function_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                dynamic_smem_bytes);
+    if (CUresult r =
+            driver_.cuFuncSetAttribute(function_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic_smem_bytes);
         r != CUDA_SUCCESS) {
-      return ffi::Error::InvalidArgument(
-          who + ": cannot give the kernel " + std::to_string(dynamic_smem_bytes) +
-          " bytes of dynamic shared memory: " + CudaErrorText(driver_, r) + ". This GPU allows " +
-          std::to_string(smem_optin_) + " bytes per block, and the kernel already uses " +
-          std::to_string(static_smem_) + " bytes statically; lower smem_bytes");
+      return ffi::Error::InvalidArgument(who + ": cannot give the kernel " + std::to_string(dynamic_smem_bytes) +
+                                         " bytes of dynamic shared memory: " + CudaErrorText(driver_, r) +
+                                         ". This GPU allows " + std::to_string(smem_optin_) +
+                                         " bytes per block, and the kernel already uses " +
+                                         std::to_string(static_smem_) + " bytes statically; lower smem_bytes");
     }
     dynamic_smem_set_ = dynamic_smem_bytes;
   }
   if (non_portable_cluster && !non_portable_cluster_set_) {
     if (CUresult r = driver_.cuFuncSetAttribute(function_, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
         r != CUDA_SUCCESS) {
-      return ffi::Error::InvalidArgument(who + ": this GPU does not allow clusters of more than 8 blocks: " +
-                                         CudaErrorText(driver_, r));
+      return ffi::Error::InvalidArgument(
+          who + ": this GPU does not allow clusters of more than 8 blocks: " + CudaErrorText(driver_, r));
     }
     non_portable_cluster_set_ = true;
   }

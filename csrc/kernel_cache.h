@@ -33,13 +33,13 @@ struct ParsedKernel {
 };
 
 struct CacheStats {
-  std::atomic<int64_t> module_parses{0};     // instantiate found no parsed kernel and parsed the module
-  std::atomic<int64_t> parse_cache_hits{0};  // instantiate found it parsed already
-  std::atomic<int64_t> module_loads{0};   // cuModuleLoadData calls
-  std::atomic<int64_t> loaded_modules{0}; // CUmodules alive now
-  std::atomic<int64_t> records_created{0}; // launch commands made by the record stage
-  std::atomic<int64_t> instantiations{0};   // instantiate stages run
-  std::atomic<int64_t> instantiate_ns{0};   // time spent in them
+  std::atomic<int64_t> module_parses{0};           // instantiate found no parsed kernel and parsed the module
+  std::atomic<int64_t> parse_cache_hits{0};        // instantiate found it parsed already
+  std::atomic<int64_t> module_loads{0};            // cuModuleLoadData calls
+  std::atomic<int64_t> loaded_modules{0};          // CUmodules alive now
+  std::atomic<int64_t> records_created{0};         // launch commands made by the record stage
+  std::atomic<int64_t> instantiations{0};          // instantiate stages run
+  std::atomic<int64_t> instantiate_ns{0};          // time spent in them
   std::atomic<int64_t> collective_prepares{0};     // prepare stages run by collective call sites
   std::atomic<int64_t> collective_initializes{0};  // initialize stages likewise
 };
@@ -49,7 +49,7 @@ CacheStats& GetCacheStats();
 // parse runs outside the lock; when call sites race, the first result wins
 // and all of them share it.
 ffi::ErrorOr<std::shared_ptr<const ParsedKernel>> GetOrParseKernel(const KernelHash& hash,
-                                                                     std::string_view module_bytes);
+                                                                   std::string_view module_bytes);
 void ClearKernelCache();
 int64_t KernelCacheSize();
 
@@ -57,8 +57,9 @@ int64_t KernelCacheSize();
 class LoadedModule {
  public:
   // Loads `kernel` into `context` (the one its launches will use).
-  static ffi::ErrorOr<std::shared_ptr<LoadedModule>> GetOrLoad(
-      const Driver& driver, std::shared_ptr<const ParsedKernel> kernel, CUcontext context);
+  static ffi::ErrorOr<std::shared_ptr<LoadedModule>> GetOrLoad(const Driver& driver,
+                                                               std::shared_ptr<const ParsedKernel> kernel,
+                                                               CUcontext context);
 
   ~LoadedModule();
   LoadedModule(const LoadedModule&) = delete;

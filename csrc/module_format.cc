@@ -51,8 +51,8 @@ bool ParseImage(Reader& reader, uint32_t i, ParsedModule* module, std::string* e
   uint32_t kind, arch, suffix, reserved;
   uint64_t size;
   std::string_view data;
-  if (!reader.U32(&kind) || !reader.U32(&arch) || !reader.U32(&suffix) ||
-      !reader.U32(&reserved) || !reader.U64(&size)) {
+  if (!reader.U32(&kind) || !reader.U32(&arch) || !reader.U32(&suffix) || !reader.U32(&reserved) ||
+      !reader.U64(&size)) {
     return Fail(error, "the header of image " + std::to_string(i) + " is truncated");
   }
   if (kind != static_cast<uint32_t>(ImageKind::kCubin) && kind != static_cast<uint32_t>(ImageKind::kPtx)) {
@@ -70,7 +70,9 @@ bool ParseImage(Reader& reader, uint32_t i, ParsedModule* module, std::string* e
                            " bytes but the module has " + std::to_string(reader.remaining()) + " left");
   }
   // The driver reads a cubin as an ELF file and PTX as a C string.
-  if (kind == static_cast<uint32_t>(ImageKind::kCubin) && data.substr(0, 4) != std::string_view("\x7f" "ELF", 4)) {
+  if (kind == static_cast<uint32_t>(ImageKind::kCubin) && data.substr(0, 4) != std::string_view("\x7f"
+                                                                                                "ELF",
+                                                                                                4)) {
     return Fail(error, "image " + std::to_string(i) + " is declared a cubin but is not an ELF file");
   }
   if (kind == static_cast<uint32_t>(ImageKind::kPtx) && data.find('\0') != std::string_view::npos) {
@@ -89,13 +91,11 @@ bool ParseModule(std::string_view bytes, ParsedModule* module, std::string* erro
     return Fail(error, "it does not start with the JMFFIMOD magic (was it made by jax_mosaic_ffi?)");
   }
   uint32_t version, flags, num_images, symbol_length;
-  if (!reader.U32(&version) || !reader.U32(&flags) || !reader.U32(&num_images) ||
-      !reader.U32(&symbol_length)) {
+  if (!reader.U32(&version) || !reader.U32(&flags) || !reader.U32(&num_images) || !reader.U32(&symbol_length)) {
     return Fail(error, "the header is truncated");
   }
   if (version != kModuleFormatVersion) {
-    return Fail(error, "format version " + std::to_string(version) +
-                           " is newer than this runtime reads (" +
+    return Fail(error, "format version " + std::to_string(version) + " is newer than this runtime reads (" +
                            std::to_string(kModuleFormatVersion) + "); upgrade jax_mosaic_ffi");
   }
   if ((flags & ~kKnownFlags) != 0) {
@@ -103,8 +103,8 @@ bool ParseModule(std::string_view bytes, ParsedModule* module, std::string* erro
   }
   module->flags = flags;
   if (num_images == 0 || num_images > kMaxImages) {
-    return Fail(error, "it declares " + std::to_string(num_images) + " images (1.." +
-                           std::to_string(kMaxImages) + " allowed)");
+    return Fail(
+        error, "it declares " + std::to_string(num_images) + " images (1.." + std::to_string(kMaxImages) + " allowed)");
   }
   if (symbol_length == 0 || symbol_length > kMaxSymbolLength) {
     return Fail(error, "the kernel symbol is " + std::to_string(symbol_length) + " bytes long");

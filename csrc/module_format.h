@@ -30,8 +30,8 @@ enum class ImageKind : uint32_t { kCubin = 1, kPtx = 2 };
 
 struct Image {
   ImageKind kind;
-  uint32_t arch;    // compute capability, major * 10 + minor
-  uint32_t suffix;  // index into kArchSuffixes
+  uint32_t arch;     // compute capability, major * 10 + minor
+  uint32_t suffix;   // index into kArchSuffixes
   std::string data;  // std::string keeps PTX NUL-terminated for the driver
 };
 

@@ -191,8 +191,7 @@ std::vector<std::string> RendezvousProbe(int participants, int arriving, double 
         uint64_t mine = 100 + rank;
         std::vector<uint64_t> all(participants);
         ffi::Error e = rendezvous.Exchange(7, rank, &mine, all.data(),
-                                           std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)),
-                                           "probe");
+                                           std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), "probe");
         if (e.failure()) {
           results[rank] = e.message();
         } else {
@@ -223,14 +222,16 @@ nb::list VisibleGpus() {
     nb::dict gpu;
     gpu["ordinal"] = ordinal;
     gpu["name"] = std::string(name);
-    gpu["arch"] = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) * 10 +
-                  attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+    gpu["arch"] =
+        attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) * 10 + attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
     gpu["max_shared_memory_per_block_optin"] = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
     gpu["max_threads_per_block"] = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
-    gpu["max_grid"] = std::make_tuple(attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X), attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y),
-                                      attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z));
-    gpu["max_block"] = std::make_tuple(attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X), attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y),
-                                       attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z));
+    gpu["max_grid"] =
+        std::make_tuple(attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X), attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y),
+                        attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z));
+    gpu["max_block"] =
+        std::make_tuple(attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X), attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y),
+                        attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z));
     gpus.append(gpu);
   }
   return gpus;
@@ -288,8 +289,8 @@ NB_MODULE(_core, m) {
   m.def("visible_gpus", &VisibleGpus, "The visible GPUs and their launch limits; empty without a driver.");
 
   nb::module_ testing = m.def_submodule("_testing", "Hooks for the test suite only; not API.");
-  testing.def("rendezvous_probe", &RendezvousProbe, nb::arg("participants"), nb::arg("arriving"),
-              nb::arg("timeout_s"), "Runs the collective rendezvous with threads as ranks.");
+  testing.def("rendezvous_probe", &RendezvousProbe, nb::arg("participants"), nb::arg("arriving"), nb::arg("timeout_s"),
+              "Runs the collective rendezvous with threads as ranks.");
 
   nb::dict built;
   built["jaxlib"] = JMF_JAXLIB_VERSION;

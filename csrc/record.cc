@@ -51,7 +51,8 @@ ffi::Error CallSite::LoadForRecord(int32_t device) {
 }
 
 ffi::Error CallSite::Record(const RecordFrame& record, int32_t device, const Buffers& buffers) {
-  if (device < 0 || device >= kMaxDevices) [[unlikely]] return DeviceOutOfRange(who(), device);
+  if (device < 0 || device >= kMaxDevices) [[unlikely]]
+    return DeviceOutOfRange(who(), device);
   if (record_by_capture_) {
     return record.Take(record.frame->api->request_stream_capture(record.frame->record_ctx),
                        "requesting stream capture");
@@ -71,10 +72,9 @@ ffi::Error CallSite::CreateFills(const RecordFrame& record, const Buffers& buffe
     XLA_FFI_LaunchDims dims{{static_cast<int32_t>(FillBlocks(args.bytes)), 1, 1}, {kFillThreads, 1, 1}, {0, 0, 0}};
     const XLA_FFI_Command* command = nullptr;
     JMF_RETURN_IF_ERROR(record.Take(
-        record.frame->api->create_launch(record.frame->record_ctx, fill.symbol, fill.ptx,
-                                         static_cast<int64_t>(fill.size), XLA_FFI_SourceFormat_PTX, dims, 0, 0,
-                                         &args.kernel_args, *previous ? previous : nullptr, *previous ? 1 : 0,
-                                         &command),
+        record.frame->api->create_launch(
+            record.frame->record_ctx, fill.symbol, fill.ptx, static_cast<int64_t>(fill.size), XLA_FFI_SourceFormat_PTX,
+            dims, 0, 0, &args.kernel_args, *previous ? previous : nullptr, *previous ? 1 : 0, &command),
         "recording the output poisoning"));
     if (!record.Push(command)) {
       return ffi::Error(ffi::ErrorCode::kResourceExhausted, who() + ": the record frame has no room");
@@ -100,13 +100,13 @@ ffi::Error CallSite::CreateCommands(const RecordFrame& record, int32_t device, c
     if (b > 0) MoveToNextElement(element);
     XLA_FFI_KernelArg args[kMaxParams];
     XLA_FFI_KernelArgs kernel_args{args, RecordArgs(element, device, args)};
-    JMF_RETURN_IF_ERROR(record.Take(
-        api.create_launch(record.frame->record_ctx, kernel_->module.symbol.c_str(), image.data.c_str(),
-                          static_cast<int64_t>(ptx ? image.data.size() + 1 : image.data.size()),
-                          ptx ? XLA_FFI_SourceFormat_PTX : XLA_FFI_SourceFormat_CUBIN, record_dims_,
-                          config_.sharedMemBytes, spec_.uses_pdl, &kernel_args, dependency ? &dependency : nullptr,
-                          dependency ? 1 : 0, &launches[b]),
-        "creating the launch command"));
+    JMF_RETURN_IF_ERROR(
+        record.Take(api.create_launch(record.frame->record_ctx, kernel_->module.symbol.c_str(), image.data.c_str(),
+                                      static_cast<int64_t>(ptx ? image.data.size() + 1 : image.data.size()),
+                                      ptx ? XLA_FFI_SourceFormat_PTX : XLA_FFI_SourceFormat_CUBIN, record_dims_,
+                                      config_.sharedMemBytes, spec_.uses_pdl, &kernel_args,
+                                      dependency ? &dependency : nullptr, dependency ? 1 : 0, &launches[b]),
+                    "creating the launch command"));
     if (!record.Push(launches[b])) {
       return ffi::Error(ffi::ErrorCode::kResourceExhausted, who() + ": the record frame has no room for the launch");
     }
@@ -114,9 +114,9 @@ ffi::Error CallSite::CreateCommands(const RecordFrame& record, int32_t device, c
   if (spec_.batch_size > 1) {
     // The batch elements' launches are independent; later commands wait for all of them.
     const XLA_FFI_Command* join = nullptr;
-    JMF_RETURN_IF_ERROR(record.Take(api.create_empty_command(record.frame->record_ctx, launches, spec_.batch_size,
-                                                             &join),
-                                    "joining the batch's launches"));
+    JMF_RETURN_IF_ERROR(
+        record.Take(api.create_empty_command(record.frame->record_ctx, launches, spec_.batch_size, &join),
+                    "joining the batch's launches"));
     if (!record.Push(join)) {
       return ffi::Error(ffi::ErrorCode::kResourceExhausted, who() + ": the record frame has no room");
     }
@@ -156,19 +156,19 @@ ffi::Error CallSite::UpdateCommands(const RecordFrame& record, int32_t device, c
   const XLA_FFI_RecordApi& api = *record.frame->api;
   for (size_t i = 0; i < spec_.poison_buffers.size(); ++i) {
     FillArgs args(buffers, spec_.poison_buffers[i]);
-    JMF_RETURN_IF_ERROR(record.Take(api.update_launch(record.frame->record_ctx,
-                                                      record.command(first_fill + static_cast<int64_t>(i)),
-                                                      &args.kernel_args),
-                                    "updating the output poisoning"));
+    JMF_RETURN_IF_ERROR(
+        record.Take(api.update_launch(record.frame->record_ctx, record.command(first_fill + static_cast<int64_t>(i)),
+                                      &args.kernel_args),
+                    "updating the output poisoning"));
   }
   Buffers element = buffers;
   for (uint32_t b = 0; b < spec_.batch_size; ++b) {
     if (b > 0) MoveToNextElement(element);
     XLA_FFI_KernelArg args[kMaxParams];
     XLA_FFI_KernelArgs kernel_args{args, RecordArgs(element, device, args)};
-    JMF_RETURN_IF_ERROR(record.Take(api.update_launch(record.frame->record_ctx, record.command(launch + b),
-                                                      &kernel_args),
-                                    "updating the launch command"));
+    JMF_RETURN_IF_ERROR(
+        record.Take(api.update_launch(record.frame->record_ctx, record.command(launch + b), &kernel_args),
+                    "updating the launch command"));
   }
   if (last != nullptr) std::copy(buffers.ptrs, buffers.ptrs + buffers.count, last);
   return ffi::Error::Success();

@@ -57,8 +57,7 @@ inline constexpr int32_t kNewestCheckedFfiApiMinor = 5;
 // refusal here would fail the execution instead of falling back to capture.
 struct RecordExtension : ffi::internal::RecordExtensionBase<RecordFrame> {
   static bool Support(int32_t major, int32_t minor) {
-    return major == XLA_FFI_Extension_Record_MajorVersion &&
-           minor >= XLA_FFI_Extension_Record_MinorVersion;
+    return major == XLA_FFI_Extension_Record_MajorVersion && minor >= XLA_FFI_Extension_Record_MinorVersion;
   }
 };
 

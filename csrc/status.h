@@ -16,11 +16,11 @@ namespace ffi = xla::ffi;
 #define JMF_CONCAT(a, b) JMF_CONCAT_INNER(a, b)
 
 // Returns the error of an ffi::Error expression that failed.
-#define JMF_RETURN_IF_ERROR(expr)                                          \
-  do {                                                                     \
-    if (::xla::ffi::Error jmf_error_ = (expr); jmf_error_.failure()) {     \
-      return jmf_error_;                                                   \
-    }                                                                      \
+#define JMF_RETURN_IF_ERROR(expr)                                      \
+  do {                                                                 \
+    if (::xla::ffi::Error jmf_error_ = (expr); jmf_error_.failure()) { \
+      return jmf_error_;                                               \
+    }                                                                  \
   } while (0)
 
 // `JMF_ASSIGN_OR_RETURN(auto x, ErrorOr expression)`: the value, or return the error.
@@ -38,7 +38,8 @@ inline ffi::Error CudaFailure(const Driver& driver, CUresult result, const std::
 
 // Success, or CudaFailure for a driver result.
 inline ffi::Error CudaCheck(const Driver& driver, CUresult result, const std::string& who, const char* what) {
-  if (result == CUDA_SUCCESS) [[likely]] return ffi::Error::Success();
+  if (result == CUDA_SUCCESS) [[likely]]
+    return ffi::Error::Success();
   return CudaFailure(driver, result, who, what);
 }
 

@@ -46,7 +46,7 @@ def main():
   x_spec = jax.ShapeDtypeStruct((n,), jnp.bfloat16)
   bias_spec = jax.ShapeDtypeStruct((n,), jnp.float32)
   hlo = model.trace(x_spec, bias_spec).lower(lowering_platforms=("cuda",)).as_text()
-  line = next(l for l in hlo.splitlines() if "jax_mosaic_ffi_launch_v1" in l)
+  line = next(text for text in hlo.splitlines() if "jax_mosaic_ffi_launch_v1" in text)
   assert "kernel_name = \"softplus_affine\"" in line and "grid = array<i32: 4096, 1, 1>" in line
   print(f"lowered for CUDA: one custom call to jax_mosaic_ffi_launch_v1, module of {len(kernel.module)} bytes, "
         f"kernel_hash {hashlib.sha256(kernel.module).hexdigest()[:16]}...")

@@ -42,7 +42,7 @@ register = _registration.register
 __all__ = [
     "Collective", "CompileError", "Kernel", "KernelCacheStats", "LaunchError", "cdiv",
     "clear_kernel_cache", "cubin_kernel", "cuda_kernel", "export_disabled_checks",
-    "kernel_cache_stats", "mosaic_kernel", "ops", "ptx_kernel", "register",
+    "kernel_cache_stats", "mosaic_kernel", "mosaic_kernel_p", "ops", "ptx_kernel", "register",
 ]
 
 

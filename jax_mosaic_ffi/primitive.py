@@ -63,10 +63,11 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_
   be callables of the input avals (``grid=lambda x, y: jmf.cdiv(x.size, 256)``),
   evaluated when the call is traced, so one wrapper serves every shape.
   """
+  where = launch_spec.who(kernel, _call_site()) if isinstance(kernel, Kernel) else ""
   options = LaunchOptions.create(
       kernel, out_shape, grid=grid, block=block, cluster=cluster, smem_bytes=smem_bytes, uses_pdl=uses_pdl,
       scalars=scalars, input_output_aliases=input_output_aliases, param_order=param_order,
-      collective=collective, batch_grid_axis=batch_grid_axis, where=launch_spec.who(kernel, _call_site()) if isinstance(kernel, Kernel) else "")
+      collective=collective, batch_grid_axis=batch_grid_axis, where=where)
 
   def call(*args):
     in_avals = tuple(jax.typeof(a) for a in args)

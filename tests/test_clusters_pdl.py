@@ -7,7 +7,6 @@ import pytest
 
 import jax_mosaic_ffi as jmf
 
-import kernel_sources
 
 pytestmark = pytest.mark.gpu
 

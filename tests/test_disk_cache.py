@@ -1,7 +1,6 @@
 """The on-disk NVRTC cache: its key, concurrency, corruption and bounds."""
 
 import hashlib
-import json
 import os
 import stat
 import time

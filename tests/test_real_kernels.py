@@ -443,7 +443,7 @@ def test_every_corpus_file_is_run_and_says_what_it_mirrors():
   assert sorted({c.file for c in CASES}) == files
   for name in files:
     lines = (CORPUS / name).read_text().splitlines()
-    header = "\n".join(line for line in lines[:next(i for i, l in enumerate(lines) if not l.startswith("//"))])
+    header = "\n".join(line for line in lines[:next(i for i, text in enumerate(lines) if not text.startswith("//"))])
     assert "Mirrors:" in header and "Our own code" in header and "Apache-2.0" in header, name
 
 
