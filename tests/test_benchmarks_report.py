@@ -2,7 +2,8 @@
 
 tests/data/benchmark_results.json is synthetic, in the shape `python -m
 benchmarks` writes: one optional run failed on an unknown XLA flag, one path
-failed, one run skipped, one stage count missing.
+failed, one run skipped, one stage count missing, one corpus kernel failed
+and one disagreed with its XLA equivalent.
 """
 
 import importlib.util
@@ -52,7 +53,7 @@ def _python(*args, cwd):
 def test_every_benchmark_is_found_in_order_with_unique_runs():
   modules = suite.discover()
   names = [m.NAME for m in modules]
-  assert names == ["launch", "bandwidth", "inplace", "sites", "compile", "allreduce"]
+  assert names == ["launch", "bandwidth", "inplace", "sites", "compile", "allreduce", "corpus"]
   for module in modules:
     runs = [r.name for r in module.RUNS]
     assert runs and len(set(runs)) == len(runs) and all("/" not in r for r in runs)
@@ -109,7 +110,7 @@ def test_the_page_from_recorded_results(results):
   page = report.render(results)
   for title in ["Goals", "Launch overhead", "XLA's PDL flags", "Collective target: stages per execution",
                 "Memory-bound kernel", "In-place update (1 GiB)", "Per call site", "Compile caches",
-                "One-shot all-reduce", "Runs"]:
+                "One-shot all-reduce", "Corpus kernels against XLA", "Runs"]:
     assert f"## {title}\n" in page or f"### {title}\n" in page, title
   assert "NVIDIA H200" in page and "driver 580.95.05" in page and "NVRTC 13.0" in page and "2026-12-02" in page
   assert "| custom call, execute-only empty handler (captured) | 0.79 | 1.08 |" in page
@@ -122,6 +123,12 @@ def test_the_page_from_recorded_results(results):
   assert "| command buffers on | 3.10 | 1.98 | 200 (1.00) | 200 (1.00) |" in page
   assert "counts n/a: this build's kernel_cache_stats() has no collective_prepares" in page
   assert "Without donation / with: **1.96x**" in page
+  assert ("| tiled SGEMM, alpha A @ B (sgemm_smem.cu) | 2048^3 fp32 | alpha * jnp.matmul, precision=HIGHEST (fp32) "
+          "| 1105.0 | 352.0 | 3.14 | 15.5 / 48.8 TFLOP/s | yes (8.2e-07) |") in page
+  assert "| same kernel |  | alpha * jnp.matmul, default precision" in page  # a second XLA equivalent
+  assert ("| 4096x4096 bf16 | jnp amax, scale, clip, astype(float8_e4m3fn) | 16.2 | 18.0 | 0.90 | 3.11 / 2.80 TB/s "
+          "| **no** (0.143 > 0.1) |") in page  # a mismatch is a row of the table, not a failed run
+  assert "- transpose: n/a: RuntimeError: CUDA_ERROR_OUT_OF_MEMORY: out of memory" in page  # a kernel that failed
   assert "staged" not in page and not re.search(r"\bNone\b *\||\bnan\b|\binf\b", page)
   assert "{" not in page.replace("{0: 0}", "")  # no template left unformatted
 
