@@ -237,7 +237,7 @@ def run(rounds: int = ROUNDS, chain: int = CHAIN) -> dict:
       first = {}
       for name, program in programs.items():  # compiles each, outside the timing
         first[name] = [np.asarray(o) for o in program(*args)[0]]
-      seconds = timing.interleaved({name: lambda p=p: jax.block_until_ready(p(*args))
+      seconds = timing.interleaved({name: lambda p=p, a=args: jax.block_until_ready(p(*a))
                                     for name, p in programs.items()}, rounds)
     except Exception:  # this kernel's rows say why; the others still count
       result["errors"].update({key: traceback.format_exc()[-1500:] for key in keys})
