@@ -9,7 +9,6 @@ check it, and binds one `mosaic_kernel` primitive. The CUDA lowering is in
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
@@ -18,6 +17,7 @@ import jax.numpy as jnp
 from jax._src import source_info_util
 from jax.interpreters import ad, batching
 
+from jax_mosaic_ffi import call_site as call_site_lib
 from jax_mosaic_ffi import launch_spec
 from jax_mosaic_ffi.collective import Collective
 from jax_mosaic_ffi.kernel import Kernel
@@ -88,12 +88,7 @@ def _abstract_eval(*avals, kernel, out_avals, spec):
 
 def _call_site() -> str:
   """Where the user called the kernel: "model.py:42 (forward)"."""
-  frame = sys._getframe(1)
-  while frame is not None:
-    if source_info_util.is_user_filename(frame.f_code.co_filename):
-      return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} ({frame.f_code.co_name})"
-    frame = frame.f_back
-  return "<unknown call site>"
+  return call_site_lib.current()
 
 
 def _batching_rule(args, dims, *, kernel, out_avals, spec):
