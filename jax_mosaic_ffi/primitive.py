@@ -8,12 +8,14 @@ check it, and binds one `mosaic_kernel` primitive. The CUDA lowering is in
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import jax.extend
 import jax.numpy as jnp
+from jax._src import dispatch
 from jax._src import source_info_util
 from jax.interpreters import ad, batching
 
@@ -79,6 +81,8 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_
 
 mosaic_kernel_p = jax.extend.core.Primitive("mosaic_kernel")
 mosaic_kernel_p.multiple_results = True
+# Outside jit, a call compiles the primitive alone (jax.grad runs the forward eagerly).
+mosaic_kernel_p.def_impl(functools.partial(dispatch.apply_primitive, mosaic_kernel_p))
 
 
 @mosaic_kernel_p.def_abstract_eval
