@@ -153,6 +153,9 @@ class LaunchSpec:
   aliases: tuple[tuple[int, int], ...]  # (input, output)
   collective: Collective | None
   call_site: str
+  # Not part of the launch: the jax.numpy function lowered instead of the
+  # kernel off CUDA (fallback.py). Compared by identity.
+  fallback: Any = None
 
   def attributes(self, kernel: Kernel) -> dict[str, Any]:
     """The contract attributes of the custom call (docs/contract.md), as Python values.

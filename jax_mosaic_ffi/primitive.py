@@ -8,6 +8,7 @@ check it, and binds one `mosaic_kernel` primitive. The CUDA lowering is in
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from typing import Any, Callable, Mapping, Sequence
@@ -20,6 +21,7 @@ from jax._src import source_info_util
 from jax.interpreters import ad, batching
 
 from jax_mosaic_ffi import call_site as call_site_lib
+from jax_mosaic_ffi import fallback as fallback_lib
 from jax_mosaic_ffi import launch_spec
 from jax_mosaic_ffi.collective import Collective
 from jax_mosaic_ffi.kernel import Kernel
@@ -32,7 +34,8 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_
                   uses_pdl: bool | None = None, scalars=(),
                   input_output_aliases: Mapping[int, int] | None = None,
                   param_order: Sequence[str] | None = None,
-                  collective: Collective | None = None) -> Callable[..., Any]:
+                  collective: Collective | None = None,
+                  fallback: Callable | None = None) -> Callable[..., Any]:
   """Returns a function that launches ``kernel`` on its input arrays.
 
   The kernel's parameters are, in order: one pointer per input, one pointer
@@ -54,6 +57,8 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_
     input_output_aliases: ``{input_index: output_index}`` for in-place updates.
     param_order: an explicit parameter order, by names ``inN``, ``outN``, ``scalarN``.
     collective: a `Collective` for kernels that talk to their peers.
+    fallback: a jax.numpy function of the same inputs returning the same
+      outputs, run instead of the kernel off CUDA (fallback.py).
 
   ``out_shape``, ``grid``, ``block``, ``smem_bytes`` and ``scalars`` may also
   be callables of the input avals (``grid=lambda x, y: jmf.cdiv(x.size, 256)``),
@@ -63,6 +68,8 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_
       kernel, out_shape, grid=grid, block=block, cluster=cluster, smem_bytes=smem_bytes, uses_pdl=uses_pdl,
       scalars=scalars, input_output_aliases=input_output_aliases, param_order=param_order,
       collective=collective, where=launch_spec.who(kernel, _call_site()) if isinstance(kernel, Kernel) else "")
+  where = launch_spec.who(kernel, _call_site())
+  fallback = fallback_lib.create(fallback, where)
 
   def call(*args):
     in_avals = tuple(jax.typeof(a) for a in args)
@@ -73,6 +80,9 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_
       outs = [args[aliased[o]] if o in aliased else jnp.zeros(a.shape, a.dtype) for o, a in enumerate(out_avals)]
       return outs[0] if single else tuple(outs)
     options.check(spec, in_avals, out_avals)
+    if fallback is not None:
+      fallback_lib.check(fallback, in_avals, out_avals, single, launch_spec.who(kernel, spec.call_site))
+      spec = dataclasses.replace(spec, fallback=fallback)
     outs = mosaic_kernel_p.bind(*args, kernel=kernel, out_avals=out_avals, spec=spec)
     return outs[0] if single else tuple(outs)
 
