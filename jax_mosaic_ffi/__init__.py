@@ -17,6 +17,7 @@ import dataclasses
 import jax  # noqa: F401  (jaxlib's extensions load before ours)
 
 from jax_mosaic_ffi import _core
+from jax_mosaic_ffi.autodiff import differentiable
 from jax_mosaic_ffi import compiler as _compiler
 from jax_mosaic_ffi import contract
 from jax_mosaic_ffi import disk_cache as _disk_cache
@@ -34,9 +35,9 @@ __version__ = "0.1.0"
 register = _registration.register
 
 __all__ = [
-    "Collective", "CompileError", "Kernel", "KernelCacheStats", "LaunchError", "cdiv",
-    "clear_kernel_cache", "cubin_kernel", "cuda_kernel", "export_disabled_checks",
-    "kernel_cache_stats", "mosaic_kernel", "ops", "ptx_kernel", "register",
+    "Collective", "CompileError", "Kernel", "KernelCacheStats", "LaunchError", "cdiv", "clear_kernel_cache",
+    "cubin_kernel", "cuda_kernel", "differentiable", "export_disabled_checks", "kernel_cache_stats",
+    "mosaic_kernel", "ops", "ptx_kernel", "register",
 ]
 
 

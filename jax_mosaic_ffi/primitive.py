@@ -125,8 +125,8 @@ batching.primitive_batchers[mosaic_kernel_p] = _batching_rule
 def _no_derivative(primals, tangents, *, kernel, spec, **_):
   raise TypeError(
       f"{launch_spec.who(kernel, spec.call_site)} has no derivative: JAX cannot see inside a hand-written "
-      "kernel. Wrap the call in jax.custom_vjp and give the backward pass (which can be another "
-      "mosaic_kernel); the README shows how.")
+      "kernel. Attach one with jmf.differentiable(forward, bwd=..., residuals=(...)), whose backward (and "
+      "jvp) can be other mosaic_kernel calls; the README's Transformations section shows how.")
 
 
 ad.primitive_jvps[mosaic_kernel_p] = _no_derivative
