@@ -29,15 +29,16 @@ from jax_mosaic_ffi import ops
 from jax_mosaic_ffi.kernel import Kernel, cubin_kernel, cuda_kernel, ptx_kernel
 from jax_mosaic_ffi.launch_spec import LaunchError, cdiv
 from jax_mosaic_ffi.primitive import mosaic_kernel, mosaic_kernel_p
+from jax_mosaic_ffi.sharding import BatchDims, Elementwise, ShardingRule, sharded
 
 __version__ = "0.1.0"
 
 register = _registration.register
 
 __all__ = [
-    "Collective", "CompileError", "Kernel", "KernelCacheStats", "LaunchError", "cdiv", "clear_kernel_cache",
-    "cubin_kernel", "cuda_kernel", "differentiable", "export_disabled_checks", "kernel_cache_stats",
-    "mosaic_kernel", "ops", "ptx_kernel", "register",
+    "BatchDims", "Collective", "CompileError", "Elementwise", "Kernel", "KernelCacheStats", "LaunchError",
+    "ShardingRule", "cdiv", "clear_kernel_cache", "cubin_kernel", "cuda_kernel", "differentiable",
+    "export_disabled_checks", "kernel_cache_stats", "mosaic_kernel", "ops", "ptx_kernel", "register", "sharded",
 ]
 
 

@@ -23,6 +23,7 @@ from jax.interpreters import ad, batching
 from jax_mosaic_ffi import call_site as call_site_lib
 from jax_mosaic_ffi import fallback as fallback_lib
 from jax_mosaic_ffi import launch_spec
+from jax_mosaic_ffi import sharding as sharding_lib
 from jax_mosaic_ffi.collective import Collective
 from jax_mosaic_ffi.kernel import Kernel
 from jax_mosaic_ffi.launch_spec import LaunchError, LaunchOptions
@@ -35,7 +36,7 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_
                   input_output_aliases: Mapping[int, int] | None = None,
                   param_order: Sequence[str] | None = None,
                   collective: Collective | None = None,
-                  fallback: Callable | None = None) -> Callable[..., Any]:
+                  fallback: Callable | None = None, sharding=None) -> Callable[..., Any]:
   """Returns a function that launches ``kernel`` on its input arrays.
 
   The kernel's parameters are, in order: one pointer per input, one pointer
@@ -59,6 +60,8 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_
     collective: a `Collective` for kernels that talk to their peers.
     fallback: a jax.numpy function of the same inputs returning the same
       outputs, run instead of the kernel off CUDA (fallback.py).
+    sharding: how the call may be partitioned under ``jit``:
+      `Elementwise()`, `BatchDims(...)`, `ShardingRule(...)` (sharding.py).
 
   ``out_shape``, ``grid``, ``block``, ``smem_bytes`` and ``scalars`` may also
   be callables of the input avals (``grid=lambda x, y: jmf.cdiv(x.size, 256)``),
@@ -70,6 +73,8 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_
       collective=collective, where=launch_spec.who(kernel, _call_site()) if isinstance(kernel, Kernel) else "")
   where = launch_spec.who(kernel, _call_site())
   fallback = fallback_lib.create(fallback, where)
+  if sharding is not None:
+    sharding_lib.check_per_shard(options, where)
 
   def call(*args):
     in_avals = tuple(jax.typeof(a) for a in args)
@@ -86,7 +91,7 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_
     outs = mosaic_kernel_p.bind(*args, kernel=kernel, out_avals=out_avals, spec=spec)
     return outs[0] if single else tuple(outs)
 
-  return call
+  return call if sharding is None else sharding_lib.sharded(call, sharding, name=f"mosaic_kernel '{kernel.name}'")
 
 
 mosaic_kernel_p = jax.extend.core.Primitive("mosaic_kernel")
