@@ -57,6 +57,7 @@ def check_softmax(softmax, rng, rtol=1e-6, atol=1e-7):
   expected = jax.grad(loss(reference_softmax))(x)
   close(jax.grad(loss(softmax))(x), expected)
   close(jax.jit(jax.grad(loss(softmax)))(x), expected)
+  close(jax.jit(jax.grad(jax.checkpoint(loss(softmax))))(x), expected)
   value, grad = jax.value_and_grad(loss(softmax))(x)
   close(value, loss(reference_softmax)(x))
   close(grad, expected)

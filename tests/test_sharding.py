@@ -217,9 +217,11 @@ def test_rules_resolve_to_factors():
     (jmf.BatchDims((0, 0), 0), ((4,),), ((4,),), r"BatchDims has 2 input entries, the call has 1 inputs"),
     (jmf.BatchDims(2, 0), ((4,),), ((4,),), r"BatchDims puts batch dimension 2 on input 0 \(float32\[4\]\)"),
     (jmf.BatchDims(0, 0), ((4,), (5,)), ((4,),), r"sharding factor 'b0' has size 4 in one array and 5 in another"),
-    (jmf.ShardingRule("i j -> i"), ((4,),), ((4,),), r"the sharding rule gives input 0 \(float32\[4\]\) 2 dimensions \(i j\); it has 1"),
+    (jmf.ShardingRule("i j -> i"), ((4,),), ((4,),),
+     r"the sharding rule gives input 0 \(float32\[4\]\) 2 dimensions \(i j\); it has 1"),
     (jmf.ShardingRule("i, i -> i"), ((4,),), ((4,),), r"the sharding rule names 2 inputs, the call has 1"),
-    (jmf.ShardingRule("... i -> ... i"), ((4,),), ((4,),), r"sharding factor '...' .* \(no '...' or compound factors\)"),
+    (jmf.ShardingRule("... i -> ... i"), ((4,),), ((4,),),
+     r"sharding factor '...' .* \(no '...' or compound factors\)"),
     (jmf.ShardingRule("i -> i", replicated=("j",)), ((4,),), ((4,),), r"replicated names \['j'\]"),
     ("rows", ((4,),), ((4,),), r"sharding must be jmf.Elementwise\(\)"),
 ])
