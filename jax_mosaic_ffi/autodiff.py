@@ -115,7 +115,7 @@ def differentiable(fwd: Callable, *, bwd: Callable, residuals: Sequence[str] = (
     tangent_leaves = [np.zeros(jnp.shape(y), jax.dtypes.float0) for y in out_leaves]
     for o, t in zip(diff_out, t_out):
       tangent_leaves[o] = t
-    return outs, (tuple(tangent_leaves) if isinstance(outs, (tuple, list)) else tangent_leaves[0])
+    return outs, (type(outs)(tangent_leaves) if isinstance(outs, (tuple, list)) else tangent_leaves[0])
 
   return call
 

@@ -182,6 +182,8 @@ def _batch_mappings(entries, avals, kind: str, prefix: str, where: str):
   mappings = []
   for i, (entry, a) in enumerate(zip(entries, avals)):
     dims = () if entry is None else (entry,) if isinstance(entry, int) else entry
+    if len({d % max(len(a.shape), 1) for d in dims}) != len(dims):
+      raise LaunchError(f"{where}: BatchDims names one dimension of {kind} {i} twice: {entry}")
     if entry is None and kind == "output":
       raise LaunchError(f"{where}: BatchDims output {i} has no batch dimension; every output needs one (a shard "
                         "cannot compute an output that depends on the whole batch)")
@@ -248,6 +250,8 @@ def sharded(fn: Callable, rule, *, name: str | None = None) -> Callable:
   (what the rule declares), with any sizes it needs taken from its inputs'
   shapes: under sharding it is traced again with per-shard shapes.
   """
+  if isinstance(rule, type):
+    raise TypeError(f"sharding=jmf.{rule.__name__} is the class; make a rule: jmf.{rule.__name__}(...)")
   if not (isinstance(rule, RULES) or callable(rule)):
     raise TypeError(f"sharding must be jmf.Elementwise(), jmf.BatchDims(...), jmf.ShardingRule(...) or a "
                     f"callable of the input avals returning one, got {rule!r}")
@@ -286,8 +290,8 @@ def _spec_entries(sharding, rank: int):
 
 
 def _choose(factors: Factors, mesh, arg_shapes):
-  """Shardings that keep each splittable factor's mesh axes (as the first input
-  carrying it has them) and replicate everything else."""
+  """Shardings that keep each splittable factor's mesh axes (those of the
+  first input that splits it) and replicate everything else."""
   axes: dict[str, Any] = {}
   used: set[str] = set()
   for mapping, arg in zip(factors.operands, arg_shapes):

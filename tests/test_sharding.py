@@ -181,6 +181,14 @@ def test_one_device_lowers_the_kernel_itself():
   assert contract.LAUNCH_TARGET in exported.mlir_module()
 
 
+def test_a_function_that_ignores_the_shard_shapes_is_named_when_partitioned():
+  mesh = cpu_mesh((8,), ("x",))
+  whole = jmf.sharded(lambda a: jnp.zeros((64,), a.dtype) + a.sum(), jmf.Elementwise())
+  with pytest.raises(Exception, match=r"jmf.sharded\('.*<lambda>'\) at test_sharding.py:\d+ .*: on a shard of inputs "
+                                      r"\(float32\[8\]\) it returns \['float32\[64\]'\], not the shard"):
+    jax.jit(whole)(put(np.arange(64, dtype=np.float32), mesh, P("x")))
+
+
 def test_a_fixed_out_shape_cannot_be_sharded(isolated_disk_cache):
   x = jax.ShapeDtypeStruct((256,), jnp.float32)
   with pytest.raises(jmf.LaunchError, match=r"out_shape and whatever depends on the size .* fixed here: "
@@ -217,6 +225,7 @@ def test_rules_resolve_to_factors():
     (jmf.BatchDims((0, 0), 0), ((4,),), ((4,),), r"BatchDims has 2 input entries, the call has 1 inputs"),
     (jmf.BatchDims(2, 0), ((4,),), ((4,),), r"BatchDims puts batch dimension 2 on input 0 \(float32\[4\]\)"),
     (jmf.BatchDims(0, 0), ((4,), (5,)), ((4,),), r"sharding factor 'b0' has size 4 in one array and 5 in another"),
+    (jmf.BatchDims([(0, -2)], 0), ((4, 2),), ((4,),), r"BatchDims names one dimension of input 0 twice: \(0, -2\)"),
     (jmf.ShardingRule("i j -> i"), ((4,),), ((4,),),
      r"the sharding rule gives input 0 \(float32\[4\]\) 2 dimensions \(i j\); it has 1"),
     (jmf.ShardingRule("i, i -> i"), ((4,),), ((4,),), r"the sharding rule names 2 inputs, the call has 1"),
@@ -239,6 +248,8 @@ def test_rules_check_their_arguments_when_made():
     jmf.ShardingRule("i j")
   with pytest.raises(TypeError, match="sharding must be"):
     jmf.sharded(lambda x: x, "rows")
+  with pytest.raises(TypeError, match=r"sharding=jmf.Elementwise is the class; make a rule: jmf.Elementwise\(...\)"):
+    jmf.sharded(lambda x: x, jmf.Elementwise)
 
 
 # ---------------------------------------------------------------- on GPUs
