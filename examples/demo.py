@@ -3,7 +3,8 @@
 Compiles a kernel with NVRTC, lowers a jitted function that calls it, and,
 on a machine with an NVIDIA GPU, runs it and checks it against numpy. Without
 a GPU it still compiles and lowers, checks the lowered custom call, and says
-what it could not run.
+what it could not run. Everywhere it also runs the kernel's jax.numpy
+fallback on the CPU and checks that against numpy.
 """
 
 import hashlib
@@ -30,6 +31,17 @@ extern "C" __global__ void softplus_affine(const __nv_bfloat16* x, const float* 
 '''
 
 
+def reference(x, bias):
+  """What the kernel computes, in jax.numpy: its fallback off the GPU."""
+  v = x.astype(jnp.float32)
+  return (jnp.where(v > 20, v, jnp.log1p(jnp.exp(v))) * 0.5 + bias).astype(jnp.bfloat16)
+
+
+def expected(x, bias):
+  xf = x.astype(np.float32)
+  return (np.where(xf > 20, xf, np.log1p(np.exp(xf))) * 0.5 + bias).astype(jnp.bfloat16).astype(np.float32) * 2
+
+
 def main():
   n = 1 << 20
   kernel = jmf.cuda_kernel(SOURCE, "softplus_affine")
@@ -37,7 +49,7 @@ def main():
 
   softplus_affine = jmf.mosaic_kernel(
       kernel, jax.ShapeDtypeStruct((n,), jnp.bfloat16),
-      grid=(n + 255) // 256, block=256, scalars=(np.float32(0.5), np.int32(n)))
+      grid=(n + 255) // 256, block=256, scalars=(np.float32(0.5), np.int32(n)), fallback=reference)
 
   @jax.jit
   def model(x, bias):
@@ -51,6 +63,14 @@ def main():
   print(f"lowered for CUDA: one custom call to jax_mosaic_ffi_launch_v1, module of {len(kernel.module)} bytes, "
         f"kernel_hash {hashlib.sha256(kernel.module).hexdigest()[:16]}...")
 
+  rng = np.random.default_rng()
+  x = rng.standard_normal(n).astype(jnp.bfloat16)
+  bias = rng.standard_normal(n).astype(np.float32)
+  with jax.default_device(jax.devices("cpu")[0]):
+    y_cpu = np.asarray(model(x, bias)).astype(np.float32)
+  np.testing.assert_allclose(y_cpu, expected(x, bias), rtol=2e-2, atol=2e-2)
+  print(f"ran the jax.numpy fallback on the CPU: matches numpy on {n} random inputs")
+
   try:
     gpus = jax.devices("cuda")
   except RuntimeError:
@@ -60,14 +80,10 @@ def main():
           "On a GPU machine this demo also runs it and checks it against numpy.")
     return
 
-  rng = np.random.default_rng()
-  x = rng.standard_normal(n).astype(jnp.bfloat16)
-  bias = rng.standard_normal(n).astype(np.float32)
   y = np.asarray(model(x, bias)).astype(np.float32)
-  xf = x.astype(np.float32)
-  expected = (np.where(xf > 20, xf, np.log1p(np.exp(xf))) * 0.5 + bias).astype(jnp.bfloat16).astype(np.float32) * 2
-  np.testing.assert_allclose(y, expected, rtol=2e-2, atol=2e-2)
-  print(f"ran on {gpus[0].device_kind}: matches numpy on {n} random inputs")
+  np.testing.assert_allclose(y, expected(x, bias), rtol=2e-2, atol=2e-2)
+  np.testing.assert_allclose(y, y_cpu, rtol=2e-2, atol=2e-2)
+  print(f"ran on {gpus[0].device_kind}: matches numpy (and the fallback) on {n} random inputs")
   print(jmf.kernel_cache_stats())
 
 

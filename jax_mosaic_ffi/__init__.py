@@ -23,6 +23,7 @@ from jax_mosaic_ffi import versions as _versions
 # rather than an error from deep inside a module that uses it.
 _versions.check(_core.BUILT_AGAINST["jaxlib"])
 
+from jax_mosaic_ffi.autodiff import differentiable
 from jax_mosaic_ffi import compiler as _compiler
 from jax_mosaic_ffi import contract
 from jax_mosaic_ffi import disk_cache as _disk_cache
@@ -34,15 +35,17 @@ from jax_mosaic_ffi import ops
 from jax_mosaic_ffi.kernel import Kernel, cubin_kernel, cuda_kernel, ptx_kernel
 from jax_mosaic_ffi.launch_spec import LaunchError, cdiv
 from jax_mosaic_ffi.primitive import mosaic_kernel, mosaic_kernel_p
+from jax_mosaic_ffi.sharding import BatchDims, Elementwise, ShardingRule, sharded
 
 __version__ = "0.1.0"
 
 register = _registration.register
 
 __all__ = [
-    "Collective", "CompileError", "Kernel", "KernelCacheStats", "LaunchError", "cdiv",
-    "clear_kernel_cache", "cubin_kernel", "cuda_kernel", "export_disabled_checks",
-    "kernel_cache_stats", "mosaic_kernel", "mosaic_kernel_p", "ops", "ptx_kernel", "register",
+    "BatchDims", "Collective", "CompileError", "Elementwise", "Kernel", "KernelCacheStats", "LaunchError",
+    "ShardingRule", "cdiv", "clear_kernel_cache", "cubin_kernel", "cuda_kernel", "differentiable",
+    "export_disabled_checks", "kernel_cache_stats", "mosaic_kernel", "mosaic_kernel_p", "ops", "ptx_kernel",
+    "register", "sharded",
 ]
 
 

@@ -160,6 +160,9 @@ class LaunchSpec:
   batch_size: int = 1
   batch_strides: tuple[int, ...] = ()
   batch_grid_axis: int | None = None
+  # Not part of the launch: the jax.numpy function lowered instead of the
+  # kernel off CUDA (fallback.py). Compared by identity.
+  fallback: Any = None
 
   def attributes(self, kernel: Kernel) -> dict[str, Any]:
     """The contract attributes of the custom call (docs/contract.md), as Python values.

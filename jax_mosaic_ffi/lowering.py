@@ -16,6 +16,7 @@ from jax._src.lib.mlir import ir
 
 from jax_mosaic_ffi import collective as collective_lib
 from jax_mosaic_ffi import contract
+from jax_mosaic_ffi import fallback as fallback_lib
 from jax_mosaic_ffi import launch_spec
 from jax_mosaic_ffi import registration
 from jax_mosaic_ffi.kernel import Kernel
@@ -68,6 +69,10 @@ def _ir_attribute(name: str, value) -> ir.Attribute:
 
 
 def _cuda_lowering(ctx, *operands, kernel: Kernel, out_avals, spec: LaunchSpec):
+  if fallback_lib.reference_mode():  # read per lowering: a debugging switch
+    if spec.fallback is not None:
+      return fallback_lib.lower(ctx, operands, spec.fallback)
+    fallback_lib.warn_no_reference(launch_spec.who(kernel, spec.call_site))
   registration.ensure_registered()
   attributes = spec.attributes(kernel)
   if os.environ.get(POISON_ENV, "") not in ("", "0"):
@@ -90,12 +95,13 @@ def _cuda_lowering(ctx, *operands, kernel: Kernel, out_avals, spec: LaunchSpec):
   return op.results
 
 
-def _unsupported_platform_lowering(ctx, *operands, kernel: Kernel, spec: LaunchSpec, **_):
+def _other_platform_lowering(ctx, *operands, kernel: Kernel, spec: LaunchSpec, **_):
+  """Every platform but CUDA runs the call's fallback, if it has one."""
+  if spec.fallback is not None:
+    return fallback_lib.lower(ctx, operands, spec.fallback)
   platforms = ", ".join(ctx.module_context.platforms)
-  raise NotImplementedError(
-      f"{launch_spec.who(kernel, spec.call_site)} runs only on CUDA GPUs, but this computation is lowered for "
-      f"{platforms}. Put its inputs on a GPU, or export with platforms=['cuda'].")
+  raise NotImplementedError(fallback_lib.missing_message(launch_spec.who(kernel, spec.call_site), platforms))
 
 
-mlir.register_lowering(mosaic_kernel_p, _unsupported_platform_lowering)
+mlir.register_lowering(mosaic_kernel_p, _other_platform_lowering)
 mlir.register_lowering(mosaic_kernel_p, _cuda_lowering, platform="cuda")

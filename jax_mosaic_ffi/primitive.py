@@ -9,18 +9,22 @@ check it, and binds one `mosaic_kernel` primitive. The CUDA lowering is in
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
-import sys
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import jax.extend
 import jax.numpy as jnp
+from jax._src import dispatch
 from jax._src import source_info_util
 from jax.interpreters import ad, batching
 
+from jax_mosaic_ffi import call_site as call_site_lib
+from jax_mosaic_ffi import fallback as fallback_lib
 from jax_mosaic_ffi import launch_spec
+from jax_mosaic_ffi import sharding as sharding_lib
 from jax_mosaic_ffi.collective import Collective
 from jax_mosaic_ffi.kernel import Kernel
 from jax_mosaic_ffi.launch_spec import LaunchError, LaunchOptions
@@ -33,7 +37,8 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_
                   input_output_aliases: Mapping[int, int] | None = None,
                   param_order: Sequence[str] | None = None,
                   collective: Collective | None = None,
-                  batch_grid_axis: str | None = None) -> Callable[..., Any]:
+                  batch_grid_axis: str | None = None, fallback: Callable | None = None,
+                  sharding=None) -> Callable[..., Any]:
   """Returns a function that launches ``kernel`` on its input arrays.
 
   The kernel's parameters are, in order: one pointer per input, one pointer
@@ -58,6 +63,10 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_
     batch_grid_axis: ``"x"``, ``"y"`` or ``"z"`` for a kernel written to take
       a vmap batch on that grid axis in one launch (README: vmap). By default
       a vmapped call launches the kernel once per batch element, unchanged.
+    fallback: a jax.numpy function of the same inputs returning the same
+      outputs, run instead of the kernel off CUDA (fallback.py).
+    sharding: how the call may be partitioned under ``jit``:
+      `Elementwise()`, `BatchDims(...)`, `ShardingRule(...)` (sharding.py).
 
   ``out_shape``, ``grid``, ``block``, ``smem_bytes`` and ``scalars`` may also
   be callables of the input avals (``grid=lambda x, y: jmf.cdiv(x.size, 256)``),
@@ -68,6 +77,9 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_
       kernel, out_shape, grid=grid, block=block, cluster=cluster, smem_bytes=smem_bytes, uses_pdl=uses_pdl,
       scalars=scalars, input_output_aliases=input_output_aliases, param_order=param_order,
       collective=collective, batch_grid_axis=batch_grid_axis, where=where)
+  fallback = fallback_lib.create(fallback, where)
+  if sharding is not None:
+    sharding_lib.check_per_shard(options, where)
 
   def call(*args):
     in_avals = tuple(jax.typeof(a) for a in args)
@@ -78,14 +90,19 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_
       outs = [args[aliased[o]] if o in aliased else jnp.zeros(a.shape, a.dtype) for o, a in enumerate(out_avals)]
       return outs[0] if single else tuple(outs)
     options.check(spec, in_avals, out_avals)
+    if fallback is not None:
+      fallback_lib.check(fallback, in_avals, out_avals, single, launch_spec.who(kernel, spec.call_site))
+      spec = dataclasses.replace(spec, fallback=fallback)
     outs = mosaic_kernel_p.bind(*args, kernel=kernel, out_avals=out_avals, spec=spec)
     return outs[0] if single else tuple(outs)
 
-  return call
+  return call if sharding is None else sharding_lib.sharded(call, sharding, name=f"mosaic_kernel '{kernel.name}'")
 
 
 mosaic_kernel_p = jax.extend.core.Primitive("mosaic_kernel")
 mosaic_kernel_p.multiple_results = True
+# Outside jit, a call compiles the primitive alone (jax.grad runs the forward eagerly).
+mosaic_kernel_p.def_impl(functools.partial(dispatch.apply_primitive, mosaic_kernel_p))
 
 
 @mosaic_kernel_p.def_abstract_eval
@@ -95,12 +112,7 @@ def _abstract_eval(*avals, kernel, out_avals, spec):
 
 def _call_site() -> str:
   """Where the user called the kernel: "model.py:42 (forward)"."""
-  frame = sys._getframe(1)
-  while frame is not None:
-    if source_info_util.is_user_filename(frame.f_code.co_filename):
-      return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} ({frame.f_code.co_name})"
-    frame = frame.f_back
-  return "<unknown call site>"
+  return call_site_lib.current()
 
 
 def _batching_rule(args, dims, *, kernel, out_avals, spec):
@@ -141,7 +153,8 @@ def _batching_rule(args, dims, *, kernel, out_avals, spec):
   if total == 0:
     outs = [jnp.zeros(a.shape, a.dtype) for a in new_out_avals]
   else:
-    batched = dataclasses.replace(spec, batch_size=total, batch_strides=tuple(strides))
+    fallback = spec.fallback and spec.fallback.vmapped(tuple(0 if s else None for s in strides[:len(args)]))
+    batched = dataclasses.replace(spec, batch_size=total, batch_strides=tuple(strides), fallback=fallback)
     launch_spec.check_launch(kernel, batched, [jax.typeof(a) for a in new_args], new_out_avals)
     outs = mosaic_kernel_p.bind(*new_args, kernel=kernel, out_avals=new_out_avals, spec=batched)
   outs = [o.reshape((size, inner, *shape)) if inner > 1 else o for o, shape in zip(outs, per_element_out)]
@@ -158,8 +171,8 @@ batching.primitive_batchers[mosaic_kernel_p] = _batching_rule
 def _no_derivative(primals, tangents, *, kernel, spec, **_):
   raise TypeError(
       f"{launch_spec.who(kernel, spec.call_site)} has no derivative: JAX cannot see inside a hand-written "
-      "kernel. Wrap the call in jax.custom_vjp and give the backward pass (which can be another "
-      "mosaic_kernel); the README shows how.")
+      "kernel. Attach one with jmf.differentiable(forward, bwd=..., residuals=(...)), whose backward (and "
+      "jvp) can be other mosaic_kernel calls; the README's Transformations section shows how.")
 
 
 ad.primitive_jvps[mosaic_kernel_p] = _no_derivative

@@ -59,3 +59,48 @@ extern "C" __global__ void reverse_in_smem(const float* in, float* out, int per_
     out[blockIdx.x * per_block + i] = tile[per_block - 1 - i];
 }
 '''
+
+# Row softmax over the last dimension, one 256-thread block per row, and its
+# derivative: dx = y * (dy - sum(y * dy)), which is both the JVP (tangent dy)
+# and the VJP (cotangent dy), the softmax Jacobian being symmetric.
+SOFTMAX = r'''
+#define THREADS 256
+
+// The sum (or max) over the block; every thread gets it. smem is free again on return.
+__device__ float block_reduce(float v, float* smem, bool take_max) {
+  smem[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = THREADS / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) {
+      float other = smem[threadIdx.x + s];
+      smem[threadIdx.x] = take_max ? fmaxf(smem[threadIdx.x], other) : smem[threadIdx.x] + other;
+    }
+    __syncthreads();
+  }
+  float result = smem[0];
+  __syncthreads();
+  return result;
+}
+
+extern "C" __global__ void softmax_fwd(const float* x, float* y, int cols) {
+  __shared__ float smem[THREADS];
+  const float* xr = x + (long long)blockIdx.x * cols;
+  float* yr = y + (long long)blockIdx.x * cols;
+  float m = __int_as_float(0xff800000);  // -inf
+  for (int j = threadIdx.x; j < cols; j += THREADS) m = fmaxf(m, xr[j]);
+  m = block_reduce(m, smem, true);
+  float s = 0.0f;
+  for (int j = threadIdx.x; j < cols; j += THREADS) s += expf(xr[j] - m);
+  float inv = 1.0f / block_reduce(s, smem, false);
+  for (int j = threadIdx.x; j < cols; j += THREADS) yr[j] = expf(xr[j] - m) * inv;
+}
+
+extern "C" __global__ void softmax_bwd(const float* y, const float* dy, float* dx, int cols) {
+  __shared__ float smem[THREADS];
+  const long long row = (long long)blockIdx.x * cols;
+  float dot = 0.0f;
+  for (int j = threadIdx.x; j < cols; j += THREADS) dot += y[row + j] * dy[row + j];
+  dot = block_reduce(dot, smem, false);
+  for (int j = threadIdx.x; j < cols; j += THREADS) dx[row + j] = y[row + j] * (dy[row + j] - dot);
+}
+'''
