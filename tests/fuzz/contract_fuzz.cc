@@ -1,0 +1,1447 @@
+// Fuzz driver for the custom-call contract: attribute decoding and
+// ValidateLaunch, ParseCliques (csrc/contract.cc) and ParseModule
+// (csrc/module_format.cc). Their inputs come from artifacts anyone can edit,
+// so they must never crash, overflow or read out of bounds, and what they
+// accept must satisfy every assumption the launch path makes. The sanitizers
+// catch the first; the invariant checks below, which abort, the second.
+//
+// A test tool, not part of the extension: it links the two contract sources
+// directly and needs no XLA, CUDA or Python headers. tests/test_fuzz.py and
+// scripts/fuzz.sh build it as
+//
+//   g++ -std=c++20 -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+//       -D_GLIBCXX_ASSERTIONS -Icsrc tests/fuzz/contract_fuzz.cc csrc/contract.cc csrc/module_format.cc
+//
+// (_GLIBCXX_ASSERTIONS checks every operator[] of std::string, vector and
+// array against size(): ASAN alone misses an index past size() that stays
+// inside the allocation, like seen[64] of a std::array<bool, 64> member.)
+//
+//   contract_fuzz --seconds N [--seed S] [--cases N] [--artifacts DIR]   the seeded loop
+//   contract_fuzz FILE_OR_DIR...                                          replays inputs
+//
+// With clang, -fsanitize=fuzzer -DJMF_LIBFUZZER builds it as a libFuzzer
+// target instead (scripts/fuzz.sh; docs/fuzzing.md).
+//
+// One input is one case. Its first byte picks the target (byte % 3:
+// 0 validator, 1 module parser, 2 ParseCliques); the rest is read as two
+// streams of choices (Input): forwards, to build a well-formed launch, module
+// or clique list, and backwards from the end, to pick the edits that break
+// it. Past the end every read is 0, and 0 always picks the plain choice
+// (no edits), so short inputs make well-formed cases: a coverage-guided
+// fuzzer and the built-in loop both start from the valid shapes and mutate
+// away from them.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <climits>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "contract.h"
+#include "module_format.h"
+
+// Provided by the sanitizer runtimes; null without them.
+extern "C" void __sanitizer_set_death_callback(void (*callback)(void)) __attribute__((weak));
+
+namespace {
+
+using jmf::Lookup;
+
+// ------------------------------------------------------------ reporting
+
+// Context printed with a violated invariant.
+const jmf::LaunchAttributes* g_attrs = nullptr;
+
+std::string Escape(std::string_view text, size_t limit = 96) {
+  std::string out;
+  for (unsigned char c : text.substr(0, limit)) {
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof(hex), "\\x%02x", c);
+      out += hex;
+    }
+  }
+  if (text.size() > limit) out += "...(" + std::to_string(text.size()) + " bytes)";
+  return out;
+}
+
+std::string Join(const std::vector<int64_t>& values, size_t limit = 32) {
+  std::string out = "[";
+  for (size_t i = 0; i < values.size() && i < limit; ++i) out += (i ? "," : "") + std::to_string(values[i]);
+  if (values.size() > limit) out += ",...(" + std::to_string(values.size()) + ")";
+  return out + "]";
+}
+
+std::string Describe(const jmf::LaunchAttributes& a) {
+  return "  grid " + Join(a.grid) + " block " + Join(a.block) + " cluster " + Join(a.cluster) + " smem " +
+         std::to_string(a.smem_bytes) + "\n  num_inputs " + std::to_string(a.num_inputs) + " num_outputs " +
+         (a.num_outputs ? std::to_string(*a.num_outputs) : "absent") + " param_order " + Join(a.param_order) +
+         "\n  scalar_sizes " + Join(a.scalar_sizes) + " scalar_data " + std::to_string(a.scalar_data.size()) +
+         " bytes, poison_outputs " + Join(a.poison_outputs) + "\n  xla_replica_ids '" + Escape(a.xla_replica_ids) +
+         "' symmetric '" + Escape(a.symmetric_memory_parameters) + "' hash " + std::to_string(a.kernel_hash.size()) +
+         " bytes\n";
+}
+
+[[noreturn]] void Violation(const char* what, int line, const std::string& detail) {
+  std::fprintf(stderr, "contract_fuzz: invariant violated (contract_fuzz.cc:%d): %s\n", line, what);
+  if (!detail.empty()) std::fprintf(stderr, "  %s\n", detail.c_str());
+  if (g_attrs != nullptr) std::fprintf(stderr, "%s", Describe(*g_attrs).c_str());
+  std::abort();
+}
+
+#define FUZZ_CHECK(cond, ...)                                          \
+  do {                                                                 \
+    if (!(cond)) Violation(#cond, __LINE__, std::string(__VA_ARGS__)); \
+  } while (0)
+
+// ---------------------------------------------------------------- input
+
+// `pattern` repeated to `length` bytes, by doubling: a per-byte loop costs a
+// traced comparison per byte under libFuzzer.
+std::string Repeat(std::string pattern, size_t length) {
+  if (pattern.empty()) pattern.assign(1, '\0');
+  while (pattern.size() < length) pattern += pattern;
+  pattern.resize(length);
+  return pattern;
+}
+
+// Reads choices from the fuzz input; 0 past its end. A target builds a
+// well-formed case reading forwards from the start and picks its edits
+// reading backwards from the end, so that a short input has edits too.
+class Input {
+ public:
+  Input(const uint8_t* data, size_t size, bool backwards = false) : data_(data), size_(size), backwards_(backwards) {}
+
+  uint8_t U8() {
+    if (pos_ >= size_) return 0;
+    const size_t i = pos_++;
+    return data_[backwards_ ? size_ - 1 - i : i];
+  }
+  // Little-endian, one read per statement: the operands of | are unsequenced,
+  // and an input must mean the same case under every compiler.
+  uint16_t U16() {
+    const uint16_t low = U8();
+    return static_cast<uint16_t>(low | U8() << 8);
+  }
+  uint32_t U32() {
+    const uint32_t low = U16();
+    return low | static_cast<uint32_t>(U16()) << 16;
+  }
+  uint64_t U64() {
+    const uint64_t low = U32();
+    return low | static_cast<uint64_t>(U32()) << 32;
+  }
+  // In [0, n).
+  uint64_t Below(uint64_t n) {
+    if (n <= 1) return 0;
+    if (n <= 256) return U8() % n;
+    if (n <= 65536) return U16() % n;
+    if (n <= (uint64_t{1} << 32)) return U32() % n;
+    return U64() % n;
+  }
+  // True one time in n (n >= 2); false once the input is used up.
+  bool OneIn(uint64_t n) { return Below(n) == n - 1; }
+  bool Bool() { return U8() & 1; }
+  std::string Raw(size_t n) {
+    std::string out(n, '\0');
+    for (char& c : out) c = static_cast<char>(U8());
+    return out;
+  }
+  // n bytes of a short random pattern: for bytes whose value matters less
+  // than their length (a hash, scalar data, a cubin's body).
+  std::string Pattern(size_t n) { return Repeat(Raw(1 + Below(8)), n); }
+  std::string Rest() {
+    std::string rest;
+    while (pos_ < size_) rest += static_cast<char>(U8());
+    return rest;
+  }
+
+ private:
+  const uint8_t* data_;
+  size_t size_;
+  bool backwards_;
+  size_t pos_ = 0;
+};
+
+template <typename T, size_t N>
+T Pick(Input& in, const T (&table)[N]) {
+  return table[in.Below(N)];
+}
+
+int64_t Wrap(int64_t value, int64_t delta) {  // value + delta without signed overflow
+  return static_cast<int64_t>(static_cast<uint64_t>(value) + static_cast<uint64_t>(delta));
+}
+
+// Integers a bound check can get wrong: zero, signs, the ends of each width,
+// powers of two, and every contract limit and its neighbours.
+const std::vector<int64_t>& EdgeInts() {
+  static const std::vector<int64_t> values = [] {
+    // clang-format off
+    std::vector<int64_t> v = {0,     1,     2,     3,     4,     5,     7,     8,     9,      15,     16,   17,
+                              31,    32,    33,    63,    64,    65,    255,   256,   257,    1023,   1024, 1025,
+                              65535, 65536, 65537, INT32_MIN, INT32_MAX, int64_t{INT32_MIN} - 1,
+                              int64_t{INT32_MAX} + 1, UINT32_MAX, int64_t{UINT32_MAX} + 1, INT64_MIN, INT64_MAX,
+                              INT64_MIN + 1, INT64_MAX - 1};
+    for (int k = 0; k < 63; ++k) {
+      v.push_back(int64_t{1} << k);
+      v.push_back(-(int64_t{1} << k));
+    }
+    std::vector<int64_t> limits = {jmf::kMaxParams, jmf::kMaxBuffers, jmf::kMaxDevices, jmf::kMaxPeers,
+                                   jmf::kMaxThreadsPerBlock, jmf::kMaxClusterBlocks, jmf::kPortableClusterBlocks,
+                                   jmf::kMaxSmemBytes, jmf::kMaxScalarBytes,
+                                   static_cast<int64_t>(jmf::kMaxLabelBytes),
+                                   static_cast<int64_t>(jmf::kMaxReplicaIdsBytes),
+                                   static_cast<int64_t>(jmf::kKernelHashBytes), jmf::kMaxBatch,
+                                   jmf::kMaxBatchStride};
+    // clang-format on
+    limits.insert(limits.end(), jmf::kMaxGrid.begin(), jmf::kMaxGrid.end());
+    limits.insert(limits.end(), jmf::kMaxBlock.begin(), jmf::kMaxBlock.end());
+    for (int64_t limit : limits) {
+      for (int64_t d = -1; d <= 1; ++d) {
+        v.push_back(limit + d);
+        v.push_back(-(limit + d));  // a scalar code names scalar limit + d - 1
+      }
+    }
+    return v;
+  }();
+  return values;
+}
+
+int64_t Int(Input& in) {
+  // The ends of each width, apart, so that they are not lost among the rest.
+  static constexpr int64_t kExtremes[] = {INT64_MIN, INT64_MAX, INT64_MIN + 1, INT32_MIN, INT32_MAX, UINT32_MAX, -1};
+  switch (in.Below(8)) {
+    case 0:
+    case 1:
+      return static_cast<int64_t>(in.Below(20)) - 2;
+    case 2:
+      return Pick(in, kExtremes);
+    case 3:
+    case 4:
+      return EdgeInts()[in.Below(EdgeInts().size())];
+    case 5:
+      return static_cast<int32_t>(in.U32());
+    case 6:
+      return static_cast<int64_t>(in.U64());
+    default:
+      return static_cast<int64_t>(in.Below(601)) - 300;
+  }
+}
+
+// A count in [0, max], mostly small, often exactly max.
+int64_t Count(Input& in, int64_t max) {
+  if (max <= 0) return 0;
+  switch (in.Below(8)) {
+    case 6:
+      return max;
+    case 7:
+      return static_cast<int64_t>(in.Below(static_cast<uint64_t>(max) + 1));
+    default:
+      return static_cast<int64_t>(in.Below(static_cast<uint64_t>(std::min<int64_t>(max, 4)) + 1));
+  }
+}
+
+// A length for a mutated array or string: small, random, or at an edge of
+// `limit` (the size the decoder allows; 0 for none). Long ones are rare, so
+// that they do not take most of the time.
+size_t Length(Input& in, size_t limit) {
+  static constexpr size_t kEdges[] = {0,   1,   2,   3,   4,   7,    8,    9,    31,    32,    33,   255,
+                                      256, 257, 511, 512, 513, 1024, 1025, 4096, 65535, 65536, 65537};
+  switch (in.Below(16)) {
+    case 12:
+    case 13:
+      return Pick(in, kEdges);
+    case 14:
+      return in.Below(600);
+    case 15:
+      return limit == 0 ? in.Below(1 << 12) : limit - 1 + in.Below(3);  // limit - 1 .. limit + 1
+    default:
+      return in.Below(9);
+  }
+}
+
+// Text for string attributes: the characters the contract's parsers treat
+// specially, plus NULs, controls and bytes above ASCII. Long text repeats a
+// short pattern so it costs few input bytes.
+std::string Text(Input& in, size_t length) {
+  static constexpr char kSpecial[] = {'0', '1', ',', ';', ' ', '9', '\0', '\n', '\x7f', '-', '+', 'x'};
+  std::string pattern(1 + in.Below(16), '\0');
+  const int alphabet = static_cast<int>(in.Below(4));
+  for (char& c : pattern) {
+    switch (alphabet) {
+      case 0:  // clique lists and flags
+        c = "0123456789,; "[in.Below(13)];
+        break;
+      case 1:
+        c = Pick(in, kSpecial);
+        break;
+      case 2:
+        c = static_cast<char>('0' + in.Below(10));
+        break;
+      default:
+        c = static_cast<char>(in.U8());
+    }
+  }
+  return Repeat(pattern, length);
+}
+
+// ---------------------------------------------------- attribute source
+
+enum class Type : uint8_t { kMissing, kBool, kInt, kInts, kInts64, kBytes };
+
+struct Attr {
+  Type type = Type::kMissing;
+  bool b = false;
+  int64_t i = 0;
+  std::vector<int64_t> ints;
+  std::string bytes;
+};
+
+struct AttrSpec {
+  std::string name;
+  Type type;
+  size_t limit;  // for bytes: the most the decoder takes
+};
+
+// The attributes DecodeLaunchAttributes reads, with their types and limits,
+// learned by running it once against a source that has none. A new
+// attribute is fuzzed without changing this file.
+class RecordingSource {
+ public:
+  explicit RecordingSource(std::vector<AttrSpec>* specs) : specs_(specs) {}
+  Lookup Bool(const char* name, bool*) { return Add(name, Type::kBool, 0); }
+  Lookup Int(const char* name, int64_t*) { return Add(name, Type::kInt, 0); }
+  Lookup Ints(const char* name, std::vector<int64_t>*) { return Add(name, Type::kInts, 0); }
+  Lookup Ints64(const char* name, std::vector<int64_t>*) { return Add(name, Type::kInts64, 0); }
+  Lookup Bytes(const char* name, std::string*, size_t limit) { return Add(name, Type::kBytes, limit); }
+
+ private:
+  Lookup Add(const char* name, Type type, size_t limit) {
+    for (const AttrSpec& spec : *specs_) {
+      if (spec.name == name) return Lookup::kMissing;
+    }
+    specs_->push_back(AttrSpec{name, type, limit});
+    return Lookup::kMissing;
+  }
+  std::vector<AttrSpec>* specs_;
+};
+
+const std::vector<AttrSpec>& Schema() {
+  static const std::vector<AttrSpec> specs = [] {
+    std::vector<AttrSpec> out;
+    RecordingSource source(&out);
+    jmf::LaunchAttributes a;
+    std::string error;
+    jmf::DecodeLaunchAttributes(source, &a, &error);
+    return out;
+  }();
+  return specs;
+}
+
+int AttrIndex(const char* name) {
+  const std::vector<AttrSpec>& schema = Schema();
+  for (size_t i = 0; i < schema.size(); ++i) {
+    if (schema[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// The driver builds coherent launches by name: a renamed attribute must be
+// followed here, or the fuzzer would quietly stop covering it.
+size_t RequireIndex(const char* name) {
+  const int i = AttrIndex(name);
+  if (i < 0) {
+    std::fprintf(stderr, "contract_fuzz: DecodeLaunchAttributes no longer reads '%s'; update the driver\n", name);
+    std::abort();
+  }
+  return static_cast<size_t>(i);
+}
+
+// One value (or none) per schema attribute.
+class Attributes {
+ public:
+  Attributes() : values_(Schema().size()) {}
+
+  Attr& operator[](size_t i) { return values_[i]; }
+  const Attr& operator[](size_t i) const { return values_[i]; }
+  size_t size() const { return values_.size(); }
+
+  Attr& Named(const char* name) { return values_[RequireIndex(name)]; }
+  void SetBool(const char* name, bool v) { Named(name) = Attr{Type::kBool, v, 0, {}, {}}; }
+  void SetInt(const char* name, int64_t v) { Named(name) = Attr{Type::kInt, false, v, {}, {}}; }
+  void SetInts(const char* name, std::vector<int64_t> v, Type type = Type::kInts) {
+    Named(name) = Attr{type, false, 0, std::move(v), {}};
+  }
+  void SetBytes(const char* name, std::string v) { Named(name) = Attr{Type::kBytes, false, 0, {}, std::move(v)}; }
+
+ private:
+  std::vector<Attr> values_;
+};
+
+// The template parameter of DecodeLaunchAttributes, answering from
+// Attributes the way XLA's dictionary and the Python dict do: a value of
+// another type, or bytes past the limit, is kWrongType.
+class FuzzSource {
+ public:
+  explicit FuzzSource(const Attributes& attrs) : attrs_(attrs) {}
+
+  Lookup Bool(const char* name, bool* out) {
+    const Attr* v;
+    const Lookup found = Find(name, Type::kBool, &v);
+    if (found == Lookup::kFound) *out = v->b;
+    return found;
+  }
+  Lookup Int(const char* name, int64_t* out) {
+    const Attr* v;
+    const Lookup found = Find(name, Type::kInt, &v);
+    if (found == Lookup::kFound) *out = v->i;
+    return found;
+  }
+  Lookup Ints(const char* name, std::vector<int64_t>* out) {
+    const Attr* v;
+    const Lookup found = Find(name, Type::kInts, &v);
+    if (found == Lookup::kFound) *out = v->ints;
+    return found;
+  }
+  // array<i64>: an array<i32> is the wrong type, as in XLA's dictionary.
+  Lookup Ints64(const char* name, std::vector<int64_t>* out) {
+    const Attr* v;
+    const Lookup found = Find(name, Type::kInts64, &v);
+    if (found == Lookup::kFound) *out = v->ints;
+    return found;
+  }
+  Lookup Bytes(const char* name, std::string* out, size_t limit) {
+    const Attr* v;
+    Lookup found = Find(name, Type::kBytes, &v);
+    if (found == Lookup::kFound && v->bytes.size() > limit) found = Lookup::kWrongType;
+    if (found == Lookup::kFound) *out = v->bytes;
+    return found;
+  }
+
+ private:
+  Lookup Find(const char* name, Type type, const Attr** value) {
+    const int i = AttrIndex(name);
+    if (i < 0 || attrs_[i].type == Type::kMissing) return Lookup::kMissing;
+    if (attrs_[i].type != type) return Lookup::kWrongType;
+    *value = &attrs_[i];
+    return Lookup::kFound;
+  }
+  const Attributes& attrs_;
+};
+
+// ------------------------------------------------- coherent launches
+
+void Shuffle(Input& in, std::vector<int64_t>* values) {
+  for (size_t i = values->size(); i > 1; --i) std::swap((*values)[i - 1], (*values)[in.Below(i)]);
+}
+
+// "0,1;2,3"-style cliques: distinct device ids, valid by construction.
+std::string CliqueText(Input& in, std::vector<std::vector<int32_t>>* cliques) {
+  std::vector<int64_t> ids(jmf::kMaxDevices);
+  for (int i = 0; i < jmf::kMaxDevices; ++i) ids[i] = i;
+  const int64_t n = 1 + Count(in, jmf::kMaxDevices - 1);
+  // A partial shuffle: the first n ids.
+  for (int64_t i = 0; i < n; ++i) std::swap(ids[i], ids[i + in.Below(jmf::kMaxDevices - i)]);
+  std::string text;
+  cliques->assign(1, {});
+  for (int64_t i = 0; i < n; ++i) {
+    if (i > 0) {
+      const bool next_clique = in.OneIn(4);
+      text += next_clique ? ';' : ',';
+      if (next_clique) cliques->emplace_back();
+      if (in.OneIn(8)) text += ' ';
+    }
+    if (in.OneIn(16)) text += "00";  // leading zeros
+    text += std::to_string(ids[i]);
+    cliques->back().push_back(static_cast<int32_t>(ids[i]));
+  }
+  return text;
+}
+
+// Dimensions within `limits` whose product is at most `budget`, with each
+// also a multiple of `factor` when given.
+std::vector<int64_t> Dims(Input& in, const std::array<int64_t, 3>& limits, int64_t budget,
+                          const std::vector<int64_t>* factor) {
+  std::vector<int64_t> out(3, 1);
+  int order[3] = {0, 1, 2};
+  for (int i = 2; i > 0; --i) std::swap(order[i], order[in.Below(i + 1)]);
+  for (int i : order) {
+    const int64_t f = factor ? (*factor)[i] : 1;
+    const int64_t most = std::min(limits[i], budget) / f;
+    int64_t m = 1;
+    switch (in.Below(4)) {
+      case 1:
+        m = 1 + static_cast<int64_t>(in.Below(static_cast<uint64_t>(std::min<int64_t>(most, 64))));
+        break;
+      case 2:
+        m = most;
+        break;
+      case 3:
+        m = 1 + static_cast<int64_t>(in.Below(static_cast<uint64_t>(most)));
+        break;
+    }
+    out[i] = m * f;
+    budget /= out[i];
+  }
+  return out;
+}
+
+// A launch ValidateLaunch must accept for `collective`.
+void BuildLaunch(Input& in, bool collective, Attributes* attrs) {
+  const int64_t kNoBudget = std::numeric_limits<int64_t>::max();
+  attrs->SetBytes("kernel_hash", in.Pattern(jmf::kKernelHashBytes));
+  for (const char* label : {"kernel_name", "call_site"}) {
+    const size_t limit = Schema()[RequireIndex(label)].limit;
+    if (in.Bool()) attrs->SetBytes(label, Text(in, std::min(Length(in, limit), limit)));
+  }
+  if (in.Bool()) attrs->SetBool("use_custom_barrier", false);
+  if (collective || in.Bool()) attrs->SetBool("uses_xla_collective_metadata", collective);
+  std::vector<int64_t> cluster = Dims(in, {jmf::kMaxClusterBlocks, jmf::kMaxClusterBlocks, jmf::kMaxClusterBlocks},
+                                      jmf::kMaxClusterBlocks, nullptr);
+  attrs->SetInts("grid", Dims(in, jmf::kMaxGrid, kNoBudget, &cluster));
+  attrs->SetInts("block", Dims(in, jmf::kMaxBlock, jmf::kMaxThreadsPerBlock, nullptr));
+  attrs->SetInts("cluster", cluster);
+  if (in.Bool()) attrs->SetInt("smem_bytes", in.Bool() ? jmf::kMaxSmemBytes : in.Below(jmf::kMaxSmemBytes + 1));
+  if (in.Bool()) attrs->SetBool("uses_pdl", in.Bool());
+
+  const int64_t num_inputs = Count(in, jmf::kMaxBuffers);
+  const int64_t num_outputs = Count(in, jmf::kMaxBuffers - num_inputs);
+  const int64_t num_buffers = num_inputs + num_outputs;
+  attrs->SetInt("num_inputs", num_inputs);
+  attrs->SetInt("num_outputs", num_outputs);
+
+  // Parameters: each scalar at most once, buffers any number of times.
+  const int64_t max_params = jmf::kMaxParams - (collective ? 1 : 0);
+  const int64_t num_scalars = Count(in, jmf::kMaxParams);
+  std::vector<int64_t> params;
+  for (int64_t k = 0; k < num_scalars && static_cast<int64_t>(params.size()) < max_params; ++k) {
+    if (!in.OneIn(8)) params.push_back(-(k + 1));
+  }
+  if (num_buffers > 0) {
+    const int64_t buffer_params = Count(in, max_params - static_cast<int64_t>(params.size()));
+    for (int64_t j = 0; j < buffer_params; ++j) {
+      params.push_back(j < num_buffers && !in.OneIn(8) ? j : static_cast<int64_t>(in.Below(num_buffers)));
+    }
+  }
+  Shuffle(in, &params);
+  attrs->SetInts("param_order", params);
+  if (num_scalars > 0 || in.Bool()) {
+    std::vector<int64_t> sizes(num_scalars);
+    for (int64_t& size : sizes) size = 1 + in.Below(jmf::kMaxScalarBytes);
+    attrs->SetInts("scalar_sizes", sizes);
+    attrs->SetBytes("scalar_data", in.Pattern(8 * num_scalars));
+  }
+  if (num_outputs > 0 && in.OneIn(4)) {
+    std::vector<int64_t> poison(Count(in, num_outputs));
+    for (int64_t& output : poison) output = in.Below(num_outputs);
+    attrs->SetInts("poison_outputs", poison);
+  }
+  // vmap: more than one element on the plain target only, a stride per
+  // buffer, at least 1 byte for an output (each element writes its own).
+  if (!collective && in.OneIn(4)) {
+    attrs->SetInt("batch_size", 2 + Count(in, jmf::kMaxBatch - 2));
+    std::vector<int64_t> strides(num_buffers);
+    for (int64_t b = 0; b < num_buffers; ++b) {
+      const int64_t least = b < num_inputs ? 0 : 1;
+      switch (in.Below(4)) {
+        case 0:
+          strides[b] = least;
+          break;
+        case 1:
+          strides[b] = jmf::kMaxBatchStride;
+          break;
+        case 2:
+          strides[b] = least + static_cast<int64_t>(in.Below(jmf::kMaxBatchStride));
+          break;
+        default:
+          strides[b] = 256 * (1 + static_cast<int64_t>(in.Below(4096)));
+      }
+    }
+    attrs->SetInts("batch_strides", strides, Type::kInts64);
+  } else if (in.OneIn(4)) {
+    attrs->SetInt("batch_size", 1);
+  }
+  if (collective || in.OneIn(4)) {
+    std::vector<std::vector<int32_t>> cliques;
+    attrs->SetBytes("xla_replica_ids", CliqueText(in, &cliques));
+  }
+  if (collective || in.OneIn(4)) {
+    std::string flags;
+    const int separator = static_cast<int>(in.Below(3));
+    for (int64_t b = 0; b < num_buffers; ++b) {
+      if (b > 0) flags += separator == 0 ? "," : separator == 1 ? ", " : "";
+      flags += in.Bool() ? '1' : '0';
+    }
+    switch (in.Below(4)) {
+      case 0:
+        attrs->SetBytes("symmetric_memory_parameters", flags);
+        break;
+      case 1:
+        attrs->SetBytes("multimem_parameters", flags);  // the older name
+        break;
+      case 2:
+        attrs->SetBytes("symmetric_memory_parameters", "");  // none symmetric
+        break;
+    }
+  }
+  if (in.Bool()) attrs->SetBool("skip_device_barrier", in.Bool());
+}
+
+// Replaces one attribute with a value of another type, or edits its value.
+void Mutate(Input& in, Attributes* attrs) {
+  // Mostly an attribute the launch has: a third of them are optional and
+  // absent, and adding one is less often the edge that matters.
+  std::vector<size_t> present;
+  for (size_t i = 0; i < attrs->size(); ++i) {
+    if ((*attrs)[i].type != Type::kMissing) present.push_back(i);
+  }
+  const size_t index = present.empty() || in.OneIn(4) ? in.Below(attrs->size()) : present[in.Below(present.size())];
+  const AttrSpec& spec = Schema()[index];
+  Attr& v = (*attrs)[index];
+  const int op = static_cast<int>(in.Below(8));
+  if (op == 0) {
+    v = Attr();
+    return;
+  }
+  Type type = spec.type;
+  if (op == 1) type = static_cast<Type>(1 + in.Below(5));  // any type, usually a wrong one
+  if (v.type != type) {
+    v = Attr();
+    v.type = type;
+  }
+  switch (type) {
+    case Type::kMissing:
+      break;
+    case Type::kBool:
+      v.b = in.Bool() ? !v.b : in.Bool();
+      break;
+    case Type::kInt:
+      v.i = in.Bool() ? Int(in) : Wrap(v.i, static_cast<int8_t>(in.U8()) % 4);
+      break;
+    case Type::kInts:
+    case Type::kInts64: {
+      std::vector<int64_t>& ints = v.ints;
+      switch (in.Below(7)) {
+        case 0:
+          if (!ints.empty()) ints[in.Below(ints.size())] = Int(in);
+          break;
+        case 1: {
+          const size_t at = in.Below(ints.size() + 1);
+          ints.insert(ints.begin() + static_cast<ptrdiff_t>(at), Int(in));
+          break;
+        }
+        case 2:
+          if (!ints.empty()) ints.erase(ints.begin() + static_cast<ptrdiff_t>(in.Below(ints.size())));
+          break;
+        case 3:
+          if (!ints.empty()) {
+            int64_t& x = ints[in.Below(ints.size())];
+            x = Wrap(x, in.Bool() ? 1 : -1);
+          }
+          break;
+        case 4: {
+          // A new length; long arrays repeat a value, or count up or down.
+          const size_t length = Length(in, 0);
+          const int fill = static_cast<int>(in.Below(3));
+          const int64_t value = Int(in);
+          const size_t old = ints.size();
+          ints.resize(length, value);
+          if (fill != 0 && length > old) {
+            std::iota(ints.begin() + static_cast<ptrdiff_t>(old), ints.end(), static_cast<int64_t>(old));
+          }
+          if (fill == 2) {
+            for (size_t i = old; i < length; ++i) ints[i] = -ints[i] - 1;  // scalar codes
+          }
+          break;
+        }
+        case 5:
+          if (ints.size() > 1) {
+            const size_t i = in.Below(ints.size());
+            std::swap(ints[i], ints[in.Below(ints.size())]);
+          }
+          break;
+        default: {
+          ints.assign(in.Below(6), 0);
+          for (int64_t& x : ints) x = Int(in);
+        }
+      }
+      break;
+    }
+    case Type::kBytes: {
+      std::string& s = v.bytes;
+      static constexpr char kSpecial[] = {'\0', ',', ';', ' ', '0', '1', '9', '\xff', '-', '\n'};
+      switch (in.Below(6)) {
+        case 0:
+          s.resize(in.Below(s.size() + 1));
+          break;
+        case 1:
+          s += Text(in, Length(in, 0));
+          break;
+        case 2:
+          if (!s.empty()) s[in.Below(s.size())] = Pick(in, kSpecial);
+          break;
+        case 3: {
+          const size_t at = in.Below(s.size() + 1);
+          s.insert(s.begin() + static_cast<ptrdiff_t>(at), Pick(in, kSpecial));
+          break;
+        }
+        case 4:
+          if (!s.empty()) {
+            const size_t at = in.Below(s.size());
+            s.erase(at, 1 + in.Below(4));
+          }
+          break;
+        default:
+          s = Text(in, Length(in, spec.limit));  // at the decoder's limit: allowed, or one too many
+      }
+      break;
+    }
+  }
+}
+
+// ----------------------------------------------------------- invariants
+
+// Messages carry user strings through Label(): bounded and printable.
+void CheckMessage(const std::string& text, size_t limit) {
+  FUZZ_CHECK(!text.empty());
+  FUZZ_CHECK(text.size() <= limit, "a message of " + std::to_string(text.size()) + " bytes: " + Escape(text));
+  for (unsigned char c : text) FUZZ_CHECK(c >= 0x20 && c != 0x7f, "a control byte in: " + Escape(text));
+}
+
+// Every clique non-empty and at most kMaxPeers, every id below kMaxDevices
+// and named once: the runtime indexes per-device slots by these ids.
+void CheckCliques(const std::vector<std::vector<int32_t>>& cliques) {
+  FUZZ_CHECK(!cliques.empty());
+  std::array<bool, jmf::kMaxDevices> seen{};
+  for (const std::vector<int32_t>& clique : cliques) {
+    FUZZ_CHECK(!clique.empty());
+    FUZZ_CHECK(clique.size() <= static_cast<size_t>(jmf::kMaxPeers));
+    for (int32_t id : clique) {
+      FUZZ_CHECK(id >= 0 && id < jmf::kMaxDevices, "device id " + std::to_string(id));
+      FUZZ_CHECK(!seen[id], "device id " + std::to_string(id) + " twice");
+      seen[id] = true;
+    }
+  }
+}
+
+// What call_site.cc relies on once ValidateLaunch has said yes, and that the
+// spec says what the attributes said.
+void CheckSpec(const jmf::LaunchAttributes& a, bool collective, const jmf::LaunchSpec& s) {
+  FUZZ_CHECK(a.kernel_hash.size() == jmf::kKernelHashBytes);  // memcpy'd into a fixed-size key
+  FUZZ_CHECK(!a.use_custom_barrier);
+  FUZZ_CHECK(a.uses_xla_collective_metadata == collective);
+
+  FUZZ_CHECK(a.grid.size() == 3 && a.block.size() == 3 && a.cluster.size() == 3);
+  for (int i = 0; i < 3; ++i) {
+    FUZZ_CHECK(s.grid[i] >= 1 && s.grid[i] <= jmf::kMaxGrid[i] && s.grid[i] == a.grid[i]);
+    FUZZ_CHECK(s.block[i] >= 1 && s.block[i] <= jmf::kMaxBlock[i] && s.block[i] == a.block[i]);
+    FUZZ_CHECK(s.cluster[i] >= 1 && s.cluster[i] <= jmf::kMaxClusterBlocks && s.cluster[i] == a.cluster[i]);
+    FUZZ_CHECK(s.grid[i] % s.cluster[i] == 0);
+  }
+  const uint64_t threads = uint64_t{s.block[0]} * s.block[1] * s.block[2];
+  FUZZ_CHECK(threads <= static_cast<uint64_t>(jmf::kMaxThreadsPerBlock));
+  const uint64_t cluster_blocks = uint64_t{s.cluster[0]} * s.cluster[1] * s.cluster[2];
+  FUZZ_CHECK(cluster_blocks <= static_cast<uint64_t>(jmf::kMaxClusterBlocks));
+  FUZZ_CHECK(s.has_cluster == (cluster_blocks > 1));
+  FUZZ_CHECK(s.non_portable_cluster == (cluster_blocks > static_cast<uint64_t>(jmf::kPortableClusterBlocks)));
+  FUZZ_CHECK(s.smem_bytes <= jmf::kMaxSmemBytes && s.smem_bytes == a.smem_bytes);
+  FUZZ_CHECK(s.uses_pdl == a.uses_pdl);
+
+  // Buffers::ptrs has kMaxBuffers + 1 slots (the last for the metadata).
+  FUZZ_CHECK(s.num_inputs >= 0 && s.num_inputs <= s.num_buffers && s.num_buffers <= jmf::kMaxBuffers);
+  FUZZ_CHECK(s.num_inputs == a.num_inputs);
+  if (a.num_outputs.has_value()) FUZZ_CHECK(s.num_buffers == a.num_inputs + *a.num_outputs);
+
+  FUZZ_CHECK(s.scalar_sizes.size() == a.scalar_sizes.size() && s.scalars.size() == s.scalar_sizes.size());
+  FUZZ_CHECK(a.scalar_data.size() == 8 * s.scalars.size());
+  for (size_t k = 0; k < s.scalars.size(); ++k) {
+    FUZZ_CHECK(s.scalar_sizes[k] >= 1 && s.scalar_sizes[k] <= jmf::kMaxScalarBytes);
+    uint64_t value;
+    std::memcpy(&value, a.scalar_data.data() + 8 * k, 8);  // little-endian host
+    FUZZ_CHECK(s.scalars[k] == value, "scalar " + std::to_string(k));
+  }
+
+  // Launch arguments live in arrays of kMaxParams.
+  FUZZ_CHECK(s.params.size() <= static_cast<size_t>(jmf::kMaxParams));
+  FUZZ_CHECK(s.params.size() == a.param_order.size());
+  FUZZ_CHECK(s.param_sizes.size() == s.params.size() + (collective ? 1 : 0));
+  FUZZ_CHECK(s.param_sizes.size() <= static_cast<size_t>(jmf::kMaxParams));
+  std::vector<bool> scalar_used(s.scalars.size());
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    const jmf::Param& p = s.params[i];
+    auto where = [i] { return "param " + std::to_string(i); };  // built only for a message
+    if (p.kind == jmf::Param::kBuffer) {
+      FUZZ_CHECK(p.index < s.num_buffers, where());
+      FUZZ_CHECK(a.param_order[i] == p.index, where());
+      FUZZ_CHECK(s.param_sizes[i] == 8, where());
+    } else {
+      FUZZ_CHECK(p.kind == jmf::Param::kScalar, where());
+      FUZZ_CHECK(p.index < s.scalars.size(), where());
+      FUZZ_CHECK(!scalar_used[p.index], where() + " names a scalar twice");
+      scalar_used[p.index] = true;
+      FUZZ_CHECK(a.param_order[i] == -(int64_t{p.index} + 1), where());
+      FUZZ_CHECK(s.param_sizes[i] == s.scalar_sizes[p.index], where());
+    }
+  }
+  if (collective) FUZZ_CHECK(s.param_sizes.back() == 8);  // the metadata pointer
+
+  // Poisoning writes output buffers only.
+  FUZZ_CHECK(s.poison_buffers.size() == a.poison_outputs.size());
+  for (size_t i = 0; i < s.poison_buffers.size(); ++i) {
+    FUZZ_CHECK(s.poison_buffers[i] >= s.num_inputs && s.poison_buffers[i] < s.num_buffers);
+    FUZZ_CHECK(s.poison_buffers[i] == a.num_inputs + a.poison_outputs[i]);
+  }
+
+  // vmap moves every buffer pointer by its stride, batch_size - 1 times.
+  FUZZ_CHECK(s.batch_size >= 1 && s.batch_size <= jmf::kMaxBatch && s.batch_size == a.batch_size);
+  if (s.batch_size == 1) {
+    FUZZ_CHECK(s.batch_strides.empty() && a.batch_strides.empty());
+  } else {
+    FUZZ_CHECK(!collective);
+    FUZZ_CHECK(s.batch_strides.size() == static_cast<size_t>(s.num_buffers));
+    for (size_t b = 0; b < s.batch_strides.size(); ++b) {
+      FUZZ_CHECK(s.batch_strides[b] == static_cast<uint64_t>(a.batch_strides[b]));
+      FUZZ_CHECK(s.batch_strides[b] <= static_cast<uint64_t>(jmf::kMaxBatchStride));
+      // The last element's offset, (batch_size - 1) * stride, cannot wrap.
+      FUZZ_CHECK(s.batch_strides[b] <= (uint64_t{1} << 63) / s.batch_size);
+      if (static_cast<int>(b) >= s.num_inputs) FUZZ_CHECK(s.batch_strides[b] >= 1, "output elements overlap");
+    }
+  }
+
+  FUZZ_CHECK(s.collective == collective);
+  if (!collective) {
+    FUZZ_CHECK(s.cliques.empty() && s.symmetric.empty() && !s.skip_device_barrier);
+    return;
+  }
+  CheckCliques(s.cliques);
+  FUZZ_CHECK(s.symmetric.size() == static_cast<size_t>(s.num_buffers));
+  size_t flag = 0;
+  for (char c : a.symmetric_memory_parameters) {
+    if (c == '0' || c == '1') {
+      FUZZ_CHECK(flag < s.symmetric.size() && s.symmetric[flag] == (c == '1'));
+      ++flag;
+    }
+  }
+  FUZZ_CHECK(flag == 0 || flag == s.symmetric.size());
+  if (flag == 0) FUZZ_CHECK(std::none_of(s.symmetric.begin(), s.symmetric.end(), [](bool b) { return b; }));
+  FUZZ_CHECK(s.skip_device_barrier == a.skip_device_barrier);
+}
+
+// ------------------------------------------------------------- targets
+
+// The parsers get exactly the input's bytes in an allocation of their own:
+// ASAN flags a read past the end of an allocation, not past a std::string's
+// size into its spare capacity.
+class Exact {
+ public:
+  explicit Exact(std::string_view bytes) : data_(new char[bytes.size()]), size_(bytes.size()) {
+    if (size_ != 0) std::memcpy(data_.get(), bytes.data(), size_);
+  }
+  std::string_view view() const { return std::string_view(data_.get(), size_); }
+
+ private:
+  std::unique_ptr<char[]> data_;
+  size_t size_;
+};
+
+constexpr size_t kMaxWho = 2 * (jmf::kMaxLabelBytes + 3) + 32;
+constexpr size_t kMaxError = 4096;
+
+// Coherent launches, then up to a few mutations. An unmutated launch must be
+// accepted for its own target and refused for the other.
+bool FuzzValidator(Input& in, Input& edits) {
+  int mutations = static_cast<int>(edits.Below(4));
+  if (mutations == 3) mutations += static_cast<int>(edits.Below(6));
+  const bool collective = in.Bool();
+  Attributes attrs;
+  BuildLaunch(in, collective, &attrs);
+  for (int m = 0; m < mutations; ++m) Mutate(edits, &attrs);
+
+  FuzzSource source(attrs);
+  jmf::LaunchAttributes a;
+  std::string error;
+  const bool decoded = jmf::DecodeLaunchAttributes(source, &a, &error);
+  g_attrs = &a;
+  if (!decoded) CheckMessage(error, kMaxError);
+  if (mutations == 0) FUZZ_CHECK(decoded, "an unmutated launch failed to decode: " + error);
+
+  // Decoding fills what it could before failing; the validator must be safe
+  // on any LaunchAttributes, so it runs either way.
+  bool accepted = false;
+  for (bool target : {false, true}) {
+    jmf::LaunchSpec spec;
+    std::string verror;
+    const bool ok = jmf::ValidateLaunch(a, target, &spec, &verror);
+    FUZZ_CHECK(spec.who == jmf::Who(a));
+    CheckMessage(spec.who, kMaxWho);
+    if (ok) {
+      CheckSpec(a, target, spec);
+      accepted |= decoded;
+    } else {
+      CheckMessage(verror, kMaxError);
+    }
+    if (mutations == 0) {
+      FUZZ_CHECK(ok == (target == collective), std::string("an unmutated ") + (collective ? "collective" : "plain") +
+                                                   " launch, validated as " + (target ? "collective" : "plain") + ": " +
+                                                   verror);
+    }
+  }
+  g_attrs = nullptr;
+  return accepted;
+}
+
+// Module images and the serialized layout, with where each field sits.
+struct Layout {
+  std::string bytes;
+  std::vector<size_t> u32_fields;  // version, flags, counts, and each image's kind/arch/suffix/reserved
+  std::vector<size_t> u64_fields;  // each image's size
+};
+
+void PutU32(std::string* out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
+}
+void PutU64(std::string* out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
+}
+
+Layout Serialize(const jmf::ParsedModule& module) {
+  Layout out;
+  out.bytes = "JMFFIMOD";
+  for (uint32_t v : {jmf::kModuleFormatVersion, module.flags, static_cast<uint32_t>(module.images.size()),
+                     static_cast<uint32_t>(module.symbol.size())}) {
+    out.u32_fields.push_back(out.bytes.size());
+    PutU32(&out.bytes, v);
+  }
+  out.bytes += module.symbol;
+  for (const jmf::Image& image : module.images) {
+    for (uint32_t v : {static_cast<uint32_t>(image.kind), image.arch, image.suffix, 0u}) {
+      out.u32_fields.push_back(out.bytes.size());
+      PutU32(&out.bytes, v);
+    }
+    out.u64_fields.push_back(out.bytes.size());
+    PutU64(&out.bytes, image.data.size());
+    out.bytes += image.data;
+  }
+  return out;
+}
+
+constexpr std::string_view kElfMagic = "\177ELF";
+
+// A module, well-formed but for its symbol length or image count, which are
+// sometimes one past their limit.
+jmf::ParsedModule BuildModule(Input& in) {
+  jmf::ParsedModule module;
+  module.flags = in.Bool() ? jmf::kKnownFlags : 0;
+  static constexpr char kSymbolChars[] = "_Z3fooPfaddkernel0123456789$.";
+  const size_t symbol_length =
+      in.OneIn(16) ? jmf::kMaxSymbolLength - 1 + in.Below(3) : 1 + in.Below(in.Bool() ? 8 : 64);
+  for (size_t i = 0; i < symbol_length; ++i) module.symbol += kSymbolChars[in.Below(sizeof(kSymbolChars) - 1)];
+  const size_t num_images = in.OneIn(16) ? jmf::kMaxImages - 1 + in.Below(3) : 1 + in.Below(4);
+  static constexpr uint32_t kArchs[] = {90, 80, 100, 120, 89, jmf::kMinArch, jmf::kMaxArch, 75, 86, 103};
+  for (size_t i = 0; i < num_images; ++i) {
+    jmf::Image image;
+    image.kind = in.Bool() ? jmf::ImageKind::kPtx : jmf::ImageKind::kCubin;
+    image.arch = in.Bool() ? static_cast<uint32_t>(jmf::kMinArch + in.Below(jmf::kMaxArch - jmf::kMinArch + 1))
+                           : Pick(in, kArchs);
+    image.suffix = static_cast<uint32_t>(in.Below(std::size(jmf::kArchSuffixes)));
+    const size_t size = in.OneIn(32) ? 4096 + in.Below(1 << 16) : in.Below(64);
+    if (image.kind == jmf::ImageKind::kCubin) {
+      image.data = std::string(kElfMagic) + in.Pattern(size);
+    } else {
+      image.data = ".version 8.0\n" + std::string(size, ' ');
+      for (char& c : image.data) c = c == ' ' ? static_cast<char>(0x20 + in.Below(0x5f)) : c;
+    }
+    module.images.push_back(std::move(image));
+  }
+  return module;
+}
+
+// Edits of the bytes that keep most of the structure: flips, sets, cuts,
+// inserts, and length or count fields set to values around their bounds.
+void MutateModule(Input& in, Layout* layout) {
+  std::string& b = layout->bytes;
+  static constexpr uint8_t kBytes[] = {0, 1, 2, 0x7f, 0x80, 0xff, 'E', 'J', '\n'};
+  switch (in.Below(8)) {
+    case 0:
+      if (!b.empty()) b[in.Below(b.size())] ^= static_cast<char>(1 << in.Below(8));
+      break;
+    case 1:
+      if (!b.empty()) b[in.Below(b.size())] = static_cast<char>(in.Bool() ? Pick(in, kBytes) : in.U8());
+      break;
+    case 2:
+      b.resize(in.Below(b.size() + 1));
+      break;
+    case 3: {
+      const size_t at = in.Below(b.size() + 1);
+      b.insert(at, in.Raw(1 + in.Below(16)));
+      break;
+    }
+    case 4:
+      if (!b.empty()) {
+        const size_t at = in.Below(b.size());
+        b.erase(at, 1 + in.Below(32));
+      }
+      break;
+    case 5: {
+      const size_t at = layout->u32_fields[in.Below(layout->u32_fields.size())];
+      const uint32_t remaining = static_cast<uint32_t>(b.size() - std::min(b.size(), at + 4));
+      // clang-format off
+      const uint32_t kValues[] = {0, 1, 2, 3, 63, 64, 65, jmf::kMinArch - 1, jmf::kMaxArch + 1,
+                                  jmf::kMaxSymbolLength, jmf::kMaxSymbolLength + 1,
+                                  0x7fffffffu, 0x80000000u, 0xfffffffeu, 0xffffffffu,
+                                  remaining - 1, remaining, remaining + 1};
+      // clang-format on
+      if (at + 4 <= b.size()) {
+        std::string field;
+        PutU32(&field, Pick(in, kValues));
+        b.replace(at, 4, field);
+      }
+      break;
+    }
+    case 6: {
+      const size_t at = layout->u64_fields[in.Below(layout->u64_fields.size())];
+      if (at + 8 > b.size()) break;
+      const uint64_t remaining = b.size() - (at + 8);
+      // clang-format off
+      const uint64_t kValues[] = {0, 1, remaining, remaining + 1, remaining - 1, uint64_t{1} << 32,
+                                  uint64_t{1} << 63, ~uint64_t{0}, ~uint64_t{0} - 23, b.size(), in.U64()};
+      // clang-format on
+      std::string field;
+      PutU64(&field, Pick(in, kValues));
+      b.replace(at, 8, field);
+      break;
+    }
+    default:
+      b += in.Raw(1 + in.Below(8));  // trailing bytes
+  }
+}
+
+void CheckModule(const jmf::ParsedModule& module, std::string_view bytes) {
+  FUZZ_CHECK((module.flags & ~jmf::kKnownFlags) == 0);
+  FUZZ_CHECK(!module.images.empty() && module.images.size() <= jmf::kMaxImages);
+  FUZZ_CHECK(!module.symbol.empty() && module.symbol.size() <= jmf::kMaxSymbolLength);
+  FUZZ_CHECK(module.symbol.find('\0') == std::string::npos);
+  for (const jmf::Image& image : module.images) {
+    FUZZ_CHECK(!image.data.empty());
+    FUZZ_CHECK(image.arch >= jmf::kMinArch && image.arch <= jmf::kMaxArch);
+    FUZZ_CHECK(image.suffix < std::size(jmf::kArchSuffixes));
+    if (image.kind == jmf::ImageKind::kCubin) {
+      FUZZ_CHECK(image.data.starts_with(kElfMagic));  // the driver reads an ELF header
+    } else {
+      FUZZ_CHECK(image.kind == jmf::ImageKind::kPtx);
+      FUZZ_CHECK(image.data.find('\0') == std::string::npos);  // the driver reads a C string
+    }
+    FUZZ_CHECK(!jmf::ArchName(image).empty());
+  }
+  FUZZ_CHECK(!jmf::DescribeImages(module).empty());
+  // The format has one encoding of a module: what parses must be exactly the
+  // bytes it would serialize to.
+  FUZZ_CHECK(Serialize(module).bytes == bytes, "parse then serialize changed the bytes");
+}
+
+bool FuzzParser(Input& in, Input& edits) {
+  std::string bytes;
+  bool must_parse = false, must_refuse = false;
+  jmf::ParsedModule built;
+  switch (in.Below(4)) {
+    case 0:
+    case 1: {
+      built = BuildModule(in);
+      Layout layout = Serialize(built);
+      int mutations = static_cast<int>(edits.Below(4));
+      if (mutations == 3) mutations += static_cast<int>(edits.Below(6));
+      for (int m = 0; m < mutations; ++m) MutateModule(edits, &layout);
+      const bool within_limits = built.symbol.size() <= jmf::kMaxSymbolLength && built.images.size() <= jmf::kMaxImages;
+      must_parse = mutations == 0 && within_limits;
+      must_refuse = mutations == 0 && !within_limits;
+      bytes = std::move(layout.bytes);
+      break;
+    }
+    case 2: {
+      // Past the magic, so that random bytes reach the header checks.
+      bytes = "JMFFIMOD";
+      PutU32(&bytes, in.Bool() ? jmf::kModuleFormatVersion : in.U32());
+      PutU32(&bytes, in.Bool() ? 0 : in.U32());
+      bytes += in.Rest();
+      break;
+    }
+    default:
+      bytes = in.Rest();
+  }
+  jmf::ParsedModule module;
+  std::string error;
+  const bool ok = jmf::ParseModule(Exact(bytes).view(), &module, &error);
+  if (ok) {
+    CheckModule(module, bytes);
+  } else {
+    CheckMessage(error, kMaxError);
+  }
+  FUZZ_CHECK(!(must_refuse && ok), "a module past the limits was accepted");
+  if (must_parse) {
+    FUZZ_CHECK(ok, "an unmutated module failed to parse: " + error);
+    FUZZ_CHECK(module.flags == built.flags && module.symbol == built.symbol &&
+               module.images.size() == built.images.size());
+    for (size_t i = 0; i < built.images.size(); ++i) {
+      FUZZ_CHECK(module.images[i].kind == built.images[i].kind && module.images[i].arch == built.images[i].arch &&
+                 module.images[i].suffix == built.images[i].suffix && module.images[i].data == built.images[i].data);
+    }
+  }
+  return ok;
+}
+
+// An independent reading of the same grammar, for text of digits, ',' and
+// ';' only (ParseCliques also skips spaces).
+bool ReferenceCliques(std::string_view text, std::vector<std::vector<int32_t>>* cliques) {
+  cliques->clear();
+  if (text.empty() || text.size() > jmf::kMaxReplicaIdsBytes) return false;
+  std::array<bool, jmf::kMaxDevices> seen{};
+  cliques->emplace_back();
+  std::string token;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    const char c = i < text.size() ? text[i] : ';';
+    if (c != ',' && c != ';') {
+      token += c;
+      continue;
+    }
+    const size_t first = token.find_first_not_of('0');
+    const std::string digits = first == std::string::npos ? "0" : token.substr(first);
+    if (token.empty() || digits.size() > 2) return false;
+    const int id = std::stoi(digits);
+    if (id >= jmf::kMaxDevices || seen[id]) return false;
+    seen[id] = true;
+    cliques->back().push_back(id);
+    token.clear();
+    if (c == ';' && i < text.size()) cliques->emplace_back();
+  }
+  return true;
+}
+
+bool FuzzCliques(Input& in, Input& edits) {
+  std::string text;
+  bool must_parse = false;
+  std::vector<std::vector<int32_t>> built;
+  switch (in.Below(16)) {
+    case 13: {
+      // Valid cliques padded with spaces to around the length limit.
+      text = CliqueText(in, &built);
+      const size_t length = jmf::kMaxReplicaIdsBytes - 1 + in.Below(3);
+      if (text.size() < length) text.insert(in.Bool() ? 0 : text.size(), length - text.size(), ' ');
+      must_parse = text.size() <= jmf::kMaxReplicaIdsBytes;
+      break;
+    }
+    case 14:
+      text = Text(in, Length(in, jmf::kMaxReplicaIdsBytes));
+      break;
+    case 15:
+      text = in.Rest();
+      break;
+    default: {  // valid cliques, then a few edits
+      text = CliqueText(in, &built);
+      int mutations = static_cast<int>(edits.Below(3));
+      must_parse = mutations == 0;
+      for (int m = 0; m < mutations; ++m) {
+        // clang-format off
+        static constexpr std::string_view kPieces[] = {",", ";", " ", "0", "63", "64", "00000000000000000000001",
+                                                       "99999999999999999999999", "4294967296", "-1", "",
+                                                       std::string_view("\0", 1)};
+        // clang-format on
+        const std::string piece = edits.Bool() ? std::string(Pick(edits, kPieces)) : Text(edits, 1 + edits.Below(4));
+        const size_t at = edits.Below(text.size() + 1);
+        if (edits.Bool()) {
+          text.insert(at, piece);
+        } else {
+          text.replace(at, edits.Below(4), piece);
+        }
+      }
+      break;
+    }
+  }
+  std::vector<std::vector<int32_t>> cliques;
+  std::string error;
+  const bool ok = jmf::ParseCliques(Exact(text).view(), &cliques, &error);
+  if (ok) {
+    CheckCliques(cliques);
+  } else {
+    CheckMessage(error, kMaxError);
+  }
+  if (must_parse) {
+    FUZZ_CHECK(ok, "valid cliques '" + Escape(text) + "' were refused: " + error);
+    FUZZ_CHECK(cliques == built, "cliques '" + Escape(text) + "' parsed differently");
+  }
+  if (text.find_first_not_of("0123456789,;") == std::string::npos) {
+    std::vector<std::vector<int32_t>> expected;
+    const bool expected_ok = ReferenceCliques(text, &expected);
+    FUZZ_CHECK(ok == expected_ok, "'" + Escape(text) + "': ParseCliques says " + (ok ? "valid" : "invalid: " + error));
+    if (ok) FUZZ_CHECK(cliques == expected, "'" + Escape(text) + "' parsed differently from the reference");
+  }
+  return ok;
+}
+
+constexpr int kTargets = 3;
+constexpr const char* kTargetNames[kTargets] = {"validator", "parser", "cliques"};
+
+// Runs one input; says which target ran and whether it accepted.
+bool RunCase(const uint8_t* data, size_t size, int* target) {
+  *target = size == 0 ? 0 : data[0] % kTargets;
+  const uint8_t* rest = size == 0 ? data : data + 1;
+  const size_t rest_size = size == 0 ? 0 : size - 1;
+  Input in(rest, rest_size);
+  Input edits(rest, rest_size, /*backwards=*/true);
+  switch (*target) {
+    case 0:
+      return FuzzValidator(in, edits);
+    case 1:
+      return FuzzParser(in, edits);
+    default:
+      return FuzzCliques(in, edits);
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  int target;
+  RunCase(data, size, &target);
+  return 0;
+}
+
+#ifndef JMF_LIBFUZZER
+
+namespace {
+
+// The input being run, so that a failure in the built-in loop leaves a file
+// to replay, whatever ends the process: a violated invariant or a library
+// assertion (SIGABRT), or a sanitizer report (its death callback).
+const std::vector<uint8_t>* g_current = nullptr;
+std::string g_artifact_path;
+
+// Plain system calls: this may run in a signal handler.
+void WriteArtifact() {
+  static bool written = false;
+  if (g_current == nullptr || g_artifact_path.empty() || written) return;
+  written = true;
+  const int fd = open(g_artifact_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return;
+  const bool ok = write(fd, g_current->data(), g_current->size()) == static_cast<ssize_t>(g_current->size());
+  close(fd);
+  if (!ok) return;
+  const char* parts[] = {"contract_fuzz: the failing input is in ", g_artifact_path.c_str(), "\n"};
+  for (const char* part : parts) {
+    if (write(STDERR_FILENO, part, std::strlen(part)) < 0) return;
+  }
+}
+
+// xoshiro256**: fast, and the same sequence from the same seed everywhere.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) {
+    for (uint64_t& s : s_) {  // splitmix64
+      seed += 0x9e3779b97f4a7c15ull;
+      uint64_t z = seed;
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      s = z ^ (z >> 31);
+    }
+  }
+  uint64_t Next() {
+    const uint64_t result = Rotl(s_[1] * 5, 7) * 9;
+    const uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0], s_[3] ^= s_[1], s_[1] ^= s_[2], s_[0] ^= s_[3], s_[2] ^= t;
+    s_[3] = Rotl(s_[3], 45);
+    return result;
+  }
+  uint64_t Below(uint64_t n) { return n == 0 ? 0 : Next() % n; }
+
+ private:
+  static uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  uint64_t s_[4];
+};
+
+// Byte-level mutations of an input (its first byte, the target, is kept).
+void MutateBytes(Rng& rng, const std::vector<std::vector<uint8_t>>& pool, std::vector<uint8_t>* input) {
+  std::vector<uint8_t>& b = *input;
+  const int edits = 1 + static_cast<int>(rng.Below(4));
+  for (int e = 0; e < edits; ++e) {
+    const size_t at = 1 + rng.Below(b.size());  // in [1, size]
+    switch (rng.Below(6)) {
+      case 0:
+        if (at < b.size()) b[at] ^= static_cast<uint8_t>(1 << rng.Below(8));
+        break;
+      case 1:
+        if (at < b.size()) b[at] = static_cast<uint8_t>(rng.Next());
+        break;
+      case 2:
+        b.insert(b.begin() + static_cast<ptrdiff_t>(at), static_cast<uint8_t>(rng.Next()));
+        break;
+      case 3:
+        if (at < b.size()) b.erase(b.begin() + static_cast<ptrdiff_t>(at));
+        break;
+      case 4:
+        b.resize(at);
+        break;
+      default: {
+        // Splice in the tail of another accepted input of the same target.
+        const std::vector<uint8_t>& other = pool[rng.Below(pool.size())];
+        const size_t from = 1 + rng.Below(other.size());
+        b.resize(at);
+        b.insert(b.end(), other.begin() + static_cast<ptrdiff_t>(std::min(from, other.size())), other.end());
+      }
+    }
+  }
+}
+
+struct Counts {
+  uint64_t cases[kTargets] = {};
+  uint64_t accepted[kTargets] = {};
+  std::string Text() const {
+    std::string out;
+    for (int t = 0; t < kTargets; ++t) {
+      out += std::string(t ? ", " : "") + kTargetNames[t] + ": " + std::to_string(cases[t]) + " cases (" +
+             std::to_string(accepted[t]) + " accepted)";
+    }
+    return out;
+  }
+};
+
+// Fresh random inputs, and mutations of inputs that were accepted (those
+// reach the invariant checks, and small edits of them probe the bounds).
+int FuzzLoop(double seconds, uint64_t max_cases, uint64_t seed, const std::string& artifacts) {
+  std::printf("contract_fuzz: seed %llu, %g s\n", static_cast<unsigned long long>(seed), seconds);
+  std::fflush(stdout);
+  Rng rng(seed);
+  std::vector<std::vector<uint8_t>> pools[kTargets];
+  constexpr size_t kPoolSize = 512;
+  Counts counts;
+  std::vector<uint8_t> input;
+  g_current = &input;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (uint64_t n = 0; n < max_cases; ++n) {
+    if (n % 64 == 0 && std::chrono::steady_clock::now() >= deadline) break;
+    const int target = static_cast<int>(n % kTargets);
+    std::vector<std::vector<uint8_t>>& pool = pools[target];
+    if (!pool.empty() && rng.Below(2) == 0) {
+      input = pool[rng.Below(pool.size())];
+      MutateBytes(rng, pool, &input);
+    } else {
+      const uint64_t kind = rng.Below(16);
+      input.resize(1 + (kind < 12 ? rng.Below(64) : kind < 15 ? rng.Below(512) : rng.Below(4096)));
+      for (uint8_t& byte : input) byte = static_cast<uint8_t>(rng.Next());
+    }
+    input[0] = static_cast<uint8_t>(target);
+    g_artifact_path = artifacts + "/crash-" + std::to_string(seed) + "-" + std::to_string(n);
+    int ran;
+    const bool accepted = RunCase(input.data(), input.size(), &ran);
+    ++counts.cases[ran];
+    if (accepted) {
+      ++counts.accepted[ran];
+      if (pool.size() < kPoolSize) {
+        pool.push_back(input);
+      } else if (rng.Below(8) == 0) {
+        pool[rng.Below(pool.size())] = input;
+      }
+    }
+  }
+  g_current = nullptr;
+  std::printf("%s\n", counts.Text().c_str());
+  return 0;
+}
+
+int Replay(const std::vector<std::string>& paths) {
+  std::vector<std::filesystem::path> files;
+  for (const std::string& path : paths) {
+    if (std::filesystem::is_directory(path)) {
+      for (const auto& entry : std::filesystem::directory_iterator(path)) {
+        if (entry.is_regular_file()) files.push_back(entry.path());
+      }
+    } else {
+      files.emplace_back(path);
+    }
+  }
+  std::sort(files.begin(), files.end());
+  Counts counts;
+  for (const std::filesystem::path& file : files) {
+    std::ifstream stream(file, std::ios::binary);
+    if (!stream) {
+      std::fprintf(stderr, "contract_fuzz: cannot read %s\n", file.c_str());
+      return 2;
+    }
+    const std::vector<uint8_t> input((std::istreambuf_iterator<char>(stream)), std::istreambuf_iterator<char>());
+    std::fprintf(stderr, "contract_fuzz: %s\n", file.c_str());  // names the input a crash comes from
+    int target;
+    const bool accepted = RunCase(input.data(), input.size(), &target);
+    ++counts.cases[target];
+    counts.accepted[target] += accepted;
+  }
+  std::printf("replayed %zu inputs: %s\n", files.size(), counts.Text().c_str());
+  return 0;
+}
+
+int Usage() {
+  std::fprintf(stderr,
+               "usage: contract_fuzz --seconds N [--seed S] [--cases N] [--artifacts DIR]\n"
+               "       contract_fuzz FILE_OR_DIR...   (replay)\n");
+  return 2;
+}
+
+}  // namespace
+
+// With g++, UBSAN is a runtime of its own that never calls ASAN's death
+// callback: have it abort, so that OnAbort saves the input. UBSAN_OPTIONS
+// still overrides this.
+extern "C" const char* __ubsan_default_options() { return "abort_on_error=1:print_stacktrace=1"; }
+
+extern "C" void OnAbort(int) {
+  WriteArtifact();
+  std::signal(SIGABRT, SIG_DFL);
+  std::raise(SIGABRT);
+}
+
+int main(int argc, char** argv) {
+  if (__sanitizer_set_death_callback != nullptr) __sanitizer_set_death_callback(WriteArtifact);
+  std::signal(SIGABRT, OnAbort);
+  double seconds = -1;
+  uint64_t max_cases = std::numeric_limits<uint64_t>::max();
+  uint64_t seed = std::chrono::steady_clock::now().time_since_epoch().count() % 1000000007;
+  std::string artifacts = ".";
+  std::vector<std::string> files;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (arg == "--seconds" && has_value) {
+      seconds = std::strtod(argv[++i], nullptr);
+    } else if (arg == "--seed" && has_value) {
+      seed = std::strtoull(argv[++i], nullptr, 10);
+    } else if (arg == "--cases" && has_value) {
+      max_cases = std::strtoull(argv[++i], nullptr, 10);
+      if (seconds < 0) seconds = 1e9;
+    } else if (arg == "--artifacts" && has_value) {
+      artifacts = argv[++i];
+    } else if (arg.starts_with("--")) {
+      return Usage();
+    } else {
+      files.push_back(arg);
+    }
+  }
+  if (seconds >= 0 && files.empty()) return FuzzLoop(seconds, max_cases, seed, artifacts);
+  if (seconds < 0 && !files.empty()) return Replay(files);
+  return Usage();
+}
+
+#endif  // JMF_LIBFUZZER
