@@ -8,11 +8,23 @@ namespace {
 
 std::string Num(int64_t v) { return std::to_string(v); }
 
-// Message text from a user-supplied string: bounded, printable.
+// Message text from a user-supplied string: bounded, printable, valid UTF-8
+// (it becomes a Python string): control bytes and broken sequences become '?'.
 std::string Label(std::string_view text) {
   std::string out;
-  for (char c : text.substr(0, kMaxLabelBytes)) {
-    out += (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) ? '?' : c;
+  const size_t end = std::min(text.size(), kMaxLabelBytes);
+  for (size_t i = 0; i < end;) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    size_t length = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    bool valid = length > 0 && i + length <= end;
+    for (size_t k = 1; valid && k < length; ++k) valid = (static_cast<unsigned char>(text[i + k]) >> 6) == 0x2;
+    if (!valid || (length == 1 && (c < 0x20 || c == 0x7f))) {
+      out += '?';
+      ++i;
+      continue;
+    }
+    out.append(text.substr(i, length));
+    i += length;
   }
   if (text.size() > kMaxLabelBytes) out += "...";
   return out;
@@ -231,11 +243,13 @@ bool CheckParams(const LaunchAttributes& a, bool collective, LaunchSpec* spec, C
 // Debug poisoning and vmap's batch, both per buffer.
 bool CheckPerBuffer(const LaunchAttributes& a, bool collective, LaunchSpec* spec, Checker& check) {
   const int64_t num_outputs = spec->num_buffers - spec->num_inputs;
+  std::vector<bool> poisoned(num_outputs, false);
   for (int64_t output : a.poison_outputs) {
-    if (output < 0 || output >= num_outputs) {
+    if (output < 0 || output >= num_outputs || poisoned[output]) {
       return check.Fail("poison_outputs names output " + Num(output) + ", but the call has " + Num(num_outputs) +
-                        " outputs");
+                        " outputs" + (output >= 0 && output < num_outputs ? " and names each once" : ""));
     }
+    poisoned[output] = true;
     spec->poison_buffers.push_back(static_cast<int>(spec->num_inputs + output));
   }
   if (a.batch_size < 1 || a.batch_size > kMaxBatch) {

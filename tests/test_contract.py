@@ -64,6 +64,7 @@ def test_a_valid_launch_gives_the_kernel_signature():
     (dict(param_order=[INT32_MIN]), f"names scalar {INT32_MAX}, which is missing"),
     (dict(poison_outputs=[INT32_MAX]), f"poison_outputs names output {INT32_MAX}"),
     (dict(poison_outputs=[-1]), "poison_outputs names output -1"),
+    (dict(poison_outputs=[0, 0]), "names each once"),
     # A cluster product that wrapped to 0 in 32 bits once.
     (dict(cluster=[65536, 65536, 1], grid=[65536, 65535, 1]), r"cluster\[0\] = 65536 is out of range"),
     (dict(cluster=[4, 4, 2], grid=[8, 8, 2]), "a cluster of 32 blocks is more than"),
@@ -125,6 +126,12 @@ def test_hostile_launch_attributes_are_refused_by_name(changes, message):
 def test_hostile_collective_attributes_are_refused_by_name(changes, message):
   with pytest.raises(ValueError, match=message):
     _core.validate_launch(collective(**changes), True)
+
+
+def test_messages_stay_valid_text_whatever_the_attributes_hold():
+  ids = b"0,\xff" + ("ä" * 300).encode()  # a byte that is not text, then a cut inside a character
+  with pytest.raises(ValueError, match=r"xla_replica_ids '0,\?(ä){254}\?\.\.\.' is malformed"):
+    _core.validate_launch(collective(xla_replica_ids=ids), True)
 
 
 def test_a_clique_of_every_device_is_accepted_and_one_more_is_not():
