@@ -84,6 +84,8 @@ class CallSite {
   void* const* MetadataSlot(int32_t device) const;  // the collective metadata pointer's home
   void MoveToNextElement(Buffers& buffers) const;
   int RecordArgs(const Buffers& buffers, int32_t device, XLA_FFI_KernelArg* args) const;
+  template <typename Fn>
+  ffi::Error ForEachElement(const Buffers& buffers, int32_t device, Fn&& fn) const;
   ffi::Error PrepareForStream(int32_t device, CUstream stream);
   ffi::Error LoadForRecord(int32_t device);
   ffi::Error Poison(CUstream stream, const Buffers& buffers) const;

@@ -62,6 +62,19 @@ ffi::Error CallSite::Record(const RecordFrame& record, int32_t device, const Buf
 
 // A recorded call is a chain of commands: [barrier] [one fill per poisoned
 // output] launch. The launch comes last, so later commands depend on it.
+// Calls fn(b, arguments) for each vmap batch element b (once without a batch).
+template <typename Fn>
+ffi::Error CallSite::ForEachElement(const Buffers& buffers, int32_t device, Fn&& fn) const {
+  Buffers element = buffers;
+  for (uint32_t b = 0; b < spec_.batch_size; ++b) {
+    if (b > 0) MoveToNextElement(element);
+    XLA_FFI_KernelArg args[kMaxParams];
+    XLA_FFI_KernelArgs kernel_args{args, RecordArgs(element, device, args)};
+    JMF_RETURN_IF_ERROR(fn(b, &kernel_args));
+  }
+  return ffi::Error::Success();
+}
+
 // Debug poisoning inside a graph, where the record API has no memset: one
 // fill-kernel node per poisoned output, chained after `*previous`.
 ffi::Error CallSite::CreateFills(const RecordFrame& record, const Buffers& buffers,
@@ -95,22 +108,19 @@ ffi::Error CallSite::CreateCommands(const RecordFrame& record, int32_t device, c
   const bool ptx = image.kind == ImageKind::kPtx;
   const XLA_FFI_Command* dependency = previous;  // the batch's launches are independent of each other
   const XLA_FFI_Command* launches[kMaxRecordedCommands];
-  Buffers element = buffers;
-  for (uint32_t b = 0; b < spec_.batch_size; ++b) {
-    if (b > 0) MoveToNextElement(element);
-    XLA_FFI_KernelArg args[kMaxParams];
-    XLA_FFI_KernelArgs kernel_args{args, RecordArgs(element, device, args)};
+  JMF_RETURN_IF_ERROR(ForEachElement(buffers, device, [&](uint32_t b, const XLA_FFI_KernelArgs* kernel_args) {
     JMF_RETURN_IF_ERROR(
         record.Take(api.create_launch(record.frame->record_ctx, kernel_->module.symbol.c_str(), image.data.c_str(),
                                       static_cast<int64_t>(ptx ? image.data.size() + 1 : image.data.size()),
                                       ptx ? XLA_FFI_SourceFormat_PTX : XLA_FFI_SourceFormat_CUBIN, record_dims_,
-                                      config_.sharedMemBytes, spec_.uses_pdl, &kernel_args,
+                                      config_.sharedMemBytes, spec_.uses_pdl, kernel_args,
                                       dependency ? &dependency : nullptr, dependency ? 1 : 0, &launches[b]),
                     "creating the launch command"));
     if (!record.Push(launches[b])) {
       return ffi::Error(ffi::ErrorCode::kResourceExhausted, who() + ": the record frame has no room for the launch");
     }
-  }
+    return ffi::Error::Success();
+  }));
   if (spec_.batch_size > 1) {
     // The batch elements' launches are independent; later commands wait for all of them.
     const XLA_FFI_Command* join = nullptr;
@@ -161,15 +171,10 @@ ffi::Error CallSite::UpdateCommands(const RecordFrame& record, int32_t device, c
                                       &args.kernel_args),
                     "updating the output poisoning"));
   }
-  Buffers element = buffers;
-  for (uint32_t b = 0; b < spec_.batch_size; ++b) {
-    if (b > 0) MoveToNextElement(element);
-    XLA_FFI_KernelArg args[kMaxParams];
-    XLA_FFI_KernelArgs kernel_args{args, RecordArgs(element, device, args)};
-    JMF_RETURN_IF_ERROR(
-        record.Take(api.update_launch(record.frame->record_ctx, record.command(launch + b), &kernel_args),
-                    "updating the launch command"));
-  }
+  JMF_RETURN_IF_ERROR(ForEachElement(buffers, device, [&](uint32_t b, const XLA_FFI_KernelArgs* kernel_args) {
+    return record.Take(api.update_launch(record.frame->record_ctx, record.command(launch + b), kernel_args),
+                       "updating the launch command");
+  }));
   if (last != nullptr) std::copy(buffers.ptrs, buffers.ptrs + buffers.count, last);
   return ffi::Error::Success();
 }
