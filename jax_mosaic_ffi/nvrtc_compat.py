@@ -174,7 +174,8 @@ def advice(log: str) -> str | None:
 
   Rules go from the most specific to the most general; the first that
   matches wins, so a knock-on error (a missing type makes NVRTC report a
-  'host variable' too) does not hide the cause.
+  'host variable' too) does not hide the cause. (Long on purpose: one short
+  rule per branch, and their order is the logic, read top to bottom.)
   """
   if not log:
     return None
