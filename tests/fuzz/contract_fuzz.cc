@@ -549,8 +549,11 @@ void BuildLaunch(Input& in, bool collective, Attributes* attrs) {
     attrs->SetBytes("scalar_data", in.Pattern(8 * num_scalars));
   }
   if (num_outputs > 0 && in.OneIn(4)) {
-    std::vector<int64_t> poison(Count(in, num_outputs));
-    for (int64_t& output : poison) output = in.Below(num_outputs);
+    // Each output at most once, in any order: what the contract accepts.
+    std::vector<int64_t> poison;
+    for (int64_t output = 0; output < num_outputs; ++output) {
+      if (in.Bool()) poison.insert(poison.begin() + in.Below(static_cast<int64_t>(poison.size()) + 1), output);
+    }
     attrs->SetInts("poison_outputs", poison);
   }
   // vmap: more than one element on the plain target only, a stride per
