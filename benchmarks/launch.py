@@ -167,7 +167,8 @@ PDL_METHOD = (
     "`--xla_gpu_enable_pdl_launch` left at XLA's default, both true, or both false: us per call and, in "
     "parentheses, the ratio to XLA's own kernel (Pallas on Triton) in that process. mosaic_kernel's default "
     "instruments the kernel with `griddepcontrol.wait` then `griddepcontrol.launch_dependents` at entry; the "
-    "hand-written rows start with the wait alone, or with both.")
+    "hand-written rows start with the wait alone, or with both. [launch_parity.md](launch_parity.md) reads "
+    "these tables.")
 STAGES_METHOD = (
     f"`jmf.ops.all_reduce` over a one-device mesh (`shard_map`), chained {CHAIN} times: per-call time as above, "
     f"and the prepare and initialize stages XLA ran, counted by `kernel_cache_stats()` over {STAGE_EXECUTIONS} "
