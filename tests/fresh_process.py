@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -37,11 +38,14 @@ def start(script: str, *args, env: dict | None = None, cwd=None) -> subprocess.P
   """Starts ``script`` (dedented) with ``args`` in a new interpreter that can import tests/ helpers.
 
   ``env`` is added to the current environment. For children that must run
-  at the same time; `finish` waits for one.
+  at the same time; `finish` waits for one. Without ``cwd`` the child runs
+  in the temporary folder: `python -c` puts its folder first on sys.path, and
+  a source checkout there would shadow the installed package.
   """
   environment = {**os.environ, **(env or {})}
   environment["PYTHONPATH"] = os.pathsep.join(p for p in (TESTS, environment.get("PYTHONPATH", "")) if p)
-  return subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), *map(str, args)], env=environment, cwd=cwd,
+  return subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), *map(str, args)], env=environment,
+                          cwd=cwd if cwd is not None else tempfile.gettempdir(),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
