@@ -115,7 +115,9 @@ CHAIN = '''
     wait = sys.argv[1] == "wait"
     kernel = jmf.cuda_kernel(source, "rotate_add", options=() if wait else ("-DNO_WAIT",))
     n, links = 1 << 24, 24
-    step = jmf.mosaic_kernel(kernel, jax.ShapeDtypeStruct((n,), jnp.float32), grid=4096, block=256,
+    # 64 blocks of long grid-stride loops: SMs stay free while a kernel runs, so a
+    # launch let in early really starts early.
+    step = jmf.mosaic_kernel(kernel, jax.ShapeDtypeStruct((n,), jnp.float32), grid=64, block=256,
                              scalars=(np.int64(n), np.int64(n // 3 + 12345)), uses_pdl=True)
     def chain(x):
       for _ in range(links):
