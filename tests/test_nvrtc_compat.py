@@ -422,8 +422,8 @@ extern "C" __global__ void k(const __half2* a, __nv_bfloat162* b, __half* c, int
     ('#include <vector>\nextern "C" __global__ void k(float* x) {}', "host-side"),
     ('#include <array>\nextern "C" __global__ void k(float* x) {}', "<cuda/std/array>"),
     ('#include "common.h"\nextern "C" __global__ void k(float* x) {}', "headers={'common.h'"),
-    # A library header no include path here has (curand's is in a full toolkit, as on the GPU machine).
-    ('#include <mylib/kernels.cuh>\nextern "C" __global__ void k(float* x) {}', "-I/path/to/include"),
+    # A CUDA library header no toolkit include path has (curand's is in a full toolkit, as on the GPU machine).
+    ('#include <cutlass/gemm/device/gemm.h>\nextern "C" __global__ void k(float* x) {}', "-I/path/to/include"),
     ('#include <cub/device/device_reduce.cuh>\nextern "C" __global__ void k(float* x) {}', "cub::Device"),
     ('extern "C" __global__ void k(float* x) {}\nvoid launch(float* x) { k<<<1, 32>>>(x); }',
      "-default-device"),
