@@ -36,6 +36,12 @@ from jax_mosaic_ffi.kernel import Kernel, cubin_kernel, cuda_kernel, ptx_kernel
 from jax_mosaic_ffi.launch_spec import LaunchError, cdiv
 from jax_mosaic_ffi.primitive import mosaic_kernel, mosaic_kernel_p
 from jax_mosaic_ffi.sharding import BatchDims, Elementwise, ShardingRule, sharded
+from jax_mosaic_ffi import autotuning as _autotune
+from jax_mosaic_ffi import triton_lib as _triton
+from jax_mosaic_ffi.autotuning import AutotuneError, Autotuned, autotune
+from jax_mosaic_ffi.triton_lib import TritonFunction, TritonKernel, TritonUnavailable, triton_kernel
+
+autotune_report = _autotune.report
 
 __version__ = "0.1.0"
 
@@ -45,7 +51,8 @@ __all__ = [
     "BatchDims", "Collective", "CompileError", "Elementwise", "Kernel", "KernelCacheStats", "LaunchError",
     "ShardingRule", "cdiv", "clear_kernel_cache", "cubin_kernel", "cuda_kernel", "differentiable",
     "export_disabled_checks", "kernel_cache_stats", "mosaic_kernel", "mosaic_kernel_p", "ops", "ptx_kernel",
-    "register", "sharded",
+    "register", "sharded", "AutotuneError", "Autotuned", "TritonFunction", "TritonKernel", "TritonUnavailable",
+    "autotune", "autotune_report", "triton_kernel",
 ]
 
 
@@ -64,7 +71,11 @@ class KernelCacheStats:
   stage (command buffers). instantiations / instantiate_seconds: instantiate
   stages run, and the time spent in them. collective_prepares /
   collective_initializes: prepare and initialize stages run by collective
-  call sites (XLA runs them on every execution).
+  call sites (XLA runs them on every execution). triton_compiles: Triton
+  compiles (one per target arch; cache hits count as memory_hits /
+  disk_hits). autotune_tunings: config spaces timed; autotune_disk_hits /
+  autotune_memory_hits: winners found on disk / in this process instead;
+  autotune_skipped: calls left untuned for want of a GPU.
   """
 
   nvrtc_compiles: int
@@ -80,6 +91,11 @@ class KernelCacheStats:
   instantiate_seconds: float
   collective_prepares: int
   collective_initializes: int
+  triton_compiles: int = 0
+  autotune_tunings: int = 0
+  autotune_disk_hits: int = 0
+  autotune_memory_hits: int = 0
+  autotune_skipped: int = 0
 
   @property
   def kernel_builds(self) -> int:
@@ -94,11 +110,17 @@ class KernelCacheStats:
 
 def kernel_cache_stats() -> KernelCacheStats:
   compile_stats = _compiler.stats()
+  tune = _autotune.stats()
   return KernelCacheStats(
       nvrtc_compiles=compile_stats.nvrtc_compiles,
       memory_hits=compile_stats.memory_hits,
       disk_hits=compile_stats.disk_hits,
       **_core.cache_stats(),
+      triton_compiles=_triton.compiles(),
+      autotune_tunings=tune.tunings,
+      autotune_disk_hits=tune.disk_hits,
+      autotune_memory_hits=tune.memory_hits,
+      autotune_skipped=tune.skipped,
   )
 
 
@@ -109,6 +131,8 @@ def clear_kernel_cache(*, disk: bool = False) -> None:
   unloaded when the last such executable is destroyed.
   """
   _compiler.clear_memory_cache()
+  _triton.clear_memory_cache()
+  _autotune.clear_memory_cache()
   _core.clear_kernel_cache()
   if disk:
     _disk_cache.clear()

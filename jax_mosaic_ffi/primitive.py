@@ -32,13 +32,14 @@ from jax_mosaic_ffi.launch_spec import LaunchError, LaunchOptions
 source_info_util.register_exclusion(os.path.dirname(__file__))
 
 
-def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_bytes=0,
+def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block=None, cluster=None, smem_bytes=0,
                   uses_pdl: bool | None = None, scalars=(),
                   input_output_aliases: Mapping[int, int] | None = None,
                   param_order: Sequence[str] | None = None,
                   collective: Collective | None = None,
                   batch_grid_axis: str | None = None, fallback: Callable | None = None,
-                  sharding=None) -> Callable[..., Any]:
+                  sharding=None, zero_outputs=(), configs=None, autotune_key=None,
+                  autotune_default=None) -> Callable[..., Any]:
   """Returns a function that launches ``kernel`` on its input arrays.
 
   The kernel's parameters are, in order: one pointer per input, one pointer
@@ -71,7 +72,37 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_
   ``out_shape``, ``grid``, ``block``, ``smem_bytes`` and ``scalars`` may also
   be callables of the input avals (``grid=lambda x, y: jmf.cdiv(x.size, 256)``),
   evaluated when the call is traced, so one wrapper serves every shape.
+
+  A Triton kernel (`triton_kernel`) takes its block, shared memory and
+  cluster from Triton's metadata; its callables get ``(meta, *avals)``, and
+  ``zero_outputs`` (output indices, or True) zero outputs it accumulates
+  into. ``configs=[{...}, ...]`` autotunes the call (autotuning.py): each
+  config's values reach the callables as ``meta`` (and a Triton kernel's
+  constexprs, num_warps and num_stages); ``autotune_key`` and
+  ``autotune_default`` are `jmf.autotune`'s ``key`` and ``default``.
   """
+  options = dict(grid=grid, block=block, cluster=cluster, smem_bytes=smem_bytes, uses_pdl=uses_pdl,
+                 scalars=scalars, input_output_aliases=input_output_aliases, param_order=param_order,
+                 collective=collective, batch_grid_axis=batch_grid_axis, fallback=fallback, sharding=sharding)
+  if configs is not None:
+    from jax_mosaic_ffi import autotuning
+    return autotuning.tuned_mosaic_kernel(kernel, out_shape, configs, key=autotune_key, default=autotune_default,
+                                        zero_outputs=zero_outputs, **options)
+  launcher = getattr(kernel, "_jmf_launcher", None)
+  if launcher is not None:  # Triton kernels: launch options from the compiled metadata
+    return launcher(out_shape, zero_outputs=zero_outputs, **options)
+  if zero_outputs and isinstance(kernel, Kernel):
+    raise LaunchError(f"{launch_spec.who(kernel, _call_site())}: zero_outputs is for Triton kernels; "
+                      "zero the output in the kernel, or alias a jnp.zeros input to it")
+  if block is None and isinstance(kernel, Kernel):
+    raise LaunchError(f"{launch_spec.who(kernel, _call_site())}: block (threads per block) is required")
+  return _mosaic_kernel(kernel, out_shape, **options)
+
+
+def _mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_bytes=0,
+                   uses_pdl: bool | None = None, scalars=(), input_output_aliases=None, param_order=None,
+                   collective=None, batch_grid_axis=None, fallback=None, sharding=None) -> Callable[..., Any]:
+  """`mosaic_kernel` for a compiled `Kernel`, with every launch option given."""
   where = launch_spec.who(kernel, _call_site()) if isinstance(kernel, Kernel) else ""
   options = LaunchOptions.create(
       kernel, out_shape, grid=grid, block=block, cluster=cluster, smem_bytes=smem_bytes, uses_pdl=uses_pdl,

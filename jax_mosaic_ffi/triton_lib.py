@@ -1,0 +1,496 @@
+"""Triton kernels through our runtime: `triton_kernel`.
+
+Triton compiles a ``@triton.jit`` function to a cubin (and PTX) for an explicit
+target, which needs no GPU. The result is an ordinary `Kernel` whose module
+goes through our memory and disk caches (keyed by Triton's version, the
+function's source and dependencies, the signature, the constexprs and the
+launch options), so a warm process, `jax.export` or XLA's persistent
+compilation cache runs no Triton compile at all.
+
+Launching one with `mosaic_kernel` needs no block or shared memory: they come
+from Triton's metadata (block = 32 x num_warps, shared memory, a cluster of
+num_ctas). The entry Triton emits takes the function's non-constexpr
+parameters, in order, then scratch pointers (global, and profile from Triton
+3.5): null when Triton needs none, else an extra output that XLA allocates.
+
+    @triton.jit
+    def add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr): ...
+
+    kernel = jmf.triton_kernel(add, constexprs={"BLOCK": 1024})
+    f = jmf.mosaic_kernel(kernel, jax.ShapeDtypeStruct(x.shape, x.dtype),
+                          grid=lambda meta, x, y: jmf.cdiv(x.size, meta["BLOCK"]),
+                          scalars=lambda meta, x, y: (np.int32(x.size),))
+
+The parameters map to the call as in `mosaic_kernel`: inputs, outputs, then
+scalars (or ``param_order``). Without ``signature=``, the Triton types are
+read from the call's avals and scalars, and the kernel is compiled per
+distinct signature when the call is traced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import math
+import struct
+import threading
+from typing import Any, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_mosaic_ffi import compiler
+from jax_mosaic_ffi import disk_cache
+from jax_mosaic_ffi import dump
+from jax_mosaic_ffi import launch_spec
+from jax_mosaic_ffi import module_format
+from jax_mosaic_ffi.kernel import Kernel, _parse_targets
+from jax_mosaic_ffi.launch_spec import LaunchError
+from jax_mosaic_ffi.module_format import Image, ImageKind, ParsedModule
+
+# The Triton releases this module is written and tested against: [min, max).
+# Triton's compile API and its kernels' calling convention change between
+# minor releases, so others are refused rather than half-working.
+SUPPORTED_TRITON = ((3, 6), (3, 7))
+SUPPORTED_TEXT = "Triton >= 3.6, < 3.7 (tested: 3.6.0, on CPU CI and an H200)"
+LAUNCH_KEYS = ("num_warps", "num_stages", "num_ctas")
+# XLA aligns the buffers it allocates on the GPU to 256 bytes.
+_XLA_BUFFER_ALIGN = 256
+_CACHE_FORMAT = "triton-1"
+
+_DTYPES = {
+    "float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64",
+    "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
+    "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64", "bool": "i1",
+    "float8_e4m3fn": "fp8e4nv", "float8_e5m2": "fp8e5",
+}
+
+
+class TritonUnavailable(ImportError):
+  """Triton is not installed, or not a supported version."""
+
+
+_lock = threading.Lock()
+_compile_lock = threading.Lock()  # Triton's compiler is not known to be thread-safe
+_memory: dict[str, "TritonKernel"] = {}
+_compiles = 0
+
+
+def compiles() -> int:
+  """Triton compiles run by this process (cache hits excluded)."""
+  return _compiles
+
+
+def clear_memory_cache() -> None:
+  with _lock:
+    _memory.clear()
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+  parts = []
+  for piece in version.split("+")[0].split(".")[:3]:
+    digits = "".join(c for c in piece if c.isdigit()) or "0"
+    parts.append(int(digits))
+  return tuple(parts)
+
+
+def require_triton():
+  """The triton module, or TritonUnavailable saying what to install."""
+  try:
+    import triton
+  except ImportError as e:
+    raise TritonUnavailable(
+        f"jmf.triton_kernel needs Triton ({SUPPORTED_TEXT}): pip install 'jax_mosaic_ffi[triton]' ({e})") from None
+  check_version(triton.__version__)
+  return triton
+
+
+def check_version(version: str) -> None:
+  low, high = SUPPORTED_TRITON
+  if not low <= _version_tuple(version)[:2] < high:
+    raise TritonUnavailable(
+        f"jmf.triton_kernel supports {SUPPORTED_TEXT}; Triton {version} is installed. Its compiler API and the "
+        f"parameters its kernels take change between releases: pip install 'jax_mosaic_ffi[triton]' for a "
+        f"supported one")
+
+
+@dataclasses.dataclass(frozen=True)
+class TritonInfo:
+  """What Triton's metadata says about launching a compiled kernel."""
+
+  num_warps: int
+  num_ctas: int
+  shared: int
+  scratch: tuple[tuple[int, int], ...]  # (size per program, align) of each trailing scratch pointer
+  signature: tuple[str, ...]            # Triton types of the non-constexpr parameters
+  meta: tuple[tuple[str, Any], ...]     # constexprs and launch options, for grid callables
+  triton_version: str
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TritonKernel(Kernel):
+  """A `Kernel` compiled by Triton; `mosaic_kernel` reads its launch from `info`."""
+
+  info: TritonInfo | None = None
+
+  @property
+  def meta(self) -> dict:
+    return dict(self.info.meta)
+
+  def _jmf_launcher(self, out_shape, **options):
+    return _launcher(self, out_shape, **options)
+
+
+class TritonFunction:
+  """A ``@triton.jit`` function with its constexprs and options, compiled per
+  call signature (the Triton types of its parameters, from the call's avals)."""
+
+  def __init__(self, fn, constexprs: dict, num_warps: int, num_stages: int, num_ctas: int, targets):
+    self.fn, self.constexprs = fn, dict(constexprs)
+    self.num_warps, self.num_stages, self.num_ctas, self.targets = num_warps, num_stages, num_ctas, targets
+    self.name = fn.__name__
+
+  def __repr__(self) -> str:
+    return f"TritonFunction({self.name!r}, constexprs={self.constexprs}, num_warps={self.num_warps})"
+
+  @property
+  def meta(self) -> dict:
+    return {**self.constexprs, "num_warps": self.num_warps, "num_stages": self.num_stages, "num_ctas": self.num_ctas}
+
+  def with_meta(self, meta: Mapping[str, Any]) -> "TritonFunction":
+    """The same function with constexprs and launch options from an autotuning config."""
+    meta = dict(meta)
+    launch = {k: meta.pop(k) for k in LAUNCH_KEYS if k in meta}
+    constexprs = {**self.constexprs, **{k: v for k, v in meta.items() if k in _constexpr_names(self.fn)}}
+    return TritonFunction(self.fn, constexprs, launch.get("num_warps", self.num_warps),
+                          launch.get("num_stages", self.num_stages), launch.get("num_ctas", self.num_ctas),
+                          self.targets)
+
+  def specialize(self, signature: Sequence[str], scalar_values: Mapping[int, Any] | None = None) -> TritonKernel:
+    return _compile(self.fn, tuple(signature), self.constexprs, self.num_warps, self.num_stages, self.num_ctas,
+                    self.targets, scalar_values or {})
+
+  def _jmf_launcher(self, out_shape, **options):
+    return _launcher(self, out_shape, **options)
+
+
+def _constexpr_names(fn) -> list[str]:
+  return [p.name for p in fn.params if p.is_constexpr]
+
+
+def _runtime_params(fn) -> list[str]:
+  return [p.name for p in fn.params if not p.is_constexpr]
+
+
+def _check_fn(fn, triton):
+  from triton.runtime.jit import JITFunction
+  if isinstance(fn, JITFunction):
+    return fn
+  inner = getattr(fn, "fn", None)
+  if isinstance(inner, JITFunction):
+    raise TypeError(
+        f"jmf.triton_kernel takes the @triton.jit function itself, not a {type(fn).__name__} wrapping it "
+        f"({inner.__name__}); drop @triton.autotune/@triton.heuristics and pass configs= to mosaic_kernel "
+        "(or use jmf.autotune) instead")
+  raise TypeError(f"jmf.triton_kernel needs a @triton.jit function, got {type(fn).__name__}")
+
+
+def triton_kernel(fn, *, signature: Mapping[str, str] | Sequence[str] | None = None,
+                  constexprs: Mapping[str, Any] | None = None, num_warps: int = 4, num_stages: int = 3,
+                  num_ctas: int = 1, targets=None):
+  """A Triton kernel for `mosaic_kernel`.
+
+  Args:
+    fn: a ``@triton.jit`` function.
+    signature: the Triton types of its non-constexpr parameters (``{"x_ptr":
+      "*fp32", "n": "i32"}`` or ``["*fp32", "i32"]``). Given, the kernel is
+      compiled now and a `Kernel` (a `TritonKernel`) comes back; left out, the
+      types are read from each call's avals and scalars, and the kernel is
+      compiled when the call is traced (a `TritonFunction`).
+    constexprs: values of its ``tl.constexpr`` parameters.
+    num_warps, num_stages, num_ctas: Triton's launch options.
+    targets: archs to compile for (default: the visible GPUs', or sm_90).
+
+  Raises:
+    TritonUnavailable: Triton is missing or of an unsupported version.
+  """
+  triton = require_triton()
+  fn = _check_fn(fn, triton)
+  constexprs = dict(constexprs or {})
+  unknown = [k for k in constexprs if k not in _constexpr_names(fn)]
+  if unknown:
+    raise ValueError(f"triton_kernel '{fn.__name__}': {unknown[0]!r} is not one of its tl.constexpr parameters "
+                     f"({', '.join(_constexpr_names(fn)) or 'none'})")
+  for what, value in (("num_warps", num_warps), ("num_stages", num_stages), ("num_ctas", num_ctas)):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+      raise ValueError(f"triton_kernel '{fn.__name__}': {what} must be a positive int, got {value!r}")
+  function = TritonFunction(fn, constexprs, num_warps, num_stages, num_ctas, _parse_targets(targets))
+  if signature is None:
+    return function
+  names = _runtime_params(fn)
+  if isinstance(signature, Mapping):
+    missing = [n for n in names if n not in signature]
+    extra = [n for n in signature if n not in names]
+    if missing or extra:
+      raise ValueError(f"triton_kernel '{fn.__name__}': signature must give a type for each non-constexpr "
+                       f"parameter ({', '.join(names)}); missing {missing or 'none'}, unknown {extra or 'none'}")
+    types = [signature[n] for n in names]
+  else:
+    types = list(signature)
+    if len(types) != len(names):
+      raise ValueError(f"triton_kernel '{fn.__name__}': signature has {len(types)} types for its "
+                       f"{len(names)} non-constexpr parameters ({', '.join(names)})")
+  return function.specialize(types)
+
+
+# ------------------------------------------------------------------ compile
+
+def _key_value(value) -> str:
+  return f"{type(value).__name__}:{value!r}"
+
+
+def _attrs(fn, signature, scalar_values) -> dict:
+  """Specialisation hints: XLA's buffers are 16-byte aligned, and so are
+  integer scalars whose value (known at trace time) is a multiple of 16."""
+  names = list(fn.arg_names)
+  attrs = {}
+  for k, (param, ty) in enumerate(zip(_runtime_params(fn), signature)):
+    index = names.index(param)
+    if ty.startswith("*"):
+      attrs[(index,)] = [["tt.divisibility", 16]]
+    elif k in scalar_values and ty[0] in "iu" and ty != "i1" and int(scalar_values[k]) % 16 == 0:
+      attrs[(index,)] = [["tt.divisibility", 16]]
+  return attrs
+
+
+def _compile(fn, signature, constexprs, num_warps, num_stages, num_ctas, targets, scalar_values) -> TritonKernel:
+  global _compiles
+  triton = require_triton()
+  missing = [p.name for p in fn.params if p.is_constexpr and p.name not in constexprs
+             and p.default is inspect.Parameter.empty]
+  if missing:
+    raise ValueError(f"triton_kernel '{fn.__name__}': no value for the constexpr parameter(s) "
+                     f"{', '.join(missing)}; pass constexprs={{...}} or a config that sets them")
+  for ty in signature:
+    if not isinstance(ty, str) or ty.startswith("tensordesc") or ty == "constexpr":
+      raise ValueError(f"triton_kernel '{fn.__name__}': parameter type {ty!r} is not supported; parameters are "
+                       "pointers (*fp32) and scalars (i32, fp32, ...). Build tensor descriptors inside the kernel "
+                       "with tl.make_tensor_descriptor")
+  attrs = _attrs(fn, signature, scalar_values)
+  entry_key = disk_cache.key(
+      _CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"triton {triton.__version__}", fn.cache_key,
+      fn.__name__, *signature, json.dumps(sorted((k, _key_value(v)) for k, v in constexprs.items())),
+      repr(sorted(attrs.items())), f"w{num_warps} s{num_stages} c{num_ctas}", *(t.sm for t in targets))
+  with _lock:
+    if entry_key in _memory:
+      compiler._stats.memory_hits += 1
+      return _memory[entry_key]
+  kernel = None
+  cached = disk_cache.load(entry_key)
+  if cached is not None:
+    try:
+      kernel = _from_bytes(fn.__name__, cached)
+      meta = {**constexprs, "num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas}
+      kernel = TritonKernel(kernel.name, kernel.compiled, dataclasses.replace(kernel.info, meta=tuple(meta.items())))
+      with _lock:
+        compiler._stats.disk_hits += 1
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, struct.error):
+      kernel = None
+  if kernel is None:
+    with _compile_lock:
+      kernel = _run_triton(triton, fn, signature, constexprs, attrs, num_warps, num_stages, num_ctas, targets)
+      with _lock:
+        _compiles += len(targets)
+    disk_cache.store(entry_key, _to_bytes(kernel))
+  with _lock:
+    _memory[entry_key] = kernel
+  dump.maybe_dump(kernel)
+  return kernel
+
+
+def _run_triton(triton, fn, signature, constexprs, attrs, num_warps, num_stages, num_ctas, targets) -> TritonKernel:
+  from triton.backends.compiler import GPUTarget
+  from triton.compiler import ASTSource
+  full = {}
+  runtime = iter(signature)
+  for p in fn.params:
+    full[p.name] = "constexpr" if p.is_constexpr else next(runtime)
+  values = {k: v for k, v in constexprs.items()}
+  images, ptx, first = [], None, None
+  for target in targets:
+    source = ASTSource(fn, full, values, attrs=attrs)
+    try:
+      compiled = triton.compile(source, target=GPUTarget("cuda", target.number, 32),
+                                options={"num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas})
+    except Exception as e:
+      raise compiler.CompileError(fn.__name__, f"Triton could not compile it for {target.sm}: "
+                                  f"{type(e).__name__}: {e}", "", "") from None
+    metadata = compiled.metadata
+    arch = module_format.Arch.parse(f"sm_{target.number}a" if target.number in (90, 100, 101, 120) else target.sm)
+    images.append(Image(ImageKind.CUBIN, arch, bytes(compiled.asm["cubin"])))
+    if ptx is None:
+      ptx, first = (arch, compiled.asm["ptx"]), metadata
+  images.append(Image(ImageKind.PTX, ptx[0], ptx[1].encode()))
+  parsed = ParsedModule(first.name, tuple(images))
+  param_sizes = compiler.param_sizes(parsed)
+  if getattr(first, "launch_cooperative_grid", False):
+    raise compiler.CompileError(fn.__name__, "the kernel asks for a cooperative grid launch, which "
+                                "jax_mosaic_ffi does not make", "", "")
+  n_scratch = len(param_sizes) - len(signature) if param_sizes is not None else 2
+  scratch = [(int(getattr(first, "global_scratch_size", 0)), int(getattr(first, "global_scratch_align", 1))),
+             (int(getattr(first, "profile_scratch_size", 0)), int(getattr(first, "profile_scratch_align", 1)))]
+  info = TritonInfo(num_warps=int(first.num_warps), num_ctas=int(first.num_ctas), shared=int(first.shared),
+                    scratch=tuple(scratch[:max(n_scratch, 0)]), signature=tuple(signature),
+                    meta=tuple({**constexprs, "num_warps": num_warps, "num_stages": num_stages,
+                                "num_ctas": num_ctas}.items()),
+                    triton_version=triton.__version__)
+  return TritonKernel(fn.__name__, compiler.Compiled.of(parsed, param_sizes), info)
+
+
+def _to_bytes(kernel: TritonKernel) -> bytes:
+  info = dataclasses.asdict(kernel.info)
+  info["meta"] = [[k, _key_value(v)] for k, v in kernel.info.meta]  # for the record; meta is rebuilt on load
+  header = json.dumps(info).encode()
+  return struct.pack("<I", len(header)) + header + kernel.compiled.to_bytes()
+
+
+def _from_bytes(name: str, data: bytes) -> TritonKernel:
+  (length,) = struct.unpack_from("<I", data)
+  info = json.loads(data[4:4 + length])
+  compiled = compiler.Compiled.from_bytes(data[4 + length:])
+  return TritonKernel(name, compiled, TritonInfo(
+      num_warps=int(info["num_warps"]), num_ctas=int(info["num_ctas"]), shared=int(info["shared"]),
+      scratch=tuple((int(s), int(a)) for s, a in info["scratch"]), signature=tuple(info["signature"]),
+      meta=(), triton_version=str(info["triton_version"])))
+
+
+def triton_type(dtype) -> str:
+  name = jnp.dtype(dtype).name
+  if name not in _DTYPES:
+    raise LaunchError(f"dtype {name} has no Triton type here; supported: {', '.join(_DTYPES)}")
+  return _DTYPES[name]
+
+
+# ------------------------------------------------------------------ launch
+
+def call_with_meta(value, meta: dict, avals, what: str, where: str):
+  """A callable of launch options: given (meta, *avals), or meta alone when it takes one argument."""
+  if not callable(value):
+    return value
+  try:
+    params = inspect.signature(value).parameters.values()
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    varargs = any(p.kind == p.VAR_POSITIONAL for p in params)
+    one = len(positional) == 1 and not varargs
+  except (TypeError, ValueError):
+    one = False
+  try:
+    return value(meta) if one else value(meta, *avals)
+  except Exception as e:
+    raise LaunchError(f"{where}: {what}, a callable of (meta, *input avals), raised {type(e).__name__}: {e}") from e
+
+
+def _default_order(n_in, n_out, n_scalars):
+  return [f"in{i}" for i in range(n_in)] + [f"out{o}" for o in range(n_out)] + [f"scalar{k}" for k in range(n_scalars)]
+
+
+_REFUSED = {"block": "block (32 x num_warps)", "smem_bytes": "smem_bytes (its shared memory)",
+            "cluster": "cluster (num_ctas)", "collective": "collective", "batch_grid_axis": "batch_grid_axis",
+            "fallback": "fallback"}
+
+
+def _launcher(target, out_shape, *, grid, scalars=(), input_output_aliases=None, param_order=None,
+              zero_outputs=(), uses_pdl=None, sharding=None, **others):
+  """The function of arrays that launches a Triton kernel (see module doc)."""
+  from jax_mosaic_ffi import primitive, sharding as sharding_lib
+  name = target.name
+  for key, value in others.items():
+    if value is not None and not (key == "smem_bytes" and value == 0):
+      raise LaunchError(f"mosaic_kernel '{name}': a Triton kernel takes no {_REFUSED.get(key, key)}: "
+                        "Triton's compiled metadata sets it")
+  if uses_pdl:
+    raise LaunchError(f"mosaic_kernel '{name}': Triton kernels do not wait for the previous kernel "
+                      "(griddepcontrol.wait), so they cannot launch with PDL")
+  if isinstance(zero_outputs, bool):
+    zero_outputs = "all" if zero_outputs else ()
+  if zero_outputs != "all":
+    zero_outputs = tuple(zero_outputs)
+  aliases = dict(input_output_aliases or {})
+
+  def call(*args):
+    site = primitive._call_site()
+    where = launch_spec.who(target, site)
+    in_avals = tuple(jax.typeof(a) for a in args)
+    meta = target.meta
+    shapes = out_shape(*in_avals) if callable(out_shape) else out_shape
+    out_avals, single = launch_spec._out_avals(shapes, where)
+    values = call_with_meta(scalars, meta, in_avals, "scalars", where)
+    launch_spec._scalars(values, where)  # its checks and messages
+    n_in, n_out = len(in_avals), len(out_avals)
+    order = list(param_order) if param_order is not None else _default_order(n_in, n_out, len(values))
+    kernel = _specialize(target, order, in_avals, out_avals, values, where)
+    info = kernel.info
+    dims = launch_spec._dims(call_with_meta(grid, meta, in_avals, "grid", where), "grid", where)
+    zeroed = tuple(range(n_out)) if zero_outputs == "all" else zero_outputs
+    all_args, all_aliases = list(args), dict(aliases)
+    for o in zeroed:
+      if not (isinstance(o, int) and 0 <= o < n_out) or o in all_aliases.values():
+        raise LaunchError(f"{where}: zero_outputs entry {o!r} must be an output index (0..{n_out - 1}) "
+                          "that no input aliases")
+      all_args.append(jnp.zeros(out_avals[o].shape, out_avals[o].dtype))
+      all_aliases[len(all_args) - 1] = o
+    outs = list(out_avals)
+    names, scalar_list = list(order), list(values)
+    programs = math.prod(dims) * info.num_ctas
+    for k, (size, align) in enumerate(info.scratch):
+      if size == 0:
+        scalar_list.append(np.uint64(0))
+        names.append(f"scalar{len(scalar_list) - 1}")
+        continue
+      if align > _XLA_BUFFER_ALIGN:
+        raise LaunchError(f"{where}: Triton asks for {('global', 'profile')[k]} scratch aligned to {align} bytes, "
+                          f"more than the {_XLA_BUFFER_ALIGN} XLA gives its buffers")
+      outs.append(jax.ShapeDtypeStruct((programs * size,), jnp.uint8))
+      names.append(f"out{len(outs) - 1}")
+    inner = primitive._mosaic_kernel(
+        kernel, outs, grid=(dims[0] * info.num_ctas, dims[1], dims[2]), block=32 * info.num_warps,
+        cluster=(info.num_ctas, 1, 1) if info.num_ctas > 1 else None, smem_bytes=info.shared, uses_pdl=False,
+        scalars=tuple(scalar_list), input_output_aliases=all_aliases, param_order=names)
+    results = tuple(inner(*all_args))[:n_out]
+    return results[0] if single else results
+
+  if sharding is not None:
+    return sharding_lib.sharded(call, sharding, name=f"mosaic_kernel '{name}'")
+  return call
+
+
+def _specialize(target, order, in_avals, out_avals, values, where) -> TritonKernel:
+  n_in, n_out = len(in_avals), len(out_avals)
+  types, scalar_values = [], {}
+  for k, entry in enumerate(order):
+    entry = str(entry)
+    prefix = entry.rstrip("0123456789")
+    index = int(entry[len(prefix):]) if entry[len(prefix):] else -1
+    if prefix == "in" and 0 <= index < n_in:
+      types.append("*" + triton_type(in_avals[index].dtype))
+    elif prefix == "out" and 0 <= index < n_out:
+      types.append("*" + triton_type(out_avals[index].dtype))
+    elif prefix == "scalar" and 0 <= index < len(values):
+      types.append(triton_type(np.asarray(values[index]).dtype))
+      scalar_values[k] = values[index]
+    else:
+      raise LaunchError(f"{where}: param_order entry {entry!r} names nothing; use in0.., out0.., scalar0..")
+  if isinstance(target, TritonKernel):
+    if tuple(types) != target.info.signature:
+      raise LaunchError(f"{where}: the call passes parameters of Triton types {types}, but the kernel was "
+                        f"compiled for {list(target.info.signature)}; leave signature= out to have it read "
+                        "from the call")
+    return target
+  params = _runtime_params(target.fn)
+  if len(types) != len(params):
+    raise LaunchError(
+        f"{where}: the Triton function takes {len(params)} non-constexpr parameters ({', '.join(params)}) but the "
+        f"call passes {len(types)} ({', '.join(order)}): inputs, outputs, then scalars, or param_order")
+  return target.specialize(types, scalar_values)

@@ -1,0 +1,58 @@
+"""Triton kernels for the tests (@triton.jit functions must live in a file)."""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+  pid = tl.program_id(0)
+  offsets = pid * BLOCK + tl.arange(0, BLOCK)
+  mask = offsets < n
+  tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask), mask=mask)
+
+
+@triton.jit
+def scale_in_place(x_ptr, n, factor, BLOCK: tl.constexpr):
+  """x *= factor, for input_output_aliases (one pointer: param_order names out0 only)."""
+  offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+  mask = offsets < n
+  tl.store(x_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * factor, mask=mask)
+
+
+@triton.jit
+def row_sums_atomic(x_ptr, out_ptr, rows, cols, BLOCK: tl.constexpr):
+  """Each program adds one block of a row into out[row] with atomics: needs a zeroed output."""
+  row = tl.program_id(0)
+  start = tl.program_id(1) * BLOCK
+  offsets = start + tl.arange(0, BLOCK)
+  values = tl.load(x_ptr + row * cols + offsets, mask=offsets < cols, other=0.0)
+  tl.atomic_add(out_ptr + row, tl.sum(values, axis=0))
+
+
+@triton.jit
+def matmul(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+  """C = A @ B, row-major, any M, N, K."""
+  pid_m = tl.program_id(0)
+  pid_n = tl.program_id(1)
+  rm = pid_m * BM + tl.arange(0, BM)
+  rn = pid_n * BN + tl.arange(0, BN)
+  rk = tl.arange(0, BK)
+  acc = tl.zeros((BM, BN), dtype=tl.float32)
+  for k in range(0, tl.cdiv(K, BK)):
+    kk = k * BK + rk
+    a = tl.load(a_ptr + rm[:, None] * K + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+    b = tl.load(b_ptr + kk[:, None] * N + rn[None, :], mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+    acc = tl.dot(a, b, acc)
+  mask = (rm[:, None] < M) & (rn[None, :] < N)
+  tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def descriptor_copy(x_ptr, out_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
+  """A copy through device-side tensor descriptors (TMA): Triton asks for global scratch."""
+  pid_m = tl.program_id(0)
+  pid_n = tl.program_id(1)
+  src = tl.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+  dst = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+  dst.store([pid_m * BM, pid_n * BN], src.load([pid_m * BM, pid_n * BN]))
