@@ -42,7 +42,6 @@ import warnings
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from jax_mosaic_ffi import compiler

@@ -101,7 +101,8 @@ def test_a_fresh_process_compiles_nothing_and_exports(isolated_disk_cache):
     from hlo_inspect import custom_calls
     x = jax.ShapeDtypeStruct((4096,), jnp.float32)
     call = jmf.mosaic_kernel(jmf.triton_kernel(ts.add, constexprs={"BLOCK": 1024}), x,
-                             grid=lambda meta, x, y: x.size // meta["BLOCK"], scalars=lambda meta, x, y: (np.int32(x.size),))
+                             grid=lambda meta, x, y: x.size // meta["BLOCK"],
+                             scalars=lambda meta, x, y: (np.int32(x.size),))
     (cc,) = custom_calls(jax.jit(call).trace(x, x).lower(lowering_platforms=("cuda",)))
     exported = jax.export.export(jax.jit(call), platforms=["cuda"], disabled_checks=jmf.export_disabled_checks())(x, x)
     s = jmf.kernel_cache_stats()
@@ -140,7 +141,8 @@ def test_zero_outputs_and_aliases_lower_as_aliased_buffers(isolated_disk_cache):
   assert cc["config"]["param_order"][:2] == [0, 2]
   assert "output_operand_aliases" in cc["attributes"]
   scale = jmf.mosaic_kernel(jmf.triton_kernel(ts.scale_in_place, constexprs={"BLOCK": 256}),
-                            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), grid=lambda meta, x: jmf.cdiv(x.size, 256),
+                            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                            grid=lambda meta, x: jmf.cdiv(x.size, 256),
                             scalars=lambda meta, x: (np.int32(x.size), np.float32(3)), input_output_aliases={0: 0},
                             param_order=("out0", "scalar0", "scalar1"))
   (cc,) = custom_calls(lower(scale, jax.ShapeDtypeStruct((1000,), jnp.float32)))
@@ -210,7 +212,8 @@ def test_zeroed_outputs_accumulate_from_zero(rng, isolated_disk_cache):
 @gpu
 def test_in_place_update_through_aliases(rng, isolated_disk_cache):
   scale = jmf.mosaic_kernel(jmf.triton_kernel(ts.scale_in_place, constexprs={"BLOCK": 256}),
-                            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), grid=lambda meta, x: jmf.cdiv(x.size, 256),
+                            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                            grid=lambda meta, x: jmf.cdiv(x.size, 256),
                             scalars=lambda meta, x: (np.int32(x.size), np.float32(3)), input_output_aliases={0: 0},
                             param_order=("out0", "scalar0", "scalar1"))
   x = rng.standard_normal(1000).astype(np.float32)

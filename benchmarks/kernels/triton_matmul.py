@@ -1,12 +1,14 @@
 """The Triton matmul of the autotune benchmark: fp16 in, fp32 accumulation, fp16 out,
-row-major, one program per BM x BN tile of C, tiles grouped GROUP rows at a time for L2 reuse."""
+row-major, one program per BM x BN tile of C, tiles grouped GROUP rows at a time for L2 reuse.
+The output pointer comes last, where jax-triton puts outputs, so both runtimes launch this very kernel
+(ours with param_order)."""
 
 import triton
 import triton.language as tl
 
 
 @triton.jit
-def matmul(a_ptr, b_ptr, c_ptr, M, N, K,
+def matmul(a_ptr, b_ptr, M, N, K, c_ptr,
            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr):
   pid = tl.program_id(0)
   tiles_m = tl.cdiv(M, BM)

@@ -1,0 +1,207 @@
+"""Autotuning: winners chosen per shapes, persisted on disk, reused; CUDA C++ and Triton on the GPU.
+
+Without a GPU, autotuning times nothing and takes the default config; the
+machinery (compile every config, skip failures, time, persist) is checked
+here on the CPU by timing the configs' jax.numpy fallbacks
+(JAX_MOSAIC_FFI_AUTOTUNE_ON_CPU=1).
+"""
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_mosaic_ffi as jmf
+from jax_mosaic_ffi import autotuning
+
+import fresh_process
+import kernel_sources
+from hlo_inspect import custom_calls
+
+gpu = pytest.mark.gpu
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TILED_MATMUL = os.path.join(REPO, "benchmarks", "kernels", "tiled_matmul.cu")
+
+
+def slow_fallback(work):
+  """A fallback that costs `work` chained matmuls: the configs' speeds differ on the CPU too."""
+  def fallback(x, y):
+    m = jnp.ones((96, 96), jnp.float32)
+    m = jax.lax.fori_loop(0, work, lambda _, m: jnp.tanh(m @ m), m)
+    return x + y + 0 * m[0, 0]
+  return fallback
+
+
+def add_factory(meta):
+  kernel = jmf.cuda_kernel(kernel_sources.ADD, "add")
+  return jmf.mosaic_kernel(kernel, lambda x, y: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                           grid=lambda x, y: jmf.cdiv(x.size, meta["block"]), block=meta["block"],
+                           scalars=lambda x, y: (np.int32(x.size),), fallback=slow_fallback(meta["work"]))
+
+
+CONFIGS = [{"block": 128, "work": 40}, {"block": 4096, "work": 0}, {"block": 256, "work": 1},
+           {"block": 512, "work": 20}]
+
+
+def stats():
+  return jmf.kernel_cache_stats()
+
+
+def test_without_a_gpu_the_default_config_is_used_with_a_note(isolated_disk_cache, monkeypatch):
+  monkeypatch.delenv(autotuning.CPU_ENV, raising=False)
+  x = jax.ShapeDtypeStruct((1000,), jnp.float32)
+  before = stats()
+  tuned = jmf.autotune(add_factory, configs=CONFIGS, default={"block": 256, "work": 1})
+  with pytest.warns(jmf.autotuning.AutotuneSkipped, match="no GPU here.*config 2"):
+    (cc,) = custom_calls(jax.jit(tuned).trace(x, x).lower(lowering_platforms=("cuda",)))
+  assert cc["config"]["block"] == [256, 1, 1] and cc["config"]["grid"] == [4, 1, 1]
+  after = stats()
+  assert after.autotune_skipped == before.autotune_skipped + 1 and after.autotune_tunings == before.autotune_tunings
+  assert tuned.last_report["source"] == "untuned"
+
+
+def test_winners_are_timed_persisted_and_reused(isolated_disk_cache, monkeypatch, capsys):
+  monkeypatch.setenv(autotuning.CPU_ENV, "1")
+  monkeypatch.setenv(autotuning.LOG_ENV, "1")
+  x = np.arange(1000, dtype=np.float32)
+  before = stats()
+  tuned = jmf.autotune(add_factory, configs=CONFIGS, name="test-add")
+  np.testing.assert_allclose(np.asarray(jax.jit(tuned)(x, x)), 2 * x)
+  report = tuned.last_report
+  assert report["source"] == "tuned"
+  # block 4096 is over the limit of 1024 threads: skipped and reported, not fatal.
+  assert report["table"][1]["us"] is None and "compile:" in report["table"][1]["error"]
+  assert report["winner"] == 2, report["table"]  # the cheapest fallback that builds
+  assert all(report["table"][k]["us"] > 0 for k in (0, 2, 3))
+  assert "test-add" in capsys.readouterr().err  # JAX_MOSAIC_FFI_AUTOTUNE_LOG
+  after = stats()
+  assert after.autotune_tunings == before.autotune_tunings + 1
+  # Another wrapper over the same configs in this process: the winner from memory.
+  again = jmf.autotune(add_factory, configs=CONFIGS, name="test-add")
+  assert again.best_config(x, x) == CONFIGS[2]
+  assert stats().autotune_memory_hits == after.autotune_memory_hits + 1
+  assert any(r["name"] == "test-add" and r["source"] == "tuned" for r in jmf.autotune_report())
+  # Another shape: tuned again.
+  jax.jit(tuned).trace(np.zeros(64, np.float32), np.zeros(64, np.float32))
+  assert stats().autotune_tunings == after.autotune_tunings + 1
+  # A fresh process finds the winner on disk and times nothing.
+  script = """
+    import json
+    import jax, jax.numpy as jnp, numpy as np
+    import jax_mosaic_ffi as jmf
+    import test_autotune as t
+    tuned = jmf.autotune(t.add_factory, configs=t.CONFIGS, name="test-add")
+    x = np.arange(1000, dtype=np.float32)
+    ok = bool(np.allclose(np.asarray(jax.jit(tuned)(x, x)), 2 * x))
+    s = jmf.kernel_cache_stats()
+    print(json.dumps({"ok": ok, "tunings": s.autotune_tunings, "disk": s.autotune_disk_hits,
+                      "winner": tuned.last_report["winner"], "source": tuned.last_report["source"]}))
+  """
+  result = fresh_process.run(script, timeout=180, env={"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache),
+                                                       autotuning.CPU_ENV: "1"}).result
+  assert result == {"ok": True, "tunings": 0, "disk": 1, "winner": 2, "source": "disk"}
+
+
+def test_a_key_scopes_winners_and_all_failing_is_an_error(isolated_disk_cache, monkeypatch):
+  monkeypatch.setenv(autotuning.CPU_ENV, "1")
+  before = stats()
+  tuned = jmf.autotune(add_factory, configs=CONFIGS[:3], key=lambda x, y: x.size > 512, name="bucketed")
+  for n in (600, 700, 100):
+    v = jax.ShapeDtypeStruct((n,), jnp.float32)
+    jax.jit(tuned).trace(v, v)
+  assert stats().autotune_tunings == before.autotune_tunings + 2
+  broken = jmf.autotune(add_factory, configs=[{"block": 2048, "work": 0}, {"block": 0, "work": 0}], name="broken")
+  v = jax.ShapeDtypeStruct((100,), jnp.float32)
+  with pytest.raises(jmf.AutotuneError, match=r"no config could be compiled and run(.|\n)*0: .*block(.|\n)*1: "):
+    jax.jit(broken).trace(v, v)
+  with pytest.raises(ValueError, match="at least one config"):
+    jmf.autotune(add_factory, configs=[])
+  with pytest.raises(ValueError, match="default"):
+    jmf.autotune(add_factory, configs=CONFIGS, default=9)
+
+
+def test_mosaic_kernel_configs_pass_meta_to_the_callables(isolated_disk_cache, monkeypatch):
+  monkeypatch.delenv(autotuning.CPU_ENV, raising=False)
+  kernel = jmf.cuda_kernel(kernel_sources.ADD, "add")
+  call = jmf.mosaic_kernel(kernel, lambda x, y: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                           grid=lambda meta, x, y: jmf.cdiv(x.size, meta["block"]),
+                           block=lambda meta, x, y: meta["block"],
+                           scalars=lambda meta, x, y: (np.int32(x.size),), configs=[{"block": 64}, {"block": 128}],
+                           autotune_default=1)
+  x = jax.ShapeDtypeStruct((1000,), jnp.float32)
+  with pytest.warns(jmf.autotuning.AutotuneSkipped):
+    (cc,) = custom_calls(jax.jit(call).trace(x, x).lower(lowering_platforms=("cuda",)))
+  assert cc["config"]["block"] == [128, 1, 1] and cc["config"]["grid"] == [8, 1, 1]
+
+
+# ---------------------------------------------------------------- GPU
+
+def tiled_matmul_factory(meta):
+  with open(TILED_MATMUL) as f:
+    source = f.read()
+  kernel = jmf.cuda_kernel(source, "tiled_matmul", options=[f"-D{k}={v}" for k, v in sorted(meta.items())])
+  return jmf.mosaic_kernel(
+      kernel, lambda a, b: jax.ShapeDtypeStruct((a.shape[0], b.shape[1]), jnp.float32),
+      grid=lambda a, b: (jmf.cdiv(b.shape[1], meta["BN"]), jmf.cdiv(a.shape[0], meta["BM"])),
+      block=(meta["BN"] // meta["TN"], meta["BM"] // meta["TM"]),
+      scalars=lambda a, b: (np.int32(a.shape[0]), np.int32(b.shape[1]), np.int32(a.shape[1])))
+
+
+MATMUL_CONFIGS = [dict(BM=16, BN=16, BK=16, TM=1, TN=1), dict(BM=64, BN=64, BK=16, TM=4, TN=4),
+                  dict(BM=128, BN=128, BK=8, TM=8, TN=8), dict(BM=64, BN=64, BK=8, TM=8, TN=8)]
+
+
+@gpu
+def test_cuda_cpp_matmul_autotuned_then_reused_by_a_fresh_process(rng, isolated_disk_cache):
+  a = rng.standard_normal((320, 200)).astype(np.float32)
+  b = rng.standard_normal((200, 288)).astype(np.float32)
+  before = stats()
+  tuned = jmf.autotune(tiled_matmul_factory, configs=MATMUL_CONFIGS, name="test-tiled-matmul")
+  np.testing.assert_allclose(np.asarray(jax.jit(tuned)(a, b)), a @ b, rtol=1e-4, atol=1e-3)
+  report = tuned.last_report
+  assert report["source"] == "tuned" and all(row["us"] > 0 for row in report["table"]), report
+  assert stats().autotune_tunings == before.autotune_tunings + 1
+  script = """
+    import json, sys
+    import jax, numpy as np
+    import jax_mosaic_ffi as jmf
+    import test_autotune as t
+    a, b = np.load(sys.argv[1] + "/a.npy"), np.load(sys.argv[1] + "/b.npy")
+    tuned = jmf.autotune(t.tiled_matmul_factory, configs=t.MATMUL_CONFIGS, name="test-tiled-matmul")
+    ok = bool(np.allclose(np.asarray(jax.jit(tuned)(a, b)), a @ b, rtol=1e-4, atol=1e-3))
+    s = jmf.kernel_cache_stats()
+    print(json.dumps({"ok": ok, "tunings": s.autotune_tunings, "disk": s.autotune_disk_hits,
+                      "nvrtc": s.nvrtc_compiles, "winner": tuned.last_report["winner"]}))
+  """
+  folder = isolated_disk_cache.parent
+  np.save(folder / "a.npy", a)
+  np.save(folder / "b.npy", b)
+  result = fresh_process.run(script, folder, timeout=240,
+                             env={"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)}).result
+  assert result == {"ok": True, "tunings": 0, "disk": 1, "nvrtc": 0, "winner": report["winner"]}
+
+
+@gpu
+def test_triton_matmul_autotuned_through_configs(rng, isolated_disk_cache):
+  pytest.importorskip("triton")
+  import triton_sources as ts
+  call = jmf.mosaic_kernel(
+      jmf.triton_kernel(ts.matmul), lambda a, b: jax.ShapeDtypeStruct((a.shape[0], b.shape[1]), a.dtype),
+      grid=lambda meta, a, b: (jmf.cdiv(a.shape[0], meta["BM"]), jmf.cdiv(b.shape[1], meta["BN"])),
+      scalars=lambda meta, a, b: (np.int32(a.shape[0]), np.int32(b.shape[1]), np.int32(a.shape[1])),
+      configs=[dict(BM=32, BN=32, BK=32, num_warps=2), dict(BM=64, BN=64, BK=32, num_warps=4),
+               dict(BM=128, BN=128, BK=64, num_warps=8, num_stages=3),
+               dict(BM=64, BN=64, BK=8, num_warps=4)])  # tl.dot needs K >= 16: fails to compile, skipped
+  a = rng.standard_normal((512, 256)).astype(np.float16)
+  b = rng.standard_normal((256, 384)).astype(np.float16)
+  before = stats()
+  c = jax.jit(call)(a, b)
+  np.testing.assert_allclose(np.asarray(c, np.float32), a.astype(np.float32) @ b.astype(np.float32),
+                             rtol=2e-2, atol=6e-2)
+  report = call.last_report
+  assert report["source"] == "tuned" and report["table"][3]["error"], report
+  assert sum(row["us"] is not None for row in report["table"]) == 3
+  after = stats()
+  assert after.triton_compiles >= before.triton_compiles + 3 and after.autotune_tunings == before.autotune_tunings + 1
