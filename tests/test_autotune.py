@@ -15,12 +15,15 @@ import pytest
 
 import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi import autotuning
+from jax_mosaic_ffi import gpu_info
 
 import fresh_process
 import kernel_sources
 from hlo_inspect import custom_calls
 
 gpu = pytest.mark.gpu
+# Where there is a GPU, autotuning times the kernels themselves (the GPU tests below).
+no_gpu = pytest.mark.skipif(gpu_info.has_gpu(), reason="checks what autotuning does without a GPU")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TILED_MATMUL = os.path.join(REPO, "benchmarks", "kernels", "tiled_matmul.cu")
 
@@ -49,6 +52,7 @@ def stats():
   return jmf.kernel_cache_stats()
 
 
+@no_gpu
 def test_without_a_gpu_the_default_config_is_used_with_a_note(isolated_disk_cache, monkeypatch):
   monkeypatch.delenv(autotuning.CPU_ENV, raising=False)
   x = jax.ShapeDtypeStruct((1000,), jnp.float32)
@@ -62,6 +66,7 @@ def test_without_a_gpu_the_default_config_is_used_with_a_note(isolated_disk_cach
   assert tuned.last_report["source"] == "untuned"
 
 
+@no_gpu
 def test_winners_are_timed_persisted_and_reused(isolated_disk_cache, monkeypatch, capsys):
   monkeypatch.setenv(autotuning.CPU_ENV, "1")
   monkeypatch.setenv(autotuning.LOG_ENV, "1")
@@ -104,6 +109,7 @@ def test_winners_are_timed_persisted_and_reused(isolated_disk_cache, monkeypatch
   assert result == {"ok": True, "tunings": 0, "disk": 1, "winner": 2, "source": "disk"}
 
 
+@no_gpu
 def test_a_key_scopes_winners_and_all_failing_is_an_error(isolated_disk_cache, monkeypatch):
   monkeypatch.setenv(autotuning.CPU_ENV, "1")
   before = stats()
@@ -122,6 +128,7 @@ def test_a_key_scopes_winners_and_all_failing_is_an_error(isolated_disk_cache, m
     jmf.autotune(add_factory, configs=CONFIGS, default=9)
 
 
+@no_gpu
 def test_mosaic_kernel_configs_pass_meta_to_the_callables(isolated_disk_cache, monkeypatch):
   monkeypatch.delenv(autotuning.CPU_ENV, raising=False)
   kernel = jmf.cuda_kernel(kernel_sources.ADD, "add")
