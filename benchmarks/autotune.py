@@ -183,6 +183,17 @@ def _child(args, env) -> dict:
   return json.loads(lines[-1][len("CHILD "):])
 
 
+def _jax_triton_versions() -> str:
+  """What jax-triton asks of Triton, and what is installed: the usual reason it cannot run."""
+  from importlib import metadata
+  try:
+    wanted = [r.split(";")[0].strip() for r in metadata.requires("jax-triton") or () if r.startswith("triton")]
+    return (f" (jax-triton {metadata.version('jax-triton')} requires {', '.join(wanted) or 'any triton'}; "
+            f"triton {metadata.version('triton')} is installed)")
+  except metadata.PackageNotFoundError as e:
+    return f" ({e.name} is not installed)"
+
+
 def run() -> dict:
   cache = tempfile.mkdtemp(prefix="jmf-autotune-bench-")
   env = {"JAX_MOSAIC_FFI_CACHE_DIR": cache, "JAX_MOSAIC_FFI_POISON_OUTPUTS": "0"}
@@ -197,7 +208,7 @@ def run() -> dict:
     result["jax_triton"] = {"cold": _child(["jax_triton", KERNELS, json.dumps(winner), "time"], jt_env),
                             "warm": _child(["jax_triton", KERNELS, json.dumps(winner), "first-only"], jt_env)}
   except Exception as e:  # reported in the table: jax-triton could not run here
-    result["jax_triton"] = {"error": last_line(str(e))}
+    result["jax_triton"] = {"error": last_line(str(e)) + _jax_triton_versions()}
   return result
 
 
