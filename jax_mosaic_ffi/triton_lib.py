@@ -10,8 +10,9 @@ compilation cache runs no Triton compile at all.
 Launching one with `mosaic_kernel` needs no block or shared memory: they come
 from Triton's metadata (block = 32 x num_warps, shared memory, a cluster of
 num_ctas). The entry Triton emits takes the function's non-constexpr
-parameters, in order, then scratch pointers (global, and profile from Triton
-3.5): null when Triton needs none, else an extra output that XLA allocates.
+parameters, in order, then scratch pointers (global and profile in Triton 3.6;
+their number is read from the PTX): null when Triton needs none, else an extra
+output that XLA allocates.
 
     @triton.jit
     def add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr): ...
