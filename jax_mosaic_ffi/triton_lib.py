@@ -47,6 +47,7 @@ from jax_mosaic_ffi import disk_cache
 from jax_mosaic_ffi import dump
 from jax_mosaic_ffi import launch_spec
 from jax_mosaic_ffi import module_format
+from jax_mosaic_ffi import ptx_info
 from jax_mosaic_ffi.kernel import Kernel, _parse_targets
 from jax_mosaic_ffi.launch_spec import LaunchError
 from jax_mosaic_ffi.module_format import Image, ImageKind, ParsedModule
@@ -285,9 +286,11 @@ def _compile(fn, signature, constexprs, num_warps, num_stages, num_ctas, targets
       fn.__name__, *signature, json.dumps(sorted((k, _key_value(v)) for k, v in constexprs.items())),
       repr(sorted(attrs.items())), f"w{num_warps} s{num_stages} c{num_ctas}", *(t.sm for t in targets))
   with _lock:
-    if entry_key in _memory:
+    hit = _memory.get(entry_key)
+  if hit is not None:
+    with compiler._lock:
       compiler._stats.memory_hits += 1
-      return _memory[entry_key]
+    return hit
   kernel = None
   cached = disk_cache.load(entry_key)
   if cached is not None:
@@ -295,7 +298,7 @@ def _compile(fn, signature, constexprs, num_warps, num_stages, num_ctas, targets
       kernel = _from_bytes(fn.__name__, cached)
       meta = {**constexprs, "num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas}
       kernel = TritonKernel(kernel.name, kernel.compiled, dataclasses.replace(kernel.info, meta=tuple(meta.items())))
-      with _lock:
+      with compiler._lock:
         compiler._stats.disk_hits += 1
     except (ValueError, KeyError, TypeError, UnicodeDecodeError, struct.error):
       kernel = None
@@ -329,7 +332,8 @@ def _run_triton(triton, fn, signature, constexprs, attrs, num_warps, num_stages,
       raise compiler.CompileError(fn.__name__, f"Triton could not compile it for {target.sm}: "
                                   f"{type(e).__name__}: {e}", "", "") from None
     metadata = compiled.metadata
-    arch = module_format.Arch.parse(f"sm_{target.number}a" if target.number in (90, 100, 101, 120) else target.sm)
+    # Triton builds for the arch-specific target (sm_90a) where there is one: its PTX says which.
+    arch = module_format.Arch.parse(ptx_info.target_arch(compiled.asm["ptx"]) or target.sm)
     images.append(Image(ImageKind.CUBIN, arch, bytes(compiled.asm["cubin"])))
     if ptx is None:
       ptx, first = (arch, compiled.asm["ptx"]), metadata
