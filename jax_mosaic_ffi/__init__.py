@@ -36,6 +36,7 @@ from jax_mosaic_ffi.kernel import Kernel, cubin_kernel, cuda_kernel, ptx_kernel
 from jax_mosaic_ffi.launch_spec import LaunchError, cdiv
 from jax_mosaic_ffi.primitive import mosaic_kernel, mosaic_kernel_p
 from jax_mosaic_ffi.sharding import BatchDims, Elementwise, ShardingRule, sharded
+from jax_mosaic_ffi.tensor_map import TensorMap
 
 __version__ = "0.1.0"
 
@@ -43,7 +44,7 @@ register = _registration.register
 
 __all__ = [
     "BatchDims", "Collective", "CompileError", "Elementwise", "Kernel", "KernelCacheStats", "LaunchError",
-    "ShardingRule", "cdiv", "clear_kernel_cache", "cubin_kernel", "cuda_kernel", "differentiable",
+    "ShardingRule", "TensorMap", "cdiv", "clear_kernel_cache", "cubin_kernel", "cuda_kernel", "differentiable",
     "export_disabled_checks", "kernel_cache_stats", "mosaic_kernel", "mosaic_kernel_p", "ops", "ptx_kernel",
     "register", "sharded",
 ]
@@ -64,7 +65,9 @@ class KernelCacheStats:
   stage (command buffers). instantiations / instantiate_seconds: instantiate
   stages run, and the time spent in them. collective_prepares /
   collective_initializes: prepare and initialize stages run by collective
-  call sites (XLA runs them on every execution).
+  call sites (XLA runs them on every execution). tensor_map_encodes: TMA
+  descriptors built (at a call site's first run on a device, then only when
+  the buffer a descriptor describes moved).
   """
 
   nvrtc_compiles: int
@@ -80,6 +83,7 @@ class KernelCacheStats:
   instantiate_seconds: float
   collective_prepares: int
   collective_initializes: int
+  tensor_map_encodes: int = 0
 
   @property
   def kernel_builds(self) -> int:

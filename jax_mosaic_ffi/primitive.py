@@ -38,7 +38,7 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_
                   param_order: Sequence[str] | None = None,
                   collective: Collective | None = None,
                   batch_grid_axis: str | None = None, fallback: Callable | None = None,
-                  sharding=None) -> Callable[..., Any]:
+                  sharding=None, scratch_bytes=0, zero_scratch: bool = False) -> Callable[..., Any]:
   """Returns a function that launches ``kernel`` on its input arrays.
 
   The kernel's parameters are, in order: one pointer per input, one pointer
@@ -67,6 +67,15 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_
       outputs, run instead of the kernel off CUDA (fallback.py).
     sharding: how the call may be partitioned under ``jit``:
       `Elementwise()`, `BatchDims(...)`, `ShardingRule(...)` (sharding.py).
+    scratch_bytes: a scratch buffer of this many bytes for the kernel (split-K
+      partials, grid-wide counters): an extra output XLA allocates and the
+      call does not return, passed after the outputs or where ``param_order``
+      names ``"scratch"``. Its contents are undefined unless ``zero_scratch``.
+    zero_scratch: zero the scratch buffer before every launch.
+
+  ``param_order`` may hold `TensorMap` declarations: the kernel then gets a
+  TMA descriptor (``CUtensorMap``, 128 bytes, by value) of that input or
+  output there, built by the runtime (tensor_map.py).
 
   ``out_shape``, ``grid``, ``block``, ``smem_bytes`` and ``scalars`` may also
   be callables of the input avals (``grid=lambda x, y: jmf.cdiv(x.size, 256)``),
@@ -76,7 +85,8 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_
   options = LaunchOptions.create(
       kernel, out_shape, grid=grid, block=block, cluster=cluster, smem_bytes=smem_bytes, uses_pdl=uses_pdl,
       scalars=scalars, input_output_aliases=input_output_aliases, param_order=param_order,
-      collective=collective, batch_grid_axis=batch_grid_axis, where=where)
+      collective=collective, batch_grid_axis=batch_grid_axis, scratch_bytes=scratch_bytes,
+      zero_scratch=zero_scratch, where=where)
   fallback = fallback_lib.create(fallback, where)
   if sharding is not None:
     sharding_lib.check_per_shard(options, where)
@@ -90,10 +100,11 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_
       outs = [args[aliased[o]] if o in aliased else jnp.zeros(a.shape, a.dtype) for o, a in enumerate(out_avals)]
       return outs[0] if single else tuple(outs)
     options.check(spec, in_avals, out_avals)
+    returned = len(out_avals) - spec.num_scratch
     if fallback is not None:
-      fallback_lib.check(fallback, in_avals, out_avals, single, launch_spec.who(kernel, spec.call_site))
-      spec = dataclasses.replace(spec, fallback=fallback)
-    outs = mosaic_kernel_p.bind(*args, kernel=kernel, out_avals=out_avals, spec=spec)
+      fallback_lib.check(fallback, in_avals, out_avals[:returned], single, launch_spec.who(kernel, spec.call_site))
+      spec = dataclasses.replace(spec, fallback=fallback_lib.with_scratch(fallback, out_avals[returned:]))
+    outs = mosaic_kernel_p.bind(*args, kernel=kernel, out_avals=out_avals, spec=spec)[:returned]
     return outs[0] if single else tuple(outs)
 
   return call if sharding is None else sharding_lib.sharded(call, sharding, name=f"mosaic_kernel '{kernel.name}'")
@@ -129,6 +140,10 @@ def _batching_rule(args, dims, *, kernel, out_avals, spec):
     raise LaunchError(
         f"{where}: a collective kernel cannot be vmapped: its peers are devices, not batch elements. "
         "Call it inside shard_map over a mesh axis instead")
+  if spec.tensor_maps:
+    raise LaunchError(
+        f"{where}: a kernel with TensorMap parameters cannot be vmapped yet: its descriptors describe one "
+        "element's arrays. Call it in a lax.map, or give the kernel the batch as a leading array axis")
   size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
   inner = spec.batch_size
   inner_batched = [s > 0 for s in spec.batch_strides[:len(args)]] if inner > 1 else [False] * len(args)
