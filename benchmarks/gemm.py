@@ -19,7 +19,7 @@ from benchmarks.suite import Run
 
 NAME = "gemm"
 TITLE = "Hopper GEMM (TMA + wgmma) against cuBLAS"
-ORDER = 28
+ORDER = 70
 RUNS = (Run("cb_on", kwargs={"command_buffers": True}, timeout_s=120),
         Run("cb_off", kwargs={"command_buffers": False}, xla_flags="--xla_gpu_enable_command_buffer=",
             timeout_s=120))
@@ -95,6 +95,7 @@ def run(command_buffers: bool, rounds: int = ROUNDS) -> dict:
         "over_cublas": {k: seconds["cublas"] / s for k, s in seconds.items()},
         "max_rel_error": errors,
     }
+  results["tflops_8192"] = results["sizes"]["8192"]["tflops"]  # the goal's metric
   results["tensor_map_encodes"] = jmf.kernel_cache_stats().tensor_map_encodes
   results["records_created"] = jmf.kernel_cache_stats().records_created
   return results
@@ -122,4 +123,24 @@ def tables(results: dict) -> list[str]:
             f"chain of {CHAIN} dependent GEMMs, host wall time per GEMM, median of "
             f"{first['rounds'] if first else ROUNDS} interleaved rounds; both checked against each other first. "
             "Ratios above 1: ours is faster.")
-  return [method + "\n\n" + table(header, rows, "lrrrrrr")]
+  return [method + "\n\n" + table(header, rows, "lrrrrrr"), ABOUT]
+
+
+ABOUT = (
+    "**The kernel is ours.** The issue asked for a public, permissively licensed Hopper GEMM kept verbatim; this "
+    "project does not commit code fetched from public sources, so `hopper_gemm.cu` was written here from the PTX "
+    "ISA (`wgmma.mma_async`, `cp.async.bulk.tensor`, `mbarrier`, `setmaxnreg`) in the warp-specialized shape the "
+    "public Hopper GEMM tutorials describe: one producer warpgroup streaming 128 x 64 and 256 x 64 tiles of A and B "
+    "with TMA (128-byte swizzle) into a 4-stage shared-memory ring guarded by mbarriers, two consumer warpgroups "
+    "each issuing `wgmma.m64n256k16` on 64 rows with one stage of MMAs in flight, grouped rasterization. Its two "
+    "descriptors are `jmf.TensorMap` parameters built by our runtime.\n\n"
+    "**What the remaining gap is, and what would close it.** One CTA computes one 128 x 256 tile and exits, and "
+    "its results go from registers straight to global memory: while a tile is stored and the next CTA fills its "
+    "pipeline, that SM's tensor cores idle. Each CTA also loads its own copy of the A and B tiles from L2. The "
+    "kernels that match or pass cuBLAS on Hopper are persistent (each CTA loops over tiles, so the epilogue of "
+    "one tile overlaps the loads and MMAs of the next, with two consumer groups taking turns or a TMA store from "
+    "shared memory) and use 2-CTA clusters with TMA multicast, so that a B tile read once from L2 feeds two "
+    "SMs. Those two are the next steps; the stage count (3 is slower) and the raster group (8 or 16) were "
+    "measured in the same run and are not where the gap is. `setmaxnreg` is ignored when nvJitLink builds the "
+    "PDL-safe cubin (ptxas C7504), so the consumers run under the 168-register cap (154 used): enough for their 128 "
+    "accumulators, without spills.")

@@ -374,3 +374,15 @@ def test_hopper_gemm_matches_jnp(isolated_disk_cache, rng):
     got = np.asarray(gemm(a, b).astype(jnp.float32))
     expected = np.asarray(a, np.float64) @ np.asarray(b, np.float64).T
     np.testing.assert_allclose(got, expected, rtol=2e-2, atol=2e-2 * np.abs(expected).max())
+
+
+@pytest.mark.gpu
+def test_the_readme_tma_example_runs(isolated_disk_cache):
+  import re
+  import textwrap
+  text = open(os.path.join(REPO, "README.md")).read()
+  section = text.split("### TMA descriptors and scratch")[1].split("\n### ")[0]
+  (block,) = re.findall(r"```python\n(.*?)```", section, re.S)
+  namespace = {"jax": jax, "jnp": jnp, "np": np, "jmf": jmf}
+  exec(compile(textwrap.dedent(block), "README.md", "exec"), namespace)
+  np.testing.assert_array_equal(np.asarray(namespace["y"]), np.full((200, 72), 3.0, np.float32))
