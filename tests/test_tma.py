@@ -344,16 +344,17 @@ def test_descriptors_follow_moving_buffers_in_and_out_of_command_buffers(rng, tm
   assert result["encodes"] >= 4
 
 
-def gemm_call(stages=4):
+def gemm_call(stages=4, cluster=1):
   kernel = jmf.cuda_kernel(open(GEMM_SOURCE).read(), "hopper_gemm", targets=("sm_90a",),
-                           options=(f"-DSTAGES={stages}",))
+                           options=(f"-DSTAGES={stages}", f"-DCLUSTER_M={cluster}"))
   smem = stages * (128 + 256) * 64 * 2 + 1024 + 1024
   return jmf.mosaic_kernel(
       kernel, lambda a, b: jax.ShapeDtypeStruct((a.shape[0], b.shape[0]), jnp.bfloat16),
       grid=lambda a, b: (a.shape[0] // 128) * (b.shape[0] // 256), block=384, smem_bytes=smem,
+      cluster=(cluster, 1, 1),
       scalars=lambda a, b: (np.int32(a.shape[0]), np.int32(b.shape[0]), np.int32(a.shape[1])),
       param_order=(jmf.TensorMap("in0", box=(128, 64), swizzle=128, l2_promotion=256),
-                   jmf.TensorMap("in1", box=(256, 64), swizzle=128, l2_promotion=256),
+                   jmf.TensorMap("in1", box=(256 // cluster, 64), swizzle=128, l2_promotion=256),
                    "out0", "scalar0", "scalar1", "scalar2"))
 
 
@@ -366,9 +367,10 @@ def test_the_gemm_compiles_for_sm90a_and_takes_two_descriptors(isolated_disk_cac
 
 
 @pytest.mark.gpu
-def test_hopper_gemm_matches_jnp(isolated_disk_cache, rng):
-  gemm = jax.jit(gemm_call())
-  for m, n, k in [(512, 768, 1024), (128, 256, 64), (1024, 512, 4096)]:
+@pytest.mark.parametrize("cluster", [1, 2], ids=["one_cta", "cluster2_multicast"])
+def test_hopper_gemm_matches_jnp(isolated_disk_cache, rng, cluster):
+  gemm = jax.jit(gemm_call(cluster=cluster))
+  for m, n, k in [(512, 768, 1024), (128 * cluster, 256, 64), (1024, 512, 4096), (256, 256, 320)]:
     a = jnp.asarray(rng.standard_normal((m, k)), jnp.bfloat16)
     b = jnp.asarray(rng.standard_normal((n, k)), jnp.bfloat16)
     got = np.asarray(gemm(a, b).astype(jnp.float32))

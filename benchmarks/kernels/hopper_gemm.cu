@@ -35,6 +35,13 @@
 #ifndef GROUP_M
 #define GROUP_M 16
 #endif
+// CLUSTER_M 2: CTAs of adjacent row tiles (same column tile) run as a
+// cluster of 2 and share the B tile: each loads half of it (b_map box
+// BN/2 x 64) with TMA multicast into both CTAs' shared memory, and a stage
+// is reused only when the consumers of both CTAs released it.
+#ifndef CLUSTER_M
+#define CLUSTER_M 1
+#endif
 
 namespace {
 
@@ -97,6 +104,9 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], unsigned long 
       : "l"(a), "l"(b), "r"(1));
 }
 
+__device__ __forceinline__ void consume(Smem& s, __nv_bfloat16* __restrict__ c, int warpgroup, int tid, int m0,
+                                        int n0, int N, int k_tiles, unsigned peer);
+
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(384, 1)
@@ -118,11 +128,17 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   if (threadIdx.x == 0) {
     for (int i = 0; i < STAGES; ++i) {
       jmf::mbarrier_init(&s.full[i], 1);
-      jmf::mbarrier_init(&s.empty[i], 2);  // one arrival per consumer warpgroup
+      jmf::mbarrier_init(&s.empty[i], 2 * CLUSTER_M);  // one arrival per consumer warpgroup of the cluster
     }
     jmf::fence_barrier_init();
   }
+#if CLUSTER_M > 1
+  const unsigned rank = jmf::cluster_rank(), peer = rank ^ 1;
+  jmf::cluster_sync();  // the peer's barriers are initialised before anything signals them
+#else
+  const unsigned peer = 0;  // no cluster
   __syncthreads();
+#endif
 
   if (warpgroup == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
@@ -130,15 +146,32 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       for (int kt = 0; kt < k_tiles; ++kt) {
         const int stage = kt % STAGES;
         if (kt >= STAGES) jmf::mbarrier_wait(&s.empty[stage], ((kt / STAGES) - 1) & 1);
+        // Every stage receives a whole A and B tile, from this CTA and (multicast) its peer.
         jmf::mbarrier_arrive_expect_tx(&s.full[stage], (BM + BN) * BK * sizeof(__nv_bfloat16));
         jmf::tma_load_2d(s.a[stage], &a_map, kt * BK, m0, &s.full[stage]);
+#if CLUSTER_M > 1
+        jmf::tma_load_2d_multicast(&s.b[stage][rank * (BN / 2) * BK], &b_map, kt * BK, n0 + rank * (BN / 2),
+                                   &s.full[stage], 0x3);
+#else
         jmf::tma_load_2d(s.b[stage], &b_map, kt * BK, n0, &s.full[stage]);
+#endif
       }
     }
-    return;
+  } else {
+    consume(s, c, warpgroup, tid, m0, n0, N, k_tiles, peer);
   }
+#if CLUSTER_M > 1
+  jmf::cluster_sync();  // no CTA leaves while its peer may still signal its barriers
+#endif
+}
 
+namespace {
+
+// A consumer warpgroup: 64 rows of the tile, all BN columns.
+__device__ __forceinline__ void consume(Smem& s, __nv_bfloat16* __restrict__ c, int warpgroup, int tid, int m0,
+                                        int n0, int N, int k_tiles, unsigned peer) {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  (void)peer;  // used with clusters only
   const int row0 = (warpgroup - 1) * 64;  // this consumer's rows of the tile
   float d[128];
 #pragma unroll
@@ -154,7 +187,12 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     }
     wgmma_commit();
     wgmma_wait<1>();  // the stage before this one is read: give it back to the producer
-    if (kt > 0 && tid == 0) jmf::mbarrier_arrive(&s.empty[(kt - 1) % STAGES]);
+    if (kt > 0 && tid == 0) {
+      jmf::mbarrier_arrive(&s.empty[(kt - 1) % STAGES]);
+#if CLUSTER_M > 1
+      jmf::mbarrier_arrive_cluster(&s.empty[(kt - 1) % STAGES], peer);
+#endif
+    }
   }
   wgmma_wait<0>();
 
@@ -170,3 +208,5 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         __floats2bfloat162_rn(d[4 * j + 2], d[4 * j + 3]);
   }
 }
+
+}  // namespace

@@ -67,6 +67,38 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const TensorMap* map, int
       : "memory");
 }
 
+// The same box delivered to the same shared-memory offset (and barrier offset)
+// in every CTA of the cluster named in `cta_mask` (bit i: cluster rank i).
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const TensorMap* map, int c0, int c1,
+                                                      unsigned long long* bar, unsigned short cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(smem_address(dst)),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(smem_address(bar)), "h"(cta_mask)
+      : "memory");
+}
+
+// This CTA's rank in its cluster.
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  return rank;
+}
+
+// Every thread of every CTA in the cluster: arrive, then wait for all.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+
+// One arrival on the barrier at the same shared-memory offset in CTA `cta` of the cluster.
+__device__ __forceinline__ void mbarrier_arrive_cluster(unsigned long long* bar, unsigned cta) {
+  asm volatile(
+      "{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n"
+      " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}" ::"r"(smem_address(bar)),
+      "r"(cta)
+      : "memory");
+}
+
 // Makes this thread's ordinary shared-memory writes visible to the copy engine.
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
