@@ -156,8 +156,10 @@ void CallSite::ConfigureLaunch(bool collective) {
   // told to allow non-portable clusters on it; a synchronizing debug launch
   // cannot sit in a graph; and one record call holds at most 16 commands.
   // Such call sites let XLA capture the stream launch instead.
-  const int64_t commands = (collective ? 1 : 0) + static_cast<int64_t>(spec.poison_buffers.size()) + spec.batch_size +
+  const int64_t commands = (collective ? 1 : 0) + static_cast<int64_t>(spec.poison_buffers.size()) +
+                           static_cast<int64_t>(spec.zero_buffers.size()) + spec.batch_size +
                            (spec.batch_size > 1 ? 1 : 0);
+  needs_bytes_ = !spec.poison_buffers.empty() || !spec.zero_buffers.empty() || !spec.tensor_maps.empty();
   record_by_capture_ = spec.non_portable_cluster || synchronize_launches_ || commands > kMaxRecordedCommands;
 }
 
@@ -180,6 +182,8 @@ ffi::Error CallSite::GatherBuffers(const ffi::RemainingArgs& args, const ffi::Re
       return ffi::Error::InvalidArgument(who() + ": input " + std::to_string(i) + " is not a buffer");
     }
     out->ptrs[i] = buffer->untyped_data();
+    if (needs_bytes_) [[unlikely]]
+      out->bytes[i] = buffer->size_bytes();
     misaligned |= reinterpret_cast<uintptr_t>(out->ptrs[i]);
   }
   for (size_t i = 0; i < rets.size(); ++i) {
@@ -188,7 +192,7 @@ ffi::Error CallSite::GatherBuffers(const ffi::RemainingArgs& args, const ffi::Re
       return ffi::Error::InvalidArgument(who() + ": output " + std::to_string(i) + " is not a buffer");
     }
     out->ptrs[args.size() + i] = (*buffer)->untyped_data();
-    if (!spec_.poison_buffers.empty()) [[unlikely]]
+    if (needs_bytes_) [[unlikely]]
       out->bytes[args.size() + i] = (*buffer)->size_bytes();
     misaligned |= reinterpret_cast<uintptr_t>(out->ptrs[args.size() + i]);
   }
@@ -251,6 +255,9 @@ ffi::Error CallSite::Prepare(int32_t device, CUcontext context) {
   JMF_RETURN_IF_ERROR(
       (*loaded)->Configure(static_cast<int>(config_.sharedMemBytes), spec_.non_portable_cluster, who()));
   slot.module = std::move(*loaded);
+  if (!spec_.tensor_maps.empty() && slot.tensor_maps == nullptr) {
+    slot.tensor_maps.reset(new EncodedTensorMap[spec_.tensor_maps.size()]);
+  }
   slot.ready.store(slot.module.get(), std::memory_order_release);
   return ffi::Error::Success();
 }
@@ -271,6 +278,8 @@ ffi::Error CallSite::Launch(CUstream stream, int32_t device, Buffers& buffers) {
   }
   if (!spec_.poison_buffers.empty()) [[unlikely]]
     JMF_RETURN_IF_ERROR(Poison(stream, buffers));
+  if (!spec_.zero_buffers.empty()) JMF_RETURN_IF_ERROR(Zero(stream, buffers));
+  if (!spec_.tensor_maps.empty()) JMF_RETURN_IF_ERROR(EncodeTensorMaps(buffers, device));
   void* params[kMaxParams];
   ForEachParam(buffers, device, [&](int i, const void* value, size_t) { params[i] = const_cast<void*>(value); });
   CUresult result = LaunchOnce(stream, *module, params);
@@ -328,6 +337,17 @@ ffi::Error CallSite::Poison(CUstream stream, const Buffers& buffers) const {
         *driver_,
         driver_->cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(buffers.ptrs[b]), 0xFF, buffers.bytes[b], stream), who(),
         "poisoning output buffers"));
+  }
+  return ffi::Error::Success();
+}
+
+// Scratch outputs the kernel expects zeroed (zero_outputs), before every launch.
+ffi::Error CallSite::Zero(CUstream stream, const Buffers& buffers) const {
+  for (int b : spec_.zero_buffers) {
+    if (buffers.bytes[b] == 0) continue;
+    JMF_RETURN_IF_ERROR(CudaCheck(
+        *driver_, driver_->cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(buffers.ptrs[b]), 0, buffers.bytes[b], stream),
+        who(), "zeroing the scratch buffer"));
   }
   return ffi::Error::Success();
 }

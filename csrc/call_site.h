@@ -34,8 +34,14 @@ inline constexpr int kMaxRecordedCommands = 16;
 // the collective metadata pointer for the launch.
 struct Buffers {
   void* ptrs[kMaxBuffers + 1];
-  size_t bytes[kMaxBuffers];  // filled only when outputs are poisoned
+  size_t bytes[kMaxBuffers];  // filled only when outputs are filled or tensor maps are built
   int count = 0;
+};
+
+// A TMA descriptor as the kernel gets it, and the address it was encoded for.
+struct EncodedTensorMap {
+  CUtensorMap map;
+  const void* address = nullptr;
 };
 
 class CallSite {
@@ -71,6 +77,9 @@ class CallSite {
     // this call site), the buffer addresses it was last given: an update
     // with the same addresses is skipped. Written by the device's own thread.
     std::vector<std::pair<const XLA_FFI_Command*, std::unique_ptr<void*[]>>> recorded;
+    // The call's tensor maps on this device, allocated before `ready` is set;
+    // re-encoded by the device's own thread when their buffer moved.
+    std::unique_ptr<EncodedTensorMap[]> tensor_maps;
   };
 
   // Calls visit(index, value_address, size) for each kernel parameter in
@@ -89,6 +98,10 @@ class CallSite {
   ffi::Error PrepareForStream(int32_t device, CUstream stream);
   ffi::Error LoadForRecord(int32_t device);
   ffi::Error Poison(CUstream stream, const Buffers& buffers) const;
+  ffi::Error Zero(CUstream stream, const Buffers& buffers) const;
+  // Encodes each tensor map whose buffer is not where it was last encoded for (tensor_map.cc).
+  ffi::Error EncodeTensorMaps(const Buffers& buffers, int32_t device) const;
+  ffi::Error EncodeTensorMap(const TensorMapSpec& t, size_t m, const Buffers& buffers, EncodedTensorMap* encoded) const;
   void ConfigureLaunch(bool collective);
   ffi::Error CreateFills(const RecordFrame& record, const Buffers& buffers, const XLA_FFI_Command** previous) const;
   ffi::Error CreateCommands(const RecordFrame& record, int32_t device, const Buffers& buffers);
@@ -107,6 +120,7 @@ class CallSite {
   XLA_FFI_LaunchDims record_dims_{};
   bool record_by_capture_ = false;
   bool synchronize_launches_ = false;  // debug: JAX_MOSAIC_FFI_SYNC_LAUNCHES
+  bool needs_bytes_ = false;           // buffers' sizes are read: fills or tensor maps
   std::unique_ptr<CollectiveState> collective_;
   std::mutex mutex_;
   std::array<DeviceSlot, kMaxDevices> slots_;
@@ -118,6 +132,8 @@ int CallSite::ForEachParam(const Buffers& buffers, int32_t device, Visit&& visit
   for (const Param& p : spec_.params) {
     if (p.kind == Param::kBuffer) {
       visit(n++, static_cast<const void*>(&buffers.ptrs[p.index]), size_t{0});
+    } else if (p.kind == Param::kTensorMap) {
+      visit(n++, static_cast<const void*>(&slots_[device].tensor_maps[p.index].map), size_t{kTensorMapBytes});
     } else {
       visit(n++, static_cast<const void*>(&spec_.scalars[p.index]), size_t{spec_.scalar_sizes[p.index]});
     }

@@ -41,6 +41,13 @@ inline constexpr uint64_t kBufferAlignment = 256;
 inline constexpr int64_t kMaxBatch = 1 << 16;                 // launches of one vmapped call
 inline constexpr int64_t kMaxBatchStride = int64_t{1} << 40;  // bytes between batch elements
 inline constexpr size_t kKernelHashBytes = 32;
+// TMA descriptors (CUtensorMap) the runtime builds for a kernel's parameters.
+inline constexpr int kMaxTensorMaps = 16;           // per call
+inline constexpr int64_t kTensorMapCode = 1 << 16;  // param_order code of tensor map m: kTensorMapCode + m
+inline constexpr int kTensorMapFields = 26;         // i64 values per map in `tensor_maps`
+inline constexpr int kTensorMapBytes = 128;         // sizeof(CUtensorMap)
+inline constexpr int kMaxTensorRank = 5;
+inline constexpr int kMaxTensorMapDataType = 12;  // CU_TENSOR_MAP_DATA_TYPE_TFLOAT32_FTZ
 
 // ------------------------------------------------------------- attributes
 
@@ -63,6 +70,8 @@ struct LaunchAttributes {
   std::vector<int64_t> poison_outputs;
   int64_t batch_size = 1;              // vmap: launches, one per batch element
   std::vector<int64_t> batch_strides;  // bytes between elements, per buffer; 0: shared
+  std::vector<int64_t> tensor_maps;    // kTensorMapFields values per TMA descriptor (TensorMapSpec)
+  std::vector<int64_t> zero_outputs;   // outputs zeroed before every launch (scratch)
   // Collective target only.
   std::string xla_replica_ids;
   std::string symmetric_memory_parameters;
@@ -116,6 +125,8 @@ bool DecodeLaunchAttributes(Source& source, LaunchAttributes* a, std::string* er
   check(source.Ints("poison_outputs", &a->poison_outputs), "poison_outputs", kOptional, "array<i32>");
   check(source.Int("batch_size", &a->batch_size), "batch_size", kOptional, "i32");
   check(source.Ints64("batch_strides", &a->batch_strides), "batch_strides", kOptional, "array<i64>");
+  check(source.Ints64("tensor_maps", &a->tensor_maps), "tensor_maps", kOptional, "array<i64>");
+  check(source.Ints("zero_outputs", &a->zero_outputs), "zero_outputs", kOptional, "array<i32>");
   check(source.Bytes("xla_replica_ids", &a->xla_replica_ids, kMaxReplicaIdsBytes), "xla_replica_ids", kOptional,
         "a string of device ids");
   // The anchor's older name for the same flags is read too.
@@ -132,8 +143,28 @@ bool DecodeLaunchAttributes(Source& source, LaunchAttributes* a, std::string* er
 
 // A kernel parameter: buffer `index` (inputs, then outputs), or scalar `index`.
 struct Param {
-  enum Kind : uint8_t { kBuffer, kScalar } kind;
+  enum Kind : uint8_t { kBuffer, kScalar, kTensorMap } kind;
   uint16_t index;
+};
+
+// One TMA descriptor to encode with cuTensorMapEncodeTiled from buffer
+// `buffer`'s address. The enums hold the driver's CUtensorMap* values. Dims,
+// box and element strides are innermost first; strides[i] is the byte stride
+// of dimension i + 1. `attributes` layout, kTensorMapFields i64 each:
+//   buffer, data_type, rank, interleave, swizzle, l2_promotion, oob_fill,
+//   dims[5], strides[4], box[5], element_strides[5]
+// (entries past `rank` must be 1, and 0 for strides).
+struct TensorMapSpec {
+  uint16_t buffer = 0;
+  uint8_t data_type = 0, rank = 1, interleave = 0, swizzle = 0, l2_promotion = 0, oob_fill = 0;
+  uint8_t element_bytes = 1;
+  uint8_t alignment = 16;  // the base address must be this aligned
+  uint16_t param = 0;      // its position among the kernel's parameters
+  std::array<uint64_t, 5> dims{};
+  std::array<uint64_t, 4> strides{};
+  std::array<uint32_t, 5> box{};
+  std::array<uint32_t, 5> element_strides{};
+  uint64_t extent_bytes = 0;  // the buffer must hold at least this many bytes
 };
 
 // A validated launch: everything the runtime needs, all in range.
@@ -153,6 +184,8 @@ struct LaunchSpec {
   std::vector<int> poison_buffers;      // debug: buffers filled with 0xFF before the launch
   uint32_t batch_size = 1;              // vmap: one launch per element, pointers moved by...
   std::vector<uint64_t> batch_strides;  // ...these bytes per element and buffer (empty when 1)
+  std::vector<TensorMapSpec> tensor_maps;
+  std::vector<int> zero_buffers;  // buffers zeroed before every launch (scratch outputs)
   // Collective target only.
   bool collective = false;
   std::vector<std::vector<int32_t>> cliques;  // device ordinals of each clique

@@ -46,7 +46,8 @@ namespace jmf {
   X(cuMemcpyHtoDAsync)                  \
   X(cuMemGetInfo)                       \
   X(cuStreamSynchronize)                \
-  X(cuStreamIsCapturing)
+  X(cuStreamIsCapturing)                \
+  X(cuTensorMapEncodeTiled)
 
 struct Driver {
 #define JMF_DECLARE_DRIVER_FIELD(name) decltype(&::name) name = nullptr;

@@ -42,6 +42,7 @@ struct CacheStats {
   std::atomic<int64_t> instantiate_ns{0};          // time spent in them
   std::atomic<int64_t> collective_prepares{0};     // prepare stages run by collective call sites
   std::atomic<int64_t> collective_initializes{0};  // initialize stages likewise
+  std::atomic<int64_t> tensor_map_encodes{0};      // cuTensorMapEncodeTiled calls (a buffer moved)
 };
 CacheStats& GetCacheStats();
 

@@ -164,6 +164,9 @@ nb::dict Limits() {
   d["buffer_alignment"] = kBufferAlignment;
   d["max_batch"] = kMaxBatch;
   d["kernel_hash_bytes"] = kKernelHashBytes;
+  d["max_tensor_maps"] = kMaxTensorMaps;
+  d["tensor_map_code"] = kTensorMapCode;
+  d["tensor_map_fields"] = kTensorMapFields;
   d["module_format_version"] = kModuleFormatVersion;
   d["max_symbol_length"] = kMaxSymbolLength;
   d["max_images"] = kMaxImages;
@@ -272,6 +275,7 @@ NB_MODULE(_core, m) {
     d["module_loads"] = s.module_loads.load();
     d["loaded_modules"] = s.loaded_modules.load();
     d["records_created"] = s.records_created.load();
+    d["tensor_map_encodes"] = s.tensor_map_encodes.load();
     d["instantiations"] = s.instantiations.load();
     d["instantiate_seconds"] = s.instantiate_ns.load() * 1e-9;
     d["collective_prepares"] = s.collective_prepares.load();

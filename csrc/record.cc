@@ -18,18 +18,32 @@ namespace jmf {
 namespace {
 
 // The fill kernel's arguments for one poisoned output; the record API copies them.
+// `word` is the 4-byte pattern: 0xFFFFFFFF poisons, 0 zeroes a scratch buffer.
 struct FillArgs {
-  FillArgs(const Buffers& buffers, int b)
+  FillArgs(const Buffers& buffers, int b, uint32_t word)
       : bytes(buffers.bytes[b]),
+        word(word),
         args{{buffers.ptrs[b], 0, XLA_FFI_KernelArgType_DevicePtr},
-             {&bytes, sizeof(bytes), XLA_FFI_KernelArgType_HostValue}},
-        kernel_args{args, 2} {}
+             {&bytes, sizeof(bytes), XLA_FFI_KernelArgType_HostValue},
+             {&this->word, sizeof(this->word), XLA_FFI_KernelArgType_HostValue}},
+        kernel_args{args, 3} {}
   FillArgs(const FillArgs&) = delete;
 
   uint64_t bytes;
-  XLA_FFI_KernelArg args[2];
+  uint32_t word;
+  XLA_FFI_KernelArg args[3];
   XLA_FFI_KernelArgs kernel_args;
 };
+
+// The fills of a call, in record order: poisoned outputs, then zeroed scratch.
+// Calls fn(k, buffer, word) for the k-th fill.
+template <typename Fn>
+ffi::Error ForEachFill(const LaunchSpec& spec, Fn&& fn) {
+  size_t k = 0;
+  for (int b : spec.poison_buffers) JMF_RETURN_IF_ERROR(fn(k++, b, 0xFFFFFFFFu));
+  for (int b : spec.zero_buffers) JMF_RETURN_IF_ERROR(fn(k++, b, 0u));
+  return ffi::Error::Success();
+}
 
 }  // namespace
 
@@ -65,6 +79,7 @@ ffi::Error CallSite::Record(const RecordFrame& record, int32_t device, const Buf
 // Calls fn(b, arguments) for each vmap batch element b (once without a batch).
 template <typename Fn>
 ffi::Error CallSite::ForEachElement(const Buffers& buffers, int32_t device, Fn&& fn) const {
+  if (!spec_.tensor_maps.empty()) JMF_RETURN_IF_ERROR(EncodeTensorMaps(buffers, device));
   Buffers element = buffers;
   for (uint32_t b = 0; b < spec_.batch_size; ++b) {
     if (b > 0) MoveToNextElement(element);
@@ -75,26 +90,26 @@ ffi::Error CallSite::ForEachElement(const Buffers& buffers, int32_t device, Fn&&
   return ffi::Error::Success();
 }
 
-// Debug poisoning inside a graph, where the record API has no memset: one
-// fill-kernel node per poisoned output, chained after `*previous`.
+// Debug poisoning and scratch zeroing inside a graph, where the record API
+// has no memset: one fill-kernel node per filled output, chained after `*previous`.
 ffi::Error CallSite::CreateFills(const RecordFrame& record, const Buffers& buffers,
                                  const XLA_FFI_Command** previous) const {
   const RuntimeKernelSource fill = Source(RuntimeKernel::kFill);
-  for (int b : spec_.poison_buffers) {
-    FillArgs args(buffers, b);
+  return ForEachFill(spec_, [&](size_t, int b, uint32_t word) {
+    FillArgs args(buffers, b, word);
     XLA_FFI_LaunchDims dims{{static_cast<int32_t>(FillBlocks(args.bytes)), 1, 1}, {kFillThreads, 1, 1}, {0, 0, 0}};
     const XLA_FFI_Command* command = nullptr;
     JMF_RETURN_IF_ERROR(record.Take(
         record.frame->api->create_launch(
             record.frame->record_ctx, fill.symbol, fill.ptx, static_cast<int64_t>(fill.size), XLA_FFI_SourceFormat_PTX,
             dims, 0, 0, &args.kernel_args, *previous ? previous : nullptr, *previous ? 1 : 0, &command),
-        "recording the output poisoning"));
+        "recording the output fills"));
     if (!record.Push(command)) {
       return ffi::Error(ffi::ErrorCode::kResourceExhausted, who() + ": the record frame has no room");
     }
     *previous = command;
-  }
-  return ffi::Error::Success();
+    return ffi::Error::Success();
+  });
 }
 
 ffi::Error CallSite::CreateCommands(const RecordFrame& record, int32_t device, const Buffers& buffers) {
@@ -150,7 +165,7 @@ int CallSite::RecordArgs(const Buffers& buffers, int32_t device, XLA_FFI_KernelA
 
 ffi::Error CallSite::UpdateCommands(const RecordFrame& record, int32_t device, const Buffers& buffers) {
   const int64_t first_fill = collective_ != nullptr ? collective_->barrier_commands() : 0;
-  const int64_t launch = first_fill + static_cast<int64_t>(spec_.poison_buffers.size());
+  const int64_t launch = first_fill + static_cast<int64_t>(spec_.poison_buffers.size() + spec_.zero_buffers.size());
   if (record.num_commands() < launch + spec_.batch_size) [[unlikely]] {
     return ffi::Error::Internal(who() + ": the record frame lost the launch command");
   }
@@ -164,13 +179,12 @@ ffi::Error CallSite::UpdateCommands(const RecordFrame& record, int32_t device, c
   }
   if (last != nullptr && std::equal(buffers.ptrs, buffers.ptrs + buffers.count, last)) return ffi::Error::Success();
   const XLA_FFI_RecordApi& api = *record.frame->api;
-  for (size_t i = 0; i < spec_.poison_buffers.size(); ++i) {
-    FillArgs args(buffers, spec_.poison_buffers[i]);
-    JMF_RETURN_IF_ERROR(
-        record.Take(api.update_launch(record.frame->record_ctx, record.command(first_fill + static_cast<int64_t>(i)),
-                                      &args.kernel_args),
-                    "updating the output poisoning"));
-  }
+  JMF_RETURN_IF_ERROR(ForEachFill(spec_, [&](size_t k, int b, uint32_t word) {
+    FillArgs args(buffers, b, word);
+    return record.Take(api.update_launch(record.frame->record_ctx, record.command(first_fill + static_cast<int64_t>(k)),
+                                         &args.kernel_args),
+                       "updating the output fills");
+  }));
   JMF_RETURN_IF_ERROR(ForEachElement(buffers, device, [&](uint32_t b, const XLA_FFI_KernelArgs* kernel_args) {
     return record.Take(api.update_launch(record.frame->record_ctx, record.command(launch + b), kernel_args),
                        "updating the launch command");

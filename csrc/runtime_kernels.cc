@@ -67,7 +67,7 @@ DONE:
 
 static_assert(kRuntimeGeneration * 8 == 512, "the barrier PTX reads the generation at byte 512");
 
-// Debug poisoning inside CUDA graphs, where the record API has no memset:
+// Debug poisoning and scratch zeroing inside CUDA graphs, where the record API has no memset:
 // 4-byte stores over the words, then thread 0 of block 0 does the tail bytes.
 constexpr char kFillPtx[] = R"ptx(
 .version 7.0
@@ -76,7 +76,8 @@ constexpr char kFillPtx[] = R"ptx(
 
 .visible .entry jmf_runtime_fill(
     .param .u64 ptr_param,
-    .param .u64 bytes_param)
+    .param .u64 bytes_param,
+    .param .u32 word_param)
 {
     .reg .pred %p<4>;
     .reg .b32 %r<8>;
@@ -92,7 +93,7 @@ constexpr char kFillPtx[] = R"ptx(
     mad.wide.u32 %rd4, %r1, %r2, %rd5;
     mov.u32 %r4, %nctaid.x;
     mul.wide.u32 %rd6, %r4, %r2;
-    mov.u32 %r5, -1;
+    ld.param.u32 %r5, [word_param];
 WORDS:
     setp.ge.u64 %p1, %rd4, %rd3;
     @%p1 bra TAIL;

@@ -18,8 +18,8 @@ enum class RuntimeKernel {
   // jmf_runtime_barrier(u64 areas, u32 rank, u32 peers, u64 timeout_ns):
   // thread t signals rank t and waits for it; traps after the timeout.
   kBarrier,
-  // jmf_runtime_fill(u64 ptr, u64 bytes): every byte of [ptr, ptr + bytes)
-  // becomes 0xFF; ptr is 4-byte aligned.
+  // jmf_runtime_fill(u64 ptr, u64 bytes, u32 word): [ptr, ptr + bytes) gets
+  // the 4-byte pattern `word` (the tail bytes its low byte); ptr is 4-byte aligned.
   kFill,
 };
 

@@ -36,6 +36,7 @@ from jax_mosaic_ffi.kernel import Kernel, cubin_kernel, cuda_kernel, ptx_kernel
 from jax_mosaic_ffi.launch_spec import LaunchError, cdiv
 from jax_mosaic_ffi.primitive import mosaic_kernel, mosaic_kernel_p
 from jax_mosaic_ffi.sharding import BatchDims, Elementwise, ShardingRule, sharded
+from jax_mosaic_ffi.tensor_map import TensorMap
 from jax_mosaic_ffi import autotuning as _autotune
 from jax_mosaic_ffi import triton_lib as _triton
 from jax_mosaic_ffi.autotuning import AutotuneError, Autotuned, autotune
@@ -49,7 +50,7 @@ register = _registration.register
 
 __all__ = [
     "BatchDims", "Collective", "CompileError", "Elementwise", "Kernel", "KernelCacheStats", "LaunchError",
-    "ShardingRule", "cdiv", "clear_kernel_cache", "cubin_kernel", "cuda_kernel", "differentiable",
+    "ShardingRule", "TensorMap", "cdiv", "clear_kernel_cache", "cubin_kernel", "cuda_kernel", "differentiable",
     "export_disabled_checks", "kernel_cache_stats", "mosaic_kernel", "mosaic_kernel_p", "ops", "ptx_kernel",
     "register", "sharded", "AutotuneError", "Autotuned", "TritonFunction", "TritonKernel", "TritonUnavailable",
     "autotune", "autotune_report", "triton_kernel",
@@ -75,7 +76,9 @@ class KernelCacheStats:
   compiles (one per target arch; cache hits count as memory_hits /
   disk_hits). autotune_tunings: config spaces timed; autotune_disk_hits /
   autotune_memory_hits: winners found on disk / in this process instead;
-  autotune_skipped: calls left untuned for want of a GPU.
+  autotune_skipped: calls left untuned for want of a GPU. tensor_map_encodes:
+  TMA descriptors built (at a call site's first run on a device, then only
+  when the buffer a descriptor describes moved).
   """
 
   nvrtc_compiles: int
@@ -96,6 +99,7 @@ class KernelCacheStats:
   autotune_disk_hits: int = 0
   autotune_memory_hits: int = 0
   autotune_skipped: int = 0
+  tensor_map_encodes: int = 0
 
   @property
   def kernel_builds(self) -> int:

@@ -63,6 +63,19 @@ def create(fn, where: str) -> Fallback | None:
   return Fallback(fn)
 
 
+def with_scratch(fallback: Fallback, scratch_avals) -> Fallback:
+  """The fallback plus zeros for the call's scratch outputs, which the primitive has and the user's function lacks."""
+  if not scratch_avals:
+    return fallback
+
+  def fn(*args):
+    out = fallback.fn(*args)
+    out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    return out + tuple(jax.numpy.zeros(a.shape, a.dtype) for a in scratch_avals)
+
+  return Fallback(fn)
+
+
 def _describe(avals) -> str:
   return ", ".join(f"{a.dtype}{list(a.shape)}" for a in avals)
 

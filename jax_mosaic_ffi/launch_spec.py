@@ -27,10 +27,14 @@ from jax_mosaic_ffi import _core
 from jax_mosaic_ffi import gpu_info
 from jax_mosaic_ffi.collective import Collective
 from jax_mosaic_ffi.kernel import Kernel
+from jax_mosaic_ffi.tensor_map import TensorMap, scratch_aval
 
 
 class LaunchError(ValueError):
   """A `mosaic_kernel` call that cannot launch as written."""
+
+
+TENSOR_MAP_CODE = _core.LIMITS["tensor_map_code"]
 
 
 def cdiv(a: int, b: int) -> int:
@@ -121,6 +125,19 @@ def _out_avals(out_shape, where: str) -> tuple[tuple[jax.core.ShapedArray, ...],
   return tuple(avals), single
 
 
+def _scratch(value, where: str) -> int:
+  nbytes = _int(value, "scratch_bytes", where)
+  if not 0 <= nbytes <= 1 << 40:
+    raise LaunchError(f"{where}: scratch_bytes = {nbytes} is out of range 0..2^40")
+  return nbytes
+
+
+def _flag(value, what: str, where: str) -> bool:
+  if not isinstance(value, (bool, np.bool_)):
+    raise LaunchError(f"{where}: {what} must be True or False, got {value!r}")
+  return bool(value)
+
+
 def _aliases(aliases, where: str) -> tuple[tuple[int, int], ...]:
   if not aliases:
     return ()
@@ -160,6 +177,14 @@ class LaunchSpec:
   batch_size: int = 1
   batch_strides: tuple[int, ...] = ()
   batch_grid_axis: int | None = None
+  # TMA descriptors the runtime builds (tensor_map.py): kTensorMapFields ints
+  # each, flat, and their declarations (for messages). Scratch: the last
+  # `num_scratch` outputs are the call's scratch buffer, not returned;
+  # `zero_outputs` are zeroed before every launch.
+  tensor_maps: tuple[int, ...] = ()
+  tensor_map_decls: tuple[TensorMap, ...] = ()
+  num_scratch: int = 0
+  zero_outputs: tuple[int, ...] = ()
   # Not part of the launch: the jax.numpy function lowered instead of the
   # kernel off CUDA (fallback.py). Compared by identity.
   fallback: Any = None
@@ -203,6 +228,10 @@ class LaunchSpec:
     if sizes:
       attributes["scalar_sizes"] = sizes
       attributes["scalar_data"] = data
+    if self.tensor_maps:
+      attributes["tensor_maps"] = list(self.tensor_maps)
+    if self.zero_outputs:
+      attributes["zero_outputs"] = list(self.zero_outputs)
     if self.batch_size > 1 and self.batch_grid_axis is None:
       attributes["batch_size"] = self.batch_size
       attributes["batch_strides"] = list(self.batch_strides)
@@ -222,31 +251,44 @@ def validate(kernel: Kernel, spec: LaunchSpec, attributes: dict | None = None) -
   try:
     return _core.validate_launch(attributes, spec.collective is not None)
   except ValueError as e:
-    raise LaunchError(f"{who(kernel, spec.call_site)}: {e}") from None
+    text = str(e)
+    for m, decl in enumerate(spec.tensor_map_decls):  # the runtime knows maps by index; name the declaration
+      text = text.replace(f"tensor map {m} (", f"param_order entry {decl} (tensor map {m}, ")
+    raise LaunchError(f"{who(kernel, spec.call_site)}: {text}") from None
 
 
-def _param_codes(order, n_in: int, n_out: int, n_scalars: int, aliases, where: str) -> tuple[int, ...]:
+def _param_codes(order, n_in: int, n_out: int, n_scalars: int, aliases, where: str,
+                 n_scratch: int = 0) -> tuple[int, ...]:
   """Parameter codes for `param_order` names.
 
   Every input, output and scalar is named once, except that an aliased
-  input/output pair is one buffer: naming either member (or both) is enough.
+  input/output pair is one buffer: naming either member (or both) is enough,
+  and a buffer a `TensorMap` describes need not be passed as a pointer too.
+  The scratch buffer (output `n_out`, when there is one) is ``"scratch"``;
+  `TensorMap` entries get codes TENSOR_MAP_CODE + m, in their order.
   """
-  default = tuple(range(n_in + n_out)) + tuple(-(k + 1) for k in range(n_scalars))
+  default = tuple(range(n_in + n_out + n_scratch)) + tuple(-(k + 1) for k in range(n_scalars))
   if order is None:
     return default
   names = {f"in{i}": i for i in range(n_in)}
   names.update({f"out{i}": n_in + i for i in range(n_out)})
+  if n_scratch:
+    names["scratch"] = n_in + n_out
   names.update({f"scalar{k}": -(k + 1) for k in range(n_scalars)})
-  unknown = [entry for entry in order if entry not in names]
+  unknown = [entry for entry in order if not isinstance(entry, TensorMap) and entry not in names]
+  unknown += [f"TensorMap of {e.operand!r}" for e in order if isinstance(e, TensorMap) and e.operand not in names]
   if unknown:
     raise LaunchError(f"{where}: param_order entry {unknown[0]!r} names nothing; use "
                       f"{', '.join(names) or 'nothing (no parameters)'}")
-  codes = tuple(names[entry] for entry in order)
-  twice = sorted({entry for entry in order if order.count(entry) > 1})
+  maps = iter(range(TENSOR_MAP_CODE, TENSOR_MAP_CODE + len(order)))
+  codes = tuple(next(maps) if isinstance(entry, TensorMap) else names[entry] for entry in order)
+  described = {names[e.operand] for e in order if isinstance(e, TensorMap)}
+  twice = sorted({entry for entry in order if not isinstance(entry, TensorMap) and order.count(entry) > 1})
   pairs = {i: n_in + o for i, o in aliases}
   paired = set(pairs) | set(pairs.values())
-  missing = [n for n, c in names.items() if c not in codes and c not in paired]
-  neither = [f"in{i} / out{o - n_in}" for i, o in pairs.items() if i not in codes and o not in codes]
+  missing = [n for n, c in names.items() if c not in codes and c not in paired and c not in described]
+  neither = [f"in{i} / out{o - n_in}" for i, o in pairs.items()
+             if not {i, o} & (set(codes) | described)]
   if twice or missing or neither:
     raise LaunchError(
         f"{where}: param_order must name every input, output and scalar once, and one member of each "
@@ -257,6 +299,8 @@ def _param_codes(order, n_in: int, n_out: int, n_scalars: int, aliases, where: s
 
 def _describe_param(code: int, in_avals, out_avals, scalar_sizes) -> str:
   n_in = len(in_avals)
+  if code >= TENSOR_MAP_CODE:
+    return f"tensor map {code - TENSOR_MAP_CODE} (CUtensorMap, 128 bytes)"
   if code >= n_in:
     aval = out_avals[code - n_in]
     return f"out{code - n_in} ({aval.dtype}{list(aval.shape)} pointer, 8 bytes)"
@@ -284,10 +328,13 @@ class LaunchOptions:
   param_order: tuple[str, ...] | None
   collective: Collective | None
   batch_grid_axis: int | None = None
+  scratch_bytes: Any = 0
+  zero_scratch: bool = False
 
   @classmethod
   def create(cls, kernel, out_shape, *, grid, block, cluster, smem_bytes, uses_pdl, scalars,
-             input_output_aliases, param_order, collective, batch_grid_axis=None, where: str) -> "LaunchOptions":
+             input_output_aliases, param_order, collective, batch_grid_axis=None, scratch_bytes=0,
+             zero_scratch=False, where: str) -> "LaunchOptions":
     if not isinstance(kernel, Kernel):
       raise TypeError(
           f"mosaic_kernel needs a Kernel from cuda_kernel/ptx_kernel/cubin_kernel, got {type(kernel).__name__}")
@@ -300,9 +347,9 @@ class LaunchOptions:
                         f"got {uses_pdl!r}")
     if param_order is not None:
       if isinstance(param_order, str) or not isinstance(param_order, Sequence) or \
-          not all(isinstance(n, str) for n in param_order):
-        raise LaunchError(f"{where}: param_order must be a sequence of names like ('in0', 'out0', 'scalar0'), "
-                          f"got {param_order!r}")
+          not all(isinstance(n, (str, TensorMap)) for n in param_order):
+        raise LaunchError(f"{where}: param_order must be a sequence of names like ('in0', 'out0', 'scalar0') "
+                          f"or jmf.TensorMap(...) declarations, got {param_order!r}")
       param_order = tuple(param_order)
     if not callable(out_shape):
       _out_avals(out_shape, where)  # checked now; kept as given, to be read per trace
@@ -324,6 +371,8 @@ class LaunchOptions:
         param_order=param_order,
         collective=collective,
         batch_grid_axis=None if batch_grid_axis is None else "xyz".index(batch_grid_axis),
+        scratch_bytes=fixed(scratch_bytes, lambda v: _scratch(v, where)),
+        zero_scratch=_flag(zero_scratch, "zero_scratch", where),
     )
 
   def _evaluate(self, value, what: str, in_avals, where: str):
@@ -347,6 +396,9 @@ class LaunchOptions:
     scalars = self.scalars
     if callable(scalars):
       scalars = _scalars(self._evaluate(scalars, "scalars", in_avals, where), where)
+    scratch = _scratch(self._evaluate(self.scratch_bytes, "scratch_bytes", in_avals, where), where)
+    if self.zero_scratch and not scratch:
+      raise LaunchError(f"{where}: zero_scratch=True without scratch_bytes; ask for scratch_bytes=N")
     n_in, n_out = len(in_avals), len(out_avals)
     for i, o in self.aliases:
       if not 0 <= i < n_in:
@@ -363,14 +415,27 @@ class LaunchOptions:
       raise LaunchError(
           f"{where}: Collective.symmetric has {len(self.collective.symmetric)} entries; it needs "
           f"one per input and output ({n_in + n_out})")
+    n_scratch = 1 if scratch else 0
+    order = _param_codes(self.param_order, n_in, n_out, len(scalars), self.aliases, where, n_scratch)
+    if scratch:
+      out_avals = out_avals + (scratch_aval(scratch),)
+    decls = tuple(e for e in self.param_order or () if isinstance(e, TensorMap))
+    records = []
+    for decl in decls:
+      buffer = int(decl.operand[2:]) if decl.operand.startswith("in") else n_in + int(decl.operand[3:])
+      aval = in_avals[buffer] if buffer < n_in else out_avals[buffer - n_in]
+      try:
+        records += decl.record(buffer, aval, where)
+      except ValueError as e:
+        raise LaunchError(str(e)) from None
     spec = LaunchSpec(
         grid=grid, block=block, cluster=self.cluster, smem_bytes=smem, uses_pdl=self.uses_pdl,
-        num_inputs=n_in, num_outputs=n_out,
-        param_order=_param_codes(self.param_order, n_in, n_out, len(scalars), self.aliases, where),
+        num_inputs=n_in, num_outputs=n_out + n_scratch, param_order=order,
         scalar_data=b"".join(b.ljust(8, b"\0") for b in scalars),
         scalar_sizes=tuple(len(b) for b in scalars),
         aliases=self.aliases, collective=self.collective, call_site=call_site,
-        batch_grid_axis=self.batch_grid_axis)
+        batch_grid_axis=self.batch_grid_axis, tensor_maps=tuple(records), tensor_map_decls=decls,
+        num_scratch=n_scratch, zero_outputs=(n_out,) if self.zero_scratch else ())
     return spec, out_avals, single
 
   def check(self, spec: LaunchSpec, in_avals, out_avals) -> None:

@@ -53,7 +53,7 @@ def _collective_attributes(ctx, kernel: Kernel, spec: LaunchSpec) -> dict:
 
 # Integers are i32 in the contract, but for these (docs/contract.md); the
 # validator has bounded each value.
-_I64_ARRAYS = frozenset({"batch_strides"})
+_I64_ARRAYS = frozenset({"batch_strides", "tensor_maps"})
 
 
 def _ir_attribute(name: str, value) -> ir.Attribute:

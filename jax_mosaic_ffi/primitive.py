@@ -38,8 +38,8 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block=None, cluster=None, 
                   param_order: Sequence[str] | None = None,
                   collective: Collective | None = None,
                   batch_grid_axis: str | None = None, fallback: Callable | None = None,
-                  sharding=None, zero_outputs=(), configs=None, autotune_key=None,
-                  autotune_default=None) -> Callable[..., Any]:
+                  sharding=None, scratch_bytes=0, zero_scratch: bool = False, zero_outputs=(),
+                  configs=None, autotune_key=None, autotune_default=None) -> Callable[..., Any]:
   """Returns a function that launches ``kernel`` on its input arrays.
 
   The kernel's parameters are, in order: one pointer per input, one pointer
@@ -68,6 +68,15 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block=None, cluster=None, 
       outputs, run instead of the kernel off CUDA (fallback.py).
     sharding: how the call may be partitioned under ``jit``:
       `Elementwise()`, `BatchDims(...)`, `ShardingRule(...)` (sharding.py).
+    scratch_bytes: a scratch buffer of this many bytes for the kernel (split-K
+      partials, grid-wide counters): an extra output XLA allocates and the
+      call does not return, passed after the outputs or where ``param_order``
+      names ``"scratch"``. Its contents are undefined unless ``zero_scratch``.
+    zero_scratch: zero the scratch buffer before every launch.
+
+  ``param_order`` may hold `TensorMap` declarations: the kernel then gets a
+  TMA descriptor (``CUtensorMap``, 128 bytes, by value) of that input or
+  output there, built by the runtime (tensor_map.py).
 
   ``out_shape``, ``grid``, ``block``, ``smem_bytes`` and ``scalars`` may also
   be callables of the input avals (``grid=lambda x, y: jmf.cdiv(x.size, 256)``),
@@ -83,7 +92,8 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block=None, cluster=None, 
   """
   options = dict(grid=grid, block=block, cluster=cluster, smem_bytes=smem_bytes, uses_pdl=uses_pdl,
                  scalars=scalars, input_output_aliases=input_output_aliases, param_order=param_order,
-                 collective=collective, batch_grid_axis=batch_grid_axis, fallback=fallback, sharding=sharding)
+                 collective=collective, batch_grid_axis=batch_grid_axis, fallback=fallback, sharding=sharding,
+                 scratch_bytes=scratch_bytes, zero_scratch=zero_scratch)
   if configs is not None:
     from jax_mosaic_ffi import autotuning
     return autotuning.tuned_mosaic_kernel(kernel, out_shape, configs, key=autotune_key, default=autotune_default,
@@ -101,13 +111,15 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block=None, cluster=None, 
 
 def _mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_bytes=0,
                    uses_pdl: bool | None = None, scalars=(), input_output_aliases=None, param_order=None,
-                   collective=None, batch_grid_axis=None, fallback=None, sharding=None) -> Callable[..., Any]:
+                   collective=None, batch_grid_axis=None, fallback=None, sharding=None, scratch_bytes=0,
+                   zero_scratch: bool = False) -> Callable[..., Any]:
   """`mosaic_kernel` for a compiled `Kernel`, with every launch option given."""
   where = launch_spec.who(kernel, _call_site()) if isinstance(kernel, Kernel) else ""
   options = LaunchOptions.create(
       kernel, out_shape, grid=grid, block=block, cluster=cluster, smem_bytes=smem_bytes, uses_pdl=uses_pdl,
       scalars=scalars, input_output_aliases=input_output_aliases, param_order=param_order,
-      collective=collective, batch_grid_axis=batch_grid_axis, where=where)
+      collective=collective, batch_grid_axis=batch_grid_axis, scratch_bytes=scratch_bytes,
+      zero_scratch=zero_scratch, where=where)
   fallback = fallback_lib.create(fallback, where)
   if sharding is not None:
     sharding_lib.check_per_shard(options, where)
@@ -121,10 +133,11 @@ def _mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem
       outs = [args[aliased[o]] if o in aliased else jnp.zeros(a.shape, a.dtype) for o, a in enumerate(out_avals)]
       return outs[0] if single else tuple(outs)
     options.check(spec, in_avals, out_avals)
+    returned = len(out_avals) - spec.num_scratch
     if fallback is not None:
-      fallback_lib.check(fallback, in_avals, out_avals, single, launch_spec.who(kernel, spec.call_site))
-      spec = dataclasses.replace(spec, fallback=fallback)
-    outs = mosaic_kernel_p.bind(*args, kernel=kernel, out_avals=out_avals, spec=spec)
+      fallback_lib.check(fallback, in_avals, out_avals[:returned], single, launch_spec.who(kernel, spec.call_site))
+      spec = dataclasses.replace(spec, fallback=fallback_lib.with_scratch(fallback, out_avals[returned:]))
+    outs = mosaic_kernel_p.bind(*args, kernel=kernel, out_avals=out_avals, spec=spec)[:returned]
     return outs[0] if single else tuple(outs)
 
   return call if sharding is None else sharding_lib.sharded(call, sharding, name=f"mosaic_kernel '{kernel.name}'")
@@ -160,6 +173,10 @@ def _batching_rule(args, dims, *, kernel, out_avals, spec):
     raise LaunchError(
         f"{where}: a collective kernel cannot be vmapped: its peers are devices, not batch elements. "
         "Call it inside shard_map over a mesh axis instead")
+  if spec.tensor_maps:
+    raise LaunchError(
+        f"{where}: a kernel with TensorMap parameters cannot be vmapped yet: its descriptors describe one "
+        "element's arrays. Call it in a lax.map, or give the kernel the batch as a leading array axis")
   size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
   inner = spec.batch_size
   inner_batched = [s > 0 for s in spec.batch_strides[:len(args)]] if inner > 1 else [False] * len(args)

@@ -412,7 +412,7 @@ def _launcher(target, out_shape, *, grid, scalars=(), input_output_aliases=None,
   from jax_mosaic_ffi import primitive, sharding as sharding_lib
   name = target.name
   for key, value in others.items():
-    if value is not None and not (key == "smem_bytes" and value == 0):
+    if value is not None and value is not False and not (key in ("smem_bytes", "scratch_bytes") and value == 0):
       raise LaunchError(f"mosaic_kernel '{name}': a Triton kernel takes no {_REFUSED.get(key, key)}: "
                         "Triton's compiled metadata sets it")
   if uses_pdl:

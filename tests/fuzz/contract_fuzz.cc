@@ -503,6 +503,36 @@ std::vector<int64_t> Dims(Input& in, const std::array<int64_t, 3>& limits, int64
   return out;
 }
 
+// One tensor map the validator must accept (kTensorMapFields values): the
+// driver's rules hold by construction (inner box a multiple of 16 bytes and
+// within the swizzle span, NaN fill only for floats), and its extent stays
+// well inside 2^62 bytes. Mutations reach the edges.
+std::vector<int64_t> TensorMapRecord(Input& in, int64_t num_buffers) {
+  static constexpr int64_t kElementBytes[jmf::kMaxTensorMapDataType + 1] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4};
+  std::vector<int64_t> f(jmf::kTensorMapFields, 0);
+  const int64_t type = static_cast<int64_t>(in.Below(jmf::kMaxTensorMapDataType + 1));
+  const int64_t element = kElementBytes[type];
+  const int64_t rank = 1 + static_cast<int64_t>(in.Below(jmf::kMaxTensorRank));
+  const int64_t swizzle = static_cast<int64_t>(in.Below(4));
+  const int64_t span = swizzle == 0 ? 256 * element : int64_t{16} << swizzle;  // inner box bytes allowed
+  const int64_t unit = 16 / element;                                           // elements in 16 bytes
+  const int64_t most = std::max<int64_t>(1, std::min<int64_t>(256, span / element) / unit);
+  f[0] = static_cast<int64_t>(in.Below(num_buffers));
+  f[1] = type;
+  f[2] = rank;
+  f[4] = swizzle;
+  f[5] = static_cast<int64_t>(in.Below(4));
+  f[6] = type >= 6 ? static_cast<int64_t>(in.Below(2)) : 0;
+  for (int d = 0; d < jmf::kMaxTensorRank; ++d) {
+    const bool used = d < rank;
+    f[7 + d] = used ? 1 + static_cast<int64_t>(in.Below(uint64_t{1} << 20)) : 1;
+    if (d > 0) f[11 + d] = used ? 16 * (1 + static_cast<int64_t>(in.Below(uint64_t{1} << 26))) : 0;
+    f[16 + d] = d == 0 ? unit * (1 + static_cast<int64_t>(in.Below(most))) : used ? 1 + in.Below(256) : 1;
+    f[21 + d] = used ? 1 + static_cast<int64_t>(in.Below(8)) : 1;
+  }
+  return f;
+}
+
 // A launch ValidateLaunch must accept for `collective`.
 void BuildLaunch(Input& in, bool collective, Attributes* attrs) {
   const int64_t kNoBudget = std::numeric_limits<int64_t>::max();
@@ -540,6 +570,19 @@ void BuildLaunch(Input& in, bool collective, Attributes* attrs) {
       params.push_back(j < num_buffers && !in.OneIn(8) ? j : static_cast<int64_t>(in.Below(num_buffers)));
     }
   }
+  // TMA descriptors: only on unbatched launches (decided here, honoured below).
+  const bool batched = !collective && in.OneIn(4);
+  if (!batched && num_buffers > 0 && in.OneIn(4)) {
+    const int64_t maps =
+        std::min<int64_t>(1 + Count(in, jmf::kMaxTensorMaps - 1), max_params - static_cast<int64_t>(params.size()));
+    std::vector<int64_t> records;
+    for (int64_t m = 0; m < maps; ++m) {
+      params.push_back(jmf::kTensorMapCode + m);
+      std::vector<int64_t> record = TensorMapRecord(in, num_buffers);
+      records.insert(records.end(), record.begin(), record.end());
+    }
+    if (maps > 0) attrs->SetInts("tensor_maps", records, Type::kInts64);
+  }
   Shuffle(in, &params);
   attrs->SetInts("param_order", params);
   if (num_scalars > 0 || in.Bool()) {
@@ -556,9 +599,16 @@ void BuildLaunch(Input& in, bool collective, Attributes* attrs) {
     }
     attrs->SetInts("poison_outputs", poison);
   }
+  if (num_outputs > 0 && in.OneIn(4)) {  // scratch outputs zeroed before each launch
+    std::vector<int64_t> zero;
+    for (int64_t output = 0; output < num_outputs; ++output) {
+      if (in.Bool()) zero.insert(zero.begin() + in.Below(static_cast<int64_t>(zero.size()) + 1), output);
+    }
+    attrs->SetInts("zero_outputs", zero);
+  }
   // vmap: more than one element on the plain target only, a stride per
   // buffer, at least 1 byte for an output (each element writes its own).
-  if (!collective && in.OneIn(4)) {
+  if (batched) {
     attrs->SetInt("batch_size", 2 + Count(in, jmf::kMaxBatch - 2));
     std::vector<int64_t> strides(num_buffers);
     for (int64_t b = 0; b < num_buffers; ++b) {
@@ -794,6 +844,12 @@ void CheckSpec(const jmf::LaunchAttributes& a, bool collective, const jmf::Launc
       FUZZ_CHECK(p.index < s.num_buffers, where());
       FUZZ_CHECK(a.param_order[i] == p.index, where());
       FUZZ_CHECK(s.param_sizes[i] == 8, where());
+    } else if (p.kind == jmf::Param::kTensorMap) {
+      // Execute and record index the device's encoded maps by p.index.
+      FUZZ_CHECK(p.index < s.tensor_maps.size(), where());
+      FUZZ_CHECK(s.tensor_maps[p.index].param == i, where());
+      FUZZ_CHECK(a.param_order[i] == jmf::kTensorMapCode + p.index, where());
+      FUZZ_CHECK(s.param_sizes[i] == static_cast<size_t>(jmf::kTensorMapBytes), where());
     } else {
       FUZZ_CHECK(p.kind == jmf::Param::kScalar, where());
       FUZZ_CHECK(p.index < s.scalars.size(), where());
@@ -810,6 +866,34 @@ void CheckSpec(const jmf::LaunchAttributes& a, bool collective, const jmf::Launc
   for (size_t i = 0; i < s.poison_buffers.size(); ++i) {
     FUZZ_CHECK(s.poison_buffers[i] >= s.num_inputs && s.poison_buffers[i] < s.num_buffers);
     FUZZ_CHECK(s.poison_buffers[i] == a.num_inputs + a.poison_outputs[i]);
+  }
+
+  // Zeroing writes output buffers only.
+  FUZZ_CHECK(s.zero_buffers.size() == a.zero_outputs.size());
+  for (size_t i = 0; i < s.zero_buffers.size(); ++i) {
+    FUZZ_CHECK(s.zero_buffers[i] >= s.num_inputs && s.zero_buffers[i] < s.num_buffers);
+    FUZZ_CHECK(s.zero_buffers[i] == a.num_inputs + a.zero_outputs[i]);
+  }
+
+  // Tensor maps: cuTensorMapEncodeTiled gets arrays of `rank` entries and
+  // buffers.ptrs[buffer]; every driver rule the contract states holds.
+  FUZZ_CHECK(s.tensor_maps.size() * jmf::kTensorMapFields == a.tensor_maps.size());
+  FUZZ_CHECK(s.tensor_maps.size() <= static_cast<size_t>(jmf::kMaxTensorMaps));
+  FUZZ_CHECK(s.tensor_maps.empty() || s.batch_size == 1);
+  for (const jmf::TensorMapSpec& t : s.tensor_maps) {
+    FUZZ_CHECK(t.buffer < s.num_buffers);
+    FUZZ_CHECK(t.data_type <= jmf::kMaxTensorMapDataType && t.rank >= 1 && t.rank <= jmf::kMaxTensorRank);
+    FUZZ_CHECK(t.interleave <= 2 && t.swizzle <= 3 && t.l2_promotion <= 3 && t.oob_fill <= 1);
+    FUZZ_CHECK(t.param < s.params.size() && s.params[t.param].kind == jmf::Param::kTensorMap);
+    FUZZ_CHECK(t.alignment == 16 || t.alignment == 32);
+    FUZZ_CHECK(t.extent_bytes >= t.element_bytes && t.extent_bytes <= (uint64_t{1} << 62));
+    for (int d = 0; d < t.rank; ++d) {
+      FUZZ_CHECK(t.dims[d] >= 1 && t.dims[d] <= (uint64_t{1} << 32));
+      FUZZ_CHECK(t.box[d] >= 1 && t.box[d] <= 256 && t.element_strides[d] >= 1 && t.element_strides[d] <= 8);
+      if (d > 0) FUZZ_CHECK(t.strides[d - 1] % t.alignment == 0 && t.strides[d - 1] < (uint64_t{1} << 40));
+    }
+    if (t.interleave == 0) FUZZ_CHECK(t.box[0] * t.element_bytes % 16 == 0);
+    if (t.interleave == 0 && t.swizzle != 0) FUZZ_CHECK(t.box[0] * t.element_bytes <= (16u << t.swizzle));
   }
 
   // vmap moves every buffer pointer by its stride, batch_size - 1 times.
