@@ -121,6 +121,9 @@ ffi::ErrorOr<std::unique_ptr<CallSite>> CallSite::Create(ffi::Dictionary attrs, 
   site->ConfigureLaunch(collective);
   if (collective) {
     JMF_ASSIGN_OR_RETURN(site->collective_, CollectiveState::Create(*site));
+    // Across processes the copies around the launch are stream work that the
+    // record API cannot express: XLA captures the stream instead.
+    if (site->collective_->cross_process()) site->record_by_capture_ = site->needs_sizes_ = true;
   }
   return site;
 }
@@ -180,6 +183,8 @@ ffi::Error CallSite::GatherBuffers(const ffi::RemainingArgs& args, const ffi::Re
       return ffi::Error::InvalidArgument(who() + ": input " + std::to_string(i) + " is not a buffer");
     }
     out->ptrs[i] = buffer->untyped_data();
+    if (needs_sizes_) [[unlikely]]
+      out->bytes[i] = buffer->size_bytes();
     misaligned |= reinterpret_cast<uintptr_t>(out->ptrs[i]);
   }
   for (size_t i = 0; i < rets.size(); ++i) {
@@ -188,7 +193,7 @@ ffi::Error CallSite::GatherBuffers(const ffi::RemainingArgs& args, const ffi::Re
       return ffi::Error::InvalidArgument(who() + ": output " + std::to_string(i) + " is not a buffer");
     }
     out->ptrs[args.size() + i] = (*buffer)->untyped_data();
-    if (!spec_.poison_buffers.empty()) [[unlikely]]
+    if (!spec_.poison_buffers.empty() || needs_sizes_) [[unlikely]]
       out->bytes[args.size() + i] = (*buffer)->size_bytes();
     misaligned |= reinterpret_cast<uintptr_t>(out->ptrs[args.size() + i]);
   }

@@ -34,7 +34,7 @@ inline constexpr int kMaxRecordedCommands = 16;
 // the collective metadata pointer for the launch.
 struct Buffers {
   void* ptrs[kMaxBuffers + 1];
-  size_t bytes[kMaxBuffers];  // filled only when outputs are poisoned
+  size_t bytes[kMaxBuffers];  // filled only when outputs are poisoned or a clique spans processes
   int count = 0;
 };
 
@@ -106,6 +106,7 @@ class CallSite {
   CUlaunchAttribute launch_attrs_[2]{};
   XLA_FFI_LaunchDims record_dims_{};
   bool record_by_capture_ = false;
+  bool needs_sizes_ = false;           // GatherBuffers fills every size (collectives across processes)
   bool synchronize_launches_ = false;  // debug: JAX_MOSAIC_FFI_SYNC_LAUNCHES
   std::unique_ptr<CollectiveState> collective_;
   std::mutex mutex_;

@@ -46,7 +46,12 @@ namespace jmf {
   X(cuMemcpyHtoDAsync)                  \
   X(cuMemGetInfo)                       \
   X(cuStreamSynchronize)                \
-  X(cuStreamIsCapturing)
+  X(cuStreamIsCapturing)                \
+  X(cuCtxSynchronize)                   \
+  X(cuMemcpyDtoDAsync)                  \
+  X(cuIpcGetMemHandle)                  \
+  X(cuIpcOpenMemHandle)                 \
+  X(cuIpcCloseMemHandle)
 
 struct Driver {
 #define JMF_DECLARE_DRIVER_FIELD(name) decltype(&::name) name = nullptr;
