@@ -228,35 +228,46 @@ std::string SharedWorkspace::PeerName(int r) const {
          std::to_string(peer_pids_[r]) + ")";
 }
 
+// Each rank's page holds the last execution it reached, or kBroken. A rank
+// that times out on a peer swaps the peer's count for kBroken (only if the
+// peer has not arrived meanwhile), and marks its own page too: a late peer
+// then fails as it arrives, instead of passing the rendezvous alone and
+// waiting in the device barrier for a rank that already gave up.
 ffi::Error SharedWorkspace::Arrive(std::chrono::milliseconds timeout, const std::string& who) {
   if (broken_) {
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
                       who +
-                          ": an earlier execution of this kernel timed out waiting for a peer process; the clique "
-                          "cannot resynchronize. Compile again (or restart the processes)");
+                          ": an earlier execution of this kernel timed out on a peer process; the clique cannot "
+                          "resynchronize. Compile again or restart the processes");
   }
-  const uint64_t n = ++executions_;
-  own_->arrived.store(n, std::memory_order_release);
+  const uint64_t n = executions_ + 1;
+  uint64_t previous = executions_;
+  if (!own_->arrived.compare_exchange_strong(previous, n, std::memory_order_acq_rel)) {
+    broken_ = true;
+    const uint64_t by = own_->broken_by.load(std::memory_order_acquire);
+    return ffi::Error(ffi::ErrorCode::kAborted,
+                      who + ": " + (by != 0 ? PeerName(static_cast<int>(by - 1)) : std::string("a peer rank")) +
+                          " gave up waiting for rank " + std::to_string(rank_) +
+                          " at an earlier execution; the clique is out of step, so this rank fails too "
+                          "(JAX_MOSAIC_FFI_PEER_TIMEOUT_S sets the timeout)");
+  }
+  executions_ = n;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (int r = 0; r < static_cast<int>(peers_.size()); ++r) {
-    const HostFlags* flags = peers_[r].flags;
-    for (uint64_t spins = 0; flags->arrived.load(std::memory_order_acquire) < n; ++spins) {
+    if (r == rank_) continue;
+    std::atomic<uint64_t>& arrived = peers_[r].flags->arrived;
+    for (uint64_t spins = 0;; ++spins) {
+      uint64_t seen = arrived.load(std::memory_order_acquire);
+      if (seen == kBroken) return Broken(who, PeerName(r) + " gave up on the clique");
+      if (seen >= n) break;
       if (spins < 4096) continue;  // a peer a few microseconds behind
-      if (const uint64_t at = flags->gave_up.load(std::memory_order_acquire); at != 0) {
-        broken_ = true;
-        own_->gave_up.store(n, std::memory_order_release);
-        return ffi::Error(ffi::ErrorCode::kAborted, who + ": " + PeerName(r) + " timed out waiting for rank " +
-                                                        std::to_string(rank_) + " at its execution " +
-                                                        std::to_string(at) + " and gave up; so does this rank");
-      }
       if (spins % 256 == 0 && std::chrono::steady_clock::now() > deadline) {
-        broken_ = true;
-        own_->gave_up.store(n, std::memory_order_release);
-        return ffi::Error(ffi::ErrorCode::kDeadlineExceeded,
-                          who + ": rank " + std::to_string(rank_) + " waited " + Seconds(timeout) + " s for " +
-                              PeerName(r) + " to reach execution " + std::to_string(n) +
-                              " of this kernel; it never did. Did its process stall or die? "
-                              "(JAX_MOSAIC_FFI_PEER_TIMEOUT_S sets the timeout)");
+        peers_[r].flags->broken_by.store(static_cast<uint64_t>(rank_) + 1, std::memory_order_release);
+        if (!arrived.compare_exchange_strong(seen, kBroken, std::memory_order_acq_rel)) continue;  // it just came
+        return Broken(who, "rank " + std::to_string(rank_) + " waited " + Seconds(timeout) + " s for " + PeerName(r) +
+                               " to reach execution " + std::to_string(n) +
+                               " of this kernel; it never did. Did its process stall or die? "
+                               "(JAX_MOSAIC_FFI_PEER_TIMEOUT_S sets the timeout)");
       }
       if (spins < 100000) {
         std::this_thread::yield();
@@ -270,6 +281,13 @@ ffi::Error SharedWorkspace::Arrive(std::chrono::milliseconds timeout, const std:
     page_name_.clear();
   }
   return ffi::Error::Success();
+}
+
+ffi::Error SharedWorkspace::Broken(const std::string& who, const std::string& why) {
+  broken_ = true;
+  own_->broken_by.store(static_cast<uint64_t>(rank_) + 1, std::memory_order_release);
+  own_->arrived.store(kBroken, std::memory_order_release);
+  return ffi::Error(ffi::ErrorCode::kDeadlineExceeded, who + ": " + why);
 }
 
 SharedWorkspace::~SharedWorkspace() {

@@ -65,9 +65,10 @@ CrossProcessStats GetCrossProcessStats();
 
 // The host-shared flag page of one rank.
 struct HostFlags {
-  std::atomic<uint64_t> arrived;  // the last execution this rank reached
-  std::atomic<uint64_t> gave_up;  // nonzero: the execution at which it timed out
+  std::atomic<uint64_t> arrived;    // the last execution this rank reached, or kBroken
+  std::atomic<uint64_t> broken_by;  // 1 + the rank that gave up on it
 };
+inline constexpr uint64_t kBroken = ~uint64_t{0};
 
 class SharedWorkspace {
  public:
@@ -97,6 +98,7 @@ class SharedWorkspace {
   ffi::Error MapPeer(int r, const std::string& deposit, const PeerExchangeRequest& request);
   ffi::Error Deposit(const std::string& who, std::string* out) const;
   std::string PeerName(int r) const;
+  ffi::Error Broken(const std::string& who, const std::string& why);
 
   const Driver& driver_;
   CUcontext context_;

@@ -137,6 +137,9 @@ def correctness_mode() -> dict:
   out["iterations"] = {"count": 1000, "wrong": wrong, "seconds": time.monotonic() - start}
 
   from jax_mosaic_ffi import cross_process
+  c.jax.clear_caches()  # the executables above go, and their workspaces with them
+  gc.collect()
+  out["after_clear_caches"] = cross_process.stats()
   before = cross_process.stats()
   peak = 0
   start = time.monotonic()

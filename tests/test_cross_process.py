@@ -73,7 +73,7 @@ def test_a_stalled_peer_gives_an_error_naming_it():
   assert "crash" not in waiting and "crash" not in sleeper, stalled
   assert waiting["ok"] == 3 and waiting["errors"][0]["iteration"] == 3, waiting
   first = waiting["errors"][0]
-  assert "waited 3 s for peer rank 1 (device 1" in first["error"] and "never did" in first["error"], first
+  assert "waited 3 s for peer rank 1 (device " in first["error"] and "never did" in first["error"], first
   assert 2.5 < first["seconds"] < 20, first
   # The sleeper wakes to find that its peer gave up, and fails too instead of waiting in turn.
   assert sleeper["errors"][0]["iteration"] == 3 and "gave up" in sleeper["errors"][0]["error"], sleeper
@@ -85,4 +85,4 @@ def test_a_peer_that_exits_gives_an_error_not_a_hang():
   r = survivor("exit", env={**GPU, "JAX_MOSAIC_FFI_PEER_TIMEOUT_S": "3"}, timeout=180)
   assert "crash" not in r, r
   assert r["ok"] == 3 and r["errors"][0]["iteration"] == 3, r
-  assert "peer rank 1 (device 1" in r["errors"][0]["error"], r
+  assert "peer rank 1 (device " in r["errors"][0]["error"], r
