@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 
+from benchmarks import REPO
 from benchmarks.markdown import failure, fmt, table
 from benchmarks.suite import Run
 
@@ -40,7 +41,10 @@ def run() -> dict:
     port = s.getsockname()[1]
   env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
   outs = [tempfile.TemporaryFile("w+") for _ in range(2)]
-  procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.cross_process", str(rank), str(port)], env=env,
+  # The source tree goes last on the path: its jax_mosaic_ffi may have no compiled extension.
+  child = (f"import sys; sys.path.append({REPO!r}); from benchmarks import cross_process; "
+           "cross_process.child(int(sys.argv[1]), int(sys.argv[2]))")
+  procs = [subprocess.Popen([sys.executable, "-c", child, str(rank), str(port)], env=env,
                             stdout=outs[rank], stderr=subprocess.STDOUT, text=True, cwd=tempfile.gettempdir())
            for rank in range(2)]
   try:
@@ -112,13 +116,14 @@ def tables(results: dict) -> list[str]:
   return [method + "\n\n" + table(["bytes per rank", "across processes (us)", "one device alone (us)", "ratio"], rows)]
 
 
-if __name__ == "__main__":
-  result = _worker(int(sys.argv[1]), int(sys.argv[2]))
+def child(rank: int, port: int) -> None:
+  """One of the two processes; prints its result, leaves without jax.distributed's shutdown barrier."""
+  result = _worker(rank, port)
   print(json.dumps(result), flush=True)
   try:  # rank 0 hosts the coordination service: it leaves last
     from jax._src import distributed
     client = distributed.global_state.client
-    if int(sys.argv[1]) == 1:
+    if rank == 1:
       client.key_value_set("bench/done", "1")
     else:
       client.blocking_key_value_get("bench/done", 60_000)
