@@ -5,8 +5,11 @@ to race. Each size runs the same kernel two ways in each process: over the
 two-process clique (the input copied into the shared workspace, a device
 barrier, every peer's copy read through CUDA IPC) and over a clique of the
 process's own device alone (no copy, no barrier, one input read). Their
-ratio is what going across processes costs. The two processes time at once
-on the one GPU, so each sees the other's work too.
+ratio is what going across processes costs here. The two processes time at
+once on the one GPU, and without MPS their kernels never run at the same
+time: each device barrier waits for a context switch (measured: a flat
+4.5 ms per all-reduce at every size), so the numbers show the test setup's
+time slicing, not what one GPU per process would cost.
 """
 
 from __future__ import annotations
@@ -112,7 +115,9 @@ def tables(results: dict) -> list[str]:
   method = (f"Two processes on one GPU (jax.distributed, CUDA_VISIBLE_DEVICES=0): {r['repeat']} all-reduces "
             f"chained in one jitted `shard_map`, host-timed median of {r['rounds']} calls per size, per all-reduce. "
             "'alone' is the same kernel over the process's own device only (no workspace copy, no barrier); "
-            "NCCL cannot run two ranks on one GPU, so there is no NCCL column.")
+            "NCCL cannot run two ranks on one GPU, so there is no NCCL column. The two processes' kernels "
+            "time-slice on the one GPU (no MPS), so each device barrier waits for a context switch: "
+            "this measures the test setup, not one GPU per process.")
   return [method + "\n\n" + table(["bytes per rank", "across processes (us)", "one device alone (us)", "ratio"], rows)]
 
 
