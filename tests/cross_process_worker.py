@@ -1,7 +1,7 @@
 """One process of a cross-process collective test (tests/test_cross_process.py).
 
 Run as ``cross_process_worker.py RANK NPROCS PORT MODE SEED`` by
-tests/multiprocess.py; prints one JSON object on its last line and leaves
+fresh_process.run_together; prints one JSON object on its last line and leaves
 with os._exit, so that jax.distributed's shutdown barrier never waits for a
 peer a test killed on purpose.
 """

@@ -1,6 +1,6 @@
 """Collective kernels across processes (jax.distributed, one GPU per process).
 
-Every test runs real processes (tests/multiprocess.py, tests/cross_process_worker.py).
+Every test runs real processes (fresh_process.run_together, tests/cross_process_worker.py).
 The key-value exchange runs on CPU; the kernels need a GPU, where two
 processes share the one GPU (CUDA_VISIBLE_DEVICES=0 for both): NCCL refuses
 that, so nothing here uses an XLA collective.
@@ -10,19 +10,22 @@ import os
 
 import pytest
 
-import multiprocess
+import fresh_process
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cross_process_worker.py")
 
 CPU = {"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""}
 GPU = {"CUDA_VISIBLE_DEVICES": "0", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
 
 
 def outcomes(*args, env, timeout=120):
-  return multiprocess.results(multiprocess.run(*args, env=env, timeout=timeout))
+  """Every rank's JSON result; a rank that printed none fails the test with its stderr."""
+  return [f.result for f in fresh_process.run_together(*args, script=WORKER, env=env, timeout=timeout)]
 
 
 def survivor(*args, env, timeout=120):
   """Rank 0's result, when rank 1 dies on purpose."""
-  return multiprocess.run(*args, env=env, timeout=timeout)[0].result
+  return fresh_process.run_together(*args, script=WORKER, env=env, timeout=timeout)[0].result
 
 
 # --- the exchange, on CPU -------------------------------------------------------------------------
