@@ -121,6 +121,9 @@ ffi::ErrorOr<std::unique_ptr<CallSite>> CallSite::Create(ffi::Dictionary attrs, 
   site->ConfigureLaunch(collective);
   if (collective) {
     JMF_ASSIGN_OR_RETURN(site->collective_, CollectiveState::Create(*site));
+    // Across processes the copies around the launch are stream work that the
+    // record API cannot express: XLA captures the stream instead.
+    if (site->collective_->cross_process()) site->record_by_capture_ = site->needs_bytes_ = true;
   }
   return site;
 }

@@ -34,7 +34,7 @@ inline constexpr int kMaxRecordedCommands = 16;
 // the collective metadata pointer for the launch.
 struct Buffers {
   void* ptrs[kMaxBuffers + 1];
-  size_t bytes[kMaxBuffers];  // filled only when outputs are filled or tensor maps are built
+  size_t bytes[kMaxBuffers];  // filled only when outputs are filled, tensor maps are built or a clique spans processes
   int count = 0;
 };
 
@@ -120,7 +120,7 @@ class CallSite {
   XLA_FFI_LaunchDims record_dims_{};
   bool record_by_capture_ = false;
   bool synchronize_launches_ = false;  // debug: JAX_MOSAIC_FFI_SYNC_LAUNCHES
-  bool needs_bytes_ = false;           // buffers' sizes are read: fills or tensor maps
+  bool needs_bytes_ = false;           // buffers' sizes are read: fills, tensor maps, cross-process copies
   std::unique_ptr<CollectiveState> collective_;
   std::mutex mutex_;
   std::array<DeviceSlot, kMaxDevices> slots_;

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "runtime_kernels.h"
+#include "status.h"
 
 namespace jmf {
 namespace {
@@ -156,6 +157,13 @@ ffi::ErrorOr<std::unique_ptr<CollectiveState>> CollectiveState::Create(const Cal
       state->rank_of_[clique.devices[r]] = static_cast<int>(r);
     }
     clique.rendezvous = std::make_unique<Rendezvous>(static_cast<int>(clique.devices.size()), spec.num_buffers + 1);
+    bool has_local = false;
+    for (int32_t d : clique.devices) {
+      const bool local = IsLocalDevice(d);
+      has_local = has_local || local;
+      clique.cross_process = clique.cross_process || !local;
+    }
+    state->cross_process_ = state->cross_process_ || (has_local && clique.cross_process);
     state->cliques_.push_back(std::move(clique));
   }
   // A device alone in its clique has no one to wait for: no barrier kernel.
@@ -163,6 +171,7 @@ ffi::ErrorOr<std::unique_ptr<CollectiveState>> CollectiveState::Create(const Cal
                                      [](const std::vector<int32_t>& clique) { return clique.size() == 1; });
   state->skip_barrier_ = spec.skip_device_barrier || all_alone;
   state->timeout_ = PeerTimeout();
+  state->any_symmetric_ = std::find(spec.symmetric.begin(), spec.symmetric.end(), true) != spec.symmetric.end();
   return state;
 }
 
@@ -187,21 +196,51 @@ ffi::Error CollectiveState::Prepare(int32_t device, CUcontext context) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (res.ready) return ffi::Error::Success();
   const std::string& who = site_.who();
-  const Driver& driver = site_.driver();
-  if (clique_of_[device] < 0) {
-    return ffi::Error::InvalidArgument(who + ": device " + std::to_string(device) +
-                                       " runs this collective kernel but is in no clique of xla_replica_ids");
+  const int32_t global = GlobalDeviceId(device);
+  if (global < 0 || global >= kMaxDevices || clique_of_[global] < 0) {
+    return ffi::Error::InvalidArgument(who + ": device " + std::to_string(global) + " (local ordinal " +
+                                       std::to_string(device) +
+                                       ") runs this collective kernel but is in no clique of xla_replica_ids");
   }
-  const Clique& clique = cliques_[clique_of_[device]];
-  for (int32_t peer : clique.devices) {
-    if (peer == device) continue;
-    if (ffi::Error e = EnablePeerAccess(driver, device, peer, who); e.failure()) return e;
-  }
-  auto barrier = LoadRuntimeKernel(driver, context, RuntimeKernel::kBarrier);
+  const Clique& clique = cliques_[clique_of_[global]];
+  JMF_RETURN_IF_ERROR(PrepareLocalPeers(device, clique));
+  auto barrier = LoadRuntimeKernel(site_.driver(), context, RuntimeKernel::kBarrier);
   if (!barrier.has_value()) return ffi::Error::Internal(who + ": " + barrier.error().message());
   const int peers = static_cast<int>(clique.devices.size());
+  res.global = global;
+  res.context = context;
+  res.barrier = *barrier;
+  // Across processes the area lives in the shared workspace, made at the
+  // first initialize (it is sized from the buffers).
+  if (!clique.cross_process) JMF_RETURN_IF_ERROR(AllocateArea(res, peers));
+  res.barrier_args.rank = static_cast<uint32_t>(rank_of_[global]);
+  res.barrier_args.peers = static_cast<uint32_t>(peers);
+  res.barrier_args.timeout_ns = static_cast<uint64_t>(timeout_.count()) * 1000000;
+  res.deposit.assign(site_.spec().num_buffers + 1, 0);
+  res.exchange.assign(static_cast<size_t>(peers) * (site_.spec().num_buffers + 1), 0);
+  res.metadata.assign(MetadataWords(peers), 0);
+  res.copied.assign(MetadataWords(peers), ~uint64_t{0});
+  res.ready = true;
+  return ffi::Error::Success();
+}
+
+// Peer access to the clique's devices in this process (all of them, unless
+// the clique spans processes).
+ffi::Error CollectiveState::PrepareLocalPeers(int32_t device, const Clique& clique) {
+  const int32_t self = GlobalDeviceId(device);
+  for (int32_t peer : clique.devices) {
+    if (peer == self || !IsLocalDevice(peer)) continue;
+    const int32_t ordinal = LocalOrdinal(peer);
+    JMF_RETURN_IF_ERROR(EnablePeerAccess(site_.driver(), device, ordinal, site_.who()));
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error CollectiveState::AllocateArea(DeviceResources& res, int peers) {
+  const std::string& who = site_.who();
+  const Driver& driver = site_.driver();
   const size_t bytes = kBarrierAreaBytes + MetadataWords(peers) * sizeof(uint64_t);
-  ScopedContext scoped(driver, context);
+  ScopedContext scoped(driver, res.context);
   CUdeviceptr area = 0;
   if (CUresult r = driver.cuMemAlloc(&area, bytes); r != CUDA_SUCCESS) {
     return ffi::Error(
@@ -212,19 +251,10 @@ ffi::Error CollectiveState::Prepare(int32_t device, CUcontext context) {
     driver.cuMemFree(area);
     return ffi::Error::Internal(who + ": clearing collective metadata: " + CudaErrorText(driver, r));
   }
-  res.context = context;
   res.area = area;
   res.metadata_ptr = reinterpret_cast<void*>(area + kBarrierAreaBytes);
-  res.barrier = *barrier;
   const size_t p = static_cast<size_t>(site_.spec().num_buffers);
-  res.barrier_args = BarrierArgs{area + kBarrierAreaBytes + (kMetadataHeaderWords + p * peers + p) * sizeof(uint64_t),
-                                 static_cast<uint32_t>(rank_of_[device]), static_cast<uint32_t>(peers),
-                                 static_cast<uint64_t>(timeout_.count()) * 1000000};
-  res.deposit.assign(site_.spec().num_buffers + 1, 0);
-  res.exchange.assign(static_cast<size_t>(peers) * (site_.spec().num_buffers + 1), 0);
-  res.metadata.assign(MetadataWords(peers), 0);
-  res.copied.assign(MetadataWords(peers), ~uint64_t{0});
-  res.ready = true;
+  res.barrier_args.areas = area + kBarrierAreaBytes + (kMetadataHeaderWords + p * peers + p) * sizeof(uint64_t);
   return ffi::Error::Success();
 }
 
@@ -233,8 +263,9 @@ ffi::Error CollectiveState::Initialize(int32_t device, int64_t run_id, CUstream 
     return ffi::Error::Internal(site_.who() + ": initialize ran before prepare on device " + std::to_string(device));
   }
   DeviceResources& res = devices_[device];
-  const Clique& clique = cliques_[clique_of_[device]];
-  const int rank = rank_of_[device];
+  const Clique& clique = cliques_[clique_of_[res.global]];
+  if (clique.cross_process) return InitializeShared(device, run_id, stream, buffers);
+  const int rank = rank_of_[res.global];
   const int peers = static_cast<int>(clique.devices.size());
   const int p = site_.spec().num_buffers;
   // XLA may run initialize twice for one execution (through the command
@@ -272,16 +303,20 @@ ffi::Error CollectiveState::Initialize(int32_t device, int64_t run_id, CUstream 
     m[multimem_offset + b] = 0;
   }
   for (int r = 0; r < peers; ++r) m[areas_offset + r] = res.exchange[static_cast<size_t>(r) * (p + 1) + p];
-  if (res.metadata != res.copied) {
-    const Driver& driver = site_.driver();
-    if (CUresult r =
-            driver.cuMemcpyHtoDAsync(base, res.metadata.data(), res.metadata.size() * sizeof(uint64_t), stream);
-        r != CUDA_SUCCESS) {
-      return ffi::Error::Internal(site_.who() + ": copying collective metadata: " + CudaErrorText(driver, r));
-    }
-    res.copied = res.metadata;
-  }
+  JMF_RETURN_IF_ERROR(CopyMetadata(res, stream));
   res.initialized_run = run_id;
+  return ffi::Error::Success();
+}
+
+ffi::Error CollectiveState::CopyMetadata(DeviceResources& res, CUstream stream) {
+  if (res.metadata == res.copied) return ffi::Error::Success();
+  const Driver& driver = site_.driver();
+  const CUdeviceptr base = reinterpret_cast<CUdeviceptr>(res.metadata_ptr);
+  if (CUresult r = driver.cuMemcpyHtoDAsync(base, res.metadata.data(), res.metadata.size() * sizeof(uint64_t), stream);
+      r != CUDA_SUCCESS) {
+    return ffi::Error::Internal(site_.who() + ": copying collective metadata: " + CudaErrorText(driver, r));
+  }
+  res.copied = res.metadata;
   return ffi::Error::Success();
 }
 
@@ -329,6 +364,127 @@ ffi::Error CollectiveState::RecordBarrier(const RecordFrame& record, int32_t dev
     return ffi::Error(ffi::ErrorCode::kResourceExhausted, site_.who() + ": the record frame has no room");
   }
   *dependency = command;
+  return ffi::Error::Success();
+}
+
+// Across processes: parameters in the workspace (declared symmetric; every
+// input when the kernel declares none).
+bool CollectiveState::InWorkspace(int buffer) const {
+  const LaunchSpec& spec = site_.spec();
+  if (!any_symmetric_) return buffer < spec.num_inputs;
+  return buffer < static_cast<int>(spec.symmetric.size()) && spec.symmetric[buffer];
+}
+
+ffi::Error CollectiveState::InitializeShared(int32_t device, int64_t run_id, CUstream stream, const Buffers& buffers) {
+  DeviceResources& res = devices_[device];
+  if (res.workspace == nullptr) JMF_RETURN_IF_ERROR(SetUpWorkspace(device, buffers));
+  // Once per execution (XLA may call twice for one: see Initialize).
+  if (run_id != res.initialized_run) {
+    JMF_RETURN_IF_ERROR(res.workspace->Arrive(timeout_, site_.who() + " on device " + std::to_string(res.global)));
+    res.initialized_run = run_id;
+  }
+  const int rank = rank_of_[res.global];
+  const size_t peers = cliques_[clique_of_[res.global]].devices.size();
+  for (int b = 0; b < site_.spec().num_buffers; ++b) {
+    if (!InWorkspace(b))
+      res.metadata[kMetadataHeaderWords + b * peers + rank] = reinterpret_cast<uintptr_t>(buffers.ptrs[b]);
+  }
+  return CopyMetadata(res, stream);
+}
+
+namespace {
+uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
+// FNV-1a: the same key in every process of one build.
+std::string KeyHash(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  char out[17];
+  std::snprintf(out, sizeof(out), "%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
+}  // namespace
+
+ffi::Error CollectiveState::SetUpWorkspace(int32_t device, const Buffers& buffers) {
+  DeviceResources& res = devices_[device];
+  const int c = clique_of_[res.global];
+  const Clique& clique = cliques_[c];
+  const int peers = static_cast<int>(clique.devices.size());
+  uint64_t offset = RoundUp(kBarrierAreaBytes + MetadataWords(peers) * sizeof(uint64_t), kBufferAlignment);
+  std::string identity = site_.who() + "|clique " + std::to_string(c);
+  res.slots.clear();
+  for (int b = 0; b < site_.spec().num_buffers; ++b) {
+    if (!InWorkspace(b)) continue;
+    res.slots.push_back(Slot{b, offset, buffers.bytes[b]});
+    offset += RoundUp(std::max<uint64_t>(buffers.bytes[b], 1), kBufferAlignment);
+    identity += "|" + std::to_string(b) + ":" + std::to_string(buffers.bytes[b]);
+  }
+  PeerExchangeRequest request;
+  request.key = "site-" + KeyHash(identity) + "/clique-" + std::to_string(c);
+  request.rank = rank_of_[res.global];
+  request.device_ids = clique.devices;
+  request.timeout = timeout_;
+  request.who = site_.who() + " on device " + std::to_string(res.global);
+  auto workspace = SharedWorkspace::Create(site_.driver(), res.context, offset, request);
+  if (!workspace.has_value()) return workspace.error();
+  res.workspace = std::move(*workspace);
+  FillSharedMetadata(res, request.rank, peers);
+  return ffi::Error::Success();
+}
+
+void CollectiveState::FillSharedMetadata(DeviceResources& res, int rank, int peers) {
+  const SharedWorkspace& ws = *res.workspace;
+  const size_t p = static_cast<size_t>(site_.spec().num_buffers);
+  const uint64_t base = ws.base(rank) + kBarrierAreaBytes;
+  const size_t multimem_offset = kMetadataHeaderWords + p * peers;
+  const size_t areas_offset = multimem_offset + p;
+  uint64_t* m = res.metadata.data();
+  std::fill(res.metadata.begin(), res.metadata.end(), 0);
+  m[0] = static_cast<uint64_t>(rank);
+  m[1] = base + kMetadataHeaderWords * sizeof(uint64_t);
+  m[2] = base + multimem_offset * sizeof(uint64_t);
+  m[3] = static_cast<uint64_t>(peers);
+  for (const Slot& slot : res.slots) {
+    for (int r = 0; r < peers; ++r) m[kMetadataHeaderWords + slot.buffer * peers + r] = ws.base(r) + slot.offset;
+  }
+  for (int r = 0; r < peers; ++r) m[areas_offset + r] = ws.base(r);
+  res.metadata_ptr = reinterpret_cast<void*>(base);
+  res.barrier_args.areas = base + areas_offset * sizeof(uint64_t);
+}
+
+ffi::Error CollectiveState::BeforeLaunch(int32_t device, CUstream stream, const Buffers& buffers) {
+  if (cross_process_) [[unlikely]] {
+    const DeviceResources& res = devices_[device];
+    if (device < 0 || device >= kMaxDevices || res.workspace == nullptr) {
+      return ffi::Error::Internal(site_.who() + ": execute ran before initialize on device " + std::to_string(device));
+    }
+    const uint64_t base = res.workspace->base(rank_of_[res.global]);
+    const Driver& driver = site_.driver();
+    for (const Slot& slot : res.slots) {
+      if (slot.buffer >= site_.spec().num_inputs) continue;
+      const auto from = reinterpret_cast<CUdeviceptr>(buffers.ptrs[slot.buffer]);
+      if (CUresult r = driver.cuMemcpyDtoDAsync(base + slot.offset, from, slot.bytes, stream); r != CUDA_SUCCESS) {
+        return ffi::Error::Internal(site_.who() + ": copying input " + std::to_string(slot.buffer) +
+                                    " into the collective workspace: " + CudaErrorText(driver, r));
+      }
+    }
+  }
+  return LaunchBarrier(device, stream);
+}
+
+ffi::Error CollectiveState::AfterLaunch(int32_t device, CUstream stream, const Buffers& buffers) {
+  if (!cross_process_) return ffi::Error::Success();
+  const DeviceResources& res = devices_[device];
+  const uint64_t base = res.workspace->base(rank_of_[res.global]);
+  const Driver& driver = site_.driver();
+  for (const Slot& slot : res.slots) {
+    if (slot.buffer < site_.spec().num_inputs) continue;
+    const auto to = reinterpret_cast<CUdeviceptr>(buffers.ptrs[slot.buffer]);
+    if (CUresult r = driver.cuMemcpyDtoDAsync(to, base + slot.offset, slot.bytes, stream); r != CUDA_SUCCESS) {
+      return ffi::Error::Internal(site_.who() + ": copying output " + std::to_string(slot.buffer) +
+                                  " out of the collective workspace: " + CudaErrorText(driver, r));
+    }
+  }
   return ffi::Error::Success();
 }
 

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "call_site.h"
+#include "cross_process.h"
 #include "cuda_driver.h"
 #include "record.h"
 #include "xla/ffi/api/ffi.h"
@@ -76,6 +77,13 @@ class CollectiveState {
   // Trades addresses with the peers and refreshes the metadata on `stream`.
   ffi::Error Initialize(int32_t device, int64_t run_id, CUstream stream, const Buffers& buffers);
   ffi::Error LaunchBarrier(int32_t device, CUstream stream);
+  // Execute's steps around the launch: across processes, copies symmetric
+  // inputs into the workspace before the barrier, and symmetric outputs
+  // back after the kernel (cross_process.h).
+  ffi::Error BeforeLaunch(int32_t device, CUstream stream, const Buffers& buffers);
+  ffi::Error AfterLaunch(int32_t device, CUstream stream, const Buffers& buffers);
+  // Some clique of this call site has a peer in another process.
+  bool cross_process() const { return cross_process_; }
   // Records the barrier; `*dependency` is what the launch must wait for.
   ffi::Error RecordBarrier(const RecordFrame& record, int32_t device, const XLA_FFI_Command** dependency);
   int barrier_commands() const { return skip_barrier_ ? 0 : 1; }
@@ -87,8 +95,15 @@ class CollectiveState {
   CollectiveState(const CallSite& site) : site_(site) {}
 
   struct Clique {
-    std::vector<int32_t> devices;
+    std::vector<int32_t> devices;  // global device ids
     std::unique_ptr<Rendezvous> rendezvous;
+    bool cross_process = false;  // some device belongs to another process
+  };
+  // A symmetric parameter's place in the workspace.
+  struct Slot {
+    int buffer = 0;
+    uint64_t offset = 0;
+    uint64_t bytes = 0;
   };
   // The barrier kernel's parameters for one device (fixed once prepared).
   struct BarrierArgs {
@@ -104,20 +119,32 @@ class CollectiveState {
     CUdeviceptr area = 0;
     void* metadata_ptr = nullptr;  // area + kBarrierAreaBytes
     CUfunction barrier = nullptr;
-    std::vector<uint64_t> deposit;   // my buffer addresses, then my area
-    std::vector<uint64_t> exchange;  // everyone's deposits
-    std::vector<uint64_t> metadata;  // host copy of the device metadata
-    std::vector<uint64_t> copied;    // what the device holds now
-    int64_t initialized_run = -1;    // the run whose addresses were last traded
+    std::vector<uint64_t> deposit;               // my buffer addresses, then my area
+    std::vector<uint64_t> exchange;              // everyone's deposits
+    std::vector<uint64_t> metadata;              // host copy of the device metadata
+    std::vector<uint64_t> copied;                // what the device holds now
+    int64_t initialized_run = -1;                // the run whose addresses were last traded
+    int32_t global = -1;                         // the device's global id
+    std::unique_ptr<SharedWorkspace> workspace;  // across processes only
+    std::vector<Slot> slots;
   };
 
   size_t MetadataWords(int peers) const;
+  ffi::Error PrepareLocalPeers(int32_t device, const Clique& clique);
+  ffi::Error AllocateArea(DeviceResources& res, int peers);
+  ffi::Error InitializeShared(int32_t device, int64_t run_id, CUstream stream, const Buffers& buffers);
+  ffi::Error SetUpWorkspace(int32_t device, const Buffers& buffers);
+  void FillSharedMetadata(DeviceResources& res, int rank, int peers);
+  ffi::Error CopyMetadata(DeviceResources& res, CUstream stream);
+  bool InWorkspace(int buffer) const;
 
   const CallSite& site_;
   std::vector<Clique> cliques_;
   std::array<int, kMaxDevices> clique_of_{};
   std::array<int, kMaxDevices> rank_of_{};
   bool skip_barrier_ = false;
+  bool cross_process_ = false;
+  bool any_symmetric_ = false;
   std::chrono::milliseconds timeout_{0};
   std::mutex mutex_;
   std::array<DeviceResources, kMaxDevices> devices_;

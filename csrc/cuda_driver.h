@@ -47,7 +47,12 @@ namespace jmf {
   X(cuMemGetInfo)                       \
   X(cuStreamSynchronize)                \
   X(cuStreamIsCapturing)                \
-  X(cuTensorMapEncodeTiled)
+  X(cuTensorMapEncodeTiled)             \
+  X(cuCtxSynchronize)                   \
+  X(cuMemcpyDtoDAsync)                  \
+  X(cuIpcGetMemHandle)                  \
+  X(cuIpcOpenMemHandle)                 \
+  X(cuIpcCloseMemHandle)
 
 struct Driver {
 #define JMF_DECLARE_DRIVER_FIELD(name) decltype(&::name) name = nullptr;

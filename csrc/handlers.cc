@@ -87,8 +87,9 @@ ffi::Error CollectiveExecute(CUstream stream, int32_t device, CallSite* site, ff
                              ffi::RemainingRets rets) {
   Buffers buffers;
   JMF_RETURN_IF_ERROR(site->GatherBuffers(args, rets, &buffers));
-  JMF_RETURN_IF_ERROR(site->collective()->LaunchBarrier(device, stream));
-  return site->Launch(stream, device, buffers);
+  JMF_RETURN_IF_ERROR(site->collective()->BeforeLaunch(device, stream, buffers));
+  JMF_RETURN_IF_ERROR(site->Launch(stream, device, buffers));
+  return site->collective()->AfterLaunch(device, stream, buffers);
 }
 
 }  // namespace

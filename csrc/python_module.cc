@@ -241,6 +241,9 @@ nb::list VisibleGpus() {
 }
 
 }  // namespace
+
+void BindCrossProcess(nb::module_& m);  // cross_process_python.cc
+
 }  // namespace jmf
 
 NB_MODULE(_core, m) {
@@ -291,6 +294,7 @@ NB_MODULE(_core, m) {
   m.def("parse_module", &ParseModuleForPython, nb::arg("data"),
         "Parses a serialized kernel module with the runtime's parser: (symbol, [(kind, arch, suffix, data)], flags).");
   m.def("visible_gpus", &VisibleGpus, "The visible GPUs and their launch limits; empty without a driver.");
+  BindCrossProcess(m);
 
   nb::module_ testing = m.def_submodule("_testing", "Hooks for the test suite only; not API.");
   testing.def("rendezvous_probe", &RendezvousProbe, nb::arg("participants"), nb::arg("arriving"), nb::arg("timeout_s"),

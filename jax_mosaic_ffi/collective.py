@@ -23,7 +23,8 @@ class Collective:
     symmetric: per input and output, whether the buffer is symmetric memory
       (same offset on every peer). Recorded in ``symmetric_memory_parameters``;
       within one process every buffer is reachable, so the runtime treats both
-      kinds alike today.
+      kinds alike. Across processes only symmetric parameters reach the peers
+      (through a shared workspace); when none is declared, every input is.
     skip_device_barrier: skip the barrier the runtime runs before the launch,
       for kernels that synchronise with their peers themselves.
   """

@@ -37,10 +37,9 @@ def _collective_attributes(ctx, kernel: Kernel, spec: LaunchSpec) -> dict:
     raise LaunchError(
         f"{where}: a collective kernel must run inside shard_map (or pmap) over a mesh "
         f"that has axis {spec.collective.axes[0]!r}")
-  if jax.process_count() > 1:
-    raise NotImplementedError(
-        f"{where}: collective kernels across processes (jax.distributed) are not "
-        "supported yet; run one process that drives all GPUs. docs/collectives.md explains the plan")
+  if jax.process_count() > 1:  # peers in other processes: docs/collectives.md, "Across processes"
+    from jax_mosaic_ffi import cross_process
+    cross_process.install()
   ids = np.vectorize(lambda d: d.id, otypes=[np.int64])(devices)
   groups = collective_lib.cliques(ids, mesh.axis_names, spec.collective.axes)
   symmetric = spec.collective.symmetric or (False,) * (spec.num_inputs + spec.num_outputs)

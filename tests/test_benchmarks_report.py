@@ -53,7 +53,8 @@ def _python(*args, cwd):
 def test_every_benchmark_is_found_in_order_with_unique_runs():
   modules = suite.discover()
   names = [m.NAME for m in modules]
-  assert names == ["launch", "bandwidth", "inplace", "sites", "compile", "vmap", "allreduce", "autotune", "corpus", "gemm"]
+  assert names == ["launch", "bandwidth", "inplace", "sites", "compile", "vmap", "allreduce", "cross_process",
+                   "autotune", "corpus", "gemm"]
   for module in modules:
     runs = [r.name for r in module.RUNS]
     assert runs and len(set(runs)) == len(runs) and all("/" not in r for r in runs)

@@ -1,0 +1,119 @@
+// Collective kernels whose peers live in other processes of one host
+// (jax.distributed, one GPU per process): a symmetric workspace per device
+// and clique that every peer maps (docs/collectives.md, "Across processes").
+//
+// XLA's buffers come from the virtual-memory API and cannot be shared with
+// CUDA IPC, so each device owns one cuMemAlloc allocation, laid out alike on
+// every rank: the barrier area, the metadata, then one slot per symmetric
+// parameter. The IPC handles travel once per workspace through the
+// jax.distributed key-value store (a Python function the module registers:
+// jax_mosaic_ffi/cross_process.py), and each peer opens the others'.
+//
+// Per execution the ranks meet on the host through a small flag page in
+// POSIX shared memory (one per rank, mapped by the peers): a peer that
+// stalls or died gives an error naming it after JAX_MOSAIC_FFI_PEER_TIMEOUT_S,
+// before any device barrier can wait on it; the rank that gives up marks its
+// page, so its peers fail at once instead of waiting in turn.
+#ifndef JAX_MOSAIC_FFI_CROSS_PROCESS_H_
+#define JAX_MOSAIC_FFI_CROSS_PROCESS_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda_driver.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace jmf {
+
+namespace ffi = xla::ffi;
+
+// One trade through the key-value store: publish `mine` as `rank`, return
+// every rank's bytes, rank-major. Errors name the missing or foreign peer.
+struct PeerExchangeRequest {
+  std::string key;  // the call site and clique
+  int rank = 0;
+  std::vector<int32_t> device_ids;  // global device ids of the clique, by rank
+  std::string mine;
+  std::chrono::milliseconds timeout{0};
+  std::string who;
+};
+using PeerExchangeFn = std::function<ffi::Error(const PeerExchangeRequest&, std::vector<std::string>*)>;
+
+// Set by the Python module when jax.distributed runs several processes:
+// the exchange, and which global device id each local ordinal is.
+void SetPeerExchange(PeerExchangeFn exchange);
+void SetProcessDevices(const std::vector<std::pair<int32_t, int32_t>>& ordinal_to_global);
+// The global id of a local ordinal (the ordinal itself when no map was set).
+int32_t GlobalDeviceId(int32_t ordinal);
+// The local ordinal of a global device id of this process (itself when no map was set).
+int32_t LocalOrdinal(int32_t global_id);
+// Whether a global device id belongs to this process (all do when no map was set).
+bool IsLocalDevice(int32_t global_id);
+
+struct CrossProcessStats {
+  int64_t live_workspaces = 0;
+  int64_t peer_mappings = 0;
+  int64_t shared_pages = 0;
+};
+CrossProcessStats GetCrossProcessStats();
+
+// The host-shared flag page of one rank.
+struct HostFlags {
+  std::atomic<uint64_t> arrived;    // the last execution this rank reached, or kBroken
+  std::atomic<uint64_t> broken_by;  // 1 + the rank that gave up on it
+};
+inline constexpr uint64_t kBroken = ~uint64_t{0};
+
+class SharedWorkspace {
+ public:
+  // Allocates `bytes` (zeroed) in `context`, trades handles with the peers
+  // and maps theirs. `device_ids` lists the clique by rank.
+  static ffi::ErrorOr<std::unique_ptr<SharedWorkspace>> Create(const Driver& driver, CUcontext context, size_t bytes,
+                                                               const PeerExchangeRequest& request);
+  ~SharedWorkspace();
+  SharedWorkspace(const SharedWorkspace&) = delete;
+  SharedWorkspace& operator=(const SharedWorkspace&) = delete;
+
+  // Rank `r`'s workspace as this device addresses it (its own for r == rank).
+  uint64_t base(int r) const { return peers_[r].address; }
+
+  // Host rendezvous for one execution: marks arrival, waits for every peer.
+  ffi::Error Arrive(std::chrono::milliseconds timeout, const std::string& who);
+
+ private:
+  struct Peer {
+    uint64_t address = 0;
+    bool opened = false;  // an IPC mapping to close
+    HostFlags* flags = nullptr;
+  };
+  SharedWorkspace(const Driver& driver, CUcontext context) : driver_(driver), context_(context) {}
+  ffi::Error Allocate(size_t bytes, const std::string& who);
+  ffi::Error MapPeers(const PeerExchangeRequest& request, const std::vector<std::string>& deposits);
+  ffi::Error MapPeer(int r, const std::string& deposit, const PeerExchangeRequest& request);
+  ffi::Error Deposit(const std::string& who, std::string* out) const;
+  std::string PeerName(int r) const;
+  ffi::Error Broken(const std::string& who, const std::string& why);
+
+  const Driver& driver_;
+  CUcontext context_;
+  int rank_ = 0;
+  size_t bytes_ = 0;
+  CUdeviceptr local_ = 0;
+  std::string page_name_;  // unlinked once every peer has mapped it
+  HostFlags* own_ = nullptr;
+  std::vector<Peer> peers_;
+  std::vector<int32_t> device_ids_;
+  std::vector<uint64_t> peer_pids_;
+  uint64_t executions_ = 0;
+  bool broken_ = false;
+};
+
+}  // namespace jmf
+
+#endif  // JAX_MOSAIC_FFI_CROSS_PROCESS_H_

@@ -1,0 +1,199 @@
+"""One process of a cross-process collective test (tests/test_cross_process.py).
+
+Run as ``cross_process_worker.py RANK NPROCS PORT MODE SEED`` by
+fresh_process.run_together; prints one JSON object on its last line and leaves
+with os._exit, so that jax.distributed's shutdown barrier never waits for a
+peer a test killed on purpose.
+"""
+
+import functools
+import gc
+import json
+import os
+import sys
+import time
+import traceback
+
+RANK, NPROCS, PORT, MODE = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+SEED = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+
+
+def finish(result: dict) -> None:
+  print(json.dumps(result), flush=True)
+  sys.stderr.flush()
+  # Process 0 hosts the coordination service: were it to go first, the others would be
+  # terminated by jax.distributed. So the others say goodbye and it waits for them.
+  try:
+    from jax._src import distributed
+    client = distributed.global_state.client
+    if client is not None and RANK != 0:
+      client.key_value_set("worker/done/%d" % RANK, "1")
+    elif client is not None and "exit" not in MODE:
+      for r in range(1, NPROCS):
+        client.blocking_key_value_get("worker/done/%d" % r, 60_000)
+  except Exception:  # noqa: BLE001 - a peer that died; nothing to wait for
+    pass
+  os._exit(0)
+
+
+def initialize(cpu: bool):
+  import jax
+  if cpu:
+    jax.config.update("jax_platforms", "cpu")
+    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{PORT}", num_processes=NPROCS, process_id=RANK)
+  else:
+    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{PORT}", num_processes=NPROCS, process_id=RANK,
+                               local_device_ids=[0])
+  jax.devices()  # every process builds its backend: the topology is traded at this point
+  return jax
+
+
+# --- the key-value exchange alone, on CPU ---------------------------------------------------------
+
+def exchange_mode(variant: str) -> dict:
+  jax = initialize(cpu=True)
+  from jax_mosaic_ffi import cross_process
+  ids = [min(d.id for d in jax.devices() if d.process_index == p) for p in range(NPROCS)]
+  if variant == "other_host" and RANK == 1:
+    cross_process.host_identity = lambda: "elsewhere/boot"
+  if variant in ("absent", "exits") and RANK == 1:
+    if variant == "exits":
+      os._exit(0)
+    time.sleep(3)
+    finish({"rank": RANK})
+  start = time.monotonic()
+  try:
+    values = [cross_process.exchange("site-test/clique-0", RANK, ids, f"deposit {RANK} {g}".encode(), 2.0, "k")
+              for g in range(3)]  # three generations: keys of the first are deleted on the way
+    return {"values": [[v.decode() for v in vs] for vs in values], "seconds": time.monotonic() - start}
+  except Exception as err:  # noqa: BLE001
+    return {"error": f"{type(err).__name__}: {err}", "seconds": time.monotonic() - start}
+
+
+# --- collective kernels on one GPU shared by the processes ------------------------------------------
+
+class Cluster:
+  def __init__(self):
+    self.jax = jax = initialize(cpu=False)
+    import numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    import jax_mosaic_ffi as jmf
+    self.np, self.jmf, self.P = np, jmf, P
+    self.mesh = jax.make_mesh((NPROCS,), ("x",))
+    self.sharding = NamedSharding(self.mesh, P("x"))
+
+  def put(self, local):
+    return self.jax.make_array_from_process_local_data(self.sharding, local)
+
+  def local(self, array):
+    return self.np.asarray(array.addressable_shards[0].data)
+
+  def sharded(self, fn):
+    return self.jax.jit(self.jax.shard_map(fn, mesh=self.mesh, in_specs=self.P("x"), out_specs=self.P("x")))
+
+  def all_reduce(self):
+    return self.sharded(functools.partial(self.jmf.ops.all_reduce, axis_name="x"))
+
+
+def correctness_mode() -> dict:
+  c = Cluster()
+  np, jmf = c.np, c.jmf
+  rng = np.random.default_rng(SEED)
+  out = {"rank": RANK, "checks": {}}
+
+  def draw(shape, dtype):
+    if dtype == np.int32:
+      both = rng.integers(-1000, 1000, size=(NPROCS, *shape)).astype(np.int32)
+    else:
+      both = rng.standard_normal((NPROCS, *shape)).astype(np.float32)
+    return both, both[RANK]
+
+  reduce = c.all_reduce()
+  for dtype, n in ((np.float32, 3 * 1024 + 4), (np.int32, 1 << 20), (np.float32, 64)):
+    both, mine = draw((n,), dtype)
+    got = c.local(reduce(c.put(mine)))
+    ok = np.allclose(got, both.sum(0), rtol=1e-5, atol=1e-5) if dtype == np.float32 else (got == both.sum(0)).all()
+    out["checks"][f"all_reduce_{np.dtype(dtype).name}_{n}"] = bool(ok)
+
+  gather = c.sharded(functools.partial(jmf.ops.all_gather, axis_name="x", axis_size=NPROCS))
+  both, mine = draw((5000,), np.float32)
+  out["checks"]["all_gather"] = bool((c.local(gather(c.put(mine))) == both).all())
+
+  def chain(v):  # five calls in a row: XLA puts them in a command buffer when those are on
+    for _ in range(5):
+      v = jmf.ops.all_reduce(v, axis_name="x")
+    return v
+
+  chained = c.sharded(chain)
+  both, mine = draw((4096,), np.int32)
+  out["checks"]["chain_of_5"] = bool((c.local(chained(c.put(mine))) == 16 * both.sum(0)).all())
+
+  wrong = 0
+  start = time.monotonic()
+  for _ in range(1000):
+    both, mine = draw((4096,), np.int32)
+    wrong += int((c.local(reduce(c.put(mine))) != both.sum(0)).sum())
+  out["iterations"] = {"count": 1000, "wrong": wrong, "seconds": time.monotonic() - start}
+
+  from jax_mosaic_ffi import cross_process
+  c.jax.clear_caches()  # the executables above go, and their workspaces with them
+  gc.collect()
+  out["after_clear_caches"] = cross_process.stats()
+  before = cross_process.stats()
+  peak = 0
+  start = time.monotonic()
+  for _ in range(100):
+    both, mine = draw((1 << 18,), np.float32)  # 1 MiB per slot: a leak would show
+    compiled = c.all_reduce().lower(c.put(mine)).compile()
+    wrong += int(not np.allclose(c.local(compiled(c.put(mine))), both.sum(0), rtol=1e-5, atol=1e-5))
+    peak = max(peak, cross_process.stats()["live_workspaces"])
+    del compiled
+    c.jax.clear_caches()
+    gc.collect()
+  after = cross_process.stats()
+  shm = [f for f in os.listdir("/dev/shm") if f.startswith(f"jmf-{os.getpid()}-")]
+  out["cycles"] = {"before": before, "after": after, "peak": peak, "wrong": wrong,
+                   "seconds": time.monotonic() - start, "shm_files": len(shm)}
+  return out
+
+
+def failure_mode(kind: str) -> dict:
+  """Iterations 0..2 together; then rank 1 stalls (`stall`) or dies (`exit`) before iteration 3."""
+  c = Cluster()
+  np = c.np
+  reduce = c.all_reduce()
+  out = {"rank": RANK, "ok": 0}
+  for i in range(5):
+    if i == 3 and RANK == 1:
+      if kind == "exit":
+        os._exit(0)
+      time.sleep(float(os.environ["JAX_MOSAIC_FFI_PEER_TIMEOUT_S"]) * 2.5)
+    start = time.monotonic()
+    try:
+      x = np.full(4096, float(RANK + 1), np.float32)
+      got = c.local(reduce(c.put(x)))
+      assert (got == 3.0).all(), got[:4]
+      out["ok"] += 1
+    except Exception as err:  # noqa: BLE001
+      out.setdefault("errors", []).append({"iteration": i, "error": str(err), "seconds": time.monotonic() - start})
+  return out
+
+
+def main():
+  try:
+    if MODE.startswith("exchange:"):
+      result = exchange_mode(MODE.split(":", 1)[1])
+    elif MODE == "correct":
+      result = correctness_mode()
+    elif MODE in ("stall", "exit"):
+      result = failure_mode(MODE)
+    else:
+      raise ValueError(MODE)
+  except Exception:  # noqa: BLE001
+    result = {"rank": RANK, "crash": traceback.format_exc()[-4000:]}
+  finish(result)
+
+
+if __name__ == "__main__":
+  main()
