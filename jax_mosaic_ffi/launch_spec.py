@@ -138,6 +138,32 @@ def _flag(value, what: str, where: str) -> bool:
   return bool(value)
 
 
+def _zero_outputs_option(value, where: str):
+  if isinstance(value, (bool, np.bool_)):
+    return bool(value)
+  if isinstance(value, str) or not isinstance(value, Sequence) or \
+      not all(isinstance(o, (int, np.integer)) and not isinstance(o, bool) for o in value):
+    raise LaunchError(f"{where}: zero_outputs must be True (every output) or a sequence of output indices, "
+                      f"got {value!r}")
+  return tuple(int(o) for o in value)
+
+
+def _zeroed(option, n_out: int, aliases, where: str) -> tuple[int, ...]:
+  """The outputs zeroed before every launch: the kernel accumulates into them."""
+  aliased = {o for _, o in aliases}
+  if option is True:
+    return tuple(o for o in range(n_out) if o not in aliased)
+  if option is False:
+    return ()
+  for o in option:
+    if not 0 <= o < n_out:
+      raise LaunchError(f"{where}: zero_outputs names output {o}, but the call has {n_out} output(s)")
+    if o in aliased:
+      raise LaunchError(f"{where}: zero_outputs names output {o}, which an input aliases: zeroing it would "
+                        "erase that input; leave it out, or zero the input before the call")
+  return tuple(sorted(set(option)))
+
+
 def _aliases(aliases, where: str) -> tuple[tuple[int, int], ...]:
   if not aliases:
     return ()
@@ -330,11 +356,12 @@ class LaunchOptions:
   batch_grid_axis: int | None = None
   scratch_bytes: Any = 0
   zero_scratch: bool = False
+  zero_outputs: Any = ()  # output indices, or True for all
 
   @classmethod
   def create(cls, kernel, out_shape, *, grid, block, cluster, smem_bytes, uses_pdl, scalars,
              input_output_aliases, param_order, collective, batch_grid_axis=None, scratch_bytes=0,
-             zero_scratch=False, where: str) -> "LaunchOptions":
+             zero_scratch=False, zero_outputs=(), where: str) -> "LaunchOptions":
     if not isinstance(kernel, Kernel):
       raise TypeError(
           f"mosaic_kernel needs a Kernel from cuda_kernel/ptx_kernel/cubin_kernel, got {type(kernel).__name__}")
@@ -373,6 +400,7 @@ class LaunchOptions:
         batch_grid_axis=None if batch_grid_axis is None else "xyz".index(batch_grid_axis),
         scratch_bytes=fixed(scratch_bytes, lambda v: _scratch(v, where)),
         zero_scratch=_flag(zero_scratch, "zero_scratch", where),
+        zero_outputs=_zero_outputs_option(zero_outputs, where),
     )
 
   def _evaluate(self, value, what: str, in_avals, where: str):
@@ -435,7 +463,8 @@ class LaunchOptions:
         scalar_sizes=tuple(len(b) for b in scalars),
         aliases=self.aliases, collective=self.collective, call_site=call_site,
         batch_grid_axis=self.batch_grid_axis, tensor_maps=tuple(records), tensor_map_decls=decls,
-        num_scratch=n_scratch, zero_outputs=(n_out,) if self.zero_scratch else ())
+        num_scratch=n_scratch,
+        zero_outputs=_zeroed(self.zero_outputs, n_out, self.aliases, where) + ((n_out,) if self.zero_scratch else ()))
     return spec, out_avals, single
 
   def check(self, spec: LaunchSpec, in_avals, out_avals) -> None:

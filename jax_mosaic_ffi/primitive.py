@@ -82,11 +82,15 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block=None, cluster=None, 
   be callables of the input avals (``grid=lambda x, y: jmf.cdiv(x.size, 256)``),
   evaluated when the call is traced, so one wrapper serves every shape.
 
+  ``zero_outputs`` (output indices, or True for all) are zeroed by the
+  runtime before every launch, for kernels that accumulate into them
+  (atomics, split-K); an aliased output cannot be zeroed.
+
   A Triton kernel (`triton_kernel`) takes its block, shared memory and
-  cluster from Triton's metadata; its callables get ``(meta, *avals)``, and
-  ``zero_outputs`` (output indices, or True) zero outputs it accumulates
-  into. ``configs=[{...}, ...]`` autotunes the call (autotuning.py): each
-  config's values reach the callables as ``meta`` (and a Triton kernel's
+  cluster from Triton's metadata; its callables get ``(meta, *avals)``.
+
+  ``configs=[{...}, ...]`` autotunes the call (autotuning.py): each config's
+  values reach the callables as ``meta`` (and a Triton kernel's
   constexprs, num_warps and num_stages); ``autotune_key`` and
   ``autotune_default`` are `jmf.autotune`'s ``key`` and ``default``.
   """
@@ -101,25 +105,22 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block=None, cluster=None, 
   launcher = getattr(kernel, "_jmf_launcher", None)
   if launcher is not None:  # Triton kernels: launch options from the compiled metadata
     return launcher(out_shape, zero_outputs=zero_outputs, **options)
-  if zero_outputs and isinstance(kernel, Kernel):
-    raise LaunchError(f"{launch_spec.who(kernel, _call_site())}: zero_outputs is for Triton kernels; "
-                      "zero the output in the kernel, or alias a jnp.zeros input to it")
   if block is None and isinstance(kernel, Kernel):
     raise LaunchError(f"{launch_spec.who(kernel, _call_site())}: block (threads per block) is required")
-  return _mosaic_kernel(kernel, out_shape, **options)
+  return _mosaic_kernel(kernel, out_shape, zero_outputs=zero_outputs, **options)
 
 
 def _mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_bytes=0,
                    uses_pdl: bool | None = None, scalars=(), input_output_aliases=None, param_order=None,
                    collective=None, batch_grid_axis=None, fallback=None, sharding=None, scratch_bytes=0,
-                   zero_scratch: bool = False) -> Callable[..., Any]:
+                   zero_scratch: bool = False, zero_outputs=()) -> Callable[..., Any]:
   """`mosaic_kernel` for a compiled `Kernel`, with every launch option given."""
   where = launch_spec.who(kernel, _call_site()) if isinstance(kernel, Kernel) else ""
   options = LaunchOptions.create(
       kernel, out_shape, grid=grid, block=block, cluster=cluster, smem_bytes=smem_bytes, uses_pdl=uses_pdl,
       scalars=scalars, input_output_aliases=input_output_aliases, param_order=param_order,
       collective=collective, batch_grid_axis=batch_grid_axis, scratch_bytes=scratch_bytes,
-      zero_scratch=zero_scratch, where=where)
+      zero_scratch=zero_scratch, zero_outputs=zero_outputs, where=where)
   fallback = fallback_lib.create(fallback, where)
   if sharding is not None:
     sharding_lib.check_per_shard(options, where)

@@ -418,10 +418,6 @@ def _launcher(target, out_shape, *, grid, scalars=(), input_output_aliases=None,
   if uses_pdl:
     raise LaunchError(f"mosaic_kernel '{name}': Triton kernels do not wait for the previous kernel "
                       "(griddepcontrol.wait), so they cannot launch with PDL")
-  if isinstance(zero_outputs, bool):
-    zero_outputs = "all" if zero_outputs else ()
-  if zero_outputs != "all":
-    zero_outputs = tuple(zero_outputs)
   aliases = dict(input_output_aliases or {})
 
   def call(*args):
@@ -438,14 +434,6 @@ def _launcher(target, out_shape, *, grid, scalars=(), input_output_aliases=None,
     kernel = _specialize(target, order, in_avals, out_avals, values, where)
     info = kernel.info
     dims = launch_spec._dims(call_with_meta(grid, meta, in_avals, "grid", where), "grid", where)
-    zeroed = tuple(range(n_out)) if zero_outputs == "all" else zero_outputs
-    all_args, all_aliases = list(args), dict(aliases)
-    for o in zeroed:
-      if not (isinstance(o, int) and 0 <= o < n_out) or o in all_aliases.values():
-        raise LaunchError(f"{where}: zero_outputs entry {o!r} must be an output index (0..{n_out - 1}) "
-                          "that no input aliases")
-      all_args.append(jnp.zeros(out_avals[o].shape, out_avals[o].dtype))
-      all_aliases[len(all_args) - 1] = o
     outs = list(out_avals)
     names, scalar_list = list(order), list(values)
     programs = math.prod(dims) * info.num_ctas
@@ -462,13 +450,21 @@ def _launcher(target, out_shape, *, grid, scalars=(), input_output_aliases=None,
     inner = primitive._mosaic_kernel(
         kernel, outs, grid=(dims[0] * info.num_ctas, dims[1], dims[2]), block=32 * info.num_warps,
         cluster=(info.num_ctas, 1, 1) if info.num_ctas > 1 else None, smem_bytes=info.shared, uses_pdl=False,
-        scalars=tuple(scalar_list), input_output_aliases=all_aliases, param_order=names)
-    results = tuple(inner(*all_args))[:n_out]
+        scalars=tuple(scalar_list), input_output_aliases=aliases, param_order=names,
+        zero_outputs=_user_outputs(zero_outputs, n_out, aliases))
+    results = tuple(inner(*args))[:n_out]
     return results[0] if single else results
 
   if sharding is not None:
     return sharding_lib.sharded(call, sharding, name=f"mosaic_kernel '{name}'")
   return call
+
+
+def _user_outputs(zero_outputs, n_out: int, aliases):
+  """``zero_outputs=True`` means the call's own unaliased outputs, not Triton's scratch."""
+  if zero_outputs is True:
+    return tuple(o for o in range(n_out) if o not in set(aliases.values()))
+  return zero_outputs
 
 
 def _specialize(target, order, in_avals, out_avals, values, where) -> TritonKernel:

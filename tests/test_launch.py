@@ -151,3 +151,19 @@ def test_one_shape_generic_wrapper_runs_every_shape(rng, isolated_disk_cache):
   for n in (1, 255, 4097, 100_003):
     a, b = f32(rng, n), f32(rng, n)
     np.testing.assert_array_equal(np.asarray(f(a, b)), a + b)
+
+
+HISTOGRAM = r'''
+extern "C" __global__ void histogram(const int* values, unsigned int* counts, int n, int bins) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+    atomicAdd(&counts[values[i] % bins], 1u);
+}'''
+
+
+def test_zero_outputs_lets_a_kernel_accumulate(rng, isolated_disk_cache):
+  n, bins = 1 << 18, 1000
+  call = jax.jit(jmf.mosaic_kernel(jmf.cuda_kernel(HISTOGRAM, "histogram"), jax.ShapeDtypeStruct((bins,), jnp.uint32),
+                                   grid=64, block=256, scalars=(np.int32(n), np.int32(bins)), zero_outputs=(0,)))
+  for _ in range(3):  # poisoned (conftest) and reused: only the runtime's zeroing makes each count right
+    values = rng.integers(0, 1 << 30, n, dtype=np.int32)
+    np.testing.assert_array_equal(np.asarray(call(values)), np.bincount(values % bins, minlength=bins))

@@ -130,16 +130,16 @@ def test_global_scratch_becomes_an_output_xla_allocates(isolated_disk_cache):
   assert size > 0 and f"tensor<{size}xui8>" in lowered.as_text()
 
 
-def test_zero_outputs_and_aliases_lower_as_aliased_buffers(isolated_disk_cache):
+def test_zero_outputs_and_aliases_lower_to_the_contract(isolated_disk_cache):
   kernel = jmf.triton_kernel(ts.row_sums_atomic, constexprs={"BLOCK": 128})
   call = jmf.mosaic_kernel(kernel, lambda x: jax.ShapeDtypeStruct((x.shape[0],), x.dtype),
                            grid=lambda meta, x: (x.shape[0], jmf.cdiv(x.shape[1], meta["BLOCK"])),
                            scalars=lambda meta, x: (np.int32(x.shape[0]), np.int32(x.shape[1])), zero_outputs=True)
   lowered = lower(call, jax.ShapeDtypeStruct((64, 300), jnp.float32))
   (cc,) = custom_calls(lowered)
-  assert cc["operands"] == 2 and cc["results"] == 1  # x, and the zeros that become out0
-  assert cc["config"]["param_order"][:2] == [0, 2]
-  assert "output_operand_aliases" in cc["attributes"]
+  assert cc["operands"] == 1 and cc["results"] == 1  # the runtime zeroes out0 before each launch
+  assert cc["config"]["param_order"][:2] == [0, 1]
+  assert cc["config"]["zero_outputs"] == [0]
   scale = jmf.mosaic_kernel(jmf.triton_kernel(ts.scale_in_place, constexprs={"BLOCK": 256}),
                             lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
                             grid=lambda meta, x: jmf.cdiv(x.size, 256),
@@ -163,9 +163,11 @@ def test_mistakes_are_named(isolated_disk_cache):
     triton_lib.check_version("3.2.0")
   with pytest.raises(TypeError, match="needs a @triton.jit function"):
     jmf.triton_kernel(lambda x: x)
-  with pytest.raises(jmf.LaunchError, match="zero_outputs is for Triton kernels"):
-    from jax_mosaic_ffi.kernel import cubin_kernel
-    jmf.mosaic_kernel(cubin_kernel(b"\x7fELF" + bytes(60), "k"), x, grid=1, block=1, zero_outputs=True)
+  scale = jmf.triton_kernel(ts.scale_in_place, constexprs={"BLOCK": 256})
+  with pytest.raises(jmf.LaunchError, match="zero_outputs names output 0, which an input aliases"):
+    lower(jmf.mosaic_kernel(scale, x, grid=1, scalars=lambda meta, x: (np.int32(x.size), np.float32(3)),
+                            input_output_aliases={0: 0}, param_order=("out0", "scalar0", "scalar1"),
+                            zero_outputs=(0,)), x)
   fixed = jmf.triton_kernel(ts.add, signature=["*fp16", "*fp16", "*fp16", "i32"], constexprs={"BLOCK": 256})
   with pytest.raises(jmf.LaunchError, match="compiled for"):
     lower(add_call(fixed), x, x)
