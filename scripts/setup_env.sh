@@ -7,7 +7,7 @@
 # checkout, so Python edits (new modules included) take effect at once. The
 # install, which builds the C++ extension, is skipped when nothing it depends
 # on changed since the last one: the stamp in the venv hashes csrc/,
-# CMakeLists.txt and pyproject.toml (with the extras and the jax pin).
+# CMakeLists.txt and pyproject.toml (and the jax pin); the extras installed are kept beside it.
 #
 #   JMF_PYTHON  the interpreter to make the venv with (else the newest >= 3.12 found)
 #   JMF_VENV    the venv (default .venv in the checkout)
@@ -35,14 +35,20 @@ build_stamp() {
   (
     cd "$repo"
     { find csrc -type f; echo CMakeLists.txt; echo pyproject.toml; } | LC_ALL=C sort | xargs sha256sum
-    echo "extras=$extras jax=${JMF_JAX:-} wheel=${JMF_WHEEL:-} checkout=$repo"
+    echo "jax=${JMF_JAX:-} wheel=${JMF_WHEEL:-} checkout=$repo"
   ) | sha256sum | cut -d' ' -f1
 }
 
 venv="${JMF_VENV:-$repo/.venv}"
 stamp_file="$venv/.jax_mosaic_ffi-install-stamp"
 stamp="$(build_stamp)"
+# The extras installed so far: the demo (test) and the tests (test,triton)
+# share a venv, so a run asking for fewer extras than are there installs nothing.
+extras_file="$venv/.jax_mosaic_ffi-install-extras"
+installed_extras="$(cat "$extras_file" 2>/dev/null || true)"
+extras_union="$(echo "$installed_extras,$extras" | tr ',' '\n' | sed '/^$/d' | LC_ALL=C sort -u | paste -sd, -)"
 if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp_file" 2>/dev/null)" = "$stamp" ] &&
+   [ "$extras_union" = "$installed_extras" ] &&
    compgen -G "$venv/lib/python3*/site-packages/jax_mosaic_ffi/_core*.so" >/dev/null; then
   echo "== jax_mosaic_ffi is up to date in $venv (no change in csrc/, CMakeLists.txt or pyproject.toml)"
 else
@@ -59,6 +65,7 @@ else
   pins=()
   [ -z "${JMF_JAX:-}" ] || pins=("jax==$JMF_JAX" "jaxlib==$JMF_JAX")
   rm -f "$stamp_file"
+  extras="$extras_union"
   if [ -n "${JMF_WHEEL:-}" ]; then
     echo "== installing $(basename "$JMF_WHEEL")[$extras]${pins:+ ${pins[*]}} into $venv"
     "$venv/bin/python" -m pip install -q "$JMF_WHEEL[$extras]" "${pins[@]}"
@@ -76,5 +83,6 @@ else
     "$venv/bin/python" -m pip install -q -e "$repo[$extras]" "${pins[@]}"
   fi
   echo "$stamp" > "$stamp_file"
+  echo "$extras" > "$extras_file"
 fi
 export PATH="$venv/bin:$PATH"
