@@ -344,13 +344,14 @@ ffi::Error CallSite::Poison(CUstream stream, const Buffers& buffers) const {
   return ffi::Error::Success();
 }
 
-// Scratch outputs the kernel expects zeroed (zero_outputs), before every launch.
+// Outputs the kernel expects zeroed before every launch (zero_outputs: ones it
+// accumulates into, and a scratch buffer with zero_scratch).
 ffi::Error CallSite::Zero(CUstream stream, const Buffers& buffers) const {
   for (int b : spec_.zero_buffers) {
     if (buffers.bytes[b] == 0) continue;
     JMF_RETURN_IF_ERROR(CudaCheck(
         *driver_, driver_->cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(buffers.ptrs[b]), 0, buffers.bytes[b], stream),
-        who(), "zeroing the scratch buffer"));
+        who(), "zeroing zero_outputs"));
   }
   return ffi::Error::Success();
 }

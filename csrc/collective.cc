@@ -454,10 +454,10 @@ void CollectiveState::FillSharedMetadata(DeviceResources& res, int rank, int pee
 
 ffi::Error CollectiveState::BeforeLaunch(int32_t device, CUstream stream, const Buffers& buffers) {
   if (cross_process_) [[unlikely]] {
-    const DeviceResources& res = devices_[device];
-    if (device < 0 || device >= kMaxDevices || res.workspace == nullptr) {
+    if (device < 0 || device >= kMaxDevices || devices_[device].workspace == nullptr) {
       return ffi::Error::Internal(site_.who() + ": execute ran before initialize on device " + std::to_string(device));
     }
+    const DeviceResources& res = devices_[device];
     const uint64_t base = res.workspace->base(rank_of_[res.global]);
     const Driver& driver = site_.driver();
     for (const Slot& slot : res.slots) {

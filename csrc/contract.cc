@@ -271,26 +271,28 @@ bool CheckParams(const LaunchAttributes& a, bool collective, LaunchSpec* spec, C
   return true;
 }
 
-// Debug poisoning and vmap's batch, both per buffer.
-bool CheckPerBuffer(const LaunchAttributes& a, bool collective, LaunchSpec* spec, Checker& check) {
-  const int64_t num_outputs = spec->num_buffers - spec->num_inputs;
-  std::vector<bool> poisoned(num_outputs, false);
-  for (int64_t output : a.poison_outputs) {
-    if (output < 0 || output >= num_outputs || poisoned[output]) {
-      return check.Fail("poison_outputs names output " + Num(output) + ", but the call has " + Num(num_outputs) +
+// An attribute listing outputs to fill (poison_outputs, zero_outputs): each
+// in range and named once, appended to `buffers` as buffer indices.
+bool CheckOutputList(const char* name, const std::vector<int64_t>& outputs, const LaunchSpec& spec,
+                     std::vector<int>* buffers, Checker& check) {
+  const int64_t num_outputs = spec.num_buffers - spec.num_inputs;
+  std::vector<bool> named(num_outputs, false);
+  for (int64_t output : outputs) {
+    if (output < 0 || output >= num_outputs || named[output]) {
+      return check.Fail(std::string(name) + " names output " + Num(output) + ", but the call has " + Num(num_outputs) +
                         " outputs" + (output >= 0 && output < num_outputs ? " and names each once" : ""));
     }
-    poisoned[output] = true;
-    spec->poison_buffers.push_back(static_cast<int>(spec->num_inputs + output));
+    named[output] = true;
+    buffers->push_back(static_cast<int>(spec.num_inputs + output));
   }
-  std::vector<bool> zeroed(num_outputs, false);
-  for (int64_t output : a.zero_outputs) {
-    if (output < 0 || output >= num_outputs || zeroed[output]) {
-      return check.Fail("zero_outputs names output " + Num(output) + ", but the call has " + Num(num_outputs) +
-                        " outputs" + (output >= 0 && output < num_outputs ? " and names each once" : ""));
-    }
-    zeroed[output] = true;
-    spec->zero_buffers.push_back(static_cast<int>(spec->num_inputs + output));
+  return true;
+}
+
+// Debug poisoning, zeroed outputs and vmap's batch, all per buffer.
+bool CheckPerBuffer(const LaunchAttributes& a, bool collective, LaunchSpec* spec, Checker& check) {
+  if (!CheckOutputList("poison_outputs", a.poison_outputs, *spec, &spec->poison_buffers, check) ||
+      !CheckOutputList("zero_outputs", a.zero_outputs, *spec, &spec->zero_buffers, check)) {
+    return false;
   }
   if (a.batch_size < 1 || a.batch_size > kMaxBatch) {
     return check.Fail("batch_size = " + Num(a.batch_size) + " is out of range 1.." + Num(kMaxBatch));

@@ -71,7 +71,7 @@ struct LaunchAttributes {
   int64_t batch_size = 1;              // vmap: launches, one per batch element
   std::vector<int64_t> batch_strides;  // bytes between elements, per buffer; 0: shared
   std::vector<int64_t> tensor_maps;    // kTensorMapFields values per TMA descriptor (TensorMapSpec)
-  std::vector<int64_t> zero_outputs;   // outputs zeroed before every launch (scratch)
+  std::vector<int64_t> zero_outputs;   // outputs zeroed before every launch
   // Collective target only.
   std::string xla_replica_ids;
   std::string symmetric_memory_parameters;
@@ -185,7 +185,7 @@ struct LaunchSpec {
   uint32_t batch_size = 1;              // vmap: one launch per element, pointers moved by...
   std::vector<uint64_t> batch_strides;  // ...these bytes per element and buffer (empty when 1)
   std::vector<TensorMapSpec> tensor_maps;
-  std::vector<int> zero_buffers;  // buffers zeroed before every launch (scratch outputs)
+  std::vector<int> zero_buffers;  // buffers zeroed before every launch (zero_outputs)
   // Collective target only.
   bool collective = false;
   std::vector<std::vector<int32_t>> cliques;  // device ordinals of each clique

@@ -18,7 +18,7 @@ namespace jmf {
 namespace {
 
 // The fill kernel's arguments for one poisoned output; the record API copies them.
-// `word` is the 4-byte pattern: 0xFFFFFFFF poisons, 0 zeroes a scratch buffer.
+// `word` is the 4-byte pattern: 0xFFFFFFFF poisons, 0 zeroes (zero_outputs).
 struct FillArgs {
   FillArgs(const Buffers& buffers, int b, uint32_t word)
       : bytes(buffers.bytes[b]),
@@ -35,7 +35,7 @@ struct FillArgs {
   XLA_FFI_KernelArgs kernel_args;
 };
 
-// The fills of a call, in record order: poisoned outputs, then zeroed scratch.
+// The fills of a call, in record order: poisoned outputs, then zeroed ones.
 // Calls fn(k, buffer, word) for the k-th fill.
 template <typename Fn>
 ffi::Error ForEachFill(const LaunchSpec& spec, Fn&& fn) {
@@ -90,7 +90,7 @@ ffi::Error CallSite::ForEachElement(const Buffers& buffers, int32_t device, Fn&&
   return ffi::Error::Success();
 }
 
-// Debug poisoning and scratch zeroing inside a graph, where the record API
+// Debug poisoning and zero_outputs inside a graph, where the record API
 // has no memset: one fill-kernel node per filled output, chained after `*previous`.
 ffi::Error CallSite::CreateFills(const RecordFrame& record, const Buffers& buffers,
                                  const XLA_FFI_Command** previous) const {

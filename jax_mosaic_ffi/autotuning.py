@@ -29,9 +29,7 @@ each table; `report()` returns them.
 from __future__ import annotations
 
 import concurrent.futures
-import ctypes
 import dataclasses
-import functools
 import json
 import os
 import statistics
@@ -46,6 +44,7 @@ import numpy as np
 
 from jax_mosaic_ffi import compiler
 from jax_mosaic_ffi import disk_cache
+from jax_mosaic_ffi import gpu_info
 from jax_mosaic_ffi import module_format
 
 LOG_ENV = "JAX_MOSAIC_FFI_AUTOTUNE_LOG"
@@ -98,18 +97,6 @@ def report() -> list[dict]:
 
 def _plain_config(config) -> str:
   return json.dumps(config, sort_keys=True, default=repr)
-
-
-@functools.cache
-def _driver_version() -> str:
-  try:
-    lib = ctypes.CDLL("libcuda.so.1")
-    version = ctypes.c_int()
-    if lib.cuDriverGetVersion(ctypes.byref(version)) == 0:
-      return f"cuda-driver {version.value}"
-  except OSError:
-    pass
-  return "no driver"
 
 
 def _toolkits() -> list[str]:
@@ -308,7 +295,7 @@ class Autotuned:
     return disk_cache.key(
         _FORMAT, f"format{module_format.FORMAT_VERSION}", self.name,
         json.dumps([_plain_config(c) for c in self.configs]), repr(scope),
-        *identity, getattr(device, "device_kind", device.platform), _driver_version(), *_toolkits())
+        *identity, getattr(device, "device_kind", device.platform), gpu_info.driver_version(), *_toolkits())
 
   def _load(self, entry_key: str):
     data = disk_cache.load(entry_key)
@@ -384,7 +371,7 @@ def _with_meta(value, meta, what):
   return lambda *avals: call_with_meta(value, meta, avals, what, f"autotuned config {meta}")
 
 
-def tuned_mosaic_kernel(kernel, out_shape, configs, *, key=None, default=None, zero_outputs=(), **options):
+def tuned_mosaic_kernel(kernel, out_shape, configs, *, key=None, default=None, **options):
   """`mosaic_kernel(kernel, ..., configs=[...])`: an `Autotuned` over the configs."""
   from jax_mosaic_ffi import primitive
   from jax_mosaic_ffi.triton_lib import TritonFunction, TritonKernel
@@ -396,10 +383,10 @@ def tuned_mosaic_kernel(kernel, out_shape, configs, *, key=None, default=None, z
 
   def factory(meta):
     if isinstance(kernel, TritonFunction):
-      return primitive.mosaic_kernel(kernel.with_meta(meta), out_shape, zero_outputs=zero_outputs, **options)
+      return primitive.mosaic_kernel(kernel.with_meta(meta), out_shape, **options)
     launch = {k: (_with_meta(v, meta, k) if k in ("grid", "block", "smem_bytes", "scalars") else v)
               for k, v in options.items()}
-    return primitive.mosaic_kernel(kernel, out_shape, zero_outputs=zero_outputs, **launch)
+    return primitive.mosaic_kernel(kernel, out_shape, **launch)
 
   name = f"mosaic_kernel {getattr(kernel, 'name', kernel)!s}"
   tuned = Autotuned(factory, configs, key=key, default=default, name=name)

@@ -46,6 +46,18 @@ def visible_gpus() -> tuple[GpuInfo, ...]:
   return gpus
 
 
+@functools.cache
+def driver_version() -> str:
+  """The CUDA driver's version ("cuda-driver 13000"), or "no driver"."""
+  try:
+    version = ctypes.c_int()
+    if ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(version)) == 0:
+      return f"cuda-driver {version.value}"
+  except OSError:
+    pass
+  return "no driver"
+
+
 def has_gpu() -> bool:
   return bool(visible_gpus())
 

@@ -97,17 +97,17 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block=None, cluster=None, 
   options = dict(grid=grid, block=block, cluster=cluster, smem_bytes=smem_bytes, uses_pdl=uses_pdl,
                  scalars=scalars, input_output_aliases=input_output_aliases, param_order=param_order,
                  collective=collective, batch_grid_axis=batch_grid_axis, fallback=fallback, sharding=sharding,
-                 scratch_bytes=scratch_bytes, zero_scratch=zero_scratch)
+                 scratch_bytes=scratch_bytes, zero_scratch=zero_scratch, zero_outputs=zero_outputs)
   if configs is not None:
     from jax_mosaic_ffi import autotuning
     return autotuning.tuned_mosaic_kernel(kernel, out_shape, configs, key=autotune_key, default=autotune_default,
-                                        zero_outputs=zero_outputs, **options)
+                                        **options)
   launcher = getattr(kernel, "_jmf_launcher", None)
   if launcher is not None:  # Triton kernels: launch options from the compiled metadata
-    return launcher(out_shape, zero_outputs=zero_outputs, **options)
+    return launcher(out_shape, **options)
   if block is None and isinstance(kernel, Kernel):
     raise LaunchError(f"{launch_spec.who(kernel, _call_site())}: block (threads per block) is required")
-  return _mosaic_kernel(kernel, out_shape, zero_outputs=zero_outputs, **options)
+  return _mosaic_kernel(kernel, out_shape, **options)
 
 
 def _mosaic_kernel(kernel: Kernel, out_shape, *, grid, block, cluster=None, smem_bytes=0,
