@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build and install, run the tests (GPU ones
 # included), then the benchmarks. Logs go to $OUT when it is set.
-#   bash scripts/gpu_check.sh [tests|bench|all] [pytest args...]
+#   bash scripts/gpu_check.sh [tests|bench|all] [pytest args or test files...]
 # Builds with the benchmarks' baseline targets (-DJMF_BENCHMARK_TARGETS=ON).
 set -uo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -22,7 +22,10 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   echo "== tests"
   # The console script, so the source tree does not shadow the installed package.
   # Not the wheel test: it builds with build isolation, which needs the network.
-  "$bindir/pytest" -q -rs -p no:cacheprovider -m "not slow" "$@" tests 2>&1 | tee "$out/pytest.log" | tail -60
+  # Test files or folders among the arguments replace the default, the whole tests/ folder.
+  where=(tests)
+  for arg in "$@"; do [ -e "$arg" ] && where=() && break; done
+  "$bindir/pytest" -q -rs -p no:cacheprovider -m "not slow" "$@" "${where[@]}" 2>&1 | tee "$out/pytest.log" | tail -60
   status=${PIPESTATUS[0]}
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
