@@ -30,6 +30,7 @@ STAGE_EXECUTIONS = 10
 # key -> label, in table order. Keys are the results' keys (and goals' paths).
 PATHS = {
     "raw_graph": "raw CUDA graph",
+    "raw_graph_pdl": "raw CUDA graph, PDL edges (the kernel as mosaic_kernel instruments it)",
     "raw_stream": "raw stream launches",
     "raw_stream_host": "raw stream launches (host wall)",
     "mosaic": "mosaic_kernel (PDL by default: wait, then launch_dependents, at entry)",
@@ -46,7 +47,7 @@ PATHS = {
     "mosaic_gpu": "mosaic_gpu_v2 (Pallas/Mosaic GPU)",
 }
 REFERENCE = "xla_triton"  # "XLA's own kernel": every ratio is to it
-RAW = ("raw_graph", "raw_stream", "raw_stream_host")
+RAW = ("raw_graph", "raw_graph_pdl", "raw_stream", "raw_stream_host")
 KEPT = {"mosaic": "mosaic_kept", "xla_triton": "xla_triton_kept"}  # timed both ways from one executable
 PDL_PATHS = ("mosaic", "mosaic_no_pdl", "mosaic_pdl", "mosaic_pdl_early", "xla_triton", "xla_fusion")
 
@@ -63,7 +64,13 @@ def run_name(command_buffers: str, pdl: str) -> str:
 
 RUNS = tuple(Run(run_name(cb, pdl), kwargs={"command_buffers": cb, "pdl": pdl},
                  xla_flags=f"{CB_FLAGS[cb]} {PDL_FLAGS[pdl]}".strip(), optional=pdl != "default")
-             for pdl in PDL_FLAGS for cb in CB_FLAGS)
+             for pdl in PDL_FLAGS for cb in CB_FLAGS) + (
+    # XLA's own host time per execution, by phase, from its verbose log (xla_phases.py).
+    Run("cb_on_phases", kwargs={"command_buffers": "on", "pdl": "default", "phases": True}, optional=True),)
+# The paths whose GPU time is stamped (GPU clock before and after the chain),
+# and those whose host phases are read from XLA's log.
+GPU_PATHS = ("mosaic", "mosaic_no_pdl", "xla_triton")
+PHASE_PATHS = ("xla_triton", "mosaic", "empty_ffi")
 
 SOURCE = timing.SPIN_SOURCE + r'''
 extern "C" __global__ void add_one(const float* x, float* y, int n) {
@@ -83,13 +90,27 @@ extern "C" __global__ void add_one_pdl_early(const float* x, float* y, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) y[i] = x[i] + 1.0f;
 }
+// Passes x through and writes the GPU clock (ns) to t. Compiled PDL-safe, so it
+// reads the clock only once the previous kernel's results are complete.
+extern "C" __global__ void stamp(const float* x, float* y, unsigned int* t, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i];
+  if (i == 0) {
+    unsigned long long now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    t[0] = (unsigned int)now;
+    t[1] = (unsigned int)(now >> 32);
+  }
+}
 '''
-KERNELS = ("add_one", "add_one_pdl", "add_one_pdl_early")  # add_one as written is compiled too (pdl=False)
+KERNELS = ("add_one", "add_one_pdl", "add_one_pdl_early", "stamp")  # add_one as written is compiled too (pdl=False)
 
 
 # ------------------------------------------------------------------ measuring (in the child)
 
-def run(command_buffers: str, pdl: str, rounds: int = ROUNDS) -> dict:
+def run(command_buffers: str, pdl: str, rounds: int = ROUNDS, phases: bool = False) -> dict:
+  if phases:  # before jax is imported: XLA reads its log level once
+    return _phases()
   import jax.numpy as jnp
   import numpy as np
 
@@ -104,7 +125,7 @@ def run(command_buffers: str, pdl: str, rounds: int = ROUNDS) -> dict:
   function = None
   if full:
     try:
-      raw, function = paths.raw_paths(kernels["add_one_as_written"], rounds)
+      raw, function = paths.raw_paths(kernels["add_one_as_written"], kernels["add_one"], rounds)
       result["us_per_call"].update(raw)
     except Exception:  # the plain jax.ffi path needs the function: it then fails too, and says so
       result["errors"].update({key: traceback.format_exc()[-1500:] for key in RAW})
@@ -126,8 +147,35 @@ def run(command_buffers: str, pdl: str, rounds: int = ROUNDS) -> dict:
                                         "kept": paths.distinct_outputs(j, x, keep=True)}
                                   for key, j in jitted_by_key.items() if key in KEPT}
     result["collective_stages"] = paths.stage_counts(calls.get("mosaic_collective"))
+    stamp = paths.stamp(kernels["stamp"])
+    result["gpu_us_per_call"] = {}
+    for key in GPU_PATHS:
+      try:
+        result["gpu_us_per_call"][key] = paths.gpu_us_per_call(_programs(kernels, function, full)[key]()[0], stamp, x)
+      except Exception:
+        result.setdefault("gpu_errors", {})[key] = traceback.format_exc()[-1500:]
   result["registration"] = jmf.registration.status()["message"]
   return result
+
+
+def _phases() -> dict:
+  from benchmarks import xla_phases
+
+  def program(key):
+    def make():
+      import jax.numpy as jnp
+      import numpy as np
+
+      import jax_mosaic_ffi as jmf
+      from benchmarks import launch_paths as paths
+      kernels = {name: jmf.cuda_kernel(SOURCE, name) for name in KERNELS}
+      x = jnp.asarray(np.random.default_rng(0).standard_normal(N).astype(np.float32))
+      fn, adds = _programs(kernels, None, True)[key]()
+      return paths.dropped(paths.checked(fn, x, adds), x)
+    return make
+  measured = xla_phases.measure({key: program(key) for key in PHASE_PATHS})
+  return {"command_buffers": "on", "pdl": "default", "xla_flags": os.environ.get("XLA_FLAGS", ""), "chain": CHAIN,
+          "phases_us_per_execution": measured["phases"], "errors": measured["errors"], "us_per_call": {}}
 
 
 def _programs(kernels, function, full: bool) -> dict:
@@ -175,9 +223,48 @@ STAGES_METHOD = (
     "executions: per execution of the chain and, in parentheses, per call site and execution.")
 
 
+SPLIT_METHOD = (
+    f"Where a call's time goes. GPU: the same chain of {CHAIN} calls between two stamp kernels that read the GPU "
+    "clock once the kernel before them is done, in the same jitted program; the difference over "
+    f"{CHAIN}, median of 30 executions. Host, the rest: wall time per call (the first table) less the GPU "
+    "time. XLA's phases come from a process of their own (command buffers on) that logs XLA's own timing "
+    "(TF_CPP_MAX_VLOG_LEVEL=3), per execution of the whole chain, median of 200: prepare is from the "
+    "execution's streams being set up to its thunks being prepared and initialized; after is from the "
+    "thunks' end (the graph launched) to XLA's timing line; XLA host total is XLA's own figure for the "
+    "execution. The custom call that launches nothing has no GPU work of its own to stamp.")
+
+
 def tables(results: dict) -> list[str]:
-  return [_main_table(results), "### XLA's PDL flags\n\n" + _pdl_table(results),
+  return [_main_table(results), "### Where the time goes\n\n" + _split_table(results),
+          "### XLA's PDL flags\n\n" + _pdl_table(results),
           "### Collective target: stages per execution\n\n" + _stages_table(results)]
+
+
+def _split_table(results: dict) -> str:
+  on, off = (results.get(run_name(cb, "default")) for cb in CB_FLAGS)
+  phases_run = results.get("cb_on_phases")
+  phases = (phases_run or {}).get("phases_us_per_execution", {})
+  rows = []
+  for key in dict.fromkeys(GPU_PATHS + PHASE_PATHS):
+    row = [PATHS[key]]
+    for run in (on, off):
+      wall, gpu = _us(run, key), (run or {}).get("gpu_us_per_call", {}).get(key)
+      row += [fmt(wall), fmt(gpu), fmt(wall - gpu if wall is not None and gpu is not None else None)]
+    measured = phases.get(key, {})
+    row += [fmt(measured.get(k), 1) for k in ("prepare", "after", "xla_total")]
+    rows.append(row)
+  header = ["path", "cb on: wall (us/call)", "GPU", "host, the rest", "cb off: wall", "GPU", "host, the rest",
+            "XLA prepare (us/execution)", "after", "XLA host total"]
+  notes = _notes({"XLA's phases": phases_run}) if phases_run is not None else ["- XLA's phases: not run"]
+  for key in PHASE_PATHS:
+    if phases.get(key, {}).get("executions") == 0:
+      notes.append(f"- {PATHS[key]} (XLA's phases): n/a: no XLA timing lines parsed (another jaxlib's log format?)")
+  for cb, run in (("on", on), ("off", off)):
+    for key, error in (run or {}).get("gpu_errors", {}).items():
+      notes.append(f"- GPU stamps of {PATHS.get(key, key)} (command buffers {cb}): n/a: {last_line(error)}")
+  graphs = f"Raw CUDA graphs of our cubin: {fmt(_us(on, 'raw_graph'))} us per node with plain edges, " \
+           f"{fmt(_us(on, 'raw_graph_pdl'))} us with PDL edges (the instrumented kernel)."
+  return SPLIT_METHOD + "\n\n" + table(header, rows) + "\n\n" + graphs + ("\n\n" + "\n".join(notes) if notes else "")
 
 
 def _us(run, key):

@@ -103,8 +103,10 @@ def pallas(backend: str):
                         compiler_params=plgpu.CompilerParams())
 
 
-def raw_paths(kernel, rounds: int) -> tuple[dict, object]:
-  """Our kernel's cubin through the driver directly: stream launches and a graph."""
+def raw_paths(kernel, pdl_kernel, rounds: int) -> tuple[dict, object]:
+  """Our kernel's cubin through the driver directly: stream launches and a graph;
+  and `pdl_kernel` (the same, instrumented) captured with PDL launches, which
+  stream capture turns into programmatic graph edges."""
   import ctypes
   import statistics
   import time
@@ -137,8 +139,71 @@ def raw_paths(kernel, rounds: int) -> tuple[dict, object]:
   check(driver.cuGraphLaunch(exe, stream))
   graph_s = min(timing.spin_then(stream, spin, lambda: check(driver.cuGraphLaunch(exe, stream))) for _ in range(5))
   check(driver.cuStreamSynchronize(stream))
-  us = {"raw_stream": stream_s, "raw_stream_host": host_s, "raw_graph": graph_s}
+  pdl_module = check(driver.cuModuleLoadData(pdl_kernel.images[0].data))
+  pdl_exe = _pdl_graph(stream, check(driver.cuModuleGetFunction(pdl_module, b"add_one")), params)
+  check(driver.cuGraphLaunch(pdl_exe, stream))
+  pdl_s = min(timing.spin_then(stream, spin, lambda: check(driver.cuGraphLaunch(pdl_exe, stream))) for _ in range(5))
+  check(driver.cuStreamSynchronize(stream))
+  us = {"raw_stream": stream_s, "raw_stream_host": host_s, "raw_graph": graph_s, "raw_graph_pdl": pdl_s}
   return {key: s / CHAIN * 1e6 for key, s in us.items()}, add_one
+
+
+def _pdl_graph(stream, function, params):
+  """An executable graph of CHAIN launches of `function` with programmatic
+  stream serialization allowed, as XLA's PDL nodes are."""
+  from cuda.bindings import driver
+  check = timing.check
+  attribute = driver.CUlaunchAttribute()
+  attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+  attribute.value.programmaticStreamSerializationAllowed = 1
+  config = driver.CUlaunchConfig()
+  config.gridDimX = config.gridDimY = config.gridDimZ = 1
+  config.blockDimX, config.blockDimY, config.blockDimZ = N, 1, 1
+  config.sharedMemBytes = 0
+  config.hStream = stream
+  config.attrs = [attribute]
+  config.numAttrs = 1
+  check(driver.cuStreamBeginCapture(stream, driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))
+  for _ in range(CHAIN):
+    check(driver.cuLaunchKernelEx(config, function, params.address, 0))
+  return check(driver.cuGraphInstantiate(check(driver.cuStreamEndCapture(stream)), 0))
+
+
+def stamp(kernel):
+  """x -> (x, the GPU clock as two uint32 words), read once the previous kernel is done."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+
+  import jax_mosaic_ffi as jmf
+  return jmf.mosaic_kernel(kernel, (jax.ShapeDtypeStruct((N,), jnp.float32), jax.ShapeDtypeStruct((2,), jnp.uint32)),
+                           grid=1, block=N, scalars=(np.int32(N),))
+
+
+def gpu_us_per_call(fn, stamp_call, x, rounds: int = 30) -> float:
+  """GPU time per call of the chain `fn`, between two clock stamps in the same
+  jitted program: the median over `rounds` executions, divided by CHAIN. Host
+  work before the graph or kernels start does not count."""
+  import statistics
+
+  import jax
+  import numpy as np
+
+  def stamped(v):
+    v, start = stamp_call(v)
+    v, stop = stamp_call(fn(v))
+    return v, start, stop
+
+  def ns(words):
+    low, high = (int(w) for w in np.asarray(words))
+    return high << 32 | low
+  jitted = jax.jit(stamped)
+  samples = []
+  for i in range(rounds + 3):  # the first executions compile and record
+    _, start, stop = jitted(x)
+    if i >= 3:
+      samples.append(ns(stop) - ns(start))
+  return statistics.median(samples) / CHAIN / 1e3
 
 
 def stage_counts(call, executions: int = STAGE_EXECUTIONS) -> dict:

@@ -64,7 +64,9 @@ def test_every_benchmark_is_found_in_order_with_unique_runs():
 def test_launch_runs_set_xla_flags_and_only_pdl_variants_are_optional():
   launch = suite.by_name()["launch"]
   runs = {r.name: r for r in launch.RUNS}
-  assert set(runs) == {f"cb_{cb}{pdl}" for cb in ("on", "off") for pdl in ("", "_pdl_on", "_pdl_off")}
+  assert set(runs) == {f"cb_{cb}{pdl}" for cb in ("on", "off") for pdl in ("", "_pdl_on", "_pdl_off")} | {
+      "cb_on_phases"}
+  assert runs["cb_on_phases"].kwargs["phases"] and not runs["cb_on_phases"].xla_flags
   assert "--xla_gpu_enable_command_buffer=" in runs["cb_off"].xla_flags and not runs["cb_on"].xla_flags
   assert "--xla_gpu_enable_pdl=false" in runs["cb_on_pdl_off"].xla_flags
   assert "--xla_gpu_enable_pdl_launch=true" in runs["cb_off_pdl_on"].xla_flags
@@ -75,7 +77,8 @@ def test_goal_verdicts_from_recorded_results(results):
   by_metric = {v.goal.metric: v for v in goals.verdicts(results)}
   on = by_metric["launch/cb_on/us_per_call/mosaic"]
   assert on.status == "not met" and on.judged == pytest.approx(1.98 / 1.67)
-  assert "2.41 us" in on.explanation and "1.06 us" in on.explanation  # its context was looked up
+  assert "ours 0.55 us, XLA's 0.57 us" in on.explanation  # its context was looked up
+  assert "ours 20 us, XLA's 5 us, a custom call that does nothing n/a us" in on.explanation
   assert by_metric["launch/cb_off/us_per_call/mosaic"].status == "met"
   assert by_metric["bandwidth/main/ratio"].status == "met"
   assert by_metric["compile/main/warm_disk_ms"].judged == pytest.approx(1.91 / 111.7)
@@ -109,8 +112,9 @@ def test_goals_read_keys_their_benchmarks_write():
 
 def test_the_page_from_recorded_results(results):
   page = report.render(results)
-  for title in ["Goals", "Launch overhead", "XLA's PDL flags", "Collective target: stages per execution",
-                "Memory-bound kernel", "In-place update (1 GiB)", "Per call site", "Compile caches",
+  for title in ["Goals", "Launch overhead", "Where the time goes", "XLA's PDL flags",
+                "Collective target: stages per execution", "Memory-bound kernel", "In-place update (1 GiB)",
+                "Per call site", "Compile caches",
                 "One-shot all-reduce", "Corpus kernels against XLA", "Runs"]:
     assert f"## {title}\n" in page or f"### {title}\n" in page, title
   assert "NVIDIA H200" in page and "driver 580.95.05" in page and "NVRTC 13.0" in page and "2026-12-02" in page
@@ -122,6 +126,12 @@ def test_the_page_from_recorded_results(results):
   assert ("Distinct output addresses over 6 calls: mosaic_kernel (PDL by default: wait, then launch_dependents, "
           "at entry) with command buffers on: 1 dropped, 2 kept;") in page
   assert "| command buffers on | 3.10 | 1.98 | 200 (1.00) | 200 (1.00) |" in page
+  assert f"| {ours} | 1.98 | 0.55 | 1.43 | 4.44 | 4.31 | 0.13 | 20.0 | 9.0 | 110.0 |" in page  # where the time goes
+  assert "| custom call, execute-only empty handler (captured) | 0.79 | n/a | n/a | 1.08 | n/a | n/a | n/a |" in page
+  assert "0.54 us with PDL edges" in page
+  assert "(XLA's phases): n/a: no XLA timing lines parsed" in page
+  assert "GPU stamps of mosaic_kernel, uses_pdl=False (the kernel as written) (command buffers off): n/a: " \
+         "RuntimeError: CUDA call failed" in page
   assert "counts n/a: this build's kernel_cache_stats() has no collective_prepares" in page
   assert "Without donation / with: **1.96x**" in page
   assert ("| tiled SGEMM, alpha A @ B (sgemm_smem.cu) | 2048^3 fp32 | alpha * jnp.matmul, precision=HIGHEST (fp32) "
@@ -171,3 +181,40 @@ def test_finding_and_rendering_imports_no_jax(tmp_path):
   done = _python("-c", script, FIXTURE, cwd=tmp_path)
   assert done.returncode == 0, done.stderr
   assert done.stdout.strip() == "[]"
+
+
+# Two executions as jaxlib 0.11.2 logs them at TF_CPP_MAX_VLOG_LEVEL=3 (abridged), between our markers.
+_XLA_LOG = """\
+@@jax_mosaic_ffi phase marker mosaic
+I1203 08:36:25.763168     800 gpu_executable.cc:679] [0] Using 0 additional communication streams.
+I1203 08:36:25.763170     800 gpu_executable.cc:692] [0] Using 0 additional compute streams.
+I1203 08:36:25.763179     879 pjrt_stream_executor_client.cc:1550] Start device execution for jit_f
+I1203 08:36:25.763206     800 gpu_executable.cc:731] [0] Prepared GPU executable module: jit_f for execution
+I1203 08:36:25.763220     800 gpu_executable.cc:794] [0] Start GpuExecutable::ExecuteOnStream module: jit_f
+I1203 08:36:25.763229     800 cuda_command_buffer.cc:973] Launch command buffer executable graph 0x2a2fe160
+I1203 08:36:25.763240     800 gpu_executable.cc:797] [0] End GpuExecutable::ExecuteOnStream module: jit_f
+I1203 08:36:25.763263     800 se_gpu_pjrt_client.cc:2169] [0] GpuExecutable::ExecuteAsyncOnStreamImpl(jit_f) \
+time: 122 us (122 us) (cumulative: 398 ms, max: 390 ms, #called: 24)
+I1203 08:36:25.764000     800 gpu_executable.cc:692] [0] Using 0 additional compute streams.
+I1203 08:36:25.764040     800 gpu_executable.cc:731] [0] Prepared GPU executable module: jit_f for execution
+I1203 08:36:25.764050     800 gpu_executable.cc:794] [0] Start GpuExecutable::ExecuteOnStream module: jit_f
+I1203 08:36:25.764060     800 gpu_executable.cc:797] [0] End GpuExecutable::ExecuteOnStream module: jit_f
+I1203 08:36:25.764070     800 se_gpu_pjrt_client.cc:2169] [0] GpuExecutable::ExecuteAsyncOnStreamImpl(jit_f) \
+time: 130 us (130 us) (cumulative: 398 ms, max: 390 ms, #called: 25)
+I1203 08:36:25.764080     800 gpu_executable.cc:692] [0] Using 0 additional compute streams.
+@@jax_mosaic_ffi phase marker end
+I1203 08:36:25.765000     800 gpu_executable.cc:692] [0] Using 0 additional compute streams.
+"""
+
+
+def test_xla_phases_are_read_from_xla_log_lines():
+  import benchmarks.xla_phases as xla_phases
+  parts = xla_phases.split_by_marker(_XLA_LOG.splitlines())
+  assert list(parts) == ["mosaic"] and len(parts["mosaic"]) == 14
+  phases = xla_phases.parse(parts["mosaic"])
+  assert phases["executions"] == 2  # the unfinished third execution does not count
+  assert phases["prepare"] == pytest.approx((36 + 40) / 2)  # from the compute streams' line
+  assert phases["execute"] == pytest.approx((20 + 10) / 2)
+  assert phases["after"] == pytest.approx((23 + 10) / 2)
+  assert phases["xla_total"] == pytest.approx(126)
+  assert xla_phases.parse(["I1203 08:36:25.763168 800 a.cc:1] something else"]) == {"executions": 0}
