@@ -130,7 +130,8 @@ def run(command_buffers: str, pdl: str, rounds: int = ROUNDS, phases: bool = Fal
     except Exception:  # the plain jax.ffi path needs the function: it then fails too, and says so
       result["errors"].update({key: traceback.format_exc()[-1500:] for key in RAW})
   calls, jitted_by_key = {}, {}
-  for key, make in _programs(kernels, function, full).items():
+  programs = _programs(kernels, function, full)
+  for key, make in programs.items():
     try:
       fn, adds = make()
       jitted = paths.checked(fn, x, adds)
@@ -151,7 +152,7 @@ def run(command_buffers: str, pdl: str, rounds: int = ROUNDS, phases: bool = Fal
     result["gpu_us_per_call"] = {}
     for key in GPU_PATHS:
       try:
-        result["gpu_us_per_call"][key] = paths.gpu_us_per_call(_programs(kernels, function, full)[key]()[0], stamp, x)
+        result["gpu_us_per_call"][key] = paths.gpu_us_per_call(programs[key]()[0], stamp, x)
       except Exception:
         result.setdefault("gpu_errors", {})[key] = traceback.format_exc()[-1500:]
   result["registration"] = jmf.registration.status()["message"]
@@ -159,18 +160,25 @@ def run(command_buffers: str, pdl: str, rounds: int = ROUNDS, phases: bool = Fal
 
 
 def _phases() -> dict:
+  import functools
+
   from benchmarks import xla_phases
+
+  @functools.cache
+  def setup():  # on first use, inside measure(): jax must not be imported before it sets the log level
+    import jax.numpy as jnp
+    import numpy as np
+
+    import jax_mosaic_ffi as jmf
+    kernels = {name: jmf.cuda_kernel(SOURCE, name) for name in KERNELS}
+    x = jnp.asarray(np.random.default_rng(0).standard_normal(N).astype(np.float32))
+    return _programs(kernels, None, True), x
 
   def program(key):
     def make():
-      import jax.numpy as jnp
-      import numpy as np
-
-      import jax_mosaic_ffi as jmf
       from benchmarks import launch_paths as paths
-      kernels = {name: jmf.cuda_kernel(SOURCE, name) for name in KERNELS}
-      x = jnp.asarray(np.random.default_rng(0).standard_normal(N).astype(np.float32))
-      fn, adds = _programs(kernels, None, True)[key]()
+      programs, x = setup()
+      fn, adds = programs[key]()
       return paths.dropped(paths.checked(fn, x, adds), x)
     return make
   measured = xla_phases.measure({key: program(key) for key in PHASE_PATHS})
