@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_mosaic_ffi as jmf
+from jax_mosaic_ffi import gpu_info
 
 SOURCE = r'''
 #include <cuda_bf16.h>
@@ -72,11 +73,11 @@ def main():
   print(f"ran the jax.numpy fallback on the CPU: matches numpy on {n} random inputs")
 
   try:
-    gpus = jax.devices("cuda")
-  except RuntimeError:
-    gpus = []
+    gpus, error = jax.devices("cuda"), None
+  except RuntimeError as e:
+    gpus, error = [], str(e)
   if not gpus:
-    print("no NVIDIA GPU here: compiled and lowered, but did not run the kernel. "
+    print(f"{gpu_info.gpu_unavailable_reason(0, 1, error)}: compiled and lowered, but did not run the kernel. "
           "On a GPU machine this demo also runs it and checks it against numpy.")
     return
 

@@ -17,7 +17,7 @@ import importlib.metadata
 import os
 import warnings
 
-from jax_mosaic_ffi import _core
+from jax_mosaic_ffi import _core, driver_probe
 
 
 class NoGpuWarning(RuntimeWarning):
@@ -89,3 +89,22 @@ def cannot_run_reason(gpus) -> str | None:
   if visible is not None:
     return f"the NVIDIA driver shows no GPU (CUDA_VISIBLE_DEVICES={visible!r})"
   return "the NVIDIA driver shows no GPU"
+
+
+def gpu_unavailable_reason(cuda_devices: int, needed: int = 1, jax_error: str | None = None, *,
+                             driver_evidence=driver_probe.evidence) -> str | None:
+  """Why a test needing `needed` GPUs cannot run where jax sees `cuda_devices`; None when it can.
+
+  Tells apart the machine without a driver from the one whose jax lacks the
+  CUDA plugin: the second is a broken setup, not a CPU machine.
+  """
+  if cuda_devices >= needed:
+    return None
+  if cuda_devices > 0:
+    return f"needs {needed} GPUs, found {cuda_devices}"
+  signs = driver_evidence()
+  if not signs:
+    return "no NVIDIA driver on this machine (no libcuda.so.1, /proc/driver/nvidia or nvidia-smi)"
+  said = f"; jax said: {jax_error.strip().splitlines()[0]}" if jax_error and jax_error.strip() else ""
+  return (f"an NVIDIA driver is here ({', '.join(signs)}) but jax has no CUDA backend: install "
+          f"jax_mosaic_ffi[cuda], or run scripts/test.sh, which does{said}")

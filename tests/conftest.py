@@ -14,21 +14,34 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 
 
-def _cuda_device_count() -> int:
+def _cuda_devices() -> tuple[int, str | None]:
+  """How many CUDA devices jax has, and what it said when it has none."""
   import jax
   try:
-    return len(jax.devices("cuda"))
-  except RuntimeError:
-    return 0
+    return len(jax.devices("cuda")), None
+  except RuntimeError as e:
+    return 0, str(e)
+
+
+def pytest_report_header(config):
+  from jax_mosaic_ffi import gpu_info
+  count, error = _cuda_devices()
+  reason = gpu_info.gpu_unavailable_reason(count, 1, error)
+  if reason is None:
+    return f"jax_mosaic_ffi: GPU tests run on {count} CUDA device(s)"
+  loud = "driver is here" in reason
+  return f"jax_mosaic_ffi: {'WARNING: ' if loud else ''}GPU tests skip: {reason}"
 
 
 def pytest_collection_modifyitems(config, items):
-  count = _cuda_device_count()
+  from jax_mosaic_ffi import gpu_info
+  count, error = _cuda_devices()
+  reasons = {needed: gpu_info.gpu_unavailable_reason(count, needed, error) for needed in (1, 2)}
   for item in items:
-    if "gpu" in item.keywords and count == 0:
-      item.add_marker(pytest.mark.skip(reason="needs an NVIDIA GPU"))
-    if "multi_gpu" in item.keywords and count < 2:
-      item.add_marker(pytest.mark.skip(reason=f"needs 2 or more GPUs, found {count}"))
+    needed = 2 if "multi_gpu" in item.keywords else 1 if "gpu" in item.keywords else 0
+    reason = needed and reasons[needed]
+    if reason:
+      item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture
