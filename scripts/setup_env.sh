@@ -13,6 +13,13 @@
 #   JMF_VENV    the venv (default .venv in the checkout)
 #   JMF_JAX     pin jax and jaxlib to this version (default: the newest pip finds in range)
 #   JMF_WHEEL   install this wheel instead (not editable, nothing built; CI's second venv)
+#   JMF_CUDA    auto (default): add the `cuda` extra (jax[cuda13]) where an NVIDIA driver is found
+#               (jax_mosaic_ffi/driver_probe.py); 1 always, 0 never
+#   JMF_SYSTEM_SITE_PACKAGES=1  offline: the venv sees JMF_PYTHON's packages (jax, its CUDA plugin,
+#               nanobind, scikit-build-core, pytest...) and only this package is built, with
+#               --no-build-isolation --no-deps: nothing is downloaded (the GPU machine has no network)
+#   JMF_CMAKE_DEFINES  space-separated NAME=VALUE CMake definitions for the build, e.g.
+#               JMF_BENCHMARK_TARGETS=ON (the benchmarks' baseline targets)
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 extras="${1:-test}"
@@ -36,10 +43,39 @@ build_stamp() {
     cd "$repo"
     { find csrc -type f; echo CMakeLists.txt; echo pyproject.toml; } | LC_ALL=C sort | xargs sha256sum
     echo "jax=${JMF_JAX:-} wheel=${JMF_WHEEL:-} checkout=$repo"
+    echo "offline=${JMF_SYSTEM_SITE_PACKAGES:-} defines=${JMF_CMAKE_DEFINES:-}"
   ) | sha256sum | cut -d' ' -f1
 }
 
+loud() {  # a warning nobody scrolls past
+  {
+    echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
+    for line in "$@"; do echo "!!! $line"; done
+    echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
+  } >&2
+}
+
 venv="${JMF_VENV:-$repo/.venv}"
+offline="${JMF_SYSTEM_SITE_PACKAGES:-0}"
+[ "$offline" = 0 ] || offline=1
+
+# A machine with an NVIDIA driver gets jax's CUDA plugin: without it jax runs on
+# the CPU there and every GPU test would skip.
+cuda_wanted=0
+case "${JMF_CUDA:-auto}" in
+  0|no|off) ;;
+  1|yes|on) cuda_wanted=1 ;;
+  *)
+    probe_py="$venv/bin/python"
+    [ -x "$probe_py" ] || probe_py="$(find_python || command -v python3 || true)"
+    if [ -n "$probe_py" ] && signs="$("$probe_py" "$repo/jax_mosaic_ffi/driver_probe.py" 2>/dev/null)"; then
+      cuda_wanted=1
+      echo "== NVIDIA driver found ($signs): jax's CUDA plugin is wanted"
+    fi ;;
+esac
+[ "$cuda_wanted" = 0 ] || extras="$extras,cuda"
+defines=()
+for define in ${JMF_CMAKE_DEFINES:-}; do defines+=("--config-settings=cmake.define.$define"); done
 stamp_file="$venv/.jax_mosaic_ffi-install-stamp"
 stamp="$(build_stamp)"
 # The extras installed so far: the demo (test) and the tests (test,triton)
@@ -58,15 +94,37 @@ else
       echo "       Install one (e.g. pyenv install 3.12) or point JMF_PYTHON at it." >&2
       exit 1
     fi
-    echo "== creating $venv with $PY ($("$PY" --version))"
-    "$PY" -m venv "$venv"
-    "$venv/bin/python" -m pip install -q --upgrade pip
+    if [ "$offline" = 1 ]; then
+      echo "== creating $venv with $PY ($("$PY" --version)), seeing its packages (offline)"
+      "$PY" -m venv --system-site-packages "$venv"
+      # --system-site-packages reaches the base interpreter's packages only; when
+      # $PY is itself a venv its own site-packages come through this .pth.
+      site_dir="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+      "$PY" -c 'import site; print("\n".join(site.getsitepackages()))' > "$site_dir/_jmf_parent_site.pth"
+    else
+      echo "== creating $venv with $PY ($("$PY" --version))"
+      "$PY" -m venv "$venv"
+      "$venv/bin/python" -m pip install -q --upgrade pip
+    fi
+  elif [ "$offline" = 1 ] && ! grep -qi "include-system-site-packages *= *true" "$venv/pyvenv.cfg"; then
+    echo "error: JMF_SYSTEM_SITE_PACKAGES=1, but $venv was made without them: remove it or set JMF_VENV." >&2
+    exit 1
   fi
   pins=()
   [ -z "${JMF_JAX:-}" ] || pins=("jax==$JMF_JAX" "jaxlib==$JMF_JAX")
   rm -f "$stamp_file"
   extras="$extras_union"
-  if [ -n "${JMF_WHEEL:-}" ]; then
+  if [ "$offline" = 1 ]; then
+    # Nothing can be downloaded: every dependency must already be importable.
+    needed="import jax, jaxlib, numpy, ml_dtypes, nanobind, scikit_build_core, pytest"
+    if ! missing="$("$venv/bin/python" -c "$needed" 2>&1)"; then
+      echo "error: JMF_SYSTEM_SITE_PACKAGES=1 installs nothing but this package, and $venv cannot" >&2
+      echo "       import what it needs ($needed): ${missing##*$'\n'}" >&2
+      exit 1
+    fi
+    echo "== installing jax_mosaic_ffi into $venv (editable, offline: --no-build-isolation --no-deps)"
+    "$venv/bin/python" -m pip install -q --no-build-isolation --no-deps "${defines[@]}" -e "$repo"
+  elif [ -n "${JMF_WHEEL:-}" ]; then
     echo "== installing $(basename "$JMF_WHEEL")[$extras]${pins:+ ${pins[*]}} into $venv"
     "$venv/bin/python" -m pip install -q "$JMF_WHEEL[$extras]" "${pins[@]}"
     # Same version number, new build: pip would call it already satisfied.
@@ -80,9 +138,23 @@ else
       exit 1
     fi
     echo "== installing jax_mosaic_ffi[$extras]${pins:+ ${pins[*]}} into $venv (editable; builds the C++ extension)"
-    "$venv/bin/python" -m pip install -q -e "$repo[$extras]" "${pins[@]}"
+    if ! "$venv/bin/python" -m pip install -q "${defines[@]}" -e "$repo[$extras]" "${pins[@]}"; then
+      [ "$cuda_wanted" = 1 ] || exit 1
+      loud "An NVIDIA driver is here but jax_mosaic_ffi[cuda] (jax[cuda13]) could not be installed" \
+           "(no network?). Installing without it: jax will run on the CPU and GPU TESTS WILL SKIP." \
+           "Offline, with jax's CUDA plugin already in a Python: JMF_SYSTEM_SITE_PACKAGES=1 JMF_PYTHON=that-python"
+      extras="$(echo "$extras" | tr ',' '\n' | grep -vx cuda | paste -sd, -)"
+      "$venv/bin/python" -m pip install -q "${defines[@]}" -e "$repo[$extras]" "${pins[@]}"
+    fi
   fi
   echo "$stamp" > "$stamp_file"
   echo "$extras" > "$extras_file"
+fi
+if [ "$cuda_wanted" = 1 ] &&
+   ! jax_said="$("$venv/bin/python" -c 'import jax; print(jax.devices("cuda")[0].device_kind)' 2>&1)"; then
+  loud "An NVIDIA driver is here but jax in $venv has no CUDA backend: GPU tests will skip and" \
+       "kernels will not run. jax said: ${jax_said##*$'\n'}" \
+       "Fix: install jax_mosaic_ffi[cuda] (jax[cuda13]) into it, or offline JMF_SYSTEM_SITE_PACKAGES=1" \
+       "with JMF_PYTHON pointing at a Python that has jax's CUDA plugin."
 fi
 export PATH="$venv/bin:$PATH"

@@ -6,5 +6,8 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$repo/scripts/setup_env.sh" test,triton
 cd "$repo"
 # The console script of the venv: its editable install maps jax_mosaic_ffi to
-# this checkout's Python files plus the extension built into the venv.
-exec "$venv/bin/pytest" "$@"
+# this checkout's Python files plus the extension built into the venv. An
+# offline venv (JMF_SYSTEM_SITE_PACKAGES=1) sees pytest without owning its
+# script: -P keeps the checkout's folder, which has no extension, off sys.path.
+[ -x "$venv/bin/pytest" ] && exec "$venv/bin/pytest" "$@"
+exec "$venv/bin/python" -P -m pytest "$@"
