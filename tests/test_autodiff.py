@@ -136,9 +136,12 @@ def test_several_inputs_and_outputs_with_an_integer_input_and_a_zero_cotangent(r
   np.testing.assert_array_equal(batched, np.stack([np.bincount(np.asarray(idx), minlength=6)] * 2))
 
 
-def test_kernels_with_fallbacks_differentiate_on_the_cpu(rng, isolated_disk_cache):
+def test_plumbing_kernels_with_fallbacks_differentiate_on_the_cpu(rng, isolated_disk_cache):
+  """Plumbing only: the fallbacks are the references, so this checks that every
+  autodiff entry point reaches them, not the kernels. The kernels themselves
+  are compared with jax's softmax by the GPU tests at the end of this file."""
   if jax.default_backend() != "cpu":
-    pytest.skip("the GPU test below runs the kernels")
+    pytest.skip("the GPU tests below run the kernels")
   check_softmax(kernel_softmax(fallbacks=True), rng)
 
 

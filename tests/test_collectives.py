@@ -114,7 +114,7 @@ def test_outside_shard_map_a_collective_kernel_names_the_problem(isolated_disk_c
 
 def test_an_unknown_axis_is_named(isolated_disk_cache):
   mesh = cpu_mesh((2,), ("x",))
-  with pytest.raises(Exception, match="'y'"):
+  with pytest.raises(ValueError, match=r"collective axis 'y' is not an axis of the mesh \('x',\)"):
     lower_sharded(functools.partial(jmf.ops.all_reduce, axis_name="y"), mesh, P("x"),
                   jax.ShapeDtypeStruct((512,), jnp.float32))
 
@@ -145,30 +145,94 @@ def sharded_all_reduce(mesh, axis):
                                in_specs=P(mesh.axis_names), out_specs=P(mesh.axis_names)))
 
 
+# A collective kernel whose output differs from its input in every way the
+# runtime can get wrong: out = scale * (x summed over the ranks, read through
+# the peer table, not the x parameter) + 1000 * rank + num_peers. Then the exit
+# barrier, after which block 0 (the only block, so the last to arrive) reports
+# the generation this rank's barrier reached: one more on every call.
+SCALED_SUM = r'''
+#include <jax_mosaic_ffi/collective.cuh>
+extern "C" __global__ void scaled_sum(const float* x, float* out, unsigned long long* generation, float scale,
+                                      long long n, const jmf::CollectiveMetadata* meta) {
+  const int peers = jmf::num_peers(meta);
+  for (long long i = threadIdx.x; i < n; i += blockDim.x) {
+    float acc = 0.0f;
+    for (int r = 0; r < peers; ++r) acc += jmf::peer_ptr<const float>(meta, 0, r)[i];
+    out[i] = scale * acc + 1000.0f * jmf::rank(meta) + peers;
+  }
+  jmf::exit_barrier(meta);
+  if (threadIdx.x == 0) {
+    generation[0] = jmf::load_acquire_sys(jmf::barrier_areas(meta)[jmf::rank(meta)] + jmf::kKernelRow + jmf::rank(meta));
+  }
+}
+'''
+
+
+def scaled_sum(v, axis_name="x", scale=3.0, **collective):
+  call = jmf.mosaic_kernel(jmf.cuda_kernel(SCALED_SUM, "scaled_sum"),
+                           (jax.ShapeDtypeStruct(v.shape, v.dtype), jax.ShapeDtypeStruct((1,), jnp.uint64)),
+                           grid=1, block=256, scalars=(np.float32(scale), np.int64(v.size)),
+                           collective=jmf.Collective(axis_name, **collective))
+  return call(v)
+
+
+def check_generations(generations):
+  """One barrier generation per call, counting up from wherever the area was."""
+  generations = [int(np.asarray(g).reshape(-1)[0]) for g in generations]
+  assert generations[0] >= 1 and generations == list(range(generations[0], generations[0] + len(generations)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("skip_device_barrier", [False, True])
+def test_one_device_clique_sees_its_rank_peers_and_barrier(rng, isolated_disk_cache, skip_device_barrier):
+  mesh = gpu_mesh((1,), ("x",))
+  with jax.enable_x64(True):
+    f = jax.jit(jax.shard_map(functools.partial(scaled_sum, skip_device_barrier=skip_device_barrier), mesh=mesh,
+                              in_specs=P("x"), out_specs=(P("x"), P())))
+    generations = []
+    for _ in range(3):  # fresh inputs each time
+      x = rng.standard_normal(5000).astype(np.float32)
+      out, generation = f(x)
+      np.testing.assert_allclose(np.asarray(out), 3.0 * x + 1.0, rtol=1e-6, atol=1e-6)
+      generations.append(generation)
+  check_generations(generations)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [np.float32, np.int32])
 def test_one_device_clique_all_reduce(rng, isolated_disk_cache, dtype):
+  # The shipped kernel on one rank is a copy; scaled around it, a result left
+  # from an earlier call or an unwritten (poisoned) element still shows.
   mesh = gpu_mesh((1,), ("x",))
-  x = (rng.standard_normal(100_000) * 100).astype(dtype)
-  out = sharded_all_reduce(mesh, "x")(x)
-  np.testing.assert_array_equal(np.asarray(out), x)
+  f = jax.jit(jax.shard_map(lambda v: 2 * jmf.ops.all_reduce(v + 1, axis_name="x") - 3, mesh=mesh,
+                            in_specs=P("x"), out_specs=P("x")))
+  for _ in range(2):
+    x = (rng.standard_normal(100_000) * 100).astype(dtype)
+    np.testing.assert_array_equal(np.asarray(f(x)), 2 * (x + 1) - 3)
 
 
 @pytest.mark.gpu
 def test_one_device_clique_under_pmap(rng, isolated_disk_cache):
-  x = rng.standard_normal((1, 4096)).astype(np.float32)
-  f = jax.pmap(functools.partial(jmf.ops.all_reduce, axis_name="i"), axis_name="i",
+  f = jax.pmap(functools.partial(scaled_sum, axis_name="i", scale=-2.0), axis_name="i",
                devices=jax.devices("cuda")[:1])
-  np.testing.assert_array_equal(np.asarray(f(x)), x)
+  with jax.enable_x64(True):
+    generations = []
+    for _ in range(2):
+      x = rng.standard_normal((1, 4096)).astype(np.float32)
+      out, generation = f(x)
+      np.testing.assert_allclose(np.asarray(out), -2.0 * x + 1.0, rtol=1e-6, atol=1e-6)
+      generations.append(generation)
+  check_generations(generations)
 
 
 @pytest.mark.gpu
 def test_one_device_all_gather(rng, isolated_disk_cache):
   mesh = gpu_mesh((1,), ("x",))
-  x = rng.standard_normal(3000).astype(np.float32)
-  f = jax.jit(jax.shard_map(functools.partial(jmf.ops.all_gather, axis_name="x", axis_size=1), mesh=mesh,
+  f = jax.jit(jax.shard_map(lambda v: jmf.ops.all_gather(v * 2, axis_name="x", axis_size=1) + 1, mesh=mesh,
                             in_specs=P("x"), out_specs=P(None, "x")))
-  np.testing.assert_array_equal(np.asarray(f(x)), x[None])
+  for _ in range(2):
+    x = rng.standard_normal(3000).astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(f(x)), x[None] * 2 + 1)
 
 
 METADATA = r'''
@@ -214,36 +278,44 @@ def test_metadata_seen_by_the_kernel(rng, isolated_disk_cache):
 
 
 @pytest.mark.gpu
-def test_collective_kernel_inside_a_command_buffer(rng, isolated_disk_cache):
-  mesh = gpu_mesh((1,), ("x",))
-  kernel = jmf.ops.collectives.kernel("all_reduce_f32")
-
-  def chain(v):
-    for _ in range(6):  # enough consecutive custom calls for XLA to form a command buffer
-      call = jmf.mosaic_kernel(kernel, jax.ShapeDtypeStruct(v.shape, v.dtype), grid=8, block=256,
-                               scalars=(np.int64(v.size),), collective=jmf.Collective("x"))
-      v = call(v) * 1.0
-    return v
-
-  f = jax.jit(jax.shard_map(chain, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
-  x = rng.standard_normal(8192).astype(np.float32)
-  for _ in range(3):
-    np.testing.assert_array_equal(np.asarray(f(x)), x)
+@pytest.mark.parametrize("command_buffers", [True, False], ids=["command-buffers", "stream"])
+def test_collective_kernels_chained_in_and_out_of_a_command_buffer(rng, tmp_path, command_buffers):
+  result = fresh_process.run(CHAINED_SCALED_SUMS, cwd=tmp_path, env={
+      "XLA_FLAGS": "" if command_buffers else "--xla_gpu_enable_command_buffer=",
+      "JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache"), "JAX_ENABLE_X64": "1"}).result
+  assert result["right"] == [True] * 3
+  # One generation per barrier: a call moves the last kernel's area on by 1
+  # (an area per call site) or 6 (one shared by the chain), the same each time.
+  steps = result["generation_steps"]
+  assert steps[0] == steps[1] and steps[0] in (1, 6), steps
 
 
-@pytest.mark.gpu
-def test_skip_device_barrier(rng, isolated_disk_cache):
-  mesh = gpu_mesh((1,), ("x",))
-  kernel = jmf.ops.collectives.kernel("all_reduce_f32")
+CHAINED_SCALED_SUMS = '''
+    import functools, json
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.sharding import Mesh, PartitionSpec as P
+    import test_collectives as t
+    mesh = Mesh(np.array(jax.devices("cuda")[:1]), ("x",))
 
-  def fn(v):
-    return jmf.mosaic_kernel(kernel, jax.ShapeDtypeStruct(v.shape, v.dtype), grid=4, block=256,
-                             scalars=(np.int64(v.size),),
-                             collective=jmf.Collective("x", skip_device_barrier=True))(v)
+    def chain(v):
+      generation = None
+      for _ in range(6):  # enough consecutive custom calls for XLA to form a command buffer
+        v, generation = t.scaled_sum(v, scale=2.0)
+      return v, generation
 
-  x = rng.standard_normal(4096).astype(np.float32)
-  f = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
-  np.testing.assert_array_equal(np.asarray(f(x)), x)
+    f = jax.jit(jax.shard_map(chain, mesh=mesh, in_specs=P("x"), out_specs=(P("x"), P())))
+    rng = np.random.default_rng()
+    right, generations = [], []
+    for _ in range(3):
+      x = rng.standard_normal(8192).astype(np.float32)
+      expected = x
+      for _ in range(6):
+        expected = 2.0 * expected + 1.0
+      out, generation = f(x)
+      right.append(bool(np.allclose(np.asarray(out), expected, rtol=1e-5, atol=1e-4)))
+      generations.append(int(np.asarray(generation)[0]))
+    print(json.dumps({"right": right, "generation_steps": np.diff(generations).tolist()}))
+'''
 
 
 # ---------------------------------------------------------------- many GPUs

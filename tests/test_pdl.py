@@ -101,7 +101,7 @@ CHAIN = '''
     # it (a rotation), over many waves: a launch that ran ahead of the
     # previous grid would read stale values. With argv[1] == "no-wait" the
     # kernel lets its successor launch early but never waits itself: the race
-    # this guards against (run once by hand; it must show wrong values).
+    # this guards against, which the negative control below must see.
     source = r"""
     extern "C" __global__ void rotate_add(const float* x, float* y, long long n, long long shift) {
     #ifdef NO_WAIT
@@ -144,3 +144,16 @@ def test_a_chain_of_pdl_launches_reads_only_finished_results(tmp_path, command_b
       "JAX_MOSAIC_FFI_POISON_OUTPUTS": "0", "JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache")}).result
   assert result["pdl_safe"]
   assert result["wrong"] == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_the_chain_detects_the_race_when_a_kernel_does_not_wait(tmp_path):
+  # The negative control of the test above: without griddepcontrol.wait the
+  # same chain must read unfinished results, or that test could not fail.
+  # Stream launches: each carries the PDL attribute, so a successor really is
+  # let in early; inside a command buffer that depends on XLA's graph edges.
+  result = fresh_process.run(CHAIN, "no-wait", 20, cwd=tmp_path, timeout=600, env={
+      "XLA_FLAGS": "--xla_gpu_enable_command_buffer=",
+      "JAX_MOSAIC_FFI_POISON_OUTPUTS": "0", "JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache")}).result
+  assert result["wrong"] > 0, "the kernel without the wait read no stale value: this chain cannot see a race"

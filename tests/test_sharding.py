@@ -122,7 +122,10 @@ def test_the_cuda_custom_call_is_partitioned_to_per_shard_shapes(tmp_path):
   assert contract.LAUNCH_TARGET in result["error"]  # only the missing CPU handler stopped it
 
 
-def test_batch_dimensions_stay_split_and_the_rest_is_gathered(rng, isolated_disk_cache):
+def test_plumbing_batch_dimensions_stay_split_and_the_rest_is_gathered(rng, isolated_disk_cache):
+  # Plumbing: the fallback is jax's softmax, so the values only show the shards
+  # were put back in order; the kernel's own values are checked on the GPU
+  # (test_a_one_device_mesh_runs_the_kernels).
   softmax = row_softmax(fallbacks=True)
   x = rng.standard_normal((64, 100)).astype(np.float32)
   mesh = cpu_mesh((4, 2), ("b", "n"))
@@ -136,7 +139,8 @@ def test_batch_dimensions_stay_split_and_the_rest_is_gathered(rng, isolated_disk
     assert "f32[16,100]" in entry(text).split("->")[1]
 
 
-def test_gradients_of_sharded_kernels_stay_sharded(rng, isolated_disk_cache):
+def test_plumbing_gradients_of_sharded_kernels_stay_sharded(rng, isolated_disk_cache):
+  # Plumbing, as above: what is checked is where the gradient's shards live.
   softmax = row_softmax(fallbacks=True)
   mesh = cpu_mesh((8,), ("x",))
   x, w = (put(rng.standard_normal((64, 100)).astype(np.float32), mesh, P("x")) for _ in range(2))

@@ -279,14 +279,30 @@ def test_descriptors_are_rebuilt_only_when_the_buffer_moves(summed, rng):
   assert jmf.kernel_cache_stats().tensor_map_encodes == before + 2
 
 
+# Reports the first scratch word it finds, and that it ran (the output starts poisoned).
+PEEK_SCRATCH = r'''
+extern "C" __global__ void peek_scratch(const float* x, unsigned* out, unsigned* scratch) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) {
+    out[0] = scratch[0];
+    out[1] = 1u;
+    scratch[0] = 12345u;  // what a next call would find if nothing reset it
+  }
+}
+'''
+
+
 @pytest.mark.gpu
-def test_unzeroed_scratch_holds_what_the_last_call_left(summed, rng):
-  call = jax.jit(sum_call(summed, zero=False))
-  x = jax.device_put(np.ones((64, 64), np.float32))
-  first = float(np.asarray(call(x))[0])
-  # Poisoned (conftest) or left over: not zeroed, so not the plain sum of ones...
-  second = float(np.asarray(call(x))[0])
-  assert not (first == second == 4096.0)
+def test_scratch_is_zeroed_only_when_asked(isolated_disk_cache, monkeypatch):
+  # Poisoning fills every output, the scratch included, with 0xFF bytes before
+  # the launch; zeroing comes after it. So a kernel sees 0 only if zeroed.
+  monkeypatch.setenv("JAX_MOSAIC_FFI_POISON_OUTPUTS", "1")
+  kernel = jmf.cuda_kernel(PEEK_SCRATCH, "peek_scratch")
+  x = jax.device_put(np.zeros(4, np.float32))
+  for zero, seen in ((True, 0), (False, 0xFFFFFFFF)):
+    call = jax.jit(jmf.mosaic_kernel(kernel, jax.ShapeDtypeStruct((2,), jnp.uint32), grid=1, block=32,
+                                     scratch_bytes=8, zero_scratch=zero, param_order=("in0", "out0", "scratch")))
+    for _ in range(2):
+      np.testing.assert_array_equal(np.asarray(call(x)), np.array([seen, 1], np.uint32))
 
 
 LOOP = '''
