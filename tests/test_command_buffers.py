@@ -44,15 +44,15 @@ LOOP = '''
 '''
 
 
-def run_loop(tmp_path, x, y, *, command_buffers: bool, poison: bool):
-  name = f"{'on' if command_buffers else 'off'}-{'poison' if poison else 'plain'}"
+def run_loop(tmp_path, x, y, *, command_buffers: bool, poison: bool, env=None):
+  name = f"{'on' if command_buffers else 'off'}-{'poison' if poison else 'plain'}-{len(env or ())}"
   paths = [tmp_path / f"{name}-{n}.npy" for n in ("x", "y", "out")]
   np.save(paths[0], x)
   np.save(paths[1], y)
   result = fresh_process.run(LOOP, *paths, cwd=tmp_path, env={
       "XLA_FLAGS": "" if command_buffers else "--xla_gpu_enable_command_buffer=",
       "JAX_MOSAIC_FFI_POISON_OUTPUTS": "1" if poison else "0",
-      "JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache")}).result
+      "JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache"), **(env or {})}).result
   return np.load(paths[2]), result
 
 
@@ -76,3 +76,21 @@ def test_command_buffers_on_and_off_agree_and_record_is_used(rng, tmp_path, pois
   # Every launch became a kernel node through the record stage: none was captured.
   assert on_info["records"] >= 12
   assert off_info["records"] == 0
+
+
+@pytest.mark.parametrize("command_buffers", [True, False], ids=["command-buffers", "stream"])
+def test_record_off_captures_stream_launches_with_the_same_results(rng, tmp_path, command_buffers):
+  n = 1 << 16
+  x, y = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+  expected = []
+  for k in (1, 2, 3, 1):
+    e = x.astype(np.float64) * k
+    for _ in range(12):
+      e = e * 0.5 + y
+    expected.append(e)
+  out, info = run_loop(tmp_path, x, y, command_buffers=command_buffers, poison=True,
+                       env={"JAX_MOSAIC_FFI_RECORD": "0"})
+  np.testing.assert_allclose(out, np.stack(expected), rtol=1e-5, atol=1e-5)
+  assert info["same"]
+  assert not info["registration"]["record"] and "JAX_MOSAIC_FFI_RECORD=0" in info["registration"]["message"]
+  assert info["records"] == 0  # no record stage ran: XLA captured the launches

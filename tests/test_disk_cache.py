@@ -276,3 +276,15 @@ def test_a_configured_folder_that_is_a_symlink_is_followed(tmp_path, monkeypatch
   assert disk_cache.load(entry_key) == b"payload"
   disk_cache.clear()
   assert disk_cache.load(entry_key) is None and (tmp_path / "link").is_symlink()
+
+
+def test_a_bound_of_zero_keeps_nothing(isolated_disk_cache, monkeypatch):
+  monkeypatch.setenv("JAX_MOSAIC_FFI_CACHE_MAX_BYTES", "0")
+  jmf.cuda_kernel(kernel_sources.ADD, "add")
+  assert entries(isolated_disk_cache) == []
+  # Nothing kept, so a process with an empty memory compiles again.
+  jmf.clear_kernel_cache()
+  before = jmf.kernel_cache_stats().nvrtc_compiles
+  jmf.cuda_kernel(kernel_sources.ADD, "add")
+  assert jmf.kernel_cache_stats().nvrtc_compiles == before + 1
+  assert entries(isolated_disk_cache) == []
