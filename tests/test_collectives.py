@@ -162,7 +162,8 @@ extern "C" __global__ void scaled_sum(const float* x, float* out, unsigned long 
   }
   jmf::exit_barrier(meta);
   if (threadIdx.x == 0) {
-    generation[0] = jmf::load_acquire_sys(jmf::barrier_areas(meta)[jmf::rank(meta)] + jmf::kKernelRow + jmf::rank(meta));
+    const int r = jmf::rank(meta);
+    generation[0] = jmf::load_acquire_sys(jmf::barrier_areas(meta)[r] + jmf::kKernelRow + r);
   }
 }
 '''
