@@ -19,7 +19,7 @@ cd "$repo"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 echo "== build"
 start=$(date +%s)
-bash -c 'source scripts/setup_env.sh test' > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
+bash -c 'source scripts/setup_env.sh test,triton' > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
 grep '^!!!' "$out/build.log"  # a venv whose jax cannot see the GPU says so here
 echo "built in $(( $(date +%s) - start )) s"
 status=0
