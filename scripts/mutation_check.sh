@@ -27,7 +27,9 @@ mutate() {  # name file sed-expression test-id
     restore; echo "ERROR    $name: the break did not apply to $file"; return
   fi
   local t=$SECONDS
-  "$venv/bin/python" -P -m pytest -q -rs -x -p no:cacheprovider "$test" > "$out/$name.log" 2>&1
+  # A fresh kernel cache: a binary compiled before the break must not stand in for the broken code.
+  JAX_MOSAIC_FFI_CACHE_DIR="$(mktemp -d)" \
+    "$venv/bin/python" -P -m pytest -q -rs -x -p no:cacheprovider "$test" > "$out/$name.log" 2>&1
   local rc=$?
   restore
   if [ $rc -eq 1 ]; then
