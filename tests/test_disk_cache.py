@@ -1,9 +1,10 @@
-"""The on-disk NVRTC cache: its key, concurrency, corruption and bounds."""
+"""The on-disk NVRTC cache: its key, concurrency, corruption, bounds, trust."""
 
 import hashlib
 import os
 import stat
 import time
+import warnings
 
 import pytest
 
@@ -91,6 +92,21 @@ def test_the_cache_stays_within_its_bound(isolated_disk_cache, monkeypatch):
   total = sum(p.stat().st_size for p in entries(isolated_disk_cache))
   assert total <= one_entry * 2.5
   assert len(entries(isolated_disk_cache)) == 2
+
+
+def test_foreign_files_do_not_count_toward_the_bound(isolated_disk_cache, monkeypatch):
+  monkeypatch.setenv("JAX_MOSAIC_FFI_CACHE_MAX_BYTES", "100000")
+  ours = [disk_cache.key("ours", str(i)) for i in range(4)]
+  for entry_key in ours[:3]:
+    disk_cache.store(entry_key, os.urandom(1000))
+  # Named like an entry, newer than ours, larger than the bound: not ours, so not the cache's size.
+  foreign = isolated_disk_cache / "ab" / f"{'ab' * 32}.bin"
+  foreign.parent.mkdir()
+  foreign.write_bytes(b"a large file of someone else's" * 10000)
+  os.utime(foreign, (time.time() + 3600,) * 2)
+  disk_cache.store(ours[3], os.urandom(1000))
+  assert all(disk_cache.load(entry_key) is not None for entry_key in ours)
+  assert foreign.read_bytes().startswith(b"a large file")
 
 
 def test_the_cache_can_be_moved_or_turned_off(tmp_path, monkeypatch):
@@ -276,3 +292,49 @@ def test_a_configured_folder_that_is_a_symlink_is_followed(tmp_path, monkeypatch
   assert disk_cache.load(entry_key) == b"payload"
   disk_cache.clear()
   assert disk_cache.load(entry_key) is None and (tmp_path / "link").is_symlink()
+
+
+@pytest.mark.parametrize("how", ["world_writable_folder", "group_writable_subfolder", "foreign_folder",
+                                 "foreign_subfolder"])
+def test_a_cache_folder_another_user_can_write_is_not_used(tmp_path, monkeypatch, how):
+  cache = tmp_path / f"cache-{how}"
+  monkeypatch.setenv("JAX_MOSAIC_FFI_CACHE_DIR", str(cache))
+  jmf.clear_kernel_cache()
+  jmf.cuda_kernel(kernel_sources.SUM, "block_sum")
+  (other,) = entries(cache)
+  jmf.cuda_kernel(kernel_sources.ADD, "add")
+  (victim,) = [p for p in entries(cache) if p != other]
+  victim.write_bytes(other.read_bytes())  # another user's kernel, in a well-formed entry, under add's key
+  # Tests run as root: a folder given to another uid, or opened to everyone, as a careless setup would.
+  target = {"world_writable_folder": cache, "foreign_folder": cache}.get(how, victim.parent)
+  if how.startswith("foreign"):
+    os.chown(target, 4242, 4242)
+  else:
+    os.chmod(target, 0o777 if how.startswith("world") else 0o770)
+  jmf.clear_kernel_cache()
+  before = jmf.kernel_cache_stats()
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    kernel = jmf.cuda_kernel(kernel_sources.ADD, "add")
+    again = jmf.cuda_kernel(kernel_sources.ADD.replace("a[i] + b[i]", "a[i] - b[i]"), "add")
+  assert kernel.symbol == "add" and again.symbol == "add"
+  after = jmf.kernel_cache_stats()
+  assert after.disk_hits == before.disk_hits and after.nvrtc_compiles == before.nvrtc_compiles + 2
+  refusals = [w for w in caught if issubclass(w.category, disk_cache.CacheFolderRefused)]
+  assert len(refusals) == 1, [str(w.message) for w in caught]  # once per process, not per compile
+  message = str(refusals[0].message)
+  assert str(cache) in message and "chmod 700" in message and "JAX_MOSAIC_FFI_CACHE_DIR" in message
+  assert victim.read_bytes() == other.read_bytes()  # nothing written into a folder we do not trust
+
+
+def test_cache_folders_are_created_private(tmp_path, monkeypatch):
+  monkeypatch.setenv("JAX_MOSAIC_FFI_CACHE_DIR", str(tmp_path / "new" / "cache"))
+  old = os.umask(0)
+  try:
+    disk_cache.store(disk_cache.key("private"), b"payload")
+  finally:
+    os.umask(old)
+  (entry,) = entries(tmp_path / "new" / "cache")
+  assert stat.S_IMODE(os.stat(tmp_path / "new" / "cache").st_mode) == 0o700
+  assert stat.S_IMODE(os.stat(entry.parent).st_mode) == 0o700
+  assert stat.S_IMODE(os.stat(entry).st_mode) == 0o600
