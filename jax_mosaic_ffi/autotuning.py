@@ -298,18 +298,18 @@ class Autotuned:
         *identity, getattr(device, "device_kind", device.platform), gpu_info.driver_version(), *_toolkits())
 
   def _load(self, entry_key: str):
-    data = disk_cache.load(entry_key)
-    if data is None:
+    return disk_cache.load_decoded(entry_key, self._decode)
+
+  def _decode(self, data: bytes):
+    stored = json.loads(data)
+    index = stored["index"]
+    if not (isinstance(index, int) and 0 <= index < len(self.configs)) or \
+        stored["config"] != _plain_config(self.configs[index]):
       return None
-    try:
-      stored = json.loads(data)
-      index = stored["index"]
-      if not (isinstance(index, int) and 0 <= index < len(self.configs)) or \
-          stored["config"] != _plain_config(self.configs[index]):
-        return None
-      return index, stored.get("table", [])
-    except (ValueError, KeyError, TypeError):
-      return None
+    table = stored.get("table", [])
+    if not isinstance(table, list) or len(table) != len(self.configs):
+      raise ValueError("bad table")
+    return index, table
 
   def _tune(self, avals, device):
     def build(index):

@@ -198,16 +198,12 @@ def compile_cuda(source: str, name: str, *, options=(), headers=None,
       _memory.move_to_end(entry_key)
       _stats.memory_hits += 1
       return _memory[entry_key]
-  compiled = None
-  cached = disk_cache.load(entry_key)
-  if cached is not None:
-    try:
-      compiled = Compiled.from_bytes(cached)
-      with _lock:
-        _stats.disk_hits += 1
-    except (ValueError, UnicodeDecodeError, struct.error):
-      compiled = None  # an entry of ours that does not read back: compile again and overwrite it
-  if compiled is None:
+  # An entry of ours that does not read back, whatever the error, is dropped and compiled again.
+  compiled = disk_cache.load_decoded(entry_key, Compiled.from_bytes)
+  if compiled is not None:
+    with _lock:
+      _stats.disk_hits += 1
+  else:
     parsed = _compile_with_nvrtc(source, name, options, headers, targets, timeout, pdl)
     compiled = Compiled.of(parsed, param_sizes(parsed))
     disk_cache.store(entry_key, compiled.to_bytes())

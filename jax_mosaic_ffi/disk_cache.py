@@ -26,7 +26,7 @@ symlink; it is followed, being the user's own choice.
 Each entry is written to a temporary file and renamed into place, so
 concurrent writers never expose half an entry. An entry carries the sha256
 of its payload; one of ours that is truncated or altered is deleted and
-rebuilt.
+rebuilt, and so is one that its reader cannot decode (`load_decoded`).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ import struct
 import threading
 import time
 import warnings
+from typing import Callable, TypeVar
 
 _ENTRY_MAGIC = b"JMFFICE1"
 _ENTRY_HEADER = struct.Struct("<8sQ32s")
@@ -65,6 +66,9 @@ _DIR_NOFOLLOW = _DIR | os.O_NOFOLLOW
 # O_NONBLOCK: a FIFO planted at an entry's name must not wait for a writer.
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+_T = TypeVar("_T")
 
 
 class CacheFolderRefused(UserWarning):
@@ -142,6 +146,37 @@ def load(entry_key: str) -> bytes | None:
   except OSError:
     pass
   return None
+
+
+def load_decoded(entry_key: str, decode: Callable[[bytes], _T | None]) -> _T | None:
+  """``decode(load(entry_key))``, or None. An entry of ours that ``decode``
+  raises on, whatever the error (a RecursionError from deeply nested JSON
+  included), is a bad entry: it is deleted, so that the caller rebuilds it
+  instead of every later process failing on it. ``decode`` returns None for
+  an entry that reads back but does not apply; that one is kept."""
+  payload = load(entry_key)
+  if payload is None:
+    return None
+  try:
+    return decode(payload)
+  except Exception:
+    discard(entry_key)
+    return None
+
+
+def discard(entry_key: str) -> None:
+  """Deletes the entry stored under `entry_key`, if there is one of ours."""
+  directory = cache_dir()
+  if directory is None:
+    return
+  name = _entry_name(entry_key)
+  try:
+    with _opened(directory, _DIR) as root:
+      if _trusted(root, directory):
+        st = os.stat(os.path.join(entry_key[:2], name), dir_fd=root, follow_symlinks=False)
+        _remove_if_ours(root, entry_key[:2], name, st, directory)
+  except OSError:
+    pass
 
 
 def store(entry_key: str, payload: bytes) -> None:

@@ -291,18 +291,13 @@ def _compile(fn, signature, constexprs, num_warps, num_stages, num_ctas, targets
     with compiler._lock:
       compiler._stats.memory_hits += 1
     return hit
-  kernel = None
-  cached = disk_cache.load(entry_key)
-  if cached is not None:
-    try:
-      kernel = _from_bytes(fn.__name__, cached)
-      meta = {**constexprs, "num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas}
-      kernel = TritonKernel(kernel.name, kernel.compiled, dataclasses.replace(kernel.info, meta=tuple(meta.items())))
-      with compiler._lock:
-        compiler._stats.disk_hits += 1
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError, struct.error):
-      kernel = None
-  if kernel is None:
+  kernel = disk_cache.load_decoded(entry_key, lambda data: _from_bytes(fn.__name__, data))
+  if kernel is not None:
+    meta = {**constexprs, "num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas}
+    kernel = TritonKernel(kernel.name, kernel.compiled, dataclasses.replace(kernel.info, meta=tuple(meta.items())))
+    with compiler._lock:
+      compiler._stats.disk_hits += 1
+  else:
     with _compile_lock:
       kernel = _run_triton(triton, fn, signature, constexprs, attrs, num_warps, num_stages, num_ctas, targets)
       with _lock:

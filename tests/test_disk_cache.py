@@ -3,6 +3,7 @@
 import hashlib
 import os
 import stat
+import struct
 import time
 import warnings
 
@@ -81,6 +82,28 @@ def test_a_damaged_entry_is_rebuilt(isolated_disk_cache, damage):
   assert after.nvrtc_compiles == before.nvrtc_compiles + 1
   assert rebuilt.module == good.module
   assert path.read_bytes() == data  # rewritten whole
+
+
+def test_an_entry_that_does_not_decode_is_dropped_and_rebuilt(isolated_disk_cache):
+  good = jmf.cuda_kernel(kernel_sources.ADD, "add")
+  (path,) = entries(isolated_disk_cache)
+  data = path.read_bytes()
+  payload = data[disk_cache._ENTRY_HEADER.size:]
+  (length,) = struct.unpack_from("<I", payload)
+  # Valid checksum, but JSON nested deeper than Python's parser recurses: RecursionError, not ValueError.
+  deep = b"[" * 32000 + b"]" * 32000
+  path.write_bytes(entry_bytes(struct.pack("<I", len(deep)) + deep + payload[4 + length:]))
+  jmf.clear_kernel_cache()
+  before = jmf.kernel_cache_stats()
+  rebuilt = jmf.cuda_kernel(kernel_sources.ADD, "add")
+  assert rebuilt.module == good.module
+  assert jmf.kernel_cache_stats().nvrtc_compiles == before.nvrtc_compiles + 1
+  assert path.read_bytes() == data
+  # A decoder that fails drops the entry, whatever it raises.
+  entry_key = disk_cache.key("undecodable")
+  disk_cache.store(entry_key, b"payload")
+  assert disk_cache.load_decoded(entry_key, lambda data: [][1]) is None
+  assert disk_cache.load(entry_key) is None
 
 
 def test_the_cache_stays_within_its_bound(isolated_disk_cache, monkeypatch):
