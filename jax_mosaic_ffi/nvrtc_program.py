@@ -4,8 +4,10 @@ NVRTC cannot be interrupted: a template that explodes keeps it busy for
 minutes, and Ctrl-C does not reach it. So by default compiles run in a
 worker process (this file run as a script), kept alive between compiles and
 killed when one takes longer than ``JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S``
-seconds (default 300) or the caller is interrupted. Set it to 0 to compile
-in the calling process, with no bound.
+seconds (default 300, at most a week) or the caller is interrupted. Set it
+to 0 to compile in the calling process, with no bound. The worker answers on
+a pipe of its own, not its stdout, so whatever the child prints (a
+``sitecustomize``, a library) cannot garble an answer.
 
 This file imports nothing from jax_mosaic_ffi, and nothing but the standard
 library and cuda-python's NVRTC bindings, so the child starts in tens of
@@ -27,6 +29,8 @@ import time
 
 TIMEOUT_ENV = "JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 300.0
+# Longer bounds are taken as this one: select() cannot wait 1e10 s (OverflowError).
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
 _MAX_REPLY_BYTES = 1 << 30
 
 
@@ -51,9 +55,10 @@ def timeout_s() -> float | None:
     seconds = float(value)
   except ValueError:
     raise ValueError(f"{TIMEOUT_ENV} must be a number of seconds (0 for no bound), got {value!r}") from None
-  if seconds != seconds or seconds < 0:
-    raise ValueError(f"{TIMEOUT_ENV} must be a number of seconds >= 0 (0 for no bound), got {value!r}")
-  return None if seconds == 0 or seconds == float("inf") else seconds
+  if not 0 <= seconds < float("inf"):  # nan too
+    raise ValueError(f"{TIMEOUT_ENV} must be a finite number of seconds >= 0 (0 compiles in this process, with "
+                     f"no bound), got {value!r}")
+  return None if seconds == 0 else min(seconds, MAX_TIMEOUT_S)
 
 
 def _nvrtc():
@@ -235,16 +240,31 @@ class _Worker:
 
   def __init__(self):
     self._process = None
+    self._answers = None  # the read end of the worker's answer pipe
     self._lock = threading.Lock()
+
+  def _start(self) -> None:
+    read_end, write_end = os.pipe()
+    try:
+      self._process = subprocess.Popen([sys.executable, "-P", os.path.abspath(__file__), str(write_end)],
+                                       stdin=subprocess.PIPE, pass_fds=(write_end,))
+    except BaseException:
+      os.close(read_end)
+      raise
+    finally:
+      os.close(write_end)
+    self._answers = os.fdopen(read_end, "rb", buffering=0)
 
   def compile(self, request: dict, seconds: float) -> dict:
     with self._lock:
       if self._process is None or self._process.poll() is not None:
-        self._process = subprocess.Popen([sys.executable, "-P", os.path.abspath(__file__)], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE)
+        self._stop()
+        self._start()
       try:
-        _write_message(self._process.stdin, request)
-        status, payload = _read_message(self._process.stdout, time.monotonic() + seconds)
+        # The worker started in some earlier working directory: NVRTC resolves
+        # relative include paths against the caller's current one.
+        _write_message(self._process.stdin, {**request, "cwd": _cwd()})
+        status, payload = _read_message(self._answers, time.monotonic() + seconds)
       except BaseException:
         self._stop()
         raise
@@ -256,24 +276,34 @@ class _Worker:
 
   def _stop(self) -> None:
     process, self._process = self._process, None
+    answers, self._answers = self._answers, None
     if process is not None:
       process.kill()
       process.wait()
       process.stdin.close()
-      process.stdout.close()
+    if answers is not None:
+      answers.close()
 
   def close(self) -> None:
     """Ends the worker: it exits when its input closes."""
     process, self._process = self._process, None
-    if process is None:
-      return
-    process.stdin.close()
-    try:
-      process.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-      process.kill()
-      process.wait()
-    process.stdout.close()
+    answers, self._answers = self._answers, None
+    if process is not None:
+      process.stdin.close()
+      try:
+        process.wait(timeout=5)
+      except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    if answers is not None:
+      answers.close()
+
+
+def _cwd() -> str | None:
+  try:
+    return os.getcwd()
+  except OSError:  # deleted under us
+    return None
 
 
 _worker = _Worker()
@@ -321,22 +351,25 @@ def _read_message(stream, deadline: float | None):
   return pickle.loads(_read_exactly(fd, length, deadline))  # our own child's reply
 
 
-def _serve() -> None:
-  """The worker's loop: a request in, a reply out, until stdin closes."""
-  stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+def _serve(answer_fd: int) -> None:
+  """The worker's loop: a request in on stdin, a reply out on `answer_fd`, until stdin closes."""
+  stdin = sys.stdin.buffer
+  answers = os.fdopen(answer_fd, "wb")
   while True:
     header = stdin.read(_LENGTH.size)
     if len(header) < _LENGTH.size:
       return
     request = pickle.loads(stdin.read(_LENGTH.unpack(header)[0]))
     try:
+      if request.get("cwd"):
+        os.chdir(request["cwd"])
       reply = ("ok", compile_here(request))
     except NvrtcFailure as e:
       reply = ("failure", e.log)
     except Exception as e:  # reported by the parent with the kernel's name
       reply = ("error", f"{type(e).__name__}: {e}")
-    _write_message(stdout, reply)
+    _write_message(answers, reply)
 
 
 if __name__ == "__main__":
-  _serve()
+  _serve(int(sys.argv[1]))
