@@ -9,6 +9,9 @@ to 0 to compile in the calling process, with no bound. The worker answers on
 a pipe of its own, not its stdout, so whatever the child prints (a
 ``sitecustomize``, a library) cannot garble an answer.
 
+Each compile also reports the files NVRTC read (``deps``), from NVRTC's own
+time trace, for the compile cache to revalidate (``file_deps``).
+
 This file imports nothing from jax_mosaic_ffi, and nothing but the standard
 library and cuda-python's NVRTC bindings, so the child starts in tens of
 milliseconds.
@@ -17,6 +20,7 @@ milliseconds.
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import pickle
 import re
@@ -24,6 +28,7 @@ import select
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -31,6 +36,8 @@ TIMEOUT_ENV = "JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 300.0
 # Longer bounds are taken as this one: select() cannot wait 1e10 s (OverflowError).
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
+# NVRTC's time trace of one compile; a template-heavy one is a few MiB.
+_MAX_TRACE_BYTES = 256 << 20
 _MAX_REPLY_BYTES = 1 << 30
 
 
@@ -184,16 +191,34 @@ def _ptx_of(nvrtc, prog) -> bytes:
   return text.rstrip(b"\0")
 
 
+def _headers_read(trace_path: str) -> list[str] | None:
+  """The files NVRTC's time trace says it processed, or None if there is no trace to read."""
+  try:
+    with open(trace_path, "rb") as f:
+      data = f.read(_MAX_TRACE_BYTES + 1)
+    events = json.loads(data)["traceEvents"] if len(data) <= _MAX_TRACE_BYTES else None
+    return [str(e["args"]["detail"]) for e in events if e.get("name") == "Processing Header File"]
+  except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+    return None
+
+
 def compile_here(request: dict) -> dict:
   """Compiles ``request`` (source, filename, name, headers, options, targets,
   pdl) for each target: {"symbol", "cubins": [bytes per target], "ptx":
-  bytes of the first target, "pdl_wait": every image waits at entry}.
-  Raises NvrtcFailure with the log."""
+  bytes of the first target, "pdl_wait": every image waits at entry, "deps":
+  the files read, as NVRTC named them (None if it did not say)}. Raises
+  NvrtcFailure with the log."""
+  with tempfile.TemporaryDirectory(prefix="jmf-nvrtc-") as scratch:
+    return _compile_targets(request, scratch)
+
+
+def _compile_targets(request: dict, scratch: str) -> dict:
   nvrtc = _nvrtc()
   headers = request["headers"]
   cubins = []
   ptx = b""
   symbol = None
+  deps: set[str] | None = set()
   pdl_wait = bool(request.get("pdl")) and all(_arch_number(t) >= PDL_MIN_ARCH for t in request["targets"])
   for index, target in enumerate(request["targets"]):
     err, prog = nvrtc.nvrtcCreateProgram(request["source"].encode(), request["filename"].encode(), len(headers),
@@ -201,11 +226,17 @@ def compile_here(request: dict) -> dict:
     _check(nvrtc, err, "nvrtcCreateProgram")
     try:
       _check(nvrtc, nvrtc.nvrtcAddNameExpression(prog, request["name"].encode())[0], "nvrtcAddNameExpression")
-      options = [o.encode() for o in request["options"]] + [f"--gpu-architecture={target}".encode()]
+      # NVRTC names each header it reads in its time trace (it adds ".json" to the name): the
+      # compile cache's dependencies. Per target, as includes may depend on __CUDA_ARCH__.
+      trace = os.path.join(scratch, f"trace{index}")
+      options = [o.encode() for o in request["options"]] + [f"--gpu-architecture={target}".encode(),
+                                                             f"--fdevice-time-trace={trace}".encode()]
       (err,) = nvrtc.nvrtcCompileProgram(prog, len(options), options)
       log = _log(nvrtc, prog)
       if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
         raise NvrtcFailure(log or str(err))
+      read = _headers_read(trace + ".json")
+      deps = None if deps is None or read is None else deps | {h for h in read if h not in headers}
       err, lowered = nvrtc.nvrtcGetLoweredName(prog, request["name"].encode())
       if err != nvrtc.nvrtcResult.NVRTC_SUCCESS or not lowered:
         raise NvrtcFailure(f"'{request['name']}' does not name a __global__ function in {request['filename']}")
@@ -227,7 +258,8 @@ def compile_here(request: dict) -> dict:
         ptx = target_ptx
     finally:
       nvrtc.nvrtcDestroyProgram(prog)
-  return {"symbol": symbol, "cubins": cubins, "ptx": ptx, "pdl_wait": pdl_wait}
+  return {"symbol": symbol, "cubins": cubins, "ptx": ptx, "pdl_wait": pdl_wait,
+          "deps": sorted(deps) if deps is not None else None}
 
 
 class _Worker:

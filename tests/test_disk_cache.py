@@ -1,4 +1,4 @@
-"""The on-disk NVRTC cache: its key, concurrency, corruption, bounds, trust."""
+"""The on-disk NVRTC cache: its key, the files a compile read, concurrency, corruption, bounds, trust."""
 
 import hashlib
 import os
@@ -10,8 +10,8 @@ import warnings
 import pytest
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi import compiler, disk_cache
-from jax_mosaic_ffi.module_format import Arch
+from jax_mosaic_ffi import compiler, disk_cache, nvrtc_compat
+from jax_mosaic_ffi.module_format import Arch, ImageKind
 
 import fresh_process
 import kernel_sources
@@ -47,6 +47,70 @@ def test_a_new_process_compiles_nothing(isolated_disk_cache, tmp_path):
       "JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)}).result
   assert (compiles, hits) == (0, 1)
   assert digest == jmf.cuda_kernel(kernel_sources.ADD, "add").hash.hex()
+
+
+HEADER_USER = r'''
+#include "value.cuh"
+extern "C" __global__ void store_value(int* out) { out[0] = VALUE; }
+'''
+# Two constants no PTX holds by chance; a header edit from one to the other keeps its size.
+V1, V2 = "6220097", "6220098"
+
+
+def ptx_of(kernel) -> str:
+  return next(image.data.decode() for image in kernel.parsed.images if image.kind == ImageKind.PTX)
+
+
+def test_an_edited_header_from_an_include_folder_is_compiled_again_in_a_fresh_process(isolated_disk_cache, tmp_path):
+  include = tmp_path / "include"
+  include.mkdir()
+  script = """
+      import json, sys
+      import jax_mosaic_ffi as jmf, test_disk_cache as t
+      k = jmf.cuda_kernel(t.HEADER_USER, "store_value", options=["-I" + sys.argv[1]])
+      s = jmf.kernel_cache_stats()
+      print(json.dumps({"compiles": s.nvrtc_compiles, "disk": s.disk_hits, "ptx": t.ptx_of(k)}))
+  """
+  env = {"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)}
+  runs = []
+  for value in (V1, V1, V2):
+    (include / "value.cuh").write_text(f"#define VALUE {value}\n")
+    runs.append(fresh_process.run(script, include, cwd=tmp_path, timeout=120, env=env).result)
+  assert [(r["compiles"], r["disk"]) for r in runs] == [(1, 0), (0, 1), (1, 0)]
+  assert V1 in runs[1]["ptx"]
+  assert V2 in runs[2]["ptx"] and V1 not in runs[2]["ptx"]
+
+
+def test_an_edited_header_is_compiled_again_in_the_same_process(isolated_disk_cache, tmp_path, monkeypatch):
+  # A relative -I folder: relative to the working directory, for NVRTC and for the cache alike.
+  (tmp_path / "inc").mkdir()
+  header = tmp_path / "inc" / "value.cuh"
+  header.write_text(f"#define VALUE {V1}\n")
+  time.sleep(0.1)  # a file changed while it compiled is not cached: this one changed before
+  monkeypatch.chdir(tmp_path)
+  first = jmf.cuda_kernel(HEADER_USER, "store_value", options=["-Iinc"])
+  assert V1 in ptx_of(first)
+  before = jmf.kernel_cache_stats()
+  assert jmf.cuda_kernel(HEADER_USER, "store_value", options=["-Iinc"]).compiled is first.compiled
+  header.write_text(f"#define VALUE {V2}\n")
+  second = jmf.cuda_kernel(HEADER_USER, "store_value", options=["-Iinc"])
+  after = jmf.kernel_cache_stats()
+  assert V2 in ptx_of(second)
+  assert after.nvrtc_compiles == before.nvrtc_compiles + 1 and after.memory_hits == before.memory_hits + 1
+  # Another folder with a header of the same name: what -Iinc means moves with the working directory.
+  (tmp_path / "elsewhere" / "inc").mkdir(parents=True)
+  (tmp_path / "elsewhere" / "inc" / "value.cuh").write_text(f"#define VALUE {V1}\n")
+  monkeypatch.chdir(tmp_path / "elsewhere")
+  assert V1 in ptx_of(jmf.cuda_kernel(HEADER_USER, "store_value", options=["-Iinc"]))
+
+
+def test_the_packaged_and_cuda_headers_read_are_recorded(isolated_disk_cache):
+  kernel = jmf.cuda_kernel(kernel_sources.AXPB, "ops::axpb<float>")
+  read = {path for path, digest in kernel.compiled.deps if digest is not None}
+  assert str(nvrtc_compat.PRELUDE) in read
+  assert any(path.endswith("/cuda_fp16.h") for path in read) and any("/cuda/std/" in path for path in read)
+  assert all(digest == hashlib.sha256(open(path, "rb").read()).hexdigest() for path, digest in kernel.compiled.deps
+             if digest is not None)
 
 
 def test_several_processes_compiling_the_same_kernel_at_once(isolated_disk_cache, tmp_path):
