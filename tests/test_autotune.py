@@ -111,6 +111,36 @@ def test_winners_are_timed_persisted_and_reused(isolated_disk_cache, monkeypatch
   assert result == {"ok": True, "tunings": 0, "disk": 1, "winner": 2, "source": "disk"}
 
 
+def edited_factory(path):
+  """Config 0 runs ADD; config 1 runs the kernel in the file at `path`."""
+  def factory(meta):
+    source = kernel_sources.ADD if meta["which"] == 0 else open(path).read()
+    kernel = jmf.cuda_kernel(source, "add")
+    return jmf.mosaic_kernel(kernel, lambda x, y: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                             grid=lambda x, y: jmf.cdiv(x.size, 128), block=128,
+                             scalars=lambda x, y: (np.int32(x.size),), fallback=slow_fallback(meta["work"]))
+  return factory
+
+
+@no_gpu
+def test_an_edited_kernel_in_any_config_is_tuned_again(isolated_disk_cache, monkeypatch, tmp_path):
+  monkeypatch.setenv(autotuning.CPU_ENV, "1")
+  path = tmp_path / "second.cu"
+  path.write_text(kernel_sources.ADD)
+  configs = [{"which": 0, "work": 2}, {"which": 1, "work": 0}]
+  x = jax.ShapeDtypeStruct((1000,), jnp.float32)
+
+  def source():
+    jmf.clear_kernel_cache()  # memory only: what a new process finds is on disk
+    tuned = jmf.autotune(edited_factory(path), configs=configs, name="test-edited")
+    tuned.best_config(x, x)
+    return tuned.last_report["source"]
+
+  assert [source(), source()] == ["tuned", "disk"]
+  path.write_text(kernel_sources.ADD.replace("a[i] + b[i]", "a[i] + 2.0f * b[i]"))
+  assert source() == "tuned"
+
+
 @no_gpu
 def test_an_entry_that_does_not_decode_is_tuned_again(isolated_disk_cache, monkeypatch):
   monkeypatch.setenv(autotuning.CPU_ENV, "1")
