@@ -20,11 +20,13 @@ milliseconds.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import pickle
 import re
 import select
+import shutil
 import struct
 import subprocess
 import sys
@@ -202,12 +204,15 @@ def _headers_read(trace_path: str) -> list[str] | None:
     return None
 
 
-def compile_here(request: dict) -> dict:
+def compile_here(request: dict, scratch: str | None = None) -> dict:
   """Compiles ``request`` (source, filename, name, headers, options, targets,
   pdl) for each target: {"symbol", "cubins": [bytes per target], "ptx":
   bytes of the first target, "pdl_wait": every image waits at entry, "deps":
   the files read, as NVRTC named them (None if it did not say)}. Raises
-  NvrtcFailure with the log."""
+  NvrtcFailure with the log. ``scratch``: a private folder for NVRTC's trace
+  files (default: a temporary one)."""
+  if scratch is not None:
+    return _compile_targets(request, scratch)
   with tempfile.TemporaryDirectory(prefix="jmf-nvrtc-") as scratch:
     return _compile_targets(request, scratch)
 
@@ -229,6 +234,8 @@ def _compile_targets(request: dict, scratch: str) -> dict:
       # NVRTC names each header it reads in its time trace (it adds ".json" to the name): the
       # compile cache's dependencies. Per target, as includes may depend on __CUDA_ARCH__.
       trace = os.path.join(scratch, f"trace{index}")
+      with contextlib.suppress(OSError):
+        os.unlink(trace + ".json")  # an earlier compile's, which must not pass for this one's
       options = [o.encode() for o in request["options"]] + [f"--gpu-architecture={target}".encode(),
                                                              f"--fdevice-time-trace={trace}".encode()]
       (err,) = nvrtc.nvrtcCompileProgram(prog, len(options), options)
@@ -273,15 +280,19 @@ class _Worker:
   def __init__(self):
     self._process = None
     self._answers = None  # the read end of the worker's answer pipe
+    # The worker's folder for NVRTC's trace files: ours to remove, as a killed worker cannot.
+    self._scratch = None
     self._lock = threading.Lock()
 
   def _start(self) -> None:
     read_end, write_end = os.pipe()
+    self._scratch = tempfile.mkdtemp(prefix="jmf-nvrtc-")
     try:
-      self._process = subprocess.Popen([sys.executable, "-P", os.path.abspath(__file__), str(write_end)],
-                                       stdin=subprocess.PIPE, pass_fds=(write_end,))
+      self._process = subprocess.Popen([sys.executable, "-P", os.path.abspath(__file__), str(write_end),
+                                        self._scratch], stdin=subprocess.PIPE, pass_fds=(write_end,))
     except BaseException:
       os.close(read_end)
+      self._remove_scratch()
       raise
     finally:
       os.close(write_end)
@@ -315,6 +326,12 @@ class _Worker:
       process.stdin.close()
     if answers is not None:
       answers.close()
+    self._remove_scratch()
+
+  def _remove_scratch(self) -> None:
+    scratch, self._scratch = self._scratch, None
+    if scratch is not None:
+      shutil.rmtree(scratch, ignore_errors=True)
 
   def close(self) -> None:
     """Ends the worker: it exits when its input closes."""
@@ -329,6 +346,7 @@ class _Worker:
         process.wait()
     if answers is not None:
       answers.close()
+    self._remove_scratch()
 
 
 def _cwd() -> str | None:
@@ -383,7 +401,7 @@ def _read_message(stream, deadline: float | None):
   return pickle.loads(_read_exactly(fd, length, deadline))  # our own child's reply
 
 
-def _serve(answer_fd: int) -> None:
+def _serve(answer_fd: int, scratch: str) -> None:
   """The worker's loop: a request in on stdin, a reply out on `answer_fd`, until stdin closes."""
   stdin = sys.stdin.buffer
   answers = os.fdopen(answer_fd, "wb")
@@ -395,7 +413,7 @@ def _serve(answer_fd: int) -> None:
     try:
       if request.get("cwd"):
         os.chdir(request["cwd"])
-      reply = ("ok", compile_here(request))
+      reply = ("ok", compile_here(request, scratch))
     except NvrtcFailure as e:
       reply = ("failure", e.log)
     except Exception as e:  # reported by the parent with the kernel's name
@@ -404,4 +422,4 @@ def _serve(answer_fd: int) -> None:
 
 
 if __name__ == "__main__":
-  _serve(int(sys.argv[1]))
+  _serve(int(sys.argv[1]), sys.argv[2])

@@ -1,7 +1,9 @@
 """NVRTC front end: compiling, names, targets, errors (no GPU needed)."""
 
+import glob
 import hashlib
 import os
+import tempfile
 
 import pytest
 
@@ -116,11 +118,15 @@ extern "C" __global__ void bomb(unsigned long long* out) { out[0] = Bomb<40, 1>:
 def test_a_compile_that_never_ends_is_stopped_and_the_next_one_works(isolated_disk_cache, monkeypatch):
   import time
   monkeypatch.setenv("JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S", "2")
+  scratch = os.path.join(tempfile.gettempdir(), "jmf-nvrtc-*")
+  before = set(glob.glob(scratch))
   start = time.monotonic()
   with pytest.raises(jmf.CompileError, match="did not finish within"):
     jmf.cuda_kernel(TEMPLATE_BOMB, "bomb")
   assert time.monotonic() - start < 30
   assert jmf.cuda_kernel(kernel_sources.ADD, "add").symbol == "add"
+  # The killed worker's scratch folder is removed with it; only the new worker's is there.
+  assert set(glob.glob(scratch)) - before <= {nvrtc_program._worker._scratch}
 
 
 @pytest.mark.parametrize("value", ["soon", "-1", "nan", "inf", "-inf"])
