@@ -15,8 +15,9 @@ built and compiled (in threads: NVRTC runs in child processes), then each
 is timed on random inputs of the call's shapes on the default device, after
 a warm-up, as the median of several rounds of back-to-back calls. The
 winner is kept per (name, configs, shapes and dtypes or ``key``, the
-kernels of the first config, device name, driver, NVRTC and Triton) in
-memory and in the disk cache, so a second process times nothing; a
+kernels of every config, device name, driver, NVRTC and Triton) in memory
+and in the disk cache, so a second process times nothing (its compiles are
+compile-cache hits) and an edited kernel in any config is tuned again; a
 `jax.export` artifact holds the winner's binary alone.
 
 A config that fails to compile, lower or launch is skipped and reported;
@@ -286,30 +287,36 @@ class Autotuned:
                   "config": self.configs[index], "table": table})
     return index
 
-  def _disk_key(self, avals, scope, device) -> str:
-    # The first config's kernels stand for the kernel's code: a changed source is a new key.
+  def _identity(self, index: int, avals) -> str:
+    """Config `index`'s kernels (their module hashes), or how it fails to build."""
     try:
-      identity = _kernel_hashes(jax.make_jaxpr(self._call_for(0))(*avals))
-    except Exception as e:  # the first config does not build: the configs alone name it
-      identity = [f"config 0 fails: {type(e).__name__}"]
+      return " ".join(_kernel_hashes(jax.make_jaxpr(self._call_for(index))(*avals)))
+    except Exception as e:
+      return f"fails: {type(e).__name__}"
+
+  def _disk_key(self, avals, scope, device) -> str:
+    # Every config's kernels, not one config's: an edit to any of them may change the winner.
+    workers = max(1, min(len(self.configs), os.cpu_count() or 1, 8))
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+      identity = list(pool.map(lambda k: f"config {k}: {self._identity(k, avals)}", range(len(self.configs))))
     return disk_cache.key(
         _FORMAT, f"format{module_format.FORMAT_VERSION}", self.name,
         json.dumps([_plain_config(c) for c in self.configs]), repr(scope),
         *identity, getattr(device, "device_kind", device.platform), gpu_info.driver_version(), *_toolkits())
 
   def _load(self, entry_key: str):
-    data = disk_cache.load(entry_key)
-    if data is None:
+    return disk_cache.load_decoded(entry_key, self._decode)
+
+  def _decode(self, data: bytes):
+    stored = json.loads(data)
+    index = stored["index"]
+    if not (isinstance(index, int) and 0 <= index < len(self.configs)) or \
+        stored["config"] != _plain_config(self.configs[index]):
       return None
-    try:
-      stored = json.loads(data)
-      index = stored["index"]
-      if not (isinstance(index, int) and 0 <= index < len(self.configs)) or \
-          stored["config"] != _plain_config(self.configs[index]):
-        return None
-      return index, stored.get("table", [])
-    except (ValueError, KeyError, TypeError):
-      return None
+    table = stored.get("table", [])
+    if not isinstance(table, list) or len(table) != len(self.configs):
+      raise ValueError("bad table")
+    return index, table
 
   def _tune(self, avals, device):
     def build(index):

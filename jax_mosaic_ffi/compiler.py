@@ -2,9 +2,12 @@
 
 A compile is looked up first in memory, then on disk (``disk_cache``), and
 only then handed to NVRTC (``nvrtc_program``, in a child process with a time
-bound). The cache key covers everything that changes the binary: the source,
-the headers, the options, the target archs, the NVRTC build and this
-package's module format.
+bound). The cache key covers everything given that changes the binary: the
+source, the in-memory headers, the options, the target archs, the NVRTC
+build and this package's module format. The headers NVRTC read from disk
+are known only after the compile: the entry lists them with their contents'
+hashes, and a hit in either cache counts only while they are unchanged
+(``file_deps``).
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ import pathlib
 import re
 import struct
 import threading
+import time
 
 from jax_mosaic_ffi import disk_cache
+from jax_mosaic_ffi import file_deps
 from jax_mosaic_ffi import module_format
 from jax_mosaic_ffi import nvrtc_compat
 from jax_mosaic_ffi import nvrtc_program
@@ -28,6 +33,8 @@ from jax_mosaic_ffi.module_format import Arch, Image, ImageKind, ParsedModule
 
 DEVICE_INCLUDE_DIR = pathlib.Path(__file__).parent / "include"
 _MEMORY_CACHE_SIZE = 512
+# The JSON header of a cache entry: its list of headers read is the large part.
+_MAX_ENTRY_HEADER = 16 << 20
 
 
 class CompileError(RuntimeError):
@@ -58,14 +65,15 @@ class Compiled:
   module_bytes: bytes
   hash: bytes
   param_sizes: tuple[int, ...] | None  # from the PTX, when the module has some
+  deps: file_deps.Deps = ()  # the files the compile read, with their hashes
 
   @classmethod
-  def of(cls, parsed: ParsedModule, param_sizes: tuple[int, ...] | None) -> "Compiled":
+  def of(cls, parsed: ParsedModule, param_sizes: tuple[int, ...] | None, deps: file_deps.Deps = ()) -> "Compiled":
     data = module_format.serialize(parsed)
-    return cls(parsed, data, module_format.kernel_hash(data), param_sizes)
+    return cls(parsed, data, module_format.kernel_hash(data), param_sizes, deps)
 
   def to_bytes(self) -> bytes:
-    header = json.dumps({"param_sizes": self.param_sizes}).encode()
+    header = json.dumps({"param_sizes": self.param_sizes, "deps": self.deps}).encode()
     return struct.pack("<I", len(header)) + header + self.module_bytes
 
   @classmethod
@@ -74,16 +82,17 @@ class Compiled:
     if len(data) < 4:
       raise ValueError("truncated")
     (length,) = struct.unpack_from("<I", data)
-    if length > min(len(data) - 4, 1 << 16):
+    if length > min(len(data) - 4, _MAX_ENTRY_HEADER):
       raise ValueError("bad header length")
     header = json.loads(data[4:4 + length])
     sizes = header.get("param_sizes") if isinstance(header, dict) else None
     if sizes is not None and not (isinstance(sizes, list) and len(sizes) <= module_format.LIMITS["max_params"]
                                   and all(type(s) is int and 1 <= s <= 4096 for s in sizes)):
       raise ValueError("bad param_sizes")
+    deps = file_deps.checked(header.get("deps", []))
     module_bytes = data[4 + length:]
     return cls(module_format.parse(module_bytes), module_bytes, module_format.kernel_hash(module_bytes),
-               tuple(sizes) if sizes is not None else None)
+               tuple(sizes) if sizes is not None else None, deps)
 
 
 @dataclasses.dataclass
@@ -165,12 +174,14 @@ def _has_option(options, *prefixes) -> bool:
 
 # Bumped whenever the code we add to a kernel changes (nvrtc_program.wait_at_entry).
 _INSTRUMENTATION = "pdl-wait-1"
+# Entries before this one did not list the headers they read.
+_ENTRY_FORMAT = "deps-1"
 
 
 def cache_key(source: str, name: str, options, headers: dict, targets, compiler: str, pdl: bool = True) -> str:
   """Everything that changes the binary, hashed: the key of both caches."""
   return disk_cache.key(
-      f"format{module_format.FORMAT_VERSION}", f"compat{nvrtc_compat.HEADERS_HASH}",
+      _ENTRY_FORMAT, f"format{module_format.FORMAT_VERSION}", f"compat{nvrtc_compat.HEADERS_HASH}",
       _INSTRUMENTATION if pdl else "as-written", compiler, source, name,
       f"{len(options)} options", *options, f"{len(headers)} headers",
       *(f"{k}\0{v}" for k, v in sorted(headers.items())), *(t.sm for t in targets))
@@ -194,22 +205,25 @@ def compile_cuda(source: str, name: str, *, options=(), headers=None,
   timeout = nvrtc_program.timeout_s()
   entry_key = cache_key(source, name, options, headers, targets, nvrtc_identity(), pdl)
   with _lock:
-    if entry_key in _memory:
+    compiled = _memory.get(entry_key)
+  if compiled is not None and file_deps.unchanged(compiled.deps):
+    with _lock:
       _memory.move_to_end(entry_key)
       _stats.memory_hits += 1
-      return _memory[entry_key]
-  compiled = None
-  cached = disk_cache.load(entry_key)
-  if cached is not None:
-    try:
-      compiled = Compiled.from_bytes(cached)
-      with _lock:
-        _stats.disk_hits += 1
-    except (ValueError, UnicodeDecodeError, struct.error):
-      compiled = None  # an entry of ours that does not read back: compile again and overwrite it
-  if compiled is None:
-    parsed = _compile_with_nvrtc(source, name, options, headers, targets, timeout, pdl)
-    compiled = Compiled.of(parsed, param_sizes(parsed))
+    return compiled
+  # Not in memory, or a header it read has changed since: the disk entry if its headers are as they
+  # were, else NVRTC, whose entry replaces it.
+  compiled = disk_cache.load_decoded(entry_key, _fresh_entry)
+  if compiled is not None:
+    with _lock:
+      _stats.disk_hits += 1
+  else:
+    started = time.time_ns()
+    parsed, read = _compile_with_nvrtc(source, name, options, headers, targets, timeout, pdl)
+    deps = file_deps.snapshot(read, started)
+    compiled = Compiled.of(parsed, param_sizes(parsed), deps or ())
+    if deps is None:
+      return compiled  # what it read is not known: cached nowhere, so never stale
     disk_cache.store(entry_key, compiled.to_bytes())
   with _lock:
     _memory[entry_key] = compiled
@@ -218,7 +232,13 @@ def compile_cuda(source: str, name: str, *, options=(), headers=None,
   return compiled
 
 
-def _compile_with_nvrtc(source, name, options, headers, targets, timeout, pdl) -> ParsedModule:
+def _fresh_entry(data: bytes) -> Compiled | None:
+  compiled = Compiled.from_bytes(data)
+  return compiled if file_deps.unchanged(compiled.deps) else None
+
+
+def _compile_with_nvrtc(source, name, options, headers, targets, timeout, pdl) -> tuple[ParsedModule, list | None]:
+  """The module, and the files NVRTC read (None if it did not say)."""
   filename = re.sub(r"\W", "_", name.split("<")[0]) + ".cu"
   all_options = list(options)
   if not _has_option(options, "-std", "--std"):
@@ -238,7 +258,8 @@ def _compile_with_nvrtc(source, name, options, headers, targets, timeout, pdl) -
     raise CompileError(name, str(e), source, filename) from None
   images = [Image(ImageKind.CUBIN, target, cubin) for target, cubin in zip(targets, result["cubins"])]
   images.append(Image(ImageKind.PTX, targets[0], result["ptx"]))
-  return ParsedModule(result["symbol"], tuple(images), module_format.FLAG_PDL_WAIT if result["pdl_wait"] else 0)
+  parsed = ParsedModule(result["symbol"], tuple(images), module_format.FLAG_PDL_WAIT if result["pdl_wait"] else 0)
+  return parsed, result.get("deps")
 
 
 def param_sizes(parsed: ParsedModule) -> tuple[int, ...] | None:

@@ -4,8 +4,13 @@ NVRTC cannot be interrupted: a template that explodes keeps it busy for
 minutes, and Ctrl-C does not reach it. So by default compiles run in a
 worker process (this file run as a script), kept alive between compiles and
 killed when one takes longer than ``JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S``
-seconds (default 300) or the caller is interrupted. Set it to 0 to compile
-in the calling process, with no bound.
+seconds (default 300, at most a week) or the caller is interrupted. Set it
+to 0 to compile in the calling process, with no bound. The worker answers on
+a pipe of its own, not its stdout, so whatever the child prints (a
+``sitecustomize``, a library) cannot garble an answer.
+
+Each compile also reports the files NVRTC read (``deps``), from NVRTC's own
+time trace, for the compile cache to revalidate (``file_deps``).
 
 This file imports nothing from jax_mosaic_ffi, and nothing but the standard
 library and cuda-python's NVRTC bindings, so the child starts in tens of
@@ -15,18 +20,26 @@ milliseconds.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import json
 import os
 import pickle
 import re
 import select
+import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 TIMEOUT_ENV = "JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 300.0
+# Longer bounds are taken as this one: select() cannot wait 1e10 s (OverflowError).
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+# NVRTC's time trace of one compile; a template-heavy one is a few MiB.
+_MAX_TRACE_BYTES = 256 << 20
 _MAX_REPLY_BYTES = 1 << 30
 
 
@@ -51,9 +64,10 @@ def timeout_s() -> float | None:
     seconds = float(value)
   except ValueError:
     raise ValueError(f"{TIMEOUT_ENV} must be a number of seconds (0 for no bound), got {value!r}") from None
-  if seconds != seconds or seconds < 0:
-    raise ValueError(f"{TIMEOUT_ENV} must be a number of seconds >= 0 (0 for no bound), got {value!r}")
-  return None if seconds == 0 or seconds == float("inf") else seconds
+  if not 0 <= seconds < float("inf"):  # nan too
+    raise ValueError(f"{TIMEOUT_ENV} must be a finite number of seconds >= 0 (0 compiles in this process, with "
+                     f"no bound), got {value!r}")
+  return None if seconds == 0 else min(seconds, MAX_TIMEOUT_S)
 
 
 def _nvrtc():
@@ -179,16 +193,37 @@ def _ptx_of(nvrtc, prog) -> bytes:
   return text.rstrip(b"\0")
 
 
-def compile_here(request: dict) -> dict:
+def _headers_read(trace_path: str) -> list[str] | None:
+  """The files NVRTC's time trace says it processed, or None if there is no trace to read."""
+  try:
+    with open(trace_path, "rb") as f:
+      data = f.read(_MAX_TRACE_BYTES + 1)
+    events = json.loads(data)["traceEvents"] if len(data) <= _MAX_TRACE_BYTES else None
+    return [str(e["args"]["detail"]) for e in events if e.get("name") == "Processing Header File"]
+  except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+    return None
+
+
+def compile_here(request: dict, scratch: str | None = None) -> dict:
   """Compiles ``request`` (source, filename, name, headers, options, targets,
   pdl) for each target: {"symbol", "cubins": [bytes per target], "ptx":
-  bytes of the first target, "pdl_wait": every image waits at entry}.
-  Raises NvrtcFailure with the log."""
+  bytes of the first target, "pdl_wait": every image waits at entry, "deps":
+  the files read, as NVRTC named them (None if it did not say)}. Raises
+  NvrtcFailure with the log. ``scratch``: a private folder for NVRTC's trace
+  files (default: a temporary one)."""
+  if scratch is not None:
+    return _compile_targets(request, scratch)
+  with tempfile.TemporaryDirectory(prefix="jmf-nvrtc-") as scratch:
+    return _compile_targets(request, scratch)
+
+
+def _compile_targets(request: dict, scratch: str) -> dict:
   nvrtc = _nvrtc()
   headers = request["headers"]
   cubins = []
   ptx = b""
   symbol = None
+  deps: set[str] | None = set()
   pdl_wait = bool(request.get("pdl")) and all(_arch_number(t) >= PDL_MIN_ARCH for t in request["targets"])
   for index, target in enumerate(request["targets"]):
     err, prog = nvrtc.nvrtcCreateProgram(request["source"].encode(), request["filename"].encode(), len(headers),
@@ -196,11 +231,19 @@ def compile_here(request: dict) -> dict:
     _check(nvrtc, err, "nvrtcCreateProgram")
     try:
       _check(nvrtc, nvrtc.nvrtcAddNameExpression(prog, request["name"].encode())[0], "nvrtcAddNameExpression")
-      options = [o.encode() for o in request["options"]] + [f"--gpu-architecture={target}".encode()]
+      # NVRTC names each header it reads in its time trace (it adds ".json" to the name): the
+      # compile cache's dependencies. Per target, as includes may depend on __CUDA_ARCH__.
+      trace = os.path.join(scratch, f"trace{index}")
+      with contextlib.suppress(OSError):
+        os.unlink(trace + ".json")  # an earlier compile's, which must not pass for this one's
+      options = [o.encode() for o in request["options"]] + [f"--gpu-architecture={target}".encode(),
+                                                             f"--fdevice-time-trace={trace}".encode()]
       (err,) = nvrtc.nvrtcCompileProgram(prog, len(options), options)
       log = _log(nvrtc, prog)
       if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
         raise NvrtcFailure(log or str(err))
+      read = _headers_read(trace + ".json")
+      deps = None if deps is None or read is None else deps | {h for h in read if h not in headers}
       err, lowered = nvrtc.nvrtcGetLoweredName(prog, request["name"].encode())
       if err != nvrtc.nvrtcResult.NVRTC_SUCCESS or not lowered:
         raise NvrtcFailure(f"'{request['name']}' does not name a __global__ function in {request['filename']}")
@@ -222,7 +265,8 @@ def compile_here(request: dict) -> dict:
         ptx = target_ptx
     finally:
       nvrtc.nvrtcDestroyProgram(prog)
-  return {"symbol": symbol, "cubins": cubins, "ptx": ptx, "pdl_wait": pdl_wait}
+  return {"symbol": symbol, "cubins": cubins, "ptx": ptx, "pdl_wait": pdl_wait,
+          "deps": sorted(deps) if deps is not None else None}
 
 
 class _Worker:
@@ -235,16 +279,35 @@ class _Worker:
 
   def __init__(self):
     self._process = None
+    self._answers = None  # the read end of the worker's answer pipe
+    # The worker's folder for NVRTC's trace files: ours to remove, as a killed worker cannot.
+    self._scratch = None
     self._lock = threading.Lock()
+
+  def _start(self) -> None:
+    read_end, write_end = os.pipe()
+    self._scratch = tempfile.mkdtemp(prefix="jmf-nvrtc-")
+    try:
+      self._process = subprocess.Popen([sys.executable, "-P", os.path.abspath(__file__), str(write_end),
+                                        self._scratch], stdin=subprocess.PIPE, pass_fds=(write_end,))
+    except BaseException:
+      os.close(read_end)
+      self._remove_scratch()
+      raise
+    finally:
+      os.close(write_end)
+    self._answers = os.fdopen(read_end, "rb", buffering=0)
 
   def compile(self, request: dict, seconds: float) -> dict:
     with self._lock:
       if self._process is None or self._process.poll() is not None:
-        self._process = subprocess.Popen([sys.executable, "-P", os.path.abspath(__file__)], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE)
+        self._stop()
+        self._start()
       try:
-        _write_message(self._process.stdin, request)
-        status, payload = _read_message(self._process.stdout, time.monotonic() + seconds)
+        # The worker started in some earlier working directory: NVRTC resolves
+        # relative include paths against the caller's current one.
+        _write_message(self._process.stdin, {**request, "cwd": _cwd()})
+        status, payload = _read_message(self._answers, time.monotonic() + seconds)
       except BaseException:
         self._stop()
         raise
@@ -256,24 +319,41 @@ class _Worker:
 
   def _stop(self) -> None:
     process, self._process = self._process, None
+    answers, self._answers = self._answers, None
     if process is not None:
       process.kill()
       process.wait()
       process.stdin.close()
-      process.stdout.close()
+    if answers is not None:
+      answers.close()
+    self._remove_scratch()
+
+  def _remove_scratch(self) -> None:
+    scratch, self._scratch = self._scratch, None
+    if scratch is not None:
+      shutil.rmtree(scratch, ignore_errors=True)
 
   def close(self) -> None:
     """Ends the worker: it exits when its input closes."""
     process, self._process = self._process, None
-    if process is None:
-      return
-    process.stdin.close()
-    try:
-      process.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-      process.kill()
-      process.wait()
-    process.stdout.close()
+    answers, self._answers = self._answers, None
+    if process is not None:
+      process.stdin.close()
+      try:
+        process.wait(timeout=5)
+      except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    if answers is not None:
+      answers.close()
+    self._remove_scratch()
+
+
+def _cwd() -> str | None:
+  try:
+    return os.getcwd()
+  except OSError:  # deleted under us
+    return None
 
 
 _worker = _Worker()
@@ -321,22 +401,25 @@ def _read_message(stream, deadline: float | None):
   return pickle.loads(_read_exactly(fd, length, deadline))  # our own child's reply
 
 
-def _serve() -> None:
-  """The worker's loop: a request in, a reply out, until stdin closes."""
-  stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+def _serve(answer_fd: int, scratch: str) -> None:
+  """The worker's loop: a request in on stdin, a reply out on `answer_fd`, until stdin closes."""
+  stdin = sys.stdin.buffer
+  answers = os.fdopen(answer_fd, "wb")
   while True:
     header = stdin.read(_LENGTH.size)
     if len(header) < _LENGTH.size:
       return
     request = pickle.loads(stdin.read(_LENGTH.unpack(header)[0]))
     try:
-      reply = ("ok", compile_here(request))
+      if request.get("cwd"):
+        os.chdir(request["cwd"])
+      reply = ("ok", compile_here(request, scratch))
     except NvrtcFailure as e:
       reply = ("failure", e.log)
     except Exception as e:  # reported by the parent with the kernel's name
       reply = ("error", f"{type(e).__name__}: {e}")
-    _write_message(stdout, reply)
+    _write_message(answers, reply)
 
 
 if __name__ == "__main__":
-  _serve()
+  _serve(int(sys.argv[1]), sys.argv[2])

@@ -2,10 +2,13 @@
 
 Triton compiles a ``@triton.jit`` function to a cubin (and PTX) for an explicit
 target, which needs no GPU. The result is an ordinary `Kernel` whose module
-goes through our memory and disk caches (keyed by Triton's version, the
-function's source and dependencies, the signature, the constexprs and the
-launch options), so a warm process, `jax.export` or XLA's persistent
-compilation cache runs no Triton compile at all.
+goes through our memory and disk caches, keyed by Triton's own cache key of
+each target's compile (`triton.compiler.get_cache_key`: Triton's code, the
+function's source and dependencies, the signature, constexprs and hints, the
+backend with its ptxas, the options as Triton's knobs and environment make
+them, its cache-invalidating environment variables) and ours (targets,
+launch options, module format), so a warm process, `jax.export` or XLA's
+persistent compilation cache runs no Triton compile at all.
 
 Launching one with `mosaic_kernel` needs no block or shared memory: they come
 from Triton's metadata (block = 32 x num_warps, shared memory, a cluster of
@@ -281,30 +284,26 @@ def _compile(fn, signature, constexprs, num_warps, num_stages, num_ctas, targets
                        "pointers (*fp32) and scalars (i32, fp32, ...). Build tensor descriptors inside the kernel "
                        "with tl.make_tensor_descriptor")
   attrs = _attrs(fn, signature, scalar_values)
+  requests = _requests(fn, signature, constexprs, attrs, num_warps, num_stages, num_ctas, targets)
   entry_key = disk_cache.key(
-      _CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"triton {triton.__version__}", fn.cache_key,
-      fn.__name__, *signature, json.dumps(sorted((k, _key_value(v)) for k, v in constexprs.items())),
-      repr(sorted(attrs.items())), f"w{num_warps} s{num_stages} c{num_ctas}", *(t.sm for t in targets))
+      _CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"triton {triton.__version__}", fn.__name__,
+      *signature, json.dumps(sorted((k, _key_value(v)) for k, v in constexprs.items())),
+      f"w{num_warps} s{num_stages} c{num_ctas}", *(t.sm for t in targets), *(r.key for r in requests))
   with _lock:
     hit = _memory.get(entry_key)
   if hit is not None:
     with compiler._lock:
       compiler._stats.memory_hits += 1
     return hit
-  kernel = None
-  cached = disk_cache.load(entry_key)
-  if cached is not None:
-    try:
-      kernel = _from_bytes(fn.__name__, cached)
-      meta = {**constexprs, "num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas}
-      kernel = TritonKernel(kernel.name, kernel.compiled, dataclasses.replace(kernel.info, meta=tuple(meta.items())))
-      with compiler._lock:
-        compiler._stats.disk_hits += 1
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError, struct.error):
-      kernel = None
-  if kernel is None:
+  kernel = disk_cache.load_decoded(entry_key, lambda data: _from_bytes(fn.__name__, data))
+  if kernel is not None:
+    meta = {**constexprs, "num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas}
+    kernel = TritonKernel(kernel.name, kernel.compiled, dataclasses.replace(kernel.info, meta=tuple(meta.items())))
+    with compiler._lock:
+      compiler._stats.disk_hits += 1
+  else:
     with _compile_lock:
-      kernel = _run_triton(triton, fn, signature, constexprs, attrs, num_warps, num_stages, num_ctas, targets)
+      kernel = _run_triton(triton, fn, signature, constexprs, requests, num_warps, num_stages, num_ctas)
       with _lock:
         _compiles += len(targets)
     disk_cache.store(entry_key, _to_bytes(kernel))
@@ -314,23 +313,57 @@ def _compile(fn, signature, constexprs, num_warps, num_stages, num_ctas, targets
   return kernel
 
 
-def _run_triton(triton, fn, signature, constexprs, attrs, num_warps, num_stages, num_ctas, targets) -> TritonKernel:
+@dataclasses.dataclass(frozen=True)
+class _Request:
+  """One target's Triton compile, with Triton's own cache key for it."""
+
+  target: module_format.Arch
+  gpu_target: Any
+  source: Any
+  options: dict
+  key: str
+
+
+def _requests(fn, signature, constexprs, attrs, num_warps, num_stages, num_ctas, targets) -> list[_Request]:
+  """Each target's compile and Triton's cache key for it, which covers what
+  changes Triton's output beyond our inputs: its knobs, ptxas, own code."""
   from triton.backends.compiler import GPUTarget
-  from triton.compiler import ASTSource
+  from triton.compiler import ASTSource, get_cache_key, make_backend
+  from triton.compiler.compiler import get_cache_invalidating_env_vars
   full = {}
   runtime = iter(signature)
   for p in fn.params:
     full[p.name] = "constexpr" if p.is_constexpr else next(runtime)
-  values = {k: v for k, v in constexprs.items()}
-  images, ptx, first = [], None, None
+  options = {"num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas}
+  env_vars = get_cache_invalidating_env_vars()
+  requests = []
   for target in targets:
-    source = ASTSource(fn, full, values, attrs=attrs)
+    source = ASTSource(fn, full, dict(constexprs), attrs=attrs)
+    gpu_target = GPUTarget("cuda", target.number, 32)
     try:
-      compiled = triton.compile(source, target=GPUTarget("cuda", target.number, 32),
-                                options={"num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas})
+      backend = make_backend(gpu_target)
+      # As triton.compile parses them: the environment's knobs (TRITON_DEFAULT_FP_FUSION...) are in them.
+      parsed = backend.parse_options(dict(options, **source.parse_options()))
+      key = get_cache_key(source, backend, parsed, env_vars)
     except Exception as e:
-      raise compiler.CompileError(fn.__name__, f"Triton could not compile it for {target.sm}: "
-                                  f"{type(e).__name__}: {e}", "", "") from None
+      raise _triton_failed(fn, target, e) from None
+    requests.append(_Request(target, gpu_target, source, options, key))
+  return requests
+
+
+def _triton_failed(fn, target, e: Exception) -> compiler.CompileError:
+  return compiler.CompileError(fn.__name__, f"Triton could not compile it for {target.sm}: {type(e).__name__}: {e}",
+                               "", "")
+
+
+def _run_triton(triton, fn, signature, constexprs, requests, num_warps, num_stages, num_ctas) -> TritonKernel:
+  images, ptx, first = [], None, None
+  for request in requests:
+    target = request.target
+    try:
+      compiled = triton.compile(request.source, target=request.gpu_target, options=request.options)
+    except Exception as e:
+      raise _triton_failed(fn, target, e) from None
     metadata = compiled.metadata
     # Triton builds for the arch-specific target (sm_90a) where there is one: its PTX says which.
     arch = module_format.Arch.parse(ptx_info.target_arch(compiled.asm["ptx"]) or target.sm)

@@ -6,6 +6,7 @@ here on the CPU by timing the configs' jax.numpy fallbacks
 (JAX_MOSAIC_FFI_AUTOTUNE_ON_CPU=1).
 """
 
+import hashlib
 import os
 
 import jax
@@ -15,6 +16,7 @@ import pytest
 
 import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi import autotuning
+from jax_mosaic_ffi import disk_cache
 from jax_mosaic_ffi import gpu_info
 
 import fresh_process
@@ -107,6 +109,53 @@ def test_winners_are_timed_persisted_and_reused(isolated_disk_cache, monkeypatch
   result = fresh_process.run(script, timeout=180, env={"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache),
                                                        autotuning.CPU_ENV: "1"}).result
   assert result == {"ok": True, "tunings": 0, "disk": 1, "winner": 2, "source": "disk"}
+
+
+def edited_factory(path):
+  """Config 0 runs ADD; config 1 runs the kernel in the file at `path`."""
+  def factory(meta):
+    source = kernel_sources.ADD if meta["which"] == 0 else open(path).read()
+    kernel = jmf.cuda_kernel(source, "add")
+    return jmf.mosaic_kernel(kernel, lambda x, y: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                             grid=lambda x, y: jmf.cdiv(x.size, 128), block=128,
+                             scalars=lambda x, y: (np.int32(x.size),), fallback=slow_fallback(meta["work"]))
+  return factory
+
+
+@no_gpu
+def test_an_edited_kernel_in_any_config_is_tuned_again(isolated_disk_cache, monkeypatch, tmp_path):
+  monkeypatch.setenv(autotuning.CPU_ENV, "1")
+  path = tmp_path / "second.cu"
+  path.write_text(kernel_sources.ADD)
+  configs = [{"which": 0, "work": 2}, {"which": 1, "work": 0}]
+  x = jax.ShapeDtypeStruct((1000,), jnp.float32)
+
+  def source():
+    jmf.clear_kernel_cache()  # memory only: what a new process finds is on disk
+    tuned = jmf.autotune(edited_factory(path), configs=configs, name="test-edited")
+    tuned.best_config(x, x)
+    return tuned.last_report["source"]
+
+  assert [source(), source()] == ["tuned", "disk"]
+  path.write_text(kernel_sources.ADD.replace("a[i] + b[i]", "a[i] + 2.0f * b[i]"))
+  assert source() == "tuned"
+
+
+@no_gpu
+def test_an_entry_that_does_not_decode_is_tuned_again(isolated_disk_cache, monkeypatch):
+  monkeypatch.setenv(autotuning.CPU_ENV, "1")
+  x = jax.ShapeDtypeStruct((1000,), jnp.float32)
+  jmf.autotune(add_factory, configs=CONFIGS[:3], name="test-deep").best_config(x, x)
+  (path,) = [p for p in isolated_disk_cache.glob("*/*.bin") if b'{"index"' in p.read_bytes()]
+  # A valid checksum around JSON nested deeper than Python's parser recurses.
+  deep = b"[" * 32000 + b"]" * 32000
+  path.write_bytes(disk_cache._ENTRY_HEADER.pack(disk_cache._ENTRY_MAGIC, len(deep), hashlib.sha256(deep).digest())
+                   + deep)
+  jmf.clear_kernel_cache()
+  again = jmf.autotune(add_factory, configs=CONFIGS[:3], name="test-deep")
+  again.best_config(x, x)
+  assert again.last_report["source"] == "tuned"
+  assert b'{"index"' in path.read_bytes()
 
 
 @no_gpu

@@ -1,13 +1,17 @@
 """NVRTC front end: compiling, names, targets, errors (no GPU needed)."""
 
+import glob
 import hashlib
+import os
+import tempfile
 
 import pytest
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi import gpu_info, module_format
+from jax_mosaic_ffi import gpu_info, module_format, nvrtc_program
 from jax_mosaic_ffi.module_format import ImageKind
 
+import fresh_process
 import kernel_sources
 
 
@@ -114,18 +118,47 @@ extern "C" __global__ void bomb(unsigned long long* out) { out[0] = Bomb<40, 1>:
 def test_a_compile_that_never_ends_is_stopped_and_the_next_one_works(isolated_disk_cache, monkeypatch):
   import time
   monkeypatch.setenv("JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S", "2")
+  scratch = os.path.join(tempfile.gettempdir(), "jmf-nvrtc-*")
+  before = set(glob.glob(scratch))
   start = time.monotonic()
   with pytest.raises(jmf.CompileError, match="did not finish within"):
     jmf.cuda_kernel(TEMPLATE_BOMB, "bomb")
   assert time.monotonic() - start < 30
   assert jmf.cuda_kernel(kernel_sources.ADD, "add").symbol == "add"
+  # The killed worker's scratch folder is removed with it; only the new worker's is there.
+  assert set(glob.glob(scratch)) - before <= {nvrtc_program._worker._scratch}
 
 
-@pytest.mark.parametrize("value", ["soon", "-1", "nan"])
+@pytest.mark.parametrize("value", ["soon", "-1", "nan", "inf", "-inf"])
 def test_a_bad_compile_timeout_is_named_before_compiling(isolated_disk_cache, monkeypatch, value):
   monkeypatch.setenv("JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S", value)
   with pytest.raises(ValueError, match="JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S"):
     jmf.cuda_kernel(kernel_sources.ADD, "add")
+
+
+@pytest.mark.parametrize("value", ["1e10", "1e300"])
+def test_a_huge_compile_timeout_is_taken_as_the_longest_bound(isolated_disk_cache, monkeypatch, value):
+  monkeypatch.setenv("JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S", value)
+  assert jmf.cuda_kernel(kernel_sources.ADD, "add").symbol == "add"  # in the worker, not OverflowError
+  assert nvrtc_program.timeout_s() == nvrtc_program.MAX_TIMEOUT_S
+
+
+def test_a_worker_that_prints_on_its_stdout_still_answers(isolated_disk_cache, tmp_path):
+  # A sitecustomize runs in every interpreter, the compile worker's too.
+  site = tmp_path / "site"
+  site.mkdir()
+  (site / "sitecustomize.py").write_text("print('hello from sitecustomize', flush=True)\n")
+  script = """
+      import json
+      import jax_mosaic_ffi as jmf, kernel_sources
+      k = jmf.cuda_kernel(kernel_sources.ADD, "add")
+      print(json.dumps([k.symbol, jmf.kernel_cache_stats().nvrtc_compiles]))
+  """
+  result = fresh_process.run(script, cwd=tmp_path, timeout=120, env={
+      "JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache),
+      "PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)})
+  assert result.result == ["add", 1]
+  assert result.stdout.count("hello from sitecustomize") == 2  # this process's and the worker's, not swallowed
 
 
 def test_compiling_in_this_process_gives_the_same_binary(isolated_disk_cache, monkeypatch):

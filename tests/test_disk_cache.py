@@ -1,15 +1,17 @@
-"""The on-disk NVRTC cache: its key, concurrency, corruption and bounds."""
+"""The on-disk NVRTC cache: its key, the files a compile read, concurrency, corruption, bounds, trust."""
 
 import hashlib
 import os
 import stat
+import struct
 import time
+import warnings
 
 import pytest
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi import compiler, disk_cache
-from jax_mosaic_ffi.module_format import Arch
+from jax_mosaic_ffi import compiler, disk_cache, nvrtc_compat
+from jax_mosaic_ffi.module_format import Arch, ImageKind
 
 import fresh_process
 import kernel_sources
@@ -47,6 +49,70 @@ def test_a_new_process_compiles_nothing(isolated_disk_cache, tmp_path):
   assert digest == jmf.cuda_kernel(kernel_sources.ADD, "add").hash.hex()
 
 
+HEADER_USER = r'''
+#include "value.cuh"
+extern "C" __global__ void store_value(int* out) { out[0] = VALUE; }
+'''
+# Two constants no PTX holds by chance; a header edit from one to the other keeps its size.
+V1, V2 = "6220097", "6220098"
+
+
+def ptx_of(kernel) -> str:
+  return next(image.data.decode() for image in kernel.parsed.images if image.kind == ImageKind.PTX)
+
+
+def test_an_edited_header_from_an_include_folder_is_compiled_again_in_a_fresh_process(isolated_disk_cache, tmp_path):
+  include = tmp_path / "include"
+  include.mkdir()
+  script = """
+      import json, sys
+      import jax_mosaic_ffi as jmf, test_disk_cache as t
+      k = jmf.cuda_kernel(t.HEADER_USER, "store_value", options=["-I" + sys.argv[1]])
+      s = jmf.kernel_cache_stats()
+      print(json.dumps({"compiles": s.nvrtc_compiles, "disk": s.disk_hits, "ptx": t.ptx_of(k)}))
+  """
+  env = {"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)}
+  runs = []
+  for value in (V1, V1, V2):
+    (include / "value.cuh").write_text(f"#define VALUE {value}\n")
+    runs.append(fresh_process.run(script, include, cwd=tmp_path, timeout=120, env=env).result)
+  assert [(r["compiles"], r["disk"]) for r in runs] == [(1, 0), (0, 1), (1, 0)]
+  assert V1 in runs[1]["ptx"]
+  assert V2 in runs[2]["ptx"] and V1 not in runs[2]["ptx"]
+
+
+def test_an_edited_header_is_compiled_again_in_the_same_process(isolated_disk_cache, tmp_path, monkeypatch):
+  # A relative -I folder: relative to the working directory, for NVRTC and for the cache alike.
+  (tmp_path / "inc").mkdir()
+  header = tmp_path / "inc" / "value.cuh"
+  header.write_text(f"#define VALUE {V1}\n")
+  time.sleep(0.1)  # a file changed while it compiled is not cached: this one changed before
+  monkeypatch.chdir(tmp_path)
+  first = jmf.cuda_kernel(HEADER_USER, "store_value", options=["-Iinc"])
+  assert V1 in ptx_of(first)
+  before = jmf.kernel_cache_stats()
+  assert jmf.cuda_kernel(HEADER_USER, "store_value", options=["-Iinc"]).compiled is first.compiled
+  header.write_text(f"#define VALUE {V2}\n")
+  second = jmf.cuda_kernel(HEADER_USER, "store_value", options=["-Iinc"])
+  after = jmf.kernel_cache_stats()
+  assert V2 in ptx_of(second)
+  assert after.nvrtc_compiles == before.nvrtc_compiles + 1 and after.memory_hits == before.memory_hits + 1
+  # Another folder with a header of the same name: what -Iinc means moves with the working directory.
+  (tmp_path / "elsewhere" / "inc").mkdir(parents=True)
+  (tmp_path / "elsewhere" / "inc" / "value.cuh").write_text(f"#define VALUE {V1}\n")
+  monkeypatch.chdir(tmp_path / "elsewhere")
+  assert V1 in ptx_of(jmf.cuda_kernel(HEADER_USER, "store_value", options=["-Iinc"]))
+
+
+def test_the_packaged_and_cuda_headers_read_are_recorded(isolated_disk_cache):
+  kernel = jmf.cuda_kernel(kernel_sources.AXPB, "ops::axpb<float>")
+  read = {path for path, digest in kernel.compiled.deps if digest is not None}
+  assert str(nvrtc_compat.PRELUDE) in read
+  assert any(path.endswith("/cuda_fp16.h") for path in read) and any("/cuda/std/" in path for path in read)
+  assert all(digest == hashlib.sha256(open(path, "rb").read()).hexdigest() for path, digest in kernel.compiled.deps
+             if digest is not None)
+
+
 def test_several_processes_compiling_the_same_kernel_at_once(isolated_disk_cache, tmp_path):
   script = """
       import json
@@ -82,6 +148,28 @@ def test_a_damaged_entry_is_rebuilt(isolated_disk_cache, damage):
   assert path.read_bytes() == data  # rewritten whole
 
 
+def test_an_entry_that_does_not_decode_is_dropped_and_rebuilt(isolated_disk_cache):
+  good = jmf.cuda_kernel(kernel_sources.ADD, "add")
+  (path,) = entries(isolated_disk_cache)
+  data = path.read_bytes()
+  payload = data[disk_cache._ENTRY_HEADER.size:]
+  (length,) = struct.unpack_from("<I", payload)
+  # Valid checksum, but JSON nested deeper than Python's parser recurses: RecursionError, not ValueError.
+  deep = b"[" * 32000 + b"]" * 32000
+  path.write_bytes(entry_bytes(struct.pack("<I", len(deep)) + deep + payload[4 + length:]))
+  jmf.clear_kernel_cache()
+  before = jmf.kernel_cache_stats()
+  rebuilt = jmf.cuda_kernel(kernel_sources.ADD, "add")
+  assert rebuilt.module == good.module
+  assert jmf.kernel_cache_stats().nvrtc_compiles == before.nvrtc_compiles + 1
+  assert path.read_bytes() == data
+  # A decoder that fails drops the entry, whatever it raises.
+  entry_key = disk_cache.key("undecodable")
+  disk_cache.store(entry_key, b"payload")
+  assert disk_cache.load_decoded(entry_key, lambda data: [][1]) is None
+  assert disk_cache.load(entry_key) is None
+
+
 def test_the_cache_stays_within_its_bound(isolated_disk_cache, monkeypatch):
   jmf.cuda_kernel(kernel_sources.ADD, "add")
   one_entry = entries(isolated_disk_cache)[0].stat().st_size
@@ -91,6 +179,21 @@ def test_the_cache_stays_within_its_bound(isolated_disk_cache, monkeypatch):
   total = sum(p.stat().st_size for p in entries(isolated_disk_cache))
   assert total <= one_entry * 2.5
   assert len(entries(isolated_disk_cache)) == 2
+
+
+def test_foreign_files_do_not_count_toward_the_bound(isolated_disk_cache, monkeypatch):
+  monkeypatch.setenv("JAX_MOSAIC_FFI_CACHE_MAX_BYTES", "100000")
+  ours = [disk_cache.key("ours", str(i)) for i in range(4)]
+  for entry_key in ours[:3]:
+    disk_cache.store(entry_key, os.urandom(1000))
+  # Named like an entry, newer than ours, larger than the bound: not ours, so not the cache's size.
+  foreign = isolated_disk_cache / "ab" / f"{'ab' * 32}.bin"
+  foreign.parent.mkdir()
+  foreign.write_bytes(b"a large file of someone else's" * 10000)
+  os.utime(foreign, (time.time() + 3600,) * 2)
+  disk_cache.store(ours[3], os.urandom(1000))
+  assert all(disk_cache.load(entry_key) is not None for entry_key in ours)
+  assert foreign.read_bytes().startswith(b"a large file")
 
 
 def test_the_cache_can_be_moved_or_turned_off(tmp_path, monkeypatch):
@@ -288,3 +391,49 @@ def test_a_bound_of_zero_keeps_nothing(isolated_disk_cache, monkeypatch):
   jmf.cuda_kernel(kernel_sources.ADD, "add")
   assert jmf.kernel_cache_stats().nvrtc_compiles == before + 1
   assert entries(isolated_disk_cache) == []
+
+
+@pytest.mark.parametrize("how", ["world_writable_folder", "group_writable_subfolder", "foreign_folder",
+                                 "foreign_subfolder"])
+def test_a_cache_folder_another_user_can_write_is_not_used(tmp_path, monkeypatch, how):
+  cache = tmp_path / f"cache-{how}"
+  monkeypatch.setenv("JAX_MOSAIC_FFI_CACHE_DIR", str(cache))
+  jmf.clear_kernel_cache()
+  jmf.cuda_kernel(kernel_sources.SUM, "block_sum")
+  (other,) = entries(cache)
+  jmf.cuda_kernel(kernel_sources.ADD, "add")
+  (victim,) = [p for p in entries(cache) if p != other]
+  victim.write_bytes(other.read_bytes())  # another user's kernel, in a well-formed entry, under add's key
+  # Tests run as root: a folder given to another uid, or opened to everyone, as a careless setup would.
+  target = {"world_writable_folder": cache, "foreign_folder": cache}.get(how, victim.parent)
+  if how.startswith("foreign"):
+    os.chown(target, 4242, 4242)
+  else:
+    os.chmod(target, 0o777 if how.startswith("world") else 0o770)
+  jmf.clear_kernel_cache()
+  before = jmf.kernel_cache_stats()
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    kernel = jmf.cuda_kernel(kernel_sources.ADD, "add")
+    again = jmf.cuda_kernel(kernel_sources.ADD.replace("a[i] + b[i]", "a[i] - b[i]"), "add")
+  assert kernel.symbol == "add" and again.symbol == "add"
+  after = jmf.kernel_cache_stats()
+  assert after.disk_hits == before.disk_hits and after.nvrtc_compiles == before.nvrtc_compiles + 2
+  refusals = [w for w in caught if issubclass(w.category, disk_cache.CacheFolderRefused)]
+  assert len(refusals) == 1, [str(w.message) for w in caught]  # once per process, not per compile
+  message = str(refusals[0].message)
+  assert str(cache) in message and "chmod 700" in message and "JAX_MOSAIC_FFI_CACHE_DIR" in message
+  assert victim.read_bytes() == other.read_bytes()  # nothing written into a folder we do not trust
+
+
+def test_cache_folders_are_created_private(tmp_path, monkeypatch):
+  monkeypatch.setenv("JAX_MOSAIC_FFI_CACHE_DIR", str(tmp_path / "new" / "cache"))
+  old = os.umask(0)
+  try:
+    disk_cache.store(disk_cache.key("private"), b"payload")
+  finally:
+    os.umask(old)
+  (entry,) = entries(tmp_path / "new" / "cache")
+  assert stat.S_IMODE(os.stat(tmp_path / "new" / "cache").st_mode) == 0o700
+  assert stat.S_IMODE(os.stat(entry.parent).st_mode) == 0o700
+  assert stat.S_IMODE(os.stat(entry).st_mode) == 0o600

@@ -65,6 +65,30 @@ def test_compiles_to_a_kernel_for_an_explicit_target_without_a_gpu(isolated_disk
   assert stats().triton_compiles == before + 1
 
 
+def test_tritons_own_settings_are_in_the_cache_key(isolated_disk_cache, monkeypatch):
+  monkeypatch.delenv("TRITON_DEFAULT_FP_FUSION", raising=False)
+
+  def ptx():
+    kernel = jmf.triton_kernel(ts.axpy, signature=["*fp32", "*fp32", "*fp32", "fp32", "i32"],
+                               constexprs={"BLOCK": 256}, targets=["sm_90"])
+    return next(image.data.decode() for image in kernel.images if image.kind == ImageKind.PTX)
+
+  fused = ptx()
+  assert "fma.rn.f32" in fused
+  before = stats()
+  # A knob in Triton's own cache key: the same function and options now compile to separate mul and add.
+  monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")
+  jmf.clear_kernel_cache()
+  unfused = ptx()
+  assert "fma.rn.f32" not in unfused and "mul.rn.f32" in unfused
+  assert stats().triton_compiles == before.triton_compiles + 1
+  monkeypatch.delenv("TRITON_DEFAULT_FP_FUSION")
+  jmf.clear_kernel_cache()
+  assert ptx() == fused
+  after = stats()
+  assert after.triton_compiles == before.triton_compiles + 1 and after.disk_hits == before.disk_hits + 1
+
+
 def test_the_launch_comes_from_triton_metadata(isolated_disk_cache):
   x = jax.ShapeDtypeStruct((5000,), jnp.float32)
   (cc,) = custom_calls(lower(add_call(), x, x))

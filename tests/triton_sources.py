@@ -13,6 +13,14 @@ def add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def axpy(x_ptr, y_ptr, out_ptr, a, n, BLOCK: tl.constexpr):
+  offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+  mask = offsets < n
+  x = tl.load(x_ptr + offsets, mask=mask)
+  tl.store(out_ptr + offsets, a * x + tl.load(y_ptr + offsets, mask=mask), mask=mask)
+
+
+@triton.jit
 def scale_in_place(x_ptr, n, factor, BLOCK: tl.constexpr):
   """x *= factor, for input_output_aliases (one pointer: param_order names out0 only)."""
   offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
