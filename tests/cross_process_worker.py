@@ -61,6 +61,16 @@ def exchange_mode(variant: str) -> dict:
       os._exit(0)
     time.sleep(3)
     finish({"rank": RANK})
+  if variant == "abandoned":  # rank 1 joins generation 0 after rank 0 gave up on it; both meet in generation 1
+    outcomes = []
+    for g, (delay, timeout) in enumerate([(3.5 if RANK == 1 else 0.0, 2.0), (0.0, 30.0)]):
+      time.sleep(delay)
+      try:
+        values = cross_process.exchange("site-test/clique-0", RANK, ids, f"deposit {RANK} {g}".encode(), timeout, "k")
+        outcomes.append([v.decode() for v in values])
+      except Exception as err:  # noqa: BLE001
+        outcomes.append(f"{type(err).__name__}: {err}")
+    return {"outcomes": outcomes}
   start = time.monotonic()
   try:
     values = [cross_process.exchange("site-test/clique-0", RANK, ids, f"deposit {RANK} {g}".encode(), 2.0, "k")

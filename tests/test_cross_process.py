@@ -44,6 +44,16 @@ def test_exchange_times_out_naming_the_peer(variant):
   assert 1.5 < r["seconds"] < 10, r
 
 
+def test_a_late_rank_never_uses_an_exchange_its_peer_abandoned():
+  first, late = (r["outcomes"] for r in outcomes("exchange:abandoned", env=CPU))
+  assert first[0].startswith("TimeoutError: k: rank 0 waited 2 s for peer rank 1"), first
+  # Rank 0's deposit of generation 0 is still in the store: rank 1 must not take it.
+  assert late[0].startswith("RuntimeError: k: peer rank 0 (device "), late
+  assert "gave up on this collective workspace exchange before rank 1 joined it" in late[0], late
+  # The next attempt starts in step.
+  assert first[1] == late[1] == ["deposit 0 1", "deposit 1 1"], (first, late)
+
+
 def test_a_peer_on_another_host_is_refused():
   r = outcomes("exchange:other_host", env=CPU)[0]
   assert r["error"].startswith("RuntimeError: k: peer rank 1"), r
