@@ -14,6 +14,10 @@
 // stalls or died gives an error naming it after JAX_MOSAIC_FFI_PEER_TIMEOUT_S,
 // before any device barrier can wait on it; the rank that gives up marks its
 // page, so its peers fail at once instead of waiting in turn.
+//
+// Peers are processes of the same job, user and host, but what they send is
+// still checked before use, once per workspace: a bad deposit or page is an
+// error naming the peer, never a fault here (docs/threat_model_peers.md).
 #ifndef JAX_MOSAIC_FFI_CROSS_PROCESS_H_
 #define JAX_MOSAIC_FFI_CROSS_PROCESS_H_
 
