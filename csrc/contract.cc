@@ -397,12 +397,12 @@ bool CheckTensorMapRules(const std::string& name, TensorMapSpec* t, Checker& che
   unsigned __int128 below = static_cast<unsigned __int128>(t->dims[0]) * t->element_bytes;
   for (int d = 1; d < t->rank; ++d) {
     if (t->strides[d - 1] < below) {
-      return check.Fail(name + ": strides[" + Num(d) + "] = " + Num(static_cast<int64_t>(t->strides[d - 1])) +
-                        " bytes is less than the " +
-                        (below > (unsigned __int128){1} << 62 ? std::string("over 2^62")
-                                                              : Num(static_cast<int64_t>(below))) +
-                        " bytes of dimension " +
-                        Num(d - 1) + (d == 1 ? " (a row)" : "") + "; each stride must span the dimension below it");
+      return check.Fail(
+          name + ": strides[" + Num(d) + "] = " + Num(static_cast<int64_t>(t->strides[d - 1])) +
+          " bytes is less than the " +
+          (below > (unsigned __int128){1} << 62 ? std::string("over 2^62") : Num(static_cast<int64_t>(below))) +
+          " bytes of dimension " + Num(d - 1) + (d == 1 ? " (a row)" : "") +
+          "; each stride must span the dimension below it");
     }
     below = static_cast<unsigned __int128>(t->strides[d - 1]) * t->dims[d];
   }

@@ -22,8 +22,8 @@ namespace jmf {
 namespace {
 
 std::mutex registry_mutex;
-PeerExchangeFn* registered_exchange = nullptr;            // leaked: outlives static destructors
-std::map<int32_t, int32_t>* ordinal_to_global = nullptr;  // null: one process drives every device
+PeerExchangeFn* registered_exchange = nullptr;             // leaked: outlives static destructors
+std::map<int32_t, int32_t>* ordinal_to_global = nullptr;   // null: one process drives every device
 std::map<uint64_t, uint64_t>* local_workspaces = nullptr;  // address -> bytes; leaked like the others
 std::atomic<int64_t> live_workspaces{0}, peer_mappings{0}, shared_pages{0};
 
@@ -204,7 +204,6 @@ CrossProcessStats GetCrossProcessStats() {
   return CrossProcessStats{live_workspaces.load(), peer_mappings.load(), shared_pages.load()};
 }
 
-
 // --- the host half -------------------------------------------------------------------------------
 
 HostRendezvous::HostRendezvous(int rank, const std::vector<int32_t>& device_ids)
@@ -231,8 +230,8 @@ ffi::Error HostRendezvous::CreatePage(const std::string& who) {
   std::call_once(stale_pages_once, RemoveStalePages);
   const uint8_t* token = ProcessToken();
   if (token == nullptr) {
-    return ffi::Error::Internal(who + ": no random bytes from getrandom(2) for the host flag page: " +
-                                std::strerror(errno));
+    return ffi::Error::Internal(who +
+                                ": no random bytes from getrandom(2) for the host flag page: " + std::strerror(errno));
   }
   int last_errno = EEXIST;
   for (int attempt = 0; attempt < 16; ++attempt) {
@@ -256,8 +255,8 @@ ffi::Error HostRendezvous::CreatePage(const std::string& who) {
     // creation and this lock: if it holds the lock or already unlinked the
     // name, it removes the page, and we take another name.
     const int directory = open(kShmDirectory, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    const bool ours = flock(fd, LOCK_EX | LOCK_NB) == 0 &&
-                      (directory < 0 || StillNamed(directory, name.c_str() + 1, fd));
+    const bool ours =
+        flock(fd, LOCK_EX | LOCK_NB) == 0 && (directory < 0 || StillNamed(directory, name.c_str() + 1, fd));
     if (directory >= 0) close(directory);
     if (!ours) {
       close(fd);
@@ -345,8 +344,7 @@ ffi::Error HostRendezvous::Admit(int r, const std::string& deposit, uint64_t exp
 // The page a deposit names must be one page of ours, and made by the process
 // that sent the deposit: anything else could fault (a short file), be
 // another user's, or lead us into someone else's rendezvous.
-ffi::Error HostRendezvous::MapPeerPage(int r, const DepositRecord& d, const std::string& who,
-                                       const std::string& peer) {
+ffi::Error HostRendezvous::MapPeerPage(int r, const DepositRecord& d, const std::string& who, const std::string& peer) {
   const std::string page = peer + "'s host flag page " + d.page;
   auto refuse = [&](const std::string& why) {
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition, who + ": " + page + " " + why + ": refused");
@@ -371,8 +369,8 @@ ffi::Error HostRendezvous::MapPeerPage(int r, const DepositRecord& d, const std:
   if (!S_ISREG(st.st_mode)) {
     problem = "is not a plain file";
   } else if (st.st_uid != geteuid()) {
-    problem = "belongs to uid " + std::to_string(st.st_uid) + ", not to this process's uid " +
-              std::to_string(geteuid());
+    problem =
+        "belongs to uid " + std::to_string(st.st_uid) + ", not to this process's uid " + std::to_string(geteuid());
   } else if ((st.st_mode & 077) != 0) {
     problem = "is open to other users (mode " + Octal(st.st_mode) + ")";
   } else if (st.st_size != static_cast<off_t>(kPageBytes)) {
@@ -443,8 +441,8 @@ ffi::Error HostRendezvous::Arrive(std::chrono::milliseconds timeout, const std::
       if (seen == kBroken) return Broken(who, PeerName(r) + " gave up on the clique");
       // A peer passes execution n only once we reached it, so it can be at most one ahead.
       if (seen > n + 1) {
-        return Broken(who, PeerName(r) + " claims to have reached execution " + std::to_string(seen) +
-                               " while rank " + std::to_string(rank_) + " is at " + std::to_string(n) +
+        return Broken(who, PeerName(r) + " claims to have reached execution " + std::to_string(seen) + " while rank " +
+                               std::to_string(rank_) + " is at " + std::to_string(n) +
                                ": its flag page is not in step with this clique");
       }
       if (seen >= n) break;
@@ -572,8 +570,8 @@ ffi::Error SharedWorkspace::MapPeer(int r, const std::string& deposit, const Pee
   if (CUresult res = driver_.cuIpcOpenMemHandle(&mapped, d.handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
       res != CUDA_SUCCESS) {
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
-                      request.who + ": opening " + host_->PeerName(r) + "'s workspace with CUDA IPC: " +
-                          CudaErrorText(driver_, res) +
+                      request.who + ": opening " + host_->PeerName(r) +
+                          "'s workspace with CUDA IPC: " + CudaErrorText(driver_, res) +
                           ". The GPUs of a clique must share one host and reach each other (NVLink or PCIe)");
   }
   peers_[r].address = mapped;

@@ -91,7 +91,7 @@ static_assert(sizeof(SharedPage) <= kPageBytes);
 // the same build on the same host; every field is checked before use.
 struct DepositRecord {
   uint64_t magic;
-  uint64_t pid;                // for messages only: pids repeat across namespaces and time
+  uint64_t pid;  // for messages only: pids repeat across namespaces and time
   uint64_t bytes;
   uint64_t address;            // meaningful only in the process that made it
   uint8_t token[kTokenBytes];  // that process's ProcessToken
