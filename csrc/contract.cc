@@ -385,6 +385,27 @@ bool CheckTensorMapRules(const std::string& name, TensorMapSpec* t, Checker& che
     return check.Fail(name + ": the box's inner dimension is " + Num(static_cast<int64_t>(inner_bytes)) +
                       " bytes; without interleave it must be a multiple of 16 bytes");
   }
+  // The driver takes an innermost element stride only with interleave and silently ignores it otherwise: the
+  // kernel would get every element where it asked for every n-th.
+  if (t->interleave == 0 && t->element_strides[0] != 1) {
+    return check.Fail(name + ": element_strides[0] = " + Num(t->element_strides[0]) +
+                      ", but without interleave TMA has no stride along the innermost dimension (the driver ignores "
+                      "it); use 1");
+  }
+  // Each stride must cover the whole of the dimension below it (the driver's layout rule): a smaller one makes
+  // rows overlap, and the bytes reached would not be the ones the kernel describes.
+  unsigned __int128 below = static_cast<unsigned __int128>(t->dims[0]) * t->element_bytes;
+  for (int d = 1; d < t->rank; ++d) {
+    if (t->strides[d - 1] < below) {
+      return check.Fail(
+          name + ": strides[" + Num(d) + "] = " + Num(static_cast<int64_t>(t->strides[d - 1])) +
+          " bytes is less than the " +
+          (below > (unsigned __int128){1} << 62 ? std::string("over 2^62") : Num(static_cast<int64_t>(below))) +
+          " bytes of dimension " + Num(d - 1) + (d == 1 ? " (a row)" : "") +
+          "; each stride must span the dimension below it");
+    }
+    below = static_cast<unsigned __int128>(t->strides[d - 1]) * t->dims[d];
+  }
   if (t->interleave != 0 && t->rank < 3) return check.Fail(name + ": an interleaved tensor map needs rank 3 or more");
   if (t->interleave == 2 && t->swizzle != 1) return check.Fail(name + ": interleave 32B needs swizzle 32B");
   const uint64_t span = t->swizzle == 0 ? 0 : uint64_t{16} << t->swizzle;  // 32, 64, 128 bytes

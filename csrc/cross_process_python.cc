@@ -7,7 +7,9 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstddef>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,9 +43,99 @@ ffi::Error CallExchange(const nb::object& fn, const PeerExchangeRequest& r, std:
   }
 }
 
+// Test hook (tests/test_cross_process.py): the host half of one rank of a
+// clique across processes, with no GPU. It runs the runtime's own code for
+// the flag page and for checking a peer's deposit, and the rendezvous;
+// `address` stands in for the device workspace and is registered as a live
+// workspace of this process, as cuMemAlloc's is. Errors raise RuntimeError
+// with the runtime's message.
+class HostRankForTests {
+ public:
+  HostRankForTests(int rank, std::vector<int32_t> device_ids, uint64_t bytes, uint64_t address)
+      : bytes_(bytes), address_(address) {
+    auto host = HostRendezvous::Create(rank, device_ids, "test rank " + std::to_string(rank));
+    if (!host.has_value()) throw std::runtime_error(host.error().message());
+    host_ = std::move(*host);
+    RegisterLocalWorkspace(address_, bytes_);
+  }
+  ~HostRankForTests() { Close(); }
+
+  nb::bytes Deposit() const {
+    std::string d = EncodeDeposit(bytes_, address_, CUipcMemHandle{}, Host().page_name());
+    return nb::bytes(d.data(), d.size());
+  }
+
+  // Admits every peer's deposit; says for each rank whether its address is used as is.
+  std::vector<std::string> Admit(const std::vector<nb::bytes>& deposits) {
+    HostRendezvous& host = Host();
+    if (static_cast<int>(deposits.size()) != host.size()) throw std::invalid_argument("one deposit per rank");
+    std::vector<std::string> out;
+    for (int r = 0; r < host.size(); ++r) {
+      if (r == host.rank()) {
+        out.push_back("self");
+        continue;
+      }
+      DepositRecord d{};
+      bool same = false;
+      const std::string bytes(deposits[r].c_str(), deposits[r].size());
+      if (ffi::Error e = host.Admit(r, bytes, bytes_, "test rank " + std::to_string(host.rank()), &d, &same);
+          e.failure()) {
+        throw std::runtime_error(e.message());
+      }
+      out.push_back(same ? "same process" : "other process");
+    }
+    return out;
+  }
+
+  void Arrive(double timeout_s) {
+    const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+    ffi::Error e = Host().Arrive(timeout, "test rank " + std::to_string(Host().rank()));
+    if (e.failure()) throw std::runtime_error(e.message());
+  }
+
+  std::string PageName() const { return Host().page_name(); }
+
+  void Close() {
+    if (host_ == nullptr) return;
+    host_.reset();
+    UnregisterLocalWorkspace(address_);
+  }
+
+ private:
+  HostRendezvous& Host() const {
+    if (host_ == nullptr) throw std::runtime_error("closed");
+    return *host_;
+  }
+  uint64_t bytes_, address_;
+  std::unique_ptr<HostRendezvous> host_;
+};
+
 }  // namespace
 
 void BindCrossProcess(nb::module_& m) {
+  nb::class_<HostRankForTests>(m, "_HostRankForTests",
+                               "Test hook: the host half of one cross-process rank, no GPU needed.")
+      .def(nb::init<int, std::vector<int32_t>, uint64_t, uint64_t>(), nb::arg("rank"), nb::arg("device_ids"),
+           nb::arg("bytes"), nb::arg("address"))
+      .def("deposit", &HostRankForTests::Deposit)
+      .def("admit", &HostRankForTests::Admit, nb::arg("deposits"))
+      .def("arrive", &HostRankForTests::Arrive, nb::arg("timeout_s"), nb::call_guard<nb::gil_scoped_release>())
+      .def_prop_ro("page_name", &HostRankForTests::PageName)
+      .def("close", &HostRankForTests::Close);
+  m.def("_cross_process_layout", [] {
+    nb::dict d;  // where a test finds the fields of a deposit and of a flag page
+    d["deposit_bytes"] = sizeof(DepositRecord);
+    d["deposit_pid"] = offsetof(DepositRecord, pid);
+    d["deposit_address"] = offsetof(DepositRecord, address);
+    d["deposit_token"] = offsetof(DepositRecord, token);
+    d["deposit_page"] = offsetof(DepositRecord, page);
+    d["token_bytes"] = kTokenBytes;
+    d["page_bytes"] = kPageBytes;
+    d["page_token"] = offsetof(SharedPage, token);
+    d["page_arrived"] = offsetof(SharedPage, flags) + offsetof(HostFlags, arrived);
+    d["page_broken_by"] = offsetof(SharedPage, flags) + offsetof(HostFlags, broken_by);
+    return d;
+  });
   m.def(
       "set_peer_exchange",
       [](nb::callable fn) {

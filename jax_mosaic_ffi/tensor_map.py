@@ -80,7 +80,8 @@ class TensorMap:
       array's axis order.
     swizzle: shared-memory swizzle in bytes: None, 32, 64 or 128. The box's
       innermost row must fit in it (128: 64 bf16 elements).
-    element_strides: per axis, 1..8 (default all 1).
+    element_strides: per axis, 1..8 (default all 1); the innermost (last) one
+      must be 1 unless interleaved.
     interleave: None, 16 or 32 (bytes; rank 3 or more).
     l2_promotion: None, 64, 128 or 256 (bytes).
     oob_fill: ``"zero"`` or ``"nan"`` (floats only): what reads past the
@@ -106,6 +107,10 @@ class TensorMap:
     _choice(self.interleave, _INTERLEAVES, "interleave", where)
     _choice(self.l2_promotion, _L2, "l2_promotion", where)
     _choice(self.oob_fill, _OOB, "oob_fill", where)
+    if self.element_strides and self.interleave in (None, 0) and self.element_strides[-1] != 1:
+      # The driver ignores it without interleave: the kernel would get every element, not every n-th.
+      raise ValueError(f"{where}: element_strides ends in {self.element_strides[-1]}, but without interleave "
+                       "TMA has no stride along the innermost axis (the driver ignores it); make it 1")
 
   def __str__(self) -> str:
     return f"TensorMap({self.operand!r}, box={self.box})"

@@ -10,6 +10,7 @@ import functools
 import gc
 import json
 import os
+import re
 import sys
 import time
 import traceback
@@ -61,6 +62,16 @@ def exchange_mode(variant: str) -> dict:
       os._exit(0)
     time.sleep(3)
     finish({"rank": RANK})
+  if variant == "abandoned":  # rank 1 joins generation 0 after rank 0 gave up on it; both meet in generation 1
+    outcomes = []
+    for g, (delay, timeout) in enumerate([(3.5 if RANK == 1 else 0.0, 2.0), (0.0, 30.0)]):
+      time.sleep(delay)
+      try:
+        values = cross_process.exchange("site-test/clique-0", RANK, ids, f"deposit {RANK} {g}".encode(), timeout, "k")
+        outcomes.append([v.decode() for v in values])
+      except Exception as err:  # noqa: BLE001
+        outcomes.append(f"{type(err).__name__}: {err}")
+    return {"outcomes": outcomes}
   start = time.monotonic()
   try:
     values = [cross_process.exchange("site-test/clique-0", RANK, ids, f"deposit {RANK} {g}".encode(), 2.0, "k")
@@ -152,10 +163,26 @@ def correctness_mode() -> dict:
     c.jax.clear_caches()
     gc.collect()
   after = cross_process.stats()
-  shm = [f for f in os.listdir("/dev/shm") if f.startswith(f"jmf-{os.getpid()}-")]
+  shm = own_flag_pages()
   out["cycles"] = {"before": before, "after": after, "peak": peak, "wrong": wrong,
                    "seconds": time.monotonic() - start, "shm_files": len(shm)}
   return out
+
+
+def own_flag_pages() -> list[str]:
+  """This process's flag pages left in /dev/shm: random names, so the creator's pid is read from the header."""
+  mine = []
+  for name in os.listdir("/dev/shm"):
+    if not re.fullmatch(r"jmf-[0-9a-f]{32}", name):
+      continue
+    try:
+      with open(os.path.join("/dev/shm", name), "rb") as f:
+        header = f.read(16)
+    except OSError:
+      continue
+    if len(header) == 16 and int.from_bytes(header[8:16], "little") == os.getpid():
+      mine.append(name)
+  return mine
 
 
 def failure_mode(kind: str) -> dict:

@@ -170,7 +170,7 @@ def test_scratch_from_a_callable_and_in_the_default_order(isolated_disk_cache):
     (dict(box=(32,)), (64, 64), jnp.float32, "box has 1 sizes"),
     (dict(box=(1,) * 6), (1,) * 5 + (16,), jnp.float32, "rank 6"),
     (dict(box=(8, 16), oob_fill="nan"), (64, 64), jnp.int32, "NaN out-of-bounds fill"),
-    (dict(box=(8, 16), element_strides=(1, 9)), (64, 64), jnp.float32, "element_strides[0] = 9"),
+    (dict(box=(8, 16), element_strides=(9, 1)), (64, 64), jnp.float32, "element_strides[1] = 9"),
     (dict(box=(8, 16), interleave=32), (64, 64), jnp.float32, "interleaved tensor map needs rank 3"),
 ])
 def test_driver_rules_are_trace_time_errors_naming_the_parameter(affine, declaration, shape, dtype, message):
@@ -190,6 +190,10 @@ def test_declaration_errors(affine):
     jmf.TensorMap("x", box=(8, 8))
   with pytest.raises(TypeError, match="box must be a tuple of ints"):
     jmf.TensorMap("in0", box=(8.0, 8))
+  # The driver ignores an innermost element stride without interleave: refused, not silently dropped.
+  with pytest.raises(ValueError, match="element_strides ends in 2, but without interleave"):
+    jmf.TensorMap("in0", box=(8, 16), element_strides=(1, 2))
+  assert jmf.TensorMap("in0", box=(8, 16), element_strides=(2, 1)).element_strides == (2, 1)
   call = jmf.mosaic_kernel(affine, lambda x: x, grid=1, block=128, scalars=(np.float32(1), np.float32(0)),
                            param_order=(jmf.TensorMap("in3", box=(32, 32)), jmf.TensorMap("out0", box=(32, 32)),
                                         "scalar0", "scalar1"))
@@ -250,6 +254,27 @@ def test_the_validator_bounds_every_field():
     with pytest.raises(ValueError, match=message):
       _core.validate_launch(_attributes(tensor_maps=record), False)
   assert _core.validate_launch(_attributes(), False)["param_sizes"] == [128, 8]
+
+
+@pytest.mark.parametrize("index, value, message", [
+    (21, 2, r"element_strides\[0\] = 2, but without interleave"),  # the driver would ignore it
+    (12, 128, r"strides\[1\] = 128 bytes is less than the 256 bytes of dimension 0 \(a row\)"),
+    (12, 16, r"strides\[1\] = 16 bytes is less than the 256 bytes"),
+])
+def test_the_validator_refuses_strides_the_driver_ignores_or_that_overlap(index, value, message):
+  record = list(_attributes()["tensor_maps"])
+  record[index] = value
+  with pytest.raises(ValueError, match=message):
+    _core.validate_launch(_attributes(tensor_maps=record), False)
+
+
+def test_the_validator_refuses_an_outer_stride_within_the_one_below():
+  # Rank 3, 8 x 8 x 8 floats: a row is 32 bytes, a plane 256; the outer stride of 128 overlaps planes.
+  record = [0, 7, 3, 0, 0, 0, 0, 8, 8, 8, 1, 1, 32, 128, 0, 0, 8, 8, 8, 1, 1, 1, 1, 1, 1, 1]
+  with pytest.raises(ValueError, match=r"strides\[2\] = 128 bytes is less than the 256 bytes of dimension 1;"):
+    _core.validate_launch(_attributes(tensor_maps=record), False)
+  record[13] = 256
+  assert _core.validate_launch(_attributes(tensor_maps=record), False)["param_sizes"] == [128, 8]
 
 
 # ------------------------------------------------------------------ GPU

@@ -505,7 +505,8 @@ std::vector<int64_t> Dims(Input& in, const std::array<int64_t, 3>& limits, int64
 
 // One tensor map the validator must accept (kTensorMapFields values): the
 // driver's rules hold by construction (inner box a multiple of 16 bytes and
-// within the swizzle span, NaN fill only for floats), and its extent stays
+// within the swizzle span, NaN fill only for floats, strides that span the
+// dimension below, no innermost element stride), and its extent stays
 // well inside 2^62 bytes. Mutations reach the edges.
 std::vector<int64_t> TensorMapRecord(Input& in, int64_t num_buffers) {
   static constexpr int64_t kElementBytes[jmf::kMaxTensorMapDataType + 1] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4};
@@ -523,12 +524,20 @@ std::vector<int64_t> TensorMapRecord(Input& in, int64_t num_buffers) {
   f[4] = swizzle;
   f[5] = static_cast<int64_t>(in.Below(4));
   f[6] = type >= 6 ? static_cast<int64_t>(in.Below(2)) : 0;
+  // Each stride spans the dimensions below it plus some padding, and the
+  // dimension above is sized so that its span stays within 2^39 bytes: every
+  // stride then stays below 2^40 as the driver requires.
+  int64_t below = 0;  // bytes spanned by the dimensions below d
   for (int d = 0; d < jmf::kMaxTensorRank; ++d) {
     const bool used = d < rank;
-    f[7 + d] = used ? 1 + static_cast<int64_t>(in.Below(uint64_t{1} << 20)) : 1;
-    if (d > 0) f[11 + d] = used ? 16 * (1 + static_cast<int64_t>(in.Below(uint64_t{1} << 26))) : 0;
+    int64_t stride = 0;
+    if (d > 0 && used) stride = (below + 15) / 16 * 16 + 16 * static_cast<int64_t>(in.Below(1024));
+    const int64_t room = stride == 0 ? int64_t{1} << 20 : std::clamp<int64_t>((int64_t{1} << 39) / stride, 1, 1 << 20);
+    f[7 + d] = used ? 1 + static_cast<int64_t>(in.Below(room)) : 1;
+    if (d > 0) f[11 + d] = stride;
+    if (used) below = d == 0 ? f[7] * element : stride * f[7 + d];
     f[16 + d] = d == 0 ? unit * (1 + static_cast<int64_t>(in.Below(most))) : used ? 1 + in.Below(256) : 1;
-    f[21 + d] = used ? 1 + static_cast<int64_t>(in.Below(8)) : 1;
+    f[21 + d] = used && d > 0 ? 1 + static_cast<int64_t>(in.Below(8)) : 1;  // no inner stride without interleave
   }
   return f;
 }
@@ -893,6 +902,13 @@ void CheckSpec(const jmf::LaunchAttributes& a, bool collective, const jmf::Launc
       if (d > 0) FUZZ_CHECK(t.strides[d - 1] % t.alignment == 0 && t.strides[d - 1] < (uint64_t{1} << 40));
     }
     if (t.interleave == 0) FUZZ_CHECK(t.box[0] * t.element_bytes % 16 == 0);
+    if (t.interleave == 0) FUZZ_CHECK(t.element_strides[0] == 1);  // the driver would ignore any other
+    // No stride within the dimension below it (no overlapping rows or planes).
+    unsigned __int128 below = static_cast<unsigned __int128>(t.dims[0]) * t.element_bytes;
+    for (int d = 1; d < t.rank; ++d) {
+      FUZZ_CHECK(t.strides[d - 1] >= below);
+      below = static_cast<unsigned __int128>(t.strides[d - 1]) * t.dims[d];
+    }
     if (t.interleave == 0 && t.swizzle != 0) FUZZ_CHECK(t.box[0] * t.element_bytes <= (16u << t.swizzle));
   }
 
