@@ -17,7 +17,7 @@
 //
 // Peers are processes of the same job, user and host, but what they send is
 // still checked before use, once per workspace: a bad deposit or page is an
-// error naming the peer, never a fault here (docs/threat_model_peers.md).
+// error naming the peer, never a fault here (docs/threat_model.md).
 #ifndef JAX_MOSAIC_FFI_CROSS_PROCESS_H_
 #define JAX_MOSAIC_FFI_CROSS_PROCESS_H_
 
