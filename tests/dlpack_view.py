@@ -8,6 +8,11 @@ made from it.
 
 import ctypes
 
+# jax calls the deleter unconditionally when the array dies (a null one ends
+# the process with std::bad_function_call): the memory is the owner's, so it does nothing.
+_DELETER_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_KEEP_NOTHING = _DELETER_TYPE(lambda _: None)
+
 
 class _DLDevice(ctypes.Structure):
   _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
@@ -34,7 +39,8 @@ class DevicePointerView:
     self.owner = owner
     self.shape = (ctypes.c_int64 * 1)(n)
     self.managed = _DLManagedTensor(_DLTensor(address, _DLDevice(2, 0), 1, _DLDataType(2, 32, 1),  # kDLCUDA, f32
-                                              self.shape, None, 0), None, None)
+                                              self.shape, None, 0), None,
+                                    ctypes.cast(_KEEP_NOTHING, ctypes.c_void_p))
 
   def __dlpack_device__(self):
     return (2, 0)
