@@ -9,10 +9,10 @@
 #include <string>
 #include <utility>
 
-#include "call_site.h"
-#include "collective.h"
-#include "runtime_kernels.h"
-#include "status.h"
+#include "driver/runtime_kernels.h"
+#include "runtime/call_site.h"
+#include "runtime/collective.h"
+#include "runtime/status.h"
 
 namespace jmf {
 namespace {

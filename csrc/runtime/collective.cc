@@ -1,4 +1,4 @@
-#include "collective.h"
+#include "runtime/collective.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,8 +10,8 @@
 #include <string>
 #include <utility>
 
-#include "runtime_kernels.h"
-#include "status.h"
+#include "driver/runtime_kernels.h"
+#include "runtime/status.h"
 
 namespace jmf {
 namespace {
@@ -204,12 +204,13 @@ ffi::Error CollectiveState::Prepare(int32_t device, CUcontext context) {
   }
   const Clique& clique = cliques_[clique_of_[global]];
   JMF_RETURN_IF_ERROR(PrepareLocalPeers(device, clique));
-  auto barrier = LoadRuntimeKernel(site_.driver(), context, RuntimeKernel::kBarrier);
-  if (!barrier.has_value()) return ffi::Error::Internal(who + ": " + barrier.error().message());
+  std::string error;
+  CUfunction barrier = LoadRuntimeKernel(site_.driver(), context, RuntimeKernel::kBarrier, &error);
+  if (barrier == nullptr) return ffi::Error::Internal(who + ": " + error);
   const int peers = static_cast<int>(clique.devices.size());
   res.global = global;
   res.context = context;
-  res.barrier = *barrier;
+  res.barrier = barrier;
   // Across processes the area lives in the shared workspace, made at the
   // first initialize (it is sized from the buffers).
   if (!clique.cross_process) JMF_RETURN_IF_ERROR(AllocateArea(res, peers));

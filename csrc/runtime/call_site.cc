@@ -1,4 +1,4 @@
-#include "call_site.h"
+#include "runtime/call_site.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -6,8 +6,8 @@
 #include <string>
 #include <utility>
 
-#include "collective.h"
-#include "status.h"
+#include "runtime/collective.h"
+#include "runtime/status.h"
 
 namespace jmf {
 

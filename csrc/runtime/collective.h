@@ -27,16 +27,16 @@
 #include <string>
 #include <vector>
 
-#include "call_site.h"
-#include "cross_process.h"
-#include "cuda_driver.h"
-#include "record.h"
+#include "driver/cuda_driver.h"
+#include "runtime/call_site.h"
+#include "runtime/cross_process.h"
+#include "runtime/record.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jmf {
 
 // A barrier area: kernel-side words (collective.cuh's kKernelRow...), then
-// the runtime generation word at kRuntimeGeneration (runtime_kernels.h).
+// the runtime generation word at kRuntimeGeneration (driver/runtime_kernels.h).
 inline constexpr size_t kBarrierAreaBytes = 2048;
 inline constexpr size_t kMetadataHeaderWords = 4;
 

@@ -2,7 +2,7 @@
 // jmf.TensorMap: encoded with cuTensorMapEncodeTiled from the address of the
 // buffer they describe.
 //
-// Every field was validated at instantiate (contract.cc). The address is
+// Every field was validated at instantiate (contract/contract.cc). The address is
 // known only at execution, and XLA may hand a call site a different buffer
 // each time, so each device keeps the encoded map with the address it was
 // encoded for: an execution whose buffer did not move only compares a
@@ -12,9 +12,9 @@
 // XLA, which copies them into the graph node.
 #include <string>
 
-#include "call_site.h"
-#include "kernel_cache.h"
-#include "status.h"
+#include "runtime/call_site.h"
+#include "runtime/kernel_cache.h"
+#include "runtime/status.h"
 
 namespace jmf {
 

@@ -1,6 +1,6 @@
 // The per-call-site state XLA keeps for each mosaic_kernel custom call.
 //
-// Instantiate builds it: the validated launch spec (contract.h), the parsed
+// Instantiate builds it: the validated launch spec (contract/contract.h), the parsed
 // kernel (from the process-wide cache) and the launch configuration, so that
 // a launch parses nothing and allocates nothing. One state serves all local
 // devices, which call it concurrently: per-device data lives in slots indexed
@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "contract.h"
-#include "cuda_driver.h"
-#include "kernel_cache.h"
-#include "record.h"
+#include "contract/contract.h"
+#include "driver/cuda_driver.h"
+#include "runtime/kernel_cache.h"
+#include "runtime/record.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jmf {
