@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Checks the layers of csrc/: every #include stays in its own folder or goes down.
+"""Checks the layers of csrc/: every #include stays in its own folder or goes down, and no header
+includes itself through others.
 
   contract <- driver <- runtime <- python
 
@@ -86,15 +87,40 @@ def check(root: pathlib.Path) -> list[str]:
   return problems
 
 
+def cycles(root: pathlib.Path) -> list[str]:
+  """Include circles among csrc/'s headers, each as "a.h -> b.h -> a.h"."""
+  csrc = root / "csrc"
+  graph = {}
+  for path in csrc.rglob("*.h"):
+    name = str(path.relative_to(csrc))
+    graph[name] = [m.group(2) for line in path.read_text(errors="replace").splitlines()
+                   if (m := INCLUDE.match(line)) and m.group(1) == '"' and (csrc / m.group(2)).is_file()]
+  found, done = [], set()
+
+  def visit(node, stack):
+    if node in stack:
+      found.append(" -> ".join(stack[stack.index(node):] + [node]))
+      return
+    if node in done:
+      return
+    for child in graph.get(node, []):
+      visit(child, stack + [node])
+    done.add(node)
+
+  for node in sorted(graph):
+    visit(node, [])
+  return [f"csrc/: include circle {circle}" for circle in found]
+
+
 def main() -> int:
   root = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parent.parent
-  problems = check(root)
+  problems = check(root) + cycles(root)
   for problem in problems:
     print(problem, file=sys.stderr)
   if problems:
-    print(f"csrc layers: {len(problems)} include(s) break the layering", file=sys.stderr)
+    print(f"csrc layers: {len(problems)} problem(s)", file=sys.stderr)
     return 1
-  print("csrc layers: every include stays in its folder or goes down")
+  print("csrc layers: every include stays in its folder or goes down, and none goes round")
   return 0
 
 
