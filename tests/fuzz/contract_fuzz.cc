@@ -1,6 +1,6 @@
 // Fuzz driver for the custom-call contract: attribute decoding and
-// ValidateLaunch, ParseCliques (csrc/contract.cc) and ParseModule
-// (csrc/module_format.cc). Their inputs come from artifacts anyone can edit,
+// ValidateLaunch, ParseCliques (csrc/contract/contract.cc) and ParseModule
+// (csrc/contract/module_format.cc). Their inputs come from artifacts anyone can edit,
 // so they must never crash, overflow or read out of bounds, and what they
 // accept must satisfy every assumption the launch path makes. The sanitizers
 // catch the first; the invariant checks below, which abort, the second.
@@ -10,7 +10,8 @@
 // scripts/fuzz.sh build it as
 //
 //   g++ -std=c++20 -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-//       -D_GLIBCXX_ASSERTIONS -Icsrc tests/fuzz/contract_fuzz.cc csrc/contract.cc csrc/module_format.cc
+//       -D_GLIBCXX_ASSERTIONS -Icsrc tests/fuzz/contract_fuzz.cc csrc/contract/contract.cc
+//       csrc/contract/module_format.cc
 //
 // (_GLIBCXX_ASSERTIONS checks every operator[] of std::string, vector and
 // array against size(): ASAN alone misses an index past size() that stays
@@ -52,8 +53,8 @@
 #include <string_view>
 #include <vector>
 
-#include "contract.h"
-#include "module_format.h"
+#include "contract/contract.h"
+#include "contract/module_format.h"
 
 // Provided by the sanitizer runtimes; null without them.
 extern "C" void __sanitizer_set_death_callback(void (*callback)(void)) __attribute__((weak));
@@ -803,7 +804,7 @@ void CheckCliques(const std::vector<std::vector<int32_t>>& cliques) {
   }
 }
 
-// What call_site.cc relies on once ValidateLaunch has said yes, and that the
+// What csrc/runtime/call_site.cc relies on once ValidateLaunch has said yes, and that the
 // spec says what the attributes said.
 void CheckSpec(const jmf::LaunchAttributes& a, bool collective, const jmf::LaunchSpec& s) {
   FUZZ_CHECK(a.kernel_hash.size() == jmf::kKernelHashBytes);  // memcpy'd into a fixed-size key

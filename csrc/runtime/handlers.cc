@@ -1,15 +1,15 @@
-#include "handlers.h"
+#include "runtime/handlers.h"
 
 #include <chrono>
 #include <mutex>
 #include <optional>
 #include <string>
 
-#include "call_site.h"
-#include "collective.h"
 #include "cuda.h"
-#include "record.h"
-#include "status.h"
+#include "runtime/call_site.h"
+#include "runtime/collective.h"
+#include "runtime/record.h"
+#include "runtime/status.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jmf {

@@ -30,7 +30,7 @@
 #include <utility>
 #include <vector>
 
-#include "cuda_driver.h"
+#include "driver/cuda_driver.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jmf {
@@ -109,7 +109,7 @@ std::string EncodeDeposit(uint64_t bytes, uint64_t address, const CUipcMemHandle
 
 // The host half of one rank of a clique across processes: its flag page,
 // its peers' pages and the per-execution rendezvous. Needs no driver (the
-// test hook in cross_process_python.cc drives it on any machine).
+// test hook in python/cross_process_python.cc drives it on any machine).
 class HostRendezvous {
  public:
   // Creates this rank's flag page under a fresh random name (after removing

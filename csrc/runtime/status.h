@@ -5,7 +5,7 @@
 #include <string>
 #include <utility>
 
-#include "cuda_driver.h"
+#include "driver/cuda_driver.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jmf {

@@ -1,10 +1,17 @@
 // The per-call-site state XLA keeps for each mosaic_kernel custom call.
 //
-// Instantiate builds it: the validated launch spec (contract.h), the parsed
+// Instantiate builds it: the validated launch spec (contract/contract.h), the parsed
 // kernel (from the process-wide cache) and the launch configuration, so that
 // a launch parses nothing and allocates nothing. One state serves all local
 // devices, which call it concurrently: per-device data lives in slots indexed
 // by device ordinal, written once under a mutex and read lock-free.
+//
+// Its methods live in two files:
+//   call_site.cc         instantiate and prepare: the state built from the attributes, the kernel loaded and
+//                        checked per device, a call's buffers gathered and its tensor maps encoded
+//   call_site_launch.cc  execute and record: the launch, on the stream or as command-buffer nodes
+// A collective call site also owns a CollectiveState (collective.h), built
+// from what it needs (CollectiveInputs), not from the call site.
 #ifndef JAX_MOSAIC_FFI_CALL_SITE_H_
 #define JAX_MOSAIC_FFI_CALL_SITE_H_
 
@@ -16,27 +23,19 @@
 #include <string>
 #include <vector>
 
-#include "contract.h"
-#include "cuda_driver.h"
-#include "kernel_cache.h"
-#include "record.h"
+#include "contract/contract.h"
+#include "driver/cuda_driver.h"
+#include "runtime/buffers.h"
+#include "runtime/collective.h"
+#include "runtime/kernel_cache.h"
+#include "runtime/record.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jmf {
 
-class CollectiveState;
-
 // A record frame holds at most this many commands per call (XLA's limit):
 // the barrier, the poison fills and the launches must fit.
 inline constexpr int kMaxRecordedCommands = 16;
-
-// The buffers of one call, inputs then outputs. One more pointer slot holds
-// the collective metadata pointer for the launch.
-struct Buffers {
-  void* ptrs[kMaxBuffers + 1];
-  size_t bytes[kMaxBuffers];  // filled only when outputs are filled, tensor maps are built or a clique spans processes
-  int count = 0;
-};
 
 // A TMA descriptor as the kernel gets it, and the address it was encoded for.
 struct EncodedTensorMap {
@@ -59,7 +58,7 @@ class CallSite {
   ffi::Error Prepare(int32_t device, CUcontext context);
 
   ffi::Error Launch(CUstream stream, int32_t device, Buffers& buffers);
-  // The record stage (record.cc).
+  // The record stage.
   ffi::Error Record(const RecordFrame& record, int32_t device, const Buffers& buffers);
 
   CollectiveState* collective() { return collective_.get(); }
@@ -99,7 +98,7 @@ class CallSite {
   ffi::Error LoadForRecord(int32_t device);
   ffi::Error Poison(CUstream stream, const Buffers& buffers) const;
   ffi::Error Zero(CUstream stream, const Buffers& buffers) const;
-  // Encodes each tensor map whose buffer is not where it was last encoded for (tensor_map.cc).
+  // Encodes each tensor map whose buffer is not where it was last encoded for.
   ffi::Error EncodeTensorMaps(const Buffers& buffers, int32_t device) const;
   ffi::Error EncodeTensorMap(const TensorMapSpec& t, size_t m, const Buffers& buffers, EncodedTensorMap* encoded) const;
   void ConfigureLaunch(bool collective);

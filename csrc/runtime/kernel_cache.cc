@@ -1,4 +1,4 @@
-#include "kernel_cache.h"
+#include "runtime/kernel_cache.h"
 
 #include <cstring>
 #include <map>

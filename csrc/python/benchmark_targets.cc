@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "cuda_driver.h"
+#include "driver/cuda_driver.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jmf {

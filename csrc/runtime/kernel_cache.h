@@ -17,8 +17,8 @@
 #include <string_view>
 #include <vector>
 
-#include "cuda_driver.h"
-#include "module_format.h"
+#include "contract/module_format.h"
+#include "driver/cuda_driver.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jmf {

@@ -1,4 +1,4 @@
-#include "contract.h"
+#include "contract/contract.h"
 
 #include <algorithm>
 #include <string>

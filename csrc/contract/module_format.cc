@@ -1,4 +1,4 @@
-#include "module_format.h"
+#include "contract/module_format.h"
 
 #include <cstring>
 #include <iterator>

@@ -1,9 +1,16 @@
+// ===== csrc/contract/: the custom-call contract and the module format =====
+// The layer at the bottom. Its files include the C++ standard library and
+// each other, nothing else: no CUDA, no XLA, no nanobind, no other folder of
+// csrc/. The fuzz driver (tests/fuzz/) and Python's trace-time checks rely on
+// that. Layers: contract <- driver <- runtime <- python; a file includes from
+// its own folder or one below, never above (scripts/check_csrc_layers.py).
+//
 // The custom-call contract (docs/contract.md): its limits, the names and
 // types of its attributes, and the one validator that turns attributes into
 // a launch specification.
 //
 // This is the single owner of the contract. XLA's instantiate stage
-// (call_site.cc) and Python's trace-time checks (through _core.validate_launch)
+// (runtime/call_site.cc) and Python's trace-time checks (through _core.validate_launch)
 // both decode attributes with DecodeLaunchAttributes and check them with
 // ValidateLaunch, so the two can never disagree. Attribute values come from
 // programs the user may have loaded from anywhere (an edited jax.export

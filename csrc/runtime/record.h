@@ -27,7 +27,12 @@ struct RecordFrame {
   const XLA_FFI_Command* command(int64_t i) const { return frame->commands[i]; }
 
   // Turns an XLA_FFI_Error from the record API into an ffi::Error.
-  ffi::Error Take(XLA_FFI_Error* error, const std::string& what) const;
+  ffi::Error Take(XLA_FFI_Error* error, const std::string& what) const {
+    if (error == nullptr) return ffi::Error::Success();
+    std::string message = ffi::internal::GetErrorMessage(api, error);
+    ffi::internal::DestroyError(api, error);
+    return ffi::Error::Internal("command buffer: " + what + ": " + message);
+  }
 
   // Appends a created command to the frame; false when the frame is full.
   bool Push(const XLA_FFI_Command* command) const {

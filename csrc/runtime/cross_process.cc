@@ -1,4 +1,4 @@
-#include "cross_process.h"
+#include "runtime/cross_process.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -16,7 +16,7 @@
 #include <mutex>
 #include <thread>
 
-#include "status.h"
+#include "runtime/status.h"
 
 namespace jmf {
 namespace {

@@ -1,3 +1,9 @@
+// ===== csrc/python/: the nanobind modules =====
+// _core (this file and cross_process_python.cc) and the benchmarks'
+// _benchmark_targets. The top layer: may include nanobind and every folder
+// below (runtime/, driver/, contract/); nothing in csrc/ includes these.
+// Layers: contract <- driver <- runtime <- python (scripts/check_csrc_layers.py).
+//
 // jax_mosaic_ffi._core: what Python needs from the C++ runtime.
 //
 // Handler capsules for jax.ffi registration, the state type, cache
@@ -17,12 +23,12 @@
 #include <thread>
 #include <vector>
 
-#include "call_site.h"
-#include "collective.h"
-#include "contract.h"
-#include "handlers.h"
-#include "kernel_cache.h"
-#include "module_format.h"
+#include "contract/contract.h"
+#include "contract/module_format.h"
+#include "runtime/call_site.h"
+#include "runtime/collective.h"
+#include "runtime/handlers.h"
+#include "runtime/kernel_cache.h"
 
 namespace nb = nanobind;
 

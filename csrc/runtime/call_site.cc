@@ -1,4 +1,8 @@
-#include "call_site.h"
+// The call site, instantiate and prepare: the state built from the
+// attributes (decoded and validated by the contract), the kernel loaded and
+// checked on each device, a call's buffers gathered and its tensor maps
+// encoded. Execute and record are in call_site_launch.cc.
+#include "runtime/call_site.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -6,8 +10,7 @@
 #include <string>
 #include <utility>
 
-#include "collective.h"
-#include "status.h"
+#include "runtime/status.h"
 
 namespace jmf {
 
@@ -120,7 +123,14 @@ ffi::ErrorOr<std::unique_ptr<CallSite>> CallSite::Create(ffi::Dictionary attrs, 
 
   site->ConfigureLaunch(collective);
   if (collective) {
-    JMF_ASSIGN_OR_RETURN(site->collective_, CollectiveState::Create(*site));
+    CollectiveInputs inputs{.driver = site->driver_,
+                            .who = spec.who,
+                            .num_inputs = spec.num_inputs,
+                            .num_buffers = spec.num_buffers,
+                            .cliques = spec.cliques,
+                            .symmetric = spec.symmetric,
+                            .skip_device_barrier = spec.skip_device_barrier};
+    JMF_ASSIGN_OR_RETURN(site->collective_, CollectiveState::Create(std::move(inputs)));
     // Across processes the copies around the launch are stream work that the
     // record API cannot express: XLA captures the stream instead.
     if (site->collective_->cross_process()) site->record_by_capture_ = site->needs_bytes_ = true;
@@ -271,88 +281,87 @@ ffi::Error CallSite::PrepareForStream(int32_t device, CUstream stream) {
   return Prepare(device, context);
 }
 
-ffi::Error CallSite::Launch(CUstream stream, int32_t device, Buffers& buffers) {
-  if (device < 0 || device >= kMaxDevices) [[unlikely]]
-    return DeviceOutOfRange(who(), device);
-  LoadedModule* module = slots_[device].ready.load(std::memory_order_acquire);
-  if (module == nullptr) [[unlikely]] {
-    JMF_RETURN_IF_ERROR(PrepareForStream(device, stream));
-    module = slots_[device].ready.load(std::memory_order_acquire);
+ffi::Error CallSite::LoadForRecord(int32_t device) {
+  if (slots_[device].ready.load(std::memory_order_acquire) != nullptr) return ffi::Error::Success();
+  // Load our own copy too: it checks the kernel against this call site and
+  // picks the image for this GPU. XLA loads the image it is given itself.
+  CUcontext context = nullptr;
+  driver_->cuCtxGetCurrent(&context);
+  if (context == nullptr) {
+    CUdevice cu_device;
+    if (driver_->cuDeviceGet(&cu_device, device) != CUDA_SUCCESS ||
+        driver_->cuDevicePrimaryCtxRetain(&context, cu_device) != CUDA_SUCCESS) {
+      return ffi::Error::Internal(who() + ": no CUDA context for device " + std::to_string(device) +
+                                  " while recording");
+    }
   }
-  if (!spec_.poison_buffers.empty()) [[unlikely]]
-    JMF_RETURN_IF_ERROR(Poison(stream, buffers));
-  if (!spec_.zero_buffers.empty()) JMF_RETURN_IF_ERROR(Zero(stream, buffers));
-  if (!spec_.tensor_maps.empty()) JMF_RETURN_IF_ERROR(EncodeTensorMaps(buffers, device));
-  void* params[kMaxParams];
-  ForEachParam(buffers, device, [&](int i, const void* value, size_t) { params[i] = const_cast<void*>(value); });
-  CUresult result = LaunchOnce(stream, *module, params);
-  // vmap: the same launch once per batch element, each with its buffers moved
-  // on; the parameters point into `buffers`, so moving them moves the launch.
-  for (uint32_t b = 1; b < spec_.batch_size && result == CUDA_SUCCESS; ++b) {
-    MoveToNextElement(buffers);
-    result = LaunchOnce(stream, *module, params);
-  }
-  if (synchronize_launches_) [[unlikely]]
-    return SynchronizeAfter(stream, device, result, *module);
-  if (result != CUDA_SUCCESS) [[unlikely]]
-    return LaunchError(result, device, *module);
-  return ffi::Error::Success();
+  return Prepare(device, context);
 }
 
-CUresult CallSite::LaunchOnce(CUstream stream, const LoadedModule& module, void** params) const {
-  if (config_.numAttrs == 0) {
-    return driver_->cuLaunchKernel(module.function(), config_.gridDimX, config_.gridDimY, config_.gridDimZ,
-                                   config_.blockDimX, config_.blockDimY, config_.blockDimZ, config_.sharedMemBytes,
-                                   stream, params, nullptr);
+// ------------------------------------------------------------------ tensor maps
+//
+// TMA descriptors (CUtensorMap) for kernel parameters declared with
+// jmf.TensorMap: encoded with cuTensorMapEncodeTiled from the address of the
+// buffer they describe.
+//
+// Every field was validated at instantiate (contract/contract.cc). The address is
+// known only at execution, and XLA may hand a call site a different buffer
+// each time, so each device keeps the encoded map with the address it was
+// encoded for: an execution whose buffer did not move only compares a
+// pointer; one whose buffer moved encodes again, into the same storage (no
+// allocation). The launch passes that storage by value (the driver copies
+// kernel parameters at launch), and the record stage hands the same bytes to
+// XLA, which copies them into the graph node.
+
+ffi::Error CallSite::EncodeTensorMaps(const Buffers& buffers, int32_t device) const {
+  EncodedTensorMap* encoded = slots_[device].tensor_maps.get();
+  if (encoded == nullptr) [[unlikely]] {
+    return ffi::Error::Internal(who() + ": tensor maps used on device " + std::to_string(device) + " before loading");
   }
-  CUlaunchConfig config = config_;
-  config.hStream = stream;
-  return driver_->cuLaunchKernelEx(&config, module.function(), params, nullptr);
-}
-
-void CallSite::MoveToNextElement(Buffers& buffers) const {
-  for (int i = 0; i < buffers.count; ++i) {
-    buffers.ptrs[i] = static_cast<char*>(buffers.ptrs[i]) + spec_.batch_strides[i];
-  }
-}
-
-ffi::Error CallSite::SynchronizeAfter(CUstream stream, int32_t device, CUresult launch_result,
-                                      const LoadedModule& module) const {
-  if (launch_result != CUDA_SUCCESS) return LaunchError(launch_result, device, module);
-  CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
-  driver_->cuStreamIsCapturing(stream, &capturing);
-  if (capturing != CU_STREAM_CAPTURE_STATUS_NONE) return ffi::Error::Success();  // a graph is being built
-  CUresult result = driver_->cuStreamSynchronize(stream);
-  if (result == CUDA_SUCCESS) return ffi::Error::Success();
-  return ffi::Error::Internal(
-      who() + ": the kernel failed while running on device " + std::to_string(device) + " (" + LaunchDescription() +
-      "): " + CudaErrorText(*driver_, result) +
-      ". (JAX_MOSAIC_FFI_SYNC_LAUNCHES is on, so this is the first kernel that failed, unless work queued "
-      "before it on the stream faulted.) The CUDA context cannot be used after a fault: restart the process. "
-      "To find the line, run under compute-sanitizer (`compute-sanitizer --tool memcheck python script.py`) "
-      "and compile with options=('-lineinfo',)");
-}
-
-ffi::Error CallSite::Poison(CUstream stream, const Buffers& buffers) const {
-  for (int b : spec_.poison_buffers) {
-    if (buffers.bytes[b] == 0) continue;
-    JMF_RETURN_IF_ERROR(CudaCheck(
-        *driver_,
-        driver_->cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(buffers.ptrs[b]), 0xFF, buffers.bytes[b], stream), who(),
-        "poisoning output buffers"));
+  for (size_t m = 0; m < spec_.tensor_maps.size(); ++m) {
+    const TensorMapSpec& t = spec_.tensor_maps[m];
+    if (encoded[m].address == buffers.ptrs[t.buffer]) continue;
+    JMF_RETURN_IF_ERROR(EncodeTensorMap(t, m, buffers, &encoded[m]));
   }
   return ffi::Error::Success();
 }
 
-// Outputs the kernel expects zeroed before every launch (zero_outputs: ones it
-// accumulates into, and a scratch buffer with zero_scratch).
-ffi::Error CallSite::Zero(CUstream stream, const Buffers& buffers) const {
-  for (int b : spec_.zero_buffers) {
-    if (buffers.bytes[b] == 0) continue;
-    JMF_RETURN_IF_ERROR(CudaCheck(
-        *driver_, driver_->cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(buffers.ptrs[b]), 0, buffers.bytes[b], stream),
-        who(), "zeroing zero_outputs"));
+ffi::Error CallSite::EncodeTensorMap(const TensorMapSpec& t, size_t m, const Buffers& buffers,
+                                     EncodedTensorMap* encoded) const {
+  void* address = buffers.ptrs[t.buffer];
+  const bool input = t.buffer < spec_.num_inputs;
+  auto name = [&] {  // built only for an error: encoding itself builds no strings
+    return who() + ": the tensor map of parameter " + std::to_string(t.param) + " (" + (input ? "in" : "out") +
+           std::to_string(input ? t.buffer : t.buffer - spec_.num_inputs) + ")";
+  };
+  if (reinterpret_cast<uintptr_t>(address) % t.alignment != 0) {
+    return ffi::Error::InvalidArgument(name() + ": the buffer's address " +
+                                       std::to_string(reinterpret_cast<uintptr_t>(address)) + " is not " +
+                                       std::to_string(t.alignment) + "-byte aligned, as TMA requires");
   }
+  if (buffers.bytes[t.buffer] < t.extent_bytes) {
+    return ffi::Error::InvalidArgument(name() + " reaches " + std::to_string(t.extent_bytes) +
+                                       " bytes, but the buffer holds " + std::to_string(buffers.bytes[t.buffer]));
+  }
+  cuuint64_t dims[kMaxTensorRank], strides[kMaxTensorRank];
+  cuuint32_t box[kMaxTensorRank], element_strides[kMaxTensorRank];
+  for (int d = 0; d < t.rank; ++d) {
+    dims[d] = t.dims[d];
+    box[d] = t.box[d];
+    element_strides[d] = t.element_strides[d];
+    if (d > 0) strides[d - 1] = t.strides[d - 1];
+  }
+  const CUresult result = driver_->cuTensorMapEncodeTiled(
+      &encoded->map, static_cast<CUtensorMapDataType>(t.data_type), t.rank, address, dims, strides, box,
+      element_strides, static_cast<CUtensorMapInterleave>(t.interleave), static_cast<CUtensorMapSwizzle>(t.swizzle),
+      static_cast<CUtensorMapL2promotion>(t.l2_promotion), static_cast<CUtensorMapFloatOOBfill>(t.oob_fill));
+  if (result != CUDA_SUCCESS) {
+    encoded->address = nullptr;
+    return ffi::Error::InvalidArgument(name() + ": cuTensorMapEncodeTiled refused it (tensor map " + std::to_string(m) +
+                                       "): " + CudaErrorText(*driver_, result));
+  }
+  encoded->address = address;
+  GetCacheStats().tensor_map_encodes.fetch_add(1, std::memory_order_relaxed);
   return ffi::Error::Success();
 }
 
@@ -362,21 +371,6 @@ std::string CallSite::LaunchDescription() const {
   return "grid " + DimsText(config_.gridDimX, config_.gridDimY, config_.gridDimZ) + ", block " +
          DimsText(config_.blockDimX, config_.blockDimY, config_.blockDimZ) + ", smem " +
          std::to_string(config_.sharedMemBytes) + " bytes, cluster " + cluster;
-}
-
-ffi::Error CallSite::LaunchError(CUresult result, int32_t device, const LoadedModule& module) const {
-  std::string message = who() + ": launch failed on device " + std::to_string(device) + " (" + LaunchDescription() +
-                        "): " + CudaErrorText(*driver_, result);
-  if (result == CUDA_ERROR_INVALID_CLUSTER_SIZE) {
-    CUlaunchConfig config = config_;
-    config.hStream = nullptr;
-    int max_cluster = 0;
-    if (driver_->cuOccupancyMaxPotentialClusterSize(&max_cluster, module.function(), &config) == CUDA_SUCCESS) {
-      message += ". The largest cluster this kernel can use with this block and shared memory is " +
-                 std::to_string(max_cluster) + " blocks";
-    }
-  }
-  return ffi::Error::Internal(message);
 }
 
 }  // namespace jmf

@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "cross_process.h"
+#include "runtime/cross_process.h"
 
 namespace nb = nanobind;
 

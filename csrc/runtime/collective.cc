@@ -1,4 +1,4 @@
-#include "collective.h"
+#include "runtime/collective.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,8 +10,8 @@
 #include <string>
 #include <utility>
 
-#include "runtime_kernels.h"
-#include "status.h"
+#include "driver/runtime_kernels.h"
+#include "runtime/status.h"
 
 namespace jmf {
 namespace {
@@ -142,21 +142,20 @@ ffi::Error Rendezvous::Exchange(int64_t run_id, int rank, const uint64_t* mine, 
   return ffi::Error::Success();
 }
 
-ffi::ErrorOr<std::unique_ptr<CollectiveState>> CollectiveState::Create(const CallSite& site) {
-  const LaunchSpec& spec = site.spec();
-  std::unique_ptr<CollectiveState> state(new CollectiveState(site));
+ffi::ErrorOr<std::unique_ptr<CollectiveState>> CollectiveState::Create(CollectiveInputs inputs) {
+  std::unique_ptr<CollectiveState> state(new CollectiveState(inputs));
   state->clique_of_.fill(-1);
   state->rank_of_.fill(-1);
   // The contract bounds device ids below kMaxDevices, each in one clique, and
   // cliques to kMaxPeers devices, so the rendezvous is small.
-  for (size_t c = 0; c < spec.cliques.size(); ++c) {
+  for (size_t c = 0; c < inputs.cliques.size(); ++c) {
     Clique clique;
-    clique.devices = spec.cliques[c];
+    clique.devices = inputs.cliques[c];
     for (size_t r = 0; r < clique.devices.size(); ++r) {
       state->clique_of_[clique.devices[r]] = static_cast<int>(c);
       state->rank_of_[clique.devices[r]] = static_cast<int>(r);
     }
-    clique.rendezvous = std::make_unique<Rendezvous>(static_cast<int>(clique.devices.size()), spec.num_buffers + 1);
+    clique.rendezvous = std::make_unique<Rendezvous>(static_cast<int>(clique.devices.size()), inputs.num_buffers + 1);
     bool has_local = false;
     for (int32_t d : clique.devices) {
       const bool local = IsLocalDevice(d);
@@ -167,16 +166,16 @@ ffi::ErrorOr<std::unique_ptr<CollectiveState>> CollectiveState::Create(const Cal
     state->cliques_.push_back(std::move(clique));
   }
   // A device alone in its clique has no one to wait for: no barrier kernel.
-  const bool all_alone = std::all_of(spec.cliques.begin(), spec.cliques.end(),
+  const bool all_alone = std::all_of(inputs.cliques.begin(), inputs.cliques.end(),
                                      [](const std::vector<int32_t>& clique) { return clique.size() == 1; });
-  state->skip_barrier_ = spec.skip_device_barrier || all_alone;
+  state->skip_barrier_ = inputs.skip_device_barrier || all_alone;
   state->timeout_ = PeerTimeout();
-  state->any_symmetric_ = std::find(spec.symmetric.begin(), spec.symmetric.end(), true) != spec.symmetric.end();
+  state->any_symmetric_ = std::find(inputs.symmetric.begin(), inputs.symmetric.end(), true) != inputs.symmetric.end();
   return state;
 }
 
 CollectiveState::~CollectiveState() {
-  const Driver& driver = site_.driver();
+  const Driver& driver = driver_;
   for (DeviceResources& device : devices_) {
     if (device.area != 0) {
       ScopedContext scoped(driver, device.context);
@@ -186,7 +185,7 @@ CollectiveState::~CollectiveState() {
 }
 
 size_t CollectiveState::MetadataWords(int peers) const {
-  const size_t p = static_cast<size_t>(site_.spec().num_buffers);
+  const size_t p = static_cast<size_t>(num_buffers_);
   return kMetadataHeaderWords + p * peers + p + peers;
 }
 
@@ -195,7 +194,7 @@ ffi::Error CollectiveState::Prepare(int32_t device, CUcontext context) {
   if (res.ready) return ffi::Error::Success();
   std::lock_guard<std::mutex> lock(mutex_);
   if (res.ready) return ffi::Error::Success();
-  const std::string& who = site_.who();
+  const std::string& who = who_;
   const int32_t global = GlobalDeviceId(device);
   if (global < 0 || global >= kMaxDevices || clique_of_[global] < 0) {
     return ffi::Error::InvalidArgument(who + ": device " + std::to_string(global) + " (local ordinal " +
@@ -204,20 +203,21 @@ ffi::Error CollectiveState::Prepare(int32_t device, CUcontext context) {
   }
   const Clique& clique = cliques_[clique_of_[global]];
   JMF_RETURN_IF_ERROR(PrepareLocalPeers(device, clique));
-  auto barrier = LoadRuntimeKernel(site_.driver(), context, RuntimeKernel::kBarrier);
-  if (!barrier.has_value()) return ffi::Error::Internal(who + ": " + barrier.error().message());
+  std::string error;
+  CUfunction barrier = LoadRuntimeKernel(driver_, context, RuntimeKernel::kBarrier, &error);
+  if (barrier == nullptr) return ffi::Error::Internal(who + ": " + error);
   const int peers = static_cast<int>(clique.devices.size());
   res.global = global;
   res.context = context;
-  res.barrier = *barrier;
+  res.barrier = barrier;
   // Across processes the area lives in the shared workspace, made at the
   // first initialize (it is sized from the buffers).
   if (!clique.cross_process) JMF_RETURN_IF_ERROR(AllocateArea(res, peers));
   res.barrier_args.rank = static_cast<uint32_t>(rank_of_[global]);
   res.barrier_args.peers = static_cast<uint32_t>(peers);
   res.barrier_args.timeout_ns = static_cast<uint64_t>(timeout_.count()) * 1000000;
-  res.deposit.assign(site_.spec().num_buffers + 1, 0);
-  res.exchange.assign(static_cast<size_t>(peers) * (site_.spec().num_buffers + 1), 0);
+  res.deposit.assign(num_buffers_ + 1, 0);
+  res.exchange.assign(static_cast<size_t>(peers) * (num_buffers_ + 1), 0);
   res.metadata.assign(MetadataWords(peers), 0);
   res.copied.assign(MetadataWords(peers), ~uint64_t{0});
   res.ready = true;
@@ -231,14 +231,14 @@ ffi::Error CollectiveState::PrepareLocalPeers(int32_t device, const Clique& cliq
   for (int32_t peer : clique.devices) {
     if (peer == self || !IsLocalDevice(peer)) continue;
     const int32_t ordinal = LocalOrdinal(peer);
-    JMF_RETURN_IF_ERROR(EnablePeerAccess(site_.driver(), device, ordinal, site_.who()));
+    JMF_RETURN_IF_ERROR(EnablePeerAccess(driver_, device, ordinal, who_));
   }
   return ffi::Error::Success();
 }
 
 ffi::Error CollectiveState::AllocateArea(DeviceResources& res, int peers) {
-  const std::string& who = site_.who();
-  const Driver& driver = site_.driver();
+  const std::string& who = who_;
+  const Driver& driver = driver_;
   const size_t bytes = kBarrierAreaBytes + MetadataWords(peers) * sizeof(uint64_t);
   ScopedContext scoped(driver, res.context);
   CUdeviceptr area = 0;
@@ -253,21 +253,21 @@ ffi::Error CollectiveState::AllocateArea(DeviceResources& res, int peers) {
   }
   res.area = area;
   res.metadata_ptr = reinterpret_cast<void*>(area + kBarrierAreaBytes);
-  const size_t p = static_cast<size_t>(site_.spec().num_buffers);
+  const size_t p = static_cast<size_t>(num_buffers_);
   res.barrier_args.areas = area + kBarrierAreaBytes + (kMetadataHeaderWords + p * peers + p) * sizeof(uint64_t);
   return ffi::Error::Success();
 }
 
 ffi::Error CollectiveState::Initialize(int32_t device, int64_t run_id, CUstream stream, const Buffers& buffers) {
   if (device < 0 || device >= kMaxDevices || !devices_[device].ready) {
-    return ffi::Error::Internal(site_.who() + ": initialize ran before prepare on device " + std::to_string(device));
+    return ffi::Error::Internal(who_ + ": initialize ran before prepare on device " + std::to_string(device));
   }
   DeviceResources& res = devices_[device];
   const Clique& clique = cliques_[clique_of_[res.global]];
   if (clique.cross_process) return InitializeShared(device, run_id, stream, buffers);
   const int rank = rank_of_[res.global];
   const int peers = static_cast<int>(clique.devices.size());
-  const int p = site_.spec().num_buffers;
+  const int p = num_buffers_;
   // XLA may run initialize twice for one execution (through the command
   // buffer and through the thunk that holds the same call): the second time,
   // with the same run and buffers, every peer has traded already.
@@ -281,7 +281,7 @@ ffi::Error CollectiveState::Initialize(int32_t device, int64_t run_id, CUstream 
   res.deposit[p] = res.area;
   if (peers > 1) {
     if (ffi::Error e = clique.rendezvous->Exchange(run_id, rank, res.deposit.data(), res.exchange.data(), timeout_,
-                                                   site_.who() + " on device " + std::to_string(device));
+                                                   who_ + " on device " + std::to_string(device));
         e.failure()) {
       return e;
     }
@@ -310,11 +310,11 @@ ffi::Error CollectiveState::Initialize(int32_t device, int64_t run_id, CUstream 
 
 ffi::Error CollectiveState::CopyMetadata(DeviceResources& res, CUstream stream) {
   if (res.metadata == res.copied) return ffi::Error::Success();
-  const Driver& driver = site_.driver();
+  const Driver& driver = driver_;
   const CUdeviceptr base = reinterpret_cast<CUdeviceptr>(res.metadata_ptr);
   if (CUresult r = driver.cuMemcpyHtoDAsync(base, res.metadata.data(), res.metadata.size() * sizeof(uint64_t), stream);
       r != CUDA_SUCCESS) {
-    return ffi::Error::Internal(site_.who() + ": copying collective metadata: " + CudaErrorText(driver, r));
+    return ffi::Error::Internal(who_ + ": copying collective metadata: " + CudaErrorText(driver, r));
   }
   res.copied = res.metadata;
   return ffi::Error::Success();
@@ -323,15 +323,15 @@ ffi::Error CollectiveState::CopyMetadata(DeviceResources& res, CUstream stream) 
 ffi::Error CollectiveState::LaunchBarrier(int32_t device, CUstream stream) {
   if (skip_barrier_) return ffi::Error::Success();
   if (device < 0 || device >= kMaxDevices || !devices_[device].ready) [[unlikely]] {
-    return ffi::Error::Internal(site_.who() + ": execute ran before prepare on device " + std::to_string(device));
+    return ffi::Error::Internal(who_ + ": execute ran before prepare on device " + std::to_string(device));
   }
   DeviceResources& res = devices_[device];
   void* params[] = {&res.barrier_args.areas, &res.barrier_args.rank, &res.barrier_args.peers,
                     &res.barrier_args.timeout_ns};
-  const Driver& driver = site_.driver();
+  const Driver& driver = driver_;
   if (CUresult r = driver.cuLaunchKernel(res.barrier, 1, 1, 1, kMaxPeers, 1, 1, 0, stream, params, nullptr);
       r != CUDA_SUCCESS) {
-    return ffi::Error::Internal(site_.who() + ": launching the device barrier: " + CudaErrorText(driver, r));
+    return ffi::Error::Internal(who_ + ": launching the device barrier: " + CudaErrorText(driver, r));
   }
   return ffi::Error::Success();
 }
@@ -361,7 +361,7 @@ ffi::Error CollectiveState::RecordBarrier(const RecordFrame& record, int32_t dev
     return e;
   }
   if (!record.Push(command)) {
-    return ffi::Error(ffi::ErrorCode::kResourceExhausted, site_.who() + ": the record frame has no room");
+    return ffi::Error(ffi::ErrorCode::kResourceExhausted, who_ + ": the record frame has no room");
   }
   *dependency = command;
   return ffi::Error::Success();
@@ -370,9 +370,8 @@ ffi::Error CollectiveState::RecordBarrier(const RecordFrame& record, int32_t dev
 // Across processes: parameters in the workspace (declared symmetric; every
 // input when the kernel declares none).
 bool CollectiveState::InWorkspace(int buffer) const {
-  const LaunchSpec& spec = site_.spec();
-  if (!any_symmetric_) return buffer < spec.num_inputs;
-  return buffer < static_cast<int>(spec.symmetric.size()) && spec.symmetric[buffer];
+  if (!any_symmetric_) return buffer < num_inputs_;
+  return buffer < static_cast<int>(symmetric_.size()) && symmetric_[buffer];
 }
 
 ffi::Error CollectiveState::InitializeShared(int32_t device, int64_t run_id, CUstream stream, const Buffers& buffers) {
@@ -380,12 +379,12 @@ ffi::Error CollectiveState::InitializeShared(int32_t device, int64_t run_id, CUs
   if (res.workspace == nullptr) JMF_RETURN_IF_ERROR(SetUpWorkspace(device, buffers));
   // Once per execution (XLA may call twice for one: see Initialize).
   if (run_id != res.initialized_run) {
-    JMF_RETURN_IF_ERROR(res.workspace->Arrive(timeout_, site_.who() + " on device " + std::to_string(res.global)));
+    JMF_RETURN_IF_ERROR(res.workspace->Arrive(timeout_, who_ + " on device " + std::to_string(res.global)));
     res.initialized_run = run_id;
   }
   const int rank = rank_of_[res.global];
   const size_t peers = cliques_[clique_of_[res.global]].devices.size();
-  for (int b = 0; b < site_.spec().num_buffers; ++b) {
+  for (int b = 0; b < num_buffers_; ++b) {
     if (!InWorkspace(b))
       res.metadata[kMetadataHeaderWords + b * peers + rank] = reinterpret_cast<uintptr_t>(buffers.ptrs[b]);
   }
@@ -411,9 +410,9 @@ ffi::Error CollectiveState::SetUpWorkspace(int32_t device, const Buffers& buffer
   const Clique& clique = cliques_[c];
   const int peers = static_cast<int>(clique.devices.size());
   uint64_t offset = RoundUp(kBarrierAreaBytes + MetadataWords(peers) * sizeof(uint64_t), kBufferAlignment);
-  std::string identity = site_.who() + "|clique " + std::to_string(c);
+  std::string identity = who_ + "|clique " + std::to_string(c);
   res.slots.clear();
-  for (int b = 0; b < site_.spec().num_buffers; ++b) {
+  for (int b = 0; b < num_buffers_; ++b) {
     if (!InWorkspace(b)) continue;
     res.slots.push_back(Slot{b, offset, buffers.bytes[b]});
     offset += RoundUp(std::max<uint64_t>(buffers.bytes[b], 1), kBufferAlignment);
@@ -424,8 +423,8 @@ ffi::Error CollectiveState::SetUpWorkspace(int32_t device, const Buffers& buffer
   request.rank = rank_of_[res.global];
   request.device_ids = clique.devices;
   request.timeout = timeout_;
-  request.who = site_.who() + " on device " + std::to_string(res.global);
-  auto workspace = SharedWorkspace::Create(site_.driver(), res.context, offset, request);
+  request.who = who_ + " on device " + std::to_string(res.global);
+  auto workspace = SharedWorkspace::Create(driver_, res.context, offset, request);
   if (!workspace.has_value()) return workspace.error();
   res.workspace = std::move(*workspace);
   FillSharedMetadata(res, request.rank, peers);
@@ -434,7 +433,7 @@ ffi::Error CollectiveState::SetUpWorkspace(int32_t device, const Buffers& buffer
 
 void CollectiveState::FillSharedMetadata(DeviceResources& res, int rank, int peers) {
   const SharedWorkspace& ws = *res.workspace;
-  const size_t p = static_cast<size_t>(site_.spec().num_buffers);
+  const size_t p = static_cast<size_t>(num_buffers_);
   const uint64_t base = ws.base(rank) + kBarrierAreaBytes;
   const size_t multimem_offset = kMetadataHeaderWords + p * peers;
   const size_t areas_offset = multimem_offset + p;
@@ -455,16 +454,16 @@ void CollectiveState::FillSharedMetadata(DeviceResources& res, int rank, int pee
 ffi::Error CollectiveState::BeforeLaunch(int32_t device, CUstream stream, const Buffers& buffers) {
   if (cross_process_) [[unlikely]] {
     if (device < 0 || device >= kMaxDevices || devices_[device].workspace == nullptr) {
-      return ffi::Error::Internal(site_.who() + ": execute ran before initialize on device " + std::to_string(device));
+      return ffi::Error::Internal(who_ + ": execute ran before initialize on device " + std::to_string(device));
     }
     const DeviceResources& res = devices_[device];
     const uint64_t base = res.workspace->base(rank_of_[res.global]);
-    const Driver& driver = site_.driver();
+    const Driver& driver = driver_;
     for (const Slot& slot : res.slots) {
-      if (slot.buffer >= site_.spec().num_inputs) continue;
+      if (slot.buffer >= num_inputs_) continue;
       const auto from = reinterpret_cast<CUdeviceptr>(buffers.ptrs[slot.buffer]);
       if (CUresult r = driver.cuMemcpyDtoDAsync(base + slot.offset, from, slot.bytes, stream); r != CUDA_SUCCESS) {
-        return ffi::Error::Internal(site_.who() + ": copying input " + std::to_string(slot.buffer) +
+        return ffi::Error::Internal(who_ + ": copying input " + std::to_string(slot.buffer) +
                                     " into the collective workspace: " + CudaErrorText(driver, r));
       }
     }
@@ -476,12 +475,12 @@ ffi::Error CollectiveState::AfterLaunch(int32_t device, CUstream stream, const B
   if (!cross_process_) return ffi::Error::Success();
   const DeviceResources& res = devices_[device];
   const uint64_t base = res.workspace->base(rank_of_[res.global]);
-  const Driver& driver = site_.driver();
+  const Driver& driver = driver_;
   for (const Slot& slot : res.slots) {
-    if (slot.buffer < site_.spec().num_inputs) continue;
+    if (slot.buffer < num_inputs_) continue;
     const auto to = reinterpret_cast<CUdeviceptr>(buffers.ptrs[slot.buffer]);
     if (CUresult r = driver.cuMemcpyDtoDAsync(to, base + slot.offset, slot.bytes, stream); r != CUDA_SUCCESS) {
-      return ffi::Error::Internal(site_.who() + ": copying output " + std::to_string(slot.buffer) +
+      return ffi::Error::Internal(who_ + ": copying output " + std::to_string(slot.buffer) +
                                   " out of the collective workspace: " + CudaErrorText(driver, r));
     }
   }

@@ -27,16 +27,16 @@
 #include <string>
 #include <vector>
 
-#include "call_site.h"
-#include "cross_process.h"
-#include "cuda_driver.h"
-#include "record.h"
+#include "driver/cuda_driver.h"
+#include "runtime/buffers.h"
+#include "runtime/cross_process.h"
+#include "runtime/record.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jmf {
 
 // A barrier area: kernel-side words (collective.cuh's kKernelRow...), then
-// the runtime generation word at kRuntimeGeneration (runtime_kernels.h).
+// the runtime generation word at kRuntimeGeneration (driver/runtime_kernels.h).
 inline constexpr size_t kBarrierAreaBytes = 2048;
 inline constexpr size_t kMetadataHeaderWords = 4;
 
@@ -67,9 +67,22 @@ class Rendezvous {
   std::array<Round, 4> rounds_;
 };
 
+// What a collective call site's state is built from: the parts of its
+// validated launch (contract/contract.h) that concern the peers. The call site
+// fills it; CollectiveState keeps no reference to the call site.
+struct CollectiveInputs {
+  const Driver* driver = nullptr;
+  std::string who;                            // the call site, for messages
+  int num_inputs = 0;                         // buffers are inputs, then outputs
+  int num_buffers = 0;                        // inputs plus outputs
+  std::vector<std::vector<int32_t>> cliques;  // global device ids of each clique
+  std::vector<bool> symmetric;                // per buffer; none set: every input, across processes
+  bool skip_device_barrier = false;
+};
+
 class CollectiveState {
  public:
-  static ffi::ErrorOr<std::unique_ptr<CollectiveState>> Create(const CallSite& site);
+  static ffi::ErrorOr<std::unique_ptr<CollectiveState>> Create(CollectiveInputs inputs);
   ~CollectiveState();
 
   // Allocates this device's area and enables peer access. O(1) once done.
@@ -92,7 +105,12 @@ class CollectiveState {
   void* const* metadata_slot(int32_t device) const { return &devices_[device].metadata_ptr; }
 
  private:
-  CollectiveState(const CallSite& site) : site_(site) {}
+  explicit CollectiveState(const CollectiveInputs& inputs)
+      : driver_(*inputs.driver),
+        who_(inputs.who),
+        num_inputs_(inputs.num_inputs),
+        num_buffers_(inputs.num_buffers),
+        symmetric_(inputs.symmetric) {}
 
   struct Clique {
     std::vector<int32_t> devices;  // global device ids
@@ -138,7 +156,11 @@ class CollectiveState {
   ffi::Error CopyMetadata(DeviceResources& res, CUstream stream);
   bool InWorkspace(int buffer) const;
 
-  const CallSite& site_;
+  const Driver& driver_;
+  const std::string who_;
+  const int num_inputs_;
+  const int num_buffers_;
+  const std::vector<bool> symmetric_;
   std::vector<Clique> cliques_;
   std::array<int, kMaxDevices> clique_of_{};
   std::array<int, kMaxDevices> rank_of_{};

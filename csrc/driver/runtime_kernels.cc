@@ -1,4 +1,4 @@
-#include "runtime_kernels.h"
+#include "driver/runtime_kernels.h"
 
 #include <map>
 #include <mutex>
@@ -131,7 +131,7 @@ RuntimeKernelSource Source(RuntimeKernel kernel) {
   return {"", "", 1};
 }
 
-ffi::ErrorOr<CUfunction> LoadRuntimeKernel(const Driver& driver, CUcontext context, RuntimeKernel kernel) {
+CUfunction LoadRuntimeKernel(const Driver& driver, CUcontext context, RuntimeKernel kernel, std::string* error) {
   static std::mutex mutex;
   static auto* loaded = new std::map<std::pair<CUcontext, RuntimeKernel>, CUfunction>();
   std::lock_guard<std::mutex> lock(mutex);
@@ -140,13 +140,13 @@ ffi::ErrorOr<CUfunction> LoadRuntimeKernel(const Driver& driver, CUcontext conte
   ScopedContext scoped(driver, context);
   CUmodule module = nullptr;
   if (CUresult r = driver.cuModuleLoadDataEx(&module, source.ptx, 0, nullptr, nullptr); r != CUDA_SUCCESS) {
-    return ffi::Error::Internal(std::string("loading the runtime kernel ") + source.symbol + ": " +
-                                CudaErrorText(driver, r));
+    *error = std::string("loading the runtime kernel ") + source.symbol + ": " + CudaErrorText(driver, r);
+    return nullptr;
   }
   CUfunction function = nullptr;
   if (CUresult r = driver.cuModuleGetFunction(&function, module, source.symbol); r != CUDA_SUCCESS) {
-    return ffi::Error::Internal(std::string("loading the runtime kernel ") + source.symbol + ": " +
-                                CudaErrorText(driver, r));
+    *error = std::string("loading the runtime kernel ") + source.symbol + ": " + CudaErrorText(driver, r);
+    return nullptr;
   }
   (*loaded)[{context, kernel}] = function;
   return function;

@@ -6,13 +6,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
-#include "cuda_driver.h"
-#include "xla/ffi/api/ffi.h"
+#include "driver/cuda_driver.h"
 
 namespace jmf {
-
-namespace ffi = xla::ffi;
 
 enum class RuntimeKernel {
   // jmf_runtime_barrier(u64 areas, u32 rank, u32 peers, u64 timeout_ns):
@@ -30,8 +28,9 @@ struct RuntimeKernelSource {
 };
 RuntimeKernelSource Source(RuntimeKernel kernel);
 
-// The kernel loaded into `context`, loaded on first use and kept for the process.
-ffi::ErrorOr<CUfunction> LoadRuntimeKernel(const Driver& driver, CUcontext context, RuntimeKernel kernel);
+// The kernel loaded into `context`, loaded on first use and kept for the process;
+// null with `*error` set when the driver refuses it.
+CUfunction LoadRuntimeKernel(const Driver& driver, CUcontext context, RuntimeKernel kernel, std::string* error);
 
 // The barrier kernel reads a barrier area's runtime generation word at byte 512.
 inline constexpr int kRuntimeGeneration = 64;

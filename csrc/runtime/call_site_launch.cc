@@ -1,4 +1,6 @@
-// The record stage: a call as CUDA-graph nodes inside an XLA command buffer.
+// The call site, execute and record: the launch on XLA's stream (once per
+// vmap batch element), and the record stage, the same call as CUDA-graph
+// nodes inside an XLA command buffer.
 //
 // A recorded call is a chain of commands: [barrier] [one fill per poisoned
 // output] then the launch, or one launch per vmap batch element joined by an
@@ -9,10 +11,10 @@
 #include <string>
 #include <utility>
 
-#include "call_site.h"
-#include "collective.h"
-#include "runtime_kernels.h"
-#include "status.h"
+#include "driver/runtime_kernels.h"
+#include "runtime/call_site.h"
+#include "runtime/collective.h"
+#include "runtime/status.h"
 
 namespace jmf {
 namespace {
@@ -47,22 +49,107 @@ ffi::Error ForEachFill(const LaunchSpec& spec, Fn&& fn) {
 
 }  // namespace
 
-ffi::Error CallSite::LoadForRecord(int32_t device) {
-  if (slots_[device].ready.load(std::memory_order_acquire) != nullptr) return ffi::Error::Success();
-  // Load our own copy too: it checks the kernel against this call site and
-  // picks the image for this GPU. XLA loads the image it is given itself.
-  CUcontext context = nullptr;
-  driver_->cuCtxGetCurrent(&context);
-  if (context == nullptr) {
-    CUdevice cu_device;
-    if (driver_->cuDeviceGet(&cu_device, device) != CUDA_SUCCESS ||
-        driver_->cuDevicePrimaryCtxRetain(&context, cu_device) != CUDA_SUCCESS) {
-      return ffi::Error::Internal(who() + ": no CUDA context for device " + std::to_string(device) +
-                                  " while recording");
+ffi::Error CallSite::Launch(CUstream stream, int32_t device, Buffers& buffers) {
+  if (device < 0 || device >= kMaxDevices) [[unlikely]]
+    return DeviceOutOfRange(who(), device);
+  LoadedModule* module = slots_[device].ready.load(std::memory_order_acquire);
+  if (module == nullptr) [[unlikely]] {
+    JMF_RETURN_IF_ERROR(PrepareForStream(device, stream));
+    module = slots_[device].ready.load(std::memory_order_acquire);
+  }
+  if (!spec_.poison_buffers.empty()) [[unlikely]]
+    JMF_RETURN_IF_ERROR(Poison(stream, buffers));
+  if (!spec_.zero_buffers.empty()) JMF_RETURN_IF_ERROR(Zero(stream, buffers));
+  if (!spec_.tensor_maps.empty()) JMF_RETURN_IF_ERROR(EncodeTensorMaps(buffers, device));
+  void* params[kMaxParams];
+  ForEachParam(buffers, device, [&](int i, const void* value, size_t) { params[i] = const_cast<void*>(value); });
+  CUresult result = LaunchOnce(stream, *module, params);
+  // vmap: the same launch once per batch element, each with its buffers moved
+  // on; the parameters point into `buffers`, so moving them moves the launch.
+  for (uint32_t b = 1; b < spec_.batch_size && result == CUDA_SUCCESS; ++b) {
+    MoveToNextElement(buffers);
+    result = LaunchOnce(stream, *module, params);
+  }
+  if (synchronize_launches_) [[unlikely]]
+    return SynchronizeAfter(stream, device, result, *module);
+  if (result != CUDA_SUCCESS) [[unlikely]]
+    return LaunchError(result, device, *module);
+  return ffi::Error::Success();
+}
+
+CUresult CallSite::LaunchOnce(CUstream stream, const LoadedModule& module, void** params) const {
+  if (config_.numAttrs == 0) {
+    return driver_->cuLaunchKernel(module.function(), config_.gridDimX, config_.gridDimY, config_.gridDimZ,
+                                   config_.blockDimX, config_.blockDimY, config_.blockDimZ, config_.sharedMemBytes,
+                                   stream, params, nullptr);
+  }
+  CUlaunchConfig config = config_;
+  config.hStream = stream;
+  return driver_->cuLaunchKernelEx(&config, module.function(), params, nullptr);
+}
+
+void CallSite::MoveToNextElement(Buffers& buffers) const {
+  for (int i = 0; i < buffers.count; ++i) {
+    buffers.ptrs[i] = static_cast<char*>(buffers.ptrs[i]) + spec_.batch_strides[i];
+  }
+}
+
+ffi::Error CallSite::SynchronizeAfter(CUstream stream, int32_t device, CUresult launch_result,
+                                      const LoadedModule& module) const {
+  if (launch_result != CUDA_SUCCESS) return LaunchError(launch_result, device, module);
+  CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
+  driver_->cuStreamIsCapturing(stream, &capturing);
+  if (capturing != CU_STREAM_CAPTURE_STATUS_NONE) return ffi::Error::Success();  // a graph is being built
+  CUresult result = driver_->cuStreamSynchronize(stream);
+  if (result == CUDA_SUCCESS) return ffi::Error::Success();
+  return ffi::Error::Internal(
+      who() + ": the kernel failed while running on device " + std::to_string(device) + " (" + LaunchDescription() +
+      "): " + CudaErrorText(*driver_, result) +
+      ". (JAX_MOSAIC_FFI_SYNC_LAUNCHES is on, so this is the first kernel that failed, unless work queued "
+      "before it on the stream faulted.) The CUDA context cannot be used after a fault: restart the process. "
+      "To find the line, run under compute-sanitizer (`compute-sanitizer --tool memcheck python script.py`) "
+      "and compile with options=('-lineinfo',)");
+}
+
+ffi::Error CallSite::Poison(CUstream stream, const Buffers& buffers) const {
+  for (int b : spec_.poison_buffers) {
+    if (buffers.bytes[b] == 0) continue;
+    JMF_RETURN_IF_ERROR(CudaCheck(
+        *driver_,
+        driver_->cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(buffers.ptrs[b]), 0xFF, buffers.bytes[b], stream), who(),
+        "poisoning output buffers"));
+  }
+  return ffi::Error::Success();
+}
+
+// Outputs the kernel expects zeroed before every launch (zero_outputs: ones it
+// accumulates into, and a scratch buffer with zero_scratch).
+ffi::Error CallSite::Zero(CUstream stream, const Buffers& buffers) const {
+  for (int b : spec_.zero_buffers) {
+    if (buffers.bytes[b] == 0) continue;
+    JMF_RETURN_IF_ERROR(CudaCheck(
+        *driver_, driver_->cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(buffers.ptrs[b]), 0, buffers.bytes[b], stream),
+        who(), "zeroing zero_outputs"));
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error CallSite::LaunchError(CUresult result, int32_t device, const LoadedModule& module) const {
+  std::string message = who() + ": launch failed on device " + std::to_string(device) + " (" + LaunchDescription() +
+                        "): " + CudaErrorText(*driver_, result);
+  if (result == CUDA_ERROR_INVALID_CLUSTER_SIZE) {
+    CUlaunchConfig config = config_;
+    config.hStream = nullptr;
+    int max_cluster = 0;
+    if (driver_->cuOccupancyMaxPotentialClusterSize(&max_cluster, module.function(), &config) == CUDA_SUCCESS) {
+      message += ". The largest cluster this kernel can use with this block and shared memory is " +
+                 std::to_string(max_cluster) + " blocks";
     }
   }
-  return Prepare(device, context);
+  return ffi::Error::Internal(message);
 }
+
+// ------------------------------------------------------------------ the record stage
 
 ffi::Error CallSite::Record(const RecordFrame& record, int32_t device, const Buffers& buffers) {
   if (device < 0 || device >= kMaxDevices) [[unlikely]]
@@ -191,13 +278,6 @@ ffi::Error CallSite::UpdateCommands(const RecordFrame& record, int32_t device, c
   }));
   if (last != nullptr) std::copy(buffers.ptrs, buffers.ptrs + buffers.count, last);
   return ffi::Error::Success();
-}
-
-ffi::Error RecordFrame::Take(XLA_FFI_Error* error, const std::string& what) const {
-  if (error == nullptr) return ffi::Error::Success();
-  std::string message = ffi::internal::GetErrorMessage(api, error);
-  ffi::internal::DestroyError(api, error);
-  return ffi::Error::Internal("command buffer: " + what + ": " + message);
 }
 
 }  // namespace jmf
