@@ -26,7 +26,7 @@ struct CollectiveMetadata {
   u64 num_peers;             // N (XLA leaves this word as padding)
 };
 
-// Word offsets in a barrier area; csrc/collective.h has the same numbers.
+// Word offsets in a barrier area; csrc/runtime/collective.h has the same numbers.
 constexpr int kKernelRow = 72;
 constexpr int kKernelArrivals = 137;
 
