@@ -53,7 +53,11 @@ _MAX_ENTRY_BYTES = 256 << 20
 # another process's write in flight.
 _STALE_TEMP_S = 24 * 3600
 _OFF = {"", "0", "off", "false", "none"}
-_MAX_BYTES_ENV = "JAX_MOSAIC_FFI_CACHE_MAX_BYTES"
+DIR_ENV = "JAX_MOSAIC_FFI_CACHE_DIR"
+MAX_BYTES_ENV = "JAX_MOSAIC_FFI_CACHE_MAX_BYTES"
+# The package's folder (base/paths.py has it too; this module imports nothing of the package, as a test
+# loads it alone from its file): warnings skip its frames to name the user's line.
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(__file__))
 
 _KEY = re.compile(r"[0-9a-f]{64}")
 _FOLDER_NAME = re.compile(r"[0-9a-f]{2}")
@@ -80,7 +84,7 @@ _refused_lock = threading.Lock()
 
 
 def cache_dir() -> pathlib.Path | None:
-  configured = os.environ.get("JAX_MOSAIC_FFI_CACHE_DIR")
+  configured = os.environ.get(DIR_ENV)
   if configured is not None:
     if configured.strip().lower() in _OFF:
       return None
@@ -91,7 +95,7 @@ def cache_dir() -> pathlib.Path | None:
 
 
 def max_bytes() -> int:
-  value = os.environ.get(_MAX_BYTES_ENV, "").strip()
+  value = os.environ.get(MAX_BYTES_ENV, "").strip()
   if not value:
     return _DEFAULT_MAX_BYTES
   try:
@@ -100,8 +104,8 @@ def max_bytes() -> int:
     bound = -1
   if bound < 0:
     raise ValueError(
-        f"{_MAX_BYTES_ENV}={value!r} is not a size: set it to a whole number of bytes, e.g. "
-        f"{_MAX_BYTES_ENV}=1073741824 for 1 GiB (0 keeps nothing), or unset it for the default 1 GiB")
+        f"{MAX_BYTES_ENV}={value!r} is not a size: set it to a whole number of bytes, e.g. "
+        f"{MAX_BYTES_ENV}=1073741824 for 1 GiB (0 keeps nothing), or unset it for the default 1 GiB")
   return bound
 
 
@@ -384,5 +388,5 @@ def _trusted(fd: int, path: pathlib.Path, root: pathlib.Path | None = None) -> b
       f"kernel there that this process would run. Kernels are compiled without the cache meanwhile. Make the "
       f"folder yours and private (chown -R $(id -u) {root}; chmod -R go-w {root}; chmod 700 {root}), or set "
       "JAX_MOSAIC_FFI_CACHE_DIR to a folder of your own (or to off).", CacheFolderRefused,
-      skip_file_prefixes=(os.path.dirname(__file__),))
+      skip_file_prefixes=(_PACKAGE_DIR,))
   return False

@@ -6,7 +6,7 @@ suite asks it why a GPU test cannot run. Three independent signs, since each
 one alone can mislead: a container may carry libcuda.so.1 without a kernel
 module, or a kernel module without nvidia-smi on PATH.
 
-    python jax_mosaic_ffi/driver_probe.py   # exit 0 with the evidence when a driver is here, 1 otherwise
+    python jax_mosaic_ffi/base/driver_probe.py  # exit 0 with the evidence when a driver is here, 1 otherwise
 """
 
 from __future__ import annotations

@@ -17,7 +17,9 @@ import importlib.metadata
 import os
 import warnings
 
-from jax_mosaic_ffi import _core, driver_probe
+from jax_mosaic_ffi.base.native import core
+from jax_mosaic_ffi.base import driver_probe
+from jax_mosaic_ffi.base.paths import PACKAGE_DIR
 
 
 class NoGpuWarning(RuntimeWarning):
@@ -37,12 +39,12 @@ class GpuInfo:
 
 @functools.cache
 def visible_gpus() -> tuple[GpuInfo, ...]:
-  gpus = tuple(GpuInfo(**gpu) for gpu in _core.visible_gpus())
+  gpus = tuple(GpuInfo(**gpu) for gpu in core.visible_gpus())
   reason = cannot_run_reason(gpus)
   if reason is not None:
     warnings.warn(f"jax_mosaic_ffi: {reason}. Kernels compile (for sm_90 unless targets= says otherwise), "
                   "lower and export here, but cannot run on this machine.", NoGpuWarning,
-                  skip_file_prefixes=(os.path.dirname(__file__),))
+                  skip_file_prefixes=(PACKAGE_DIR,))
   return gpus
 
 

@@ -22,10 +22,10 @@ import hashlib
 import re
 import struct
 
-from jax_mosaic_ffi import _core
+from jax_mosaic_ffi.base.native import core
 
 MAGIC = b"JMFFIMOD"
-LIMITS = _core.LIMITS
+LIMITS = core.LIMITS
 FORMAT_VERSION = LIMITS["module_format_version"]
 _SUFFIXES = LIMITS["arch_suffixes"]  # index = the arch_suffix field
 FLAG_PDL_WAIT = LIMITS["module_flag_pdl_wait"]
@@ -115,7 +115,7 @@ def serialize(module: ParsedModule) -> bytes:
 def parse(data: bytes) -> ParsedModule:
   """Reads a module with the runtime's parser; raises ModuleFormatError."""
   try:
-    symbol, images, flags = _core.parse_module(bytes(data))
+    symbol, images, flags = core.parse_module(bytes(data))
   except ValueError as e:
     raise ModuleFormatError(str(e)) from None
   return ParsedModule(symbol, tuple(Image(ImageKind(kind), Arch(arch, _SUFFIXES[suffix]), blob)

@@ -15,13 +15,19 @@ import os
 import re
 import warnings
 
+import jax
+import jaxlib
+
+from jax_mosaic_ffi.base.paths import PACKAGE_DIR
+from jax_mosaic_ffi.base import flags
+
 OLDEST = (0, 11, 2)  # the jaxlib whose FFI headers the extension is built against
 BEFORE = (0, 13)  # first release not checked yet
 TESTED = ("0.11.2", "0.12.0.1")  # what CI runs the CPU suite against
 SUPPORTED = f">={'.'.join(map(str, OLDEST))},<{'.'.join(map(str, BEFORE))}"
 
 # Lets one try an unverified jax anyway (record handlers stay off then).
-SKIP_CHECK_ENV = "JAX_MOSAIC_FFI_SKIP_VERSION_CHECK"
+SKIP_CHECK_ENV = flags.SKIP_VERSION_CHECK
 
 
 def parse(version: str) -> tuple[int, ...]:
@@ -64,13 +70,11 @@ def check(built_jaxlib: str) -> bool:
   With JAX_MOSAIC_FFI_SKIP_VERSION_CHECK=1 an out-of-range jax only warns,
   and False comes back (the caller then registers no record handlers).
   """
-  import jax
-  import jaxlib
   reason = problem(jax.__version__, jaxlib.__version__, built_jaxlib)
   if reason is None:
     return True
   if os.environ.get(SKIP_CHECK_ENV, "") in ("", "0"):
     raise ImportError(f"{reason}. (Set {SKIP_CHECK_ENV}=1 to try it anyway.)")
   warnings.warn(f"{reason}; continuing because {SKIP_CHECK_ENV} is set, without CUDA-graph record handlers",
-                RuntimeWarning, skip_file_prefixes=(os.path.dirname(__file__),))
+                RuntimeWarning, skip_file_prefixes=(PACKAGE_DIR,))
   return False

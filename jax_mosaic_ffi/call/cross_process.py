@@ -33,6 +33,9 @@ import threading
 import time
 
 import jax
+from jax._src import distributed  # no public key-value API in jax 0.11/0.12
+
+from jax_mosaic_ffi.base.native import core
 
 _KEY_PREFIX = "jax_mosaic_ffi"
 _lock = threading.Lock()
@@ -51,7 +54,6 @@ def host_identity() -> str:
 
 
 def _client():
-  from jax._src import distributed  # no public key-value API in jax 0.11/0.12
   client = distributed.global_state.client
   if client is None:
     raise RuntimeError("jax.distributed is not initialized: a clique across processes needs its key-value store")
@@ -184,18 +186,16 @@ def install() -> None:
   global _installed
   if _installed:
     return
-  from jax_mosaic_ffi import _core
   pairs = []
   for d in jax.local_devices():
     if d.platform == "gpu":
       pairs.append((int(d.local_hardware_id), int(d.id)))
-  _core.set_process_devices(pairs)
-  _core.set_peer_exchange(exchange)
+  core.set_process_devices(pairs)
+  core.set_peer_exchange(exchange)
   _installed = True
 
 
 def stats() -> dict:
   """Live cross-process workspaces and peer mappings in this process (tests check for leaks)."""
-  from jax_mosaic_ffi import _core
-  return dict(_core.cross_process_stats())
+  return dict(core.cross_process_stats())
 

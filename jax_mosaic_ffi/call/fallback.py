@@ -24,9 +24,10 @@ from typing import Callable, Sequence
 import jax
 from jax._src.interpreters import mlir
 
-from jax_mosaic_ffi.launch_spec import LaunchError
+from jax_mosaic_ffi.base.errors import LaunchError
+from jax_mosaic_ffi.base import flags
 
-REFERENCE_ENV = "JAX_MOSAIC_FFI_REFERENCE"
+REFERENCE_ENV = flags.REFERENCE
 
 
 class Fallback:

@@ -14,22 +14,25 @@ import numpy as np
 from jax._src.interpreters import mlir
 from jax._src.lib.mlir import ir
 
-from jax_mosaic_ffi import collective as collective_lib
-from jax_mosaic_ffi import contract
-from jax_mosaic_ffi import fallback as fallback_lib
-from jax_mosaic_ffi import launch_spec
-from jax_mosaic_ffi import registration
-from jax_mosaic_ffi.kernel import Kernel
-from jax_mosaic_ffi.launch_spec import LaunchError, LaunchSpec
-from jax_mosaic_ffi.primitive import mosaic_kernel_p
+from jax_mosaic_ffi.call import collective as collective_lib
+from jax_mosaic_ffi.base import contract
+from jax_mosaic_ffi.call import fallback as fallback_lib
+from jax_mosaic_ffi.call import launch_spec
+from jax_mosaic_ffi.call import registration
+from jax_mosaic_ffi.toolchain.kernel import Kernel
+from jax_mosaic_ffi.base.errors import LaunchError, who
+from jax_mosaic_ffi.call import cross_process
+from jax_mosaic_ffi.call.launch_spec import LaunchSpec
+from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
+from jax_mosaic_ffi.base import flags
 
 # Debug switch: fill every (non-aliased) output with 0xFF bytes before the
 # launch, so elements a kernel forgets to write read as NaN or -1.
-POISON_ENV = "JAX_MOSAIC_FFI_POISON_OUTPUTS"
+POISON_ENV = flags.POISON_OUTPUTS
 
 
 def _collective_attributes(ctx, kernel: Kernel, spec: LaunchSpec) -> dict:
-  where = launch_spec.who(kernel, spec.call_site)
+  where = who(kernel, spec.call_site)
   axis_context = ctx.module_context.axis_context
   mesh = getattr(axis_context, "mesh", None)
   devices = getattr(mesh, "devices", None)
@@ -38,7 +41,6 @@ def _collective_attributes(ctx, kernel: Kernel, spec: LaunchSpec) -> dict:
         f"{where}: a collective kernel must run inside shard_map (or pmap) over a mesh "
         f"that has axis {spec.collective.axes[0]!r}")
   if jax.process_count() > 1:  # peers in other processes: docs/collectives.md, "Across processes"
-    from jax_mosaic_ffi import cross_process
     cross_process.install()
   ids = np.vectorize(lambda d: d.id, otypes=[np.int64])(devices)
   groups = collective_lib.cliques(ids, mesh.axis_names, spec.collective.axes)
@@ -71,7 +73,7 @@ def _cuda_lowering(ctx, *operands, kernel: Kernel, out_avals, spec: LaunchSpec):
   if fallback_lib.reference_mode():  # read per lowering: a debugging switch
     if spec.fallback is not None:
       return fallback_lib.lower(ctx, operands, spec.fallback)
-    fallback_lib.warn_no_reference(launch_spec.who(kernel, spec.call_site))
+    fallback_lib.warn_no_reference(who(kernel, spec.call_site))
   registration.ensure_registered()
   attributes = spec.attributes(kernel)
   if os.environ.get(POISON_ENV, "") not in ("", "0"):
@@ -99,7 +101,7 @@ def _other_platform_lowering(ctx, *operands, kernel: Kernel, spec: LaunchSpec, *
   if spec.fallback is not None:
     return fallback_lib.lower(ctx, operands, spec.fallback)
   platforms = ", ".join(ctx.module_context.platforms)
-  raise NotImplementedError(fallback_lib.missing_message(launch_spec.who(kernel, spec.call_site), platforms))
+  raise NotImplementedError(fallback_lib.missing_message(who(kernel, spec.call_site), platforms))
 
 
 mlir.register_lowering(mosaic_kernel_p, _other_platform_lowering)

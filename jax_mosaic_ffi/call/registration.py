@@ -11,7 +11,7 @@ graph as a kernel node) only for bundles registered through the plugin's own
 ``XLA_FFI_Api``; ``jax.ffi.register_ffi_target`` drops it. So we run one tiny
 program whose handler registers the real bundles through that API. Where the
 running jaxlib is outside the range whose record extension we checked
-(jax_mosaic_ffi.versions), or the bootstrap refuses the running FFI API
+(jax_mosaic_ffi.base.versions), or the bootstrap refuses the running FFI API
 version, or fails, the targets are registered through ``jax.ffi`` without
 record, and XLA captures our stream launches into its graphs instead.
 """
@@ -24,13 +24,15 @@ import threading
 import jax
 import jaxlib
 import numpy as np
+from jax._src.lib import xla_client
 
-from jax_mosaic_ffi import _core
-from jax_mosaic_ffi import contract
-from jax_mosaic_ffi import versions
+from jax_mosaic_ffi.base.native import core
+from jax_mosaic_ffi.base import contract
+from jax_mosaic_ffi.base import versions
+from jax_mosaic_ffi.base import flags
 
 STATE_TYPE_NAME = "jax_mosaic_ffi.CallSite"
-RECORD_ENV = "JAX_MOSAIC_FFI_RECORD"  # set to 0 to use stream capture only
+RECORD_ENV = flags.RECORD  # set to 0 to use stream capture only
 
 _lock = threading.Lock()
 _state = {"done": False, "record": False, "message": "not registered yet"}
@@ -45,17 +47,17 @@ def _record_unsupported_reason() -> str | None:
   skipped) nobody checked, and stream capture is the safe choice. The
   bootstrap checks the FFI API version the plugin reports as well.
   """
-  return versions.problem(jax.__version__, jaxlib.__version__, _core.BUILT_AGAINST["jaxlib"])
+  return versions.problem(jax.__version__, jaxlib.__version__, core.BUILT_AGAINST["jaxlib"])
 
 
-if sorted(_core.target_names()) != sorted(contract.ALL_TARGETS):
+if sorted(core.target_names()) != sorted(contract.ALL_TARGETS):
   raise ImportError(
-      f"jax_mosaic_ffi's C++ core serves targets {_core.target_names()} but the Python side "
+      f"jax_mosaic_ffi's C++ core serves targets {core.target_names()} but the Python side "
       f"expects {contract.ALL_TARGETS}; the installed extension is stale, reinstall the package")
 
 _RECORD_UNSUPPORTED = _record_unsupported_reason()
-jax.ffi.register_ffi_type(STATE_TYPE_NAME, _core.state_type(), platform="CUDA")
-jax.ffi.register_ffi_target(_core.BOOTSTRAP_TARGET, {"execute": _core.bootstrap_handler()},
+jax.ffi.register_ffi_type(STATE_TYPE_NAME, core.state_type(), platform="CUDA")
+jax.ffi.register_ffi_target(core.BOOTSTRAP_TARGET, {"execute": core.bootstrap_handler()},
                             platform="CUDA", api_version=1)
 
 
@@ -67,16 +69,15 @@ def _cuda_devices():
 
 
 def _register_without_record(reason: str) -> None:
-  from jax._src.lib import xla_client
   for name in contract.ALL_TARGETS:
     jax.ffi.register_ffi_target(
-        name, _core.handlers(name), platform="CUDA", api_version=1,
+        name, core.handlers(name), platform="CUDA", api_version=1,
         traits=xla_client.CustomCallTargetTraits.COMMAND_BUFFER_COMPATIBLE)
   _state.update(done=True, record=False, message=f"registered without record handlers: {reason}")
 
 
 def _run_bootstrap(device) -> None:
-  call = jax.ffi.ffi_call(_core.BOOTSTRAP_TARGET, jax.ShapeDtypeStruct((1,), np.int32))
+  call = jax.ffi.ffi_call(core.BOOTSTRAP_TARGET, jax.ShapeDtypeStruct((1,), np.int32))
   # A thread of its own: the caller may be inside a trace, where this
   # program would be staged instead of run.
   errors = []
@@ -119,7 +120,7 @@ def register() -> bool:
     except Exception as e:
       _register_without_record(f"the bootstrap program failed: {e}")
       return True
-    attempted, registered, message = _core.record_registration()
+    attempted, registered, message = core.record_registration()
     if registered:
       _state.update(done=True, record=True, message=message)
     else:

@@ -26,6 +26,7 @@ import math
 import numbers
 from typing import Sequence
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -151,5 +152,4 @@ class TensorMap:
 
 def scratch_aval(nbytes: int):
   """The extra output that holds a call's scratch: bytes, at least one."""
-  import jax
   return jax.core.ShapedArray((max(int(nbytes), 1),), jnp.uint8)

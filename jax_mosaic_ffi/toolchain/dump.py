@@ -25,9 +25,11 @@ import shutil
 import subprocess
 import warnings
 
-from jax_mosaic_ffi.module_format import ImageKind
+from jax_mosaic_ffi.base.module_format import ImageKind
+from jax_mosaic_ffi.base.paths import PACKAGE_DIR
+from jax_mosaic_ffi.base import flags
 
-DUMP_ENV = "JAX_MOSAIC_FFI_DUMP_DIR"
+DUMP_ENV = flags.DUMP_DIR
 _CUOBJDUMP_TIMEOUT_S = 60
 _warned: set[str] = set()
 
@@ -68,7 +70,7 @@ def maybe_dump(kernel) -> list[pathlib.Path]:
       warnings.warn(
           f"{DUMP_ENV}={directory!r}: cannot write kernel dumps there ({err}); kernels are made without "
           f"them. Point {DUMP_ENV} at a writable folder, or unset it.",
-          RuntimeWarning, skip_file_prefixes=(os.path.dirname(__file__) + os.sep,))
+          RuntimeWarning, skip_file_prefixes=(PACKAGE_DIR + os.sep,))
   return written
 
 

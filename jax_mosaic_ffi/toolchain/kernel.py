@@ -5,13 +5,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping, Sequence
 
-from jax_mosaic_ffi import compiler
-from jax_mosaic_ffi import dump
-from jax_mosaic_ffi import gpu_info
-from jax_mosaic_ffi import module_format
-from jax_mosaic_ffi import nvrtc_program
-from jax_mosaic_ffi import ptx_info
-from jax_mosaic_ffi.module_format import Arch, Image, ImageKind, ParsedModule
+from jax_mosaic_ffi.toolchain.nvrtc import compiler
+from jax_mosaic_ffi.toolchain import dump
+from jax_mosaic_ffi.toolchain.compiled import Compiled
+from jax_mosaic_ffi.base import gpu_info
+from jax_mosaic_ffi.base import module_format
+from jax_mosaic_ffi.toolchain.nvrtc import program
+from jax_mosaic_ffi.base import ptx_info
+from jax_mosaic_ffi.base.module_format import Arch, Image, ImageKind, ParsedModule
 
 DEFAULT_ARCH = Arch(90)
 
@@ -27,7 +28,7 @@ class Kernel:
   """
 
   name: str
-  compiled: compiler.Compiled
+  compiled: Compiled
 
   @property
   def parsed(self) -> ParsedModule:
@@ -90,7 +91,7 @@ def default_targets() -> tuple[Arch, ...]:
   return tuple(Arch(a) for a in archs) or (DEFAULT_ARCH,)
 
 
-def _parse_targets(targets) -> tuple[Arch, ...]:
+def parse_targets(targets) -> tuple[Arch, ...]:
   if targets is None:
     return default_targets()
   if isinstance(targets, (str, int)):
@@ -133,7 +134,7 @@ def cuda_kernel(source: str, name: str, *, options: Sequence[str] = (),
                                   all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items())):
     raise TypeError("cuda_kernel: headers must map include names to header text, both strings")
   compiled = compiler.compile_cuda(source, name, options=options, headers=headers,
-                                   targets=_parse_targets(targets), pdl=bool(pdl))
+                                   targets=parse_targets(targets), pdl=bool(pdl))
   return _made(Kernel(name, compiled))
 
 
@@ -155,11 +156,11 @@ def ptx_kernel(ptx: str | bytes, name: str, *, pdl: bool = True) -> Kernel:
         f"PTX has no entry named '{name}'; its entries are: {', '.join(entries) or 'none'}")
   arch = Arch.parse(ptx_info.target_arch(text) or DEFAULT_ARCH.sm)
   safe = False
-  if pdl and arch.number >= nvrtc_program.PDL_MIN_ARCH:
-    text, safe = nvrtc_program.wait_at_entry(text, name)
+  if pdl and arch.number >= program.PDL_MIN_ARCH:
+    text, safe = program.wait_at_entry(text, name)
   parsed = ParsedModule(name, (Image(ImageKind.PTX, arch, text.encode()),),
                         module_format.FLAG_PDL_WAIT if safe else 0)
-  return _made(Kernel(name, compiler.Compiled.of(parsed, entries[name])))
+  return _made(Kernel(name, Compiled.of(parsed, entries[name])))
 
 
 def cubin_kernel(images: Mapping[str | int, bytes] | bytes, name: str, *,
@@ -186,7 +187,7 @@ def cubin_kernel(images: Mapping[str | int, bytes] | bytes, name: str, *,
     if data[:4] != b"\x7fELF":
       raise ValueError(f"the image for {target} is not a cubin (no ELF header)")
     built.append(Image(ImageKind.CUBIN, Arch.parse(target), data))
-  return _made(Kernel(name, compiler.Compiled.of(ParsedModule(name, tuple(built)), None)))
+  return _made(Kernel(name, Compiled.of(ParsedModule(name, tuple(built)), None)))
 
 
 def _made(kernel: Kernel) -> Kernel:

@@ -1,8 +1,8 @@
-"""Triton kernels through our runtime: `triton_kernel`.
+"""Triton kernels compiled for our runtime: `triton_kernel`.
 
 Triton compiles a ``@triton.jit`` function to a cubin (and PTX) for an explicit
 target, which needs no GPU. The result is an ordinary `Kernel` whose module
-goes through our memory and disk caches, keyed by Triton's own cache key of
+goes through the compile cache (memory and disk), keyed by Triton's own cache key of
 each target's compile (`triton.compiler.get_cache_key`: Triton's code, the
 function's source and dependencies, the signature, constexprs and hints, the
 backend with its ptxas, the options as Triton's knobs and environment make
@@ -10,25 +10,9 @@ them, its cache-invalidating environment variables) and ours (targets,
 launch options, module format), so a warm process, `jax.export` or XLA's
 persistent compilation cache runs no Triton compile at all.
 
-Launching one with `mosaic_kernel` needs no block or shared memory: they come
-from Triton's metadata (block = 32 x num_warps, shared memory, a cluster of
-num_ctas). The entry Triton emits takes the function's non-constexpr
-parameters, in order, then scratch pointers (global and profile in Triton 3.6;
-their number is read from the PTX): null when Triton needs none, else an extra
-output that XLA allocates.
-
-    @triton.jit
-    def add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr): ...
-
-    kernel = jmf.triton_kernel(add, constexprs={"BLOCK": 1024})
-    f = jmf.mosaic_kernel(kernel, jax.ShapeDtypeStruct(x.shape, x.dtype),
-                          grid=lambda meta, x, y: jmf.cdiv(x.size, meta["BLOCK"]),
-                          scalars=lambda meta, x, y: (np.int32(x.size),))
-
-The parameters map to the call as in `mosaic_kernel`: inputs, outputs, then
-scalars (or ``param_order``). Without ``signature=``, the Triton types are
-read from the call's avals and scalars, and the kernel is compiled per
-distinct signature when the call is traced.
+Without ``signature=``, the Triton types are read from each call's avals and
+scalars (`transforms/triton_launch.py`, which also launches them), and the
+kernel is compiled per distinct signature when the call is traced.
 """
 
 from __future__ import annotations
@@ -36,24 +20,19 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
-import math
 import struct
 import threading
 from typing import Any, Mapping, Sequence
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-
-from jax_mosaic_ffi import compiler
-from jax_mosaic_ffi import disk_cache
-from jax_mosaic_ffi import dump
-from jax_mosaic_ffi import launch_spec
-from jax_mosaic_ffi import module_format
-from jax_mosaic_ffi import ptx_info
-from jax_mosaic_ffi.kernel import Kernel, _parse_targets
-from jax_mosaic_ffi.launch_spec import LaunchError
-from jax_mosaic_ffi.module_format import Image, ImageKind, ParsedModule
+from jax_mosaic_ffi.base import disk_cache
+from jax_mosaic_ffi.base import module_format
+from jax_mosaic_ffi.base import ptx_info
+from jax_mosaic_ffi.base.errors import CompileError, TritonUnavailable
+from jax_mosaic_ffi.base.module_format import Image, ImageKind, ParsedModule
+from jax_mosaic_ffi.toolchain import compile_cache
+from jax_mosaic_ffi.toolchain import dump
+from jax_mosaic_ffi.toolchain.compiled import Compiled, param_sizes
+from jax_mosaic_ffi.toolchain.kernel import Kernel, parse_targets
 
 # The Triton releases this module is written and tested against: [min, max).
 # Triton's compile API and its kernels' calling convention change between
@@ -61,36 +40,10 @@ from jax_mosaic_ffi.module_format import Image, ImageKind, ParsedModule
 SUPPORTED_TRITON = ((3, 6), (3, 7))
 SUPPORTED_TEXT = "Triton >= 3.6, < 3.7 (tested: 3.6.0, on CPU CI and an H200)"
 LAUNCH_KEYS = ("num_warps", "num_stages", "num_ctas")
-# XLA aligns the buffers it allocates on the GPU to 256 bytes.
-_XLA_BUFFER_ALIGN = 256
 _CACHE_FORMAT = "triton-1"
 
-_DTYPES = {
-    "float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64",
-    "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
-    "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64", "bool": "i1",
-    "float8_e4m3fn": "fp8e4nv", "float8_e5m2": "fp8e5",
-}
 
-
-class TritonUnavailable(ImportError):
-  """Triton is not installed, or not a supported version."""
-
-
-_lock = threading.Lock()
 _compile_lock = threading.Lock()  # Triton's compiler is not known to be thread-safe
-_memory: dict[str, "TritonKernel"] = {}
-_compiles = 0
-
-
-def compiles() -> int:
-  """Triton compiles run by this process (cache hits excluded)."""
-  return _compiles
-
-
-def clear_memory_cache() -> None:
-  with _lock:
-    _memory.clear()
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
@@ -104,7 +57,7 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 def require_triton():
   """The triton module, or TritonUnavailable saying what to install."""
   try:
-    import triton
+    import triton  # noqa: PLC0415  (optional dependency: Triton)
   except ImportError as e:
     raise TritonUnavailable(
         f"jmf.triton_kernel needs Triton ({SUPPORTED_TEXT}): pip install 'jax_mosaic_ffi[triton]' ({e})") from None
@@ -144,10 +97,6 @@ class TritonKernel(Kernel):
   def meta(self) -> dict:
     return dict(self.info.meta)
 
-  def _jmf_launcher(self, out_shape, **options):
-    return _launcher(self, out_shape, **options)
-
-
 class TritonFunction:
   """A ``@triton.jit`` function with its constexprs and options, compiled per
   call signature (the Triton types of its parameters, from the call's avals)."""
@@ -177,20 +126,17 @@ class TritonFunction:
     return _compile(self.fn, tuple(signature), self.constexprs, self.num_warps, self.num_stages, self.num_ctas,
                     self.targets, scalar_values or {})
 
-  def _jmf_launcher(self, out_shape, **options):
-    return _launcher(self, out_shape, **options)
-
 
 def _constexpr_names(fn) -> list[str]:
   return [p.name for p in fn.params if p.is_constexpr]
 
 
-def _runtime_params(fn) -> list[str]:
+def runtime_params(fn) -> list[str]:
   return [p.name for p in fn.params if not p.is_constexpr]
 
 
 def _check_fn(fn, triton):
-  from triton.runtime.jit import JITFunction
+  from triton.runtime.jit import JITFunction  # noqa: PLC0415  (optional dependency: Triton)
   if isinstance(fn, JITFunction):
     return fn
   inner = getattr(fn, "fn", None)
@@ -231,10 +177,10 @@ def triton_kernel(fn, *, signature: Mapping[str, str] | Sequence[str] | None = N
   for what, value in (("num_warps", num_warps), ("num_stages", num_stages), ("num_ctas", num_ctas)):
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
       raise ValueError(f"triton_kernel '{fn.__name__}': {what} must be a positive int, got {value!r}")
-  function = TritonFunction(fn, constexprs, num_warps, num_stages, num_ctas, _parse_targets(targets))
+  function = TritonFunction(fn, constexprs, num_warps, num_stages, num_ctas, parse_targets(targets))
   if signature is None:
     return function
-  names = _runtime_params(fn)
+  names = runtime_params(fn)
   if isinstance(signature, Mapping):
     missing = [n for n in names if n not in signature]
     extra = [n for n in signature if n not in names]
@@ -261,7 +207,7 @@ def _attrs(fn, signature, scalar_values) -> dict:
   integer scalars whose value (known at trace time) is a multiple of 16."""
   names = list(fn.arg_names)
   attrs = {}
-  for k, (param, ty) in enumerate(zip(_runtime_params(fn), signature)):
+  for k, (param, ty) in enumerate(zip(runtime_params(fn), signature)):
     index = names.index(param)
     if ty.startswith("*"):
       attrs[(index,)] = [["tt.divisibility", 16]]
@@ -271,7 +217,6 @@ def _attrs(fn, signature, scalar_values) -> dict:
 
 
 def _compile(fn, signature, constexprs, num_warps, num_stages, num_ctas, targets, scalar_values) -> TritonKernel:
-  global _compiles
   triton = require_triton()
   missing = [p.name for p in fn.params if p.is_constexpr and p.name not in constexprs
              and p.default is inspect.Parameter.empty]
@@ -289,28 +234,22 @@ def _compile(fn, signature, constexprs, num_warps, num_stages, num_ctas, targets
       _CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"triton {triton.__version__}", fn.__name__,
       *signature, json.dumps(sorted((k, _key_value(v)) for k, v in constexprs.items())),
       f"w{num_warps} s{num_stages} c{num_ctas}", *(t.sm for t in targets), *(r.key for r in requests))
-  with _lock:
-    hit = _memory.get(entry_key)
-  if hit is not None:
-    with compiler._lock:
-      compiler._stats.memory_hits += 1
-    return hit
-  kernel = disk_cache.load_decoded(entry_key, lambda data: _from_bytes(fn.__name__, data))
-  if kernel is not None:
-    meta = {**constexprs, "num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas}
-    kernel = TritonKernel(kernel.name, kernel.compiled, dataclasses.replace(kernel.info, meta=tuple(meta.items())))
-    with compiler._lock:
-      compiler._stats.disk_hits += 1
-  else:
+  meta = {**constexprs, "num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas}
+
+  def decode(data: bytes) -> TritonKernel:
+    kernel = _from_bytes(fn.__name__, data)  # meta is not stored: it is this call's
+    return TritonKernel(kernel.name, kernel.compiled, dataclasses.replace(kernel.info, meta=tuple(meta.items())))
+
+  def compile():
     with _compile_lock:
       kernel = _run_triton(triton, fn, signature, constexprs, requests, num_warps, num_stages, num_ctas)
-      with _lock:
-        _compiles += len(targets)
-    disk_cache.store(entry_key, _to_bytes(kernel))
-  with _lock:
-    _memory[entry_key] = kernel
-  dump.maybe_dump(kernel)
-  return kernel
+      compile_cache.count_compiles("triton", len(targets))
+    return kernel, True
+
+  found = compile_cache.cached(entry_key, compile=compile, encode=_to_bytes, decode=decode)
+  if found.source != "memory":
+    dump.maybe_dump(found.value)
+  return found.value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -327,9 +266,9 @@ class _Request:
 def _requests(fn, signature, constexprs, attrs, num_warps, num_stages, num_ctas, targets) -> list[_Request]:
   """Each target's compile and Triton's cache key for it, which covers what
   changes Triton's output beyond our inputs: its knobs, ptxas, own code."""
-  from triton.backends.compiler import GPUTarget
-  from triton.compiler import ASTSource, get_cache_key, make_backend
-  from triton.compiler.compiler import get_cache_invalidating_env_vars
+  from triton.backends.compiler import GPUTarget  # noqa: PLC0415  (optional dependency: Triton)
+  from triton.compiler import ASTSource, get_cache_key, make_backend  # noqa: PLC0415  (optional dependency: Triton)
+  from triton.compiler.compiler import get_cache_invalidating_env_vars  # noqa: PLC0415  (optional dependency: Triton)
   full = {}
   runtime = iter(signature)
   for p in fn.params:
@@ -351,8 +290,8 @@ def _requests(fn, signature, constexprs, attrs, num_warps, num_stages, num_ctas,
   return requests
 
 
-def _triton_failed(fn, target, e: Exception) -> compiler.CompileError:
-  return compiler.CompileError(fn.__name__, f"Triton could not compile it for {target.sm}: {type(e).__name__}: {e}",
+def _triton_failed(fn, target, e: Exception) -> CompileError:
+  return CompileError(fn.__name__, f"Triton could not compile it for {target.sm}: {type(e).__name__}: {e}",
                                "", "")
 
 
@@ -372,11 +311,11 @@ def _run_triton(triton, fn, signature, constexprs, requests, num_warps, num_stag
       ptx, first = (arch, compiled.asm["ptx"]), metadata
   images.append(Image(ImageKind.PTX, ptx[0], ptx[1].encode()))
   parsed = ParsedModule(first.name, tuple(images))
-  param_sizes = compiler.param_sizes(parsed)
+  sizes = param_sizes(parsed)
   if getattr(first, "launch_cooperative_grid", False):
-    raise compiler.CompileError(fn.__name__, "the kernel asks for a cooperative grid launch, which "
+    raise CompileError(fn.__name__, "the kernel asks for a cooperative grid launch, which "
                                 "jax_mosaic_ffi does not make", "", "")
-  n_scratch = len(param_sizes) - len(signature) if param_sizes is not None else 2
+  n_scratch = len(sizes) - len(signature) if sizes is not None else 2
   scratch = [(int(getattr(first, "global_scratch_size", 0)), int(getattr(first, "global_scratch_align", 1))),
              (int(getattr(first, "profile_scratch_size", 0)), int(getattr(first, "profile_scratch_align", 1)))]
   info = TritonInfo(num_warps=int(first.num_warps), num_ctas=int(first.num_ctas), shared=int(first.shared),
@@ -384,7 +323,7 @@ def _run_triton(triton, fn, signature, constexprs, requests, num_warps, num_stag
                     meta=tuple({**constexprs, "num_warps": num_warps, "num_stages": num_stages,
                                 "num_ctas": num_ctas}.items()),
                     triton_version=triton.__version__)
-  return TritonKernel(fn.__name__, compiler.Compiled.of(parsed, param_sizes), info)
+  return TritonKernel(fn.__name__, Compiled.of(parsed, sizes), info)
 
 
 def _to_bytes(kernel: TritonKernel) -> bytes:
@@ -397,134 +336,8 @@ def _to_bytes(kernel: TritonKernel) -> bytes:
 def _from_bytes(name: str, data: bytes) -> TritonKernel:
   (length,) = struct.unpack_from("<I", data)
   info = json.loads(data[4:4 + length])
-  compiled = compiler.Compiled.from_bytes(data[4 + length:])
+  compiled = Compiled.from_bytes(data[4 + length:])
   return TritonKernel(name, compiled, TritonInfo(
       num_warps=int(info["num_warps"]), num_ctas=int(info["num_ctas"]), shared=int(info["shared"]),
       scratch=tuple((int(s), int(a)) for s, a in info["scratch"]), signature=tuple(info["signature"]),
       meta=(), triton_version=str(info["triton_version"])))
-
-
-def triton_type(dtype) -> str:
-  name = jnp.dtype(dtype).name
-  if name not in _DTYPES:
-    raise LaunchError(f"dtype {name} has no Triton type here; supported: {', '.join(_DTYPES)}")
-  return _DTYPES[name]
-
-
-# ------------------------------------------------------------------ launch
-
-def call_with_meta(value, meta: dict, avals, what: str, where: str):
-  """A callable of launch options: given (meta, *avals), or meta alone when it takes one argument."""
-  if not callable(value):
-    return value
-  try:
-    params = inspect.signature(value).parameters.values()
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    varargs = any(p.kind == p.VAR_POSITIONAL for p in params)
-    one = len(positional) == 1 and not varargs
-  except (TypeError, ValueError):
-    one = False
-  try:
-    return value(meta) if one else value(meta, *avals)
-  except Exception as e:
-    raise LaunchError(f"{where}: {what}, a callable of (meta, *input avals), raised {type(e).__name__}: {e}") from e
-
-
-def _default_order(n_in, n_out, n_scalars):
-  return [f"in{i}" for i in range(n_in)] + [f"out{o}" for o in range(n_out)] + [f"scalar{k}" for k in range(n_scalars)]
-
-
-_REFUSED = {"block": "block (32 x num_warps)", "smem_bytes": "smem_bytes (its shared memory)",
-            "cluster": "cluster (num_ctas)", "collective": "collective", "batch_grid_axis": "batch_grid_axis",
-            "fallback": "fallback"}
-
-
-def _launcher(target, out_shape, *, grid, scalars=(), input_output_aliases=None, param_order=None,
-              zero_outputs=(), uses_pdl=None, sharding=None, **others):
-  """The function of arrays that launches a Triton kernel (see module doc)."""
-  from jax_mosaic_ffi import primitive, sharding as sharding_lib
-  name = target.name
-  for key, value in others.items():
-    if value is not None and value is not False and not (key in ("smem_bytes", "scratch_bytes") and value == 0):
-      raise LaunchError(f"mosaic_kernel '{name}': a Triton kernel takes no {_REFUSED.get(key, key)}: "
-                        "Triton's compiled metadata sets it")
-  if uses_pdl:
-    raise LaunchError(f"mosaic_kernel '{name}': Triton kernels do not wait for the previous kernel "
-                      "(griddepcontrol.wait), so they cannot launch with PDL")
-  aliases = dict(input_output_aliases or {})
-
-  def call(*args):
-    site = primitive._call_site()
-    where = launch_spec.who(target, site)
-    in_avals = tuple(jax.typeof(a) for a in args)
-    meta = target.meta
-    shapes = out_shape(*in_avals) if callable(out_shape) else out_shape
-    out_avals, single = launch_spec._out_avals(shapes, where)
-    values = call_with_meta(scalars, meta, in_avals, "scalars", where)
-    launch_spec._scalars(values, where)  # its checks and messages
-    n_in, n_out = len(in_avals), len(out_avals)
-    order = list(param_order) if param_order is not None else _default_order(n_in, n_out, len(values))
-    kernel = _specialize(target, order, in_avals, out_avals, values, where)
-    info = kernel.info
-    dims = launch_spec._dims(call_with_meta(grid, meta, in_avals, "grid", where), "grid", where)
-    outs = list(out_avals)
-    names, scalar_list = list(order), list(values)
-    programs = math.prod(dims) * info.num_ctas
-    for k, (size, align) in enumerate(info.scratch):
-      if size == 0:
-        scalar_list.append(np.uint64(0))
-        names.append(f"scalar{len(scalar_list) - 1}")
-        continue
-      if align > _XLA_BUFFER_ALIGN:
-        raise LaunchError(f"{where}: Triton asks for {('global', 'profile')[k]} scratch aligned to {align} bytes, "
-                          f"more than the {_XLA_BUFFER_ALIGN} XLA gives its buffers")
-      outs.append(jax.ShapeDtypeStruct((programs * size,), jnp.uint8))
-      names.append(f"out{len(outs) - 1}")
-    inner = primitive._mosaic_kernel(
-        kernel, outs, grid=(dims[0] * info.num_ctas, dims[1], dims[2]), block=32 * info.num_warps,
-        cluster=(info.num_ctas, 1, 1) if info.num_ctas > 1 else None, smem_bytes=info.shared, uses_pdl=False,
-        scalars=tuple(scalar_list), input_output_aliases=aliases, param_order=names,
-        zero_outputs=_user_outputs(zero_outputs, n_out, aliases))
-    results = tuple(inner(*args))[:n_out]
-    return results[0] if single else results
-
-  if sharding is not None:
-    return sharding_lib.sharded(call, sharding, name=f"mosaic_kernel '{name}'")
-  return call
-
-
-def _user_outputs(zero_outputs, n_out: int, aliases):
-  """``zero_outputs=True`` means the call's own unaliased outputs, not Triton's scratch."""
-  if zero_outputs is True:
-    return tuple(o for o in range(n_out) if o not in set(aliases.values()))
-  return zero_outputs
-
-
-def _specialize(target, order, in_avals, out_avals, values, where) -> TritonKernel:
-  n_in, n_out = len(in_avals), len(out_avals)
-  types, scalar_values = [], {}
-  for k, entry in enumerate(order):
-    entry = str(entry)
-    prefix = entry.rstrip("0123456789")
-    index = int(entry[len(prefix):]) if entry[len(prefix):] else -1
-    if prefix == "in" and 0 <= index < n_in:
-      types.append("*" + triton_type(in_avals[index].dtype))
-    elif prefix == "out" and 0 <= index < n_out:
-      types.append("*" + triton_type(out_avals[index].dtype))
-    elif prefix == "scalar" and 0 <= index < len(values):
-      types.append(triton_type(np.asarray(values[index]).dtype))
-      scalar_values[k] = values[index]
-    else:
-      raise LaunchError(f"{where}: param_order entry {entry!r} names nothing; use in0.., out0.., scalar0..")
-  if isinstance(target, TritonKernel):
-    if tuple(types) != target.info.signature:
-      raise LaunchError(f"{where}: the call passes parameters of Triton types {types}, but the kernel was "
-                        f"compiled for {list(target.info.signature)}; leave signature= out to have it read "
-                        "from the call")
-    return target
-  params = _runtime_params(target.fn)
-  if len(types) != len(params):
-    raise LaunchError(
-        f"{where}: the Triton function takes {len(params)} non-constexpr parameters ({', '.join(params)}) but the "
-        f"call passes {len(types)} ({', '.join(order)}): inputs, outputs, then scalars, or param_order")
-  return target.specialize(types, scalar_values)

@@ -44,7 +44,7 @@ from jax._src.interpreters import mlir
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
 
-from jax_mosaic_ffi.launch_spec import LaunchError
+from jax_mosaic_ffi.base.errors import LaunchError
 
 _NAME = re.compile(r"(in|out)(\d+)")
 

@@ -7,7 +7,7 @@
     tuned = jmf.autotune(matmul, configs=[{"TILE": 8}, {"TILE": 16}, {"TILE": 32}])
     c = jax.jit(tuned)(a, b)
 
-(`mosaic_kernel(..., configs=[...])` does the same for one kernel, Triton's
+(`mosaic_kernel(..., configs=[...])`, in api.py, does the same for one kernel, Triton's
 constexprs, num_warps and num_stages included.)
 
 When: the first time a call is traced for some avals. How: every config is
@@ -43,20 +43,20 @@ from typing import Any, Callable, Mapping, Sequence
 import jax
 import numpy as np
 
-from jax_mosaic_ffi import compiler
-from jax_mosaic_ffi import disk_cache
-from jax_mosaic_ffi import gpu_info
-from jax_mosaic_ffi import module_format
+from jax_mosaic_ffi.toolchain.nvrtc import compiler
+from jax_mosaic_ffi.base import disk_cache
+from jax_mosaic_ffi.base import flags
+from jax_mosaic_ffi.base import gpu_info
+from jax_mosaic_ffi.base import module_format
+from jax_mosaic_ffi.base.errors import AutotuneError
+from jax_mosaic_ffi.base.paths import PACKAGE_DIR
+from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
 
-LOG_ENV = "JAX_MOSAIC_FFI_AUTOTUNE_LOG"
+LOG_ENV = flags.AUTOTUNE_LOG
 # For testing the machinery on a machine without a GPU: time the configs on
 # the CPU too (their jax.numpy fallbacks run there).
-CPU_ENV = "JAX_MOSAIC_FFI_AUTOTUNE_ON_CPU"
+CPU_ENV = flags.AUTOTUNE_ON_CPU
 _FORMAT = "autotune-1"
-
-
-class AutotuneError(RuntimeError):
-  """No config of an autotuned call could be compiled and run."""
 
 
 class AutotuneSkipped(UserWarning):
@@ -103,7 +103,7 @@ def _plain_config(config) -> str:
 def _toolkits() -> list[str]:
   parts = [compiler.nvrtc_identity()]
   try:
-    import triton
+    import triton  # noqa: PLC0415  (optional: Triton may not be installed)
     parts.append(f"triton {triton.__version__}")
   except ImportError:
     parts.append("no triton")
@@ -112,7 +112,6 @@ def _toolkits() -> list[str]:
 
 def _kernel_hashes(jaxpr) -> list[str]:
   """The module hashes of the mosaic_kernel calls in a jaxpr, sub-jaxprs included."""
-  from jax_mosaic_ffi.primitive import mosaic_kernel_p
   found = []
 
   def walk(j):
@@ -239,7 +238,7 @@ class Autotuned:
     if self.last_report and self.last_report["source"] == "untuned":
       warnings.warn(f"jax_mosaic_ffi.autotune '{self.name}': no GPU here, so nothing is timed; using config "
                     f"{index} {self.configs[index]}", AutotuneSkipped,
-                    skip_file_prefixes=(os.path.dirname(__file__),))
+                    skip_file_prefixes=(PACKAGE_DIR,))
     self._chosen[scope] = index
     return index
 
@@ -368,36 +367,3 @@ def autotune(factory: Callable[[dict], Callable] | None = None, *, configs: Sequ
   if factory is None:
     return lambda f: Autotuned(f, configs, key=key, default=default, name=name, warmup=warmup, rounds=rounds)
   return Autotuned(factory, configs, key=key, default=default, name=name, warmup=warmup, rounds=rounds)
-
-
-def _with_meta(value, meta, what):
-  """A launch option given as a callable of (meta, *avals) [or meta alone], as one of the avals."""
-  if not callable(value):
-    return value
-  from jax_mosaic_ffi.triton_lib import call_with_meta
-  return lambda *avals: call_with_meta(value, meta, avals, what, f"autotuned config {meta}")
-
-
-def tuned_mosaic_kernel(kernel, out_shape, configs, *, key=None, default=None, **options):
-  """`mosaic_kernel(kernel, ..., configs=[...])`: an `Autotuned` over the configs."""
-  from jax_mosaic_ffi import primitive
-  from jax_mosaic_ffi.triton_lib import TritonFunction, TritonKernel
-
-  if isinstance(kernel, TritonKernel):
-    raise ValueError(f"mosaic_kernel '{kernel.name}': configs= needs the kernel uncompiled; make it with "
-                     "jmf.triton_kernel(fn) without signature=, so each config compiles its own")
-  sharding = options.pop("sharding", None)
-
-  def factory(meta):
-    if isinstance(kernel, TritonFunction):
-      return primitive.mosaic_kernel(kernel.with_meta(meta), out_shape, **options)
-    launch = {k: (_with_meta(v, meta, k) if k in ("grid", "block", "smem_bytes", "scalars") else v)
-              for k, v in options.items()}
-    return primitive.mosaic_kernel(kernel, out_shape, **launch)
-
-  name = f"mosaic_kernel {getattr(kernel, 'name', kernel)!s}"
-  tuned = Autotuned(factory, configs, key=key, default=default, name=name)
-  if sharding is not None:
-    from jax_mosaic_ffi import sharding as sharding_lib
-    return sharding_lib.sharded(tuned, sharding, name=name)
-  return tuned

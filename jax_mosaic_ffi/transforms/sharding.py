@@ -37,8 +37,8 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jax_mosaic_ffi import call_site
-from jax_mosaic_ffi.launch_spec import LaunchError
+from jax_mosaic_ffi.base import source_location
+from jax_mosaic_ffi.base.errors import LaunchError
 
 
 # ------------------------------------------------------------------ rules
@@ -239,7 +239,7 @@ class PerShard:
     self.fn, self.site = fn, site
 
   def __call__(self, *args) -> list:
-    with call_site.pinned(self.site):
+    with source_location.pinned(self.site):
       return jax.tree.leaves(self.fn(*args))
 
 
@@ -259,7 +259,7 @@ def sharded(fn: Callable, rule, *, name: str | None = None) -> Callable:
 
   @functools.wraps(fn)
   def call(*args):
-    site = call_site.current()
+    site = source_location.current()
     where = f"{name} at {site}"
     per_shard = PerShard(fn, site)
     in_avals = tuple(jax.typeof(a) for a in args)

@@ -19,10 +19,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import pathlib
 import re
 
-INCLUDE_DIR = pathlib.Path(__file__).parent / "include" / "jmf_compat"
+from jax_mosaic_ffi.base.paths import DEVICE_INCLUDE_DIR
+
+INCLUDE_DIR = DEVICE_INCLUDE_DIR / "jmf_compat"
 PRELUDE = INCLUDE_DIR / "jmf_compat_prelude.h"
 
 
@@ -132,11 +133,32 @@ _HOST_CODE = ("NVRTC compiles device code only: mark helper functions __device__
 
 
 @functools.cache
+def cuda_include_dirs() -> tuple[str, ...]:
+  """Where <cuda_fp16.h> and CCCL (cuda/std/..., which cooperative_groups
+  needs) live, as cuda-python's pathfinder finds them: the CUDA wheels, else
+  CUDA_HOME or the system toolkit."""
+  found = []
+  try:
+    from cuda import pathfinder  # noqa: PLC0415  (optional: older cuda-python has no pathfinder)
+    for name in ("cudart", "cccl"):
+      try:
+        directory = pathfinder.find_nvidia_header_directory(name)
+      except Exception:
+        directory = None
+      if directory:
+        found.append(directory)
+  except ImportError:
+    pass
+  home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+  found += [os.path.join(home, "include"), os.path.join(home, "include", "cccl")]
+  return tuple(d for d in dict.fromkeys(found) if os.path.isdir(d))
+
+
+@functools.cache
 def _cccl_std_headers() -> frozenset[str]:
   """The <cuda/std/...> headers of the CCCL we compile against."""
-  from jax_mosaic_ffi import compiler  # late: compiler imports this module
   names = set()
-  for directory in compiler.cuda_include_dirs():
+  for directory in cuda_include_dirs():
     std = os.path.join(directory, "cuda", "std")
     if os.path.isdir(std):
       names.update(n for n in os.listdir(std) if not n.startswith("_") and "." not in n)

@@ -1,13 +1,8 @@
-"""One NVRTC compile, in this process or in a child process with a time bound.
+"""The NVRTC worker program: one compile, in whatever process runs it.
 
-NVRTC cannot be interrupted: a template that explodes keeps it busy for
-minutes, and Ctrl-C does not reach it. So by default compiles run in a
-worker process (this file run as a script), kept alive between compiles and
-killed when one takes longer than ``JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S``
-seconds (default 300, at most a week) or the caller is interrupted. Set it
-to 0 to compile in the calling process, with no bound. The worker answers on
-a pipe of its own, not its stdout, so whatever the child prints (a
-``sitecustomize``, a library) cannot garble an answer.
+Run as a script it is the worker process that `worker.py` starts and bounds in time; imported, its
+`compile_here` compiles in the calling process. It answers on a pipe of its own, not its stdout, so
+whatever the child prints (a ``sitecustomize``, a library) cannot garble an answer.
 
 Each compile also reports the files NVRTC read (``deps``), from NVRTC's own
 time trace, for the compile cache to revalidate (``file_deps``).
@@ -19,28 +14,17 @@ milliseconds.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
 import pickle
 import re
-import select
-import shutil
 import struct
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 
-TIMEOUT_ENV = "JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S"
-DEFAULT_TIMEOUT_S = 300.0
-# Longer bounds are taken as this one: select() cannot wait 1e10 s (OverflowError).
-MAX_TIMEOUT_S = 7 * 24 * 3600.0
 # NVRTC's time trace of one compile; a template-heavy one is a few MiB.
 _MAX_TRACE_BYTES = 256 << 20
-_MAX_REPLY_BYTES = 1 << 30
 
 
 class NvrtcFailure(Exception):
@@ -51,28 +35,9 @@ class NvrtcFailure(Exception):
     self.log = log
 
 
-class NvrtcTimeout(Exception):
-  pass
-
-
-def timeout_s() -> float | None:
-  """The bound from the environment; None means: compile in this process."""
-  value = os.environ.get(TIMEOUT_ENV, "").strip()
-  if not value:
-    return DEFAULT_TIMEOUT_S
+def load_nvrtc():
   try:
-    seconds = float(value)
-  except ValueError:
-    raise ValueError(f"{TIMEOUT_ENV} must be a number of seconds (0 for no bound), got {value!r}") from None
-  if not 0 <= seconds < float("inf"):  # nan too
-    raise ValueError(f"{TIMEOUT_ENV} must be a finite number of seconds >= 0 (0 compiles in this process, with "
-                     f"no bound), got {value!r}")
-  return None if seconds == 0 else min(seconds, MAX_TIMEOUT_S)
-
-
-def _nvrtc():
-  try:
-    from cuda.bindings import nvrtc
+    from cuda.bindings import nvrtc  # noqa: PLC0415  (cuda-python's NVRTC, loaded at the first compile: tens of ms)
   except ImportError as e:
     raise RuntimeError(
         "jax_mosaic_ffi compiles CUDA C++ with NVRTC through cuda-python; install "
@@ -80,7 +45,7 @@ def _nvrtc():
   return nvrtc
 
 
-def _check(nvrtc, err, what: str) -> None:
+def check(nvrtc, err, what: str) -> None:
   if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
     _, text = nvrtc.nvrtcGetErrorString(err)
     raise RuntimeError(f"{what} failed: {text.decode() if isinstance(text, bytes) else text}")
@@ -163,7 +128,7 @@ def _jitlink_options(options) -> list[str]:
 def _link_ptx(ptx: bytes, target: str, name: str, nvrtc_options) -> bytes:
   """A cubin for `target` from PTX, with nvJitLink (cuda-python), as NVRTC's own would be built."""
   try:
-    from cuda.bindings import nvjitlink
+    from cuda.bindings import nvjitlink  # noqa: PLC0415  (nvJitLink, loaded only for PDL-safe entries)
   except ImportError as e:
     raise RuntimeError("jax_mosaic_ffi builds PDL-safe kernels with nvJitLink; install it with "
                        "`pip install nvidia-nvjitlink`, or compile with pdl=False") from e
@@ -187,9 +152,9 @@ def _link_ptx(ptx: bytes, target: str, name: str, nvrtc_options) -> bytes:
 
 def _ptx_of(nvrtc, prog) -> bytes:
   err, size = nvrtc.nvrtcGetPTXSize(prog)
-  _check(nvrtc, err, "nvrtcGetPTXSize")
+  check(nvrtc, err, "nvrtcGetPTXSize")
   text = b" " * size
-  _check(nvrtc, nvrtc.nvrtcGetPTX(prog, text)[0], "nvrtcGetPTX")
+  check(nvrtc, nvrtc.nvrtcGetPTX(prog, text)[0], "nvrtcGetPTX")
   return text.rstrip(b"\0")
 
 
@@ -218,7 +183,7 @@ def compile_here(request: dict, scratch: str | None = None) -> dict:
 
 
 def _compile_targets(request: dict, scratch: str) -> dict:
-  nvrtc = _nvrtc()
+  nvrtc = load_nvrtc()
   headers = request["headers"]
   cubins = []
   ptx = b""
@@ -228,9 +193,9 @@ def _compile_targets(request: dict, scratch: str) -> dict:
   for index, target in enumerate(request["targets"]):
     err, prog = nvrtc.nvrtcCreateProgram(request["source"].encode(), request["filename"].encode(), len(headers),
                                          [v.encode() for v in headers.values()], [k.encode() for k in headers])
-    _check(nvrtc, err, "nvrtcCreateProgram")
+    check(nvrtc, err, "nvrtcCreateProgram")
     try:
-      _check(nvrtc, nvrtc.nvrtcAddNameExpression(prog, request["name"].encode())[0], "nvrtcAddNameExpression")
+      check(nvrtc, nvrtc.nvrtcAddNameExpression(prog, request["name"].encode())[0], "nvrtcAddNameExpression")
       # NVRTC names each header it reads in its time trace (it adds ".json" to the name): the
       # compile cache's dependencies. Per target, as includes may depend on __CUDA_ARCH__.
       trace = os.path.join(scratch, f"trace{index}")
@@ -257,9 +222,9 @@ def _compile_targets(request: dict, scratch: str) -> dict:
           cubin = _link_ptx(target_ptx, target, request["filename"], request["options"])
       if cubin is None:
         err, size = nvrtc.nvrtcGetCUBINSize(prog)
-        _check(nvrtc, err, "nvrtcGetCUBINSize")
+        check(nvrtc, err, "nvrtcGetCUBINSize")
         cubin = b" " * size
-        _check(nvrtc, nvrtc.nvrtcGetCUBIN(prog, cubin)[0], "nvrtcGetCUBIN")
+        check(nvrtc, nvrtc.nvrtcGetCUBIN(prog, cubin)[0], "nvrtcGetCUBIN")
       cubins.append(cubin)
       if index == 0:
         ptx = target_ptx
@@ -269,136 +234,13 @@ def _compile_targets(request: dict, scratch: str) -> dict:
           "deps": sorted(deps) if deps is not None else None}
 
 
-class _Worker:
-  """A child process that compiles requests one after another.
-
-  Kept alive between compiles, so NVRTC's start-up is paid once per process,
-  not once per kernel; killed (and replaced on the next compile) when a
-  compile runs out of time or the caller is interrupted.
-  """
-
-  def __init__(self):
-    self._process = None
-    self._answers = None  # the read end of the worker's answer pipe
-    # The worker's folder for NVRTC's trace files: ours to remove, as a killed worker cannot.
-    self._scratch = None
-    self._lock = threading.Lock()
-
-  def _start(self) -> None:
-    read_end, write_end = os.pipe()
-    self._scratch = tempfile.mkdtemp(prefix="jmf-nvrtc-")
-    try:
-      self._process = subprocess.Popen([sys.executable, "-P", os.path.abspath(__file__), str(write_end),
-                                        self._scratch], stdin=subprocess.PIPE, pass_fds=(write_end,))
-    except BaseException:
-      os.close(read_end)
-      self._remove_scratch()
-      raise
-    finally:
-      os.close(write_end)
-    self._answers = os.fdopen(read_end, "rb", buffering=0)
-
-  def compile(self, request: dict, seconds: float) -> dict:
-    with self._lock:
-      if self._process is None or self._process.poll() is not None:
-        self._stop()
-        self._start()
-      try:
-        # The worker started in some earlier working directory: NVRTC resolves
-        # relative include paths against the caller's current one.
-        _write_message(self._process.stdin, {**request, "cwd": _cwd()})
-        status, payload = _read_message(self._answers, time.monotonic() + seconds)
-      except BaseException:
-        self._stop()
-        raise
-    if status == "failure":
-      raise NvrtcFailure(payload)
-    if status == "error":
-      raise RuntimeError(payload)
-    return payload
-
-  def _stop(self) -> None:
-    process, self._process = self._process, None
-    answers, self._answers = self._answers, None
-    if process is not None:
-      process.kill()
-      process.wait()
-      process.stdin.close()
-    if answers is not None:
-      answers.close()
-    self._remove_scratch()
-
-  def _remove_scratch(self) -> None:
-    scratch, self._scratch = self._scratch, None
-    if scratch is not None:
-      shutil.rmtree(scratch, ignore_errors=True)
-
-  def close(self) -> None:
-    """Ends the worker: it exits when its input closes."""
-    process, self._process = self._process, None
-    answers, self._answers = self._answers, None
-    if process is not None:
-      process.stdin.close()
-      try:
-        process.wait(timeout=5)
-      except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    if answers is not None:
-      answers.close()
-    self._remove_scratch()
+LENGTH = struct.Struct("<Q")
 
 
-def _cwd() -> str | None:
-  try:
-    return os.getcwd()
-  except OSError:  # deleted under us
-    return None
-
-
-_worker = _Worker()
-atexit.register(_worker.close)
-
-
-def compile_bounded(request: dict, seconds: float | None) -> dict:
-  """`compile_here` in the worker process, stopped after ``seconds``; in this process when None."""
-  if seconds is None:
-    return compile_here(request)
-  return _worker.compile(request, seconds)
-
-
-_LENGTH = struct.Struct("<Q")
-
-
-def _write_message(stream, message) -> None:
+def write_message(stream, message) -> None:
   data = pickle.dumps(message)
-  stream.write(_LENGTH.pack(len(data)) + data)
+  stream.write(LENGTH.pack(len(data)) + data)
   stream.flush()
-
-
-def _read_exactly(fd: int, size: int, deadline: float | None) -> bytes:
-  chunks = []
-  while size > 0:
-    if deadline is not None:
-      remaining = deadline - time.monotonic()
-      if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
-        raise NvrtcTimeout(
-            f"NVRTC did not finish within the {TIMEOUT_ENV} bound and was stopped. Set it higher to allow "
-            "longer compiles (0: no bound)")
-    chunk = os.read(fd, min(size, 1 << 20))
-    if not chunk:
-      raise RuntimeError("the NVRTC worker process died (see its output above)")
-    chunks.append(chunk)
-    size -= len(chunk)
-  return b"".join(chunks)
-
-
-def _read_message(stream, deadline: float | None):
-  fd = stream.fileno()
-  (length,) = _LENGTH.unpack(_read_exactly(fd, _LENGTH.size, deadline))
-  if length > _MAX_REPLY_BYTES:
-    raise RuntimeError(f"the NVRTC worker sent a reply of {length} bytes")
-  return pickle.loads(_read_exactly(fd, length, deadline))  # our own child's reply
 
 
 def _serve(answer_fd: int, scratch: str) -> None:
@@ -406,10 +248,10 @@ def _serve(answer_fd: int, scratch: str) -> None:
   stdin = sys.stdin.buffer
   answers = os.fdopen(answer_fd, "wb")
   while True:
-    header = stdin.read(_LENGTH.size)
-    if len(header) < _LENGTH.size:
+    header = stdin.read(LENGTH.size)
+    if len(header) < LENGTH.size:
       return
-    request = pickle.loads(stdin.read(_LENGTH.unpack(header)[0]))
+    request = pickle.loads(stdin.read(LENGTH.unpack(header)[0]))
     try:
       if request.get("cwd"):
         os.chdir(request["cwd"])
@@ -418,7 +260,7 @@ def _serve(answer_fd: int, scratch: str) -> None:
       reply = ("failure", e.log)
     except Exception as e:  # reported by the parent with the kernel's name
       reply = ("error", f"{type(e).__name__}: {e}")
-    _write_message(answers, reply)
+    write_message(answers, reply)
 
 
 if __name__ == "__main__":
