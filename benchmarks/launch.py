@@ -155,7 +155,7 @@ def run(command_buffers: str, pdl: str, rounds: int = ROUNDS, phases: bool = Fal
         result["gpu_us_per_call"][key] = paths.gpu_us_per_call(programs[key]()[0], stamp, x)
       except Exception:
         result.setdefault("gpu_errors", {})[key] = traceback.format_exc()[-1500:]
-  result["registration"] = jmf.call.registration.status()["message"]
+  result["registration"] = jmf.registration.status()["message"]
   return result
 
 

@@ -25,10 +25,10 @@ from jax_mosaic_ffi.base.errors import AutotuneError, CompileError, LaunchError,
 from jax_mosaic_ffi.toolchain.kernel import Kernel, cubin_kernel, cuda_kernel, ptx_kernel
 from jax_mosaic_ffi.toolchain.triton_compile import TritonFunction, TritonKernel, triton_kernel
 from jax_mosaic_ffi.call import lowering as _lowering  # noqa: F401  (registers the CUDA lowering)
+from jax_mosaic_ffi.call import registration  # noqa: F401  (jmf.registration.status(), as the docs say)
 from jax_mosaic_ffi.call.collective import Collective
 from jax_mosaic_ffi.call.launch_values import cdiv
 from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
-from jax_mosaic_ffi.call.registration import register
 from jax_mosaic_ffi.call.tensor_map import TensorMap
 from jax_mosaic_ffi.transforms.autodiff import differentiable
 from jax_mosaic_ffi.transforms.autotune import Autotuned, autotune
@@ -37,6 +37,8 @@ from jax_mosaic_ffi.transforms.sharding import BatchDims, Elementwise, ShardingR
 from jax_mosaic_ffi.api import (KernelCacheStats, clear_kernel_cache, export_disabled_checks, kernel_cache_stats,
                                 mosaic_kernel)
 from jax_mosaic_ffi import ops
+
+register = registration.register
 
 __version__ = "0.1.0"
 

@@ -40,7 +40,7 @@ LOOP = '''
     np.save(sys.argv[3], np.stack(outs))
     print(json.dumps({"same": bool((outs[0] == outs[3]).all()),
                       "records": jmf.kernel_cache_stats().records_created,
-                      "registration": jmf.call.registration.status()}))
+                      "registration": jmf.registration.status()}))
 '''
 
 

@@ -118,7 +118,7 @@ def test_bootstrap_accepts_the_running_ffi_api_version():
       import jax, numpy as np
       import jax_mosaic_ffi as jmf
       from jax_mosaic_ffi import _core
-      jax.ffi.register_ffi_type(jmf.call.registration.STATE_TYPE_NAME, _core.state_type(), platform="cpu")
+      jax.ffi.register_ffi_type(jmf.registration.STATE_TYPE_NAME, _core.state_type(), platform="cpu")
       jax.ffi.register_ffi_target("jmf_test_bootstrap", {"execute": _core.bootstrap_handler()},
                                   platform="cpu", api_version=1)
       call = jax.ffi.ffi_call("jmf_test_bootstrap", jax.ShapeDtypeStruct((1,), np.int32))

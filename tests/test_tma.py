@@ -354,7 +354,7 @@ LOOP = '''
     np.save(sys.argv[2] + ".sums.npy", np.stack([np.asarray(o[1]) for o in kept]))
     stats = jmf.kernel_cache_stats()
     print(json.dumps({"records": stats.records_created, "encodes": stats.tensor_map_encodes,
-                      "registration": jmf.call.registration.status()}))
+                      "registration": jmf.registration.status()}))
 '''
 
 
