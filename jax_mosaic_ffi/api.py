@@ -17,13 +17,13 @@ from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base.errors import LaunchError, who
 from jax_mosaic_ffi.base.native import core
-from jax_mosaic_ffi.toolchain import compile_cache
-from jax_mosaic_ffi.toolchain.kernel import Kernel
-from jax_mosaic_ffi.toolchain.triton_compile import TritonFunction, TritonKernel
 from jax_mosaic_ffi.call import fallback as fallback_lib
 from jax_mosaic_ffi.call import primitive
 from jax_mosaic_ffi.call.collective import Collective
 from jax_mosaic_ffi.call.launch_options import CheckedLaunch, LaunchOptions
+from jax_mosaic_ffi.toolchain import compile_cache
+from jax_mosaic_ffi.toolchain.kernel import Kernel
+from jax_mosaic_ffi.toolchain.triton_compile import TritonFunction, TritonKernel
 from jax_mosaic_ffi.transforms import autotune as autotune_lib
 from jax_mosaic_ffi.transforms import sharding as sharding_lib
 from jax_mosaic_ffi.transforms import triton_launch

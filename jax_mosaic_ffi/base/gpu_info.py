@@ -17,8 +17,8 @@ import importlib.metadata
 import os
 import warnings
 
-from jax_mosaic_ffi.base.native import core
 from jax_mosaic_ffi.base import driver_probe
+from jax_mosaic_ffi.base.native import core
 from jax_mosaic_ffi.base.paths import PACKAGE_DIR
 
 

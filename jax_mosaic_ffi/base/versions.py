@@ -18,8 +18,8 @@ import warnings
 import jax
 import jaxlib
 
-from jax_mosaic_ffi.base.paths import PACKAGE_DIR
 from jax_mosaic_ffi.base import flags
+from jax_mosaic_ffi.base.paths import PACKAGE_DIR
 
 OLDEST = (0, 11, 2)  # the jaxlib whose FFI headers the extension is built against
 BEFORE = (0, 13)  # first release not checked yet

@@ -24,8 +24,8 @@ from typing import Callable, Sequence
 import jax
 from jax._src.interpreters import mlir
 
-from jax_mosaic_ffi.base.errors import LaunchError
 from jax_mosaic_ffi.base import flags
+from jax_mosaic_ffi.base.errors import LaunchError
 
 REFERENCE_ENV = flags.REFERENCE
 

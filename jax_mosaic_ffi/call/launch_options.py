@@ -21,11 +21,11 @@ import jax
 import numpy as np
 
 from jax_mosaic_ffi.base.errors import LaunchError, who
-from jax_mosaic_ffi.toolchain.kernel import Kernel
 from jax_mosaic_ffi.call import launch_values
 from jax_mosaic_ffi.call.collective import Collective
 from jax_mosaic_ffi.call.launch_spec import TENSOR_MAP_CODE, LaunchSpec, check_launch
 from jax_mosaic_ffi.call.tensor_map import TensorMap, scratch_aval
+from jax_mosaic_ffi.toolchain.kernel import Kernel
 
 
 @dataclasses.dataclass(frozen=True)

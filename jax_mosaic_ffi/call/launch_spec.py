@@ -13,9 +13,9 @@ import numpy as np
 from jax_mosaic_ffi.base import gpu_info
 from jax_mosaic_ffi.base.errors import LaunchError, who
 from jax_mosaic_ffi.base.native import core
-from jax_mosaic_ffi.toolchain.kernel import Kernel
 from jax_mosaic_ffi.call.collective import Collective
 from jax_mosaic_ffi.call.tensor_map import TensorMap
+from jax_mosaic_ffi.toolchain.kernel import Kernel
 
 TENSOR_MAP_CODE = core.LIMITS["tensor_map_code"]
 

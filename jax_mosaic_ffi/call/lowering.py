@@ -14,17 +14,17 @@ import numpy as np
 from jax._src.interpreters import mlir
 from jax._src.lib.mlir import ir
 
-from jax_mosaic_ffi.call import collective as collective_lib
 from jax_mosaic_ffi.base import contract
+from jax_mosaic_ffi.base import flags
+from jax_mosaic_ffi.base.errors import LaunchError, who
+from jax_mosaic_ffi.call import collective as collective_lib
+from jax_mosaic_ffi.call import cross_process
 from jax_mosaic_ffi.call import fallback as fallback_lib
 from jax_mosaic_ffi.call import launch_spec
 from jax_mosaic_ffi.call import registration
-from jax_mosaic_ffi.toolchain.kernel import Kernel
-from jax_mosaic_ffi.base.errors import LaunchError, who
-from jax_mosaic_ffi.call import cross_process
 from jax_mosaic_ffi.call.launch_spec import LaunchSpec
 from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
-from jax_mosaic_ffi.base import flags
+from jax_mosaic_ffi.toolchain.kernel import Kernel
 
 # Debug switch: fill every (non-aliased) output with 0xFF bytes before the
 # launch, so elements a kernel forgets to write read as NaN or -1.

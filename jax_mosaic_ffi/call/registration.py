@@ -26,10 +26,10 @@ import jaxlib
 import numpy as np
 from jax._src.lib import xla_client
 
-from jax_mosaic_ffi.base.native import core
 from jax_mosaic_ffi.base import contract
-from jax_mosaic_ffi.base import versions
 from jax_mosaic_ffi.base import flags
+from jax_mosaic_ffi.base import versions
+from jax_mosaic_ffi.base.native import core
 
 STATE_TYPE_NAME = "jax_mosaic_ffi.CallSite"
 RECORD_ENV = flags.RECORD  # set to 0 to use stream capture only

@@ -25,9 +25,9 @@ import shutil
 import subprocess
 import warnings
 
+from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.base.module_format import ImageKind
 from jax_mosaic_ffi.base.paths import PACKAGE_DIR
-from jax_mosaic_ffi.base import flags
 
 DUMP_ENV = flags.DUMP_DIR
 _CUOBJDUMP_TIMEOUT_S = 60

@@ -5,14 +5,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping, Sequence
 
-from jax_mosaic_ffi.toolchain.nvrtc import compiler
-from jax_mosaic_ffi.toolchain import dump
-from jax_mosaic_ffi.toolchain.compiled import Compiled
 from jax_mosaic_ffi.base import gpu_info
 from jax_mosaic_ffi.base import module_format
-from jax_mosaic_ffi.toolchain.nvrtc import program
 from jax_mosaic_ffi.base import ptx_info
 from jax_mosaic_ffi.base.module_format import Arch, Image, ImageKind, ParsedModule
+from jax_mosaic_ffi.toolchain import dump
+from jax_mosaic_ffi.toolchain.compiled import Compiled
+from jax_mosaic_ffi.toolchain.nvrtc import compiler
+from jax_mosaic_ffi.toolchain.nvrtc import program
 
 DEFAULT_ARCH = Arch(90)
 

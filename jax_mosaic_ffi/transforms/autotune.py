@@ -43,7 +43,6 @@ from typing import Any, Callable, Mapping, Sequence
 import jax
 import numpy as np
 
-from jax_mosaic_ffi.toolchain.nvrtc import compiler
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.base import gpu_info
@@ -51,6 +50,7 @@ from jax_mosaic_ffi.base import module_format
 from jax_mosaic_ffi.base.errors import AutotuneError
 from jax_mosaic_ffi.base.paths import PACKAGE_DIR
 from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
+from jax_mosaic_ffi.toolchain.nvrtc import compiler
 
 LOG_ENV = flags.AUTOTUNE_LOG
 # For testing the machinery on a machine without a GPU: time the configs on

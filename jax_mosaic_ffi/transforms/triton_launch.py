@@ -32,10 +32,10 @@ import numpy as np
 
 from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base.errors import LaunchError, who
-from jax_mosaic_ffi.toolchain.triton_compile import TritonFunction, TritonKernel, runtime_params
 from jax_mosaic_ffi.call import launch_values
 from jax_mosaic_ffi.call import primitive
 from jax_mosaic_ffi.call.launch_options import CheckedLaunch, LaunchOptions
+from jax_mosaic_ffi.toolchain.triton_compile import TritonFunction, TritonKernel, runtime_params
 
 # XLA aligns the buffers it allocates on the GPU to 256 bytes.
 _XLA_BUFFER_ALIGN = 256

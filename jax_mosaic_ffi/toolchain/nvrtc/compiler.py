@@ -18,16 +18,16 @@ import re
 import time
 
 from jax_mosaic_ffi.base import disk_cache
-from jax_mosaic_ffi.base.errors import CompileError
 from jax_mosaic_ffi.base import file_deps
 from jax_mosaic_ffi.base import module_format
+from jax_mosaic_ffi.base.errors import CompileError
+from jax_mosaic_ffi.base.module_format import Arch, Image, ImageKind, ParsedModule
+from jax_mosaic_ffi.base.paths import DEVICE_INCLUDE_DIR
 from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain.compiled import Compiled, param_sizes
 from jax_mosaic_ffi.toolchain.nvrtc import compat
 from jax_mosaic_ffi.toolchain.nvrtc import program
 from jax_mosaic_ffi.toolchain.nvrtc import worker
-from jax_mosaic_ffi.base.module_format import Arch, Image, ImageKind, ParsedModule
-from jax_mosaic_ffi.base.paths import DEVICE_INCLUDE_DIR
 
 
 @functools.cache
