@@ -63,7 +63,7 @@ from benchmarks import autotune as bench
 out = {"startup_s": time.perf_counter() - start_process}
 if role == "ours":
   import jax_mosaic_ffi as jmf
-  from jax_mosaic_ffi import autotuning
+  from jax_mosaic_ffi.transforms import autotune as autotuning
   calls = bench.our_calls()
   for name, (tuned, first, xla, inputs) in calls.items():
     start = time.perf_counter()
@@ -92,7 +92,7 @@ else:
   jax.block_until_ready(call(*inputs))
   out["first_result_s"] = time.perf_counter() - start
   if sys.argv[4] == "time":
-    from jax_mosaic_ffi import autotuning
+    from jax_mosaic_ffi.transforms import autotune as autotuning
     out["us"] = autotuning._time(call, inputs, rounds=15, round_s=20e-3) * 1e6
 print("CHILD " + json.dumps(out))
 '''

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi import gpu_info
+from jax_mosaic_ffi.base import gpu_info
 
 SOURCE = r'''
 #include <cuda_bf16.h>

@@ -14,7 +14,7 @@
 #   JMF_JAX     pin jax and jaxlib to this version (default: the newest pip finds in range)
 #   JMF_WHEEL   install this wheel instead (not editable, nothing built; CI's second venv)
 #   JMF_CUDA    auto (default): add the `cuda` extra (jax[cuda13]) where an NVIDIA driver is found
-#               (jax_mosaic_ffi/driver_probe.py); 1 always, 0 never
+#               (jax_mosaic_ffi/base/driver_probe.py); 1 always, 0 never
 #   JMF_SYSTEM_SITE_PACKAGES=1  offline: the venv sees JMF_PYTHON's packages (jax, its CUDA plugin,
 #               nanobind, scikit-build-core, pytest...) and only this package is built, with
 #               --no-build-isolation --no-deps: nothing is downloaded (the GPU machine has no network)
@@ -68,7 +68,7 @@ case "${JMF_CUDA:-auto}" in
   *)
     probe_py="$venv/bin/python"
     [ -x "$probe_py" ] || probe_py="$(find_python || command -v python3 || true)"
-    if [ -n "$probe_py" ] && signs="$("$probe_py" "$repo/jax_mosaic_ffi/driver_probe.py" 2>/dev/null)"; then
+    if [ -n "$probe_py" ] && signs="$("$probe_py" "$repo/jax_mosaic_ffi/base/driver_probe.py" 2>/dev/null)"; then
       cuda_wanted=1
       echo "== NVIDIA driver found ($signs): jax's CUDA plugin is wanted"
     fi ;;

@@ -24,7 +24,7 @@ def _cuda_devices() -> tuple[int, str | None]:
 
 
 def pytest_report_header(config):
-  from jax_mosaic_ffi import gpu_info
+  from jax_mosaic_ffi.base import gpu_info
   count, error = _cuda_devices()
   reason = gpu_info.gpu_unavailable_reason(count, 1, error)
   if reason is None:
@@ -34,7 +34,7 @@ def pytest_report_header(config):
 
 
 def pytest_collection_modifyitems(config, items):
-  from jax_mosaic_ffi import gpu_info
+  from jax_mosaic_ffi.base import gpu_info
   count, error = _cuda_devices()
   reasons = {needed: gpu_info.gpu_unavailable_reason(count, needed, error) for needed in (1, 2)}
   for item in items:

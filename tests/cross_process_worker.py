@@ -53,7 +53,7 @@ def initialize(cpu: bool):
 
 def exchange_mode(variant: str) -> dict:
   jax = initialize(cpu=True)
-  from jax_mosaic_ffi import cross_process
+  from jax_mosaic_ffi.call import cross_process
   ids = [min(d.id for d in jax.devices() if d.process_index == p) for p in range(NPROCS)]
   if variant == "other_host" and RANK == 1:
     cross_process.host_identity = lambda: "elsewhere/boot"
@@ -147,7 +147,7 @@ def correctness_mode() -> dict:
     wrong += int((c.local(reduce(c.put(mine))) != both.sum(0)).sum())
   out["iterations"] = {"count": 1000, "wrong": wrong, "seconds": time.monotonic() - start}
 
-  from jax_mosaic_ffi import cross_process
+  from jax_mosaic_ffi.call import cross_process
   c.jax.clear_caches()  # the executables above go, and their workspaces with them
   gc.collect()
   out["after_clear_caches"] = cross_process.stats()

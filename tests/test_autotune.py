@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi import autotuning
-from jax_mosaic_ffi import disk_cache
-from jax_mosaic_ffi import gpu_info
+from jax_mosaic_ffi.transforms import autotune as autotuning
+from jax_mosaic_ffi.base import disk_cache
+from jax_mosaic_ffi.base import gpu_info
 
 import fresh_process
 import kernel_sources
@@ -60,7 +60,7 @@ def test_without_a_gpu_the_default_config_is_used_with_a_note(isolated_disk_cach
   x = jax.ShapeDtypeStruct((1000,), jnp.float32)
   before = stats()
   tuned = jmf.autotune(add_factory, configs=CONFIGS, default={"block": 256, "work": 1})
-  with pytest.warns(jmf.autotuning.AutotuneSkipped, match="no GPU here.*config 2"):
+  with pytest.warns(autotuning.AutotuneSkipped, match="no GPU here.*config 2"):
     (cc,) = custom_calls(jax.jit(tuned).trace(x, x).lower(lowering_platforms=("cuda",)))
   assert cc["config"]["block"] == [256, 1, 1] and cc["config"]["grid"] == [4, 1, 1]
   after = stats()
@@ -187,7 +187,7 @@ def test_mosaic_kernel_configs_pass_meta_to_the_callables(isolated_disk_cache, m
                            scalars=lambda meta, x, y: (np.int32(x.size),), configs=[{"block": 64}, {"block": 128}],
                            autotune_default=1)
   x = jax.ShapeDtypeStruct((1000,), jnp.float32)
-  with pytest.warns(jmf.autotuning.AutotuneSkipped):
+  with pytest.warns(autotuning.AutotuneSkipped):
     (cc,) = custom_calls(jax.jit(call).trace(x, x).lower(lowering_platforms=("cuda",)))
   assert cc["config"]["block"] == [128, 1, 1] and cc["config"]["grid"] == [8, 1, 1]
 

@@ -13,7 +13,8 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi import _core, contract
+from jax_mosaic_ffi import _core
+from jax_mosaic_ffi.base import contract
 
 import fresh_process
 import kernel_sources

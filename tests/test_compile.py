@@ -8,8 +8,10 @@ import tempfile
 import pytest
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi import gpu_info, module_format, nvrtc_program
-from jax_mosaic_ffi.module_format import ImageKind
+from jax_mosaic_ffi.base import gpu_info
+from jax_mosaic_ffi.base import module_format
+from jax_mosaic_ffi.toolchain.nvrtc import worker as nvrtc_worker
+from jax_mosaic_ffi.base.module_format import ImageKind
 
 import fresh_process
 import kernel_sources
@@ -126,7 +128,7 @@ def test_a_compile_that_never_ends_is_stopped_and_the_next_one_works(isolated_di
   assert time.monotonic() - start < 30
   assert jmf.cuda_kernel(kernel_sources.ADD, "add").symbol == "add"
   # The killed worker's scratch folder is removed with it; only the new worker's is there.
-  assert set(glob.glob(scratch)) - before <= {nvrtc_program._worker._scratch}
+  assert set(glob.glob(scratch)) - before <= {nvrtc_worker._worker._scratch}
 
 
 @pytest.mark.parametrize("value", ["soon", "-1", "nan", "inf", "-inf"])
@@ -140,7 +142,7 @@ def test_a_bad_compile_timeout_is_named_before_compiling(isolated_disk_cache, mo
 def test_a_huge_compile_timeout_is_taken_as_the_longest_bound(isolated_disk_cache, monkeypatch, value):
   monkeypatch.setenv("JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S", value)
   assert jmf.cuda_kernel(kernel_sources.ADD, "add").symbol == "add"  # in the worker, not OverflowError
-  assert nvrtc_program.timeout_s() == nvrtc_program.MAX_TIMEOUT_S
+  assert nvrtc_worker.timeout_s() == nvrtc_worker.MAX_TIMEOUT_S
 
 
 def test_a_worker_that_prints_on_its_stdout_still_answers(isolated_disk_cache, tmp_path):

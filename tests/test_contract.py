@@ -175,8 +175,8 @@ CRAFTED = '''
     import dataclasses, json
     import jax, jax.numpy as jnp, numpy as np
     import jax_mosaic_ffi as jmf
-    from jax_mosaic_ffi import launch_spec
-    from jax_mosaic_ffi.primitive import mosaic_kernel_p
+    from jax_mosaic_ffi.call import launch_spec
+    from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
 
     source = r"""
     extern "C" __global__ void add(const float* a, const float* b, float* out, int n) {

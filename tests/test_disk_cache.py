@@ -10,8 +10,10 @@ import warnings
 import pytest
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi import compiler, disk_cache, nvrtc_compat
-from jax_mosaic_ffi.module_format import Arch, ImageKind
+from jax_mosaic_ffi.toolchain.nvrtc import compiler
+from jax_mosaic_ffi.base import disk_cache
+from jax_mosaic_ffi.toolchain.nvrtc import compat as nvrtc_compat
+from jax_mosaic_ffi.base.module_format import Arch, ImageKind
 
 import fresh_process
 import kernel_sources

@@ -9,8 +9,8 @@ import warnings
 import pytest
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi import dump
-from jax_mosaic_ffi.module_format import ImageKind
+from jax_mosaic_ffi.toolchain import dump
+from jax_mosaic_ffi.base.module_format import ImageKind
 
 import kernel_sources
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi import contract
+from jax_mosaic_ffi.base import contract
 
 import fresh_process
 from hlo_inspect import custom_calls

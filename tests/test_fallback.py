@@ -10,8 +10,9 @@ import pytest
 from jax.sharding import Mesh, PartitionSpec as P
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi import contract, fallback
-from jax_mosaic_ffi.primitive import mosaic_kernel_p
+from jax_mosaic_ffi.base import contract
+from jax_mosaic_ffi.call import fallback
+from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
 
 import kernel_sources
 from hlo_inspect import custom_calls

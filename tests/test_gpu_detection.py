@@ -4,7 +4,8 @@ import os
 import subprocess
 import sys
 
-from jax_mosaic_ffi import driver_probe, gpu_info
+from jax_mosaic_ffi.base import driver_probe
+from jax_mosaic_ffi.base import gpu_info
 
 no = lambda: False  # noqa: E731
 yes = lambda: True  # noqa: E731

@@ -19,7 +19,9 @@ import zipfile
 import pytest
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi import _core, gpu_info, versions
+from jax_mosaic_ffi import _core
+from jax_mosaic_ffi.base import gpu_info
+from jax_mosaic_ffi.base import versions
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PYPROJECT = REPO / "pyproject.toml"
@@ -101,7 +103,7 @@ def test_skipping_the_version_check_warns_and_turns_record_handlers_off():
         warnings.simplefilter("always")
         import jax_mosaic_ffi
       print([str(w.message) for w in caught if "0.13.0" in str(w.message)])
-      print("RECORD OFF:", jax_mosaic_ffi.registration._RECORD_UNSUPPORTED is not None)
+      print("RECORD OFF:", jax_mosaic_ffi.call.registration._RECORD_UNSUPPORTED is not None)
       """, {versions.SKIP_CHECK_ENV: "1"})
   assert result.returncode == 0, result.stderr[-3000:]
   assert "continuing because" in result.stdout and "RECORD OFF: True" in result.stdout, result.stdout

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi import gpu_info
-from jax_mosaic_ffi.module_format import ImageKind
+from jax_mosaic_ffi.base import gpu_info
+from jax_mosaic_ffi.base.module_format import ImageKind
 
 SAXPY = r'''
 extern "C" __global__ void saxpy(const float* x, const float* y, float* out, float a, int n) {

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi import gpu_info
+from jax_mosaic_ffi.base import gpu_info
 
 import kernel_sources
 from hlo_inspect import custom_calls

@@ -10,7 +10,7 @@ import pytest
 from jax._src.lib.mlir import ir
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi import contract
+from jax_mosaic_ffi.base import contract
 
 import kernel_sources
 from hlo_inspect import custom_calls

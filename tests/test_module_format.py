@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi import _core, module_format
-from jax_mosaic_ffi.module_format import Arch, Image, ImageKind, ParsedModule
+from jax_mosaic_ffi import _core
+from jax_mosaic_ffi.base import module_format
+from jax_mosaic_ffi.base.module_format import Arch, Image, ImageKind, ParsedModule
 
 import kernel_sources
 

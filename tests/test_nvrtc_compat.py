@@ -14,8 +14,9 @@ import subprocess
 import pytest
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi import compiler, nvrtc_compat
-from jax_mosaic_ffi.module_format import Arch, ImageKind
+from jax_mosaic_ffi.toolchain.nvrtc import compiler
+from jax_mosaic_ffi.toolchain.nvrtc import compat as nvrtc_compat
+from jax_mosaic_ffi.base.module_format import Arch, ImageKind
 
 
 def compile_ok(source, name="k", **kwargs):
@@ -178,7 +179,7 @@ def test_the_prelude_can_be_turned_off(isolated_disk_cache):
 def test_the_prelude_needs_no_cccl(isolated_disk_cache, monkeypatch):
   # CCCL is a dependency, but a kernel that needs nothing from it must not
   # fail because the prelude does.
-  monkeypatch.setattr(compiler, "cuda_include_dirs", lambda: ())
+  monkeypatch.setattr(nvrtc_compat, "cuda_include_dirs", lambda: ())
   compile_ok('extern "C" __global__ void k(float* x) { x[0] = -INFINITY + M_PI + std::exp(x[1]); }')
 
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi import nvrtc_program
-from jax_mosaic_ffi.module_format import ImageKind
+from jax_mosaic_ffi.toolchain.nvrtc import program as nvrtc_program
+from jax_mosaic_ffi.base.module_format import ImageKind
 
 import fresh_process
 import kernel_sources

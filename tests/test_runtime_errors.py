@@ -40,7 +40,7 @@ extern "C" __global__ void uses_smem(float* out) {
 
 
 def test_too_much_shared_memory_is_an_error_not_a_crash(rng, isolated_disk_cache):
-  from jax_mosaic_ffi import gpu_info
+  from jax_mosaic_ffi.base import gpu_info
   limit = gpu_info.visible_gpus()[0].max_shared_memory_per_block_optin
   kernel = jmf.cuda_kernel(STATIC_SMEM, "uses_smem")
   # Dynamic alone fits, but with 8 KiB of static shared memory it does not.

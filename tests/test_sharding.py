@@ -15,8 +15,8 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi import contract
-from jax_mosaic_ffi.sharding import resolve
+from jax_mosaic_ffi.base import contract
+from jax_mosaic_ffi.transforms.sharding import resolve
 
 import fresh_process
 import kernel_sources

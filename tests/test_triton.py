@@ -17,8 +17,9 @@ except ModuleNotFoundError as e:
   pytest.skip("triton is not installed (pip install 'jax_mosaic_ffi[triton]')", allow_module_level=True)
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi import triton_lib
-from jax_mosaic_ffi.module_format import ImageKind
+from jax_mosaic_ffi.toolchain import compile_cache
+from jax_mosaic_ffi.toolchain import triton_compile as triton_lib
+from jax_mosaic_ffi.base.module_format import ImageKind
 
 import fresh_process
 import triton_sources as ts
@@ -156,7 +157,9 @@ def test_global_scratch_becomes_an_output_xla_allocates(isolated_disk_cache):
   assert cc["results"] == 2  # the output, then the scratch
   # in0, out0, M, N, global scratch (output 1), null profile scratch.
   assert cc["config"]["param_order"] == [0, 1, -1, -2, 2, -3]
-  (kernel,) = [k for k in triton_lib._memory.values() if k.name == "descriptor_copy"]
+  # The compile cache holds NVRTC and Triton compiles alike: the Triton kernel of that name.
+  (kernel,) = [k for k in compile_cache._memory.values()
+              if isinstance(k, triton_lib.TritonKernel) and k.name == "descriptor_copy"]
   size = kernel.info.scratch[0][0] * 4 * 2  # per program, 4 x 2 programs
   assert size > 0 and f"tensor<{size}xui8>" in lowered.as_text()
 

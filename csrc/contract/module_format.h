@@ -1,4 +1,4 @@
-// Parser for the serialized kernel module (jax_mosaic_ffi/module_format.py
+// Parser for the serialized kernel module (jax_mosaic_ffi/base/module_format.py
 // writes it; docs/contract.md specifies it). The bytes come from a program
 // the user may have loaded from anywhere, so every length and offset is
 // checked before it is used.

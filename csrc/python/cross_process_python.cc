@@ -1,5 +1,5 @@
 // The Python side of collectives across processes: the key-value exchange
-// (jax_mosaic_ffi/cross_process.py), called from XLA's thread with the GIL
+// (jax_mosaic_ffi/call/cross_process.py), called from XLA's thread with the GIL
 // taken here. jax releases the GIL while executables run, as its own host
 // callbacks need, so this cannot deadlock against the caller.
 #include <nanobind/nanobind.h>

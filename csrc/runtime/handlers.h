@@ -17,7 +17,7 @@
 
 namespace jmf {
 
-// Custom-call target names: the contract (jax_mosaic_ffi/contract.py).
+// Custom-call target names: the contract (jax_mosaic_ffi/base/contract.py).
 inline constexpr char kLaunchTarget[] = "jax_mosaic_ffi_launch_v1";
 inline constexpr char kCollectiveTarget[] = "jax_mosaic_ffi_collective_v1";
 inline constexpr char kBootstrapTarget[] = "jax_mosaic_ffi_bootstrap";

@@ -15,10 +15,10 @@ import functools
 import jax
 import numpy as np
 
-from jax_mosaic_ffi.collective import Collective
-from jax_mosaic_ffi.kernel import Kernel, cuda_kernel
-from jax_mosaic_ffi.launch_spec import cdiv
-from jax_mosaic_ffi.primitive import mosaic_kernel
+from jax_mosaic_ffi.api import mosaic_kernel
+from jax_mosaic_ffi.call.collective import Collective
+from jax_mosaic_ffi.call.launch_values import cdiv
+from jax_mosaic_ffi.toolchain.kernel import Kernel, cuda_kernel
 
 SOURCE = r'''
 #include <jax_mosaic_ffi/collective.cuh>

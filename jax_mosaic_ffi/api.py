@@ -1,0 +1,235 @@
+"""The public entry points: `mosaic_kernel` (one launch path for every kernel type), the caches' stats.
+
+`mosaic_kernel` builds one `LaunchOptions` from its arguments, picks the path by the kernel's type (a
+compiled `Kernel`, a Triton kernel, or a config space to autotune) and applies sharding once, around
+whichever path it took.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping, Sequence
+
+import jax.export
+
+from jax_mosaic_ffi.base import contract
+from jax_mosaic_ffi.base import disk_cache
+from jax_mosaic_ffi.base import source_location
+from jax_mosaic_ffi.base.errors import LaunchError, who
+from jax_mosaic_ffi.base.native import core
+from jax_mosaic_ffi.call import fallback as fallback_lib
+from jax_mosaic_ffi.call import primitive
+from jax_mosaic_ffi.call.collective import Collective
+from jax_mosaic_ffi.call.launch_options import CheckedLaunch, LaunchOptions
+from jax_mosaic_ffi.toolchain import compile_cache
+from jax_mosaic_ffi.toolchain.kernel import Kernel
+from jax_mosaic_ffi.toolchain.triton_compile import TritonFunction, TritonKernel
+from jax_mosaic_ffi.transforms import autotune as autotune_lib
+from jax_mosaic_ffi.transforms import sharding as sharding_lib
+from jax_mosaic_ffi.transforms import triton_launch
+
+
+def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block=None, cluster=None, smem_bytes=0,
+                  uses_pdl: bool | None = None, scalars=(),
+                  input_output_aliases: Mapping[int, int] | None = None,
+                  param_order: Sequence[str] | None = None,
+                  collective: Collective | None = None,
+                  batch_grid_axis: str | None = None, fallback: Callable | None = None,
+                  sharding=None, scratch_bytes=0, zero_scratch: bool = False, zero_outputs=(),
+                  configs=None, autotune_key=None, autotune_default=None) -> Callable[..., Any]:
+  """Returns a function that launches ``kernel`` on its input arrays.
+
+  The kernel's parameters are, in order: one pointer per input, one pointer
+  per output, then each scalar by value (and, for a collective kernel, the
+  collective metadata pointer last). ``param_order=("out0", "in0",
+  "scalar0", ...)`` names another order; an input and the output it aliases
+  are one buffer, so either name passes it once.
+
+  Args:
+    kernel: from `cuda_kernel`, `ptx_kernel` or `cubin_kernel`.
+    out_shape: a `jax.ShapeDtypeStruct`, or a sequence of them.
+    grid, block, cluster: launch dimensions, an int or up to 3 ints.
+    smem_bytes: dynamic shared memory per block.
+    uses_pdl: launch with programmatic dependent launch (PDL) allowed. By
+      default, kernels that are safe for it (`Kernel.pdl_safe`: compiled or
+      wrapped by jax_mosaic_ffi for sm_90+) use it; False opts out. True on
+      a kernel that reads memory before ``griddepcontrol.wait`` is a race.
+    scalars: numpy scalars (any int or float width, or bool), passed by value.
+    input_output_aliases: ``{input_index: output_index}`` for in-place updates.
+    param_order: an explicit parameter order, by names ``inN``, ``outN``, ``scalarN``.
+    collective: a `Collective` for kernels that talk to their peers.
+    batch_grid_axis: ``"x"``, ``"y"`` or ``"z"`` for a kernel written to take
+      a vmap batch on that grid axis in one launch (README: vmap). By default
+      a vmapped call launches the kernel once per batch element, unchanged.
+    fallback: a jax.numpy function of the same inputs returning the same
+      outputs, run instead of the kernel off CUDA (call/fallback.py).
+    sharding: how the call may be partitioned under ``jit``:
+      `Elementwise()`, `BatchDims(...)`, `ShardingRule(...)` (transforms/sharding.py).
+    scratch_bytes: a scratch buffer of this many bytes for the kernel (split-K
+      partials, grid-wide counters): an extra output XLA allocates and the
+      call does not return, passed after the outputs or where ``param_order``
+      names ``"scratch"``. Its contents are undefined unless ``zero_scratch``.
+    zero_scratch: zero the scratch buffer before every launch.
+
+  ``param_order`` may hold `TensorMap` declarations: the kernel then gets a
+  TMA descriptor (``CUtensorMap``, 128 bytes, by value) of that input or
+  output there, built by the runtime (call/tensor_map.py).
+
+  ``out_shape``, ``grid``, ``block``, ``smem_bytes`` and ``scalars`` may also
+  be callables of the input avals (``grid=lambda x, y: jmf.cdiv(x.size, 256)``),
+  evaluated when the call is traced, so one wrapper serves every shape.
+
+  ``zero_outputs`` (output indices, or True for all) are zeroed by the
+  runtime before every launch, for kernels that accumulate into them
+  (atomics, split-K); an aliased output cannot be zeroed.
+
+  A Triton kernel (`triton_kernel`) takes its block, shared memory and
+  cluster from Triton's metadata; its callables get ``(meta, *avals)``.
+
+  ``configs=[{...}, ...]`` autotunes the call (transforms/autotune.py): each config's
+  values reach the callables as ``meta`` (and a Triton kernel's
+  constexprs, num_warps and num_stages); ``autotune_key`` and
+  ``autotune_default`` are `jmf.autotune`'s ``key`` and ``default``.
+  """
+  options = LaunchOptions(
+      grid=grid, block=block, cluster=cluster, smem_bytes=smem_bytes, uses_pdl=uses_pdl, scalars=scalars,
+      input_output_aliases=input_output_aliases, param_order=param_order, collective=collective,
+      batch_grid_axis=batch_grid_axis, fallback=fallback, sharding=sharding, scratch_bytes=scratch_bytes,
+      zero_scratch=zero_scratch, zero_outputs=zero_outputs)
+  if configs is not None:
+    call = _tuned(kernel, out_shape, configs, autotune_key, autotune_default, options)
+    name = _tuned_name(kernel)
+  else:
+    call = _launcher(kernel, out_shape, options)
+    name = f"mosaic_kernel '{kernel.name}'"
+  return call if sharding is None else sharding_lib.sharded(call, sharding, name=name)
+
+
+def _launcher(kernel, out_shape, options: LaunchOptions) -> Callable[..., Any]:
+  """The call of one kernel, by its type; without the sharding, which `mosaic_kernel` applies."""
+  if isinstance(kernel, (TritonKernel, TritonFunction)):  # launch options from Triton's compiled metadata
+    return triton_launch.launcher(kernel, out_shape, options)
+  where = who(kernel, source_location.current()) if isinstance(kernel, Kernel) else ""
+  if options.block is None and isinstance(kernel, Kernel):
+    raise LaunchError(f"{where}: block (threads per block) is required")
+  launch = CheckedLaunch.create(kernel, out_shape, options, where)
+  fallback = fallback_lib.create(options.fallback, where)
+  if options.sharding is not None:
+    sharding_lib.check_per_shard(launch, where)
+  return primitive.kernel_call(launch, fallback)
+
+
+def _tuned_name(kernel) -> str:
+  return f"mosaic_kernel {getattr(kernel, 'name', kernel)!s}"
+
+
+def _tuned(kernel, out_shape, configs, key, default, options: LaunchOptions) -> autotune_lib.Autotuned:
+  """`mosaic_kernel(kernel, ..., configs=[...])`: an `Autotuned` over the configs, each config's call
+  made by `_launcher` (the sharding goes around the tuned call, not each config's)."""
+  if isinstance(kernel, TritonKernel):
+    raise ValueError(f"mosaic_kernel '{kernel.name}': configs= needs the kernel uncompiled; make it with "
+                     "jmf.triton_kernel(fn) without signature=, so each config compiles its own")
+  per_config = dataclasses.replace(options, sharding=None)
+
+  def factory(meta):
+    if isinstance(kernel, TritonFunction):
+      return _launcher(kernel.with_meta(meta), out_shape, per_config)
+    return _launcher(kernel, out_shape, triton_launch.with_meta(per_config, meta))
+
+  return autotune_lib.Autotuned(factory, configs, key=key, default=default, name=_tuned_name(kernel))
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelCacheStats:
+  """What the caches did so far in this process.
+
+  nvrtc_compiles: NVRTC invocations (one per target arch). memory_hits /
+  disk_hits: compiles served by the in-memory or on-disk cache.
+  module_parses / parse_cache_hits: instantiate stages that parsed a module
+  or found it parsed in the runtime's cache (``kernel_builds`` and
+  ``kernel_hits`` are their old, deprecated names). cached_kernels: parsed
+  modules in that cache now. module_loads: cuModuleLoadData
+  calls. loaded_modules: CUmodules alive now, across all devices.
+  records_created: kernel launches recorded as CUDA-graph nodes by the record
+  stage (command buffers). instantiations / instantiate_seconds: instantiate
+  stages run, and the time spent in them. collective_prepares /
+  collective_initializes: prepare and initialize stages run by collective
+  call sites (XLA runs them on every execution). triton_compiles: Triton
+  compiles (one per target arch; cache hits count as memory_hits /
+  disk_hits). autotune_tunings: config spaces timed; autotune_disk_hits /
+  autotune_memory_hits: winners found on disk / in this process instead;
+  autotune_skipped: calls left untuned for want of a GPU. tensor_map_encodes:
+  TMA descriptors built (at a call site's first run on a device, then only
+  when the buffer a descriptor describes moved).
+  """
+
+  nvrtc_compiles: int
+  memory_hits: int
+  disk_hits: int
+  module_parses: int
+  parse_cache_hits: int
+  cached_kernels: int
+  module_loads: int
+  loaded_modules: int
+  records_created: int
+  instantiations: int
+  instantiate_seconds: float
+  collective_prepares: int
+  collective_initializes: int
+  triton_compiles: int = 0
+  autotune_tunings: int = 0
+  autotune_disk_hits: int = 0
+  autotune_memory_hits: int = 0
+  autotune_skipped: int = 0
+  tensor_map_encodes: int = 0
+
+  @property
+  def kernel_builds(self) -> int:
+    """Deprecated name of `module_parses`."""
+    return self.module_parses
+
+  @property
+  def kernel_hits(self) -> int:
+    """Deprecated name of `parse_cache_hits`."""
+    return self.parse_cache_hits
+
+
+def kernel_cache_stats() -> KernelCacheStats:
+  compile_stats = compile_cache.stats()
+  tune = autotune_lib.stats()
+  return KernelCacheStats(
+      nvrtc_compiles=compile_stats.nvrtc_compiles,
+      memory_hits=compile_stats.memory_hits,
+      disk_hits=compile_stats.disk_hits,
+      **core.cache_stats(),
+      triton_compiles=compile_stats.triton_compiles,
+      autotune_tunings=tune.tunings,
+      autotune_disk_hits=tune.disk_hits,
+      autotune_memory_hits=tune.memory_hits,
+      autotune_skipped=tune.skipped,
+  )
+
+
+def clear_kernel_cache(*, disk: bool = False) -> None:
+  """Empties the in-memory caches (and the on-disk one with ``disk=True``).
+
+  Modules stay loaded on the GPU while a live executable uses them; they are
+  unloaded when the last such executable is destroyed.
+  """
+  compile_cache.clear_memory_cache()
+  autotune_lib.clear_memory_cache()
+  core.clear_kernel_cache()
+  if disk:
+    disk_cache.clear()
+
+
+def export_disabled_checks() -> list:
+  """The ``disabled_checks`` to pass to ``jax.export.export``.
+
+  Our custom-call targets are not on JAX's list of stable custom calls;
+  their stability is ours to keep (docs/contract.md)::
+
+      exported = jax.export.export(jax.jit(f), platforms=["cuda"],
+                                   disabled_checks=jmf.export_disabled_checks())(x)
+  """
+  return [jax.export.DisabledSafetyCheck.custom_call(name) for name in contract.ALL_TARGETS]

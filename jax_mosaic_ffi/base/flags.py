@@ -1,0 +1,36 @@
+"""Every ``JAX_MOSAIC_FFI_*`` environment switch, declared once.
+
+Each is read where it takes effect (most when a kernel is compiled or a program lowered, so a test or a
+user may change them between calls); this module is the list. Two are read by the C++ runtime only.
+`disk_cache` declares its own (it is loaded without the package by a test), and this list names them.
+"""
+
+from __future__ import annotations
+
+from jax_mosaic_ffi.base import disk_cache
+
+# The on-disk compile cache: its folder (``off`` disables it) and its size bound in bytes.
+CACHE_DIR = disk_cache.DIR_ENV
+CACHE_MAX_BYTES = disk_cache.MAX_BYTES_ENV
+# NVRTC's time bound, in seconds, per compile (0: compile in this process, no bound).
+COMPILE_TIMEOUT_S = "JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S"
+# A folder to write each new kernel's PTX, cubin and SASS into.
+DUMP_DIR = "JAX_MOSAIC_FFI_DUMP_DIR"
+# 1: run the jax.numpy fallbacks instead of the kernels on CUDA, as programs are lowered.
+REFERENCE = "JAX_MOSAIC_FFI_REFERENCE"
+# 1: fill outputs with 0xFF bytes before each launch, so elements a kernel forgets read as NaN or -1.
+POISON_OUTPUTS = "JAX_MOSAIC_FFI_POISON_OUTPUTS"
+# 0: no command-buffer record stage (XLA captures the stream launch instead).
+RECORD = "JAX_MOSAIC_FFI_RECORD"
+# 1: an out-of-range jax only warns at import.
+SKIP_VERSION_CHECK = "JAX_MOSAIC_FFI_SKIP_VERSION_CHECK"
+# 1: print each autotuning table.
+AUTOTUNE_LOG = "JAX_MOSAIC_FFI_AUTOTUNE_LOG"
+# 1: time autotuning configs on the CPU too (testing the machinery without a GPU).
+AUTOTUNE_ON_CPU = "JAX_MOSAIC_FFI_AUTOTUNE_ON_CPU"
+# Read by the C++ runtime: seconds to wait for peers in other processes; synchronous launches (debugging).
+PEER_TIMEOUT_S = "JAX_MOSAIC_FFI_PEER_TIMEOUT_S"
+SYNC_LAUNCHES = "JAX_MOSAIC_FFI_SYNC_LAUNCHES"
+
+ALL = (CACHE_DIR, CACHE_MAX_BYTES, COMPILE_TIMEOUT_S, DUMP_DIR, REFERENCE, POISON_OUTPUTS, RECORD,
+       SKIP_VERSION_CHECK, AUTOTUNE_LOG, AUTOTUNE_ON_CPU, PEER_TIMEOUT_S, SYNC_LAUNCHES)

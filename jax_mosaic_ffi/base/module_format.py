@@ -1,0 +1,127 @@
+"""The serialized kernel module: the bytes that travel in the custom call.
+
+The layout is part of the contract (docs/contract.md). This module writes
+it; reading it is the runtime's job: `parse` calls the C++ parser XLA's
+instantiate stage runs (csrc/contract/module_format.cc), and the limits come from the
+same place, so what lowers here is exactly what the runtime accepts. All
+integers are little-endian.
+
+    header   magic "JMFFIMOD" | u32 format_version | u32 flags
+             (bit 0: every image's entry waits for the prerequisite grid: PDL-safe)
+             | u32 num_images | u32 symbol_length | symbol (UTF-8, no NUL)
+    image    u32 kind (1 cubin, 2 ptx) | u32 arch (e.g. 90)
+             | u32 arch_suffix (0 none, 1 'a', 2 'f') | u32 reserved (0)
+             | u64 size | size bytes
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import re
+import struct
+
+from jax_mosaic_ffi.base.native import core
+
+MAGIC = b"JMFFIMOD"
+LIMITS = core.LIMITS
+FORMAT_VERSION = LIMITS["module_format_version"]
+_SUFFIXES = LIMITS["arch_suffixes"]  # index = the arch_suffix field
+FLAG_PDL_WAIT = LIMITS["module_flag_pdl_wait"]
+
+_HEADER = struct.Struct("<8sIIII")
+_IMAGE = struct.Struct("<IIIIQ")
+_ARCH_RE = re.compile(r"^(?:sm_|compute_)?(\d{1,6})([a-z]?)$")
+
+
+class ImageKind(enum.IntEnum):
+  CUBIN = 1
+  PTX = 2
+
+
+class ModuleFormatError(ValueError):
+  pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Arch:
+  """A GPU architecture such as ``sm_90`` or ``sm_90a``."""
+
+  number: int
+  suffix: str = ""
+
+  def __post_init__(self):
+    if not LIMITS["min_arch"] <= self.number <= LIMITS["max_arch"] or self.suffix not in _SUFFIXES:
+      raise ValueError(
+          f"sm_{self.number}{self.suffix} is not a GPU architecture this runtime can load: archs are "
+          f"sm_{LIMITS['min_arch']}..sm_{LIMITS['max_arch']}, with a suffix of "
+          f"{' or '.join(repr(s) for s in _SUFFIXES if s)} or none")
+
+  @classmethod
+  def parse(cls, text: str | int) -> "Arch":
+    match = _ARCH_RE.match(str(text).strip()) if isinstance(text, (str, int)) and not isinstance(text, bool) else None
+    if not match:
+      raise ValueError(f"cannot read {text!r} as a GPU architecture; write it like 'sm_90', 'sm_90a' or 90")
+    return cls(int(match.group(1)), match.group(2))
+
+  @property
+  def sm(self) -> str:
+    return f"sm_{self.number}{self.suffix}"
+
+  def __str__(self) -> str:
+    return self.sm
+
+
+@dataclasses.dataclass(frozen=True)
+class Image:
+  """One compiled form of a kernel: a cubin for one arch, or PTX."""
+
+  kind: ImageKind
+  arch: Arch
+  data: bytes
+
+  def __repr__(self) -> str:
+    return f"Image({self.kind.name.lower()}, {self.arch}, {len(self.data)} bytes)"
+
+
+@dataclasses.dataclass(frozen=True)
+class ParsedModule:
+  """A module's contents: the entry symbol, its images and the format's flags."""
+
+  symbol: str
+  images: tuple[Image, ...]
+  flags: int = 0
+
+  @property
+  def pdl_wait(self) -> bool:
+    """Every image's entry waits for the prerequisite grid: the kernel may launch with PDL."""
+    return bool(self.flags & FLAG_PDL_WAIT)
+
+
+def serialize(module: ParsedModule) -> bytes:
+  """The module's bytes, checked by the runtime's own parser before they are returned."""
+  symbol = module.symbol.encode("utf-8")
+  parts = [_HEADER.pack(MAGIC, FORMAT_VERSION, module.flags, len(module.images), len(symbol)), symbol]
+  for image in module.images:
+    parts.append(_IMAGE.pack(int(image.kind), image.arch.number, _SUFFIXES.index(image.arch.suffix), 0,
+                             len(image.data)))
+    parts.append(image.data)
+  data = b"".join(parts)
+  parse(data)  # the runtime would refuse it later, on a GPU: refuse it now
+  return data
+
+
+def parse(data: bytes) -> ParsedModule:
+  """Reads a module with the runtime's parser; raises ModuleFormatError."""
+  try:
+    symbol, images, flags = core.parse_module(bytes(data))
+  except ValueError as e:
+    raise ModuleFormatError(str(e)) from None
+  return ParsedModule(symbol, tuple(Image(ImageKind(kind), Arch(arch, _SUFFIXES[suffix]), blob)
+                                    for kind, arch, suffix, blob in images), flags)
+
+
+def kernel_hash(module_bytes: bytes) -> bytes:
+  """The 32-byte key the runtime caches parsed kernels by."""
+  return hashlib.sha256(module_bytes).digest()

@@ -1,0 +1,44 @@
+"""The source location of the user's call of a kernel, for messages: "model.py:42 (forward)".
+
+Found by walking the stack to the first frame outside jax, jaxlib and this
+package. A sharded call is traced again per shard while XLA compiles, far
+from the user's line, so `transforms/sharding.py` pins the site it saw when the call
+was first traced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import sys
+
+from jax._src import source_info_util
+
+from jax_mosaic_ffi.base.paths import PACKAGE_DIR
+
+# The package's frames are not the user's: for this finder, and for the source info jax attaches to equations.
+source_info_util.register_exclusion(PACKAGE_DIR)
+
+_pinned: contextvars.ContextVar[str | None] = contextvars.ContextVar("jax_mosaic_ffi_call_site", default=None)
+
+
+def current() -> str:
+  pinned = _pinned.get()
+  if pinned is not None:
+    return pinned
+  frame = sys._getframe(1)  # noqa: SLF001  (the cheap stack walk: inspect.stack reads every frame's source)
+  while frame is not None:
+    if source_info_util.is_user_filename(frame.f_code.co_filename):
+      return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} ({frame.f_code.co_name})"
+    frame = frame.f_back
+  return "<unknown call site>"
+
+
+@contextlib.contextmanager
+def pinned(site: str):
+  token = _pinned.set(site)
+  try:
+    yield
+  finally:
+    _pinned.reset(token)

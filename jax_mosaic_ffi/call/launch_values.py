@@ -1,0 +1,151 @@
+"""The values of `mosaic_kernel`'s launch options, normalised: each option's checks and messages, once.
+
+Pure functions of the values given (and, for callables, of what they returned for the input avals); the
+caller says where (`errors.who`) for the message.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+
+from jax_mosaic_ffi.base.errors import LaunchError
+
+
+def cdiv(a: int, b: int) -> int:
+  """Ceiling division, for grids: ``cdiv(n, 256)`` blocks of 256 cover n."""
+  return -(-int(a) // int(b))
+
+
+_SCALAR_KINDS = "biuf"
+_EXTRA_SCALAR_TYPES = (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2)
+
+
+def integer(value, what: str, where: str) -> int:
+  """A Python or numpy integer, nothing that only looks like one."""
+  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
+    raise LaunchError(f"{where}: {what} must be an integer, got {value!r} ({type(value).__name__})")
+  return int(value)
+
+
+def dims(value, what: str, where: str) -> tuple[int, int, int]:
+  if isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, (bool, np.bool_)):
+    value = (value,)
+  if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+    raise LaunchError(f"{where}: {what} must be an int or a tuple of up to 3 ints, got {value!r}")
+  if not 1 <= len(value) <= 3:
+    raise LaunchError(f"{where}: {what} must have 1 to 3 dimensions, got {tuple(value)}")
+  dims = tuple(integer(v, f"{what}[{i}]", where) for i, v in enumerate(value))
+  return dims + (1,) * (3 - len(dims))
+
+
+def _scalar_bytes(value, index: int, where: str) -> bytes:
+  if isinstance(value, (jax.Array, jax.core.Tracer)):
+    raise LaunchError(
+        f"{where}: scalars[{index}] is a JAX array; scalars are baked into the launch "
+        "at trace time, so pass a numpy scalar (np.int32(n)), or pass the value as an input array")
+  if isinstance(value, (bool, np.bool_)):
+    return bytes([1 if value else 0])
+  if isinstance(value, (int, float)) and not isinstance(value, np.generic):
+    kind = "np.int32(...) or np.int64(...)" if isinstance(value, int) else "np.float32(...) or np.float64(...)"
+    raise LaunchError(
+        f"{where}: scalars[{index}] is a Python {type(value).__name__}, whose width the "
+        f"kernel's parameter cannot be guessed from; pass {kind}")
+  if isinstance(value, np.generic) and (value.dtype.kind in _SCALAR_KINDS or isinstance(value, _EXTRA_SCALAR_TYPES)):
+    if value.dtype.itemsize > 8:
+      raise LaunchError(f"{where}: scalars[{index}] has dtype {value.dtype}, wider than 8 bytes")
+    return np.asarray(value).astype(value.dtype.newbyteorder("<")).tobytes()
+  raise LaunchError(
+      f"{where}: scalars[{index}] has unsupported type {type(value).__name__}; scalars "
+      "are numpy integer, float (float16/bfloat16/float32/float64) or bool values")
+
+
+def scalars(values, where: str) -> tuple[bytes, ...]:
+  if isinstance(values, (np.generic, np.ndarray, jax.Array, str, bytes)) or not isinstance(values, Sequence):
+    raise LaunchError(
+        f"{where}: scalars must be a tuple of numpy scalars, got {values!r}; for one scalar write "
+        "scalars=(np.int32(n),)")
+  return tuple(_scalar_bytes(v, k, where) for k, v in enumerate(values))
+
+
+def out_avals(out_shape, where: str) -> tuple[tuple[jax.core.ShapedArray, ...], bool]:
+  """The output avals, and whether one output (not a sequence) was given."""
+  single = hasattr(out_shape, "shape") and hasattr(out_shape, "dtype")
+  if not single and (isinstance(out_shape, (str, bytes)) or not isinstance(out_shape, Sequence)):
+    raise LaunchError(
+        f"{where}: out_shape must be a jax.ShapeDtypeStruct or a sequence of them, got {out_shape!r}")
+  shapes = (out_shape,) if single else tuple(out_shape)
+  if not shapes:
+    raise LaunchError(f"{where}: out_shape must name at least one output")
+  avals = []
+  for i, s in enumerate(shapes):
+    if not (hasattr(s, "shape") and hasattr(s, "dtype")):
+      raise LaunchError(f"{where}: out_shape[{i}] must be a jax.ShapeDtypeStruct, got {s!r}")
+    if isinstance(s.shape, (str, bytes)) or not isinstance(s.shape, Sequence):
+      raise LaunchError(f"{where}: out_shape[{i}].shape must be a tuple of ints, got {s.shape!r}")
+    shape = tuple(integer(d, f"out_shape[{i}] dimension {k}", where) for k, d in enumerate(s.shape))
+    if any(d < 0 for d in shape):
+      raise LaunchError(f"{where}: out_shape[{i}] has a negative dimension: {shape}")
+    try:
+      dtype = jnp.dtype(s.dtype)
+    except TypeError as e:
+      raise LaunchError(f"{where}: out_shape[{i}] has dtype {s.dtype!r}, which is not a JAX dtype") from e
+    avals.append(jax.core.ShapedArray(shape, dtype))
+  return tuple(avals), single
+
+
+def scratch_bytes(value, where: str) -> int:
+  nbytes = integer(value, "scratch_bytes", where)
+  if not 0 <= nbytes <= 1 << 40:
+    raise LaunchError(f"{where}: scratch_bytes = {nbytes} is out of range 0..2^40")
+  return nbytes
+
+
+def flag(value, what: str, where: str) -> bool:
+  if not isinstance(value, (bool, np.bool_)):
+    raise LaunchError(f"{where}: {what} must be True or False, got {value!r}")
+  return bool(value)
+
+
+def zero_outputs_option(value, where: str):
+  if isinstance(value, (bool, np.bool_)):
+    return bool(value)
+  if isinstance(value, str) or not isinstance(value, Sequence) or \
+      not all(isinstance(o, (int, np.integer)) and not isinstance(o, bool) for o in value):
+    raise LaunchError(f"{where}: zero_outputs must be True (every output) or a sequence of output indices, "
+                      f"got {value!r}")
+  return tuple(int(o) for o in value)
+
+
+def zeroed(option, n_out: int, aliases, where: str) -> tuple[int, ...]:
+  """The outputs zeroed before every launch: the kernel accumulates into them."""
+  aliased = {o for _, o in aliases}
+  if option is True:
+    return tuple(o for o in range(n_out) if o not in aliased)
+  if option is False:
+    return ()
+  for o in option:
+    if not 0 <= o < n_out:
+      raise LaunchError(f"{where}: zero_outputs names output {o}, but the call has {n_out} output(s)")
+    if o in aliased:
+      raise LaunchError(f"{where}: zero_outputs names output {o}, which an input aliases: zeroing it would "
+                        "erase that input; leave it out, or zero the input before the call")
+  return tuple(sorted(set(option)))
+
+
+def aliases(aliases, where: str) -> tuple[tuple[int, int], ...]:
+  if not aliases:
+    return ()
+  if not isinstance(aliases, Mapping):
+    raise LaunchError(f"{where}: input_output_aliases must be a dict {{input_index: output_index}}, got {aliases!r}")
+  pairs = [(integer(i, "an input_output_aliases key", where), integer(o, "an input_output_aliases value", where))
+           for i, o in aliases.items()]
+  outputs = [o for _, o in pairs]
+  if len(set(outputs)) != len(outputs):
+    raise LaunchError(f"{where}: input_output_aliases maps two inputs to one output")
+  return tuple(sorted(pairs))

@@ -1,0 +1,108 @@
+"""The CUDA lowering of `mosaic_kernel`: one typed-FFI custom call (docs/contract.md).
+
+The attributes come from `LaunchSpec.attributes`, already checked by the
+runtime's validator when the primitive was bound; collective calls add
+their clique attributes here, where the mesh is known, and are checked again.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import numpy as np
+from jax._src.interpreters import mlir
+from jax._src.lib.mlir import ir
+
+from jax_mosaic_ffi.base import contract
+from jax_mosaic_ffi.base import flags
+from jax_mosaic_ffi.base.errors import LaunchError, who
+from jax_mosaic_ffi.call import collective as collective_lib
+from jax_mosaic_ffi.call import cross_process
+from jax_mosaic_ffi.call import fallback as fallback_lib
+from jax_mosaic_ffi.call import launch_spec
+from jax_mosaic_ffi.call import registration
+from jax_mosaic_ffi.call.launch_spec import LaunchSpec
+from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
+from jax_mosaic_ffi.toolchain.kernel import Kernel
+
+# Debug switch: fill every (non-aliased) output with 0xFF bytes before the
+# launch, so elements a kernel forgets to write read as NaN or -1.
+POISON_ENV = flags.POISON_OUTPUTS
+
+
+def _collective_attributes(ctx, kernel: Kernel, spec: LaunchSpec) -> dict:
+  where = who(kernel, spec.call_site)
+  axis_context = ctx.module_context.axis_context
+  mesh = getattr(axis_context, "mesh", None)
+  devices = getattr(mesh, "devices", None)
+  if devices is None:
+    raise LaunchError(
+        f"{where}: a collective kernel must run inside shard_map (or pmap) over a mesh "
+        f"that has axis {spec.collective.axes[0]!r}")
+  if jax.process_count() > 1:  # peers in other processes: docs/collectives.md, "Across processes"
+    cross_process.install()
+  ids = np.vectorize(lambda d: d.id, otypes=[np.int64])(devices)
+  groups = collective_lib.cliques(ids, mesh.axis_names, spec.collective.axes)
+  symmetric = spec.collective.symmetric or (False,) * (spec.num_inputs + spec.num_outputs)
+  return {
+      "xla_replica_ids": collective_lib.format_replica_ids(groups),
+      "symmetric_memory_parameters": ",".join("1" if s else "0" for s in symmetric),
+      "skip_device_barrier": bool(spec.collective.skip_device_barrier),
+  }
+
+
+# Integers are i32 in the contract, but for these (docs/contract.md); the
+# validator has bounded each value.
+_I64_ARRAYS = frozenset({"batch_strides", "tensor_maps"})
+
+
+def _ir_attribute(name: str, value) -> ir.Attribute:
+  if isinstance(value, bool):
+    return ir.BoolAttr.get(value)
+  if isinstance(value, int):
+    return mlir.ir_attribute(np.int32(value))
+  if isinstance(value, list):
+    if name in _I64_ARRAYS:
+      return ir.DenseI64ArrayAttr.get([int(v) for v in value])
+    return ir.DenseI32ArrayAttr.get([int(v) for v in value])
+  return mlir.ir_attribute(value)
+
+
+def _cuda_lowering(ctx, *operands, kernel: Kernel, out_avals, spec: LaunchSpec):
+  if fallback_lib.reference_mode():  # read per lowering: a debugging switch
+    if spec.fallback is not None:
+      return fallback_lib.lower(ctx, operands, spec.fallback)
+    fallback_lib.warn_no_reference(who(kernel, spec.call_site))
+  registration.ensure_registered()
+  attributes = spec.attributes(kernel)
+  if os.environ.get(POISON_ENV, "") not in ("", "0"):
+    aliased = {o for _, o in spec.aliases}
+    attributes["poison_outputs"] = [o for o in range(len(out_avals)) if o not in aliased]
+  if spec.collective is not None:
+    attributes.update(_collective_attributes(ctx, kernel, spec))
+    launch_spec.validate(kernel, spec, attributes)
+  op = mlir.custom_call(
+      contract.target_name(collective=spec.collective is not None),
+      result_types=[mlir.aval_to_ir_type(ctx.module_context, a) for a in out_avals],
+      operands=list(operands),
+      backend_config={name: _ir_attribute(name, value) for name, value in attributes.items()},
+      api_version=4,
+      operand_output_aliases=dict(spec.aliases) or None,
+      operand_layouts=[list(reversed(range(len(a.shape)))) for a in ctx.avals_in],
+      result_layouts=[list(reversed(range(len(a.shape)))) for a in out_avals],
+      has_side_effect=False,
+  )
+  return op.results
+
+
+def _other_platform_lowering(ctx, *operands, kernel: Kernel, spec: LaunchSpec, **_):
+  """Every platform but CUDA runs the call's fallback, if it has one."""
+  if spec.fallback is not None:
+    return fallback_lib.lower(ctx, operands, spec.fallback)
+  platforms = ", ".join(ctx.module_context.platforms)
+  raise NotImplementedError(fallback_lib.missing_message(who(kernel, spec.call_site), platforms))
+
+
+mlir.register_lowering(mosaic_kernel_p, _other_platform_lowering)
+mlir.register_lowering(mosaic_kernel_p, _cuda_lowering, platform="cuda")

@@ -1,0 +1,138 @@
+"""Registering the C++ handlers with XLA's CUDA plugin.
+
+Importing the package registers the state type and a small bootstrap
+target; that is cheap and touches no GPU. The kernel targets are registered
+the first time a program with a ``mosaic_kernel`` is lowered for a CUDA
+device (or when `register()` is called, as one must before running a
+deserialized ``jax.export`` artifact that no lowering here produced).
+
+Why a bootstrap: XLA calls a record handler (which lets a kernel join a CUDA
+graph as a kernel node) only for bundles registered through the plugin's own
+``XLA_FFI_Api``; ``jax.ffi.register_ffi_target`` drops it. So we run one tiny
+program whose handler registers the real bundles through that API. Where the
+running jaxlib is outside the range whose record extension we checked
+(jax_mosaic_ffi.base.versions), or the bootstrap refuses the running FFI API
+version, or fails, the targets are registered through ``jax.ffi`` without
+record, and XLA captures our stream launches into its graphs instead.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import jax
+import jaxlib
+import numpy as np
+from jax._src.lib import xla_client
+
+from jax_mosaic_ffi.base import contract
+from jax_mosaic_ffi.base import flags
+from jax_mosaic_ffi.base import versions
+from jax_mosaic_ffi.base.native import core
+
+STATE_TYPE_NAME = "jax_mosaic_ffi.CallSite"
+RECORD_ENV = flags.RECORD  # set to 0 to use stream capture only
+
+_lock = threading.Lock()
+_state = {"done": False, "record": False, "message": "not registered yet"}
+
+
+def _record_unsupported_reason() -> str | None:
+  """Why the running jaxlib gets no record handlers, or None when it gets them.
+
+  Every jaxlib in the supported range has a record extension whose frame
+  layout and create/update_launch signatures match the headers we were built
+  against (docs/compatibility.md); outside it (only with the version check
+  skipped) nobody checked, and stream capture is the safe choice. The
+  bootstrap checks the FFI API version the plugin reports as well.
+  """
+  return versions.problem(jax.__version__, jaxlib.__version__, core.BUILT_AGAINST["jaxlib"])
+
+
+if sorted(core.target_names()) != sorted(contract.ALL_TARGETS):
+  raise ImportError(
+      f"jax_mosaic_ffi's C++ core serves targets {core.target_names()} but the Python side "
+      f"expects {contract.ALL_TARGETS}; the installed extension is stale, reinstall the package")
+
+_RECORD_UNSUPPORTED = _record_unsupported_reason()
+jax.ffi.register_ffi_type(STATE_TYPE_NAME, core.state_type(), platform="CUDA")
+jax.ffi.register_ffi_target(core.BOOTSTRAP_TARGET, {"execute": core.bootstrap_handler()},
+                            platform="CUDA", api_version=1)
+
+
+def _cuda_devices():
+  try:
+    return jax.devices("cuda")
+  except RuntimeError:
+    return []
+
+
+def _register_without_record(reason: str) -> None:
+  for name in contract.ALL_TARGETS:
+    jax.ffi.register_ffi_target(
+        name, core.handlers(name), platform="CUDA", api_version=1,
+        traits=xla_client.CustomCallTargetTraits.COMMAND_BUFFER_COMPATIBLE)
+  _state.update(done=True, record=False, message=f"registered without record handlers: {reason}")
+
+
+def _run_bootstrap(device) -> None:
+  call = jax.ffi.ffi_call(core.BOOTSTRAP_TARGET, jax.ShapeDtypeStruct((1,), np.int32))
+  # A thread of its own: the caller may be inside a trace, where this
+  # program would be staged instead of run.
+  errors = []
+
+  def run():
+    try:
+      with jax.default_device(device):
+        jax.jit(call)().block_until_ready()
+    except Exception as e:  # reported below, as a fallback reason
+      errors.append(e)
+
+  thread = threading.Thread(target=run, name="jax_mosaic_ffi-bootstrap")
+  thread.start()
+  thread.join()
+  if errors:
+    raise errors[0]
+
+
+def register() -> bool:
+  """Registers the kernel targets with the CUDA plugin, once per process.
+
+  Returns True when a CUDA backend exists (and the targets are registered),
+  False when there is none, in which case nothing needs registering.
+  """
+  with _lock:
+    if _state["done"]:
+      return True
+    devices = _cuda_devices()
+    if not devices:
+      _state["message"] = "not registered: JAX has no CUDA device here"
+      return False
+    if _RECORD_UNSUPPORTED is not None:
+      _register_without_record(_RECORD_UNSUPPORTED)
+      return True
+    if os.environ.get(RECORD_ENV, "1") in ("0", "false", "off"):
+      _register_without_record(f"{RECORD_ENV}=0")
+      return True
+    try:
+      _run_bootstrap(devices[0])
+    except Exception as e:
+      _register_without_record(f"the bootstrap program failed: {e}")
+      return True
+    attempted, registered, message = core.record_registration()
+    if registered:
+      _state.update(done=True, record=True, message=message)
+    else:
+      _register_without_record(message or "the bootstrap handler did not run")
+    return True
+
+
+def ensure_registered() -> None:
+  if not _state["done"]:
+    register()
+
+
+def status() -> dict:
+  """How the targets were registered: ``{"done", "record", "message"}``."""
+  return dict(_state)

@@ -1,0 +1,155 @@
+"""TMA descriptors as kernel parameters: `jmf.TensorMap`, and the scratch buffer.
+
+Hopper kernels read and write tiles with the tensor memory accelerator
+(``cp.async.bulk.tensor``), which takes a 128-byte descriptor, a
+``CUtensorMap``, as a ``const __grid_constant__`` kernel parameter. The
+descriptor holds the buffer's address, so it must be built on the host for
+every buffer the kernel is given. Declared here, in ``param_order``::
+
+    jmf.TensorMap("in0", box=(128, 64), swizzle=128)
+
+the runtime builds it (``cuTensorMapEncodeTiled``) when the call first runs on
+a device and again only when that buffer's address changed, command buffers
+included (csrc/runtime/call_site.cc, EncodeTensorMaps). The dtype, rank, global shape and strides come
+from the operand's aval; everything else from the declaration.
+
+Shapes here are in the array's own axis order (outermost first, as
+``x.shape``): ``box=(128, 64)`` on a (M, K) array is 128 rows of 64 elements.
+The driver takes them innermost first, so in the kernel the TMA coordinates
+of that box are ``{k, m}``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# CUtensorMapDataType for each element kind and width: (kind, itemsize) -> value.
+_DATA_TYPES = {
+    ("u", 1): 0, ("i", 1): 0, ("b", 1): 0, ("f", 1): 0,  # 8-bit ints, bool, fp8: bytes
+    ("u", 2): 1, ("i", 2): 1, ("u", 4): 2, ("i", 4): 3, ("u", 8): 4, ("i", 8): 5,
+    ("f", 4): 7, ("f", 8): 8,
+}
+_FLOAT16, _BFLOAT16 = 6, 9
+_SWIZZLES = {None: 0, 0: 0, 32: 1, 64: 2, 128: 3}
+_INTERLEAVES = {None: 0, 0: 0, 16: 1, 32: 2}
+_L2 = {None: 0, 0: 0, 64: 1, 128: 2, 256: 3}
+_OOB = {"zero": 0, "nan": 1}
+MAX_RANK = 5
+
+
+def data_type(dtype) -> int | None:
+  """The CUtensorMapDataType of a JAX dtype, or None."""
+  dtype = jnp.dtype(dtype)
+  if dtype == jnp.float16:
+    return _FLOAT16
+  if dtype == jnp.bfloat16:
+    return _BFLOAT16
+  kind = "f" if jnp.issubdtype(dtype, jnp.floating) else dtype.kind
+  return _DATA_TYPES.get((kind, dtype.itemsize))
+
+
+def _ints(value, what: str, where: str) -> tuple[int, ...]:
+  if isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, bool):
+    value = (value,)
+  if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not all(
+      isinstance(v, (numbers.Integral, np.integer)) and not isinstance(v, bool) for v in value):
+    raise TypeError(f"{where}: {what} must be a tuple of ints, got {value!r}")
+  return tuple(int(v) for v in value)
+
+
+def _choice(value, table: dict, what: str, where: str) -> int:
+  if value not in table:
+    names = ", ".join(repr(k) for k in table if k is not None)
+    raise ValueError(f"{where}: {what} = {value!r}; use one of {names} (or None)")
+  return table[value]
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorMap:
+  """A kernel parameter that is a TMA descriptor of an input or output.
+
+  Args:
+    operand: ``"in0"``, ``"out1"``: the array it describes.
+    box: the tile one TMA copy moves, one size per axis (1..256 each), in the
+      array's axis order.
+    swizzle: shared-memory swizzle in bytes: None, 32, 64 or 128. The box's
+      innermost row must fit in it (128: 64 bf16 elements).
+    element_strides: per axis, 1..8 (default all 1); the innermost (last) one
+      must be 1 unless interleaved.
+    interleave: None, 16 or 32 (bytes; rank 3 or more).
+    l2_promotion: None, 64, 128 or 256 (bytes).
+    oob_fill: ``"zero"`` or ``"nan"`` (floats only): what reads past the
+      array's edge give.
+  """
+
+  operand: str
+  box: tuple[int, ...]
+  swizzle: int | None = None
+  element_strides: tuple[int, ...] | None = None
+  interleave: int | None = None
+  l2_promotion: int | None = None
+  oob_fill: str = "zero"
+
+  def __post_init__(self):
+    where = f"TensorMap({self.operand!r})"
+    if not isinstance(self.operand, str) or not self.operand.startswith(("in", "out")):
+      raise ValueError(f"TensorMap: operand must name an input or output like 'in0' or 'out0', got {self.operand!r}")
+    object.__setattr__(self, "box", _ints(self.box, "box", where))
+    if self.element_strides is not None:
+      object.__setattr__(self, "element_strides", _ints(self.element_strides, "element_strides", where))
+    _choice(self.swizzle, _SWIZZLES, "swizzle", where)
+    _choice(self.interleave, _INTERLEAVES, "interleave", where)
+    _choice(self.l2_promotion, _L2, "l2_promotion", where)
+    _choice(self.oob_fill, _OOB, "oob_fill", where)
+    if self.element_strides and self.interleave in (None, 0) and self.element_strides[-1] != 1:
+      # The driver ignores it without interleave: the kernel would get every element, not every n-th.
+      raise ValueError(f"{where}: element_strides ends in {self.element_strides[-1]}, but without interleave "
+                       "TMA has no stride along the innermost axis (the driver ignores it); make it 1")
+
+  def __str__(self) -> str:
+    return f"TensorMap({self.operand!r}, box={self.box})"
+
+  def record(self, buffer: int, aval, where: str) -> list[int]:
+    """The `tensor_maps` attribute's fields for this map over `aval` (docs/contract.md)."""
+    name = f"{where}: param_order entry {self}"
+    shape, rank = tuple(aval.shape), len(aval.shape)
+    if not 1 <= rank <= MAX_RANK:
+      raise ValueError(f"{name}: {self.operand} has rank {rank}; TMA describes arrays of rank 1 to {MAX_RANK}")
+    if len(self.box) != rank:
+      raise ValueError(f"{name}: box has {len(self.box)} sizes for {self.operand} of shape {list(shape)}; "
+                       "give one per axis, in the array's axis order")
+    if 0 in shape:
+      raise ValueError(f"{name}: {self.operand} is empty (shape {list(shape)}); TMA needs every axis at least 1")
+    code = data_type(aval.dtype)
+    if code is None:
+      raise ValueError(f"{name}: TMA has no data type for {aval.dtype}")
+    itemsize = jnp.dtype(aval.dtype).itemsize
+    elements = self.element_strides or (1,) * rank
+    if len(elements) != rank:
+      raise ValueError(f"{name}: element_strides has {len(elements)} entries; give one per axis ({rank})")
+    # Innermost first, as the driver takes them; strides of axes 1.. in bytes.
+    dims = list(reversed(shape))
+    strides = [math.prod(shape[rank - d:]) * itemsize for d in range(1, rank)]
+    for d, stride in enumerate(strides, start=1):
+      if stride % 16:
+        axis = rank - d
+        raise ValueError(
+            f"{name}: {self.operand} ({aval.dtype}{list(shape)}) has a stride of {stride} bytes along axis "
+            f"{axis - 1}; TMA needs every stride to be a multiple of 16 bytes: pad the trailing "
+            f"axes so that {math.prod(shape[axis:])} elements fill a multiple of 16 bytes")
+    pad = MAX_RANK - rank
+    return ([buffer, code, rank, _INTERLEAVES[self.interleave], _SWIZZLES[self.swizzle], _L2[self.l2_promotion],
+             _OOB[self.oob_fill]] + dims + [1] * pad + strides + [0] * pad + list(reversed(self.box)) + [1] * pad +
+            list(reversed(elements)) + [1] * pad)
+
+
+def scratch_aval(nbytes: int):
+  """The extra output that holds a call's scratch: bytes, at least one."""
+  return jax.core.ShapedArray((max(int(nbytes), 1),), jnp.uint8)

@@ -1,0 +1,61 @@
+"""A kernel module as the caches keep it: bytes and parsed, with what is derived from it, computed once."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import struct
+
+from jax_mosaic_ffi.base import file_deps
+from jax_mosaic_ffi.base import module_format
+from jax_mosaic_ffi.base import ptx_info
+from jax_mosaic_ffi.base.module_format import ImageKind, ParsedModule
+
+# The JSON header of a cache entry: its list of headers read is the large part.
+_MAX_ENTRY_HEADER = 16 << 20
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Compiled:
+  """A kernel module, as bytes and parsed, with what is derived from it, computed once."""
+
+  parsed: ParsedModule
+  module_bytes: bytes
+  hash: bytes
+  param_sizes: tuple[int, ...] | None  # from the PTX, when the module has some
+  deps: file_deps.Deps = ()  # the files the compile read, with their hashes
+
+  @classmethod
+  def of(cls, parsed: ParsedModule, param_sizes: tuple[int, ...] | None, deps: file_deps.Deps = ()) -> "Compiled":
+    data = module_format.serialize(parsed)
+    return cls(parsed, data, module_format.kernel_hash(data), param_sizes, deps)
+
+  def to_bytes(self) -> bytes:
+    header = json.dumps({"param_sizes": self.param_sizes, "deps": self.deps}).encode()
+    return struct.pack("<I", len(header)) + header + self.module_bytes
+
+  @classmethod
+  def from_bytes(cls, data: bytes) -> "Compiled":
+    """Reads `to_bytes` back; raises ValueError on anything malformed."""
+    if len(data) < 4:
+      raise ValueError("truncated")
+    (length,) = struct.unpack_from("<I", data)
+    if length > min(len(data) - 4, _MAX_ENTRY_HEADER):
+      raise ValueError("bad header length")
+    header = json.loads(data[4:4 + length])
+    sizes = header.get("param_sizes") if isinstance(header, dict) else None
+    if sizes is not None and not (isinstance(sizes, list) and len(sizes) <= module_format.LIMITS["max_params"]
+                                  and all(type(s) is int and 1 <= s <= 4096 for s in sizes)):
+      raise ValueError("bad param_sizes")
+    deps = file_deps.checked(header.get("deps", []))
+    module_bytes = data[4 + length:]
+    return cls(module_format.parse(module_bytes), module_bytes, module_format.kernel_hash(module_bytes),
+               tuple(sizes) if sizes is not None else None, deps)
+
+
+def param_sizes(parsed: ParsedModule) -> tuple[int, ...] | None:
+  """The kernel's parameter sizes, read from the module's PTX when it has one."""
+  for image in parsed.images:
+    if image.kind == ImageKind.PTX:
+      return ptx_info.entries(image.data.decode(errors="replace")).get(parsed.symbol)
+  return None

@@ -1,0 +1,195 @@
+"""`Kernel`: compiled GPU code plus its entry symbol, and the three ways to make one."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping, Sequence
+
+from jax_mosaic_ffi.base import gpu_info
+from jax_mosaic_ffi.base import module_format
+from jax_mosaic_ffi.base import ptx_info
+from jax_mosaic_ffi.base.module_format import Arch, Image, ImageKind, ParsedModule
+from jax_mosaic_ffi.toolchain import dump
+from jax_mosaic_ffi.toolchain.compiled import Compiled
+from jax_mosaic_ffi.toolchain.nvrtc import compiler
+from jax_mosaic_ffi.toolchain.nvrtc import program
+
+DEFAULT_ARCH = Arch(90)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Kernel:
+  """A kernel ready to launch: its module (as bytes and parsed), hash and signature.
+
+  ``name`` is what the user asked for (``"add<float>"``); ``symbol`` the
+  entry in the binary (``"_Z3addIfEvPKT_S2_PS0_i"``). ``param_sizes`` is the
+  size in bytes of each kernel parameter when the module has PTX to read it
+  from, else None.
+  """
+
+  name: str
+  compiled: Compiled
+
+  @property
+  def parsed(self) -> ParsedModule:
+    return self.compiled.parsed
+
+  @property
+  def symbol(self) -> str:
+    return self.compiled.parsed.symbol
+
+  @property
+  def images(self) -> tuple[Image, ...]:
+    return self.compiled.parsed.images
+
+  @property
+  def module(self) -> bytes:
+    """The serialized module: the bytes the custom call carries."""
+    return self.compiled.module_bytes
+
+  @property
+  def hash(self) -> bytes:
+    return self.compiled.hash
+
+  @property
+  def param_sizes(self) -> tuple[int, ...] | None:
+    return self.compiled.param_sizes
+
+  @property
+  def pdl_safe(self) -> bool:
+    """Its entry waits for the previous kernel (griddepcontrol.wait) before
+    touching memory, so `mosaic_kernel` launches it with programmatic
+    dependent launch by default."""
+    return self.compiled.parsed.pdl_wait
+
+  def __repr__(self) -> str:
+    images = ", ".join(f"{i.kind.name.lower()}:{i.arch}" for i in self.images)
+    return f"Kernel({self.name!r}, images=[{images}])"
+
+  def __hash__(self) -> int:
+    return hash(self.hash)
+
+  def __eq__(self, other) -> bool:
+    return isinstance(other, Kernel) and self.hash == other.hash and self.name == other.name
+
+
+def _check_name(name, what: str) -> str:
+  if not isinstance(name, str) or not name.strip():
+    raise ValueError(f"{what} needs the name of the kernel's entry point as a non-empty string, got {name!r}")
+  name = name.strip()
+  if any(ord(c) < 0x20 or ord(c) == 0x7f for c in name):
+    raise ValueError(f"{what}: the kernel name {name!r} holds control characters (a NUL, a newline); "
+                     "pass the entry point's name as written in the source")
+  if len(name.encode()) > module_format.LIMITS["max_symbol_length"]:
+    raise ValueError(f"{what}: the kernel name is longer than {module_format.LIMITS['max_symbol_length']} bytes")
+  return name
+
+
+def default_targets() -> tuple[Arch, ...]:
+  """The archs of the visible GPUs, or sm_90 where there is none."""
+  archs = sorted({gpu.arch for gpu in gpu_info.visible_gpus()})
+  return tuple(Arch(a) for a in archs) or (DEFAULT_ARCH,)
+
+
+def parse_targets(targets) -> tuple[Arch, ...]:
+  if targets is None:
+    return default_targets()
+  if isinstance(targets, (str, int)):
+    targets = (targets,)
+  parsed = tuple(dict.fromkeys(Arch.parse(t) for t in targets))
+  if not parsed:
+    raise ValueError("targets must name at least one GPU architecture")
+  return parsed
+
+
+def cuda_kernel(source: str, name: str, *, options: Sequence[str] = (),
+                headers: Mapping[str, str] | None = None,
+                targets: Sequence[str | int] | str | None = None, pdl: bool = True) -> Kernel:
+  """Compiles CUDA C++ with NVRTC.
+
+  Args:
+    source: the CUDA C++ text.
+    name: the ``__global__`` function to launch: an ``extern "C"`` name, or a
+      C++ name such as ``"ns::add<float>"``, which NVRTC resolves.
+    options: extra NVRTC options (``"-DBLOCK=128"``, ``"--use_fast_math"``).
+    headers: in-memory headers, ``{"include name": "text"}``.
+    targets: archs to build cubins for (``"sm_90a"``, ``"sm_100"``). Default:
+      the visible GPUs, or sm_90 without one. The PTX of the first target is
+      kept too, as the portable form.
+    pdl: make the kernel safe for programmatic dependent launch (sm_90 and
+      newer): its first instruction waits for the previous kernel on the
+      stream, so the launch overlaps that kernel's tail. ``mosaic_kernel``
+      then launches it with PDL unless ``uses_pdl=False``. A kernel that uses
+      ``griddepcontrol`` itself is left as written.
+
+  Raises:
+    CompileError: with NVRTC's log and the source lines it names.
+  """
+  if not isinstance(source, str) or not source.strip():
+    raise ValueError("cuda_kernel needs the CUDA C++ source text")
+  name = _check_name(name, "cuda_kernel")
+  if isinstance(options, (str, bytes)):
+    raise TypeError(f"cuda_kernel: options must be a sequence of NVRTC options, like ['-DTILE=64'], got {options!r}")
+  if headers is not None and not (isinstance(headers, Mapping) and
+                                  all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items())):
+    raise TypeError("cuda_kernel: headers must map include names to header text, both strings")
+  compiled = compiler.compile_cuda(source, name, options=options, headers=headers,
+                                   targets=parse_targets(targets), pdl=bool(pdl))
+  return _made(Kernel(name, compiled))
+
+
+def ptx_kernel(ptx: str | bytes, name: str, *, pdl: bool = True) -> Kernel:
+  """Wraps PTX text; the driver compiles it for the GPU when it is loaded.
+
+  ``name`` is the entry's symbol as it appears in the PTX (``.entry name``).
+  The PTX's ISA version must be one the installed driver can compile. With
+  ``pdl`` and a ``.target`` of sm_90 or newer, the entry waits for the
+  previous kernel first, as `cuda_kernel` does.
+  """
+  name = _check_name(name, "ptx_kernel")
+  if not isinstance(ptx, (str, bytes)):
+    raise TypeError(f"ptx_kernel needs the PTX text as str or bytes, got {type(ptx).__name__}")
+  text = ptx.decode(errors="replace") if isinstance(ptx, bytes) else ptx
+  entries = ptx_info.entries(text)
+  if name not in entries:
+    raise ValueError(
+        f"PTX has no entry named '{name}'; its entries are: {', '.join(entries) or 'none'}")
+  arch = Arch.parse(ptx_info.target_arch(text) or DEFAULT_ARCH.sm)
+  safe = False
+  if pdl and arch.number >= program.PDL_MIN_ARCH:
+    text, safe = program.wait_at_entry(text, name)
+  parsed = ParsedModule(name, (Image(ImageKind.PTX, arch, text.encode()),),
+                        module_format.FLAG_PDL_WAIT if safe else 0)
+  return _made(Kernel(name, Compiled.of(parsed, entries[name])))
+
+
+def cubin_kernel(images: Mapping[str | int, bytes] | bytes, name: str, *,
+                 arch: str | int | None = None) -> Kernel:
+  """Wraps prebuilt cubins, e.g. from ``nvcc -cubin``.
+
+  Args:
+    images: ``{"sm_90": cubin_bytes, ...}``, or one cubin's bytes with ``arch``.
+    name: the entry symbol in the cubin (mangled for C++ kernels).
+    arch: the arch of a single cubin passed as bytes (default sm_90).
+  """
+  name = _check_name(name, "cubin_kernel")
+  if isinstance(images, (bytes, bytearray, memoryview)):
+    images = {arch if arch is not None else DEFAULT_ARCH.sm: bytes(images)}
+  elif arch is not None:
+    raise ValueError("pass arch only with a single cubin; a mapping names each arch")
+  if not isinstance(images, Mapping) or not images:
+    raise ValueError("cubin_kernel needs at least one cubin: {'sm_90': cubin_bytes}")
+  built = []
+  for target, data in images.items():
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+      raise TypeError(f"cubin_kernel: the image for {target!r} must be the cubin's bytes, got {type(data).__name__}")
+    data = bytes(data)
+    if data[:4] != b"\x7fELF":
+      raise ValueError(f"the image for {target} is not a cubin (no ELF header)")
+    built.append(Image(ImageKind.CUBIN, Arch.parse(target), data))
+  return _made(Kernel(name, Compiled.of(ParsedModule(name, tuple(built)), None)))
+
+
+def _made(kernel: Kernel) -> Kernel:
+  dump.maybe_dump(kernel)
+  return kernel

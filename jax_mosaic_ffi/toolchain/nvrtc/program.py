@@ -1,0 +1,267 @@
+"""The NVRTC worker program: one compile, in whatever process runs it.
+
+Run as a script it is the worker process that `worker.py` starts and bounds in time; imported, its
+`compile_here` compiles in the calling process. It answers on a pipe of its own, not its stdout, so
+whatever the child prints (a ``sitecustomize``, a library) cannot garble an answer.
+
+Each compile also reports the files NVRTC read (``deps``), from NVRTC's own
+time trace, for the compile cache to revalidate (``file_deps``).
+
+This file imports nothing from jax_mosaic_ffi, and nothing but the standard
+library and cuda-python's NVRTC bindings, so the child starts in tens of
+milliseconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pickle
+import re
+import struct
+import sys
+import tempfile
+
+# NVRTC's time trace of one compile; a template-heavy one is a few MiB.
+_MAX_TRACE_BYTES = 256 << 20
+
+
+class NvrtcFailure(Exception):
+  """NVRTC refused the source; ``log`` is its log."""
+
+  def __init__(self, log: str):
+    super().__init__(log)
+    self.log = log
+
+
+def load_nvrtc():
+  try:
+    from cuda.bindings import nvrtc  # noqa: PLC0415  (cuda-python's NVRTC, loaded at the first compile: tens of ms)
+  except ImportError as e:
+    raise RuntimeError(
+        "jax_mosaic_ffi compiles CUDA C++ with NVRTC through cuda-python; install "
+        "it with `pip install cuda-bindings nvidia-cuda-nvrtc`") from e
+  return nvrtc
+
+
+def check(nvrtc, err, what: str) -> None:
+  if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+    _, text = nvrtc.nvrtcGetErrorString(err)
+    raise RuntimeError(f"{what} failed: {text.decode() if isinstance(text, bytes) else text}")
+
+
+def _log(nvrtc, prog) -> str:
+  err, size = nvrtc.nvrtcGetProgramLogSize(prog)
+  if err != nvrtc.nvrtcResult.NVRTC_SUCCESS or size <= 1:
+    return ""
+  log = b" " * size
+  nvrtc.nvrtcGetProgramLog(prog, log)
+  return log.rstrip(b"\0").decode(errors="replace")
+
+
+# Programmatic dependent launch (PDL) lets a kernel start while the one
+# before it on the stream finishes, hiding launch latency; it is safe when
+# the kernel touches no memory before `griddepcontrol.wait`, which waits for
+# the prerequisite grid to complete and its writes to be visible. Kernels we
+# compile get that wait as their first instruction, so they can be launched
+# with PDL by default; then `griddepcontrol.launch_dependents` lets the next
+# kernel start its own launch (it waits likewise before reading anything).
+# Hopper (sm_90) and newer only.
+PDL_MIN_ARCH = 90
+PDL_ENTRY = ("\n\tgriddepcontrol.wait;  // jax_mosaic_ffi: PDL-safe entry"
+             "\n\tgriddepcontrol.launch_dependents;")
+
+
+def _entry_body(ptx: str, symbol: str) -> tuple[int, int] | None:
+  """The [start, end) of the body of entry `symbol`, inside its braces."""
+  match = re.search(rf"\.entry\s+{re.escape(symbol)}\s*\(", ptx)
+  if match is None:
+    return None
+  params_end = ptx.find(")", match.end())
+  start = ptx.find("{", params_end) if params_end >= 0 else -1
+  if start < 0:
+    return None
+  depth = 0
+  for index in range(start, len(ptx)):
+    depth += {"{": 1, "}": -1}.get(ptx[index], 0)
+    if depth == 0:
+      return start + 1, index
+  return None
+
+
+def wait_at_entry(ptx: str, symbol: str) -> tuple[str, bool]:
+  """(PTX with `PDL_ENTRY` first in `symbol`'s body, whether the entry is
+  PDL-safe). An entry that already uses griddepcontrol manages PDL itself
+  and is left as written (safe when it waits)."""
+  body = _entry_body(ptx, symbol)
+  if body is None:
+    return ptx, False
+  start, end = body
+  if "griddepcontrol" in ptx[start:end]:
+    return ptx, "griddepcontrol.wait" in ptx[start:end]
+  return ptx[:start] + PDL_ENTRY + ptx[start:], True
+
+
+def _arch_number(target: str) -> int:
+  return int(re.sub(r"\D", "", target) or 0)
+
+
+def _jitlink_options(options) -> list[str]:
+  """The NVRTC options that act on the PTX-to-cubin step, as nvJitLink spells them."""
+  out = []
+  options = list(options)
+  for index, option in enumerate(options):
+    if option in ("-lineinfo", "--generate-line-info"):
+      out.append("-lineinfo")
+    elif option in ("-G", "--device-debug"):
+      out.append("-g")
+    elif re.match(r"^-{1,2}maxrregcount=", option):
+      out.append("-maxrregcount=" + option.split("=", 1)[1])
+    elif option.startswith("--ptxas-options="):
+      out.append("-Xptxas=" + option.split("=", 1)[1])
+    elif option in ("-Xptxas", "--ptxas-options") and index + 1 < len(options):
+      out.append("-Xptxas=" + options[index + 1])
+  return out
+
+
+def _link_ptx(ptx: bytes, target: str, name: str, nvrtc_options) -> bytes:
+  """A cubin for `target` from PTX, with nvJitLink (cuda-python), as NVRTC's own would be built."""
+  try:
+    from cuda.bindings import nvjitlink  # noqa: PLC0415  (nvJitLink, loaded only for PDL-safe entries)
+  except ImportError as e:
+    raise RuntimeError("jax_mosaic_ffi builds PDL-safe kernels with nvJitLink; install it with "
+                       "`pip install nvidia-nvjitlink`, or compile with pdl=False") from e
+  options = [f"-arch={target}", "-O3", *_jitlink_options(nvrtc_options)]
+  handle = nvjitlink.create(len(options), options)
+  try:
+    try:
+      nvjitlink.add_data(handle, nvjitlink.InputType.PTX, ptx, len(ptx), name)
+      nvjitlink.complete(handle)
+    except nvjitlink.nvJitLinkError as e:
+      log = bytearray(nvjitlink.get_error_log_size(handle))
+      nvjitlink.get_error_log(handle, log)
+      raise NvrtcFailure(f"nvJitLink could not build the PDL-safe kernel: {e}\n"
+                         f"{bytes(log).rstrip(b'\0').decode(errors='replace')}") from None
+    cubin = bytearray(nvjitlink.get_linked_cubin_size(handle))
+    nvjitlink.get_linked_cubin(handle, cubin)
+    return bytes(cubin)
+  finally:
+    nvjitlink.destroy(handle)
+
+
+def _ptx_of(nvrtc, prog) -> bytes:
+  err, size = nvrtc.nvrtcGetPTXSize(prog)
+  check(nvrtc, err, "nvrtcGetPTXSize")
+  text = b" " * size
+  check(nvrtc, nvrtc.nvrtcGetPTX(prog, text)[0], "nvrtcGetPTX")
+  return text.rstrip(b"\0")
+
+
+def _headers_read(trace_path: str) -> list[str] | None:
+  """The files NVRTC's time trace says it processed, or None if there is no trace to read."""
+  try:
+    with open(trace_path, "rb") as f:
+      data = f.read(_MAX_TRACE_BYTES + 1)
+    events = json.loads(data)["traceEvents"] if len(data) <= _MAX_TRACE_BYTES else None
+    return [str(e["args"]["detail"]) for e in events if e.get("name") == "Processing Header File"]
+  except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+    return None
+
+
+def compile_here(request: dict, scratch: str | None = None) -> dict:
+  """Compiles ``request`` (source, filename, name, headers, options, targets,
+  pdl) for each target: {"symbol", "cubins": [bytes per target], "ptx":
+  bytes of the first target, "pdl_wait": every image waits at entry, "deps":
+  the files read, as NVRTC named them (None if it did not say)}. Raises
+  NvrtcFailure with the log. ``scratch``: a private folder for NVRTC's trace
+  files (default: a temporary one)."""
+  if scratch is not None:
+    return _compile_targets(request, scratch)
+  with tempfile.TemporaryDirectory(prefix="jmf-nvrtc-") as scratch:
+    return _compile_targets(request, scratch)
+
+
+def _compile_targets(request: dict, scratch: str) -> dict:
+  nvrtc = load_nvrtc()
+  headers = request["headers"]
+  cubins = []
+  ptx = b""
+  symbol = None
+  deps: set[str] | None = set()
+  pdl_wait = bool(request.get("pdl")) and all(_arch_number(t) >= PDL_MIN_ARCH for t in request["targets"])
+  for index, target in enumerate(request["targets"]):
+    err, prog = nvrtc.nvrtcCreateProgram(request["source"].encode(), request["filename"].encode(), len(headers),
+                                         [v.encode() for v in headers.values()], [k.encode() for k in headers])
+    check(nvrtc, err, "nvrtcCreateProgram")
+    try:
+      check(nvrtc, nvrtc.nvrtcAddNameExpression(prog, request["name"].encode())[0], "nvrtcAddNameExpression")
+      # NVRTC names each header it reads in its time trace (it adds ".json" to the name): the
+      # compile cache's dependencies. Per target, as includes may depend on __CUDA_ARCH__.
+      trace = os.path.join(scratch, f"trace{index}")
+      with contextlib.suppress(OSError):
+        os.unlink(trace + ".json")  # an earlier compile's, which must not pass for this one's
+      options = [o.encode() for o in request["options"]] + [f"--gpu-architecture={target}".encode(),
+                                                             f"--fdevice-time-trace={trace}".encode()]
+      (err,) = nvrtc.nvrtcCompileProgram(prog, len(options), options)
+      log = _log(nvrtc, prog)
+      if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise NvrtcFailure(log or str(err))
+      read = _headers_read(trace + ".json")
+      deps = None if deps is None or read is None else deps | {h for h in read if h not in headers}
+      err, lowered = nvrtc.nvrtcGetLoweredName(prog, request["name"].encode())
+      if err != nvrtc.nvrtcResult.NVRTC_SUCCESS or not lowered:
+        raise NvrtcFailure(f"'{request['name']}' does not name a __global__ function in {request['filename']}")
+      symbol = lowered.decode()
+      target_ptx = _ptx_of(nvrtc, prog)
+      cubin = None
+      if pdl_wait:
+        text, pdl_wait = wait_at_entry(target_ptx.decode(), symbol)
+        if text.encode() != target_ptx:  # instrumented here: build the cubin from it
+          target_ptx = text.encode()
+          cubin = _link_ptx(target_ptx, target, request["filename"], request["options"])
+      if cubin is None:
+        err, size = nvrtc.nvrtcGetCUBINSize(prog)
+        check(nvrtc, err, "nvrtcGetCUBINSize")
+        cubin = b" " * size
+        check(nvrtc, nvrtc.nvrtcGetCUBIN(prog, cubin)[0], "nvrtcGetCUBIN")
+      cubins.append(cubin)
+      if index == 0:
+        ptx = target_ptx
+    finally:
+      nvrtc.nvrtcDestroyProgram(prog)
+  return {"symbol": symbol, "cubins": cubins, "ptx": ptx, "pdl_wait": pdl_wait,
+          "deps": sorted(deps) if deps is not None else None}
+
+
+LENGTH = struct.Struct("<Q")
+
+
+def write_message(stream, message) -> None:
+  data = pickle.dumps(message)
+  stream.write(LENGTH.pack(len(data)) + data)
+  stream.flush()
+
+
+def _serve(answer_fd: int, scratch: str) -> None:
+  """The worker's loop: a request in on stdin, a reply out on `answer_fd`, until stdin closes."""
+  stdin = sys.stdin.buffer
+  answers = os.fdopen(answer_fd, "wb")
+  while True:
+    header = stdin.read(LENGTH.size)
+    if len(header) < LENGTH.size:
+      return
+    request = pickle.loads(stdin.read(LENGTH.unpack(header)[0]))
+    try:
+      if request.get("cwd"):
+        os.chdir(request["cwd"])
+      reply = ("ok", compile_here(request, scratch))
+    except NvrtcFailure as e:
+      reply = ("failure", e.log)
+    except Exception as e:  # reported by the parent with the kernel's name
+      reply = ("error", f"{type(e).__name__}: {e}")
+    write_message(answers, reply)
+
+
+if __name__ == "__main__":
+  _serve(int(sys.argv[1]), sys.argv[2])

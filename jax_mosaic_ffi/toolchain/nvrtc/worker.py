@@ -1,0 +1,174 @@
+"""One NVRTC compile with a time bound: the worker process that runs `program.py`.
+
+NVRTC cannot be interrupted: a template that explodes keeps it busy for
+minutes, and Ctrl-C does not reach it. So by default compiles run in a
+worker process (program.py run as a script), kept alive between compiles and
+killed when one takes longer than ``JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S``
+seconds (default 300, at most a week) or the caller is interrupted. Set it
+to 0 to compile in the calling process, with no bound.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from jax_mosaic_ffi.base import flags
+from jax_mosaic_ffi.toolchain.nvrtc import program
+from jax_mosaic_ffi.toolchain.nvrtc.program import LENGTH, NvrtcFailure, compile_here, write_message
+
+TIMEOUT_ENV = flags.COMPILE_TIMEOUT_S
+DEFAULT_TIMEOUT_S = 300.0
+# Longer bounds are taken as this one: select() cannot wait 1e10 s (OverflowError).
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+_MAX_REPLY_BYTES = 1 << 30
+
+
+class NvrtcTimeout(Exception):
+  pass
+
+
+def timeout_s() -> float | None:
+  """The bound from the environment; None means: compile in this process."""
+  value = os.environ.get(TIMEOUT_ENV, "").strip()
+  if not value:
+    return DEFAULT_TIMEOUT_S
+  try:
+    seconds = float(value)
+  except ValueError:
+    raise ValueError(f"{TIMEOUT_ENV} must be a number of seconds (0 for no bound), got {value!r}") from None
+  if not 0 <= seconds < float("inf"):  # nan too
+    raise ValueError(f"{TIMEOUT_ENV} must be a finite number of seconds >= 0 (0 compiles in this process, with "
+                     f"no bound), got {value!r}")
+  return None if seconds == 0 else min(seconds, MAX_TIMEOUT_S)
+
+
+class _Worker:
+  """A child process that compiles requests one after another.
+
+  Kept alive between compiles, so NVRTC's start-up is paid once per process,
+  not once per kernel; killed (and replaced on the next compile) when a
+  compile runs out of time or the caller is interrupted.
+  """
+
+  def __init__(self):
+    self._process = None
+    self._answers = None  # the read end of the worker's answer pipe
+    # The worker's folder for NVRTC's trace files: ours to remove, as a killed worker cannot.
+    self._scratch = None
+    self._lock = threading.Lock()
+
+  def _start(self) -> None:
+    read_end, write_end = os.pipe()
+    self._scratch = tempfile.mkdtemp(prefix="jmf-nvrtc-")
+    try:
+      self._process = subprocess.Popen([sys.executable, "-P", program.__file__, str(write_end),
+                                        self._scratch], stdin=subprocess.PIPE, pass_fds=(write_end,))
+    except BaseException:
+      os.close(read_end)
+      self._remove_scratch()
+      raise
+    finally:
+      os.close(write_end)
+    self._answers = os.fdopen(read_end, "rb", buffering=0)
+
+  def compile(self, request: dict, seconds: float) -> dict:
+    with self._lock:
+      if self._process is None or self._process.poll() is not None:
+        self._stop()
+        self._start()
+      try:
+        # The worker started in some earlier working directory: NVRTC resolves
+        # relative include paths against the caller's current one.
+        write_message(self._process.stdin, {**request, "cwd": _cwd()})
+        status, payload = _read_message(self._answers, time.monotonic() + seconds)
+      except BaseException:
+        self._stop()
+        raise
+    if status == "failure":
+      raise NvrtcFailure(payload)
+    if status == "error":
+      raise RuntimeError(payload)
+    return payload
+
+  def _stop(self) -> None:
+    process, self._process = self._process, None
+    answers, self._answers = self._answers, None
+    if process is not None:
+      process.kill()
+      process.wait()
+      process.stdin.close()
+    if answers is not None:
+      answers.close()
+    self._remove_scratch()
+
+  def _remove_scratch(self) -> None:
+    scratch, self._scratch = self._scratch, None
+    if scratch is not None:
+      shutil.rmtree(scratch, ignore_errors=True)
+
+  def close(self) -> None:
+    """Ends the worker: it exits when its input closes."""
+    process, self._process = self._process, None
+    answers, self._answers = self._answers, None
+    if process is not None:
+      process.stdin.close()
+      try:
+        process.wait(timeout=5)
+      except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    if answers is not None:
+      answers.close()
+    self._remove_scratch()
+
+
+def _cwd() -> str | None:
+  try:
+    return os.getcwd()
+  except OSError:  # deleted under us
+    return None
+
+
+_worker = _Worker()
+atexit.register(_worker.close)
+
+
+def compile_bounded(request: dict, seconds: float | None) -> dict:
+  """`compile_here` in the worker process, stopped after ``seconds``; in this process when None."""
+  if seconds is None:
+    return compile_here(request)
+  return _worker.compile(request, seconds)
+
+
+def _read_exactly(fd: int, size: int, deadline: float | None) -> bytes:
+  chunks = []
+  while size > 0:
+    if deadline is not None:
+      remaining = deadline - time.monotonic()
+      if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+        raise NvrtcTimeout(
+            f"NVRTC did not finish within the {TIMEOUT_ENV} bound and was stopped. Set it higher to allow "
+            "longer compiles (0: no bound)")
+    chunk = os.read(fd, min(size, 1 << 20))
+    if not chunk:
+      raise RuntimeError("the NVRTC worker process died (see its output above)")
+    chunks.append(chunk)
+    size -= len(chunk)
+  return b"".join(chunks)
+
+
+def _read_message(stream, deadline: float | None):
+  fd = stream.fileno()
+  (length,) = LENGTH.unpack(_read_exactly(fd, LENGTH.size, deadline))
+  if length > _MAX_REPLY_BYTES:
+    raise RuntimeError(f"the NVRTC worker sent a reply of {length} bytes")
+  return pickle.loads(_read_exactly(fd, length, deadline))  # our own child's reply

@@ -1,0 +1,343 @@
+"""Triton kernels compiled for our runtime: `triton_kernel`.
+
+Triton compiles a ``@triton.jit`` function to a cubin (and PTX) for an explicit
+target, which needs no GPU. The result is an ordinary `Kernel` whose module
+goes through the compile cache (memory and disk), keyed by Triton's own cache key of
+each target's compile (`triton.compiler.get_cache_key`: Triton's code, the
+function's source and dependencies, the signature, constexprs and hints, the
+backend with its ptxas, the options as Triton's knobs and environment make
+them, its cache-invalidating environment variables) and ours (targets,
+launch options, module format), so a warm process, `jax.export` or XLA's
+persistent compilation cache runs no Triton compile at all.
+
+Without ``signature=``, the Triton types are read from each call's avals and
+scalars (`transforms/triton_launch.py`, which also launches them), and the
+kernel is compiled per distinct signature when the call is traced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import struct
+import threading
+from typing import Any, Mapping, Sequence
+
+from jax_mosaic_ffi.base import disk_cache
+from jax_mosaic_ffi.base import module_format
+from jax_mosaic_ffi.base import ptx_info
+from jax_mosaic_ffi.base.errors import CompileError, TritonUnavailable
+from jax_mosaic_ffi.base.module_format import Image, ImageKind, ParsedModule
+from jax_mosaic_ffi.toolchain import compile_cache
+from jax_mosaic_ffi.toolchain import dump
+from jax_mosaic_ffi.toolchain.compiled import Compiled, param_sizes
+from jax_mosaic_ffi.toolchain.kernel import Kernel, parse_targets
+
+# The Triton releases this module is written and tested against: [min, max).
+# Triton's compile API and its kernels' calling convention change between
+# minor releases, so others are refused rather than half-working.
+SUPPORTED_TRITON = ((3, 6), (3, 7))
+SUPPORTED_TEXT = "Triton >= 3.6, < 3.7 (tested: 3.6.0, on CPU CI and an H200)"
+LAUNCH_KEYS = ("num_warps", "num_stages", "num_ctas")
+_CACHE_FORMAT = "triton-1"
+
+
+_compile_lock = threading.Lock()  # Triton's compiler is not known to be thread-safe
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+  parts = []
+  for piece in version.split("+")[0].split(".")[:3]:
+    digits = "".join(c for c in piece if c.isdigit()) or "0"
+    parts.append(int(digits))
+  return tuple(parts)
+
+
+def require_triton():
+  """The triton module, or TritonUnavailable saying what to install."""
+  try:
+    import triton  # noqa: PLC0415  (optional dependency: Triton)
+  except ImportError as e:
+    raise TritonUnavailable(
+        f"jmf.triton_kernel needs Triton ({SUPPORTED_TEXT}): pip install 'jax_mosaic_ffi[triton]' ({e})") from None
+  check_version(triton.__version__)
+  return triton
+
+
+def check_version(version: str) -> None:
+  low, high = SUPPORTED_TRITON
+  if not low <= _version_tuple(version)[:2] < high:
+    raise TritonUnavailable(
+        f"jmf.triton_kernel supports {SUPPORTED_TEXT}; Triton {version} is installed. Its compiler API and the "
+        f"parameters its kernels take change between releases: pip install 'jax_mosaic_ffi[triton]' for a "
+        f"supported one")
+
+
+@dataclasses.dataclass(frozen=True)
+class TritonInfo:
+  """What Triton's metadata says about launching a compiled kernel."""
+
+  num_warps: int
+  num_ctas: int
+  shared: int
+  scratch: tuple[tuple[int, int], ...]  # (size per program, align) of each trailing scratch pointer
+  signature: tuple[str, ...]            # Triton types of the non-constexpr parameters
+  meta: tuple[tuple[str, Any], ...]     # constexprs and launch options, for grid callables
+  triton_version: str
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TritonKernel(Kernel):
+  """A `Kernel` compiled by Triton; `mosaic_kernel` reads its launch from `info`."""
+
+  info: TritonInfo | None = None
+
+  @property
+  def meta(self) -> dict:
+    return dict(self.info.meta)
+
+class TritonFunction:
+  """A ``@triton.jit`` function with its constexprs and options, compiled per
+  call signature (the Triton types of its parameters, from the call's avals)."""
+
+  def __init__(self, fn, constexprs: dict, num_warps: int, num_stages: int, num_ctas: int, targets):
+    self.fn, self.constexprs = fn, dict(constexprs)
+    self.num_warps, self.num_stages, self.num_ctas, self.targets = num_warps, num_stages, num_ctas, targets
+    self.name = fn.__name__
+
+  def __repr__(self) -> str:
+    return f"TritonFunction({self.name!r}, constexprs={self.constexprs}, num_warps={self.num_warps})"
+
+  @property
+  def meta(self) -> dict:
+    return {**self.constexprs, "num_warps": self.num_warps, "num_stages": self.num_stages, "num_ctas": self.num_ctas}
+
+  def with_meta(self, meta: Mapping[str, Any]) -> "TritonFunction":
+    """The same function with constexprs and launch options from an autotuning config."""
+    meta = dict(meta)
+    launch = {k: meta.pop(k) for k in LAUNCH_KEYS if k in meta}
+    constexprs = {**self.constexprs, **{k: v for k, v in meta.items() if k in _constexpr_names(self.fn)}}
+    return TritonFunction(self.fn, constexprs, launch.get("num_warps", self.num_warps),
+                          launch.get("num_stages", self.num_stages), launch.get("num_ctas", self.num_ctas),
+                          self.targets)
+
+  def specialize(self, signature: Sequence[str], scalar_values: Mapping[int, Any] | None = None) -> TritonKernel:
+    return _compile(self.fn, tuple(signature), self.constexprs, self.num_warps, self.num_stages, self.num_ctas,
+                    self.targets, scalar_values or {})
+
+
+def _constexpr_names(fn) -> list[str]:
+  return [p.name for p in fn.params if p.is_constexpr]
+
+
+def runtime_params(fn) -> list[str]:
+  return [p.name for p in fn.params if not p.is_constexpr]
+
+
+def _check_fn(fn, triton):
+  from triton.runtime.jit import JITFunction  # noqa: PLC0415  (optional dependency: Triton)
+  if isinstance(fn, JITFunction):
+    return fn
+  inner = getattr(fn, "fn", None)
+  if isinstance(inner, JITFunction):
+    raise TypeError(
+        f"jmf.triton_kernel takes the @triton.jit function itself, not a {type(fn).__name__} wrapping it "
+        f"({inner.__name__}); drop @triton.autotune/@triton.heuristics and pass configs= to mosaic_kernel "
+        "(or use jmf.autotune) instead")
+  raise TypeError(f"jmf.triton_kernel needs a @triton.jit function, got {type(fn).__name__}")
+
+
+def triton_kernel(fn, *, signature: Mapping[str, str] | Sequence[str] | None = None,
+                  constexprs: Mapping[str, Any] | None = None, num_warps: int = 4, num_stages: int = 3,
+                  num_ctas: int = 1, targets=None):
+  """A Triton kernel for `mosaic_kernel`.
+
+  Args:
+    fn: a ``@triton.jit`` function.
+    signature: the Triton types of its non-constexpr parameters (``{"x_ptr":
+      "*fp32", "n": "i32"}`` or ``["*fp32", "i32"]``). Given, the kernel is
+      compiled now and a `Kernel` (a `TritonKernel`) comes back; left out, the
+      types are read from each call's avals and scalars, and the kernel is
+      compiled when the call is traced (a `TritonFunction`).
+    constexprs: values of its ``tl.constexpr`` parameters.
+    num_warps, num_stages, num_ctas: Triton's launch options.
+    targets: archs to compile for (default: the visible GPUs', or sm_90).
+
+  Raises:
+    TritonUnavailable: Triton is missing or of an unsupported version.
+  """
+  triton = require_triton()
+  fn = _check_fn(fn, triton)
+  constexprs = dict(constexprs or {})
+  unknown = [k for k in constexprs if k not in _constexpr_names(fn)]
+  if unknown:
+    raise ValueError(f"triton_kernel '{fn.__name__}': {unknown[0]!r} is not one of its tl.constexpr parameters "
+                     f"({', '.join(_constexpr_names(fn)) or 'none'})")
+  for what, value in (("num_warps", num_warps), ("num_stages", num_stages), ("num_ctas", num_ctas)):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+      raise ValueError(f"triton_kernel '{fn.__name__}': {what} must be a positive int, got {value!r}")
+  function = TritonFunction(fn, constexprs, num_warps, num_stages, num_ctas, parse_targets(targets))
+  if signature is None:
+    return function
+  names = runtime_params(fn)
+  if isinstance(signature, Mapping):
+    missing = [n for n in names if n not in signature]
+    extra = [n for n in signature if n not in names]
+    if missing or extra:
+      raise ValueError(f"triton_kernel '{fn.__name__}': signature must give a type for each non-constexpr "
+                       f"parameter ({', '.join(names)}); missing {missing or 'none'}, unknown {extra or 'none'}")
+    types = [signature[n] for n in names]
+  else:
+    types = list(signature)
+    if len(types) != len(names):
+      raise ValueError(f"triton_kernel '{fn.__name__}': signature has {len(types)} types for its "
+                       f"{len(names)} non-constexpr parameters ({', '.join(names)})")
+  return function.specialize(types)
+
+
+# ------------------------------------------------------------------ compile
+
+def _key_value(value) -> str:
+  return f"{type(value).__name__}:{value!r}"
+
+
+def _attrs(fn, signature, scalar_values) -> dict:
+  """Specialisation hints: XLA's buffers are 16-byte aligned, and so are
+  integer scalars whose value (known at trace time) is a multiple of 16."""
+  names = list(fn.arg_names)
+  attrs = {}
+  for k, (param, ty) in enumerate(zip(runtime_params(fn), signature)):
+    index = names.index(param)
+    if ty.startswith("*"):
+      attrs[(index,)] = [["tt.divisibility", 16]]
+    elif k in scalar_values and ty[0] in "iu" and ty != "i1" and int(scalar_values[k]) % 16 == 0:
+      attrs[(index,)] = [["tt.divisibility", 16]]
+  return attrs
+
+
+def _compile(fn, signature, constexprs, num_warps, num_stages, num_ctas, targets, scalar_values) -> TritonKernel:
+  triton = require_triton()
+  missing = [p.name for p in fn.params if p.is_constexpr and p.name not in constexprs
+             and p.default is inspect.Parameter.empty]
+  if missing:
+    raise ValueError(f"triton_kernel '{fn.__name__}': no value for the constexpr parameter(s) "
+                     f"{', '.join(missing)}; pass constexprs={{...}} or a config that sets them")
+  for ty in signature:
+    if not isinstance(ty, str) or ty.startswith("tensordesc") or ty == "constexpr":
+      raise ValueError(f"triton_kernel '{fn.__name__}': parameter type {ty!r} is not supported; parameters are "
+                       "pointers (*fp32) and scalars (i32, fp32, ...). Build tensor descriptors inside the kernel "
+                       "with tl.make_tensor_descriptor")
+  attrs = _attrs(fn, signature, scalar_values)
+  requests = _requests(fn, signature, constexprs, attrs, num_warps, num_stages, num_ctas, targets)
+  entry_key = disk_cache.key(
+      _CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"triton {triton.__version__}", fn.__name__,
+      *signature, json.dumps(sorted((k, _key_value(v)) for k, v in constexprs.items())),
+      f"w{num_warps} s{num_stages} c{num_ctas}", *(t.sm for t in targets), *(r.key for r in requests))
+  meta = {**constexprs, "num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas}
+
+  def decode(data: bytes) -> TritonKernel:
+    kernel = _from_bytes(fn.__name__, data)  # meta is not stored: it is this call's
+    return TritonKernel(kernel.name, kernel.compiled, dataclasses.replace(kernel.info, meta=tuple(meta.items())))
+
+  def compile():
+    with _compile_lock:
+      kernel = _run_triton(triton, fn, signature, constexprs, requests, num_warps, num_stages, num_ctas)
+      compile_cache.count_compiles("triton", len(targets))
+    return kernel, True
+
+  found = compile_cache.cached(entry_key, compile=compile, encode=_to_bytes, decode=decode)
+  if found.source != "memory":
+    dump.maybe_dump(found.value)
+  return found.value
+
+
+@dataclasses.dataclass(frozen=True)
+class _Request:
+  """One target's Triton compile, with Triton's own cache key for it."""
+
+  target: module_format.Arch
+  gpu_target: Any
+  source: Any
+  options: dict
+  key: str
+
+
+def _requests(fn, signature, constexprs, attrs, num_warps, num_stages, num_ctas, targets) -> list[_Request]:
+  """Each target's compile and Triton's cache key for it, which covers what
+  changes Triton's output beyond our inputs: its knobs, ptxas, own code."""
+  from triton.backends.compiler import GPUTarget  # noqa: PLC0415  (optional dependency: Triton)
+  from triton.compiler import ASTSource, get_cache_key, make_backend  # noqa: PLC0415  (optional dependency: Triton)
+  from triton.compiler.compiler import get_cache_invalidating_env_vars  # noqa: PLC0415  (optional dependency: Triton)
+  full = {}
+  runtime = iter(signature)
+  for p in fn.params:
+    full[p.name] = "constexpr" if p.is_constexpr else next(runtime)
+  options = {"num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas}
+  env_vars = get_cache_invalidating_env_vars()
+  requests = []
+  for target in targets:
+    source = ASTSource(fn, full, dict(constexprs), attrs=attrs)
+    gpu_target = GPUTarget("cuda", target.number, 32)
+    try:
+      backend = make_backend(gpu_target)
+      # As triton.compile parses them: the environment's knobs (TRITON_DEFAULT_FP_FUSION...) are in them.
+      parsed = backend.parse_options(dict(options, **source.parse_options()))
+      key = get_cache_key(source, backend, parsed, env_vars)
+    except Exception as e:
+      raise _triton_failed(fn, target, e) from None
+    requests.append(_Request(target, gpu_target, source, options, key))
+  return requests
+
+
+def _triton_failed(fn, target, e: Exception) -> CompileError:
+  return CompileError(fn.__name__, f"Triton could not compile it for {target.sm}: {type(e).__name__}: {e}",
+                               "", "")
+
+
+def _run_triton(triton, fn, signature, constexprs, requests, num_warps, num_stages, num_ctas) -> TritonKernel:
+  images, ptx, first = [], None, None
+  for request in requests:
+    target = request.target
+    try:
+      compiled = triton.compile(request.source, target=request.gpu_target, options=request.options)
+    except Exception as e:
+      raise _triton_failed(fn, target, e) from None
+    metadata = compiled.metadata
+    # Triton builds for the arch-specific target (sm_90a) where there is one: its PTX says which.
+    arch = module_format.Arch.parse(ptx_info.target_arch(compiled.asm["ptx"]) or target.sm)
+    images.append(Image(ImageKind.CUBIN, arch, bytes(compiled.asm["cubin"])))
+    if ptx is None:
+      ptx, first = (arch, compiled.asm["ptx"]), metadata
+  images.append(Image(ImageKind.PTX, ptx[0], ptx[1].encode()))
+  parsed = ParsedModule(first.name, tuple(images))
+  sizes = param_sizes(parsed)
+  if getattr(first, "launch_cooperative_grid", False):
+    raise CompileError(fn.__name__, "the kernel asks for a cooperative grid launch, which "
+                                "jax_mosaic_ffi does not make", "", "")
+  n_scratch = len(sizes) - len(signature) if sizes is not None else 2
+  scratch = [(int(getattr(first, "global_scratch_size", 0)), int(getattr(first, "global_scratch_align", 1))),
+             (int(getattr(first, "profile_scratch_size", 0)), int(getattr(first, "profile_scratch_align", 1)))]
+  info = TritonInfo(num_warps=int(first.num_warps), num_ctas=int(first.num_ctas), shared=int(first.shared),
+                    scratch=tuple(scratch[:max(n_scratch, 0)]), signature=tuple(signature),
+                    meta=tuple({**constexprs, "num_warps": num_warps, "num_stages": num_stages,
+                                "num_ctas": num_ctas}.items()),
+                    triton_version=triton.__version__)
+  return TritonKernel(fn.__name__, Compiled.of(parsed, sizes), info)
+
+
+def _to_bytes(kernel: TritonKernel) -> bytes:
+  info = dataclasses.asdict(kernel.info)
+  info["meta"] = [[k, _key_value(v)] for k, v in kernel.info.meta]  # for the record; meta is rebuilt on load
+  header = json.dumps(info).encode()
+  return struct.pack("<I", len(header)) + header + kernel.compiled.to_bytes()
+
+
+def _from_bytes(name: str, data: bytes) -> TritonKernel:
+  (length,) = struct.unpack_from("<I", data)
+  info = json.loads(data[4:4 + length])
+  compiled = Compiled.from_bytes(data[4 + length:])
+  return TritonKernel(name, compiled, TritonInfo(
+      num_warps=int(info["num_warps"]), num_ctas=int(info["num_ctas"]), shared=int(info["shared"]),
+      scratch=tuple((int(s), int(a)) for s, a in info["scratch"]), signature=tuple(info["signature"]),
+      meta=(), triton_version=str(info["triton_version"])))

@@ -1,0 +1,186 @@
+"""Launching a Triton kernel with `mosaic_kernel`: its launch options from Triton's metadata.
+
+A Triton kernel needs no block or shared memory: they come from Triton's
+metadata (block = 32 x num_warps, shared memory, a cluster of num_ctas). The
+entry Triton emits takes the function's non-constexpr parameters, in order,
+then scratch pointers (global and profile in Triton 3.6; their number is read
+from the PTX): null when Triton needs none, else an extra output that XLA
+allocates.
+
+    @triton.jit
+    def add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr): ...
+
+    kernel = jmf.triton_kernel(add, constexprs={"BLOCK": 1024})
+    f = jmf.mosaic_kernel(kernel, jax.ShapeDtypeStruct(x.shape, x.dtype),
+                          grid=lambda meta, x, y: jmf.cdiv(x.size, meta["BLOCK"]),
+                          scalars=lambda meta, x, y: (np.int32(x.size),))
+
+The parameters map to the call as in `mosaic_kernel`: inputs, outputs, then
+scalars (or ``param_order``). A `TritonFunction` (no ``signature=``) is
+compiled here per distinct signature, read from the call's avals and scalars.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_mosaic_ffi.base import source_location
+from jax_mosaic_ffi.base.errors import LaunchError, who
+from jax_mosaic_ffi.call import launch_values
+from jax_mosaic_ffi.call import primitive
+from jax_mosaic_ffi.call.launch_options import CheckedLaunch, LaunchOptions
+from jax_mosaic_ffi.toolchain.triton_compile import TritonFunction, TritonKernel, runtime_params
+
+# XLA aligns the buffers it allocates on the GPU to 256 bytes.
+_XLA_BUFFER_ALIGN = 256
+
+_DTYPES = {
+    "float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64",
+    "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
+    "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64", "bool": "i1",
+    "float8_e4m3fn": "fp8e4nv", "float8_e5m2": "fp8e5",
+}
+
+
+def triton_type(dtype) -> str:
+  name = jnp.dtype(dtype).name
+  if name not in _DTYPES:
+    raise LaunchError(f"dtype {name} has no Triton type here; supported: {', '.join(_DTYPES)}")
+  return _DTYPES[name]
+
+
+def call_with_meta(value, meta: dict, avals, what: str, where: str):
+  """A callable of launch options: given (meta, *avals), or meta alone when it takes one argument."""
+  if not callable(value):
+    return value
+  try:
+    params = inspect.signature(value).parameters.values()
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    varargs = any(p.kind == p.VAR_POSITIONAL for p in params)
+    one = len(positional) == 1 and not varargs
+  except (TypeError, ValueError):
+    one = False
+  try:
+    return value(meta) if one else value(meta, *avals)
+  except Exception as e:
+    raise LaunchError(f"{where}: {what}, a callable of (meta, *input avals), raised {type(e).__name__}: {e}") from e
+
+
+def _default_order(n_in, n_out, n_scalars):
+  return [f"in{i}" for i in range(n_in)] + [f"out{o}" for o in range(n_out)] + [f"scalar{k}" for k in range(n_scalars)]
+
+
+# The options Triton's metadata sets, or that a Triton launch does not take, in LaunchOptions' order.
+_REFUSED = {"block": "block (32 x num_warps)", "cluster": "cluster (num_ctas)",
+            "smem_bytes": "smem_bytes (its shared memory)", "collective": "collective",
+            "batch_grid_axis": "batch_grid_axis", "fallback": "fallback", "scratch_bytes": "scratch_bytes",
+            "zero_scratch": "zero_scratch"}
+
+
+def launcher(target: TritonKernel | TritonFunction, out_shape, options: LaunchOptions):
+  """The function of arrays that launches a Triton kernel (see module doc); sharding is the caller's."""
+  name = target.name
+  for key in _REFUSED:
+    value = getattr(options, key)
+    if value is not None and value is not False and not (key in ("smem_bytes", "scratch_bytes") and value == 0):
+      raise LaunchError(f"mosaic_kernel '{name}': a Triton kernel takes no {_REFUSED[key]}: "
+                        "Triton's compiled metadata sets it")
+  if options.uses_pdl:
+    raise LaunchError(f"mosaic_kernel '{name}': Triton kernels do not wait for the previous kernel "
+                      "(griddepcontrol.wait), so they cannot launch with PDL")
+  grid, scalars, param_order = options.grid, options.scalars, options.param_order
+  aliases = dict(options.input_output_aliases or {})
+
+  def call(*args):
+    site = source_location.current()
+    where = who(target, site)
+    in_avals = tuple(jax.typeof(a) for a in args)
+    meta = target.meta
+    shapes = out_shape(*in_avals) if callable(out_shape) else out_shape
+    out_avals, single = launch_values.out_avals(shapes, where)
+    values = call_with_meta(scalars, meta, in_avals, "scalars", where)
+    launch_values.scalars(values, where)  # its checks and messages, before the values are typed for Triton
+    n_in, n_out = len(in_avals), len(out_avals)
+    order = list(param_order) if param_order is not None else _default_order(n_in, n_out, len(values))
+    kernel = _specialize(target, order, in_avals, out_avals, values, where)
+    info = kernel.info
+    dims = launch_values.dims(call_with_meta(grid, meta, in_avals, "grid", where), "grid", where)
+    outs = list(out_avals)
+    names, scalar_list = list(order), list(values)
+    programs = math.prod(dims) * info.num_ctas
+    for k, (size, align) in enumerate(info.scratch):
+      if size == 0:
+        scalar_list.append(np.uint64(0))
+        names.append(f"scalar{len(scalar_list) - 1}")
+        continue
+      if align > _XLA_BUFFER_ALIGN:
+        raise LaunchError(f"{where}: Triton asks for {('global', 'profile')[k]} scratch aligned to {align} bytes, "
+                          f"more than the {_XLA_BUFFER_ALIGN} XLA gives its buffers")
+      outs.append(jax.ShapeDtypeStruct((programs * size,), jnp.uint8))
+      names.append(f"out{len(outs) - 1}")
+    launch = LaunchOptions(
+        grid=(dims[0] * info.num_ctas, dims[1], dims[2]), block=32 * info.num_warps,
+        cluster=(info.num_ctas, 1, 1) if info.num_ctas > 1 else None, smem_bytes=info.shared, uses_pdl=False,
+        scalars=tuple(scalar_list), input_output_aliases=aliases, param_order=names,
+        zero_outputs=_user_outputs(options.zero_outputs, n_out, aliases))
+    inner = primitive.kernel_call(CheckedLaunch.create(kernel, outs, launch, who(kernel, site)), None)
+    results = tuple(inner(*args))[:n_out]
+    return results[0] if single else results
+
+  return call
+
+
+def with_meta(options: LaunchOptions, meta: dict) -> LaunchOptions:
+  """``options`` for one autotuning config: the callables of (meta, *avals) [or of meta alone] among
+  grid, block, smem_bytes and scalars become callables of the avals."""
+  def bind(value, what):
+    if not callable(value):
+      return value
+    return lambda *avals: call_with_meta(value, meta, avals, what, f"autotuned config {meta}")
+
+  return dataclasses.replace(options, grid=bind(options.grid, "grid"), block=bind(options.block, "block"),
+                             smem_bytes=bind(options.smem_bytes, "smem_bytes"),
+                             scalars=bind(options.scalars, "scalars"))
+
+
+def _user_outputs(zero_outputs, n_out: int, aliases):
+  """``zero_outputs=True`` means the call's own unaliased outputs, not Triton's scratch."""
+  if zero_outputs is True:
+    return tuple(o for o in range(n_out) if o not in set(aliases.values()))
+  return zero_outputs
+
+
+def _specialize(target, order, in_avals, out_avals, values, where) -> TritonKernel:
+  n_in, n_out = len(in_avals), len(out_avals)
+  types, scalar_values = [], {}
+  for k, entry in enumerate(order):
+    entry = str(entry)
+    prefix = entry.rstrip("0123456789")
+    index = int(entry[len(prefix):]) if entry[len(prefix):] else -1
+    if prefix == "in" and 0 <= index < n_in:
+      types.append("*" + triton_type(in_avals[index].dtype))
+    elif prefix == "out" and 0 <= index < n_out:
+      types.append("*" + triton_type(out_avals[index].dtype))
+    elif prefix == "scalar" and 0 <= index < len(values):
+      types.append(triton_type(np.asarray(values[index]).dtype))
+      scalar_values[k] = values[index]
+    else:
+      raise LaunchError(f"{where}: param_order entry {entry!r} names nothing; use in0.., out0.., scalar0..")
+  if isinstance(target, TritonKernel):
+    if tuple(types) != target.info.signature:
+      raise LaunchError(f"{where}: the call passes parameters of Triton types {types}, but the kernel was "
+                        f"compiled for {list(target.info.signature)}; leave signature= out to have it read "
+                        "from the call")
+    return target
+  params = runtime_params(target.fn)
+  if len(types) != len(params):
+    raise LaunchError(
+        f"{where}: the Triton function takes {len(params)} non-constexpr parameters ({', '.join(params)}) but the "
+        f"call passes {len(types)} ({', '.join(order)}): inputs, outputs, then scalars, or param_order")
+  return target.specialize(types, scalar_values)
