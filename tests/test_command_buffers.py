@@ -56,8 +56,8 @@ def run_loop(tmp_path, x, y, *, command_buffers: bool, poison: bool, env=None):
   return np.load(paths[2]), result
 
 
-@pytest.mark.parametrize("poison", [False, True], ids=["plain", "poisoned"])
-def test_command_buffers_on_and_off_agree_and_record_is_used(rng, tmp_path, poison):
+def loop_inputs(rng):
+  """Fresh x and y, and what LOOP must give for each of its four inputs, in float64."""
   n = 1 << 16
   x, y = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
   expected = []
@@ -66,10 +66,16 @@ def test_command_buffers_on_and_off_agree_and_record_is_used(rng, tmp_path, pois
     for _ in range(12):
       e = e * 0.5 + y
     expected.append(e)
+  return x, y, np.stack(expected)
+
+
+@pytest.mark.parametrize("poison", [False, True], ids=["plain", "poisoned"])
+def test_command_buffers_on_and_off_agree_and_record_is_used(rng, tmp_path, poison):
+  x, y, expected = loop_inputs(rng)
   on, on_info = run_loop(tmp_path, x, y, command_buffers=True, poison=poison)
   off, off_info = run_loop(tmp_path, x, y, command_buffers=False, poison=poison)
   print("command buffers on:", on_info, "off:", off_info)
-  np.testing.assert_allclose(on, np.stack(expected), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(on, expected, rtol=1e-5, atol=1e-5)
   np.testing.assert_array_equal(on, off)
   assert on_info["same"] and off_info["same"]
   assert on_info["registration"]["record"], on_info["registration"]
@@ -80,17 +86,10 @@ def test_command_buffers_on_and_off_agree_and_record_is_used(rng, tmp_path, pois
 
 @pytest.mark.parametrize("command_buffers", [True, False], ids=["command-buffers", "stream"])
 def test_record_off_captures_stream_launches_with_the_same_results(rng, tmp_path, command_buffers):
-  n = 1 << 16
-  x, y = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
-  expected = []
-  for k in (1, 2, 3, 1):
-    e = x.astype(np.float64) * k
-    for _ in range(12):
-      e = e * 0.5 + y
-    expected.append(e)
+  x, y, expected = loop_inputs(rng)
   out, info = run_loop(tmp_path, x, y, command_buffers=command_buffers, poison=True,
                        env={"JAX_MOSAIC_FFI_RECORD": "0"})
-  np.testing.assert_allclose(out, np.stack(expected), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
   assert info["same"]
   assert not info["registration"]["record"] and "JAX_MOSAIC_FFI_RECORD=0" in info["registration"]["message"]
   assert info["records"] == 0  # no record stage ran: XLA captured the launches
