@@ -7,15 +7,20 @@ source, the in-memory headers, the options, the target archs, the NVRTC
 build and this package's module format. The headers NVRTC read from disk
 are known only after the compile: the entry lists them with their contents'
 hashes, and a hit in either cache counts only while they are unchanged
-(``file_deps``).
+(``file_deps``). A memory hit re-checks the user's headers only: those of
+the CUDA toolkit and of this package change with an install, which a
+running process does not take in anyway; a fresh process's disk hit
+re-checks every one.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import pathlib
 import re
 import time
+import weakref
 
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import file_deps
@@ -104,7 +109,25 @@ def compile_cuda(source: str, name: str, *, options=(), headers=None,
     return Compiled.of(parsed, param_sizes(parsed), deps or ()), deps is not None
 
   return compile_cache.cached(entry_key, compile=compile, encode=Compiled.to_bytes, decode=_fresh_entry,
-                              fresh=lambda compiled: file_deps.unchanged(compiled.deps)).value
+                              fresh=_user_headers_unchanged).value
+
+
+# Compiled -> the deps outside the installed header folders, worked out on its first memory hit.
+_user_deps: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+@functools.cache
+def _installed_header_dirs() -> tuple[str, ...]:
+  return tuple(os.path.join(os.path.abspath(d), "") for d in (*compat.cuda_include_dirs(), DEVICE_INCLUDE_DIR))
+
+
+def _user_headers_unchanged(compiled: Compiled) -> bool:
+  deps = _user_deps.get(compiled)
+  if deps is None:
+    installed = _installed_header_dirs()
+    deps = tuple(d for d in compiled.deps if not os.path.abspath(d[0]).startswith(installed))
+    _user_deps[compiled] = deps
+  return file_deps.unchanged(deps)
 
 
 def _fresh_entry(data: bytes) -> Compiled | None:
