@@ -1,6 +1,6 @@
 """The contract fuzzer (tests/fuzz/contract_fuzz.cc), briefly, under ASAN and UBSAN.
 
-It builds the driver with g++ from csrc/contract/contract.cc and csrc/contract/module_format.cc
+It builds the driver with g++ from csrc/contract/{contract,tensor_maps,module_format}.cc
 alone: no jaxlib, CUDA or the package's own build. docs/fuzzing.md has the
 long run. JMF_FUZZ_SECONDS lengthens this one; JMF_FUZZ_SEED replays a seed.
 """
@@ -21,7 +21,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # capacity, the next member) is invisible to ASAN.
 FLAGS = ["-std=c++20", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
          "-fno-omit-frame-pointer", "-D_GLIBCXX_ASSERTIONS"]
-SOURCES = ["tests/fuzz/contract_fuzz.cc", "csrc/contract/contract.cc", "csrc/contract/module_format.cc"]
+SOURCES = ["tests/fuzz/contract_fuzz.cc", "csrc/contract/contract.cc", "csrc/contract/tensor_maps.cc",
+           "csrc/contract/module_format.cc"]
 CORPUS = os.path.join(ROOT, "tests", "fuzz", "corpus")
 SECONDS = float(os.environ.get("JMF_FUZZ_SECONDS", "10"))
 # Far below what a slow 2-core machine runs in SECONDS (tens of thousands of

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "runtime/cross_process.h"
+#include "runtime/host_rendezvous.h"
 
 namespace nb = nanobind;
 

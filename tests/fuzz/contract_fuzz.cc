@@ -1,17 +1,17 @@
 // Fuzz driver for the custom-call contract: attribute decoding and
-// ValidateLaunch, ParseCliques (csrc/contract/contract.cc) and ParseModule
+// ValidateLaunch, ParseCliques (csrc/contract/contract.cc, tensor_maps.cc) and ParseModule
 // (csrc/contract/module_format.cc). Their inputs come from artifacts anyone can edit,
 // so they must never crash, overflow or read out of bounds, and what they
 // accept must satisfy every assumption the launch path makes. The sanitizers
 // catch the first; the invariant checks below, which abort, the second.
 //
-// A test tool, not part of the extension: it links the two contract sources
+// A test tool, not part of the extension: it links the three contract sources
 // directly and needs no XLA, CUDA or Python headers. tests/test_fuzz.py and
 // scripts/fuzz.sh build it as
 //
 //   g++ -std=c++20 -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 //       -D_GLIBCXX_ASSERTIONS -Icsrc tests/fuzz/contract_fuzz.cc csrc/contract/contract.cc
-//       csrc/contract/module_format.cc
+//       csrc/contract/tensor_maps.cc csrc/contract/module_format.cc
 //
 // (_GLIBCXX_ASSERTIONS checks every operator[] of std::string, vector and
 // array against size(): ASAN alone misses an index past size() that stays
