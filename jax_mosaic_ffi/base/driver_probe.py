@@ -52,10 +52,6 @@ def evidence(*, proc_version: str = PROC_VERSION, load_libcuda=_loads_libcuda,
   return found
 
 
-def driver_present(**kwargs) -> bool:
-  return bool(evidence(**kwargs))
-
-
 if __name__ == "__main__":
   signs = evidence()
   print("; ".join(signs) if signs else "no NVIDIA driver (no libcuda.so.1, no /proc/driver/nvidia, no nvidia-smi)")
