@@ -33,6 +33,7 @@ from jax_mosaic_ffi.call.tensor_map import TensorMap
 from jax_mosaic_ffi.transforms.autodiff import differentiable
 from jax_mosaic_ffi.transforms.autotune import Autotuned, autotune
 from jax_mosaic_ffi.transforms.autotune import report as autotune_report
+from jax_mosaic_ffi.transforms.tuning_records import TuningFileIgnored, load_tuning, save_tuning
 from jax_mosaic_ffi.transforms.sharding import BatchDims, Elementwise, ShardingRule, sharded
 from jax_mosaic_ffi.api import (KernelCacheStats, clear_kernel_cache, export_disabled_checks, kernel_cache_stats,
                                 mosaic_kernel)
@@ -47,5 +48,5 @@ __all__ = [
     "ShardingRule", "TensorMap", "cdiv", "clear_kernel_cache", "cubin_kernel", "cuda_kernel", "differentiable",
     "export_disabled_checks", "kernel_cache_stats", "mosaic_kernel", "mosaic_kernel_p", "ops", "ptx_kernel",
     "register", "sharded", "AutotuneError", "Autotuned", "TritonFunction", "TritonKernel", "TritonUnavailable",
-    "autotune", "autotune_report", "triton_kernel",
+    "autotune", "autotune_report", "triton_kernel", "TuningFileIgnored", "load_tuning", "save_tuning",
 ]

@@ -142,20 +142,21 @@ def test_an_edited_kernel_in_any_config_is_tuned_again(isolated_disk_cache, monk
 
 
 @no_gpu
-def test_an_entry_that_does_not_decode_is_tuned_again(isolated_disk_cache, monkeypatch):
+def test_an_entry_that_does_not_decode_is_timed_again(isolated_disk_cache, monkeypatch):
   monkeypatch.setenv(autotuning.CPU_ENV, "1")
   x = jax.ShapeDtypeStruct((1000,), jnp.float32)
   jmf.autotune(add_factory, configs=CONFIGS[:3], name="test-deep").best_config(x, x)
-  (path,) = [p for p in isolated_disk_cache.glob("*/*.bin") if b'{"index"' in p.read_bytes()]
-  # A valid checksum around JSON nested deeper than Python's parser recurses.
+  paths = [p for p in isolated_disk_cache.glob("*/*.bin") if b'"tuning-record-1"' in p.read_bytes()]
+  assert len(paths) == 2  # configs 0 and 2; config 1 does not build, so nothing is kept for it
+  # A valid checksum around JSON nested deeper than Python's parser recurses, in place of config 0's timing.
   deep = b"[" * 32000 + b"]" * 32000
-  path.write_bytes(disk_cache._ENTRY_HEADER.pack(disk_cache._ENTRY_MAGIC, len(deep), hashlib.sha256(deep).digest())
-                   + deep)
+  paths[0].write_bytes(disk_cache._ENTRY_HEADER.pack(disk_cache._ENTRY_MAGIC, len(deep),
+                                                     hashlib.sha256(deep).digest()) + deep)
   jmf.clear_kernel_cache()
   again = jmf.autotune(add_factory, configs=CONFIGS[:3], name="test-deep")
   again.best_config(x, x)
-  assert again.last_report["source"] == "tuned"
-  assert b'{"index"' in path.read_bytes()
+  assert again.last_report["source"] == "tuned" and len(again.last_report["timed"]) == 1
+  assert b'"tuning-record-1"' in paths[0].read_bytes()
 
 
 @no_gpu
@@ -261,3 +262,40 @@ def test_triton_matmul_autotuned_through_configs(rng, isolated_disk_cache):
   assert sum(row["us"] is not None for row in report["table"]) == 3
   after = stats()
   assert after.triton_compiles >= before.triton_compiles + 3 and after.autotune_tunings == before.autotune_tunings + 1
+
+
+@gpu
+def test_adding_a_config_times_only_the_new_one_on_the_gpu(rng, isolated_disk_cache):
+  a = rng.standard_normal((256, 192)).astype(np.float32)
+  b = rng.standard_normal((192, 320)).astype(np.float32)
+  before = autotuning.stats().configs_timed
+  first = jmf.autotune(tiled_matmul_factory, configs=MATMUL_CONFIGS[:3], name="test-grow-gpu")
+  np.testing.assert_allclose(np.asarray(jax.jit(first)(a, b)), a @ b, rtol=1e-4, atol=1e-3)
+  assert first.last_report["timed"] == [0, 1, 2] and autotuning.stats().configs_timed == before + 3
+  grown = jmf.autotune(tiled_matmul_factory, configs=MATMUL_CONFIGS, name="test-grow-gpu")
+  np.testing.assert_allclose(np.asarray(jax.jit(grown)(a, b)), a @ b, rtol=1e-4, atol=1e-3)
+  report = grown.last_report
+  assert report["source"] == "tuned" and report["timed"] == [3], report
+  assert autotuning.stats().configs_timed == before + 4
+  assert [row["us"] for row in report["table"][:3]] == [row["us"] for row in first.last_report["table"]]
+  assert report["winner"] == min(range(4), key=lambda k: report["table"][k]["us"])
+
+
+@gpu
+def test_a_loaded_tuning_file_picks_the_winner_without_timing(rng, isolated_disk_cache, monkeypatch, tmp_path):
+  a = rng.standard_normal((320, 200)).astype(np.float32)
+  b = rng.standard_normal((200, 288)).astype(np.float32)
+  tuned = jmf.autotune(tiled_matmul_factory, configs=MATMUL_CONFIGS, name="test-file-gpu")
+  jax.block_until_ready(jax.jit(tuned)(a, b))
+  winner = tuned.last_report["winner"]
+  assert jmf.save_tuning(tmp_path / "tuning.json") == len(MATMUL_CONFIGS)
+  monkeypatch.setenv("JAX_MOSAIC_FFI_CACHE_DIR", str(tmp_path / "another-machine"))  # nothing on disk there
+  jmf.clear_kernel_cache()
+  assert jmf.load_tuning(tmp_path / "tuning.json") == len(MATMUL_CONFIGS)
+  before = autotuning.stats()
+  loaded = jmf.autotune(tiled_matmul_factory, configs=MATMUL_CONFIGS, name="test-file-gpu")
+  c = jax.jit(loaded)(a, b)
+  np.testing.assert_allclose(np.asarray(c), a @ b, rtol=1e-4, atol=1e-3)
+  assert loaded.last_report["source"] == "file" and loaded.last_report["winner"] == winner
+  after = autotuning.stats()
+  assert after.configs_timed == before.configs_timed and after.disk_hits == before.disk_hits + 1

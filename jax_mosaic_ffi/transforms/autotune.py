@@ -11,14 +11,18 @@
 constexprs, num_warps and num_stages included.)
 
 When: the first time a call is traced for some avals. How: every config is
-built and compiled (in threads: NVRTC runs in child processes), then each
-is timed on random inputs of the call's shapes on the default device, after
-a warm-up, as the median of several rounds of back-to-back calls. The
-winner is kept per (name, configs, shapes and dtypes or ``key``, the
-kernels of every config, device name, driver, NVRTC and Triton) in memory
-and in the disk cache, so a second process times nothing (its compiles are
-compile-cache hits) and an edited kernel in any config is tuned again; a
-`jax.export` artifact holds the winner's binary alone.
+built (in threads: NVRTC runs in child processes); each config that has no
+stored timing is compiled and timed on random inputs of the call's shapes on
+the default device, after a warm-up, as the median of several rounds of
+back-to-back calls; the winner is the fastest among the stored timings of
+the current list. Timings are kept per config (tuning_records.py: keyed by
+the config, its kernels and launch values, the call signature, the device,
+driver, jax_mosaic_ffi and Triton) in memory and in the disk cache, so
+adding a config times that config alone, an edited kernel re-times only the
+configs that use it, and a second process times nothing (its compiles are
+compile-cache hits). `save_tuning` / `load_tuning` carry timings to another
+machine of the same GPU. A `jax.export` artifact holds the winner's binary
+alone.
 
 A config that fails to compile, lower or launch is skipped and reported;
 only all of them failing raises `AutotuneError`. Without a GPU nothing is
@@ -45,18 +49,23 @@ import numpy as np
 
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import flags
-from jax_mosaic_ffi.base import gpu_info
-from jax_mosaic_ffi.base import module_format
 from jax_mosaic_ffi.base.errors import AutotuneError
 from jax_mosaic_ffi.base.paths import PACKAGE_DIR
 from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
-from jax_mosaic_ffi.toolchain.nvrtc import compiler
+from jax_mosaic_ffi.transforms import tuning_records
 
 LOG_ENV = flags.AUTOTUNE_LOG
 # For testing the machinery on a machine without a GPU: time the configs on
 # the CPU too (their jax.numpy fallbacks run there).
 CPU_ENV = flags.AUTOTUNE_ON_CPU
-_FORMAT = "autotune-1"
+_FORMAT = "autotune-2"
+# What a config launches besides its kernel: a timing is kept per (kernel, these values), so that a config
+# whose grid or scalars change is timed again while its kernel hash stays the same.
+_LAUNCH_FIELDS = ("grid", "block", "cluster", "smem_bytes", "uses_pdl", "num_inputs", "num_outputs", "param_order",
+                  "scalar_sizes", "aliases", "batch_size", "batch_strides", "batch_grid_axis", "tensor_maps",
+                  "num_scratch", "zero_outputs")
+# Decisions (a config list and signature -> winner) kept in this process, the oldest dropped past this.
+_MAX_DECISIONS = 4096
 
 
 class AutotuneSkipped(UserWarning):
@@ -65,9 +74,9 @@ class AutotuneSkipped(UserWarning):
 
 @dataclasses.dataclass
 class Stats:
-  tunings: int = 0        # configs spaces timed in this process
+  tunings: int = 0        # decisions that timed at least one config in this process
   configs_timed: int = 0
-  disk_hits: int = 0      # winners read from the disk cache
+  disk_hits: int = 0      # decisions made from timings on disk or from a tuning file, nothing timed
   memory_hits: int = 0    # winners found in this process
   skipped: int = 0        # no GPU: the default config, untimed
 
@@ -86,11 +95,14 @@ def stats() -> Stats:
 def clear_memory_cache() -> None:
   with _lock:
     _winners.clear()
+  tuning_records.clear_memory()
 
 
 def report() -> list[dict]:
   """Every autotuning decision of this process, oldest first: {"name", "shapes",
-  "source" ("tuned", "disk", "untuned"), "winner", "config", "table"}; each table
+  "source", "winner", "config", "table", "timed"}. source: "tuned" (some configs
+  were timed now), "disk", "file" (`load_tuning`) or "memory" (every timing was
+  stored already), "untuned" (no GPU); timed: the indices timed now; each table
   row is {"config", "us" (median per call, or None), "error"}."""
   with _lock:
     return [dict(r) for r in _reports]
@@ -100,24 +112,19 @@ def _plain_config(config) -> str:
   return json.dumps(config, sort_keys=True, default=repr)
 
 
-def _toolkits() -> list[str]:
-  parts = [compiler.nvrtc_identity()]
-  try:
-    import triton  # noqa: PLC0415  (optional: Triton may not be installed)
-    parts.append(f"triton {triton.__version__}")
-  except ImportError:
-    parts.append("no triton")
-  return parts
-
-
-def _kernel_hashes(jaxpr) -> list[str]:
-  """The module hashes of the mosaic_kernel calls in a jaxpr, sub-jaxprs included."""
+def _launch_identities(jaxpr) -> list[str]:
+  """One string per mosaic_kernel call in a jaxpr (sub-jaxprs included): its kernel's module hash and every
+  launch value, so that a timing is kept per config and not reused once its kernel or launch changes."""
   found = []
 
   def walk(j):
     for eqn in j.eqns:
       if eqn.primitive is mosaic_kernel_p:
-        found.append(eqn.params["kernel"].hash.hex())
+        spec = eqn.params["spec"]
+        launch = {field: getattr(spec, field) for field in _LAUNCH_FIELDS}
+        launch["scalar_data"] = spec.scalar_data.hex()
+        launch["buffers"] = [f"{v.aval.dtype}{list(v.aval.shape)}" for v in (*eqn.invars, *eqn.outvars)]
+        found.append(f"{eqn.params['kernel'].hash.hex()} {json.dumps(launch, sort_keys=True, default=repr)}")
       for value in eqn.params.values():
         for sub in value if isinstance(value, (list, tuple)) else (value,):
           inner = getattr(sub, "jaxpr", sub)
@@ -260,91 +267,88 @@ class Autotuned:
       with _lock:
         _stats.skipped += 1
       self._record({"name": self.name, "shapes": shapes, "source": "untuned", "winner": self.default,
-                    "config": self.configs[self.default], "table": []})
+                    "config": self.configs[self.default], "table": [], "timed": []})
       return self.default
-    entry_key = self._disk_key(avals, scope, device)
+    env = tuning_records.environment(device)
+    signature = tuning_records.bounded_text(repr(scope))
+    workers = max(1, min(len(self.configs), os.cpu_count() or 1, 8))
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+      launches = list(pool.map(lambda k: self._launches(k, avals), range(len(self.configs))))
+    keys = [tuning_records.TimingKey(self.name, _plain_config(c), found, signature) if isinstance(found, tuple)
+            else None for c, found in zip(self.configs, launches)]
+    decision = disk_cache.key(_FORMAT, repr(env), repr(keys))
     with _lock:
-      if entry_key in _winners:
+      if decision in _winners:
         _stats.memory_hits += 1
-        return _winners[entry_key]
-    stored = self._load(entry_key)
-    if stored is not None:
-      index, table = stored
-      with _lock:
-        _stats.disk_hits += 1
-        _winners[entry_key] = index
-      self._record({"name": self.name, "shapes": shapes, "source": "disk", "winner": index,
-                    "config": self.configs[index], "table": table})
-      return index
-    index, table = self._tune(avals, device)
-    with _lock:
-      _stats.tunings += 1
-      _winners[entry_key] = index
-    disk_cache.store(entry_key, json.dumps({"index": index, "config": _plain_config(self.configs[index]),
-                                            "table": table}).encode())
-    self._record({"name": self.name, "shapes": shapes, "source": "tuned", "winner": index,
-                  "config": self.configs[index], "table": table})
-    return index
-
-  def _identity(self, index: int, avals) -> str:
-    """Config `index`'s kernels (their module hashes), or how it fails to build."""
-    try:
-      return " ".join(_kernel_hashes(jax.make_jaxpr(self._call_for(index))(*avals)))
-    except Exception as e:
-      return f"fails: {type(e).__name__}"
-
-  def _disk_key(self, avals, scope, device) -> str:
-    # Every config's kernels, not one config's: an edit to any of them may change the winner.
-    workers = max(1, min(len(self.configs), os.cpu_count() or 1, 8))
-    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-      identity = list(pool.map(lambda k: f"config {k}: {self._identity(k, avals)}", range(len(self.configs))))
-    return disk_cache.key(
-        _FORMAT, f"format{module_format.FORMAT_VERSION}", self.name,
-        json.dumps([_plain_config(c) for c in self.configs]), repr(scope),
-        *identity, getattr(device, "device_kind", device.platform), gpu_info.driver_version(), *_toolkits())
-
-  def _load(self, entry_key: str):
-    return disk_cache.load_decoded(entry_key, self._decode)
-
-  def _decode(self, data: bytes):
-    stored = json.loads(data)
-    index = stored["index"]
-    if not (isinstance(index, int) and 0 <= index < len(self.configs)) or \
-        stored["config"] != _plain_config(self.configs[index]):
-      return None
-    table = stored.get("table", [])
-    if not isinstance(table, list) or len(table) != len(self.configs):
-      raise ValueError("bad table")
-    return index, table
-
-  def _tune(self, avals, device):
-    def build(index):
-      return jax.jit(self._call_for(index)).lower(*avals).compile()
-
-    workers = max(1, min(len(self.configs), os.cpu_count() or 1, 8))
-    executables, table = {}, []
-    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-      futures = [pool.submit(build, k) for k in range(len(self.configs))]
-      for k, future in enumerate(futures):
-        try:
-          executables[k] = future.result()
-          table.append({"config": _plain_config(self.configs[k]), "us": None, "error": None})
-        except Exception as e:
-          table.append({"config": _plain_config(self.configs[k]), "us": None, "error": f"compile: {_error_text(e)}"})
-    inputs = _random_inputs(avals, device)
-    for k, executable in executables.items():
-      try:
-        table[k]["us"] = _time(executable, inputs, warmup=self.warmup, rounds=self.rounds) * 1e6
-        with _lock:
-          _stats.configs_timed += 1
-      except Exception as e:
-        table[k]["error"] = f"launch: {_error_text(e)}"
+        return _winners[decision]
+    table, sources, missing = [], set(), []
+    for k, key in enumerate(keys):
+      row = {"config": _plain_config(self.configs[k]), "us": None, "error": None}
+      if key is None:
+        row["error"] = launches[k]  # how it fails to build: nothing to time or store
+      else:
+        stored = tuning_records.lookup(env, key)
+        if stored is None:
+          missing.append(k)
+        else:
+          timing, source = stored
+          row["us"], row["error"] = timing.us, timing.error
+          sources.add(source)
+      table.append(row)
+    if missing:
+      for k, timing in self._tune(avals, device, missing).items():
+        table[k]["us"], table[k]["error"] = timing.us, timing.error
+        if timing.us is not None or timing.error.startswith("launch:"):
+          tuning_records.store(env, keys[k], timing)  # a compile failure here may be passing: not kept
     timed = [k for k, row in enumerate(table) if row["us"] is not None]
     if not timed:
       rows = "\n".join(f"  {k}: {row['config']}: {row['error']}" for k, row in enumerate(table))
-      raise AutotuneError(f"autotune '{self.name}': no config could be compiled and run for "
-                          f"{[f'{a.dtype}{list(a.shape)}' for a in avals]}:\n{rows}")
-    return min(timed, key=lambda k: table[k]["us"]), table
+      raise AutotuneError(f"autotune '{self.name}': no config could be compiled and run for {shapes}:\n{rows}")
+    index = min(timed, key=lambda k: table[k]["us"])
+    source = "tuned" if missing else "file" if "file" in sources else "disk" if "disk" in sources else "memory"
+    with _lock:
+      if missing:
+        _stats.tunings += 1
+      elif source in ("disk", "file"):
+        _stats.disk_hits += 1
+      _winners[decision] = index
+      while len(_winners) > _MAX_DECISIONS:
+        del _winners[next(iter(_winners))]
+    self._record({"name": self.name, "shapes": shapes, "source": source, "winner": index,
+                  "config": self.configs[index], "table": table, "timed": missing})
+    return index
+
+  def _launches(self, index: int, avals) -> tuple[str, ...] | str:
+    """What config `index` launches (its kernels and their launch values), or how it fails to build."""
+    try:
+      return tuple(_launch_identities(jax.make_jaxpr(self._call_for(index))(*avals)))
+    except Exception as e:
+      return f"compile: {_error_text(e)}"
+
+  def _tune(self, avals, device, indices: list[int]) -> dict[int, tuning_records.Timing]:
+    """Times the configs `indices`; a config that fails to build or run gets its error instead."""
+    def build(index):
+      return jax.jit(self._call_for(index)).lower(*avals).compile()
+
+    workers = max(1, min(len(indices), os.cpu_count() or 1, 8))
+    executables, timings = {}, {}
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+      futures = {k: pool.submit(build, k) for k in indices}
+      for k, future in futures.items():
+        try:
+          executables[k] = future.result()
+        except Exception as e:
+          timings[k] = tuning_records.Timing(None, f"compile: {_error_text(e)}")
+    inputs = _random_inputs(avals, device)
+    for k, executable in executables.items():
+      try:
+        timings[k] = tuning_records.Timing(
+            _time(executable, inputs, warmup=self.warmup, rounds=self.rounds) * 1e6, None)
+        with _lock:
+          _stats.configs_timed += 1
+      except Exception as e:
+        timings[k] = tuning_records.Timing(None, f"launch: {_error_text(e)}")
+    return timings
 
 
 def autotune(factory: Callable[[dict], Callable] | None = None, *, configs: Sequence[Mapping[str, Any]],
