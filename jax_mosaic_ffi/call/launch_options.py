@@ -124,9 +124,14 @@ class CheckedLaunch:
     if not callable(value):
       return value
     try:
-      return value(*in_avals)
+      result = value(*in_avals)
+    except jax.errors.InconclusiveDimensionOperation as e:
+      raise LaunchError(launch_values.symbolic_refusal(what, in_avals, where)) from e
     except Exception as e:
       raise LaunchError(f"{where}: {what}, a callable of the input avals, raised {type(e).__name__}: {e}") from e
+    if what != "out_shape" and launch_values.has_symbolic_dim(result):
+      raise LaunchError(launch_values.symbolic_refusal(what, in_avals, where))
+    return result
 
   def spec(self, in_avals, call_site: str) -> tuple[LaunchSpec, tuple[jax.core.ShapedArray, ...], bool]:
     """The launch for inputs of these avals: (spec, output avals, single output)."""

@@ -11,6 +11,7 @@ from typing import Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
+from jax.export import is_symbolic_dim
 import ml_dtypes
 import numpy as np
 
@@ -88,8 +89,10 @@ def out_avals(out_shape, where: str) -> tuple[tuple[jax.core.ShapedArray, ...], 
       raise LaunchError(f"{where}: out_shape[{i}] must be a jax.ShapeDtypeStruct, got {s!r}")
     if isinstance(s.shape, (str, bytes)) or not isinstance(s.shape, Sequence):
       raise LaunchError(f"{where}: out_shape[{i}].shape must be a tuple of ints, got {s.shape!r}")
-    shape = tuple(integer(d, f"out_shape[{i}] dimension {k}", where) for k, d in enumerate(s.shape))
-    if any(d < 0 for d in shape):
+    # A symbolic dimension (jax.export with shape polymorphism) is jax's to refine when the export is called.
+    shape = tuple(d if is_symbolic_dim(d) else integer(d, f"out_shape[{i}] dimension {k}", where)
+                  for k, d in enumerate(s.shape))
+    if any(not is_symbolic_dim(d) and d < 0 for d in shape):
       raise LaunchError(f"{where}: out_shape[{i}] has a negative dimension: {shape}")
     try:
       dtype = jnp.dtype(s.dtype)
@@ -97,6 +100,31 @@ def out_avals(out_shape, where: str) -> tuple[tuple[jax.core.ShapedArray, ...], 
       raise LaunchError(f"{where}: out_shape[{i}] has dtype {s.dtype!r}, which is not a JAX dtype") from e
     avals.append(jax.core.ShapedArray(shape, dtype))
   return tuple(avals), single
+
+
+def has_symbolic_dim(value) -> bool:
+  """Whether a launch value (an int, a tuple of them, numpy scalars) holds a jax.export symbolic dimension."""
+  if is_symbolic_dim(value):
+    return True
+  if isinstance(value, (list, tuple)):
+    return any(has_symbolic_dim(v) for v in value)
+  return False
+
+
+def symbolic_inputs(in_avals) -> list[str]:
+  """The inputs whose shapes have symbolic dimensions, as "in0 float32[n, 128]"."""
+  return [f"in{i} {a.dtype}[{', '.join(map(str, a.shape))}]" for i, a in enumerate(in_avals)
+          if any(is_symbolic_dim(d) for d in a.shape)]
+
+
+def symbolic_refusal(what: str, in_avals, where: str) -> str:
+  """Why a launch value that depends on a symbolic dimension cannot be lowered, and what to do instead."""
+  return (f"{where}: {what} depends on a symbolic dimension of the inputs ({'; '.join(symbolic_inputs(in_avals))}). "
+          f"Launch values are fixed when the call is lowered, and jax.export with shape polymorphism only "
+          f"knows those sizes when the exported function is called. Export once per concrete size, or make "
+          f"{what} independent of the symbolic dimensions: e.g. a fixed grid with a grid-stride loop, the size "
+          f"read inside the kernel from an input array (pass jnp.asarray(x.shape[0], jnp.int32).reshape(1)) "
+          f"rather than a scalar. out_shape may use symbolic dimensions")
 
 
 def scratch_bytes(value, where: str) -> int:

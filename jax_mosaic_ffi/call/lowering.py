@@ -11,6 +11,7 @@ import os
 
 import jax
 import numpy as np
+from jax._src import core
 from jax._src.interpreters import mlir
 from jax._src.lib.mlir import ir
 
@@ -82,6 +83,12 @@ def _cuda_lowering(ctx, *operands, kernel: Kernel, out_avals, spec: LaunchSpec):
   if spec.collective is not None:
     attributes.update(_collective_attributes(ctx, kernel, spec))
     launch_spec.validate(kernel, spec, attributes)
+  result_shapes = None
+  if not all(core.is_constant_shape(a.shape) for a in out_avals):
+    # jax.export with shape polymorphism: the output shapes as values, for jax to refine when the export is
+    # called (the launch itself was checked to depend on no symbolic dimension, launch_options.py).
+    result_shapes = [mlir.shape_tensor(ctx.module_context, mlir.eval_dynamic_shape_as_ivals(ctx, a.shape))
+                     for a in out_avals]
   op = mlir.custom_call(
       contract.target_name(collective=spec.collective is not None),
       result_types=[mlir.aval_to_ir_type(ctx.module_context, a) for a in out_avals],
@@ -89,6 +96,7 @@ def _cuda_lowering(ctx, *operands, kernel: Kernel, out_avals, spec: LaunchSpec):
       backend_config={name: _ir_attribute(name, value) for name, value in attributes.items()},
       api_version=4,
       operand_output_aliases=dict(spec.aliases) or None,
+      result_shapes=result_shapes,
       operand_layouts=[list(reversed(range(len(a.shape)))) for a in ctx.avals_in],
       result_layouts=[list(reversed(range(len(a.shape)))) for a in out_avals],
       has_side_effect=False,

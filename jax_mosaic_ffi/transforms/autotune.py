@@ -46,6 +46,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import numpy as np
+from jax.export import is_symbolic_dim
 
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import flags
@@ -269,6 +270,12 @@ class Autotuned:
       self._record({"name": self.name, "shapes": shapes, "source": "untuned", "winner": self.default,
                     "config": self.configs[self.default], "table": [], "timed": []})
       return self.default
+    if any(is_symbolic_dim(d) for a in avals for d in a.shape):
+      raise AutotuneError(
+          f"autotune '{self.name}': the inputs {shapes} have symbolic dimensions (jax.export with shape "
+          "polymorphism), and configs can only be timed on concrete shapes. Pick the config first "
+          "(tuned.best_config(*concrete_avals)) and export the call it makes (tuned.factory(config)), "
+          "or export per concrete size")
     env = tuning_records.environment(device)
     signature = tuning_records.bounded_text(repr(scope))
     workers = max(1, min(len(self.configs), os.cpu_count() or 1, 8))

@@ -67,9 +67,14 @@ def call_with_meta(value, meta: dict, avals, what: str, where: str):
   except (TypeError, ValueError):
     one = False
   try:
-    return value(meta) if one else value(meta, *avals)
+    result = value(meta) if one else value(meta, *avals)
+  except jax.errors.InconclusiveDimensionOperation as e:
+    raise LaunchError(launch_values.symbolic_refusal(what, avals, where)) from e
   except Exception as e:
     raise LaunchError(f"{where}: {what}, a callable of (meta, *input avals), raised {type(e).__name__}: {e}") from e
+  if launch_values.has_symbolic_dim(result):
+    raise LaunchError(launch_values.symbolic_refusal(what, avals, where))
+  return result
 
 
 def _default_order(n_in, n_out, n_scalars):
