@@ -285,7 +285,8 @@ def test_what_cannot_work_is_refused_by_name(decorate, message):
 
 
 def test_tritons_benchmark_settings_are_accepted_and_our_timing_used(isolated_disk_cache):
-  with pytest.warns(DeprecationWarning):  # Triton's own, at decoration
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)  # Triton's own, at decoration
     legacy = triton.autotune(configs=[triton.Config({"BLOCK": 128})], key=["n"], warmup=5, rep=20,
                              use_cuda_graph=True, cache_results=True)(ds.copy)
   (cc,) = custom_calls(lower(copy_call(jmf.triton_kernel(legacy)), f32(1000)))

@@ -144,7 +144,6 @@ class _Arguments:
   """One traced call's Triton arguments: by parameter name, and where each parameter's buffer sits."""
 
   named: dict                 # runtime parameter -> ArrayArg or Python number
-  scalars: tuple              # the numpy scalars, as the launch passes them
   entries: dict               # runtime parameter -> ("in" / "out" / "scalar", index)
 
 
@@ -190,7 +189,7 @@ def launcher(function: TritonFunction, out_shape, options: LaunchOptions):
       else:
         raise LaunchError(f"{where}: param_order entry {entry!r} names nothing; use in0.., out0.., scalar0..")
       entries[param] = (kind, index)
-    return _Arguments(named, values, entries)
+    return _Arguments(named, entries)
 
   def zeroed(args: _Arguments, where) -> tuple | bool:
     """``zero_outputs`` plus the outputs ``reset_to_zero`` names; ``restore_value`` checked."""
