@@ -209,6 +209,9 @@ def test_maxnreg_of_a_config_and_of_triton_kernel_reaches_the_ptx(isolated_disk_
   (direct,) = custom_calls(lower(copy_call(jmf.triton_kernel(ds.copy, constexprs={"BLOCK": 256}, maxnreg=48)),
                                  f32(1000)))
   assert ".maxnreg 48" in ptx_of(direct)
+  configured = copy_call(jmf.triton_kernel(ds.copy), configs=[{"BLOCK": 256, "maxnreg": 56}, {"BLOCK": 128}])
+  (tuned,) = custom_calls(untuned(configured, f32(1000)))   # mosaic_kernel(configs=...) passes it on too
+  assert ".maxnreg 56" in ptx_of(tuned)
   with pytest.raises(ValueError, match=re.escape("triton_kernel 'copy': maxnreg must be a positive int, got 0")):
     jmf.triton_kernel(ds.copy, maxnreg=0)
 
