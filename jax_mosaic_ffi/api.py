@@ -26,6 +26,7 @@ from jax_mosaic_ffi.toolchain.kernel import Kernel
 from jax_mosaic_ffi.toolchain.triton_compile import TritonFunction, TritonKernel
 from jax_mosaic_ffi.transforms import autotune as autotune_lib
 from jax_mosaic_ffi.transforms import sharding as sharding_lib
+from jax_mosaic_ffi.transforms import triton_decorated
 from jax_mosaic_ffi.transforms import triton_launch
 
 
@@ -85,6 +86,8 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block=None, cluster=None, 
 
   A Triton kernel (`triton_kernel`) takes its block, shared memory and
   cluster from Triton's metadata; its callables get ``(meta, *avals)``.
+  Under ``@triton.autotune`` / ``@triton.heuristics`` they apply per call
+  (transforms/triton_decorated.py).
 
   ``configs=[{...}, ...]`` autotunes the call (transforms/autotune.py): each config's
   values reach the callables as ``meta`` (and a Triton kernel's
@@ -96,7 +99,13 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block=None, cluster=None, 
       input_output_aliases=input_output_aliases, param_order=param_order, collective=collective,
       batch_grid_axis=batch_grid_axis, fallback=fallback, sharding=sharding, scratch_bytes=scratch_bytes,
       zero_scratch=zero_scratch, zero_outputs=zero_outputs)
-  if configs is not None:
+  if isinstance(kernel, TritonFunction) and kernel.decorators:  # @triton.autotune / @triton.heuristics
+    if configs is not None or autotune_key is not None or autotune_default is not None:
+      raise ValueError(f"mosaic_kernel '{kernel.name}': the kernel's @triton.autotune/@triton.heuristics choose its "
+                       "configs; configs=, autotune_key= and autotune_default= are for an undecorated kernel")
+    call = triton_decorated.launcher(kernel, out_shape, dataclasses.replace(options, sharding=None))
+    name = f"mosaic_kernel '{kernel.name}'"
+  elif configs is not None:
     call = _tuned(kernel, out_shape, configs, autotune_key, autotune_default, options)
     name = _tuned_name(kernel)
   else:

@@ -31,6 +31,7 @@ from jax_mosaic_ffi.base.errors import CompileError, TritonUnavailable
 from jax_mosaic_ffi.base.module_format import Image, ImageKind, ParsedModule
 from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain import dump
+from jax_mosaic_ffi.toolchain import triton_decorators
 from jax_mosaic_ffi.toolchain.compiled import Compiled, param_sizes
 from jax_mosaic_ffi.toolchain.kernel import Kernel, parse_targets
 
@@ -39,7 +40,7 @@ from jax_mosaic_ffi.toolchain.kernel import Kernel, parse_targets
 # minor releases, so others are refused rather than half-working.
 SUPPORTED_TRITON = ((3, 6), (3, 7))
 SUPPORTED_TEXT = "Triton >= 3.6, < 3.7 (tested: 3.6.0, on CPU CI and an H200)"
-LAUNCH_KEYS = ("num_warps", "num_stages", "num_ctas")
+LAUNCH_KEYS = triton_decorators.LAUNCH_OPTIONS  # num_warps, num_stages, num_ctas, maxnreg
 _CACHE_FORMAT = "triton-1"
 
 
@@ -99,11 +100,17 @@ class TritonKernel(Kernel):
 
 class TritonFunction:
   """A ``@triton.jit`` function with its constexprs and options, compiled per
-  call signature (the Triton types of its parameters, from the call's avals)."""
+  call signature (the Triton types of its parameters, from the call's avals).
 
-  def __init__(self, fn, constexprs: dict, num_warps: int, num_stages: int, num_ctas: int, targets):
+  ``decorators``: the ``@triton.autotune`` / ``@triton.heuristics`` layers it
+  came with, outermost first (toolchain/triton_decorators.py), which
+  `mosaic_kernel` applies per call (transforms/triton_decorated.py)."""
+
+  def __init__(self, fn, constexprs: dict, num_warps: int, num_stages: int, num_ctas: int, targets,
+               maxnreg: int | None = None, decorators: tuple = ()):
     self.fn, self.constexprs = fn, dict(constexprs)
     self.num_warps, self.num_stages, self.num_ctas, self.targets = num_warps, num_stages, num_ctas, targets
+    self.maxnreg, self.decorators = maxnreg, tuple(decorators)
     self.name = fn.__name__
 
   def __repr__(self) -> str:
@@ -111,20 +118,21 @@ class TritonFunction:
 
   @property
   def meta(self) -> dict:
-    return {**self.constexprs, "num_warps": self.num_warps, "num_stages": self.num_stages, "num_ctas": self.num_ctas}
+    meta = {**self.constexprs, "num_warps": self.num_warps, "num_stages": self.num_stages, "num_ctas": self.num_ctas}
+    return meta if self.maxnreg is None else {**meta, "maxnreg": self.maxnreg}
 
   def with_meta(self, meta: Mapping[str, Any]) -> "TritonFunction":
-    """The same function with constexprs and launch options from an autotuning config."""
+    """The same function, undecorated, with constexprs and launch options from an autotuning config."""
     meta = dict(meta)
     launch = {k: meta.pop(k) for k in LAUNCH_KEYS if k in meta}
     constexprs = {**self.constexprs, **{k: v for k, v in meta.items() if k in _constexpr_names(self.fn)}}
     return TritonFunction(self.fn, constexprs, launch.get("num_warps", self.num_warps),
                           launch.get("num_stages", self.num_stages), launch.get("num_ctas", self.num_ctas),
-                          self.targets)
+                          self.targets, launch.get("maxnreg", self.maxnreg))
 
   def specialize(self, signature: Sequence[str], scalar_values: Mapping[int, Any] | None = None) -> TritonKernel:
     return _compile(self.fn, tuple(signature), self.constexprs, self.num_warps, self.num_stages, self.num_ctas,
-                    self.targets, scalar_values or {})
+                    self.targets, scalar_values or {}, maxnreg=self.maxnreg)
 
 
 def _constexpr_names(fn) -> list[str]:
@@ -136,25 +144,18 @@ def runtime_params(fn) -> list[str]:
 
 
 def _check_fn(fn, triton):
-  from triton.runtime.jit import JITFunction  # noqa: PLC0415  (optional dependency: Triton)
-  if isinstance(fn, JITFunction):
-    return fn
-  inner = getattr(fn, "fn", None)
-  if isinstance(inner, JITFunction):
-    raise TypeError(
-        f"jmf.triton_kernel takes the @triton.jit function itself, not a {type(fn).__name__} wrapping it "
-        f"({inner.__name__}); drop @triton.autotune/@triton.heuristics and pass configs= to mosaic_kernel "
-        "(or use jmf.autotune) instead")
-  raise TypeError(f"jmf.triton_kernel needs a @triton.jit function, got {type(fn).__name__}")
+  """The @triton.jit function and its @triton.autotune / @triton.heuristics layers (toolchain/triton_decorators.py)."""
+  return triton_decorators.unwrap(fn)
 
 
 def triton_kernel(fn, *, signature: Mapping[str, str] | Sequence[str] | None = None,
                   constexprs: Mapping[str, Any] | None = None, num_warps: int = 4, num_stages: int = 3,
-                  num_ctas: int = 1, targets=None):
+                  num_ctas: int = 1, targets=None, maxnreg: int | None = None):
   """A Triton kernel for `mosaic_kernel`.
 
   Args:
-    fn: a ``@triton.jit`` function.
+    fn: a ``@triton.jit`` function, bare or under ``@triton.autotune`` and
+      ``@triton.heuristics`` (transforms/triton_decorated.py says how they apply).
     signature: the Triton types of its non-constexpr parameters (``{"x_ptr":
       "*fp32", "n": "i32"}`` or ``["*fp32", "i32"]``). Given, the kernel is
       compiled now and a `Kernel` (a `TritonKernel`) comes back; left out, the
@@ -162,24 +163,31 @@ def triton_kernel(fn, *, signature: Mapping[str, str] | Sequence[str] | None = N
       compiled when the call is traced (a `TritonFunction`).
     constexprs: values of its ``tl.constexpr`` parameters.
     num_warps, num_stages, num_ctas: Triton's launch options.
+    maxnreg: the most registers a thread may use (PTX ``.maxnreg``), or None.
     targets: archs to compile for (default: the visible GPUs', or sm_90).
 
   Raises:
     TritonUnavailable: Triton is missing or of an unsupported version.
   """
   triton = require_triton()
-  fn = _check_fn(fn, triton)
+  fn, decorators = _check_fn(fn, triton)
   constexprs = dict(constexprs or {})
   unknown = [k for k in constexprs if k not in _constexpr_names(fn)]
   if unknown:
     raise ValueError(f"triton_kernel '{fn.__name__}': {unknown[0]!r} is not one of its tl.constexpr parameters "
                      f"({', '.join(_constexpr_names(fn)) or 'none'})")
-  for what, value in (("num_warps", num_warps), ("num_stages", num_stages), ("num_ctas", num_ctas)):
+  triton_decorators.check_constexprs(decorators, constexprs, fn.__name__)
+  for what, value in (("num_warps", num_warps), ("num_stages", num_stages), ("num_ctas", num_ctas),
+                      ("maxnreg", 1 if maxnreg is None else maxnreg)):
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
       raise ValueError(f"triton_kernel '{fn.__name__}': {what} must be a positive int, got {value!r}")
-  function = TritonFunction(fn, constexprs, num_warps, num_stages, num_ctas, parse_targets(targets))
+  function = TritonFunction(fn, constexprs, num_warps, num_stages, num_ctas, parse_targets(targets), maxnreg,
+                            decorators)
   if signature is None:
     return function
+  if decorators:
+    raise ValueError(f"triton_kernel '{fn.__name__}': signature= compiles one kernel now, but its "
+                     "@triton.autotune/@triton.heuristics choose constexprs per call; leave signature= out")
   names = runtime_params(fn)
   if isinstance(signature, Mapping):
     missing = [n for n in names if n not in signature]
@@ -216,7 +224,8 @@ def _attrs(fn, signature, scalar_values) -> dict:
   return attrs
 
 
-def _compile(fn, signature, constexprs, num_warps, num_stages, num_ctas, targets, scalar_values) -> TritonKernel:
+def _compile(fn, signature, constexprs, num_warps, num_stages, num_ctas, targets, scalar_values,
+             maxnreg=None) -> TritonKernel:
   triton = require_triton()
   missing = [p.name for p in fn.params if p.is_constexpr and p.name not in constexprs
              and p.default is inspect.Parameter.empty]
@@ -229,12 +238,15 @@ def _compile(fn, signature, constexprs, num_warps, num_stages, num_ctas, targets
                        "pointers (*fp32) and scalars (i32, fp32, ...). Build tensor descriptors inside the kernel "
                        "with tl.make_tensor_descriptor")
   attrs = _attrs(fn, signature, scalar_values)
-  requests = _requests(fn, signature, constexprs, attrs, num_warps, num_stages, num_ctas, targets)
+  requests = _requests(fn, signature, constexprs, attrs, num_warps, num_stages, num_ctas, targets, maxnreg)
   entry_key = disk_cache.key(
       _CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"triton {triton.__version__}", fn.__name__,
       *signature, json.dumps(sorted((k, _key_value(v)) for k, v in constexprs.items())),
-      f"w{num_warps} s{num_stages} c{num_ctas}", *(t.sm for t in targets), *(r.key for r in requests))
+      f"w{num_warps} s{num_stages} c{num_ctas}" + ("" if maxnreg is None else f" r{maxnreg}"),
+      *(t.sm for t in targets), *(r.key for r in requests))
   meta = {**constexprs, "num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas}
+  if maxnreg is not None:
+    meta["maxnreg"] = maxnreg
 
   def decode(data: bytes) -> TritonKernel:
     kernel = _from_bytes(fn.__name__, data)  # meta is not stored: it is this call's
@@ -244,7 +256,7 @@ def _compile(fn, signature, constexprs, num_warps, num_stages, num_ctas, targets
     with _compile_lock:
       kernel = _run_triton(triton, fn, signature, constexprs, requests, num_warps, num_stages, num_ctas)
       compile_cache.count_compiles("triton", len(targets))
-    return kernel, True
+    return TritonKernel(kernel.name, kernel.compiled, dataclasses.replace(kernel.info, meta=tuple(meta.items()))), True
 
   found = compile_cache.cached(entry_key, compile=compile, encode=_to_bytes, decode=decode)
   if found.source != "memory":
@@ -263,7 +275,8 @@ class _Request:
   key: str
 
 
-def _requests(fn, signature, constexprs, attrs, num_warps, num_stages, num_ctas, targets) -> list[_Request]:
+def _requests(fn, signature, constexprs, attrs, num_warps, num_stages, num_ctas, targets,
+              maxnreg=None) -> list[_Request]:
   """Each target's compile and Triton's cache key for it, which covers what
   changes Triton's output beyond our inputs: its knobs, ptxas, own code."""
   from triton.backends.compiler import GPUTarget  # noqa: PLC0415  (optional dependency: Triton)
@@ -274,6 +287,8 @@ def _requests(fn, signature, constexprs, attrs, num_warps, num_stages, num_ctas,
   for p in fn.params:
     full[p.name] = "constexpr" if p.is_constexpr else next(runtime)
   options = {"num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas}
+  if maxnreg is not None:
+    options["maxnreg"] = maxnreg
   env_vars = get_cache_invalidating_env_vars()
   requests = []
   for target in targets:

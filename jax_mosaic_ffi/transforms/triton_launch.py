@@ -77,7 +77,7 @@ def call_with_meta(value, meta: dict, avals, what: str, where: str):
   return result
 
 
-def _default_order(n_in, n_out, n_scalars):
+def default_order(n_in, n_out, n_scalars):
   return [f"in{i}" for i in range(n_in)] + [f"out{o}" for o in range(n_out)] + [f"scalar{k}" for k in range(n_scalars)]
 
 
@@ -112,7 +112,7 @@ def launcher(target: TritonKernel | TritonFunction, out_shape, options: LaunchOp
     values = call_with_meta(scalars, meta, in_avals, "scalars", where)
     launch_values.scalars(values, where)  # its checks and messages, before the values are typed for Triton
     n_in, n_out = len(in_avals), len(out_avals)
-    order = list(param_order) if param_order is not None else _default_order(n_in, n_out, len(values))
+    order = list(param_order) if param_order is not None else default_order(n_in, n_out, len(values))
     kernel = _specialize(target, order, in_avals, out_avals, values, where)
     info = kernel.info
     dims = launch_values.dims(call_with_meta(grid, meta, in_avals, "grid", where), "grid", where)

@@ -1,0 +1,319 @@
+"""Launching a Triton kernel under ``@triton.autotune`` / ``@triton.heuristics``, as Triton would, at trace time.
+
+    @triton.autotune(configs=[triton.Config({"BLOCK": 256}, num_warps=4),
+                              triton.Config({"BLOCK": 1024}, num_warps=8)], key=["n"])
+    @triton.heuristics({"EVEN": lambda args: args["n"] % args["BLOCK"] == 0})
+    @triton.jit
+    def scale(x_ptr, out_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr): ...
+
+    call = jmf.mosaic_kernel(jmf.triton_kernel(scale), lambda x: x,
+                             grid=lambda meta, x: jmf.cdiv(x.size, meta["BLOCK"]),
+                             scalars=lambda meta, x: (np.int32(x.size),))
+
+When a call is traced, its Triton arguments are built first, as Triton gets
+them: each runtime parameter, by name, is a scalar's value (a Python number)
+or an array's stand-in (`ArrayArg`: shape, dtype, strides, no data). The
+``scalars`` are those arguments, so they are evaluated before any decorator,
+with the meta of ``triton_kernel``'s own constexprs and options. Then the
+decorators apply outermost first, as Triton's ``run`` chain does:
+
+- ``@triton.heuristics``: each value ``f(args)`` in order, ``args`` being the
+  arguments plus the meta so far (a heuristic below ``@triton.autotune`` sees
+  each config's values, and overrides them, as in Triton).
+- ``@triton.autotune``: ``prune_configs_by`` with Triton's conventions
+  (``early_config_prune(configs, named_args, **kwargs)``, ``perf_model(
+  **named_args, **kwargs, **config.all_kwargs())``, ``top_k``: an int, or a
+  fraction of the configs left, at least one), then one candidate per config
+  left, the layers below it applied to each. Several candidates are timed by
+  our autotuner (transforms/autotune.py: on the GPU, winner kept in memory and
+  on disk); one needs no timing.
+
+Triton's ``key`` re-tunes when the named arguments' values or any tensor's
+dtype change; our tuning is scoped by every input's shape and dtype (which fix
+every scalar computed from them) and the values of the scalars ``key`` names,
+so it is at least as fine. ``reset_to_zero`` names outputs the runtime zeroes
+before every launch (``zero_outputs``): Triton zeroes them only around its
+timing, but here an output is a fresh buffer on every call. ``restore_value``
+needs nothing: a timed launch runs on random inputs of the call's shapes,
+and an in-place (aliased) buffer is copied by XLA before the kernel unless the
+caller donates it, so timing never writes the caller's arrays. It must name
+an aliased buffer. The grid callable gets the final meta (constexprs, the
+config's and the heuristics' values, launch options).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import threading
+
+import jax
+import numpy as np
+
+from jax_mosaic_ffi.base import source_location
+from jax_mosaic_ffi.base.errors import LaunchError, who
+from jax_mosaic_ffi.call import launch_values
+from jax_mosaic_ffi.call.launch_options import LaunchOptions
+from jax_mosaic_ffi.toolchain import triton_decorators
+from jax_mosaic_ffi.toolchain.triton_compile import TritonFunction, runtime_params
+from jax_mosaic_ffi.toolchain.triton_decorators import Autotune, Heuristics
+from jax_mosaic_ffi.transforms import autotune as autotune_lib
+from jax_mosaic_ffi.transforms import triton_launch
+
+_TUNED_PER_CALL = 32  # config spaces kept per call (one per distinct set of candidates): a bound, not a tuning
+
+
+class ArgDtype:
+  """An array's dtype as heuristics test it: equal to its numpy/JAX dtype, its Triton type ("fp16",
+  ``tl.float16``), its torch dtype (``torch.float16``) or their names; ``itemsize``; ``is_floating_point``."""
+
+  def __init__(self, dtype):
+    self.numpy = np.dtype(dtype)
+    self.name = self.numpy.name
+    self.triton = triton_launch.triton_type(self.numpy)
+    self.itemsize = self.numpy.itemsize
+    self.is_floating_point = self.numpy.kind == "f" or self.name in ("bfloat16",) or self.name.startswith("float8")
+    self.is_signed = self.numpy.kind in "if" or self.is_floating_point
+
+  def __eq__(self, other):
+    if isinstance(other, ArgDtype):
+      return self.name == other.name
+    if isinstance(other, str):
+      return other in (self.name, self.triton, f"torch.{self.name}")
+    module = type(other).__module__ or ""
+    if module.split(".")[0] == "torch":
+      return str(other) == f"torch.{self.name}"
+    if module.split(".")[0] == "triton":
+      return getattr(other, "name", None) == self.triton
+    try:
+      return np.dtype(other) == self.numpy
+    except TypeError:
+      return NotImplemented
+
+  def __hash__(self):
+    return hash(self.name)
+
+  def __repr__(self):
+    return self.name
+
+
+class ArrayArg:
+  """An array argument as Triton's decorators see it when the call is traced: shape, dtype and row-major
+  strides (in elements), torch-style methods too; no data and no address yet."""
+
+  def __init__(self, name: str, aval):
+    self.name, self.shape, self.dtype = name, tuple(int(d) for d in aval.shape), ArgDtype(aval.dtype)
+    self.ndim = len(self.shape)
+    strides, step = [], 1
+    for dim in reversed(self.shape):
+      strides.append(step)
+      step *= dim
+    self._strides = tuple(reversed(strides))
+
+  def numel(self) -> int:
+    return int(np.prod(self.shape, dtype=np.int64))
+
+  nelement = numel
+
+  def dim(self) -> int:
+    return self.ndim
+
+  def size(self, axis=None):
+    return self.shape if axis is None else self.shape[axis]
+
+  def stride(self, axis=None):
+    return self._strides if axis is None else self._strides[axis]
+
+  def element_size(self) -> int:
+    return self.dtype.itemsize
+
+  def is_contiguous(self) -> bool:
+    return True
+
+  def data_ptr(self):
+    raise TypeError(f"argument {self.name!r} has no address when the call is traced (XLA allocates it later); "
+                    "its buffers are 16-byte aligned")
+
+  def __repr__(self):
+    return f"ArrayArg({self.name!r}, shape={self.shape}, dtype={self.dtype})"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Arguments:
+  """One traced call's Triton arguments: by parameter name, and where each parameter's buffer sits."""
+
+  named: dict                 # runtime parameter -> ArrayArg or Python number
+  entries: dict               # runtime parameter -> ("in" / "out" / "scalar", index)
+
+
+def launcher(function: TritonFunction, out_shape, options: LaunchOptions):
+  """The function of arrays that launches a decorated Triton kernel (module doc); sharding is the caller's."""
+  layers = function.decorators
+  base = function.with_meta({})  # undecorated; its meta is what the scalars see
+  tuners = [layer for layer in layers if isinstance(layer, Autotune)]
+  tuner = tuners[0] if tuners else None
+  tuned: collections.OrderedDict = collections.OrderedDict()
+  lock = threading.Lock()
+
+  def arguments(in_avals, where) -> _Arguments:
+    shapes = out_shape(*in_avals) if callable(out_shape) else out_shape
+    out_avals, _ = launch_values.out_avals(shapes, where)
+    try:
+      values = triton_launch.call_with_meta(options.scalars, base.meta, in_avals, "scalars", where)
+    except LaunchError as e:
+      if not isinstance(e.__cause__, KeyError):
+        raise
+      raise LaunchError(f"{where}: a decorated kernel's scalars are its arguments, computed before its configs and "
+                        f"heuristics (as Triton's are), so they cannot read meta[{e.__cause__}]; compute them from "
+                        "the input avals") from e
+    values = tuple(values) if isinstance(values, (tuple, list)) else (values,)
+    launch_values.scalars(values, where)
+    order = (list(options.param_order) if options.param_order is not None
+             else triton_launch.default_order(len(in_avals), len(out_avals), len(values)))
+    params = runtime_params(base.fn)
+    if len(order) != len(params):
+      raise LaunchError(
+          f"{where}: the Triton function takes {len(params)} non-constexpr parameters ({', '.join(params)}) but "
+          f"the call passes {len(order)} ({', '.join(map(str, order))}): inputs, outputs, then scalars, or "
+          "param_order")
+    named, entries = {}, {}
+    for param, entry in zip(params, map(str, order)):
+      kind = entry.rstrip("0123456789")
+      index = int(entry[len(kind):] or -1)
+      avals = {"in": in_avals, "out": out_avals}.get(kind)
+      if avals is not None and 0 <= index < len(avals):
+        named[param] = ArrayArg(param, avals[index])
+      elif kind == "scalar" and 0 <= index < len(values):
+        named[param] = np.asarray(values[index]).item()
+      else:
+        raise LaunchError(f"{where}: param_order entry {entry!r} names nothing; use in0.., out0.., scalar0..")
+      entries[param] = (kind, index)
+    return _Arguments(named, entries)
+
+  def zeroed(args: _Arguments, where) -> tuple | bool:
+    """``zero_outputs`` plus the outputs ``reset_to_zero`` names; ``restore_value`` checked."""
+    aliases = dict(options.input_output_aliases or {})
+    if tuner is None:
+      return options.zero_outputs
+    for name in tuner.restore_value:
+      kind, index = args.entries[name]
+      if not ((kind == "in" and index in aliases) or (kind == "out" and index in aliases.values())):
+        raise LaunchError(f"{where}: @triton.autotune(restore_value=...) names {name!r}, which is {kind}{index} "
+                          "here, not updated in place: make it an input aliased to an output (input_output_aliases) "
+                          "if the kernel writes it, else drop it from restore_value")
+    zero = []
+    for name in tuner.reset_to_zero:
+      kind, index = args.entries[name]
+      if kind == "out" and index not in aliases.values():
+        zero.append(index)
+        continue
+      aliased = (kind == "in" and index in aliases) or kind == "out"
+      what = "updated in place (aliased): its values are the caller's" if aliased else "not an output"
+      raise LaunchError(f"{where}: @triton.autotune(reset_to_zero=...) names {name!r}, which is {kind}{index} here, "
+                        f"{what}; the runtime zeroes outputs the kernel accumulates into before every launch: "
+                        "make it an output of its own (not aliased), or drop it from reset_to_zero")
+    if options.zero_outputs is True or not zero:
+      return options.zero_outputs
+    return tuple(sorted(set(options.zero_outputs or ()) | set(zero)))
+
+  def candidates(args: _Arguments, where) -> list[dict]:
+    """The final meta of each launch to consider: the decorators applied outermost first."""
+    metas = [(base.meta, set(base.constexprs))]  # (meta, the keys Triton would have in its kwargs)
+    for layer in layers:
+      if isinstance(layer, Heuristics):
+        metas = [_heuristics(layer, args.named, meta, passed, where) for meta, passed in metas]
+        continue
+      ((meta, passed),) = metas  # one autotune, refused twice by triton_decorators
+      kwargs = {k: meta[k] for k in passed}
+      metas = [({**meta, **config_meta}, passed | config_meta.keys())
+               for config_meta in _prune(layer, args.named, kwargs, base.fn, where)]
+    return [meta for meta, _ in metas]
+
+  def plain(meta: dict, zero_outputs, where_scalars):
+    """One candidate's call: the undecorated function with this meta; the scalars as the decorators saw them."""
+    scalars = options.scalars
+    if callable(scalars):
+      scalars = lambda meta_, *avals: triton_launch.call_with_meta(  # noqa: E731
+          options.scalars, base.meta, avals, "scalars", where_scalars)
+    launch = dataclasses.replace(options, scalars=scalars, zero_outputs=zero_outputs, sharding=None)
+    return triton_launch.launcher(base.with_meta(meta), out_shape, launch)
+
+  def call(*arrays):
+    site = source_location.current()
+    where = who(function, site)
+    in_avals = tuple(jax.typeof(a) for a in arrays)
+    args = arguments(in_avals, where)
+    zero_outputs = zeroed(args, where)
+    metas = candidates(args, where)
+    if len(metas) == 1:  # heuristics only, or one config left: nothing to time
+      return plain(metas[0], zero_outputs, where)(*arrays)
+    space = json.dumps([sorted((k, repr(v)) for k, v in m.items()) for m in metas]) + repr(zero_outputs)
+    with lock:
+      tuned_call = tuned.get(space)
+      if tuned_call is None:
+        key_names = [n for n in tuner.key if n in args.named and not isinstance(args.named[n], ArrayArg)]
+
+        def key(*avals):
+          named = arguments(avals, where).named
+          return (tuple((tuple(a.shape), str(a.dtype)) for a in avals), tuple((n, named[n]) for n in key_names))
+
+        tuned_call = autotune_lib.Autotuned(lambda meta: plain(meta, zero_outputs, where), metas, key=key,
+                                            name=f"mosaic_kernel {base.name} @triton.autotune")
+        tuned[space] = tuned_call
+        while len(tuned) > _TUNED_PER_CALL:
+          tuned.popitem(last=False)
+      tuned.move_to_end(space)
+    return tuned_call(*arrays)
+
+  return call
+
+
+def _plain_value(value):
+  return value.item() if isinstance(value, np.generic) else value
+
+
+def _heuristics(layer: Heuristics, named: dict, meta: dict, passed: set, where: str):
+  meta, passed = dict(meta), set(passed)
+  for key, heuristic in layer.values:
+    try:
+      value = heuristic({**named, **meta})
+    except Exception as e:
+      raise LaunchError(f"{where}: @triton.heuristics value for {key!r} raised {type(e).__name__}: {e}") from e
+    meta[key] = _plain_value(value)
+    passed.add(key)
+  return meta, passed
+
+
+def _prune(layer: Autotune, named: dict, kwargs: dict, fn, where: str) -> list[dict]:
+  """The configs left by ``prune_configs_by`` (Triton's conventions: module doc), as meta dicts."""
+  configs = list(layer.configs)
+  if layer.early_config_prune is not None:
+    try:
+      configs = layer.early_config_prune(configs, dict(named), **kwargs)
+    except Exception as e:
+      raise LaunchError(f"{where}: prune_configs_by['early_config_prune'] raised {type(e).__name__}: {e}") from e
+    configs = list(configs or ())
+    if not configs:
+      raise LaunchError(f"{where}: prune_configs_by['early_config_prune'] left no config; it must return at least "
+                        "one triton.Config")
+  params = {p.name: p for p in fn.params}
+  try:  # what early_config_prune returns is checked as the decorator's own configs were
+    metas = [triton_decorators.check_config(config, fn.__name__, params) for config in configs]
+  except (AttributeError, ValueError) as e:
+    raise LaunchError(f"{where}: prune_configs_by['early_config_prune'] returned a config that cannot launch: "
+                      f"{e}") from e
+  if layer.perf_model is not None:
+    top_k = layer.top_k
+    if isinstance(top_k, float):
+      top_k = max(1, int(len(configs) * top_k))
+    if len(configs) > top_k:
+      estimates = []
+      for config in configs:
+        try:
+          estimates.append(layer.perf_model(**named, **kwargs, **config.all_kwargs()))
+        except Exception as e:
+          raise LaunchError(f"{where}: prune_configs_by['perf_model'] raised {type(e).__name__}: {e}") from e
+      order = sorted(range(len(configs)), key=lambda k: estimates[k])[:top_k]
+      metas = [metas[k] for k in order]
+  return metas
