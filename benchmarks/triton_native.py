@@ -316,7 +316,7 @@ def environment(with_torch: bool = True) -> dict:
   return {"np": np, "jax": jax, "jnp": jnp, "jmf": jmf, "torch": torch, "triton": triton, "K": K}
 
 
-def _stamps(env):
+def stamps(env):
   jax, jnp, jmf, np = env["jax"], env["jnp"], env["jmf"], env["np"]
   kernel_begin = jmf.cuda_kernel(STAMP_SOURCE, "stamp_begin")
   kernel_end = jmf.cuda_kernel(STAMP_SOURCE, "stamp_end")
@@ -331,17 +331,34 @@ def _stamps(env):
   return begin, end, ns
 
 
+def stamped_chain(case: Case, stamps):
+  """Our side's timed program: (GPU clock before, GPU clock after, outputs) of `case.chain` calls, each fed by
+  the last, between two stamps that depend on the chain's first input and on its last outputs."""
+  begin, end, _ = stamps
+
+  def program(*xs):
+    first, start = begin(xs[0])
+    xs = (first, *xs[1:])
+    outs = None
+    for _ in range(case.chain):
+      outs = case.ours(*xs)
+      xs = case.carry(xs, outs)
+    last = list(outs)[:4]
+    return start, end(*(last + last[:1] * (4 - len(last)))), outs
+  return program
+
+
 def _error(got, want) -> float:
   got, want = (np_.astype("float64") for np_ in (got, want))
   return float(abs(got - want).max() / max(abs(want).max(), 1e-30))
 
 
-def _measure_case(name, env, stamps, rounds):
+def _measure_case(name, env, clock, rounds):
   np, jax, jmf, torch = env["np"], env["jax"], env["jmf"], env["torch"]
   case = make_case(name, env)
   ours, theirs, launched, carry, chain, tolerance, unit = (
       case.ours, case.theirs, case.launched, case.carry, case.chain, case.tolerance, case.unit)
-  begin, end, ns = stamps
+  ns = clock[2]
   inputs = case.inputs()
   tensors = [torch.from_numpy(a).to(torch.device("cuda")) for a in inputs]
   arrays = [jax.device_put(a) for a in inputs]
@@ -374,22 +391,14 @@ def _measure_case(name, env, stamps, rounds):
   if autotuned is not None:
     configs = unwrap(autotuned)[1]
     triton_winner = {k: v for k, v in autotuned.best_config.all_kwargs().items() if k in configs[0]}
-    ours_winner = our_reports[-1]["config"] if our_reports else None
+    # Our report's config, on the keys of a triton.Config (a decorated kernel's meta may hold more).
+    ours_winner = {k: our_reports[-1]["config"].get(k) for k in triton_winner} if our_reports else None
     result["winners"] = {"triton": triton_winner, "ours": ours_winner}
-    if ours_winner is not None and dict(ours_winner) != triton_winner:
+    if ours_winner is not None and ours_winner != triton_winner:
       calls["triton_at_our_config"] = launcher(Pinned(autotuned, ours_winner))
       samples["triton_at_our_config"] = []
 
-  def program(*xs):
-    first, start = begin(xs[0])
-    xs = (first, *xs[1:])
-    outs = None
-    for _ in range(chain):
-      outs = ours(*xs)
-      xs = carry(xs, outs)
-    last = list(outs)[:4]
-    return start, end(*(last + last[:1] * (4 - len(last)))), outs
-  jitted = jax.jit(program)
+  jitted = jax.jit(stamped_chain(case, clock))
 
   def ours_sample():
     start, stop, _ = jitted(*arrays)
@@ -487,10 +496,10 @@ def run(cases=(), rounds: int = ROUNDS) -> dict:
     except Exception as e:
       result["errors"]["us_per_call"] = f"{type(e).__name__}: {e}"
     return result
-  stamps = _stamps(env)
+  stamps_ = stamps(env)
   for name in cases:
     try:
-      result["cases"][name] = _measure_case(name, env, stamps, rounds)
+      result["cases"][name] = _measure_case(name, env, stamps_, rounds)
       result["speed"][name] = result["cases"][name]["speed"]
     except Exception as e:  # one case's failure is its row, not the run's
       result["errors"][name] = f"{type(e).__name__}: {str(e)[:2000]}"

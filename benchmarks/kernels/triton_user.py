@@ -64,7 +64,6 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
 
 # BLOCK_N divides BLOCK_M in each: the causal diagonal is walked in whole key blocks.
 ATTENTION_CONFIGS = [
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_stages=3, num_warps=4),
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_stages=3, num_warps=8),
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 128}, num_stages=2, num_warps=8),
     triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_stages=4, num_warps=4),
