@@ -248,3 +248,11 @@ def test_the_triton_native_rows_and_goals():
   assert "- rowwise: n/a: skipped: needs a GPU visible to both jax and torch" in page
   assert "heuristics evaluated into `constexprs=`" in page  # which way our side received the kernels
   assert "| ours / Triton | **0.25x** |" in page and "| Triton launcher, eager | 8 (7.5) |" in page
+
+
+def test_a_failed_launch_measurement_is_the_goals_reason():
+  failed = {"errors": {"ours": "AssertionError: launch chain: expected 200"}}
+  results = {"results": {"triton_native": {"launch": failed}}}
+  verdict = next(v for v in goals.verdicts(results) if v.goal.metric == "triton_native/launch/us_per_call/ours")
+  assert verdict.reason == "failed: AssertionError: launch chain: expected 200"
+  assert "Launch cost: n/a: AssertionError: launch chain: expected 200" in report.render(results)
