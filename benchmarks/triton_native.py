@@ -97,7 +97,9 @@ def _plain(value):
 def through_jmf(jmf, decorated, out_shape, *, grid, scalars, param_order, avals, constexprs=None, num_warps=None):
   """The call of a decorated Triton kernel through mosaic_kernel, in either mode (module doc).
 
-  `avals` are the call's input shapes, for the heuristics, which see every argument by its parameter name."""
+  `avals` are the call's input shapes, for the heuristics, which see every argument by its parameter name (in
+  the undecorated mode they see no config's values: none of these kernels stacks a heuristic under an
+  autotune)."""
   options = {} if num_warps is None else {"num_warps": num_warps}
   constexprs = dict(constexprs or {})
   if decorated_mode():
