@@ -81,6 +81,21 @@ GOALS = (
              "Our kernel is one CTA per 128 x 256 tile, not persistent, with a register-to-global epilogue: "
              "the tensor cores idle while a tile's results are stored and the next CTA fills its pipeline. "
              "docs/benchmarks.md says what would close the gap.")),
+    *(Goal(f"Triton kernel as users write it, {label}: at least 0.97x Triton's own launcher (GPU time)",
+           metric=f"triton_native/{run}/speed/{case}", compare=">=", threshold=0.97,
+           explain_unmet=("GPU time per call: ours {ours} us, Triton's launcher {triton} us. The table below has "
+                          "both autotuners' winners and, where they differ, Triton's launcher at ours."),
+           context={"ours": f"triton_native/{run}/cases/{case}/us/ours",
+                    "triton": f"triton_native/{run}/cases/{case}/us/triton"})
+      for run, case, label in (("matmul", "matmul_4096", "grouped matmul 4096"),
+                               ("matmul", "matmul_8192", "grouped matmul 8192"),
+                               ("attention", "attention", "flash attention"),
+                               ("attention", "attention_causal", "causal flash attention"),
+                               ("rowwise", "softmax", "fused softmax"),
+                               ("rowwise", "layer_norm", "layer norm fwd + bwd"))),
+    Goal("Triton kernel launches: a call inside jit costs the host no more than Triton's eager launch",
+         metric="triton_native/launch/us_per_call/ours", baseline="triton_native/launch/us_per_call/triton_eager",
+         compare="<=", threshold=1.0, unit="us"),
 )
 
 

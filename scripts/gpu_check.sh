@@ -2,6 +2,7 @@
 # One call on the GPU machine: build and install, run the tests (GPU ones
 # included), then the benchmarks. Logs go to $OUT when it is set.
 #   bash scripts/gpu_check.sh [tests|bench|all] [pytest args or test files...]
+# JMF_BENCH_ONLY=triton_native (python -m benchmarks --only's syntax) runs some benchmarks only.
 # The tests run through the README's test command (scripts/test.sh) in its
 # offline mode: that machine has no network, and its python3 already has jax
 # with the CUDA plugin, nanobind, scikit-build-core and pytest. The venv sees
@@ -36,6 +37,7 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   echo "== benchmarks"
-  "$JMF_VENV/bin/python" -m benchmarks --out "$out" 2>&1 | tee "$out/bench.log" | tail -150
+  "$JMF_VENV/bin/python" -m benchmarks --out "$out" ${JMF_BENCH_ONLY:+--only "$JMF_BENCH_ONLY"} 2>&1 |
+    tee "$out/bench.log" | tail -150
 fi
 exit $status

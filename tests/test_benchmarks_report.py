@@ -6,7 +6,6 @@ failed, one run skipped, one stage count missing, one corpus kernel failed
 and one disagreed with its XLA equivalent.
 """
 
-import importlib.util
 import inspect
 import json
 import os
@@ -16,26 +15,13 @@ import sys
 
 import pytest
 
+import benchmarks_package
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURE = os.path.join(REPO, "tests", "data", "benchmark_results.json")
 
 
-def _load_benchmarks():
-  """The benchmarks package of this tree, without putting the tree on sys.path
-  (its jax_mosaic_ffi may have no compiled extension)."""
-  if "benchmarks" not in sys.modules:
-    spec = importlib.util.spec_from_file_location("benchmarks", os.path.join(REPO, "benchmarks", "__init__.py"),
-                                                  submodule_search_locations=[os.path.join(REPO, "benchmarks")])
-    package = importlib.util.module_from_spec(spec)
-    sys.modules["benchmarks"] = package
-    spec.loader.exec_module(package)
-  import benchmarks.goals
-  import benchmarks.report
-  import benchmarks.suite
-  return benchmarks
-
-
-bench = _load_benchmarks()
+bench = benchmarks_package.load()
 goals, report, suite = bench.goals, bench.report, bench.suite
 
 
@@ -54,7 +40,7 @@ def test_every_benchmark_is_found_in_order_with_unique_runs():
   modules = suite.discover()
   names = [m.NAME for m in modules]
   assert names == ["launch", "bandwidth", "inplace", "sites", "compile", "vmap", "allreduce", "cross_process",
-                   "autotune", "corpus", "gemm"]
+                   "autotune", "triton_native", "corpus", "gemm"]
   for module in modules:
     runs = [r.name for r in module.RUNS]
     assert runs and len(set(runs)) == len(runs) and all("/" not in r for r in runs)
@@ -218,3 +204,55 @@ def test_xla_phases_are_read_from_xla_log_lines():
   assert phases["after"] == pytest.approx((23 + 10) / 2)
   assert phases["xla_total"] == pytest.approx(126)
   assert xla_phases.parse(["I1203 08:36:25.763168 800 a.cc:1] something else"]) == {"executions": 0}
+
+
+def _triton_native_case(ours_us, triton_us, unit="TFLOP/s", winners=None, at_ours=None):
+  us = {"ours": ours_us, "triton": triton_us, **({"triton_at_our_config": at_ours} if at_ours else {})}
+  return {"chain": 5, "rounds": 15, "max_error": {"ours": 1.2e-3, "triton": 1.1e-3}, "unit": unit, "work": 1.1e12,
+          "us": us, "throughput": {k: 1.1e12 / v / 1e6 for k, v in us.items()}, "speed": triton_us / ours_us,
+          **({"winners": winners} if winners else {})}
+
+
+def test_the_triton_native_rows_and_goals():
+  config = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3,
+            "num_ctas": 1}
+  other = dict(config, BLOCK_M=256, BLOCK_N=128)
+  results = {"date": "2026-12-03 18:00 UTC", "machine": {}, "results": {"triton_native": {
+      "matmul": {"decorated": False, "errors": {}, "speed": {"matmul_4096": 0.98, "matmul_8192": 0.5},
+                 "cases": {"matmul_4096": _triton_native_case(200.0, 196.0, winners={"triton": config,
+                                                                                      "ours": config}),
+                           "matmul_8192": _triton_native_case(3000.0, 1500.0, winners={"triton": config,
+                                                                                        "ours": other},
+                                                              at_ours=1600.0)}},
+      "attention": {"decorated": False, "cases": {}, "speed": {},
+                    "errors": {"attention": "CompileError: out of shared memory",
+                               "attention_causal": "CompileError: out of shared memory"}},
+      "rowwise": {"skipped": "needs a GPU visible to both jax and torch"},
+      "launch": {"chain": 200, "errors": {}, "us_per_call": {"ours": 2.0, "triton_eager": 8.0, "triton_enqueue": 7.5}},
+  }}}
+  by_metric = {v.goal.metric: v for v in goals.verdicts(results)}
+  assert by_metric["triton_native/matmul/speed/matmul_4096"].status == "met"
+  slow = by_metric["triton_native/matmul/speed/matmul_8192"]
+  assert slow.status == "not met" and "ours 3000 us, Triton's launcher 1500 us" in slow.explanation
+  failed = by_metric["triton_native/attention/speed/attention_causal"]
+  assert failed.status == "not measured" and failed.reason == "failed: CompileError: out of shared memory"
+  assert by_metric["triton_native/rowwise/speed/softmax"].reason == "skipped: needs a GPU visible to both jax and torch"
+  launch = by_metric["triton_native/launch/us_per_call/ours"]
+  assert launch.status == "met" and launch.judged == pytest.approx(0.25)
+  page = report.render(results)
+  assert "## Triton kernels as users write them: our runtime against Triton's own launcher\n" in page
+  assert ("| grouped matmul, 4096^3 fp16 | 196 (5612) | 200 (5500) | **0.98x** | TFLOP/s "
+          "| M128 N256 K64 G8 w8 s3 / M128 N256 K64 G8 w8 s3 | 1.1e-03 / 1.2e-03 |") in page
+  assert "| M128 N256 K64 G8 w8 s3 / M256 N128 K64 G8 w8 s3 (Triton at ours: 1600 us) |" in page
+  assert "| flash attention fwd, causal, 4x32x4096x128 fp16 | n/a | n/a | n/a | CompileError: out of shared" in page
+  assert "- rowwise: n/a: skipped: needs a GPU visible to both jax and torch" in page
+  assert "heuristics evaluated into `constexprs=`" in page  # which way our side received the kernels
+  assert "| ours / Triton | **0.25x** |" in page and "| Triton launcher, eager | 8 (7.5) |" in page
+
+
+def test_a_failed_launch_measurement_is_the_goals_reason():
+  failed = {"errors": {"ours": "AssertionError: launch chain: expected 200"}}
+  results = {"results": {"triton_native": {"launch": failed}}}
+  verdict = next(v for v in goals.verdicts(results) if v.goal.metric == "triton_native/launch/us_per_call/ours")
+  assert verdict.reason == "failed: AssertionError: launch chain: expected 200"
+  assert "Launch cost: n/a: AssertionError: launch chain: expected 200" in report.render(results)
