@@ -9,10 +9,6 @@ between two CUDA events on torch's stream behind a sleep kernel, so that neither
 Both autotune their configs; the winners are reported, and where they differ Triton's launcher is timed at our
 winner too. The launch run measures the host cost per call: a jitted chain of small Triton launches through
 jmf against Triton's eager `kernel[grid](...)` loop.
-
-DECORATED (or JMF_BENCH_DECORATED=1) chooses how our side receives a kernel: the decorated function itself, or
-the undecorated `@triton.jit` function with the decorators' configs as `configs=` and their heuristics evaluated
-into `constexprs=` (what the decorators would pick; used until jmf.triton_kernel accepts decorated functions).
 """
 
 from __future__ import annotations
@@ -20,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
-import re
 import statistics
 import sys
 from typing import Callable
@@ -36,7 +31,6 @@ RUNS = (Run("matmul", kwargs={"cases": ("matmul_4096", "matmul_8192")}, timeout_
         Run("rowwise", kwargs={"cases": ("softmax", "layer_norm")}, timeout_s=150),
         Run("launch", kwargs={"cases": ()}, timeout_s=120))
 
-DECORATED = False  # True once jmf.triton_kernel accepts @triton.autotune / @triton.heuristics functions
 KERNELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
 ROUNDS = 15
 LAUNCH_CHAIN = 200
@@ -69,10 +63,6 @@ extern "C" __global__ void stamp_end(const char* a, const char* b, const char* c
 '''
 
 
-def decorated_mode() -> bool:
-  return os.environ.get("JMF_BENCH_DECORATED", "1" if DECORATED else "0") == "1"
-
-
 # ------------------------------------------------------------------ the decorators, unwrapped or not
 
 def unwrap(fn):
@@ -89,32 +79,13 @@ def unwrap(fn):
   return fn, configs, heuristics
 
 
-def _plain(value):
-  """A numpy scalar as the Python number Triton's launcher would see."""
-  return value.item() if hasattr(value, "item") else value
-
-
 def through_jmf(jmf, decorated, out_shape, *, grid, scalars, param_order, avals, constexprs=None, num_warps=None):
-  """The call of a decorated Triton kernel through mosaic_kernel, in either mode (module doc).
-
-  `avals` are the call's input shapes, for the heuristics, which see every argument by its parameter name (in
-  the undecorated mode they see no config's values: none of these kernels stacks a heuristic under an
-  autotune)."""
+  """The call of a decorated Triton kernel through mosaic_kernel, as a user writes it (``avals`` unused: the
+  decorators' heuristics see the call's own arguments)."""
+  del avals
   options = {} if num_warps is None else {"num_warps": num_warps}
-  constexprs = dict(constexprs or {})
-  if decorated_mode():
-    kernel, configs = jmf.triton_kernel(decorated, constexprs=constexprs or None, **options), None
-  else:
-    fn, configs, heuristics = unwrap(decorated)
-    outs = out_shape if isinstance(out_shape, (tuple, list)) else (out_shape,)
-    named = {}
-    for name, entry in zip([p.name for p in fn.params if not p.is_constexpr], param_order):
-      kind, index = re.fullmatch(r"(in|out|scalar)(\d+)", entry).groups()
-      named[name] = _plain({"in": avals, "out": outs, "scalar": scalars}[kind][int(index)])
-    named.update(constexprs)
-    constexprs.update({key: _plain(heuristic(named)) for key, heuristic in heuristics.items()})
-    kernel = jmf.triton_kernel(fn, constexprs=constexprs or None, **options)
-  return jmf.mosaic_kernel(kernel, out_shape, grid=grid, scalars=scalars, param_order=param_order, configs=configs)
+  kernel = jmf.triton_kernel(decorated, constexprs=dict(constexprs or {}) or None, **options)
+  return jmf.mosaic_kernel(kernel, out_shape, grid=grid, scalars=scalars, param_order=param_order)
 
 
 class Pinned:
@@ -491,7 +462,7 @@ def run(cases=(), rounds: int = ROUNDS) -> dict:
     return {"skipped": "needs a GPU visible to both jax and torch"}
   versions = {"triton": env["triton"].__version__, "torch": env["torch"].__version__,
               "jax": env["jax"].__version__}
-  result = {"decorated": decorated_mode(), "versions": versions, "cases": {}, "speed": {}, "errors": {}}
+  result = {"versions": versions, "cases": {}, "speed": {}, "errors": {}}
   if not cases:
     try:
       result.update(_measure_launch(env))
@@ -522,14 +493,13 @@ def _config_text(config) -> str:
 
 
 def tables(results: dict) -> list[str]:
-  rows, notes, mode = [], [], None
+  rows, notes = [], []
   for run_name in ("matmul", "attention", "rowwise"):
     r = results.get(run_name)
     why = failure(r)
     if why:
       notes.append(f"- {run_name}: n/a: {why}")
       continue
-    mode = r.get("decorated", mode)
     for name, error in r.get("errors", {}).items():
       rows.append([CASES.get(name, name), "n/a", "n/a", "n/a", last_line(error)[:120], "", ""])
     for name, c in r["cases"].items():
@@ -543,14 +513,12 @@ def tables(results: dict) -> list[str]:
                    f"{sig(c['us']['ours'])} ({sig(c['throughput']['ours'])})", f"**{fmt(c['speed'])}x**",
                    c["unit"], winner_text or "no autotune",
                    f"{c['max_error']['triton']:.1e} / {c['max_error']['ours']:.1e}"])
-  how = ("the decorated functions themselves (`jmf.triton_kernel(decorated)`)" if mode else
-         "the undecorated `@triton.jit` functions with the decorators' configs as `configs=` and their "
-         "heuristics evaluated into `constexprs=` (`DECORATED = False` in benchmarks/triton_native.py)")
   method = (
       "Kernels written in the ordinary Triton style (`benchmarks/kernels/triton_user.py`: stride arguments, "
       "`@triton.autotune` with `key=`, `@triton.heuristics`), run in one process through `mosaic_kernel` inside "
       "`jax.jit` and through Triton's own launcher on torch tensors, same inputs, both checked against float32 "
-      f"torch first. Our side received {how}. GPU time per call in microseconds (and throughput): ours between "
+      "torch first. Our side receives the decorated functions themselves. "
+      "GPU time per call in microseconds (and throughput): ours between "
       "two GPU clock stamps inside the jitted program, Triton's between two CUDA events behind a sleep kernel, "
       "so host launch speed counts on neither side; a chain of calls each feeding the next (layer norm: one "
       "forward and backward, through `jmf.differentiable` and `jax.vjp`), medians of interleaved rounds. "
