@@ -134,6 +134,23 @@ def test_the_specialization_is_tritons_own(isolated_disk_cache):
   assert ahead.dropped == () and {k: v for k, v in ahead.attrs.items() if v} == {(0,): divisible, (1,): divisible}
 
 
+def test_vmap_keeps_the_alignment_the_kernel_was_compiled_for(isolated_disk_cache):
+  # Under vmap element i of a buffer is at i x its size: a pointer Triton took as 16-byte aligned must stay so.
+  def batched(fn, size):
+    return lower(jax.vmap(copy_call(fn, 100, 64, 64, 1)), jax.ShapeDtypeStruct((3, size), jnp.float32))
+
+  (cc,) = custom_calls(batched(ts.copy_2d, 100 * 64))
+  assert cc["config"]["batch_strides"] == [25600, 25600]
+  with pytest.raises(jmf.LaunchError, match=r"mosaic_kernel 'copy_2d' .*under vmap each batch element of input 0 "
+                                            r"starts 25612 bytes after the last, not a multiple of 16, but the kernel "
+                                            r"was compiled taking its parameter 0 as 16-byte aligned.*"
+                                            r"do_not_specialize_on_alignment"):
+    batched(ts.copy_2d, 100 * 64 + 3)
+  # Told not to assume x aligned, the same odd elements are fine (its output's 25600 bytes still are).
+  (cc,) = custom_calls(batched(ts.copy_2d_unaligned, 100 * 64 + 3))
+  assert cc["config"]["batch_strides"] == [25612, 25600]
+
+
 def test_the_cache_keys_on_the_value_class(isolated_disk_cache):
   def compiles(stride_r, stride_c=1):
     before = jmf.kernel_cache_stats().triton_compiles

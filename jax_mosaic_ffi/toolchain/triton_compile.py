@@ -90,6 +90,7 @@ class TritonInfo:
   scratch: tuple[tuple[int, int], ...]  # (size per program, align) of each trailing scratch pointer
   signature: tuple[str, ...]            # Triton types of the non-constexpr parameters
   dropped: tuple[int, ...]              # those (by index) specialized to constexprs: not passed at launch
+  aligned: tuple[int, ...]              # parameters passed (by index) whose pointers it takes as 16-byte aligned
   meta: tuple[tuple[str, Any], ...]     # constexprs and launch options, for grid callables
   triton_version: str
 
@@ -103,6 +104,10 @@ class TritonKernel(Kernel):
   @property
   def meta(self) -> dict:
     return dict(self.info.meta)
+
+  @property
+  def aligned_params(self) -> tuple[int, ...]:
+    return self.info.aligned
 
 class TritonFunction:
   """A ``@triton.jit`` function with its constexprs and options, compiled per
@@ -330,6 +335,7 @@ def _run_triton(triton, fn, signature, specialization, constexprs, requests, num
   info = TritonInfo(num_warps=int(first.num_warps), num_ctas=int(first.num_ctas), shared=int(first.shared),
                     scratch=tuple(scratch[:max(n_scratch, 0)]), signature=tuple(signature),
                     dropped=specialization.dropped,
+                    aligned=tuple(k - sum(d < k for d in specialization.dropped) for k in specialization.aligned),
                     meta=tuple({**constexprs, "num_warps": num_warps, "num_stages": num_stages,
                                 "num_ctas": num_ctas}.items()),
                     triton_version=triton.__version__)
@@ -350,5 +356,5 @@ def _from_bytes(name: str, data: bytes) -> TritonKernel:
   return TritonKernel(name, compiled, TritonInfo(
       num_warps=int(info["num_warps"]), num_ctas=int(info["num_ctas"]), shared=int(info["shared"]),
       scratch=tuple((int(s), int(a)) for s, a in info["scratch"]), signature=tuple(info["signature"]),
-      dropped=tuple(int(k) for k in info["dropped"]),
+      dropped=tuple(int(k) for k in info["dropped"]), aligned=tuple(int(k) for k in info["aligned"]),
       meta=(), triton_version=str(info["triton_version"])))

@@ -57,6 +57,7 @@ class Specialization:
   constexprs: dict[tuple, Any]        # by path, as triton.compiler.ASTSource takes them
   attrs: dict[tuple, list]            # by path: [["tt.divisibility", 16]] and the like
   dropped: tuple[int, ...]            # non-constexpr parameters (their index among those) now constexprs
+  aligned: tuple[int, ...] = ()       # the same of the pointers the compiled code takes as 16-byte aligned
 
   @property
   def description(self) -> str:
@@ -120,4 +121,6 @@ def specialize(fn, types: Sequence[str], values: Mapping[int, Any], constexprs: 
       specialization[index] = (ty, got_attr if k in values else None)
   # How Triton's launcher turns the specialization into the compiler's signature, constexprs and attributes.
   _, signature, packed_constexprs, attrs = fn._pack_args(backend, {}, bound, specialization, None)  # noqa: SLF001  (Triton's own packing)
-  return Specialization(dict(signature), dict(packed_constexprs), dict(attrs), tuple(dropped))
+  aligned = tuple(k for k, (param, ty) in enumerate(zip(runtime, types))
+                  if ty.startswith("*") and attrs.get((names.index(param.name),)))
+  return Specialization(dict(signature), dict(packed_constexprs), dict(attrs), tuple(dropped), aligned)
