@@ -330,6 +330,10 @@ def _run_triton(triton, fn, signature, specialization, constexprs, requests, num
                                 "jax_mosaic_ffi does not make", "", "")
   # The parameters passed: the non-constexpr ones less those specialized to constexprs, then Triton's scratch.
   n_scratch = len(sizes) - (len(signature) - len(specialization.dropped)) if sizes is not None else 2
+  if n_scratch > 2:
+    raise CompileError(fn.__name__, f"the compiled kernel takes {n_scratch} parameters after its own, more than "
+                       "Triton's global and profile scratch pointers (instrumentation, such as "
+                       "TRITON_INSTRUMENTATION_MODE, adds parameters of its own); compile it without", "", "")
   scratch = [(int(getattr(first, "global_scratch_size", 0)), int(getattr(first, "global_scratch_align", 1))),
              (int(getattr(first, "profile_scratch_size", 0)), int(getattr(first, "profile_scratch_align", 1)))]
   info = TritonInfo(num_warps=int(first.num_warps), num_ctas=int(first.num_ctas), shared=int(first.shared),
