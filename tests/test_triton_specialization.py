@@ -252,6 +252,26 @@ def test_without_a_fallback_the_message_advises_one_that_works(isolated_disk_cac
   assert "test_triton_specialization.py" in str(info.value)
 
 
+def test_an_autotuned_triton_call_runs_its_fallback_off_cuda(isolated_disk_cache):
+  call = jmf.mosaic_kernel(jmf.triton_kernel(ts.add), lambda x, y: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                           grid=lambda meta, x, y: jmf.cdiv(x.size, meta["BLOCK"]),
+                           scalars=lambda meta, x, y: (np.int32(x.size),),
+                           configs=[{"BLOCK": 256}, {"BLOCK": 1024}], fallback=lambda x, y: x - y)
+  x = np.arange(3000, dtype=np.float32)
+  with jax.default_device(jax.devices("cpu")[0]), pytest.warns(UserWarning, match="no GPU here, so nothing is timed"):
+    np.testing.assert_array_equal(np.asarray(jax.jit(call)(x, 3 * x)), -2 * x)
+
+
+def test_reference_mode_lowers_a_triton_calls_fallback_on_cuda(isolated_disk_cache, monkeypatch):
+  monkeypatch.setenv("JAX_MOSAIC_FFI_REFERENCE", "1")
+  x = jax.ShapeDtypeStruct((3000,), jnp.float32)
+  assert custom_calls(lower(add_call(ts.add, fallback=lambda x, y: x + y), x, x)) == []
+  # Without one, the kernel itself is lowered, with a warning advising what the line above does.
+  with pytest.warns(UserWarning, match=r"mosaic_kernel 'add' .*has no fallback, so the kernel itself runs; give "
+                                       r"mosaic_kernel\(\.\.\., fallback=fn\)"):
+    assert len(custom_calls(lower(add_call(ts.add), x, x))) == 1
+
+
 def test_a_fallback_that_does_not_match_is_named(isolated_disk_cache):
   x = jax.ShapeDtypeStruct((300,), jnp.float32)
   with pytest.raises(jmf.LaunchError, match=r"mosaic_kernel 'add' .*its fallback returns \(float16\[300\]\) but "
