@@ -46,7 +46,7 @@ SUPPORTED_TRITON = ((3, 6), (3, 10))
 SUPPORTED_TEXT = ("Triton >= 3.6, < 3.10 (tested: 3.6.0 to 3.9.0 compiling and lowering on CPU, "
                   "3.6.0 on an H200)")
 LAUNCH_KEYS = ("num_warps", "num_stages", "num_ctas")
-_CACHE_FORMAT = "triton-2"  # 2: TritonInfo.dropped
+_CACHE_FORMAT = "triton-2"  # 2: TritonInfo.dropped and .aligned
 
 
 _compile_lock = threading.Lock()  # Triton's compiler is not known to be thread-safe
@@ -318,7 +318,9 @@ def _run_triton(triton, fn, signature, specialization, constexprs, requests, num
     arch = module_format.Arch.parse(ptx_info.target_arch(compiled.asm["ptx"]) or target.sm)
     images.append(Image(ImageKind.CUBIN, arch, bytes(compiled.asm["cubin"])))
     # tl.extra.cuda.gdc_wait() in the kernel: it waits for the previous kernel before reading what that wrote,
-    # so it may launch with PDL, as our own compiled kernels do (Kernel.pdl_safe). Without it, never.
+    # so it may launch with PDL, as our own compiled kernels do (Kernel.pdl_safe). Without it, never. XLA
+    # does the same for the Triton kernels it compiles itself (its Triton custom call launches with PDL when
+    # the compile says the kernel uses it, under xla_gpu_enable_pdl, on by default on Hopper and newer).
     waits = waits and arch.number >= PDL_MIN_ARCH and "griddepcontrol.wait" in compiled.asm["ptx"]
     if ptx is None:
       ptx, first = (arch, compiled.asm["ptx"]), metadata
