@@ -113,6 +113,17 @@ def test_do_not_specialize_on_alignment_drops_the_pointers_alignment(isolated_di
   assert param_sizes(parsed) == (8, 8, 4, 4, 4, 8, 8)  # the 1 is still specialized
 
 
+def test_a_kernel_compiled_ahead_passes_every_stride(isolated_disk_cache):
+  # signature= compiles before any value is known: a stride of 1 at the call stays a parameter.
+  kernel = jmf.triton_kernel(ts.copy_2d, signature=["*fp32", "*fp32", "i32", "i32", "i32", "i32"],
+                             constexprs={"BR": BR, "BC": BC})
+  assert kernel.param_sizes == (8, 8, 4, 4, 4, 4, 8, 8)
+  call = jmf.mosaic_kernel(kernel, jax.ShapeDtypeStruct((100, 64), jnp.float32), grid=(7, 1),
+                           scalars=(np.int32(100), np.int32(64), np.int32(64), np.int32(1)))
+  config, _, _ = lowered_call(call, flat(100 * 64))
+  assert int32_scalars(config, 4) == [100, 64, 64, 1]
+
+
 def test_the_specialization_is_tritons_own(isolated_disk_cache):
   # What the compiler is given, beside what Triton's launcher would give it (its binder and _pack_args).
   from triton.backends.compiler import GPUTarget

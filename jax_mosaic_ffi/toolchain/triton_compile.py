@@ -12,7 +12,9 @@ persistent compilation cache runs no Triton compile at all.
 
 Without ``signature=``, the Triton types are read from each call's avals and
 scalars (`transforms/triton_launch.py`, which also launches them), and the
-kernel is compiled per distinct signature when the call is traced.
+kernel is compiled per distinct signature and value class when the call is
+traced: integers equal to 1 compiled in, 16-divisible integers and pointers
+hinted, as Triton's own launcher decides (`triton_specialize.py`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """Launching a Triton kernel with `mosaic_kernel`: its launch options from Triton's metadata.
 
 A Triton kernel needs no block or shared memory: they come from Triton's
-metadata (block = 32 x num_warps, shared memory, a cluster of num_ctas). The
-entry Triton emits takes the function's non-constexpr parameters, in order,
-then scratch pointers (global and profile in Triton 3.6; their number is read
-from the PTX): null when Triton needs none, else an extra output that XLA
-allocates.
+metadata (block = 32 x num_warps, shared memory, a cluster of num_ctas; PDL
+when the kernel waits with gdc_wait). The entry Triton emits takes the
+function's non-constexpr parameters, in order, less those Triton's launcher
+specialized to constexprs (integers equal to 1), then scratch pointers (global
+and profile in Triton 3.6 to 3.9; their number is read from the PTX): null
+when Triton needs none, else an extra output that XLA allocates.
 
     @triton.jit
     def add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr): ...
