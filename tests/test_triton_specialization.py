@@ -59,7 +59,7 @@ def vectorized(ptx: str) -> bool:
 BR, BC = 16, 64
 
 
-def copy_call(fn, rows, cols, stride_r, stride_c, size=None, **options):
+def copy_call(fn, rows, cols, stride_r, stride_c, **options):
   """out[r, c] = x[r * stride_r + c * stride_c] for a flat x: any strided view of x (transposed, padded,
   contiguous), its strides passed as scalars the way Triton kernels take them."""
   kernel = jmf.triton_kernel(fn, constexprs={"BR": BR, "BC": BC})
@@ -92,8 +92,8 @@ def test_a_stride_of_sixteen_is_divisible_and_seventeen_is_not(isolated_disk_cac
   # Rows 17 floats apart are not 16-byte aligned: one element per load.
   assert not vectorized(seventeen) and global_loads(seventeen) == {"ld.global.b32"}
   assert param_sizes(parsed) == (8, 8, 4, 4, 4, 8, 8)  # 17 is passed, the 1 still is not
-  # A transposed view: the row stride is the 1, and the column stride (the row count, 100) is passed.
-  config, transposed, _ = lowered_call(copy_call(ts.copy_2d, 64, 100, 1, 64), flat(100 * 64))
+  # A transposed view: the row stride is the 1, and the column stride (64, the row count) is passed.
+  config, _, _ = lowered_call(copy_call(ts.copy_2d, 64, 100, 1, 64), flat(100 * 64))
   assert config["scalar_sizes"] == [4, 4, 4, 8, 8]
   assert int32_scalars(config, 3) == [64, 100, 64]
 
