@@ -12,6 +12,7 @@
 #   JMF_PYTHON  the interpreter to make the venv with (else the newest >= 3.12 found)
 #   JMF_VENV    the venv (default .venv in the checkout)
 #   JMF_JAX     pin jax and jaxlib to this version (default: the newest pip finds in range)
+#   JMF_TRITON  pin triton (the `triton` extra) to this version (default: the newest pip finds in range)
 #   JMF_WHEEL   install this wheel instead (not editable, nothing built; CI's second venv)
 #   JMF_CUDA    auto (default): add the `cuda` extra (jax[cuda13]) where an NVIDIA driver is found
 #               (jax_mosaic_ffi/base/driver_probe.py); 1 always, 0 never
@@ -42,7 +43,7 @@ build_stamp() {
   (
     cd "$repo"
     { find csrc -type f; echo CMakeLists.txt; echo pyproject.toml; } | LC_ALL=C sort | xargs sha256sum
-    echo "jax=${JMF_JAX:-} wheel=${JMF_WHEEL:-} checkout=$repo"
+    echo "jax=${JMF_JAX:-} triton=${JMF_TRITON:-} wheel=${JMF_WHEEL:-} checkout=$repo"
     echo "offline=${JMF_SYSTEM_SITE_PACKAGES:-} defines=${JMF_CMAKE_DEFINES:-}"
   ) | sha256sum | cut -d' ' -f1
 }
@@ -112,6 +113,7 @@ else
   fi
   pins=()
   [ -z "${JMF_JAX:-}" ] || pins=("jax==$JMF_JAX" "jaxlib==$JMF_JAX")
+  [ -z "${JMF_TRITON:-}" ] || pins+=("triton==$JMF_TRITON")
   rm -f "$stamp_file"
   extras="$extras_union"
   if [ "$offline" = 1 ]; then

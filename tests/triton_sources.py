@@ -64,3 +64,77 @@ def descriptor_copy(x_ptr, out_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
   src = tl.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
   dst = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
   dst.store([pid_m * BM, pid_n * BN], src.load([pid_m * BM, pid_n * BN]))
+
+
+@triton.jit
+def copy_2d(x_ptr, out_ptr, rows, cols, stride_xr, stride_xc, BR: tl.constexpr, BC: tl.constexpr):
+  """out[r, c] = x[r * stride_xr + c * stride_xc]: a strided view (transposed, padded) copied out row-major."""
+  r = tl.program_id(0) * BR + tl.arange(0, BR)
+  c = tl.program_id(1) * BC + tl.arange(0, BC)
+  mask = (r[:, None] < rows) & (c[None, :] < cols)
+  x = tl.load(x_ptr + r[:, None] * stride_xr + c[None, :] * stride_xc, mask=mask)
+  tl.store(out_ptr + r[:, None] * cols + c[None, :], x, mask=mask)
+
+
+@triton.jit(do_not_specialize=["stride_xr", "stride_xc"])
+def copy_2d_unspecialized(x_ptr, out_ptr, rows, cols, stride_xr, stride_xc, BR: tl.constexpr, BC: tl.constexpr):
+  """copy_2d with its strides never specialized (Triton's do_not_specialize)."""
+  r = tl.program_id(0) * BR + tl.arange(0, BR)
+  c = tl.program_id(1) * BC + tl.arange(0, BC)
+  mask = (r[:, None] < rows) & (c[None, :] < cols)
+  x = tl.load(x_ptr + r[:, None] * stride_xr + c[None, :] * stride_xc, mask=mask)
+  tl.store(out_ptr + r[:, None] * cols + c[None, :], x, mask=mask)
+
+
+@triton.jit(do_not_specialize_on_alignment=["x_ptr"])
+def copy_2d_unaligned(x_ptr, out_ptr, rows, cols, stride_xr, stride_xc, BR: tl.constexpr, BC: tl.constexpr):
+  """copy_2d without the input pointer's alignment (Triton's do_not_specialize_on_alignment)."""
+  r = tl.program_id(0) * BR + tl.arange(0, BR)
+  c = tl.program_id(1) * BC + tl.arange(0, BC)
+  mask = (r[:, None] < rows) & (c[None, :] < cols)
+  x = tl.load(x_ptr + r[:, None] * stride_xr + c[None, :] * stride_xc, mask=mask)
+  tl.store(out_ptr + r[:, None] * cols + c[None, :], x, mask=mask)
+
+
+@triton.jit
+def grouped_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
+  """C = A @ B in the style of Triton's matmul tutorial: every operand by its strides (so a transposed or padded
+  view is passed as it is), program ids grouped along M so neighbouring programs share B's columns in L2."""
+  pid = tl.program_id(0)
+  programs_m = tl.cdiv(M, BM)
+  programs_n = tl.cdiv(N, BN)
+  per_group = GROUP_M * programs_n
+  first_m = (pid // per_group) * GROUP_M
+  group_m = min(programs_m - first_m, GROUP_M)
+  pid_m = first_m + ((pid % per_group) % group_m)
+  pid_n = (pid % per_group) // group_m
+  rm = (pid_m * BM + tl.arange(0, BM)) % M
+  rn = (pid_n * BN + tl.arange(0, BN)) % N
+  rk = tl.arange(0, BK)
+  a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
+  b_ptrs = b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn
+  acc = tl.zeros((BM, BN), dtype=tl.float32)
+  for k in range(0, tl.cdiv(K, BK)):
+    a = tl.load(a_ptrs, mask=rk[None, :] < K - k * BK, other=0.0)
+    b = tl.load(b_ptrs, mask=rk[:, None] < K - k * BK, other=0.0)
+    acc = tl.dot(a, b, acc)
+    a_ptrs += BK * stride_ak
+    b_ptrs += BK * stride_bk
+  cm = pid_m * BM + tl.arange(0, BM)
+  cn = pid_n * BN + tl.arange(0, BN)
+  mask = (cm[:, None] < M) & (cn[None, :] < N)
+  tl.store(c_ptr + cm[:, None] * stride_cm + cn[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def add_after_wait(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+  """add, safe for programmatic dependent launch: it waits for the previous kernel before its first load, then
+  lets the next kernel launch."""
+  tl.extra.cuda.gdc_wait()
+  offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+  mask = offsets < n
+  x = tl.load(x_ptr + offsets, mask=mask)
+  y = tl.load(y_ptr + offsets, mask=mask)
+  tl.extra.cuda.gdc_launch_dependents()
+  tl.store(out_ptr + offsets, x + y, mask=mask)

@@ -99,6 +99,16 @@ def _batching_rule(args, dims, *, kernel, out_avals, spec):
   strides = [0 if (d is None and not b and i not in aliased) else _element_bytes(a, total)
              for i, (a, d, b) in enumerate(zip(new_args, dims, inner_batched))]
   strides += [_element_bytes(a, total) for a in new_out_avals]
+  for k in kernel.aligned_params:
+    buffer = spec.param_order[k] if k < len(spec.param_order) else -1
+    if buffer >= 0 and strides[buffer] % ASSUMED_ALIGNMENT:
+      what = f"input {buffer}" if buffer < len(args) else f"output {buffer - len(args)}"
+      raise LaunchError(
+          f"{where}: under vmap each batch element of {what} starts {strides[buffer]} bytes after the last, not a "
+          f"multiple of {ASSUMED_ALIGNMENT}, but the kernel was compiled taking its parameter {k} as "
+          f"{ASSUMED_ALIGNMENT}-byte aligned (Triton's launcher specializes pointers on alignment). Mark that "
+          "parameter do_not_specialize_on_alignment in @triton.jit, or give each element a multiple of "
+          f"{ASSUMED_ALIGNMENT} bytes")
   if total == 0:
     outs = [jnp.zeros(a.shape, a.dtype) for a in new_out_avals]
   else:
@@ -108,6 +118,10 @@ def _batching_rule(args, dims, *, kernel, out_avals, spec):
     outs = mosaic_kernel_p.bind(*new_args, kernel=kernel, out_avals=new_out_avals, spec=batched)
   outs = [o.reshape((size, inner, *shape)) if inner > 1 else o for o, shape in zip(outs, per_element_out)]
   return outs, [0] * len(outs)
+
+
+# What a Triton alignment hint (tt.divisibility 16 on a pointer) promises.
+ASSUMED_ALIGNMENT = 16
 
 
 def _element_bytes(aval, batch: int) -> int:

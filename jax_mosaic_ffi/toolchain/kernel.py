@@ -62,6 +62,13 @@ class Kernel:
     dependent launch by default."""
     return self.compiled.parsed.pdl_wait
 
+  @property
+  def aligned_params(self) -> tuple[int, ...]:
+    """The parameters (by position) whose pointers the compiled code takes as
+    16-byte aligned beyond what it was told (a Triton kernel's alignment
+    hints). vmap refuses to offset them by a batch stride that breaks that."""
+    return ()
+
   def __repr__(self) -> str:
     images = ", ".join(f"{i.kind.name.lower()}:{i.arch}" for i in self.images)
     return f"Kernel({self.name!r}, images=[{images}])"

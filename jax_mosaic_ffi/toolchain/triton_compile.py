@@ -12,7 +12,9 @@ persistent compilation cache runs no Triton compile at all.
 
 Without ``signature=``, the Triton types are read from each call's avals and
 scalars (`transforms/triton_launch.py`, which also launches them), and the
-kernel is compiled per distinct signature when the call is traced.
+kernel is compiled per distinct signature and value class when the call is
+traced: integers equal to 1 compiled in, 16-divisible integers and pointers
+hinted, as Triton's own launcher decides (`triton_specialize.py`).
 """
 
 from __future__ import annotations
@@ -32,16 +34,22 @@ from jax_mosaic_ffi.base.module_format import Image, ImageKind, ParsedModule
 from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain import dump
 from jax_mosaic_ffi.toolchain import triton_decorators
+from jax_mosaic_ffi.toolchain import triton_specialize
 from jax_mosaic_ffi.toolchain.compiled import Compiled, param_sizes
 from jax_mosaic_ffi.toolchain.kernel import Kernel, parse_targets
+from jax_mosaic_ffi.toolchain.nvrtc.program import PDL_MIN_ARCH
 
 # The Triton releases this module is written and tested against: [min, max).
-# Triton's compile API and its kernels' calling convention change between
-# minor releases, so others are refused rather than half-working.
-SUPPORTED_TRITON = ((3, 6), (3, 7))
-SUPPORTED_TEXT = "Triton >= 3.6, < 3.7 (tested: 3.6.0, on CPU CI and an H200)"
+# Triton's compile API, its specialization code and its kernels' calling
+# convention change between minor releases, so others are refused rather than
+# half-working. 3.6 to 3.9 share what we use: ASTSource / compile / get_cache_key,
+# the argument binder and JITFunction._pack_args, and the parameters an entry
+# takes (the non-constexpr ones, then a global and a profile scratch pointer).
+SUPPORTED_TRITON = ((3, 6), (3, 10))
+SUPPORTED_TEXT = ("Triton >= 3.6, < 3.10 (tested: 3.6.0 to 3.9.0 compiling and lowering on CPU, "
+                  "3.6.0 on an H200)")
 LAUNCH_KEYS = triton_decorators.LAUNCH_OPTIONS  # num_warps, num_stages, num_ctas, maxnreg
-_CACHE_FORMAT = "triton-1"
+_CACHE_FORMAT = "triton-2"  # 2: TritonInfo.dropped and .aligned
 
 
 _compile_lock = threading.Lock()  # Triton's compiler is not known to be thread-safe
@@ -84,6 +92,8 @@ class TritonInfo:
   shared: int
   scratch: tuple[tuple[int, int], ...]  # (size per program, align) of each trailing scratch pointer
   signature: tuple[str, ...]            # Triton types of the non-constexpr parameters
+  dropped: tuple[int, ...]              # those (by index) specialized to constexprs: not passed at launch
+  aligned: tuple[int, ...]              # parameters passed (by index) whose pointers it takes as 16-byte aligned
   meta: tuple[tuple[str, Any], ...]     # constexprs and launch options, for grid callables
   triton_version: str
 
@@ -97,6 +107,10 @@ class TritonKernel(Kernel):
   @property
   def meta(self) -> dict:
     return dict(self.info.meta)
+
+  @property
+  def aligned_params(self) -> tuple[int, ...]:
+    return self.info.aligned
 
 class TritonFunction:
   """A ``@triton.jit`` function with its constexprs and options, compiled per
@@ -210,20 +224,6 @@ def _key_value(value) -> str:
   return f"{type(value).__name__}:{value!r}"
 
 
-def _attrs(fn, signature, scalar_values) -> dict:
-  """Specialisation hints: XLA's buffers are 16-byte aligned, and so are
-  integer scalars whose value (known at trace time) is a multiple of 16."""
-  names = list(fn.arg_names)
-  attrs = {}
-  for k, (param, ty) in enumerate(zip(runtime_params(fn), signature)):
-    index = names.index(param)
-    if ty.startswith("*"):
-      attrs[(index,)] = [["tt.divisibility", 16]]
-    elif k in scalar_values and ty[0] in "iu" and ty != "i1" and int(scalar_values[k]) % 16 == 0:
-      attrs[(index,)] = [["tt.divisibility", 16]]
-  return attrs
-
-
 def _compile(fn, signature, constexprs, num_warps, num_stages, num_ctas, targets, scalar_values,
              maxnreg=None) -> TritonKernel:
   triton = require_triton()
@@ -237,11 +237,11 @@ def _compile(fn, signature, constexprs, num_warps, num_stages, num_ctas, targets
       raise ValueError(f"triton_kernel '{fn.__name__}': parameter type {ty!r} is not supported; parameters are "
                        "pointers (*fp32) and scalars (i32, fp32, ...). Build tensor descriptors inside the kernel "
                        "with tl.make_tensor_descriptor")
-  attrs = _attrs(fn, signature, scalar_values)
-  requests = _requests(fn, signature, constexprs, attrs, num_warps, num_stages, num_ctas, targets, maxnreg)
+  specialization = _specialization(fn, signature, scalar_values, constexprs, targets)
+  requests = _requests(fn, specialization, num_warps, num_stages, num_ctas, targets, maxnreg)
   entry_key = disk_cache.key(
       _CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"triton {triton.__version__}", fn.__name__,
-      *signature, json.dumps(sorted((k, _key_value(v)) for k, v in constexprs.items())),
+      *signature, json.dumps(sorted((k, _key_value(v)) for k, v in constexprs.items())), specialization.description,
       f"w{num_warps} s{num_stages} c{num_ctas}" + ("" if maxnreg is None else f" r{maxnreg}"),
       *(t.sm for t in targets), *(r.key for r in requests))
   meta = {**constexprs, "num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas}
@@ -254,7 +254,8 @@ def _compile(fn, signature, constexprs, num_warps, num_stages, num_ctas, targets
 
   def compile():
     with _compile_lock:
-      kernel = _run_triton(triton, fn, signature, constexprs, requests, num_warps, num_stages, num_ctas)
+      kernel = _run_triton(triton, fn, signature, specialization, constexprs, requests, num_warps, num_stages,
+                           num_ctas)
       compile_cache.count_compiles("triton", len(targets))
     return TritonKernel(kernel.name, kernel.compiled, dataclasses.replace(kernel.info, meta=tuple(meta.items()))), True
 
@@ -275,24 +276,32 @@ class _Request:
   key: str
 
 
-def _requests(fn, signature, constexprs, attrs, num_warps, num_stages, num_ctas, targets,
-              maxnreg=None) -> list[_Request]:
+def _specialization(fn, signature, scalar_values, constexprs, targets) -> triton_specialize.Specialization:
+  """What Triton's launcher would compile for these arguments (triton_specialize.py)."""
+  from triton.backends.compiler import GPUTarget  # noqa: PLC0415  (optional dependency: Triton)
+  from triton.compiler import make_backend  # noqa: PLC0415  (optional dependency: Triton)
+  try:
+    backend = make_backend(GPUTarget("cuda", targets[0].number, 32))
+    return triton_specialize.specialize(fn, signature, scalar_values, constexprs, backend)
+  except Exception as e:
+    raise _triton_failed(fn, targets[0], e) from None
+
+
+def _requests(fn, specialization, num_warps, num_stages, num_ctas, targets, maxnreg=None) -> list[_Request]:
   """Each target's compile and Triton's cache key for it, which covers what
-  changes Triton's output beyond our inputs: its knobs, ptxas, own code."""
+  changes Triton's output beyond our inputs: its knobs, ptxas, own code, and
+  the specialization (signature, constexprs, attributes)."""
   from triton.backends.compiler import GPUTarget  # noqa: PLC0415  (optional dependency: Triton)
   from triton.compiler import ASTSource, get_cache_key, make_backend  # noqa: PLC0415  (optional dependency: Triton)
   from triton.compiler.compiler import get_cache_invalidating_env_vars  # noqa: PLC0415  (optional dependency: Triton)
-  full = {}
-  runtime = iter(signature)
-  for p in fn.params:
-    full[p.name] = "constexpr" if p.is_constexpr else next(runtime)
   options = {"num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas}
   if maxnreg is not None:
     options["maxnreg"] = maxnreg
   env_vars = get_cache_invalidating_env_vars()
   requests = []
   for target in targets:
-    source = ASTSource(fn, full, dict(constexprs), attrs=attrs)
+    source = ASTSource(fn, dict(specialization.signature), dict(specialization.constexprs),
+                       attrs=dict(specialization.attrs))
     gpu_target = GPUTarget("cuda", target.number, 32)
     try:
       backend = make_backend(gpu_target)
@@ -310,8 +319,10 @@ def _triton_failed(fn, target, e: Exception) -> CompileError:
                                "", "")
 
 
-def _run_triton(triton, fn, signature, constexprs, requests, num_warps, num_stages, num_ctas) -> TritonKernel:
+def _run_triton(triton, fn, signature, specialization, constexprs, requests, num_warps, num_stages,
+                num_ctas) -> TritonKernel:
   images, ptx, first = [], None, None
+  waits = True
   for request in requests:
     target = request.target
     try:
@@ -322,19 +333,31 @@ def _run_triton(triton, fn, signature, constexprs, requests, num_warps, num_stag
     # Triton builds for the arch-specific target (sm_90a) where there is one: its PTX says which.
     arch = module_format.Arch.parse(ptx_info.target_arch(compiled.asm["ptx"]) or target.sm)
     images.append(Image(ImageKind.CUBIN, arch, bytes(compiled.asm["cubin"])))
+    # tl.extra.cuda.gdc_wait() in the kernel: it waits for the previous kernel before reading what that wrote,
+    # so it may launch with PDL, as our own compiled kernels do (Kernel.pdl_safe). Without it, never. XLA
+    # does the same for the Triton kernels it compiles itself (its Triton custom call launches with PDL when
+    # the compile says the kernel uses it, under xla_gpu_enable_pdl, on by default on Hopper and newer).
+    waits = waits and arch.number >= PDL_MIN_ARCH and "griddepcontrol.wait" in compiled.asm["ptx"]
     if ptx is None:
       ptx, first = (arch, compiled.asm["ptx"]), metadata
   images.append(Image(ImageKind.PTX, ptx[0], ptx[1].encode()))
-  parsed = ParsedModule(first.name, tuple(images))
+  parsed = ParsedModule(first.name, tuple(images), module_format.FLAG_PDL_WAIT if waits else 0)
   sizes = param_sizes(parsed)
   if getattr(first, "launch_cooperative_grid", False):
     raise CompileError(fn.__name__, "the kernel asks for a cooperative grid launch, which "
                                 "jax_mosaic_ffi does not make", "", "")
-  n_scratch = len(sizes) - len(signature) if sizes is not None else 2
+  # The parameters passed: the non-constexpr ones less those specialized to constexprs, then Triton's scratch.
+  n_scratch = len(sizes) - (len(signature) - len(specialization.dropped)) if sizes is not None else 2
+  if n_scratch > 2:
+    raise CompileError(fn.__name__, f"the compiled kernel takes {n_scratch} parameters after its own, more than "
+                       "Triton's global and profile scratch pointers (instrumentation, such as "
+                       "TRITON_INSTRUMENTATION_MODE, adds parameters of its own); compile it without", "", "")
   scratch = [(int(getattr(first, "global_scratch_size", 0)), int(getattr(first, "global_scratch_align", 1))),
              (int(getattr(first, "profile_scratch_size", 0)), int(getattr(first, "profile_scratch_align", 1)))]
   info = TritonInfo(num_warps=int(first.num_warps), num_ctas=int(first.num_ctas), shared=int(first.shared),
                     scratch=tuple(scratch[:max(n_scratch, 0)]), signature=tuple(signature),
+                    dropped=specialization.dropped,
+                    aligned=tuple(k - sum(d < k for d in specialization.dropped) for k in specialization.aligned),
                     meta=tuple({**constexprs, "num_warps": num_warps, "num_stages": num_stages,
                                 "num_ctas": num_ctas}.items()),
                     triton_version=triton.__version__)
@@ -355,4 +378,5 @@ def _from_bytes(name: str, data: bytes) -> TritonKernel:
   return TritonKernel(name, compiled, TritonInfo(
       num_warps=int(info["num_warps"]), num_ctas=int(info["num_ctas"]), shared=int(info["shared"]),
       scratch=tuple((int(s), int(a)) for s, a in info["scratch"]), signature=tuple(info["signature"]),
+      dropped=tuple(int(k) for k in info["dropped"]), aligned=tuple(int(k) for k in info["aligned"]),
       meta=(), triton_version=str(info["triton_version"])))

@@ -1,11 +1,12 @@
 """Launching a Triton kernel with `mosaic_kernel`: its launch options from Triton's metadata.
 
 A Triton kernel needs no block or shared memory: they come from Triton's
-metadata (block = 32 x num_warps, shared memory, a cluster of num_ctas). The
-entry Triton emits takes the function's non-constexpr parameters, in order,
-then scratch pointers (global and profile in Triton 3.6; their number is read
-from the PTX): null when Triton needs none, else an extra output that XLA
-allocates.
+metadata (block = 32 x num_warps, shared memory, a cluster of num_ctas; PDL
+when the kernel waits with gdc_wait). The entry Triton emits takes the
+function's non-constexpr parameters, in order, less those Triton's launcher
+specialized to constexprs (integers equal to 1), then scratch pointers (global
+and profile in Triton 3.6 to 3.9; their number is read from the PTX): null
+when Triton needs none, else an extra output that XLA allocates.
 
     @triton.jit
     def add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr): ...
@@ -32,13 +33,13 @@ import numpy as np
 
 from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base.errors import LaunchError, who
+from jax_mosaic_ffi.call import fallback as fallback_lib
 from jax_mosaic_ffi.call import launch_values
 from jax_mosaic_ffi.call import primitive
 from jax_mosaic_ffi.call.launch_options import CheckedLaunch, LaunchOptions
 from jax_mosaic_ffi.toolchain.triton_compile import TritonFunction, TritonKernel, runtime_params
+from jax_mosaic_ffi.toolchain.triton_specialize import XLA_BUFFER_ALIGN
 
-# XLA aligns the buffers it allocates on the GPU to 256 bytes.
-_XLA_BUFFER_ALIGN = 256
 
 _DTYPES = {
     "float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64",
@@ -81,11 +82,20 @@ def default_order(n_in, n_out, n_scalars):
   return [f"in{i}" for i in range(n_in)] + [f"out{o}" for o in range(n_out)] + [f"scalar{k}" for k in range(n_scalars)]
 
 
-# The options Triton's metadata sets, or that a Triton launch does not take, in LaunchOptions' order.
-_REFUSED = {"block": "block (32 x num_warps)", "cluster": "cluster (num_ctas)",
-            "smem_bytes": "smem_bytes (its shared memory)", "collective": "collective",
-            "batch_grid_axis": "batch_grid_axis", "fallback": "fallback", "scratch_bytes": "scratch_bytes",
-            "zero_scratch": "zero_scratch"}
+# The options a Triton launch does not take, in LaunchOptions' order, each with why and what instead.
+_REFUSED = {
+    "block": "block: Triton's metadata sets it (32 x num_warps); pass num_warps= to jmf.triton_kernel",
+    "cluster": "cluster: Triton's metadata sets it (num_ctas); pass num_ctas= to jmf.triton_kernel",
+    "smem_bytes": "smem_bytes: Triton's metadata sets its shared memory",
+    "collective": "collective: Triton kernels do not get the collective metadata pointer; write a collective "
+                  "kernel with jmf.cuda_kernel",
+    "batch_grid_axis": "batch_grid_axis: a Triton kernel's program ids are its own, so under vmap it runs once "
+                       "per batch element instead",
+    "scratch_bytes": "scratch_bytes: Triton's metadata sets its scratch; for a buffer of your own add an output "
+                     "(zero_outputs= zeroes it before each launch)",
+    "zero_scratch": "zero_scratch: Triton's metadata sets its scratch; for a zeroed buffer of your own add an "
+                    "output and name it in zero_outputs=",
+}
 
 
 def launcher(target: TritonKernel | TritonFunction, out_shape, options: LaunchOptions):
@@ -94,13 +104,13 @@ def launcher(target: TritonKernel | TritonFunction, out_shape, options: LaunchOp
   for key in _REFUSED:
     value = getattr(options, key)
     if value is not None and value is not False and not (key in ("smem_bytes", "scratch_bytes") and value == 0):
-      raise LaunchError(f"mosaic_kernel '{name}': a Triton kernel takes no {_REFUSED[key]}: "
-                        "Triton's compiled metadata sets it")
-  if options.uses_pdl:
-    raise LaunchError(f"mosaic_kernel '{name}': Triton kernels do not wait for the previous kernel "
-                      "(griddepcontrol.wait), so they cannot launch with PDL")
+      raise LaunchError(f"mosaic_kernel '{name}': a Triton kernel takes no {_REFUSED[key]}")
+  if options.uses_pdl not in (None, True, False):
+    raise LaunchError(f"mosaic_kernel '{name}': uses_pdl must be True, False or None (PDL when the kernel waits "
+                      f"with tl.extra.cuda.gdc_wait()), got {options.uses_pdl!r}")
   grid, scalars, param_order = options.grid, options.scalars, options.param_order
   aliases = dict(options.input_output_aliases or {})
+  fallback = fallback_lib.create(options.fallback, f"mosaic_kernel '{name}'")
 
   def call(*args):
     site = source_location.current()
@@ -115,26 +125,35 @@ def launcher(target: TritonKernel | TritonFunction, out_shape, options: LaunchOp
     order = list(param_order) if param_order is not None else default_order(n_in, n_out, len(values))
     kernel = _specialize(target, order, in_avals, out_avals, values, where)
     info = kernel.info
+    if options.uses_pdl and not kernel.pdl_safe:
+      raise LaunchError(
+          f"{where}: uses_pdl=True, but the kernel does not wait for the previous kernel: with programmatic "
+          "dependent launch it would read inputs that kernel may still be writing. Call "
+          "tl.extra.cuda.gdc_wait() in it before its first load (it then launches with PDL by default, on "
+          "sm_90 and newer), or leave uses_pdl out")
+    # As our own compiled kernels: PDL when the kernel waits (griddepcontrol.wait), unless uses_pdl=False.
+    pdl = kernel.pdl_safe if options.uses_pdl is None else bool(options.uses_pdl)
     dims = launch_values.dims(call_with_meta(grid, meta, in_avals, "grid", where), "grid", where)
     outs = list(out_avals)
-    names, scalar_list = list(order), list(values)
+    names, scalar_list = _passed(order, values, info.dropped)
     programs = math.prod(dims) * info.num_ctas
     for k, (size, align) in enumerate(info.scratch):
       if size == 0:
         scalar_list.append(np.uint64(0))
         names.append(f"scalar{len(scalar_list) - 1}")
         continue
-      if align > _XLA_BUFFER_ALIGN:
+      if align > XLA_BUFFER_ALIGN:
         raise LaunchError(f"{where}: Triton asks for {('global', 'profile')[k]} scratch aligned to {align} bytes, "
-                          f"more than the {_XLA_BUFFER_ALIGN} XLA gives its buffers")
+                          f"more than the {XLA_BUFFER_ALIGN} XLA gives its buffers")
       outs.append(jax.ShapeDtypeStruct((programs * size,), jnp.uint8))
       names.append(f"out{len(outs) - 1}")
     launch = LaunchOptions(
         grid=(dims[0] * info.num_ctas, dims[1], dims[2]), block=32 * info.num_warps,
-        cluster=(info.num_ctas, 1, 1) if info.num_ctas > 1 else None, smem_bytes=info.shared, uses_pdl=False,
+        cluster=(info.num_ctas, 1, 1) if info.num_ctas > 1 else None, smem_bytes=info.shared, uses_pdl=pdl,
         scalars=tuple(scalar_list), input_output_aliases=aliases, param_order=names,
         zero_outputs=_user_outputs(options.zero_outputs, n_out, aliases))
-    inner = primitive.kernel_call(CheckedLaunch.create(kernel, outs, launch, who(kernel, site)), None)
+    inner = primitive.kernel_call(CheckedLaunch.create(kernel, outs, launch, who(kernel, site)),
+                                  _with_triton_scratch(fallback, in_avals, out_avals, outs[n_out:], single, where))
     results = tuple(inner(*args))[:n_out]
     return results[0] if single else results
 
@@ -152,6 +171,36 @@ def with_meta(options: LaunchOptions, meta: dict) -> LaunchOptions:
   return dataclasses.replace(options, grid=bind(options.grid, "grid"), block=bind(options.block, "block"),
                              smem_bytes=bind(options.smem_bytes, "smem_bytes"),
                              scalars=bind(options.scalars, "scalars"))
+
+
+def _with_triton_scratch(fallback, in_avals, out_avals, scratch_avals, single: bool, where: str):
+  """The user's fallback, checked against the call's own outputs, as the primitive runs it: returning a tuple
+  of those outputs and zeros for Triton's scratch outputs, which the primitive has and the user's function lacks."""
+  if fallback is None:
+    return None
+  fallback_lib.check(fallback, in_avals, out_avals, single, where)
+
+  def fn(*args):
+    out = fallback.fn(*args)
+    out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    return out + tuple(jnp.zeros(a.shape, a.dtype) for a in scratch_avals)
+
+  return fallback_lib.Fallback(fn)
+
+
+def _passed(order, values, dropped):
+  """The parameters the compiled kernel takes, as (param_order, scalars): Triton compiled the integers
+  its launcher specializes to constexprs (those equal to 1) into the kernel, so they are not passed."""
+  names, scalar_list = [], []
+  for k, entry in enumerate(order):
+    entry = str(entry)
+    if k in dropped:
+      continue
+    if entry.startswith("scalar"):
+      scalar_list.append(values[int(entry[len("scalar"):])])
+      entry = f"scalar{len(scalar_list) - 1}"
+    names.append(entry)
+  return names, scalar_list
 
 
 def _user_outputs(zero_outputs, n_out: int, aliases):

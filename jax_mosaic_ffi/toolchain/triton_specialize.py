@@ -1,0 +1,126 @@
+"""A Triton kernel's specialization for one call, decided by Triton's own launcher code.
+
+Triton's launcher (``JITFunction.run``) compiles a kernel per *value class* of
+its arguments: an integer equal to 1 becomes a constexpr (it leaves the
+compiled kernel's parameters), an integer divisible by 16 gets a
+``tt.divisibility`` hint, and so does a pointer aligned to 16 bytes;
+``@triton.jit(do_not_specialize=..., do_not_specialize_on_alignment=...)``
+turns either off per parameter. A strided kernel compiled without these facts
+runs many times slower (its loads cannot be vectorized), so we decide them as
+Triton's launcher does, by calling the same code: the binder Triton builds from
+the function's signature (``create_function_from_signature``, which calls
+``native_specialize_impl`` per argument) and ``JITFunction._pack_args``, which
+turns its answer into the signature, constexprs and attributes the compiler
+takes. New Triton releases bring their own rules with them.
+
+What that code is given is what it would see at a launch: every scalar is
+concrete when a call is traced, so it gets the value as a Python number; every
+buffer XLA passes is 256-byte aligned (the runtime refuses one that is not),
+so it gets an object whose ``data_ptr()`` has that alignment. The scalar
+types stay the call's own (an ``np.int64`` stride stays i64, as its bytes
+are passed): only the specialization comes from Triton.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import weakref
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+# XLA aligns the buffers it allocates on the GPU to 256 bytes, and the
+# runtime checks every buffer of every launch against this (contract.h).
+XLA_BUFFER_ALIGN = 256
+
+
+class _XlaBuffer:
+  """A buffer as Triton's specialization code reads a tensor: its address (for
+  the alignment) and its dtype (for the pointer type, a Triton type name)."""
+
+  __slots__ = ("dtype",)
+
+  def __init__(self, dtype: str):
+    self.dtype = dtype
+
+  def data_ptr(self) -> int:
+    return XLA_BUFFER_ALIGN
+
+
+@dataclasses.dataclass(frozen=True)
+class Specialization:
+  """What Triton's launcher would compile for one call's arguments."""
+
+  signature: dict[str, str]           # every parameter's Triton type, "constexpr" where it is compiled in
+  constexprs: dict[tuple, Any]        # by path, as triton.compiler.ASTSource takes them
+  attrs: dict[tuple, list]            # by path: [["tt.divisibility", 16]] and the like
+  dropped: tuple[int, ...]            # non-constexpr parameters (their index among those) now constexprs
+  aligned: tuple[int, ...] = ()       # the same of the pointers the compiled code takes as 16-byte aligned
+
+  @property
+  def description(self) -> str:
+    """The value classes, for our cache key (Triton's own key covers them too)."""
+    return json.dumps([sorted(self.signature.items()), sorted((list(k), v) for k, v in self.attrs.items())])
+
+
+_binders: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+_binders_lock = threading.Lock()
+
+
+def _binder(fn, backend):
+  """Triton's argument binder for ``fn``, built once per function (it is generated code)."""
+  from triton.runtime.jit import create_function_from_signature  # noqa: PLC0415  (optional dependency: Triton)
+  with _binders_lock:
+    binder = _binders.get(fn)
+    if binder is None:
+      binder = _binders[fn] = create_function_from_signature(fn.signature, fn.params, backend)
+    return binder
+
+
+def _python_number(value):
+  """A numpy scalar as the Python number a Triton user would have passed."""
+  array = np.asarray(value)
+  if array.dtype == np.bool_:
+    return bool(array)
+  if array.dtype.kind in "iu":
+    return int(array)
+  return float(array)
+
+
+def specialize(fn, types: Sequence[str], values: Mapping[int, Any], constexprs: Mapping[str, Any],
+               backend) -> Specialization:
+  """``fn``'s specialization for a call passing parameters of Triton ``types``
+  (its non-constexpr parameters, in order; pointers start with ``*``) with the
+  scalar ``values`` known at trace time (by index among those parameters).
+  A scalar with no value (a kernel compiled ahead from ``signature=``) is left
+  unspecialized, as ``do_not_specialize`` leaves it, since any value may come."""
+  names = list(fn.arg_names)
+  runtime = [p for p in fn.params if not p.is_constexpr]
+  arguments: dict[str, Any] = {}
+  for k, (param, ty) in enumerate(zip(runtime, types)):
+    if ty.startswith("*"):
+      arguments[param.name] = _XlaBuffer(ty[1:])  # Triton reads its own type names as dtypes
+    else:
+      # 3 is of the class no rule specializes (not 1, not a multiple of 16); overwritten below.
+      arguments[param.name] = _python_number(values[k]) if k in values else 3
+  arguments.update({name: value for name, value in constexprs.items() if name in names})
+  bound, specialization, _ = _binder(fn, backend)(**arguments)
+  specialization = list(specialization)
+  dropped = []
+  for k, (param, ty) in enumerate(zip(runtime, types)):
+    index = names.index(param.name)
+    got_type, got_attr = specialization[index]
+    if got_type == "constexpr":  # an integer equal to 1: compiled in, not passed
+      dropped.append(k)
+    elif ty.startswith("*"):
+      # Our type from the call's dtype; a `tl.const` parameter keeps Triton's "*k" marking.
+      specialization[index] = ("*k" + ty[1:] if got_type.startswith("*k") else ty, got_attr)
+    else:
+      specialization[index] = (ty, got_attr if k in values else None)
+  # How Triton's launcher turns the specialization into the compiler's signature, constexprs and attributes.
+  _, signature, packed_constexprs, attrs = fn._pack_args(backend, {}, bound, specialization, None)  # noqa: SLF001  (Triton's own packing)
+  aligned = tuple(k for k, (param, ty) in enumerate(zip(runtime, types))
+                  if ty.startswith("*") and attrs.get((names.index(param.name),)))
+  return Specialization(dict(signature), dict(packed_constexprs), dict(attrs), tuple(dropped), aligned)
