@@ -32,6 +32,7 @@ from jax_mosaic_ffi.base.module_format import Image, ImageKind, ParsedModule
 from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain import dump
 from jax_mosaic_ffi.toolchain import triton_decorators
+from jax_mosaic_ffi.toolchain import triton_descriptors
 from jax_mosaic_ffi.toolchain.compiled import Compiled, param_sizes
 from jax_mosaic_ffi.toolchain.kernel import Kernel, parse_targets
 
@@ -86,6 +87,8 @@ class TritonInfo:
   signature: tuple[str, ...]            # Triton types of the non-constexpr parameters
   meta: tuple[tuple[str, Any], ...]     # constexprs and launch options, for grid callables
   triton_version: str
+  # Host tensor descriptors lowered to TMA: one per tensordesc parameter; empty: decomposed (or none).
+  tensordesc_meta: tuple[triton_descriptors.DescriptorMeta, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -233,10 +236,11 @@ def _compile(fn, signature, constexprs, num_warps, num_stages, num_ctas, targets
     raise ValueError(f"triton_kernel '{fn.__name__}': no value for the constexpr parameter(s) "
                      f"{', '.join(missing)}; pass constexprs={{...}} or a config that sets them")
   for ty in signature:
-    if not isinstance(ty, str) or ty.startswith("tensordesc") or ty == "constexpr":
+    if not isinstance(ty, str) or ty == "constexpr" or (
+        triton_descriptors.is_descriptor(ty) and triton_descriptors.parse_type(ty) is None):
       raise ValueError(f"triton_kernel '{fn.__name__}': parameter type {ty!r} is not supported; parameters are "
-                       "pointers (*fp32) and scalars (i32, fp32, ...). Build tensor descriptors inside the kernel "
-                       "with tl.make_tensor_descriptor")
+                       "pointers (*fp32), scalars (i32, fp32, ...) and host tensor descriptors as Triton writes "
+                       "them (tensordesc<fp16[64, 64]>: no Gluon layout, no im2col)")
   attrs = _attrs(fn, signature, scalar_values)
   requests = _requests(fn, signature, constexprs, attrs, num_warps, num_stages, num_ctas, targets, maxnreg)
   entry_key = disk_cache.key(
@@ -311,7 +315,7 @@ def _triton_failed(fn, target, e: Exception) -> CompileError:
 
 
 def _run_triton(triton, fn, signature, constexprs, requests, num_warps, num_stages, num_ctas) -> TritonKernel:
-  images, ptx, first = [], None, None
+  images, ptx, first, descriptors = [], None, None, None
   for request in requests:
     target = request.target
     try:
@@ -322,6 +326,16 @@ def _run_triton(triton, fn, signature, constexprs, requests, num_warps, num_stag
     # Triton builds for the arch-specific target (sm_90a) where there is one: its PTX says which.
     arch = module_format.Arch.parse(ptx_info.target_arch(compiled.asm["ptx"]) or target.sm)
     images.append(Image(ImageKind.CUBIN, arch, bytes(compiled.asm["cubin"])))
+    # The descriptors' parameters and encoding are one for the whole module: every target must agree.
+    try:
+      found = triton_descriptors.metas(getattr(metadata, "tensordesc_meta", None), signature, fn.__name__)
+    except ValueError as e:
+      raise CompileError(fn.__name__, f"for {target.sm}: {e}", "", "") from None
+    if descriptors is not None and found != descriptors:
+      raise CompileError(fn.__name__, f"Triton lowers its tensor descriptors differently for {target.sm} than "
+                         f"for {requests[0].target.sm} ({found or 'no TMA'} against {descriptors or 'no TMA'}); "
+                         "compile it for targets of one family (targets=[...])", "", "")
+    descriptors = found
     if ptx is None:
       ptx, first = (arch, compiled.asm["ptx"]), metadata
   images.append(Image(ImageKind.PTX, ptx[0], ptx[1].encode()))
@@ -330,14 +344,15 @@ def _run_triton(triton, fn, signature, constexprs, requests, num_warps, num_stag
   if getattr(first, "launch_cooperative_grid", False):
     raise CompileError(fn.__name__, "the kernel asks for a cooperative grid launch, which "
                                 "jax_mosaic_ffi does not make", "", "")
-  n_scratch = len(sizes) - len(signature) if sizes is not None else 2
+  n_scratch = len(sizes) - triton_descriptors.expanded_param_count(signature, bool(descriptors)) \
+      if sizes is not None else 2
   scratch = [(int(getattr(first, "global_scratch_size", 0)), int(getattr(first, "global_scratch_align", 1))),
              (int(getattr(first, "profile_scratch_size", 0)), int(getattr(first, "profile_scratch_align", 1)))]
   info = TritonInfo(num_warps=int(first.num_warps), num_ctas=int(first.num_ctas), shared=int(first.shared),
                     scratch=tuple(scratch[:max(n_scratch, 0)]), signature=tuple(signature),
                     meta=tuple({**constexprs, "num_warps": num_warps, "num_stages": num_stages,
                                 "num_ctas": num_ctas}.items()),
-                    triton_version=triton.__version__)
+                    triton_version=triton.__version__, tensordesc_meta=descriptors)
   return TritonKernel(fn.__name__, Compiled.of(parsed, sizes), info)
 
 
@@ -355,4 +370,7 @@ def _from_bytes(name: str, data: bytes) -> TritonKernel:
   return TritonKernel(name, compiled, TritonInfo(
       num_warps=int(info["num_warps"]), num_ctas=int(info["num_ctas"]), shared=int(info["shared"]),
       scratch=tuple((int(s), int(a)) for s, a in info["scratch"]), signature=tuple(info["signature"]),
-      meta=(), triton_version=str(info["triton_version"])))
+      meta=(), triton_version=str(info["triton_version"]),
+      tensordesc_meta=tuple(triton_descriptors.DescriptorMeta(
+          int(d["swizzle"]), int(d["elem_size"]), int(d["elem_type"]), tuple(int(b) for b in d["block_size"]))
+          for d in info.get("tensordesc_meta", ()))))

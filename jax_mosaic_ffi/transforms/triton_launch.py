@@ -36,6 +36,7 @@ from jax_mosaic_ffi.call import launch_values
 from jax_mosaic_ffi.call import primitive
 from jax_mosaic_ffi.call.launch_options import CheckedLaunch, LaunchOptions
 from jax_mosaic_ffi.toolchain.triton_compile import TritonFunction, TritonKernel, runtime_params
+from jax_mosaic_ffi.transforms import tensor_descriptor
 
 # XLA aligns the buffers it allocates on the GPU to 256 bytes.
 _XLA_BUFFER_ALIGN = 256
@@ -113,11 +114,14 @@ def launcher(target: TritonKernel | TritonFunction, out_shape, options: LaunchOp
     launch_values.scalars(values, where)  # its checks and messages, before the values are typed for Triton
     n_in, n_out = len(in_avals), len(out_avals)
     order = list(param_order) if param_order is not None else default_order(n_in, n_out, len(values))
-    kernel = _specialize(target, order, in_avals, out_avals, values, where)
+    descriptors = [tensor_descriptor.bind(e, lambda v, what: call_with_meta(v, meta, in_avals, what, where),
+                                          in_avals, out_avals, where)
+                   for e in order if isinstance(e, tensor_descriptor.TensorDescriptor)]
+    kernel = _specialize(target, order, in_avals, out_avals, values, where, descriptors)
     info = kernel.info
     dims = launch_values.dims(call_with_meta(grid, meta, in_avals, "grid", where), "grid", where)
     outs = list(out_avals)
-    names, scalar_list = list(order), list(values)
+    names, scalar_list = tensor_descriptor.expand(order, values, descriptors, info, where)
     programs = math.prod(dims) * info.num_ctas
     for k, (size, align) in enumerate(info.scratch):
       if size == 0:
@@ -161,10 +165,14 @@ def _user_outputs(zero_outputs, n_out: int, aliases):
   return zero_outputs
 
 
-def _specialize(target, order, in_avals, out_avals, values, where) -> TritonKernel:
+def _specialize(target, order, in_avals, out_avals, values, where, descriptors=()) -> TritonKernel:
   n_in, n_out = len(in_avals), len(out_avals)
   types, scalar_values = [], {}
+  descriptor_types = iter(d.signature_type for d in descriptors)
   for k, entry in enumerate(order):
+    if isinstance(entry, tensor_descriptor.TensorDescriptor):
+      types.append(next(descriptor_types))
+      continue
     entry = str(entry)
     prefix = entry.rstrip("0123456789")
     index = int(entry[len(prefix):]) if entry[len(prefix):] else -1
@@ -187,5 +195,5 @@ def _specialize(target, order, in_avals, out_avals, values, where) -> TritonKern
   if len(types) != len(params):
     raise LaunchError(
         f"{where}: the Triton function takes {len(params)} non-constexpr parameters ({', '.join(params)}) but the "
-        f"call passes {len(types)} ({', '.join(order)}): inputs, outputs, then scalars, or param_order")
+        f"call passes {len(types)} ({', '.join(map(str, order))}): inputs, outputs, then scalars, or param_order")
   return target.specialize(types, scalar_values)

@@ -1,0 +1,38 @@
+"""Triton kernels taking host-side tensor descriptors, in the style of Triton's TMA tutorials."""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add(x_desc, y_desc, out_desc, BM: tl.constexpr, BN: tl.constexpr):
+  """out = x + y, one BM x BN tile a program; TMA clips the tiles at the array's edges."""
+  m = tl.program_id(0) * BM
+  n = tl.program_id(1) * BN
+  out_desc.store([m, n], x_desc.load([m, n]) + y_desc.load([m, n]))
+
+
+@triton.jit
+def scale_rows(x_desc, out_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
+  """out[i, j] = x[i, j] * (i + 1) through a descriptor load and a plain store: reads past the edge
+  (padding) must not leak into the output, and the descriptor's own shape bounds the store."""
+  m = tl.program_id(0) * BM
+  n = tl.program_id(1) * BN
+  tile = x_desc.load([m, n])
+  rows = m + tl.arange(0, BM)
+  cols = n + tl.arange(0, BN)
+  mask = (rows[:, None] < M) & (cols[None, :] < N)
+  tl.store(out_ptr + rows[:, None] * N + cols[None, :], tile * (rows[:, None] + 1).to(tile.dtype), mask=mask)
+
+
+@triton.jit
+def matmul(a_desc, b_desc, c_desc, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+  """C = A @ B, fp16 in, fp32 accumulation, as the tutorials' descriptor matmul."""
+  pid_m = tl.program_id(0)
+  pid_n = tl.program_id(1)
+  acc = tl.zeros((BM, BN), dtype=tl.float32)
+  for k in range(0, tl.cdiv(K, BK)):
+    a = a_desc.load([pid_m * BM, k * BK])
+    b = b_desc.load([k * BK, pid_n * BN])
+    acc = tl.dot(a, b, acc)
+  c_desc.store([pid_m * BM, pid_n * BN], acc.to(tl.float16))
