@@ -251,6 +251,10 @@ def test_mistakes_are_named(isolated_disk_cache):
     _raises(scale_rows_call(TMA("in0", (300, 96), (96, 1), (32, 64)), targets), (y,),
             "the view shape=[300, 96] strides=[96, 1] reaches 28800 elements, but in0 (float16[4, 64, 100]) holds "
             "25600")
+  cuda = jmf.cuda_kernel('extern "C" __global__ void k(const float* x) {}', "k")
+  with pytest.raises(jmf.LaunchError, match=r"mosaic_kernel 'k' at .*jmf.TensorDescriptor is a Triton kernel's "
+                                            r"parameter; a CUDA kernel takes a TMA descriptor as jmf.TensorMap"):
+    jmf.mosaic_kernel(cuda, x, grid=1, block=32, param_order=(d("in0", [64, 64]),))
   with pytest.raises(ValueError, match="give shape and strides together"):
     TMA("in0", (64, 64), None, (64, 64))
   with pytest.raises(ValueError, match="padding = 'inf'; use 'zero' or 'nan'"):
@@ -297,7 +301,7 @@ def test_a_view_and_nan_padding_run(rng, isolated_disk_cache):
 
 
 @gpu
-def test_descriptors_are_encoded_again_only_when_a_buffer_moves(rng, isolated_disk_cache):
+def test_descriptors_follow_new_arrays(rng, isolated_disk_cache):
   call = jax.jit(add_call())
   xs = [jax.device_put(_rand(rng, (128, 192), np.float16)) for _ in range(3)]
   np.testing.assert_array_equal(np.asarray(call(xs[0], xs[1])), np.asarray(xs[0]) + np.asarray(xs[1]))
@@ -361,3 +365,32 @@ def test_descriptors_follow_moving_buffers_in_and_out_of_command_buffers(rng, tm
   else:
     assert result["records"] == 0
   assert result["encodes"] >= 36  # each of the twelve calls' three maps at least once
+
+
+def _readme_example(tmp_path, a, b, run: bool):
+  """The README's descriptor example, written to a file (Triton reads a kernel's source from its file)."""
+  import re
+  import runpy
+  text = open(os.path.join(os.path.dirname(TESTS), "README.md")).read()
+  section = text.split("### Triton tensor descriptors")[1].split("\n### ")[0]
+  (block,) = re.findall(r"```python\n(.*?)```", section, re.S)
+  if not run:
+    block = block.replace("c = jax.jit(matmul_call)(a, b)", "")
+  path = tmp_path / "readme_descriptors.py"
+  path.write_text("import jax, jax.numpy as jnp, numpy as np, triton, triton.language as tl\n"
+                  "import jax_mosaic_ffi as jmf\n" + block)
+  return runpy.run_path(str(path), init_globals={"a": a, "b": b})
+
+
+def test_the_readme_example_lowers(isolated_disk_cache, tmp_path):
+  namespace = _readme_example(tmp_path, None, None, run=False)
+  cfg = config(namespace["matmul_call"], f16(256, 512), f16(512, 384))
+  assert len(maps(cfg)) == 3 and cfg["block"] == [256, 1, 1]
+
+
+@gpu
+def test_the_readme_example_runs(isolated_disk_cache, tmp_path, rng):
+  a, b = _rand(rng, (300, 256), np.float16), _rand(rng, (256, 200), np.float16)
+  c = _readme_example(tmp_path, a, b, run=True)["c"]
+  np.testing.assert_allclose(np.asarray(c).astype(np.float32), a.astype(np.float32) @ b.astype(np.float32),
+                             rtol=2e-2, atol=0.25)
