@@ -77,6 +77,20 @@ def matmul_call(configs=None, targets=("sm_90",)):
       configs=configs or [dict(BM=128, BN=128, BK=64, num_warps=8, num_stages=3)])
 
 
+def persistent_call(programs=132):
+  """Triton's persistent TMA matmul: C = A @ B.T, B given (N, K), at most `programs` programs."""
+  return jmf.mosaic_kernel(
+      jmf.triton_kernel(tds.matmul_persistent, constexprs={"NUM_PROGRAMS": programs}, targets=("sm_90",)),
+      lambda a, b: jax.ShapeDtypeStruct((a.shape[0], b.shape[0]), a.dtype),
+      grid=lambda meta, a, b: min(meta["NUM_PROGRAMS"],
+                                  jmf.cdiv(a.shape[0], meta["BM"]) * jmf.cdiv(b.shape[0], meta["BN"])),
+      scalars=lambda meta, a, b: (np.int32(a.shape[0]), np.int32(b.shape[0]), np.int32(a.shape[1])),
+      param_order=(TMA.from_tensor("in0", lambda m: [m["BM"], m["BK"]]),
+                   TMA.from_tensor("in1", lambda m: [m["BN"], m["BK"]]),
+                   TMA.from_tensor("out0", lambda m: [m["BM"], m["BN"]]), "scalar0", "scalar1", "scalar2"),
+      configs=[dict(BM=128, BN=256, BK=64, num_warps=8, num_stages=3)])
+
+
 def scale_rows_call(descriptor, targets=("sm_90",)):
   kernel = jmf.triton_kernel(tds.scale_rows, constexprs={"BM": 32, "BN": 64}, targets=targets)
   return jmf.mosaic_kernel(
@@ -140,6 +154,12 @@ def test_the_box_is_tritons_block_size_not_the_block_shape(isolated_disk_cache):
   assert cfg["param_order"][15:18] == [-1, -2, -3]  # M, N, K
   assert scalars(cfg)[:3] == [256, 384, 512]
   assert cfg["block"] == [256, 1, 1] and cfg["grid"] == [2, 3, 1]
+
+
+def test_the_persistent_matmul_lowers(isolated_disk_cache):
+  cfg = config(persistent_call(), f16(1024, 512), f16(768, 512))
+  assert cfg["grid"] == [24, 1, 1] and cfg["block"] == [256, 1, 1]
+  assert [m[16:18] for m in maps(cfg)] == [[64, 128], [64, 256], [64, 128]]  # B's box: 256 rows of 64 (K)
 
 
 def test_nan_padding_and_the_autotuned_block_shape(isolated_disk_cache):
@@ -290,6 +310,25 @@ def test_matmul_through_descriptors_matches_numpy(rng, isolated_disk_cache):
     a, b = _rand(rng, (m, k), np.float16), _rand(rng, (k, n), np.float16)
     expected = a.astype(np.float32) @ b.astype(np.float32)
     np.testing.assert_allclose(np.asarray(call(a, b)).astype(np.float32), expected, rtol=2e-2, atol=0.25)
+
+
+@gpu
+def test_the_persistent_matmul_matches_numpy(rng, isolated_disk_cache):
+  for programs in (132, 7):  # one tile a program, and several
+    call = jax.jit(persistent_call(programs))
+    for m, n, k in [(1024, 768, 512), (300, 520, 200)]:
+      a, b = _rand(rng, (m, k), np.float16), _rand(rng, (n, k), np.float16)
+      expected = a.astype(np.float32) @ b.astype(np.float32).T
+      np.testing.assert_allclose(np.asarray(call(a, b)).astype(np.float32), expected, rtol=2e-2, atol=0.25)
+
+
+@gpu
+def test_the_decomposed_form_runs(rng, isolated_disk_cache):
+  # Compiled for sm_80 (no TMA), the kernel takes pointer, shape, strides and flags; the H200 runs its PTX.
+  call = jax.jit(add_call(block=(32, 64), targets=("sm_80",)))
+  for shape in [(200, 136), (33, 40)]:
+    x, y = _rand(rng, shape, np.float32), _rand(rng, shape, np.float32)
+    np.testing.assert_allclose(np.asarray(call(x, y)), x + y, rtol=1e-6)
 
 
 @gpu

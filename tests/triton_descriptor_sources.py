@@ -36,3 +36,21 @@ def matmul(a_desc, b_desc, c_desc, M, N, K, BM: tl.constexpr, BN: tl.constexpr, 
     b = b_desc.load([k * BK, pid_n * BN])
     acc = tl.dot(a, b, acc)
   c_desc.store([pid_m * BM, pid_n * BN], acc.to(tl.float16))
+
+
+@triton.jit
+def matmul_persistent(a_desc, b_desc, c_desc, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                      NUM_PROGRAMS: tl.constexpr):
+  """C = A @ B.T with B given as (N, K), persistent over the tiles, as Triton's persistent-matmul tutorial
+  does with host descriptors (its ``matmul_kernel_tma_persistent``, without warp specialization)."""
+  tiles_n = tl.cdiv(N, BN)
+  tiles = tl.cdiv(M, BM) * tiles_n
+  for tile in tl.range(tl.program_id(0), tiles, NUM_PROGRAMS):
+    m = (tile // tiles_n) * BM
+    n = (tile % tiles_n) * BN
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+      a = a_desc.load([m, k * BK])
+      b = b_desc.load([n, k * BK])
+      acc = tl.dot(a, b.T, acc)
+    c_desc.store([m, n], acc.to(c_desc.dtype))
