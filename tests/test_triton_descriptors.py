@@ -7,6 +7,7 @@ against numpy with outputs poisoned (conftest), after the buffers move, with com
 """
 
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -179,6 +180,32 @@ def test_a_view_describes_part_of_the_buffer(isolated_disk_cache):
   (record,) = maps(cfg)
   assert record[:9] == [0, 6, 2, 0, 3, 2, 0, 128, 256] and record[12] == 256 and record[16:18] == [64, 32]
   assert scalars(cfg)[:6] == [256, 128] + [256, 128, 128, 1]  # M, N, then the view's shape and strides
+
+
+def test_metadata_we_cannot_encode_is_refused_by_name():
+  # Entries as Triton's compile writes them, with what later releases or other lowerings may put there.
+  from jax_mosaic_ffi.toolchain import triton_descriptors
+  entry = {"swizzle": 3, "elem_size": 2, "elem_type": 6, "block_size": [64, 64], "fp4_padded": False}
+  assert triton_descriptors.DescriptorMeta.from_triton(entry, 0).block_size == (64, 64)
+  for change, message in [({"fp4_padded": True}, "descriptor 1: Triton lowered it as padded fp4"),
+                          ({"is_im2col": True}, "descriptor 1: Triton lowered it as an im2col descriptor"),
+                          ({"swizzle": 4}, "descriptor 1: Triton asks for swizzle mode 4; jax_mosaic_ffi encodes "
+                                           "modes [0, 1, 2, 3]"),
+                          ({"elem_type": 99}, "descriptor 1: Triton's element type 99 has no host TMA type")]:
+    with pytest.raises(ValueError, match=re.escape(message)):
+      triton_descriptors.DescriptorMeta.from_triton({**entry, **change}, 1)
+  with pytest.raises(ValueError, match="Triton's metadata describes 1 tensor descriptors, the signature has 3"):
+    triton_descriptors.metas([entry], ["tensordesc<fp16[64, 64]>"] * 3, "add")
+  # Triton's element type must be the operand's: bf16 bits read as fp16 would be wrong numbers.
+  bound = tensor_descriptor.bind(TMA.from_tensor("in0", [64, 64]), lambda v, what: v,
+                                 (jax.core.ShapedArray((64, 64), jnp.float16),), (), "here")
+  from jax_mosaic_ffi.toolchain.triton_compile import TritonInfo
+  bf16 = triton_descriptors.DescriptorMeta(3, 2, 9, (64, 64))
+  meta = TritonInfo(4, 1, 0, (), ("tensordesc<fp16[64, 64]>",), (), "3.6.0", (bf16,))
+  with pytest.raises(jmf.LaunchError, match=re.escape(
+      "here: param_order entry TensorDescriptor('in0'): Triton encodes it as TMA element type 9 of 2 bytes, but "
+      "in0 is float16 (type 6, 2 bytes)")):
+    tensor_descriptor.expand([TMA.from_tensor("in0", [64, 64])], [], [bound], meta, "here")
 
 
 def test_targets_without_tma_get_the_decomposed_form(isolated_disk_cache):
