@@ -291,6 +291,10 @@ def test_mistakes_are_named(isolated_disk_cache):
   _raises(_add((d("in0", [64, 4]), d("in1", [64, 4]), d("out0", [64, 4])), (64, 4)), (x, x),
           "param_order entry TensorDescriptor('in0'): TMA moves rows of a multiple of 16 bytes, but a row of the "
           "block is 4 x float16 = 8 bytes; make block_shape[-1] a multiple of 8")
+  odd = f16(64, 100)
+  _raises(_add((d("in0", [64, 64]), d("in1", [64, 64]), d("out0", [64, 64]))), (odd, odd),
+          "param_order entry TensorDescriptor('in0'): in0 (float16[64, 100]) has strides [100, 1] elements; Triton's "
+          "descriptors need every stride but the last to be a multiple of 16 bytes: pad the trailing axes")
   y = f16(4, 64, 100)
   _raises(scale_rows_call(TMA("in0", (256, 100), (100, 1), (32, 64))), (y,),
           "strides [100, 1] must end in 1 (contiguous rows), the others at least 1 and multiples of 16 bytes")

@@ -151,6 +151,10 @@ def bind(decl: TensorDescriptor, evaluate: Callable[[Any, str], Any], in_avals, 
     if reach > size:
       raise LaunchError(f"{name}: the view shape={list(shape)} strides={list(strides)} reaches {reach} elements, "
                         f"but {decl.operand} ({aval.dtype}{list(aval.shape)}) holds {size}")
+  elif any(s * np.dtype(aval.dtype).itemsize % 16 for s in strides[:-1]):
+    raise LaunchError(f"{name}: {decl.operand} ({aval.dtype}{list(shape)}) has strides {list(strides)} elements; "
+                      "Triton's descriptors need every stride but the last to be a multiple of 16 bytes: pad the "
+                      "trailing axes")
   if decl.padding == "nan" and not np.issubdtype(aval.dtype, np.floating):
     raise LaunchError(f"{name}: padding='nan' needs a floating-point array, not {aval.dtype}")
   return Bound(decl, aval, shape, strides, block, view)
