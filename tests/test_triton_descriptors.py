@@ -163,6 +163,24 @@ def test_the_persistent_matmul_lowers(isolated_disk_cache):
   assert [m[16:18] for m in maps(cfg)] == [[64, 128], [64, 256], [64, 128]]  # B's box: 256 rows of 64 (K)
 
 
+def decorated_matmul_call():
+  """The @triton.autotune'd descriptor matmul: each config's block shapes reach the descriptors."""
+  return jmf.mosaic_kernel(
+      jmf.triton_kernel(tds.matmul_autotuned, targets=("sm_90",)),
+      lambda a, b: jax.ShapeDtypeStruct((a.shape[0], b.shape[1]), a.dtype),
+      grid=lambda meta, a, b: (jmf.cdiv(a.shape[0], meta["BM"]), jmf.cdiv(b.shape[1], meta["BN"])),
+      scalars=lambda meta, a, b: (np.int32(a.shape[0]), np.int32(b.shape[1]), np.int32(a.shape[1])),
+      param_order=(TMA.from_tensor("in0", lambda m: [m["BM"], m["BK"]]),
+                   TMA.from_tensor("in1", lambda m: [m["BK"], m["BN"]]),
+                   TMA.from_tensor("out0", lambda m: [m["BM"], m["BN"]]), "scalar0", "scalar1", "scalar2"))
+
+
+def test_a_decorated_descriptor_kernel_lowers_with_its_configs_block_shapes(isolated_disk_cache):
+  cfg = config(decorated_matmul_call(), f16(256, 512), f16(512, 384))  # no GPU: the first config, untimed
+  assert [m[16:18] for m in maps(cfg)] == [[64, 128], [64, 64], [64, 128]]
+  assert cfg["block"] == [256, 1, 1] and cfg["grid"] == [2, 3, 1]
+
+
 def test_nan_padding_and_the_autotuned_block_shape(isolated_disk_cache):
   x = f16(64, 256)
   cfg = config(add_call(padding="nan"), x, x)
@@ -351,6 +369,15 @@ def test_the_persistent_matmul_matches_numpy(rng, isolated_disk_cache):
       a, b = _rand(rng, (m, k), np.float16), _rand(rng, (n, k), np.float16)
       expected = a.astype(np.float32) @ b.astype(np.float32).T
       np.testing.assert_allclose(np.asarray(call(a, b)).astype(np.float32), expected, rtol=2e-2, atol=0.25)
+
+
+@gpu
+def test_a_decorated_descriptor_matmul_matches_numpy(rng, isolated_disk_cache):
+  call = jax.jit(decorated_matmul_call())  # both configs timed, the winner runs
+  for m, n, k in [(256, 384, 512), (200, 136, 72)]:
+    a, b = _rand(rng, (m, k), np.float16), _rand(rng, (k, n), np.float16)
+    expected = a.astype(np.float32) @ b.astype(np.float32)
+    np.testing.assert_allclose(np.asarray(call(a, b)).astype(np.float32), expected, rtol=2e-2, atol=0.25)
 
 
 @gpu

@@ -54,3 +54,18 @@ def matmul_persistent(a_desc, b_desc, c_desc, M, N, K, BM: tl.constexpr, BN: tl.
       b = b_desc.load([n, k * BK])
       acc = tl.dot(a, b.T, acc)
     c_desc.store([m, n], acc.to(c_desc.dtype))
+
+
+@triton.autotune(configs=[triton.Config({"BM": 128, "BN": 128, "BK": 64}, num_warps=8, num_stages=3),
+                          triton.Config({"BM": 64, "BN": 64, "BK": 32}, num_warps=4, num_stages=2)],
+                 key=["M", "N", "K"])
+@triton.jit
+def matmul_autotuned(a_desc, b_desc, c_desc, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+  """The descriptor matmul under @triton.autotune, as the tutorials write it (without their pre_hook: the
+  block shapes come from the call's TensorDescriptor callables instead)."""
+  pid_m = tl.program_id(0)
+  pid_n = tl.program_id(1)
+  acc = tl.zeros((BM, BN), dtype=tl.float32)
+  for k in range(0, tl.cdiv(K, BK)):
+    acc = tl.dot(a_desc.load([pid_m * BM, k * BK]), b_desc.load([k * BK, pid_n * BN]), acc)
+  c_desc.store([pid_m * BM, pid_n * BN], acc.to(tl.float16))
