@@ -35,6 +35,7 @@ from jax_mosaic_ffi.transforms.autotune import Autotuned, autotune
 from jax_mosaic_ffi.transforms.autotune import report as autotune_report
 from jax_mosaic_ffi.transforms.tuning_records import TuningFileIgnored, load_tuning, save_tuning
 from jax_mosaic_ffi.transforms.sharding import BatchDims, Elementwise, ShardingRule, sharded
+from jax_mosaic_ffi.transforms.tensor_descriptor import TensorDescriptor
 from jax_mosaic_ffi.api import (KernelCacheStats, clear_kernel_cache, export_disabled_checks, kernel_cache_stats,
                                 mosaic_kernel)
 from jax_mosaic_ffi import ops
@@ -45,8 +46,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BatchDims", "Collective", "CompileError", "Elementwise", "Kernel", "KernelCacheStats", "LaunchError",
-    "ShardingRule", "TensorMap", "cdiv", "clear_kernel_cache", "cubin_kernel", "cuda_kernel", "differentiable",
-    "export_disabled_checks", "kernel_cache_stats", "mosaic_kernel", "mosaic_kernel_p", "ops", "ptx_kernel",
-    "register", "sharded", "AutotuneError", "Autotuned", "TritonFunction", "TritonKernel", "TritonUnavailable",
-    "autotune", "autotune_report", "triton_kernel", "TuningFileIgnored", "load_tuning", "save_tuning",
+    "ShardingRule", "TensorDescriptor", "TensorMap", "cdiv", "clear_kernel_cache", "cubin_kernel", "cuda_kernel",
+    "differentiable", "export_disabled_checks", "kernel_cache_stats", "mosaic_kernel", "mosaic_kernel_p", "ops",
+    "ptx_kernel", "register", "sharded", "AutotuneError", "Autotuned", "TritonFunction", "TritonKernel",
+    "TritonUnavailable", "autotune", "autotune_report", "triton_kernel", "TuningFileIgnored", "load_tuning",
+    "save_tuning",
 ]

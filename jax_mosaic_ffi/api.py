@@ -27,6 +27,7 @@ from jax_mosaic_ffi.toolchain.triton_compile import TritonFunction, TritonKernel
 from jax_mosaic_ffi.transforms import autotune as autotune_lib
 from jax_mosaic_ffi.transforms import sharding as sharding_lib
 from jax_mosaic_ffi.transforms import triton_decorated
+from jax_mosaic_ffi.transforms import tensor_descriptor
 from jax_mosaic_ffi.transforms import triton_launch
 
 
@@ -119,6 +120,9 @@ def _launcher(kernel, out_shape, options: LaunchOptions) -> Callable[..., Any]:
   if isinstance(kernel, (TritonKernel, TritonFunction)):  # launch options from Triton's compiled metadata
     return triton_launch.launcher(kernel, out_shape, options)
   where = who(kernel, source_location.current()) if isinstance(kernel, Kernel) else ""
+  if any(isinstance(e, tensor_descriptor.TensorDescriptor) for e in options.param_order or ()):
+    raise LaunchError(f"{where}: jmf.TensorDescriptor is a Triton kernel's parameter; a CUDA kernel takes a TMA "
+                      "descriptor as jmf.TensorMap(operand, box=...)")
   if options.block is None and isinstance(kernel, Kernel):
     raise LaunchError(f"{where}: block (threads per block) is required")
   launch = CheckedLaunch.create(kernel, out_shape, options, where)

@@ -8,6 +8,7 @@ jnp on bf16 inputs.
 """
 
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -181,6 +182,28 @@ def test_driver_rules_are_trace_time_errors_naming_the_parameter(affine, declara
     jax.eval_shape(call, jax.ShapeDtypeStruct(shape, dtype))
   assert message in str(info.value) and "tma_affine" in str(info.value)
   assert "TensorMap('in0'" in str(info.value)
+
+
+def test_a_view_of_the_buffer_is_described_instead_of_the_array(affine):
+  def view_call(shape, strides):
+    return jmf.mosaic_kernel(affine, jax.ShapeDtypeStruct((100, 48), jnp.float32), grid=1, block=128,
+                             scalars=(np.float32(1), np.float32(0)),
+                             param_order=(jmf.TensorMap("in0", box=(32, 32), shape=shape, strides=strides),
+                                          jmf.TensorMap("out0", box=(32, 32)), "scalar0", "scalar1"))
+
+  x = jax.ShapeDtypeStruct((4, 50, 64), jnp.float32)
+  (cc,) = custom_calls(lower(view_call((100, 48), (128, 1)), x))  # every other row, its first 48 floats
+  record = cc["config"]["tensor_maps"][:_core.LIMITS["tensor_map_fields"]]
+  assert record[:13] == [0, 7, 2, 0, 0, 0, 0, 48, 100, 1, 1, 1, 128 * 4]
+  for shape, strides, message in [
+      ((100, 64), (129, 1), "has a stride of 516 bytes along axis 0; TMA needs every stride to be a multiple of 16"),
+      ((101, 64), (128, 1), "reaches 12864 elements, but in0 (float32[4, 50, 64]) holds 12800"),
+      ((100, 64), (64, 2), "has an innermost stride of 2; TMA reads contiguous rows: make it 1"),
+      ((100,), (1,), "box has 2 sizes for the view shape=[100] strides=[1]; give one per axis")]:
+    with pytest.raises(jmf.LaunchError, match=re.escape(message)):
+      lower(view_call(shape, strides), x)
+  with pytest.raises(ValueError, match="give shape and strides together"):
+    jmf.TensorMap("in0", box=(8, 8), shape=(8, 8))
 
 
 def test_declaration_errors(affine):

@@ -16,7 +16,9 @@ from the operand's aval; everything else from the declaration.
 Shapes here are in the array's own axis order (outermost first, as
 ``x.shape``): ``box=(128, 64)`` on a (M, K) array is 128 rows of 64 elements.
 The driver takes them innermost first, so in the kernel the TMA coordinates
-of that box are ``{k, m}``.
+of that box are ``{k, m}``. ``shape=``/``strides=`` (in elements) describe a
+view of the buffer instead of the whole array, as a Triton
+``TensorDescriptor(base, shape, strides, block_shape)`` does.
 """
 
 from __future__ import annotations
@@ -87,6 +89,9 @@ class TensorMap:
     l2_promotion: None, 64, 128 or 256 (bytes).
     oob_fill: ``"zero"`` or ``"nan"`` (floats only): what reads past the
       array's edge give.
+    shape, strides: a view of the operand's buffer to describe instead of
+      the array itself, in elements, outermost first (the innermost stride
+      must be 1); both or neither. The view must lie inside the buffer.
   """
 
   operand: str
@@ -96,6 +101,8 @@ class TensorMap:
   interleave: int | None = None
   l2_promotion: int | None = None
   oob_fill: str = "zero"
+  shape: tuple[int, ...] | None = None
+  strides: tuple[int, ...] | None = None
 
   def __post_init__(self):
     where = f"TensorMap({self.operand!r})"
@@ -104,6 +111,11 @@ class TensorMap:
     object.__setattr__(self, "box", _ints(self.box, "box", where))
     if self.element_strides is not None:
       object.__setattr__(self, "element_strides", _ints(self.element_strides, "element_strides", where))
+    if (self.shape is None) != (self.strides is None):
+      raise ValueError(f"{where}: give shape and strides together (a view of the buffer), or neither")
+    if self.shape is not None:
+      object.__setattr__(self, "shape", _ints(self.shape, "shape", where))
+      object.__setattr__(self, "strides", _ints(self.strides, "strides", where))
     _choice(self.swizzle, _SWIZZLES, "swizzle", where)
     _choice(self.interleave, _INTERLEAVES, "interleave", where)
     _choice(self.l2_promotion, _L2, "l2_promotion", where)
@@ -120,6 +132,8 @@ class TensorMap:
     """The `tensor_maps` attribute's fields for this map over `aval` (docs/contract.md)."""
     name = f"{where}: param_order entry {self}"
     shape, rank = tuple(aval.shape), len(aval.shape)
+    if self.shape is not None:
+      return self._view_record(buffer, aval, name)
     if not 1 <= rank <= MAX_RANK:
       raise ValueError(f"{name}: {self.operand} has rank {rank}; TMA describes arrays of rank 1 to {MAX_RANK}")
     if len(self.box) != rank:
@@ -135,7 +149,6 @@ class TensorMap:
     if len(elements) != rank:
       raise ValueError(f"{name}: element_strides has {len(elements)} entries; give one per axis ({rank})")
     # Innermost first, as the driver takes them; strides of axes 1.. in bytes.
-    dims = list(reversed(shape))
     strides = [math.prod(shape[rank - d:]) * itemsize for d in range(1, rank)]
     for d, stride in enumerate(strides, start=1):
       if stride % 16:
@@ -144,10 +157,45 @@ class TensorMap:
             f"{name}: {self.operand} ({aval.dtype}{list(shape)}) has a stride of {stride} bytes along axis "
             f"{axis - 1}; TMA needs every stride to be a multiple of 16 bytes: pad the trailing "
             f"axes so that {math.prod(shape[axis:])} elements fill a multiple of 16 bytes")
+    return self._fields(buffer, code, shape, strides)
+
+  def _fields(self, buffer: int, code: int, shape, byte_strides) -> list[int]:
+    """The record: ``byte_strides`` are those of dims 1.., innermost first."""
+    rank = len(shape)
+    dims, strides, elements = list(reversed(shape)), list(byte_strides), self.element_strides or (1,) * rank
     pad = MAX_RANK - rank
     return ([buffer, code, rank, _INTERLEAVES[self.interleave], _SWIZZLES[self.swizzle], _L2[self.l2_promotion],
              _OOB[self.oob_fill]] + dims + [1] * pad + strides + [0] * pad + list(reversed(self.box)) + [1] * pad +
             list(reversed(elements)) + [1] * pad)
+
+  def _view_record(self, buffer: int, aval, name: str) -> list[int]:
+    """The record of a view (``shape``, ``strides`` in elements) of the operand's buffer."""
+    shape, strides, rank = self.shape, self.strides, len(self.shape)
+    view = f"the view shape={list(shape)} strides={list(strides)}"
+    if not 1 <= rank <= MAX_RANK or len(strides) != rank:
+      raise ValueError(f"{name}: {view} must give 1 to {MAX_RANK} sizes and as many strides")
+    if len(self.box) != rank:
+      raise ValueError(f"{name}: box has {len(self.box)} sizes for {view}; give one per axis")
+    if self.element_strides is not None and len(self.element_strides) != rank:
+      raise ValueError(f"{name}: element_strides has {len(self.element_strides)} entries; give one per axis ({rank})")
+    if any(d < 1 for d in shape) or any(s < 1 for s in strides):
+      raise ValueError(f"{name}: {view} needs every size and stride at least 1")
+    if strides[-1] != 1:
+      raise ValueError(f"{name}: {view} has an innermost stride of {strides[-1]}; TMA reads contiguous rows: make it 1")
+    code = data_type(aval.dtype)
+    if code is None:
+      raise ValueError(f"{name}: TMA has no data type for {aval.dtype}")
+    itemsize = jnp.dtype(aval.dtype).itemsize
+    for axis, stride in enumerate(strides[:-1]):
+      if stride * itemsize % 16:
+        raise ValueError(f"{name}: {view} has a stride of {stride * itemsize} bytes along axis {axis}; TMA needs "
+                         "every stride to be a multiple of 16 bytes")
+    reach = 1 + sum((d - 1) * s for d, s in zip(shape, strides))
+    size = math.prod(aval.shape)
+    if reach > size:
+      raise ValueError(f"{name}: {view} reaches {reach} elements, but {self.operand} ({aval.dtype}"
+                       f"{list(aval.shape)}) holds {size}")
+    return self._fields(buffer, code, shape, [strides[rank - 1 - d] * itemsize for d in range(1, rank)])
 
 
 def scratch_aval(nbytes: int):

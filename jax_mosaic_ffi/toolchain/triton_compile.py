@@ -34,6 +34,7 @@ from jax_mosaic_ffi.base.module_format import Image, ImageKind, ParsedModule
 from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain import dump
 from jax_mosaic_ffi.toolchain import triton_decorators
+from jax_mosaic_ffi.toolchain import triton_descriptors
 from jax_mosaic_ffi.toolchain import triton_specialize
 from jax_mosaic_ffi.toolchain.compiled import Compiled, param_sizes
 from jax_mosaic_ffi.toolchain.kernel import Kernel, parse_targets
@@ -49,7 +50,7 @@ SUPPORTED_TRITON = ((3, 6), (3, 10))
 SUPPORTED_TEXT = ("Triton >= 3.6, < 3.10 (tested: 3.6.0 to 3.9.0 compiling and lowering on CPU, "
                   "3.6.0 on an H200)")
 LAUNCH_KEYS = triton_decorators.LAUNCH_OPTIONS  # num_warps, num_stages, num_ctas, maxnreg
-_CACHE_FORMAT = "triton-2"  # 2: TritonInfo.dropped and .aligned
+_CACHE_FORMAT = "triton-3"  # 2: TritonInfo.dropped and .aligned; 3: .tensordesc_meta
 
 
 _compile_lock = threading.Lock()  # Triton's compiler is not known to be thread-safe
@@ -96,6 +97,8 @@ class TritonInfo:
   aligned: tuple[int, ...]              # parameters passed (by index) whose pointers it takes as 16-byte aligned
   meta: tuple[tuple[str, Any], ...]     # constexprs and launch options, for grid callables
   triton_version: str
+  # Host tensor descriptors lowered to TMA: one per tensordesc parameter; empty: decomposed (or none).
+  tensordesc_meta: tuple[triton_descriptors.DescriptorMeta, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -233,10 +236,11 @@ def _compile(fn, signature, constexprs, num_warps, num_stages, num_ctas, targets
     raise ValueError(f"triton_kernel '{fn.__name__}': no value for the constexpr parameter(s) "
                      f"{', '.join(missing)}; pass constexprs={{...}} or a config that sets them")
   for ty in signature:
-    if not isinstance(ty, str) or ty.startswith("tensordesc") or ty == "constexpr":
+    if not isinstance(ty, str) or ty == "constexpr" or (
+        triton_descriptors.is_descriptor(ty) and triton_descriptors.parse_type(ty) is None):
       raise ValueError(f"triton_kernel '{fn.__name__}': parameter type {ty!r} is not supported; parameters are "
-                       "pointers (*fp32) and scalars (i32, fp32, ...). Build tensor descriptors inside the kernel "
-                       "with tl.make_tensor_descriptor")
+                       "pointers (*fp32), scalars (i32, fp32, ...) and host tensor descriptors as Triton writes "
+                       "them (tensordesc<fp16[64, 64]>: no Gluon layout, no im2col)")
   specialization = _specialization(fn, signature, scalar_values, constexprs, targets)
   requests = _requests(fn, specialization, num_warps, num_stages, num_ctas, targets, maxnreg)
   entry_key = disk_cache.key(
@@ -321,7 +325,7 @@ def _triton_failed(fn, target, e: Exception) -> CompileError:
 
 def _run_triton(triton, fn, signature, specialization, constexprs, requests, num_warps, num_stages,
                 num_ctas) -> TritonKernel:
-  images, ptx, first = [], None, None
+  images, ptx, first, descriptors = [], None, None, None
   waits = True
   for request in requests:
     target = request.target
@@ -333,6 +337,16 @@ def _run_triton(triton, fn, signature, specialization, constexprs, requests, num
     # Triton builds for the arch-specific target (sm_90a) where there is one: its PTX says which.
     arch = module_format.Arch.parse(ptx_info.target_arch(compiled.asm["ptx"]) or target.sm)
     images.append(Image(ImageKind.CUBIN, arch, bytes(compiled.asm["cubin"])))
+    # The descriptors' parameters and encoding are one for the whole module: every target must agree.
+    try:
+      found = triton_descriptors.metas(getattr(metadata, "tensordesc_meta", None), signature, fn.__name__)
+    except ValueError as e:
+      raise CompileError(fn.__name__, f"for {target.sm}: {e}", "", "") from None
+    if descriptors is not None and found != descriptors:
+      raise CompileError(fn.__name__, f"Triton lowers its tensor descriptors differently for {target.sm} than "
+                         f"for {requests[0].target.sm} ({found or 'no TMA'} against {descriptors or 'no TMA'}); "
+                         "compile it for targets of one family (targets=[...])", "", "")
+    descriptors = found
     # tl.extra.cuda.gdc_wait() in the kernel: it waits for the previous kernel before reading what that wrote,
     # so it may launch with PDL, as our own compiled kernels do (Kernel.pdl_safe). Without it, never. XLA
     # does the same for the Triton kernels it compiles itself (its Triton custom call launches with PDL when
@@ -346,8 +360,10 @@ def _run_triton(triton, fn, signature, specialization, constexprs, requests, num
   if getattr(first, "launch_cooperative_grid", False):
     raise CompileError(fn.__name__, "the kernel asks for a cooperative grid launch, which "
                                 "jax_mosaic_ffi does not make", "", "")
-  # The parameters passed: the non-constexpr ones less those specialized to constexprs, then Triton's scratch.
-  n_scratch = len(sizes) - (len(signature) - len(specialization.dropped)) if sizes is not None else 2
+  # The parameters passed: the non-constexpr ones (descriptors expanded as Triton's launcher expands them) less
+  # those specialized to constexprs, then Triton's scratch.
+  n_scratch = (len(sizes) - (triton_descriptors.expanded_param_count(signature, bool(descriptors))
+                             - len(specialization.dropped)) if sizes is not None else 2)
   if n_scratch > 2:
     raise CompileError(fn.__name__, f"the compiled kernel takes {n_scratch} parameters after its own, more than "
                        "Triton's global and profile scratch pointers (instrumentation, such as "
@@ -357,10 +373,12 @@ def _run_triton(triton, fn, signature, specialization, constexprs, requests, num
   info = TritonInfo(num_warps=int(first.num_warps), num_ctas=int(first.num_ctas), shared=int(first.shared),
                     scratch=tuple(scratch[:max(n_scratch, 0)]), signature=tuple(signature),
                     dropped=specialization.dropped,
-                    aligned=tuple(k - sum(d < k for d in specialization.dropped) for k in specialization.aligned),
+                    # By position among the parameters passed: descriptors before it expanded, dropped ones gone.
+                    aligned=tuple(triton_descriptors.expanded_param_count(signature[:k], bool(descriptors))
+                                  - sum(d < k for d in specialization.dropped) for k in specialization.aligned),
                     meta=tuple({**constexprs, "num_warps": num_warps, "num_stages": num_stages,
                                 "num_ctas": num_ctas}.items()),
-                    triton_version=triton.__version__)
+                    triton_version=triton.__version__, tensordesc_meta=descriptors)
   return TritonKernel(fn.__name__, Compiled.of(parsed, sizes), info)
 
 
@@ -379,4 +397,7 @@ def _from_bytes(name: str, data: bytes) -> TritonKernel:
       num_warps=int(info["num_warps"]), num_ctas=int(info["num_ctas"]), shared=int(info["shared"]),
       scratch=tuple((int(s), int(a)) for s, a in info["scratch"]), signature=tuple(info["signature"]),
       dropped=tuple(int(k) for k in info["dropped"]), aligned=tuple(int(k) for k in info["aligned"]),
-      meta=(), triton_version=str(info["triton_version"])))
+      meta=(), triton_version=str(info["triton_version"]),
+      tensordesc_meta=tuple(triton_descriptors.DescriptorMeta(
+          int(d["swizzle"]), int(d["elem_size"]), int(d["elem_type"]), tuple(int(b) for b in d["block_size"]))
+          for d in info.get("tensordesc_meta", ()))))

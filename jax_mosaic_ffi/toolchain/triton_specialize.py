@@ -102,6 +102,8 @@ def specialize(fn, types: Sequence[str], values: Mapping[int, Any], constexprs: 
   for k, (param, ty) in enumerate(zip(runtime, types)):
     if ty.startswith("*"):
       arguments[param.name] = _XlaBuffer(ty[1:])  # Triton reads its own type names as dtypes
+    elif ty.startswith("tensordesc"):
+      arguments[param.name] = 3  # a host descriptor: its type is ours (below); Triton gives it no attribute
     else:
       # 3 is of the class no rule specializes (not 1, not a multiple of 16); overwritten below.
       arguments[param.name] = _python_number(values[k]) if k in values else 3
@@ -112,7 +114,9 @@ def specialize(fn, types: Sequence[str], values: Mapping[int, Any], constexprs: 
   for k, (param, ty) in enumerate(zip(runtime, types)):
     index = names.index(param.name)
     got_type, got_attr = specialization[index]
-    if got_type == "constexpr":  # an integer equal to 1: compiled in, not passed
+    if ty.startswith("tensordesc"):
+      specialization[index] = (ty, None)
+    elif got_type == "constexpr":  # an integer equal to 1: compiled in, not passed
       dropped.append(k)
     elif ty.startswith("*"):
       # Our type from the call's dtype; a `tl.const` parameter keeps Triton's "*k" marking.

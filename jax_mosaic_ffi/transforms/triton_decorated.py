@@ -59,6 +59,7 @@ from jax_mosaic_ffi.toolchain import triton_decorators
 from jax_mosaic_ffi.toolchain.triton_compile import TritonFunction, runtime_params
 from jax_mosaic_ffi.toolchain.triton_decorators import Autotune, Heuristics
 from jax_mosaic_ffi.transforms import autotune as autotune_lib
+from jax_mosaic_ffi.transforms import tensor_descriptor
 from jax_mosaic_ffi.transforms import triton_launch
 
 _TUNED_PER_CALL = 32  # config spaces kept per call (one per distinct set of candidates): a bound, not a tuning
@@ -178,7 +179,9 @@ def launcher(function: TritonFunction, out_shape, options: LaunchOptions):
           f"the call passes {len(order)} ({', '.join(map(str, order))}): inputs, outputs, then scalars, or "
           "param_order")
     named, entries = {}, {}
-    for param, entry in zip(params, map(str, order)):
+    for param, entry in zip(params, order):
+      # A descriptor parameter: the decorators see the array it describes.
+      entry = str(entry.operand if isinstance(entry, tensor_descriptor.TensorDescriptor) else entry)
       kind = entry.rstrip("0123456789")
       index = int(entry[len(kind):] or -1)
       avals = {"in": in_avals, "out": out_avals}.get(kind)

@@ -39,6 +39,7 @@ from jax_mosaic_ffi.call import primitive
 from jax_mosaic_ffi.call.launch_options import CheckedLaunch, LaunchOptions
 from jax_mosaic_ffi.toolchain.triton_compile import TritonFunction, TritonKernel, runtime_params
 from jax_mosaic_ffi.toolchain.triton_specialize import XLA_BUFFER_ALIGN
+from jax_mosaic_ffi.transforms import tensor_descriptor
 
 
 _DTYPES = {
@@ -123,7 +124,10 @@ def launcher(target: TritonKernel | TritonFunction, out_shape, options: LaunchOp
     launch_values.scalars(values, where)  # its checks and messages, before the values are typed for Triton
     n_in, n_out = len(in_avals), len(out_avals)
     order = list(param_order) if param_order is not None else default_order(n_in, n_out, len(values))
-    kernel = _specialize(target, order, in_avals, out_avals, values, where)
+    descriptors = [tensor_descriptor.bind(e, lambda v, what: call_with_meta(v, meta, in_avals, what, where),
+                                          in_avals, out_avals, where)
+                   for e in order if isinstance(e, tensor_descriptor.TensorDescriptor)]
+    kernel = _specialize(target, order, in_avals, out_avals, values, where, descriptors)
     info = kernel.info
     if options.uses_pdl and not kernel.pdl_safe:
       raise LaunchError(
@@ -135,7 +139,8 @@ def launcher(target: TritonKernel | TritonFunction, out_shape, options: LaunchOp
     pdl = kernel.pdl_safe if options.uses_pdl is None else bool(options.uses_pdl)
     dims = launch_values.dims(call_with_meta(grid, meta, in_avals, "grid", where), "grid", where)
     outs = list(out_avals)
-    names, scalar_list = _passed(order, values, info.dropped)
+    passed, passed_values = _passed(order, values, info.dropped)
+    names, scalar_list = tensor_descriptor.expand(passed, passed_values, descriptors, info, where)
     programs = math.prod(dims) * info.num_ctas
     for k, (size, align) in enumerate(info.scratch):
       if size == 0:
@@ -193,10 +198,9 @@ def _passed(order, values, dropped):
   its launcher specializes to constexprs (those equal to 1) into the kernel, so they are not passed."""
   names, scalar_list = [], []
   for k, entry in enumerate(order):
-    entry = str(entry)
     if k in dropped:
       continue
-    if entry.startswith("scalar"):
+    if isinstance(entry, str) and entry.startswith("scalar"):
       scalar_list.append(values[int(entry[len("scalar"):])])
       entry = f"scalar{len(scalar_list) - 1}"
     names.append(entry)
@@ -210,10 +214,14 @@ def _user_outputs(zero_outputs, n_out: int, aliases):
   return zero_outputs
 
 
-def _specialize(target, order, in_avals, out_avals, values, where) -> TritonKernel:
+def _specialize(target, order, in_avals, out_avals, values, where, descriptors=()) -> TritonKernel:
   n_in, n_out = len(in_avals), len(out_avals)
   types, scalar_values = [], {}
+  descriptor_types = iter(d.signature_type for d in descriptors)
   for k, entry in enumerate(order):
+    if isinstance(entry, tensor_descriptor.TensorDescriptor):
+      types.append(next(descriptor_types))
+      continue
     entry = str(entry)
     prefix = entry.rstrip("0123456789")
     index = int(entry[len(prefix):]) if entry[len(prefix):] else -1
@@ -236,5 +244,5 @@ def _specialize(target, order, in_avals, out_avals, values, where) -> TritonKern
   if len(types) != len(params):
     raise LaunchError(
         f"{where}: the Triton function takes {len(params)} non-constexpr parameters ({', '.join(params)}) but the "
-        f"call passes {len(types)} ({', '.join(order)}): inputs, outputs, then scalars, or param_order")
+        f"call passes {len(types)} ({', '.join(map(str, order))}): inputs, outputs, then scalars, or param_order")
   return target.specialize(types, scalar_values)

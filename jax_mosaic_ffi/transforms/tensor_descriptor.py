@@ -1,0 +1,208 @@
+"""Host-side tensor descriptors for Triton kernels: `jmf.TensorDescriptor`.
+
+Triton's TMA kernels (the Hopper/Blackwell tutorials, the persistent matmul) take operands as
+`triton.tools.tensor_descriptor.TensorDescriptor` parameters, made on the host with
+``TensorDescriptor.from_tensor(a, block_shape=[BM, BK])``. Here the same is written in ``param_order``
+with the operand's name in place of the tensor::
+
+    param_order=(jmf.TensorDescriptor.from_tensor("in0", block_shape=lambda meta: [meta["BM"], meta["BK"]]),
+                 jmf.TensorDescriptor.from_tensor("in1", block_shape=[64, 128]), ..., "scalar0")
+
+The block shape (and a view's shape and strides) may be callables of the config, ``meta`` (or of
+``(meta, *input avals)``), as Triton's tutorials set it in a ``pre_hook``.
+
+The kernel then gets exactly what Triton's launcher passes (toolchain/triton_descriptors.py): where the
+compile lowered the descriptors to TMA, a `TensorMap` the runtime encodes with Triton's fields, once per
+buffer move and inside command buffers too, followed by the shape and strides as scalars; else the
+decomposed form (pointer, shape, strides, flags, shape, strides).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from jax_mosaic_ffi.base.errors import LaunchError
+from jax_mosaic_ffi.call.tensor_map import TensorMap, data_type
+from jax_mosaic_ffi.toolchain import triton_descriptors
+from jax_mosaic_ffi.toolchain.triton_compile import TritonInfo
+
+_PADDINGS = ("zero", "nan")
+_I32_MAX = 2**31 - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorDescriptor:
+  """A Triton kernel parameter that is a host tensor descriptor of an input or output.
+
+  As Triton's ``TensorDescriptor(base, shape, strides, block_shape, padding)``, with the operand's name
+  (``"in0"``, ``"out1"``) for ``base``; ``from_tensor(operand, block_shape)`` describes the whole array.
+
+  Args:
+    operand: the input or output described.
+    shape, strides: the view described, in elements, outermost first (the last stride 1); None: the
+      array's own shape, row-major.
+    block_shape: the block one descriptor load or store moves: powers of two, one per axis.
+    padding: ``"zero"`` or ``"nan"`` (floats): what reads past the edge give.
+
+  ``shape``, ``strides`` and ``block_shape`` may be callables of ``meta`` (the constexprs and launch options
+  of the config being compiled) or of ``(meta, *input avals)``.
+  """
+
+  operand: str
+  shape: Sequence[int] | Callable | None
+  strides: Sequence[int] | Callable | None
+  block_shape: Sequence[int] | Callable
+  padding: str = "zero"
+
+  def __post_init__(self):
+    where = f"TensorDescriptor({self.operand!r})"
+    if not isinstance(self.operand, str) or not self.operand.startswith(("in", "out")):
+      raise ValueError(f"TensorDescriptor: operand must name an input or output like 'in0' or 'out0', got "
+                       f"{self.operand!r}")
+    if (self.shape is None) != (self.strides is None):
+      raise ValueError(f"{where}: give shape and strides together (a view), or neither (from_tensor)")
+    if self.padding not in _PADDINGS:
+      raise ValueError(f"{where}: padding = {self.padding!r}; use 'zero' or 'nan'")
+    for what in ("shape", "strides", "block_shape"):
+      value = getattr(self, what)
+      if value is None or callable(value):
+        continue
+      object.__setattr__(self, what, _ints(value, what, where))
+
+  @staticmethod
+  def from_tensor(operand: str, block_shape, padding: str = "zero") -> "TensorDescriptor":
+    """A descriptor of the whole array ``operand``, as Triton's ``TensorDescriptor.from_tensor``."""
+    return TensorDescriptor(operand, None, None, block_shape, padding)
+
+  def __str__(self) -> str:
+    return f"TensorDescriptor({self.operand!r})"
+
+
+def _ints(value, what: str, where: str) -> tuple[int, ...]:
+  if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value or not all(
+      isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in value):
+    raise LaunchError(f"{where}: {what} must be a non-empty sequence of ints, got {value!r}")
+  return tuple(int(v) for v in value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Bound:
+  """A descriptor evaluated for one call: its operand's aval, the view and the block shape."""
+
+  decl: TensorDescriptor
+  aval: Any
+  shape: tuple[int, ...]
+  strides: tuple[int, ...]
+  block_shape: tuple[int, ...]
+  view: bool  # shape and strides were given (not the array's own)
+
+  @property
+  def signature_type(self) -> str:
+    return triton_descriptors.type_string(self.aval.dtype, self.block_shape)
+
+
+def bind(decl: TensorDescriptor, evaluate: Callable[[Any, str], Any], in_avals, out_avals, where: str) -> Bound:
+  """``decl`` for a call with these avals; ``evaluate(value, what)`` calls a callable option with the meta."""
+  name = f"{where}: param_order entry {decl}"
+  prefix = "in" if decl.operand.startswith("in") else "out"
+  avals = in_avals if prefix == "in" else out_avals
+  suffix = decl.operand[len(prefix):]
+  if not suffix.isdigit() or int(suffix) >= len(avals):
+    raise LaunchError(f"{name} describes {decl.operand!r}, but the call has {len(in_avals)} input(s) and "
+                      f"{len(out_avals)} output(s); name one of in0.., out0..")
+  aval = avals[int(suffix)]
+
+  def value(what):
+    return _ints(evaluate(getattr(decl, what), what), what, name)
+
+  block = value("block_shape")
+  view = decl.shape is not None
+  if view:
+    shape, strides = value("shape"), value("strides")
+  else:
+    shape = tuple(int(d) for d in aval.shape)
+    strides = tuple(math.prod(shape[k + 1:]) for k in range(len(shape)))
+  if not 1 <= len(shape) <= 5 or len(strides) != len(shape) or len(block) != len(shape):
+    raise LaunchError(f"{name}: block_shape {list(block)} has rank {len(block)}, the "
+                      f"{'view' if view else decl.operand} ({aval.dtype}{list(shape)}) rank {len(shape)}"
+                      f"{f' with {len(strides)} strides' if len(strides) != len(shape) else ''}; give one size "
+                      "per axis (rank 1 to 5)")
+  try:
+    triton_descriptors.type_string(aval.dtype, block)
+  except ValueError as e:
+    raise LaunchError(f"{name}: {e}; describe an array of another dtype") from None
+  from triton._utils import validate_block_shape  # noqa: PLC0415  (optional dependency: Triton)
+  try:
+    validate_block_shape(list(block))  # Triton's own rule: powers of two, at most its largest tensor
+  except (TypeError, ValueError) as e:
+    raise LaunchError(f"{name}: block_shape {list(block)}: {e}") from None
+  if any(d < 1 for d in shape):
+    raise LaunchError(f"{name}: {decl.operand} has shape {list(shape)}; a descriptor needs every axis at least 1")
+  if view:  # Triton's TensorDescriptor checks these on the host; the pointer form has no TMA to check them
+    itemsize = np.dtype(aval.dtype).itemsize
+    if strides[-1] != 1 or any(s < 1 or s * itemsize % 16 for s in strides[:-1]):
+      raise LaunchError(f"{name}: strides {list(strides)} must end in 1 (contiguous rows), the others at least 1 "
+                        "and multiples of 16 bytes")
+    reach, size = 1 + sum((d - 1) * s for d, s in zip(shape, strides)), math.prod(aval.shape)
+    if reach > size:
+      raise LaunchError(f"{name}: the view shape={list(shape)} strides={list(strides)} reaches {reach} elements, "
+                        f"but {decl.operand} ({aval.dtype}{list(aval.shape)}) holds {size}")
+  elif any(s * np.dtype(aval.dtype).itemsize % 16 for s in strides[:-1]):
+    raise LaunchError(f"{name}: {decl.operand} ({aval.dtype}{list(shape)}) has strides {list(strides)} elements; "
+                      "Triton's descriptors need every stride but the last to be a multiple of 16 bytes: pad the "
+                      "trailing axes")
+  if decl.padding == "nan" and not np.issubdtype(aval.dtype, np.floating):
+    raise LaunchError(f"{name}: padding='nan' needs a floating-point array, not {aval.dtype}")
+  return Bound(decl, aval, shape, strides, block, view)
+
+
+def expand(order: Sequence[Any], values: Sequence[Any], bound: Sequence[Bound], info: TritonInfo,
+           where: str) -> tuple[list[Any], list[Any]]:
+  """``param_order`` and scalars with each descriptor expanded as Triton's launcher passes it."""
+  names, scalars = [], list(values)
+
+  def scalar(value):
+    scalars.append(value)
+    names.append(f"scalar{len(scalars) - 1}")
+
+  descriptors = iter(bound)
+  metas = iter(info.tensordesc_meta)
+  for entry in order:
+    if not isinstance(entry, TensorDescriptor):
+      names.append(entry)
+      continue
+    b = next(descriptors)
+    name = f"{where}: param_order entry {b.decl}"
+    if any(d > _I32_MAX for d in b.shape):
+      raise LaunchError(f"{name}: shape {list(b.shape)} has a size over 2^31-1, which Triton passes as i32")
+    if info.tensordesc_meta:
+      meta = next(metas)
+      itemsize = np.dtype(b.aval.dtype).itemsize
+      if meta.elem_type != data_type(b.aval.dtype) or meta.elem_size != itemsize:
+        raise LaunchError(f"{name}: Triton encodes it as TMA element type {meta.elem_type} of {meta.elem_size} "
+                          f"bytes, but {b.decl.operand} is {b.aval.dtype} (type {data_type(b.aval.dtype)}, "
+                          f"{itemsize} bytes)")
+      if meta.block_size[-1] * meta.elem_size % 16:
+        raise LaunchError(f"{name}: TMA moves rows of a multiple of 16 bytes, but a row of the block is "
+                          f"{meta.block_size[-1]} x {b.aval.dtype} = {meta.block_size[-1] * meta.elem_size} bytes; "
+                          f"make block_shape[-1] a multiple of {16 // math.gcd(16, meta.elem_size)}")
+      names.append(TensorMap(b.decl.operand, box=meta.block_size,
+                             swizzle=triton_descriptors.SWIZZLE_BYTES[meta.swizzle], l2_promotion=128,
+                             oob_fill="nan" if b.decl.padding == "nan" else "zero",
+                             shape=b.shape if b.view else None, strides=b.strides if b.view else None))
+    else:
+      names.append(b.decl.operand)  # the base pointer; the view starts at the buffer
+      for v in b.shape + b.strides:
+        scalar(np.int64(v))
+      scalar(np.bool_(b.decl.padding == "nan"))
+      for _ in range(triton_descriptors.decomposed_flags() - 1):
+        scalar(np.bool_(False))  # round_f32_to_tf32
+    for v in b.shape:
+      scalar(np.int32(v))
+    for v in b.strides:
+      scalar(np.int64(v))
+  return names, scalars
