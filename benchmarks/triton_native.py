@@ -345,9 +345,9 @@ def _measure_case(name, env, clock, rounds):
   reports_before = len(jmf.autotune_report())
   ours_out = [np.asarray(o) for o in jax.jit(ours)(*arrays)]
   our_reports = jmf.autotune_report()[reports_before:]
-  triton_out = [t.float().cpu().numpy() for t in triton_call(*tensors)]
+  triton_out = [t.detach().float().cpu().numpy() for t in triton_call(*tensors)]
   torch.cuda.synchronize()
-  want = [t.float().cpu().numpy() for t in case.reference(*(t.float() for t in tensors))]
+  want = [t.detach().float().cpu().numpy() for t in case.reference(*(t.float() for t in tensors))]
   errors = {}
   checked = [("ours", ours_out), ("triton", triton_out)]
   if case.grads is not None:  # the same kernels under jax.grad: dx, dw, db
