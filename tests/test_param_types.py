@@ -148,6 +148,18 @@ def test_templates_are_typed_after_substitution(isolated_disk_cache):
       "parameter 'const __nv_bfloat16*' (or 'const void*' for any dtype)")
 
 
+def test_the_scratch_buffer_is_bytes_for_any_pointer(isolated_disk_cache):
+  source = 'extern "C" __global__ void count(const float* x, float* y, unsigned int* counters, int n) {}'
+  kernel = jmf.cuda_kernel(source, "count")
+  (x,) = arrays(jnp.float32)
+  call = jmf.mosaic_kernel(kernel, x, grid=1, block=N, scalars=(np.int32(N),), scratch_bytes=8, zero_scratch=True)
+  jax.jit(call).trace(x)
+  wrong = jmf.mosaic_kernel(kernel, x, grid=1, block=N, scalars=(np.int32(N),), scratch_bytes=8,
+                            param_order=("in0", "out0", "scalar0", "scratch"))
+  with pytest.raises(jmf.LaunchError, match=r"parameter 2 is 'unsigned int\*', but the call passes scalars\[0\]"):
+    jax.jit(wrong).trace(x)
+
+
 def test_the_types_live_in_the_cache_entry_and_nothing_is_compiled_twice(isolated_disk_cache):
   before = compile_cache.stats().nvrtc_compiles
   first = jmf.cuda_kernel(AXPY, "axpy", targets=("sm_90", "sm_100"))
