@@ -170,6 +170,22 @@ def test_the_types_live_in_the_cache_entry_and_nothing_is_compiled_twice(isolate
   assert again.compiled.param_types == first.compiled.param_types == ("float const*", "float*", "float", "int")
 
 
+@pytest.mark.parametrize("types", [["int"] * 3, [1, 2, 3, 4], ["x" * 513] * 4, "int"])
+def test_a_cache_entry_with_bad_types_is_refused(axpy, types):
+  import dataclasses
+  import json
+  import struct
+  entry = axpy.compiled.to_bytes()
+  (length,) = struct.unpack_from("<I", entry)
+  header = json.loads(entry[4:4 + length])
+  assert header["param_types"] == ["float const*", "float*", "float", "int"]
+  header["param_types"] = types
+  text = json.dumps(header).encode()
+  with pytest.raises(ValueError):
+    type(axpy.compiled).from_bytes(struct.pack("<I", len(text)) + text + entry[4 + length:])
+  assert dataclasses.replace(axpy.compiled).param_types == axpy.compiled.param_types
+
+
 def test_a_probe_that_alone_fails_is_left_out_of_the_log():
   log = ('__nv_name_map(2): error: identifier "axpyy" is undefined\n  #pragma nv_mangled_name axpyy\n\n'
          '__nv_name_map(3): error: Name expression cannot form address of a non-__global__ function. Input '

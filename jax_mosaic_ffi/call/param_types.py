@@ -25,6 +25,9 @@ does), with their declared type.
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -42,6 +45,7 @@ _SPELLING_OF = {"bool": "bool", "int8": "int8_t", "uint8": "uint8_t", "int16": "
                 "float8_e4m3fn": "__nv_fp8_e4m3", "float8_e5m2": "__nv_fp8_e5m2"}
 
 
+@functools.lru_cache(maxsize=64)
 def _dtype(name: str) -> np.dtype:
   return jnp.dtype(name)
 
@@ -78,36 +82,50 @@ def _is_address_integer(declared: ParamType) -> bool:
   return not declared.pointer and BUILTIN.get(declared.element) in ("int64", "uint64")
 
 
-def _passed(spec, in_avals, out_avals) -> list[tuple[str, str, np.dtype | None]]:
-  """What the call passes, per kernel parameter: (kind, description, dtype), kind "array", "scalar" or
-  "opaque" (a tensor map, the collective metadata: the runtime's, checked by size)."""
-  n_in = len(in_avals)
+def _passed(spec, in_avals, out_avals) -> list[tuple[str, np.dtype | None, Any]]:
+  """What the call passes, per kernel parameter: (kind, dtype, where to find its description), kind "array",
+  "scalar", "scratch" or "opaque" (a tensor map, the collective metadata: the runtime's, checked by size).
+  Descriptions are written only for a message (`_describe`): a passing check builds no strings."""
+  n_in, n_buffers = len(in_avals), len(in_avals) + len(out_avals)
   passed = []
   for code in spec.param_order:
     if code >= _TENSOR_MAP_CODE:
-      passed.append(("opaque", f"tensor map {code - _TENSOR_MAP_CODE}", None))
-    elif code >= n_in + len(out_avals) - spec.num_scratch:
-      passed.append(("scratch", "the scratch buffer", None))
+      passed.append(("opaque", None, ("tensor map", code - _TENSOR_MAP_CODE)))
+    elif code >= n_buffers - spec.num_scratch:
+      passed.append(("scratch", None, ("scratch",)))
     elif code >= 0:
-      aval, name = (in_avals[code], f"in{code}") if code < n_in else (out_avals[code - n_in], f"out{code - n_in}")
-      passed.append(("array", f"{name}, {_a(aval.dtype)}{list(aval.shape)} array", aval.dtype))
+      aval = in_avals[code] if code < n_in else out_avals[code - n_in]
+      passed.append(("array", aval.dtype, ("array", f"in{code}" if code < n_in else f"out{code - n_in}", aval)))
     else:
       k = -code - 1
       dtype = _dtype(spec.scalar_dtypes[k]) if k < len(spec.scalar_dtypes) else None
-      passed.append(("scalar" if dtype is not None else "opaque", f"scalars[{k}], {_a(dtype)} value", dtype))
+      passed.append(("scalar" if dtype is not None else "opaque", dtype, ("scalar", k, dtype)))
   if spec.batch_grid_axis is not None:
-    passed.append(("scalar", "the element's grid length, a uint32 value", np.dtype(np.uint32)))
-    passed += [("scalar", f"the batch stride of buffer {b}, a uint64 value", np.dtype(np.uint64))
-               for b in range(spec.num_inputs + spec.num_outputs)]
+    passed.append(("scalar", np.dtype(np.uint32), ("grid length",)))
+    passed += [("scalar", np.dtype(np.uint64), ("stride", b)) for b in range(spec.num_inputs + spec.num_outputs)]
   if spec.collective is not None:
-    passed.append(("opaque", "the collective metadata pointer", None))
+    passed.append(("opaque", None, ("metadata",)))
   return passed
+
+
+def _describe(what) -> str:
+  """A passed parameter, for a message: "in0, a bfloat16[1024] array"."""
+  kind = what[0]
+  if kind == "array":
+    return f"{what[1]}, {_a(what[2].dtype)}{list(what[2].shape)} array"
+  if kind == "scalar":
+    return f"scalars[{what[1]}], {_a(what[2])} value"
+  return {"tensor map": lambda: f"tensor map {what[1]}", "scratch": lambda: "the scratch buffer",
+          "grid length": lambda: "the element's grid length, a uint32 value",
+          "stride": lambda: f"the batch stride of buffer {what[1]}, a uint64 value",
+          "metadata": lambda: "the collective metadata pointer"}[kind]()
 
 
 def _a(dtype) -> str:
   return f"{'an' if str(dtype)[0] in 'aeio' else 'a'} {dtype}"
 
 
+@functools.lru_cache(maxsize=4096)
 def _mismatch(declared: ParamType, kind: str, dtype) -> bool:
   if kind == "opaque":
     return False
@@ -157,10 +175,11 @@ def check(kernel, spec, in_avals, out_avals, where: str) -> None:
     # A cubin's signature=: nothing else counts its parameters before it is loaded.
     listed = ", ".join(f"'{t.text}'" for t in declared_types)
     raise LaunchError(f"{where}: the kernel takes {len(declared_types)} parameters ({listed}), but the call passes "
-                      f"{len(passed)}: {'; '.join(d for _, d, _ in passed) or 'none'}; the order is inputs, "
-                      "outputs, then scalars")
-  for index, (declared, (kind, described, dtype)) in enumerate(zip(declared_types, passed)):
+                      f"{len(passed)}: {'; '.join(_describe(w) for _, _, w in passed) or 'none'}; the order is "
+                      "inputs, outputs, then scalars")
+  for index, (declared, (kind, dtype, what)) in enumerate(zip(declared_types, passed)):
     if _mismatch(declared, kind, dtype):
+      described = _describe(what)
       name = described.split(",", 1)[0]
       raise LaunchError(f"{where}: the kernel's parameter {index} is '{declared.text}', but the call passes "
                         f"{described}; {_advice(declared, kind, dtype, name)}")

@@ -61,8 +61,10 @@ class Compiled:
       raise ValueError("bad param_types")
     deps = file_deps.checked(header.get("deps", []))
     module_bytes = data[4 + length:]
-    return cls.of(module_format.parse(module_bytes), tuple(sizes) if sizes is not None else None, deps,
-                  tuple(types) if types is not None else None)
+    if types is not None and sizes is not None and len(types) != len(sizes):
+      raise ValueError("param_types and param_sizes disagree")
+    return cls(module_format.parse(module_bytes), module_bytes, module_format.kernel_hash(module_bytes),
+               tuple(sizes) if sizes is not None else None, deps, tuple(types) if types is not None else None)
 
 
 def param_sizes(parsed: ParsedModule) -> tuple[int, ...] | None:
