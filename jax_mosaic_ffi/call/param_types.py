@@ -12,8 +12,8 @@ at trace time against the array or scalar the call passes there. The rule, per d
   bytes also take floats of their width, as raw bits (``uint16_t*`` for bf16 / fp16, ``uint8_t*`` fp8).
 * a pointer to a CUDA vector type (``float4*``, ``__half2*``): arrays of its lane's dtype, as above
   (and complex64 for ``float2*``, complex128 for ``double2*``).
-* a pointer to any other struct or class, and ``T**``: any array, as ``void*`` (the layout is yours); a
-  ``T**`` takes 8-byte integers only.
+* a pointer to any other struct or class: any array, as ``void*`` (the layout is yours); a pointer to a
+  pointer (``float**``): arrays of 8-byte integers (addresses).
 * a value of a type above: a scalar of the dtype its pointer would take; structs and vector types by value
   (``CUtensorMap``), by size only (which the PTX check already did).
 * 8-byte integer values (``uintptr_t``) also take an array (its address), and pointers an 8-byte integer

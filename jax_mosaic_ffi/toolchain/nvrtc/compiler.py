@@ -167,4 +167,7 @@ def _compile_with_nvrtc(source, name, options, headers, targets, timeout, pdl):
   images.append(Image(ImageKind.PTX, targets[0], result["ptx"]))
   parsed = ParsedModule(result["symbol"], tuple(images), module_format.FLAG_PDL_WAIT if result["pdl_wait"] else 0)
   probe_symbol = result.get("probe_symbol")
-  return parsed, result.get("deps"), param_types.of_probe(probe_symbol) if probe_symbol else None
+  types = param_types.of_probe(probe_symbol) if probe_symbol else None
+  if types is None:  # no probe (it alone failed): a C++ kernel's own symbol still carries its types
+    types = param_types.of_symbol(parsed.symbol)
+  return parsed, result.get("deps"), types
