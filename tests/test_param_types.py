@@ -186,6 +186,15 @@ def test_a_cache_entry_with_bad_types_is_refused(axpy, types):
   assert dataclasses.replace(axpy.compiled).param_types == axpy.compiled.param_types
 
 
+def test_a_source_the_probe_cannot_follow_still_compiles(isolated_disk_cache):
+  # The probe's namespace made unusable: the kernel compiles without it, sizes checked only, or its
+  # symbol's types for a C++ kernel.
+  prefix = "#define jmf_probe 1\n"
+  assert jmf.cuda_kernel(prefix + AXPY, "axpy").param_types is None
+  templated = jmf.cuda_kernel(prefix + "template <class T> __global__ void k(const T* x, int n) {}", "k<float>")
+  assert [t.text for t in templated.param_types] == ["const float*", "int"]
+
+
 def test_a_probe_that_alone_fails_is_left_out_of_the_log():
   log = ('__nv_name_map(2): error: identifier "axpyy" is undefined\n  #pragma nv_mangled_name axpyy\n\n'
          '__nv_name_map(3): error: Name expression cannot form address of a non-__global__ function. Input '
