@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import jax_mosaic_ffi as jmf
+from jax_mosaic_ffi.base import gpu_info
 from jax_mosaic_ffi.base.module_format import ImageKind
 from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain import param_types
@@ -338,6 +339,7 @@ def test_a_kernel_without_derivatives_still_says_attach_one(isolated_disk_cache)
     jax.make_jaxpr(jax.grad(lambda x: kernel(x)[0, 0]))(jax.ShapeDtypeStruct((2, 256), jnp.float32))
 
 
+@pytest.mark.skipif(gpu_info.has_gpu(), reason="with a GPU the configs are timed, and nothing warns")
 def test_the_autotune_warning_points_at_the_users_line(isolated_disk_cache, monkeypatch):
   monkeypatch.delenv(autotuning.CPU_ENV, raising=False)
   add = jmf.cuda_kernel(kernel_sources.ADD, "add")
