@@ -5,6 +5,13 @@ warm from disk: a fresh process whose disk cache holds the kernel.
 in-process hit: the same compile again in one process (memory cache).
 Times are of jmf.cuda_kernel() alone, in a process whose JAX backend is up
 (imports and backend start excluded).
+
+typed check: after the first compile, what checking each parameter's C++ type
+against a call's arrays and scalars costs per new call signature (new
+shapes), measured on the check alone (its type cache emptied each time), and
+the trace of a new signature with the types known over the same trace without
+them. The types come from the same NVRTC call (one per target) and from the
+disk entry in the second process, which compiles nothing.
 """
 
 from __future__ import annotations
@@ -43,8 +50,42 @@ for _ in range(200):
   hits.append(time.perf_counter() - start)
 hits.sort()
 s = jmf.kernel_cache_stats()
+import dataclasses, gc, statistics
+import jax.numpy as jnp, numpy as np
+from jax_mosaic_ffi.call import param_types as typed_check
+from jax_mosaic_ffi.call.launch_options import CheckedLaunch, LaunchOptions
+from jax_mosaic_ffi.toolchain import param_types
+untyped = dataclasses.replace(kernel, compiled=dataclasses.replace(kernel.compiled, param_types=None))
+def call_for(k, m):
+  return jax.jit(jmf.mosaic_kernel(k, jax.ShapeDtypeStruct((m, 64), jnp.bfloat16), grid=(1, m), block=256,
+                                   scalars=(np.int32(m), np.int32(64), np.int32(64))))
+def avals(m):
+  return (jax.ShapeDtypeStruct((m, 64), jnp.bfloat16), jax.ShapeDtypeStruct((64, 64), jnp.bfloat16),
+          jax.ShapeDtypeStruct((64,), jnp.float32))
+checks, typed_traces, untyped_traces = [], [], []
+for m in range(1, 61):
+  pair = ((kernel, typed_traces), (untyped, untyped_traces))
+  for k, times in pair if m % 2 else pair[::-1]:  # neither always first: the first trace of a shape warms caches
+    start = time.perf_counter()
+    call_for(k, m).trace(*avals(m))
+    times.append(time.perf_counter() - start)
+  options = LaunchOptions(grid=(1, m), block=256, scalars=(np.int32(m), np.int32(64), np.int32(64)))
+  launch = CheckedLaunch.create(kernel, jax.ShapeDtypeStruct((m, 64), jnp.bfloat16), options, "bench")
+  spec_avals = [jax.core.ShapedArray(a.shape, a.dtype) for a in avals(m)]
+  spec, out, _ = launch.spec(spec_avals, "bench")
+  param_types.parsed.cache_clear()
+  gc.collect()
+  gc.disable()  # a collection's pause is not the check's
+  start = time.perf_counter()
+  typed_check.check(kernel, spec, spec_avals, out, "bench")
+  checks.append(time.perf_counter() - start)
+  gc.enable()
 print(json.dumps({"first_s": first, "hit_s": hits[len(hits) // 2], "nvrtc": s.nvrtc_compiles,
-                  "disk_hits": s.disk_hits}))
+                  "disk_hits": s.disk_hits, "typed": kernel.param_types is not None,
+                  "targets": sum(i.kind.name == "CUBIN" for i in kernel.images),
+                  "check_s": statistics.median(checks), "check_max_s": max(checks),
+                  "trace_typed_s": statistics.median(typed_traces),
+                  "trace_untyped_s": statistics.median(untyped_traces)}))
 '''
 
 
@@ -58,13 +99,17 @@ def _child(cache_dir: str) -> dict:
 
 
 def run() -> dict:
-  cold, warm, hits = [], [], []
+  cold, warm, hits, checks, traces, check_max = [], [], [], [], [], 0.0
   for _ in range(PROCESS_PAIRS):
     with tempfile.TemporaryDirectory() as cache_dir:
       first = _child(cache_dir)
-      assert first["nvrtc"] >= 1, first
+      assert first["nvrtc"] == first["targets"] and first["typed"], first  # no second compile
       second = _child(cache_dir)
-      assert second["nvrtc"] == 0 and second["disk_hits"] == 1, second
+      assert second["nvrtc"] == 0 and second["disk_hits"] == 1 and second["typed"], second
+      checks.extend([first["check_s"], second["check_s"]])
+      check_max = max(check_max, first["check_max_s"], second["check_max_s"])
+      traces.extend([first["trace_typed_s"] / first["trace_untyped_s"],
+                     second["trace_typed_s"] / second["trace_untyped_s"]])
       cold.append(first["first_s"])
       warm.append(second["first_s"])
       hits.extend([first["hit_s"], second["hit_s"]])
@@ -73,6 +118,9 @@ def run() -> dict:
   result = {"kernel_lines": lines, "cold_ms": statistics.median(cold) * 1e3,
             "warm_disk_ms": statistics.median(warm) * 1e3, "memory_hit_us": statistics.median(hits) * 1e6}
   result["warm_over_cold"] = result["warm_disk_ms"] / result["cold_ms"]
+  result["typed_check_us"] = statistics.median(checks) * 1e6
+  result["typed_check_max_us"] = check_max * 1e6
+  result["typed_over_untyped_trace"] = statistics.median(traces)
   return result
 
 
@@ -85,6 +133,11 @@ def tables(results: dict) -> list[str]:
           ["warm from disk, fresh process",
            f"{fmt(r['warm_disk_ms'], 2)} ms ({fmt(100 * r['warm_over_cold'], 1)}% of cold)"],
           ["in-process hit", f"{fmt(r['memory_hit_us'], 1)} us"]]
+  if "typed_check_us" in r:
+    rows += [["typed check, per new call signature (median / max)",
+              f"{fmt(r['typed_check_us'], 1)} / {fmt(r['typed_check_max_us'], 1)} us"],
+             ["trace of a new signature, typed / untyped", f"{fmt(r['typed_over_untyped_trace'], 3)}x"]]
   method = (f"`benchmarks/kernels/fused_mlp.cu` ({r['kernel_lines']} lines), `jmf.cuda_kernel` alone, medians of "
-            f"{PROCESS_PAIRS} fresh processes each (the in-process hit: of 200 repeats in each).")
+            f"{PROCESS_PAIRS} fresh processes each (the in-process hit: of 200 repeats in each; the typed check: "
+            "of 60 new shapes in each, the kernel compiled once per target, its types read back from disk).")
   return [method + "\n\n" + table(["path", "time"], rows)]

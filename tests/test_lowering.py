@@ -68,11 +68,14 @@ def test_row_major_layouts_for_any_rank(add_kernel):
                                    jnp.uint32, jnp.int64, jnp.uint64, jnp.float16, jnp.bfloat16,
                                    jnp.float32, jnp.float64, jnp.complex64, ml_dtypes.float8_e4m3fn,
                                    ml_dtypes.float8_e5m2])
-def test_every_numeric_dtype_lowers(add_kernel, dtype):
+def test_every_numeric_dtype_lowers(isolated_disk_cache, dtype):
+  # Byte pointers, which take arrays of any dtype (a float kernel takes float32 only: test_param_types.py).
+  source = 'extern "C" __global__ void add(const void* a, const void* b, void* out, int n) {}'
+  kernel = jmf.cuda_kernel(source, "add")
   jax.config.update("jax_enable_x64", True)
   try:
     x = jax.ShapeDtypeStruct((16, 4), dtype)
-    call = jmf.mosaic_kernel(add_kernel, x, grid=1, block=64, scalars=(np.int32(64),))
+    call = jmf.mosaic_kernel(kernel, x, grid=1, block=64, scalars=(np.int32(64),))
     (cc,) = custom_calls(lower(call, x, x))
     assert cc["results"] == 1
   finally:

@@ -17,11 +17,17 @@ class CompileError(RuntimeError):
   """NVRTC (or Triton) refused the source. The message carries its log with line numbers.
 
   ``advice`` is what the compiler's caller knows about the log (nvcc habits NVRTC does not share).
+  ``message``, when the caller knows the mistake exactly (a misspelt kernel name), replaces the log in
+  the message; ``log`` keeps it.
   """
 
-  def __init__(self, kernel: str, log: str, source: str, filename: str, advice: str | None = None):
+  def __init__(self, kernel: str, log: str, source: str, filename: str, advice: str | None = None,
+               message: str | None = None):
     self.kernel = kernel
     self.log = log
+    if message is not None:
+      super().__init__(message)
+      return
     lines = source.splitlines()
     excerpts = []
     for line_no in sorted({int(n) for n in re.findall(rf"{re.escape(filename)}\((\d+)\)", log)})[:5]:

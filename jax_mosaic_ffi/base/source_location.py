@@ -12,6 +12,7 @@ import contextlib
 import contextvars
 import os
 import sys
+import warnings
 
 from jax._src import source_info_util
 
@@ -23,16 +24,36 @@ source_info_util.register_exclusion(PACKAGE_DIR)
 _pinned: contextvars.ContextVar[str | None] = contextvars.ContextVar("jax_mosaic_ffi_call_site", default=None)
 
 
+def _user_frame():
+  frame = sys._getframe(2)  # noqa: SLF001  (the cheap stack walk: inspect.stack reads every frame's source)
+  while frame is not None:
+    if source_info_util.is_user_filename(frame.f_code.co_filename):
+      return frame
+    frame = frame.f_back
+  return None
+
+
 def current() -> str:
   pinned = _pinned.get()
   if pinned is not None:
     return pinned
-  frame = sys._getframe(1)  # noqa: SLF001  (the cheap stack walk: inspect.stack reads every frame's source)
-  while frame is not None:
-    if source_info_util.is_user_filename(frame.f_code.co_filename):
-      return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} ({frame.f_code.co_name})"
-    frame = frame.f_back
-  return "<unknown call site>"
+  frame = _user_frame()
+  if frame is None:
+    return "<unknown call site>"
+  return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} ({frame.f_code.co_name})"
+
+
+def warn(message: str, category: type[Warning]) -> None:
+  """Warns at the user's line, past jax's frames as well as ours (``stacklevel`` and ``skip_file_prefixes``
+  stop at jax's, when the warning comes from inside a trace), once per line as warnings do."""
+  frame = _user_frame()
+  if frame is None:
+    warnings.warn(message, category, stacklevel=2)
+    return
+  warnings.warn_explicit(message, category, frame.f_code.co_filename, frame.f_lineno,
+                         module=frame.f_globals.get("__name__", "<unknown>"),
+                         registry=frame.f_globals.setdefault("__warningregistry__", {}),
+                         module_globals=frame.f_globals)
 
 
 @contextlib.contextmanager

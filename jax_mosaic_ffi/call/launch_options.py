@@ -181,8 +181,8 @@ class CheckedLaunch:
     spec = LaunchSpec(
         grid=grid, block=block, cluster=self.cluster, smem_bytes=smem, uses_pdl=self.uses_pdl,
         num_inputs=n_in, num_outputs=n_out + n_scratch, param_order=order,
-        scalar_data=b"".join(b.ljust(8, b"\0") for b in scalars),
-        scalar_sizes=tuple(len(b) for b in scalars),
+        scalar_data=b"".join(s.data.ljust(8, b"\0") for s in scalars),
+        scalar_sizes=tuple(len(s.data) for s in scalars), scalar_dtypes=tuple(s.dtype for s in scalars),
         aliases=self.aliases, collective=self.collective, call_site=call_site,
         batch_grid_axis=self.batch_grid_axis, tensor_maps=tuple(records), tensor_map_decls=decls,
         num_scratch=n_scratch,

@@ -13,6 +13,7 @@ import numpy as np
 from jax_mosaic_ffi.base import gpu_info
 from jax_mosaic_ffi.base.errors import LaunchError, who
 from jax_mosaic_ffi.base.native import core
+from jax_mosaic_ffi.call import param_types
 from jax_mosaic_ffi.call.collective import Collective
 from jax_mosaic_ffi.call.tensor_map import TensorMap
 from jax_mosaic_ffi.toolchain.kernel import Kernel
@@ -52,9 +53,14 @@ class LaunchSpec:
   tensor_map_decls: tuple[TensorMap, ...] = ()
   num_scratch: int = 0
   zero_outputs: tuple[int, ...] = ()
+  # Each scalar's dtype name, for the typed check of the kernel's parameters (param_types.py); not lowered.
+  scalar_dtypes: tuple[str, ...] = ()
   # Not part of the launch: the jax.numpy function lowered instead of the
   # kernel off CUDA (fallback.py). Compared by identity.
   fallback: Any = None
+  # Not part of the launch: the derivative rule this call was made in (jmf.differentiable's), so that a
+  # second derivative is refused as such (primitive.py).
+  derivative_rule: str | None = None
 
   def attributes(self, kernel: Kernel) -> dict[str, Any]:
     """The contract attributes of the custom call (docs/contract.md), as Python values.
@@ -148,6 +154,8 @@ def check_launch(kernel: Kernel, spec: LaunchSpec, in_avals, out_avals) -> None:
       raise LaunchError(
           f"{where}: smem_bytes = {spec.smem_bytes} is over the {limit} bytes of dynamic shared "
           f"memory a block may have on {gpus[0].name}; use less shared memory per block")
+  # The declared types first, where known: a wrong width is then named by its parameter and type.
+  param_types.check(kernel, spec, in_avals, out_avals, where)
   expected = kernel.param_sizes
   if expected is None or list(expected) == list(checked["param_sizes"]):
     return  # a cubin is checked against the binary when it is loaded

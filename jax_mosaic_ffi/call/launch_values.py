@@ -7,7 +7,7 @@ caller says where (`errors.who`) for the message.
 from __future__ import annotations
 
 import numbers
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -45,13 +45,20 @@ def dims(value, what: str, where: str) -> tuple[int, int, int]:
   return dims + (1,) * (3 - len(dims))
 
 
-def _scalar_bytes(value, index: int, where: str) -> bytes:
+class Scalar(NamedTuple):
+  """One scalar as the kernel gets it: its little-endian bytes, and its dtype's name (for the typed check)."""
+
+  data: bytes
+  dtype: str
+
+
+def _scalar(value, index: int, where: str) -> Scalar:
   if isinstance(value, (jax.Array, jax.core.Tracer)):
     raise LaunchError(
         f"{where}: scalars[{index}] is a JAX array; scalars are baked into the launch "
         "at trace time, so pass a numpy scalar (np.int32(n)), or pass the value as an input array")
   if isinstance(value, (bool, np.bool_)):
-    return bytes([1 if value else 0])
+    return Scalar(bytes([1 if value else 0]), "bool")
   if isinstance(value, (int, float)) and not isinstance(value, np.generic):
     kind = "np.int32(...) or np.int64(...)" if isinstance(value, int) else "np.float32(...) or np.float64(...)"
     raise LaunchError(
@@ -60,18 +67,18 @@ def _scalar_bytes(value, index: int, where: str) -> bytes:
   if isinstance(value, np.generic) and (value.dtype.kind in _SCALAR_KINDS or isinstance(value, _EXTRA_SCALAR_TYPES)):
     if value.dtype.itemsize > 8:
       raise LaunchError(f"{where}: scalars[{index}] has dtype {value.dtype}, wider than 8 bytes")
-    return np.asarray(value).astype(value.dtype.newbyteorder("<")).tobytes()
+    return Scalar(np.asarray(value).astype(value.dtype.newbyteorder("<")).tobytes(), value.dtype.name)
   raise LaunchError(
       f"{where}: scalars[{index}] has unsupported type {type(value).__name__}; scalars "
       "are numpy integer, float (float16/bfloat16/float32/float64) or bool values")
 
 
-def scalars(values, where: str) -> tuple[bytes, ...]:
+def scalars(values, where: str) -> tuple[Scalar, ...]:
   if isinstance(values, (np.generic, np.ndarray, jax.Array, str, bytes)) or not isinstance(values, Sequence):
     raise LaunchError(
         f"{where}: scalars must be a tuple of numpy scalars, got {values!r}; for one scalar write "
         "scalars=(np.int32(n),)")
-  return tuple(_scalar_bytes(v, k, where) for k, v in enumerate(values))
+  return tuple(_scalar(v, k, where) for k, v in enumerate(values))
 
 
 def out_avals(out_shape, where: str) -> tuple[tuple[jax.core.ShapedArray, ...], bool]:

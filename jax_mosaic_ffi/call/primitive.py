@@ -8,6 +8,8 @@ public entry point, `mosaic_kernel`, in `api.py`.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import functools
 import math
@@ -24,6 +26,27 @@ from jax_mosaic_ffi.base.errors import LaunchError, who
 from jax_mosaic_ffi.call import fallback as fallback_lib
 from jax_mosaic_ffi.call import launch_spec
 from jax_mosaic_ffi.call.launch_options import CheckedLaunch
+
+
+# Set while a derivative rule (jmf.differentiable's) runs its forward function: the kernels bound there
+# carry its name in their spec, so that differentiating them again (a second derivative) says so,
+# even when that happens later, from a staged jaxpr.
+_derivative_rule: contextvars.ContextVar[str | None] = contextvars.ContextVar("jmf_derivative_rule", default=None)
+
+SECOND_DERIVATIVE_ADVICE = (
+    "second derivatives (jax.hessian, grad of grad, jvp of grad) are not supported: {rule} gives first "
+    "derivatives only, and JAX cannot see inside the kernels. For a second derivative, differentiate a "
+    "jax.numpy version of the function, or a jax.custom_jvp of it whose jvp rule is itself differentiable")
+
+
+@contextlib.contextmanager
+def in_derivative_rule(rule: str):
+  """Marks the kernel calls made inside ``rule`` (a derivative rule, named as messages name it)."""
+  token = _derivative_rule.set(rule)
+  try:
+    yield
+  finally:
+    _derivative_rule.reset(token)
 
 
 def kernel_call(launch: CheckedLaunch, fallback: fallback_lib.Fallback | None) -> Callable[..., Any]:
@@ -43,9 +66,13 @@ def kernel_call(launch: CheckedLaunch, fallback: fallback_lib.Fallback | None) -
     if fallback is not None:
       fallback_lib.check(fallback, in_avals, out_avals[:returned], single, who(kernel, spec.call_site))
       spec = dataclasses.replace(spec, fallback=fallback_lib.with_scratch(fallback, out_avals[returned:]))
+    rule = _derivative_rule.get()
+    if rule is not None:
+      spec = dataclasses.replace(spec, derivative_rule=rule)
     outs = mosaic_kernel_p.bind(*args, kernel=kernel, out_avals=out_avals, spec=spec)[:returned]
     return outs[0] if single else tuple(outs)
 
+  call.__qualname__ = kernel.name  # how messages (jmf.differentiable's) name the wrapper
   return call
 
 
@@ -132,6 +159,9 @@ batching.primitive_batchers[mosaic_kernel_p] = _batching_rule
 
 
 def _no_derivative(primals, tangents, *, kernel, spec, **_):
+  if spec.derivative_rule is not None:
+    raise NotImplementedError(f"{who(kernel, spec.call_site)}: "
+                              + SECOND_DERIVATIVE_ADVICE.format(rule=spec.derivative_rule))
   raise TypeError(
       f"{who(kernel, spec.call_site)} has no derivative: JAX cannot see inside a hand-written "
       "kernel. Attach one with jmf.differentiable(forward, bwd=..., residuals=(...)), whose backward (and "
@@ -140,4 +170,4 @@ def _no_derivative(primals, tangents, *, kernel, spec, **_):
 
 ad.primitive_jvps[mosaic_kernel_p] = _no_derivative
 
-__all__ = ["kernel_call", "mosaic_kernel_p"]
+__all__ = ["SECOND_DERIVATIVE_ADVICE", "in_derivative_rule", "kernel_call", "mosaic_kernel_p"]

@@ -13,6 +13,8 @@ from jax_mosaic_ffi.base.module_format import ImageKind, ParsedModule
 
 # The JSON header of a cache entry: its list of headers read is the large part.
 _MAX_ENTRY_HEADER = 16 << 20
+# A parameter type's spelling, as the demangler writes it ("__nv_bfloat16 const*"): bounded when read back.
+_MAX_TYPE_TEXT = 512
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -24,14 +26,20 @@ class Compiled:
   hash: bytes
   param_sizes: tuple[int, ...] | None  # from the PTX, when the module has some
   deps: file_deps.Deps = ()  # the files the compile read, with their hashes
+  # Each parameter's C++ type (toolchain/param_types.py), when the compiler, the symbol or signature= said.
+  param_types: tuple[str, ...] | None = None
 
   @classmethod
-  def of(cls, parsed: ParsedModule, param_sizes: tuple[int, ...] | None, deps: file_deps.Deps = ()) -> "Compiled":
+  def of(cls, parsed: ParsedModule, param_sizes: tuple[int, ...] | None, deps: file_deps.Deps = (),
+         param_types: tuple[str, ...] | None = None) -> "Compiled":
     data = module_format.serialize(parsed)
-    return cls(parsed, data, module_format.kernel_hash(data), param_sizes, deps)
+    if param_types is not None and param_sizes is not None and len(param_types) != len(param_sizes):
+      param_types = None  # types that do not describe these parameters are no types
+    return cls(parsed, data, module_format.kernel_hash(data), param_sizes, deps, param_types)
 
   def to_bytes(self) -> bytes:
-    header = json.dumps({"param_sizes": self.param_sizes, "deps": self.deps}).encode()
+    header = json.dumps({"param_sizes": self.param_sizes, "deps": self.deps,
+                         "param_types": self.param_types}).encode()
     return struct.pack("<I", len(header)) + header + self.module_bytes
 
   @classmethod
@@ -47,10 +55,16 @@ class Compiled:
     if sizes is not None and not (isinstance(sizes, list) and len(sizes) <= module_format.LIMITS["max_params"]
                                   and all(type(s) is int and 1 <= s <= 4096 for s in sizes)):
       raise ValueError("bad param_sizes")
+    types = header.get("param_types") if isinstance(header, dict) else None
+    if types is not None and not (isinstance(types, list) and len(types) <= module_format.LIMITS["max_params"]
+                                  and all(isinstance(t, str) and len(t) <= _MAX_TYPE_TEXT for t in types)):
+      raise ValueError("bad param_types")
     deps = file_deps.checked(header.get("deps", []))
     module_bytes = data[4 + length:]
+    if types is not None and sizes is not None and len(types) != len(sizes):
+      raise ValueError("param_types and param_sizes disagree")
     return cls(module_format.parse(module_bytes), module_bytes, module_format.kernel_hash(module_bytes),
-               tuple(sizes) if sizes is not None else None, deps)
+               tuple(sizes) if sizes is not None else None, deps, tuple(types) if types is not None else None)
 
 
 def param_sizes(parsed: ParsedModule) -> tuple[int, ...] | None:

@@ -10,6 +10,7 @@ from jax_mosaic_ffi.base import module_format
 from jax_mosaic_ffi.base import ptx_info
 from jax_mosaic_ffi.base.module_format import Arch, Image, ImageKind, ParsedModule
 from jax_mosaic_ffi.toolchain import dump
+from jax_mosaic_ffi.toolchain import param_types as param_types_lib
 from jax_mosaic_ffi.toolchain.compiled import Compiled
 from jax_mosaic_ffi.toolchain.nvrtc import compiler
 from jax_mosaic_ffi.toolchain.nvrtc import program
@@ -24,7 +25,8 @@ class Kernel:
   ``name`` is what the user asked for (``"add<float>"``); ``symbol`` the
   entry in the binary (``"_Z3addIfEvPKT_S2_PS0_i"``). ``param_sizes`` is the
   size in bytes of each kernel parameter when the module has PTX to read it
-  from, else None.
+  from, else None; ``param_types`` each one's C++ type when known (from
+  NVRTC, a mangled symbol, or ``signature=``), else None.
   """
 
   name: str
@@ -54,6 +56,11 @@ class Kernel:
   @property
   def param_sizes(self) -> tuple[int, ...] | None:
     return self.compiled.param_sizes
+
+  @property
+  def param_types(self) -> tuple[param_types_lib.ParamType, ...] | None:
+    types = self.compiled.param_types
+    return None if types is None else tuple(param_types_lib.parsed(t) for t in types)
 
   @property
   def pdl_safe(self) -> bool:
@@ -145,13 +152,36 @@ def cuda_kernel(source: str, name: str, *, options: Sequence[str] = (),
   return _made(Kernel(name, compiled))
 
 
-def ptx_kernel(ptx: str | bytes, name: str, *, pdl: bool = True) -> Kernel:
+def _signature(signature, name: str, sizes: tuple[int, ...] | None, what: str) -> tuple[str, ...] | None:
+  """The parameter types of a PTX or cubin kernel: ``signature=`` checked against the PTX's sizes, else
+  what a mangled symbol says, else None (sizes alone are checked)."""
+  if signature is None:
+    return param_types_lib.of_symbol(name)
+  types = param_types_lib.of_signature(signature, what)
+  if sizes is not None:
+    if len(types) != len(sizes):
+      raise ValueError(f"{what} '{name}': signature= lists {len(types)} parameters, but the PTX entry has "
+                       f"{len(sizes)} of {list(sizes)} bytes")
+    for index, (text, size) in enumerate(zip(types, sizes)):
+      declared = param_types_lib.parsed(text)
+      width = 8 if declared.pointer else param_types_lib.builtin_size(declared.element)
+      if width is not None and width != size:
+        raise ValueError(f"{what} '{name}': signature[{index}] = {text!r} is {width} bytes, but the PTX "
+                         f"entry's parameter {index} is {size}")
+  return types
+
+
+def ptx_kernel(ptx: str | bytes, name: str, *, pdl: bool = True, signature=None) -> Kernel:
   """Wraps PTX text; the driver compiles it for the GPU when it is loaded.
 
   ``name`` is the entry's symbol as it appears in the PTX (``.entry name``).
   The PTX's ISA version must be one the installed driver can compile. With
   ``pdl`` and a ``.target`` of sm_90 or newer, the entry waits for the
-  previous kernel first, as `cuda_kernel` does.
+  previous kernel first, as `cuda_kernel` does. ``signature``: each
+  parameter's type (``["const float*", "float*", "int"]``, or numpy names
+  ``"bfloat16*"`` and dtypes for scalars), checked against each call's
+  arrays and scalars as `cuda_kernel`'s are; without it only sizes are
+  checked (unless ``name`` is a mangled C++ symbol, which carries them).
   """
   name = _check_name(name, "ptx_kernel")
   if not isinstance(ptx, (str, bytes)):
@@ -165,21 +195,26 @@ def ptx_kernel(ptx: str | bytes, name: str, *, pdl: bool = True) -> Kernel:
   safe = False
   if pdl and arch.number >= program.PDL_MIN_ARCH:
     text, safe = program.wait_at_entry(text, name)
+  types = _signature(signature, name, entries[name], "ptx_kernel")
   parsed = ParsedModule(name, (Image(ImageKind.PTX, arch, text.encode()),),
                         module_format.FLAG_PDL_WAIT if safe else 0)
-  return _made(Kernel(name, Compiled.of(parsed, entries[name])))
+  return _made(Kernel(name, Compiled.of(parsed, entries[name], param_types=types)))
 
 
 def cubin_kernel(images: Mapping[str | int, bytes] | bytes, name: str, *,
-                 arch: str | int | None = None) -> Kernel:
+                 arch: str | int | None = None, signature=None) -> Kernel:
   """Wraps prebuilt cubins, e.g. from ``nvcc -cubin``.
 
   Args:
     images: ``{"sm_90": cubin_bytes, ...}``, or one cubin's bytes with ``arch``.
     name: the entry symbol in the cubin (mangled for C++ kernels).
     arch: the arch of a single cubin passed as bytes (default sm_90).
+    signature: each parameter's type, as for `ptx_kernel`; a cubin has no
+      PTX to check sizes against at trace time, so this is the only
+      trace-time check of its parameters (a mangled ``name`` gives them too).
   """
   name = _check_name(name, "cubin_kernel")
+  types = _signature(signature, name, None, "cubin_kernel")
   if isinstance(images, (bytes, bytearray, memoryview)):
     images = {arch if arch is not None else DEFAULT_ARCH.sm: bytes(images)}
   elif arch is not None:
@@ -194,7 +229,7 @@ def cubin_kernel(images: Mapping[str | int, bytes] | bytes, name: str, *,
     if data[:4] != b"\x7fELF":
       raise ValueError(f"the image for {target} is not a cubin (no ELF header)")
     built.append(Image(ImageKind.CUBIN, Arch.parse(target), data))
-  return _made(Kernel(name, Compiled.of(ParsedModule(name, tuple(built)), None)))
+  return _made(Kernel(name, Compiled.of(ParsedModule(name, tuple(built)), None, param_types=types)))
 
 
 def _made(kernel: Kernel) -> Kernel:

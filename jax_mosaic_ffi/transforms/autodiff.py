@@ -45,6 +45,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
 
 from jax_mosaic_ffi.base.errors import LaunchError
+from jax_mosaic_ffi.call.primitive import SECOND_DERIVATIVE_ADVICE, in_derivative_rule
 
 _NAME = re.compile(r"(in|out)(\d+)")
 
@@ -89,7 +90,8 @@ def differentiable(fwd: Callable, *, bwd: Callable, residuals: Sequence[str] = (
 
   @call.defjvp
   def _rule(primals, tangents):
-    outs = fwd(*primals)
+    with in_derivative_rule(where):
+      outs = fwd(*primals)
     out_leaves = _leaves(outs)
     saved = []
     for name in residuals:
@@ -172,8 +174,8 @@ def _lowering(ctx, *operands, forward, out_avals, names, where, **_):
 def _transpose(cts, *args, forward, transpose, names, num_res, out_avals, in_avals, where):
   residuals = args[:num_res]
   if any(ad.is_undefined_primal(r) for r in residuals):
-    raise NotImplementedError(f"{where}: a residual depends on the differentiated inputs here (a second "
-                              "derivative?); jmf.differentiable gives first derivatives only")
+    raise NotImplementedError(f"{where}: a residual depends on the differentiated inputs here: "
+                              + SECOND_DERIVATIVE_ADVICE.format(rule=where))
   cts = [ad.instantiate_zeros(ct) if type(ct) is ad.Zero else ct for ct in cts]
   outs = mosaic_linear_p.bind(*residuals, *cts, forward=transpose, transpose=forward, names=names[::-1],
                               num_res=num_res, out_avals=in_avals, in_avals=out_avals, where=where)
@@ -182,8 +184,7 @@ def _transpose(cts, *args, forward, transpose, names, num_res, out_avals, in_ava
 
 def _jvp(primals, tangents, *, num_res, where, **params):
   if any(type(t) is not ad.Zero for t in tangents[:num_res]):
-    raise NotImplementedError(f"{where}: second derivatives (jax.hessian, grad of grad, jvp of grad) are not "
-                              "supported: the residuals' own derivatives are unknown")
+    raise NotImplementedError(f"{where}: " + SECOND_DERIVATIVE_ADVICE.format(rule=where))
   outs = mosaic_linear_p.bind(*primals, num_res=num_res, where=where, **params)
   lin = [ad.instantiate_zeros(t) for t in tangents[num_res:]]
   return outs, mosaic_linear_p.bind(*primals[:num_res], *lin, num_res=num_res, where=where, **params)

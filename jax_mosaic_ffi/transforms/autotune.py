@@ -41,7 +41,6 @@ import statistics
 import sys
 import threading
 import time
-import warnings
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
@@ -50,8 +49,8 @@ from jax.export import is_symbolic_dim
 
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import flags
+from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base.errors import AutotuneError
-from jax_mosaic_ffi.base.paths import PACKAGE_DIR
 from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
 from jax_mosaic_ffi.transforms import tuning_records
 
@@ -257,9 +256,8 @@ class Autotuned:
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
       index = pool.submit(self._decide, avals, scope).result()
     if self.last_report and self.last_report["source"] == "untuned":
-      warnings.warn(f"jax_mosaic_ffi.autotune '{self.name}': no GPU here, so nothing is timed; using config "
-                    f"{index} {self.configs[index]}", AutotuneSkipped,
-                    skip_file_prefixes=(PACKAGE_DIR,))
+      source_location.warn(f"jax_mosaic_ffi.autotune '{self.name}': no GPU here, so nothing is timed; using "
+                           f"config {index} {self.configs[index]}", AutotuneSkipped)
     self._chosen[scope] = index
     return index
 

@@ -29,8 +29,10 @@ from jax_mosaic_ffi.base.errors import CompileError
 from jax_mosaic_ffi.base.module_format import Arch, Image, ImageKind, ParsedModule
 from jax_mosaic_ffi.base.paths import DEVICE_INCLUDE_DIR
 from jax_mosaic_ffi.toolchain import compile_cache
+from jax_mosaic_ffi.toolchain import param_types
 from jax_mosaic_ffi.toolchain.compiled import Compiled, param_sizes
 from jax_mosaic_ffi.toolchain.nvrtc import compat
+from jax_mosaic_ffi.toolchain.nvrtc import kernel_names
 from jax_mosaic_ffi.toolchain.nvrtc import program
 from jax_mosaic_ffi.toolchain.nvrtc import worker
 
@@ -70,8 +72,8 @@ def _has_option(options, *prefixes) -> bool:
 
 # Bumped whenever the code we add to a kernel changes (program.wait_at_entry).
 _INSTRUMENTATION = "pdl-wait-1"
-# Entries before this one did not list the headers they read.
-_ENTRY_FORMAT = "deps-1"
+# Entries before deps-1 did not list the headers they read; before param-types-1, the parameter types.
+_ENTRY_FORMAT = "param-types-1"
 
 
 def cache_key(source: str, name: str, options, headers: dict, targets, compiler: str, pdl: bool = True) -> str:
@@ -103,10 +105,10 @@ def compile_cuda(source: str, name: str, *, options=(), headers=None,
 
   def compile():
     started = time.time_ns()
-    parsed, read = _compile_with_nvrtc(source, name, options, headers, targets, timeout, pdl)
+    parsed, read, types = _compile_with_nvrtc(source, name, options, headers, targets, timeout, pdl)
     deps = file_deps.snapshot(read, started)
     # What it read is not known (deps None): cached nowhere, so never stale.
-    return Compiled.of(parsed, param_sizes(parsed), deps or ()), deps is not None
+    return Compiled.of(parsed, param_sizes(parsed), deps or (), types), deps is not None
 
   return compile_cache.cached(entry_key, compile=compile, encode=Compiled.to_bytes, decode=_fresh_entry,
                               fresh=_user_headers_unchanged).value
@@ -135,8 +137,12 @@ def _fresh_entry(data: bytes) -> Compiled | None:
   return compiled if file_deps.unchanged(compiled.deps) else None
 
 
-def _compile_with_nvrtc(source, name, options, headers, targets, timeout, pdl) -> tuple[ParsedModule, list | None]:
-  """The module, and the files NVRTC read (None if it did not say)."""
+def _compile_with_nvrtc(source, name, options, headers, targets, timeout, pdl):
+  """(the module, the files NVRTC read (None if it did not say), the parameter types (None if unknown)).
+
+  The same compile instantiates the type probe (param_types.PROBE_SOURCE): nothing is compiled twice for
+  the types, which then live in the compiled module's cache entry.
+  """
   filename = re.sub(r"\W", "_", name.split("<")[0]) + ".cu"
   all_options = list(options)
   if not _has_option(options, "-std", "--std"):
@@ -145,15 +151,23 @@ def _compile_with_nvrtc(source, name, options, headers, targets, timeout, pdl) -
   all_options.append(f"-I{DEVICE_INCLUDE_DIR}")
   all_options.extend(f"-I{d}" for d in compat.cuda_include_dirs())
   request = {"source": source, "filename": filename, "name": name, "headers": headers, "options": all_options,
-             "targets": [t.sm for t in targets], "pdl": pdl}
+             "targets": [t.sm for t in targets], "pdl": pdl,
+             "probe": {"source": param_types.PROBE_SOURCE, "expression": param_types.probe_expression(name)}}
   compile_cache.count_compiles("nvrtc", len(targets))
   try:
     result = worker.compile_bounded(request, timeout)
   except program.NvrtcFailure as e:
+    missing = kernel_names.misnamed(e.log, source, name)
+    if missing is not None:
+      raise CompileError(name, e.log, source, filename, message=missing) from None
     raise CompileError(name, e.log, source, filename, compat.advice(e.log)) from None
   except worker.NvrtcTimeout as e:
     raise CompileError(name, str(e), source, filename, compat.advice(str(e))) from None
   images = [Image(ImageKind.CUBIN, target, cubin) for target, cubin in zip(targets, result["cubins"])]
   images.append(Image(ImageKind.PTX, targets[0], result["ptx"]))
   parsed = ParsedModule(result["symbol"], tuple(images), module_format.FLAG_PDL_WAIT if result["pdl_wait"] else 0)
-  return parsed, result.get("deps")
+  probe_symbol = result.get("probe_symbol")
+  types = param_types.of_probe(probe_symbol) if probe_symbol else None
+  if types is None:  # no probe (it alone failed): a C++ kernel's own symbol still carries its types
+    types = param_types.of_symbol(parsed.symbol)
+  return parsed, result.get("deps"), types

@@ -171,9 +171,10 @@ def _headers_read(trace_path: str) -> list[str] | None:
 
 def compile_here(request: dict, scratch: str | None = None) -> dict:
   """Compiles ``request`` (source, filename, name, headers, options, targets,
-  pdl) for each target: {"symbol", "cubins": [bytes per target], "ptx":
-  bytes of the first target, "pdl_wait": every image waits at entry, "deps":
-  the files read, as NVRTC named them (None if it did not say)}. Raises
+  pdl, probe: {"source", "expression"} or None) for each target: {"symbol",
+  "cubins": [bytes per target], "ptx": bytes of the first target, "pdl_wait":
+  every image waits at entry, "deps": the files read, as NVRTC named them
+  (None if it did not say), "probe_symbol": the probe's lowered name}. Raises
   NvrtcFailure with the log. ``scratch``: a private folder for NVRTC's trace
   files (default: a temporary one)."""
   if scratch is not None:
@@ -182,20 +183,49 @@ def compile_here(request: dict, scratch: str | None = None) -> dict:
     return _compile_targets(request, scratch)
 
 
+def _without_probe_errors(log: str) -> str | None:
+  """The log without the errors that name the type probe (`param_types.PROBE_SOURCE`), which repeat the
+  user's (a misspelt kernel name fails in both); None when the probe's are the only errors."""
+  blocks = [b for b in log.split("\n\n") if "jmf_probe" not in b]
+  errors = sum(": error" in b for b in blocks)
+  if errors == 0:
+    return None
+  text = "\n\n".join(blocks)
+  return re.sub(r"\d+ errors? detected", f"{errors} error{'s' if errors > 1 else ''} detected", text)
+
+
 def _compile_targets(request: dict, scratch: str) -> dict:
+  """`_compile_all`, with the type probe when asked; a probe that alone fails is dropped (types unknown)."""
+  probe = request.get("probe")
+  try:
+    return _compile_all(request, scratch, probe)
+  except NvrtcFailure as e:
+    if probe is None or "jmf_probe" not in e.log:
+      raise
+    user_errors = _without_probe_errors(e.log)
+    if user_errors is not None:
+      raise NvrtcFailure(user_errors) from None
+  return _compile_all(request, scratch, None)
+
+
+def _compile_all(request: dict, scratch: str, probe: dict | None) -> dict:
   nvrtc = load_nvrtc()
   headers = request["headers"]
   cubins = []
   ptx = b""
-  symbol = None
+  symbol = probe_symbol = None
   deps: set[str] | None = set()
   pdl_wait = bool(request.get("pdl")) and all(_arch_number(t) >= PDL_MIN_ARCH for t in request["targets"])
   for index, target in enumerate(request["targets"]):
-    err, prog = nvrtc.nvrtcCreateProgram(request["source"].encode(), request["filename"].encode(), len(headers),
+    # The probe goes after the user's source, so NVRTC's line numbers stay the user's.
+    source = request["source"] + (probe["source"] if probe else "")
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), request["filename"].encode(), len(headers),
                                          [v.encode() for v in headers.values()], [k.encode() for k in headers])
     check(nvrtc, err, "nvrtcCreateProgram")
     try:
       check(nvrtc, nvrtc.nvrtcAddNameExpression(prog, request["name"].encode())[0], "nvrtcAddNameExpression")
+      if probe:
+        check(nvrtc, nvrtc.nvrtcAddNameExpression(prog, probe["expression"].encode())[0], "nvrtcAddNameExpression")
       # NVRTC names each header it reads in its time trace (it adds ".json" to the name): the
       # compile cache's dependencies. Per target, as includes may depend on __CUDA_ARCH__.
       trace = os.path.join(scratch, f"trace{index}")
@@ -213,6 +243,9 @@ def _compile_targets(request: dict, scratch: str) -> dict:
       if err != nvrtc.nvrtcResult.NVRTC_SUCCESS or not lowered:
         raise NvrtcFailure(f"'{request['name']}' does not name a __global__ function in {request['filename']}")
       symbol = lowered.decode()
+      if probe and index == 0:
+        err, lowered = nvrtc.nvrtcGetLoweredName(prog, probe["expression"].encode())
+        probe_symbol = lowered.decode() if err == nvrtc.nvrtcResult.NVRTC_SUCCESS and lowered else None
       target_ptx = _ptx_of(nvrtc, prog)
       cubin = None
       if pdl_wait:
@@ -231,7 +264,7 @@ def _compile_targets(request: dict, scratch: str) -> dict:
     finally:
       nvrtc.nvrtcDestroyProgram(prog)
   return {"symbol": symbol, "cubins": cubins, "ptx": ptx, "pdl_wait": pdl_wait,
-          "deps": sorted(deps) if deps is not None else None}
+          "deps": sorted(deps) if deps is not None else None, "probe_symbol": probe_symbol}
 
 
 LENGTH = struct.Struct("<Q")

@@ -1,0 +1,116 @@
+"""The README's errors table, row by row: each mistake made here, on the CPU, gives exactly the message the
+table shows (the call site written as the README writes it, `model.py:12 (forward)`)."""
+
+import os
+import re
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_mosaic_ffi as jmf
+from jax_mosaic_ffi.base import gpu_info
+from jax_mosaic_ffi.transforms import autotune as autotuning
+
+README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+SITE = re.compile(r"at [\w.<>-]+:\d+ \([^)]*\)")
+
+AXPY = r'''
+extern "C" __global__ void axpy(const float* x, float* y, float a, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i];
+}
+'''
+SCALE = r'''
+#include <cuda_bf16.h>
+extern "C" __global__ void scale(const __nv_bfloat16* x, __nv_bfloat16* y, int n) {}
+'''
+N = 1024
+
+
+def table_rows() -> dict[str, str]:
+  """{mistake: message} from the README's errors table."""
+  with open(README) as f:
+    text = f.read()
+  section = text.split("\n## Errors\n", 1)[1].split("\n## ", 1)[0]
+  return dict(re.findall(r"^\| (.+?) \| `(.+)` \|$", section, re.MULTILINE))
+
+
+def axpy_call(x_dtype=jnp.float32, scalars=None, kernel_name="axpy"):
+  scalars = (np.float32(2), np.int32(N)) if scalars is None else scalars
+  kernel = jmf.cuda_kernel(AXPY, kernel_name)
+  call = jmf.mosaic_kernel(kernel, jax.ShapeDtypeStruct((N,), jnp.float32), grid=N // 256, block=256,
+                           scalars=scalars)
+  return jax.jit(call).trace(jax.ShapeDtypeStruct((N,), x_dtype))
+
+
+def scale_fp16():
+  call = jmf.mosaic_kernel(jmf.cuda_kernel(SCALE, "scale"), jax.ShapeDtypeStruct((N,), jnp.bfloat16), grid=4,
+                           block=256, scalars=(np.int32(N),))
+  jax.jit(call).trace(jax.ShapeDtypeStruct((N,), jnp.float16))
+
+
+def second_derivative():
+  fwd = jmf.mosaic_kernel(jmf.cuda_kernel(AXPY, "axpy"), jax.ShapeDtypeStruct((N,), jnp.float32), grid=4,
+                          block=256, scalars=(np.float32(2), np.int32(N)))
+  f = jmf.differentiable(fwd, bwd=lambda g: 2 * g, jvp=lambda t: 2 * t)
+  jax.make_jaxpr(jax.hessian(lambda x: f(x)[0]))(jax.ShapeDtypeStruct((N,), jnp.float32))
+
+
+def no_derivative():
+  fwd = jmf.mosaic_kernel(jmf.cuda_kernel(AXPY, "axpy"), jax.ShapeDtypeStruct((N,), jnp.float32), grid=4,
+                          block=256, scalars=(np.float32(2), np.int32(N)))
+  jax.make_jaxpr(jax.grad(lambda x: fwd(x)[0]))(jax.ShapeDtypeStruct((N,), jnp.float32))
+
+
+def autotune_without_gpu():
+  if gpu_info.has_gpu():
+    pytest.skip("with a GPU the configs are timed, and nothing warns")
+  kernel = jmf.cuda_kernel(AXPY, "axpy")
+
+  def factory(meta):
+    return jmf.mosaic_kernel(kernel, lambda x: x, grid=lambda x: jmf.cdiv(x.size, meta["block"]),
+                             block=meta["block"], scalars=lambda x: (np.float32(2), np.int32(x.size)))
+
+  tuned = jmf.autotune(factory, configs=[{"block": 128}, {"block": 256}], name="axpy")
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    jax.jit(tuned).trace(jax.ShapeDtypeStruct((N,), jnp.float32))
+  (warning,) = [w for w in caught if w.category is autotuning.AutotuneSkipped]
+  assert warning.filename == __file__  # the user's line, not jax's
+  return str(warning.message)
+
+
+MISTAKES = {
+    "a bf16 array into `const float*`": lambda: axpy_call(x_dtype=jnp.bfloat16),
+    "an int32 array into `const float*`": lambda: axpy_call(x_dtype=jnp.int32),
+    "an fp16 array into `const __nv_bfloat16*`": scale_fp16,
+    "int and float scalars swapped": lambda: axpy_call(scalars=(np.int32(N), np.float32(2))),
+    "a scalar of the wrong width": lambda: axpy_call(scalars=(np.float32(2), np.int64(N))),
+    "a Python number as a scalar": lambda: axpy_call(scalars=(np.float32(2), N)),
+    "a misspelt kernel name": lambda: axpy_call(kernel_name="axpyy"),
+    "`jax.grad` of a kernel without derivatives": no_derivative,
+    "a second derivative of a `jmf.differentiable` kernel": second_derivative,
+    "`jmf.autotune` without a GPU (a warning, at your line)": autotune_without_gpu,
+}
+
+
+def message_of(mistake) -> str:
+  try:
+    result = mistake()
+  except Exception as e:  # noqa: BLE001  (each row's own error type is the README's business, not this test's)
+    result = str(e)
+  assert isinstance(result, str), "the mistake raised nothing"
+  return SITE.sub("at model.py:12 (forward)", result)
+
+
+def test_every_row_has_a_mistake_here():
+  assert set(table_rows()) == set(MISTAKES)
+
+
+@pytest.mark.parametrize("row", sorted(MISTAKES))
+def test_the_readme_shows_the_exact_message(isolated_disk_cache, monkeypatch, row):
+  monkeypatch.delenv(autotuning.CPU_ENV, raising=False)
+  assert message_of(MISTAKES[row]) == table_rows()[row]
