@@ -61,6 +61,8 @@ ffi::Error CallSite::Launch(CUstream stream, int32_t device, Buffers& buffers) {
     JMF_RETURN_IF_ERROR(Poison(stream, buffers));
   if (!spec_.zero_buffers.empty()) JMF_RETURN_IF_ERROR(Zero(stream, buffers));
   if (!spec_.tensor_maps.empty()) JMF_RETURN_IF_ERROR(EncodeTensorMaps(buffers, device));
+  void* originals[kMaxBuffers];
+  if (spec_.nvshmem) JMF_RETURN_IF_ERROR(StageIntoSymmetricHeap(stream, buffers, originals));
   void* params[kMaxParams];
   ForEachParam(buffers, device, [&](int i, const void* value, size_t) { params[i] = const_cast<void*>(value); });
   CUresult result = LaunchOnce(stream, *module, params);
@@ -69,6 +71,11 @@ ffi::Error CallSite::Launch(CUstream stream, int32_t device, Buffers& buffers) {
   for (uint32_t b = 1; b < spec_.batch_size && result == CUDA_SUCCESS; ++b) {
     MoveToNextElement(buffers);
     result = LaunchOnce(stream, *module, params);
+  }
+  if (spec_.nvshmem) {
+    if (result != CUDA_SUCCESS) [[unlikely]]
+      return LaunchError(result, device, *module);
+    JMF_RETURN_IF_ERROR(StageOutOfSymmetricHeap(stream, buffers, originals));
   }
   if (synchronize_launches_) [[unlikely]]
     return SynchronizeAfter(stream, device, result, *module);
