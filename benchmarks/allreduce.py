@@ -70,7 +70,6 @@ def run(transports: bool = False) -> dict:
 
 
 def run_transports() -> dict:
-  import functools
 
   import jax
   import numpy as np
