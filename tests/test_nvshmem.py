@@ -305,6 +305,40 @@ def test_a_bad_heap_size_is_a_clear_error(monkeypatch, text, message):
   assert str(e.value) == message
 
 
+def test_the_host_library_opens_and_gives_a_unique_id_without_a_gpu():
+  """Every entry point the runtime needs resolves in the installed libnvshmem_host.so.3 (dlopen'ed, never
+  linked), and PE 0's part of the bootstrap works anywhere. In a fresh process: the library stays loaded."""
+  script = """
+  import json
+  from jax_mosaic_ffi import _core
+  from jax_mosaic_ffi.base import nvshmem_package
+  out = {}
+  try:
+    _core.nvshmem_unique_id("/nonexistent/libnvshmem_host.so.3")
+  except RuntimeError as e:
+    out["missing"] = str(e)
+  library = str(nvshmem_package.find().host_library)
+  ids = [_core.nvshmem_unique_id(library) for _ in range(2)]
+  out["sizes"] = [len(i) for i in ids]
+  out["version"] = int.from_bytes(ids[0][:4], "little")
+  out["distinct"] = ids[0] != ids[1]
+  try:
+    _core.nvshmem_unique_id(library + ".other")
+  except RuntimeError as e:
+    out["other"] = str(e).replace(library, "LIB")
+  out["job"] = _core.nvshmem_job()
+  print(json.dumps(out))
+  """
+  if nvshmem_package.find() is None:
+    pytest.skip(f"NVSHMEM is not installed ({nvshmem_package.INSTALL_HINT}); CI installs it")
+  r = fresh_process.run(script, env=CPU).result
+  assert r["missing"].startswith("NVSHMEM's host library (/nonexistent/libnvshmem_host.so.3) could not be loaded: "), r
+  assert r["sizes"] == [128, 128] and r["distinct"], r
+  assert r["version"] == (1 << 16) + 128, r
+  assert r["other"] == ("NVSHMEM's host library is already loaded from LIB; it cannot be loaded again from LIB.other"), r
+  assert r["job"]["started"] is False, r
+
+
 def test_nothing_is_started_on_a_cpu_machine():
   assert nvshmem_start.job()["started"] is False
 

@@ -41,9 +41,9 @@ const NvshmemHost* LoadNvshmemHost(const std::string& path, std::string* error) 
   Resolve(library, "nvshmemx_vendor_get_version_info", &host->vendor_get_version_info, &missing);
   Resolve(library, "nvshmemx_get_uniqueid", &host->get_uniqueid, &missing);
   Resolve(library, "nvshmemx_set_attr_uniqueid_args", &host->set_attr_uniqueid_args, &missing);
-  Resolve(library, "nvshmemi_init_thread", &host->init_thread, &missing);
+  Resolve(library, "nvshmemx_hostlib_init_attr", &host->hostlib_init_attr, &missing);
   Resolve(library, "nvshmemx_init_status", &host->init_status, &missing);
-  Resolve(library, "nvshmemi_finalize", &host->finalize, &missing);
+  Resolve(library, "nvshmemx_hostlib_finalize", &host->hostlib_finalize, &missing);
   Resolve(library, "nvshmem_malloc", &host->malloc, &missing);
   Resolve(library, "nvshmem_free", &host->free, &missing);
   Resolve(library, "nvshmemx_cumodule_init", &host->cumodule_init, &missing);

@@ -51,9 +51,8 @@ struct NvshmemVersion {  // nvshmemi_version_t
   int major, minor, patch;
 };
 
-// NVSHMEMX_INIT_WITH_UNIQUEID and NVSHMEM_THREAD_SERIALIZED.
+// NVSHMEMX_INIT_WITH_UNIQUEID.
 inline constexpr unsigned kNvshmemInitWithUniqueId = 1u << 3;
-inline constexpr int kNvshmemThreadSerialized = 1;
 // The version words of the mirrored structures: (1 << 16) + size.
 template <typename T>
 constexpr int NvshmemStructVersion() {
@@ -64,10 +63,13 @@ struct NvshmemHost {
   void (*vendor_get_version_info)(int*, int*, int*) = nullptr;
   int (*get_uniqueid)(NvshmemUniqueId*) = nullptr;
   int (*set_attr_uniqueid_args)(int, int, const NvshmemUniqueId*, NvshmemInitAttr*) = nullptr;
-  // nvshmemi_init_thread: what the inline nvshmemx_init_attr calls, minus its exit(-1) on failure.
-  int (*init_thread)(int, int*, unsigned, NvshmemInitAttr*, NvshmemVersion) = nullptr;
+  // The host library's own init and finalize. nvshmemx_init_attr (an inline of the headers) calls
+  // nvshmemi_init_thread, which lives in the static device library an nvcc program links and registers
+  // that program's device state, and exit(-1)s on failure; our kernels' device state is registered per
+  // module instead (cumodule_init), which is what the hostlib entry points are for.
+  int (*hostlib_init_attr)(unsigned, NvshmemInitAttr*) = nullptr;
   int (*init_status)() = nullptr;
-  void (*finalize)() = nullptr;  // nvshmemi_finalize, which the inline nvshmem_finalize calls
+  void (*hostlib_finalize)() = nullptr;
   void* (*malloc)(size_t) = nullptr;
   void (*free)(void*) = nullptr;
   int (*cumodule_init)(CUmodule) = nullptr;

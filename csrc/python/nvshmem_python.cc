@@ -2,7 +2,9 @@
 // called from XLA's thread with the GIL taken here (as the peer exchange is),
 // and the calls that starter makes: a unique id, the start, the finalize.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
 
+#include <stdexcept>
 #include <string>
 #include <utility>
 

@@ -126,12 +126,9 @@ ffi::Error StartNvshmem(const Driver& driver, const std::string& path, const std
   if (int status = host->set_attr_uniqueid_args(rank, nranks, &uid, &attr); status != 0) {
     return ffi::Error::Internal("nvshmemx_set_attr_uniqueid_args failed with status " + std::to_string(status));
   }
-  int provided = 0;
-  if (int status =
-          host->init_thread(kNvshmemThreadSerialized, &provided, kNvshmemInitWithUniqueId, &attr, host->version);
-      status != 0) {
+  if (int status = host->hostlib_init_attr(kNvshmemInitWithUniqueId, &attr); status != 0) {
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
-                      "NVSHMEM did not start (nvshmemx_init_attr with a unique id, PE " + std::to_string(rank) +
+                      "NVSHMEM did not start (nvshmemx_hostlib_init_attr with a unique id, PE " + std::to_string(rank) +
                           " of " + std::to_string(nranks) + " on GPU " + std::to_string(device) + "): status " +
                           std::to_string(status) +
                           ". NVSHMEM printed why on stderr; NVSHMEM_DEBUG=INFO says more (NVSHMEM_SYMMETRIC_SIZE "
@@ -150,7 +147,7 @@ void FinalizeNvshmem() {
   std::lock_guard<std::mutex> lock(s.mutex);
   if (!s.started.load() || s.finalized) return;
   s.finalized = true;
-  s.host->finalize();
+  s.host->hostlib_finalize();
 }
 
 ffi::Error RegisterNvshmemModule(CUmodule module, const std::string& who) {

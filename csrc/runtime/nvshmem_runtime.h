@@ -46,7 +46,7 @@ ffi::Error MakeNvshmemUniqueId(const std::string& path, std::string* id);
 ffi::Error StartNvshmem(const Driver& driver, const std::string& path, const std::string& id, int rank, int nranks,
                         int32_t device);
 
-// nvshmem_finalize, once; modules still loaded are then left alone.
+// nvshmemx_hostlib_finalize, once; modules still loaded are then left alone.
 void FinalizeNvshmem();
 
 // nvshmemx_cumodule_init / _finalize of a loaded module (its context current).
