@@ -335,7 +335,8 @@ def test_the_host_library_opens_and_gives_a_unique_id_without_a_gpu():
   assert r["missing"].startswith("NVSHMEM's host library (/nonexistent/libnvshmem_host.so.3) could not be loaded: "), r
   assert r["sizes"] == [128, 128] and r["distinct"], r
   assert r["version"] == (1 << 16) + 128, r
-  assert r["other"] == ("NVSHMEM's host library is already loaded from LIB; it cannot be loaded again from LIB.other"), r
+  assert r["other"] == ("NVSHMEM's host library is already loaded from LIB; it cannot be loaded again from "
+                        "LIB.other"), r
   assert r["job"]["started"] is False, r
 
 
