@@ -67,10 +67,10 @@ def all_reduce_mode() -> dict:
   import functools
 
   import numpy as np
-  from jax.sharding import NamedSharding, PartitionSpec as P
+  from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
   import jax_mosaic_ffi as jmf
-  mesh = jax.make_mesh((NPROCS,), ("x",))
+  mesh = Mesh(np.array(sorted(jax.devices(), key=lambda d: d.process_index)), ("x",))  # PE order
   n = 4096
   xs = [np.random.default_rng(SEED + r).standard_normal(n).astype(np.float32) for r in range(NPROCS)]
   local = jax.device_put(xs[RANK], jax.local_devices()[0])

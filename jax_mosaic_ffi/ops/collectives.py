@@ -94,9 +94,10 @@ NVSHMEM_SOURCE = r'''
 #include <nvshmemx.h>
 #include <cooperative_groups.h>
 
+// Element i of x on `pe`: a load where the peer is load/store reachable (`direct`, from nvshmem_ptr once
+// per peer), a get otherwise.
 template <typename T>
-__device__ T peer_value(const T* x, long long i, int pe) {
-  const T* direct = static_cast<const T*>(nvshmem_ptr(x, pe));
+__device__ T peer_value(const T* x, const T* direct, long long i, int pe) {
   if (direct != nullptr) return direct[i];
   T value;
   nvshmem_getmem(&value, x + i, sizeof(T), pe);
@@ -115,10 +116,12 @@ __device__ void nvshmem_all_reduce(const T* x, T* out, long long n) {
   barrier_all_of_grid();
   const int pes = nvshmem_n_pes();
   const long long stride = (long long)gridDim.x * blockDim.x;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += stride) {
-    T acc = peer_value(x, i, 0);
-    for (int pe = 1; pe < pes; ++pe) acc += peer_value(x, i, pe);
-    out[i] = acc;
+  for (int pe = 0; pe < pes; ++pe) {  // each thread revisits its own elements of out: no race
+    const T* direct = static_cast<const T*>(nvshmem_ptr(x, pe));
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += stride) {
+      const T value = peer_value(x, direct, i, pe);
+      out[i] = pe == 0 ? value : out[i] + value;
+    }
   }
   barrier_all_of_grid();
 }
@@ -137,8 +140,9 @@ extern "C" __global__ void nvshmem_all_gather_f32(const float* x, float* out, lo
   const int pes = nvshmem_n_pes();
   const long long stride = (long long)gridDim.x * blockDim.x;
   for (int pe = 0; pe < pes; ++pe) {
+    const float* direct = static_cast<const float*>(nvshmem_ptr(x, pe));
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += stride) {
-      out[pe * n + i] = peer_value(x, i, pe);
+      out[pe * n + i] = peer_value(x, direct, i, pe);
     }
   }
   barrier_all_of_grid();

@@ -665,10 +665,9 @@ void BuildLaunch(Input& in, bool collective, Attributes* attrs) {
     }
   }
   if (in.Bool()) attrs->SetBool("skip_device_barrier", in.Bool());
-  if (!collective && in.OneIn(4)) {  // an NVSHMEM call: one flag per buffer, now and then one too many or few
+  if (!collective && !batched && in.OneIn(4)) {  // an NVSHMEM call: one flag per buffer (Mutate breaks it)
     std::string flags;
-    const int64_t count = num_buffers + (in.OneIn(8) ? static_cast<int64_t>(in.Below(3)) - 1 : 0);
-    for (int64_t b = 0; b < count; ++b) flags += std::string(b > 0 ? "," : "") + (in.Bool() ? '1' : '0');
+    for (int64_t b = 0; b < num_buffers; ++b) flags += std::string(b > 0 ? "," : "") + (in.Bool() ? '1' : '0');
     attrs->SetBytes("nvshmem_symmetric", flags);
   }
 }
