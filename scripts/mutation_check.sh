@@ -80,5 +80,15 @@ mutate portable-ptx jax_mosaic_ffi/toolchain/nvrtc/compiler.py 's/  images.appen
 # JAX_MOSAIC_FFI_RECORD=0 is ignored.
 mutate record-off jax_mosaic_ffi/call/registration.py 's/    if os.environ.get(RECORD_ENV, "1") in ("0", "false", "off"):/    if False:/' \
   "tests/test_command_buffers.py::test_record_off_captures_stream_launches_with_the_same_results[command-buffers]"
+# NVSHMEM (one PE): the buffers are not staged through the symmetric heap, so the puts miss them.
+mutate nvshmem-symmetric jax_mosaic_ffi/call/launch_spec.py \
+  's/attributes\["nvshmem_symmetric"\] = ",".join("1" if s else "0" for s in symmetric)/attributes["nvshmem_symmetric"] = ",".join("0" for s in symmetric)/' \
+  tests/test_nvshmem.py::test_one_pe_puts_to_itself
+# NVSHMEM is started as PE 1 of 1.
+mutate nvshmem-start jax_mosaic_ffi/call/nvshmem.py 's/core.nvshmem_start(library, unique_id, pe, npes, device)/core.nvshmem_start(library, unique_id, pe + 1, npes, device)/' \
+  tests/test_nvshmem.py::test_one_pe_barrier_and_signal_wait
+# The NVSHMEM all-reduce adds one to its first peer's values.
+mutate nvshmem-all-reduce jax_mosaic_ffi/ops/collectives.py 's/      out\[i\] = pe == 0 ? value : out\[i\] + value;/      out[i] = pe == 0 ? value + (T)1 : out[i] + value;/' \
+  tests/test_nvshmem.py::test_the_nvshmem_all_reduce_of_one_pe_is_its_input
 echo "== $passed of $total breaks made their test fail, in $((SECONDS - start)) s"
 [ "$passed" -eq "$total" ]

@@ -340,6 +340,17 @@ def test_the_host_library_opens_and_gives_a_unique_id_without_a_gpu():
   assert r["job"]["started"] is False, r
 
 
+def test_a_process_without_exactly_one_gpu_is_no_pe():
+  count = len([d for d in jax.local_devices() if d.platform == "gpu"])
+  if count == 1:
+    pytest.skip("this process has one GPU: it is a PE")
+  with pytest.raises(jmf.NvshmemUnavailable) as e:
+    nvshmem_start.job_layout(0)
+  assert str(e.value) == (
+      f"NVSHMEM runs one PE per process, bound to one GPU, and this process has {count} GPUs in jax. Start one "
+      "process per GPU (jax.distributed.initialize(..., local_device_ids=[i]) or CUDA_VISIBLE_DEVICES)")
+
+
 def test_nothing_is_started_on_a_cpu_machine():
   assert nvshmem_start.job()["started"] is False
 
