@@ -131,8 +131,9 @@ ffi::Error StartNvshmem(const Driver& driver, const std::string& path, const std
                       "NVSHMEM did not start (nvshmemx_hostlib_init_attr with a unique id, PE " + std::to_string(rank) +
                           " of " + std::to_string(nranks) + " on GPU " + std::to_string(device) + "): status " +
                           std::to_string(status) +
-                          ". NVSHMEM printed why on stderr; NVSHMEM_DEBUG=INFO says more (NVSHMEM_SYMMETRIC_SIZE "
-                          "larger than the GPU's free memory is a common cause)");
+                          ". NVSHMEM printed why on stderr; NVSHMEM_DEBUG=INFO says more. A common cause: its heap "
+                          "(NVSHMEM_SYMMETRIC_SIZE, default 1G) does not fit next to XLA's memory pool, which takes "
+                          "75% of the GPU at start; lower XLA_PYTHON_CLIENT_MEM_FRACTION or the heap");
   }
   s.host = host;
   s.job.pe = host->my_pe();
