@@ -236,6 +236,8 @@ def test_the_nvshmem_all_reduce_lowers(nvshmem_cache):
   assert cc["target"] == contract.NVSHMEM_TARGET
   assert cc["config"]["nvshmem_symmetric"] == b"1,0"
   assert cc["config"]["kernel_name"] == b"nvshmem_all_reduce_f32"
+  for name in ("nvshmem_all_reduce_i32", "nvshmem_all_gather_f32"):  # the other ready-made ones link too
+    assert jmf.ops.collectives.kernel(name).uses_nvshmem
 
 
 @requires_nvshmem

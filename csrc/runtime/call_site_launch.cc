@@ -153,6 +153,12 @@ ffi::Error CallSite::LaunchError(CUresult result, int32_t device, const LoadedMo
                  std::to_string(max_cluster) + " blocks";
     }
   }
+  if (result == CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE) {
+    message +=
+        ". A kernel that uses NVSHMEM is launched cooperatively (as nvshmemx_collective_launch does): every "
+        "block must be resident on the GPU at once; use a smaller grid (at most the SM count times the "
+        "blocks per SM this kernel's registers and shared memory allow)";
+  }
   return ffi::Error::Internal(message);
 }
 
