@@ -441,6 +441,18 @@ def test_the_nvshmem_all_reduce_of_one_pe_is_its_input(nvshmem_cache, rng):
 
 @pytest.mark.gpu
 @requires_nvshmem
+def test_a_grid_too_large_for_a_cooperative_launch_is_explained(put_kernel):
+  call = jmf.mosaic_kernel(put_kernel, (jax.ShapeDtypeStruct((256,), jnp.int32),) * 2, grid=1 << 20, block=1024,
+                           scalars=(np.int64(256),), collective=jmf.Collective("x", transport="nvshmem"))
+  with pytest.raises(Exception) as e:
+    jax.block_until_ready(run_on_gpu(lambda v: call(v), np.zeros(256, np.int32), outs=2))
+  assert "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE" in str(e.value), str(e.value)
+  assert "A kernel that uses NVSHMEM is launched cooperatively (as nvshmemx_collective_launch does): every block " \
+         "must be resident on the GPU at once; use a smaller grid" in str(e.value), str(e.value)
+
+
+@pytest.mark.gpu
+@requires_nvshmem
 def test_a_heap_too_small_is_a_clear_error():
   script = """
   import functools, json

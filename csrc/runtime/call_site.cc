@@ -278,7 +278,7 @@ ffi::Error CallSite::Prepare(int32_t device, CUcontext context) {
   if (slot.ready.load(std::memory_order_acquire) != nullptr) return ffi::Error::Success();
   std::lock_guard<std::mutex> lock(mutex_);
   if (slot.ready.load(std::memory_order_relaxed) != nullptr) return ffi::Error::Success();
-  if (spec_.nvshmem) JMF_RETURN_IF_ERROR(EnsureNvshmemStarted(*driver_, device, who()));
+  if (spec_.nvshmem) JMF_RETURN_IF_ERROR(EnsureNvshmemStarted(device, who()));
   auto loaded = LoadedModule::GetOrLoad(*driver_, kernel_, context);
   if (!loaded.has_value()) {
     return ffi::Error(loaded.error().errc().value_or(ffi::ErrorCode::kInternal),

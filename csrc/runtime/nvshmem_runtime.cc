@@ -41,8 +41,7 @@ NvshmemJob GetNvshmemJob() {
   return job;
 }
 
-ffi::Error EnsureNvshmemStarted(const Driver& driver, int32_t device, const std::string& who) {
-  (void)driver;
+ffi::Error EnsureNvshmemStarted(int32_t device, const std::string& who) {
   State& s = GetState();
   NvshmemStarter starter;
   {

@@ -37,7 +37,7 @@ struct NvshmemJob {
 NvshmemJob GetNvshmemJob();
 
 // NVSHMEM runs for `device`, started now (by the starter) if it was not.
-ffi::Error EnsureNvshmemStarted(const Driver& driver, int32_t device, const std::string& who);
+ffi::Error EnsureNvshmemStarted(int32_t device, const std::string& who);
 
 // A fresh unique id (128 bytes) from the host library at `path`: PE 0 makes it, every PE inits with it.
 ffi::Error MakeNvshmemUniqueId(const std::string& path, std::string* id);
