@@ -441,6 +441,31 @@ def test_the_nvshmem_all_reduce_of_one_pe_is_its_input(nvshmem_cache, rng):
 
 @pytest.mark.gpu
 @requires_nvshmem
+def test_an_exported_nvshmem_call_starts_nvshmem_in_a_fresh_process(put_kernel, tmp_path, rng):
+  f = jax.shard_map(lambda v: put_call(put_kernel)(v), mesh=gpu_mesh(), in_specs=P("x"), out_specs=(P("x"), P("x")))
+  exported = jax.export.export(jax.jit(f), platforms=["cuda"], disabled_checks=jmf.export_disabled_checks())(
+      jax.ShapeDtypeStruct((256,), jnp.int32))
+  (tmp_path / "put.jax_export").write_bytes(exported.serialize())
+  x = rng.integers(-1000, 1000, 256).astype(np.int32)
+  np.save(tmp_path / "x.npy", x)
+  script = """
+  import json, sys
+  import jax, numpy as np
+  import jax_mosaic_ffi as jmf
+  from jax_mosaic_ffi.call import nvshmem
+  call = jax.export.deserialize(open(sys.argv[1] + "/put.jax_export", "rb").read())
+  out, copy = call.call(np.load(sys.argv[1] + "/x.npy"))
+  print(json.dumps({"out": np.asarray(out).tolist(), "copy": np.asarray(copy).tolist(), "job": nvshmem.job(),
+                    "compiles": jmf.kernel_cache_stats().nvrtc_compiles}))
+  """
+  r = fresh_process.run(script, str(tmp_path)).result
+  assert r["out"] == x.tolist() and r["copy"] == x.tolist(), r
+  assert r["job"]["started"] and r["job"]["npes"] == 1, r
+  assert r["compiles"] == 0, r  # the artifact carries the linked cubin
+
+
+@pytest.mark.gpu
+@requires_nvshmem
 def test_a_grid_too_large_for_a_cooperative_launch_is_explained(put_kernel):
   call = jmf.mosaic_kernel(put_kernel, (jax.ShapeDtypeStruct((256,), jnp.int32),) * 2, grid=1 << 20, block=1024,
                            scalars=(np.int64(256),), collective=jmf.Collective("x", transport="nvshmem"))
