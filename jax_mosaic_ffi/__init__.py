@@ -21,7 +21,7 @@ from jax_mosaic_ffi.base.native import core as _core
 _versions.check(_core.BUILT_AGAINST["jaxlib"])
 
 from jax_mosaic_ffi.base import contract  # noqa: F401  (jmf.contract: the target names)
-from jax_mosaic_ffi.base.errors import AutotuneError, CompileError, LaunchError, TritonUnavailable
+from jax_mosaic_ffi.base.errors import AutotuneError, CompileError, LaunchError, NvshmemUnavailable, TritonUnavailable
 from jax_mosaic_ffi.toolchain.kernel import Kernel, cubin_kernel, cuda_kernel, ptx_kernel
 from jax_mosaic_ffi.toolchain.triton_compile import TritonFunction, TritonKernel, triton_kernel
 from jax_mosaic_ffi.call import lowering as _lowering  # noqa: F401  (registers the CUDA lowering)
@@ -49,6 +49,6 @@ __all__ = [
     "ShardingRule", "TensorDescriptor", "TensorMap", "cdiv", "clear_kernel_cache", "cubin_kernel", "cuda_kernel",
     "differentiable", "export_disabled_checks", "kernel_cache_stats", "mosaic_kernel", "mosaic_kernel_p", "ops",
     "ptx_kernel", "register", "sharded", "AutotuneError", "Autotuned", "TritonFunction", "TritonKernel",
-    "TritonUnavailable", "autotune", "autotune_report", "triton_kernel", "TuningFileIgnored", "load_tuning",
-    "save_tuning",
+    "TritonUnavailable", "NvshmemUnavailable", "autotune", "autotune_report", "triton_kernel", "TuningFileIgnored",
+    "load_tuning", "save_tuning",
 ]

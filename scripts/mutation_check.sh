@@ -111,5 +111,18 @@ mutate descriptor-swizzle jax_mosaic_ffi/transforms/tensor_descriptor.py \
 mutate descriptor-decomposed jax_mosaic_ffi/transforms/tensor_descriptor.py \
   's/      for v in b.shape + b.strides:/      for v in b.shape + (0,) * (len(b.strides) - 1) + b.strides[-1:]:/' \
   tests/test_triton_descriptors.py::test_the_decomposed_form_runs
+# NVSHMEM (one PE): the buffers are not staged through the symmetric heap, so the puts miss them.
+mutate nvshmem-symmetric jax_mosaic_ffi/call/launch_spec.py \
+  's/attributes\["nvshmem_symmetric"\] = ",".join("1" if s else "0" for s in symmetric)/attributes["nvshmem_symmetric"] = ",".join("0" for s in symmetric)/' \
+  tests/test_nvshmem.py::test_one_pe_puts_to_itself
+# NVSHMEM is started as PE 1 of 1.
+mutate nvshmem-start jax_mosaic_ffi/call/nvshmem.py 's/core.nvshmem_start(library, unique_id, pe, npes, device)/core.nvshmem_start(library, unique_id, pe + 1, npes, device)/' \
+  tests/test_nvshmem.py::test_one_pe_barrier_and_signal_wait
+# The NVSHMEM all-reduce adds one to its first peer's values.
+mutate nvshmem-all-reduce jax_mosaic_ffi/ops/collectives.py 's/      out\[i\] = pe == 0 ? value : out\[i\] + value;/      out[i] = pe == 0 ? value + (T)1 : out[i] + value;/' \
+  tests/test_nvshmem.py::test_the_nvshmem_all_reduce_of_one_pe_is_its_input
+# Importing the package no longer hands the runtime NVSHMEM's starter: an exported call cannot start it.
+mutate nvshmem-starter jax_mosaic_ffi/call/lowering.py 's/^nvshmem.install()$/pass/' \
+  tests/test_nvshmem.py::test_an_exported_nvshmem_call_starts_nvshmem_in_a_fresh_process
 echo "== $passed of $total breaks made their test fail, in $((SECONDS - start)) s"
 [ "$passed" -eq "$total" ]

@@ -295,26 +295,42 @@ bool CheckPerBuffer(const LaunchAttributes& a, bool collective, LaunchSpec* spec
   return true;
 }
 
+// One 0/1 flag per buffer ("1,0,1"), into `flags`.
+bool CheckBufferFlags(const char* name, const std::string& text, const LaunchSpec& spec, std::vector<bool>* flags,
+                      Checker& check) {
+  flags->assign(spec.num_buffers, false);
+  size_t count = 0;
+  for (char c : text) {
+    if (c == '0' || c == '1') {
+      if (count < flags->size()) (*flags)[count] = c == '1';
+      ++count;
+    } else if (c != ',' && c != ' ') {
+      return check.Fail(std::string(name) + " must be 0/1 flags, got '" + Label(text) + "'");
+    }
+  }
+  if (count != static_cast<size_t>(spec.num_buffers)) {
+    return check.Fail(std::string(name) + " has " + Num(static_cast<int64_t>(count)) + " flags for " +
+                      Num(spec.num_buffers) + " buffers");
+  }
+  return true;
+}
+
 bool CheckCollective(const LaunchAttributes& a, LaunchSpec* spec, Checker& check, std::string* error) {
   if (!ParseCliques(a.xla_replica_ids, &spec->cliques, error)) return false;
   spec->symmetric.assign(spec->num_buffers, false);
   spec->skip_device_barrier = a.skip_device_barrier;
   if (a.symmetric_memory_parameters.empty()) return true;
-  size_t count = 0;
-  for (char c : a.symmetric_memory_parameters) {
-    if (c == '0' || c == '1') {
-      if (count < spec->symmetric.size()) spec->symmetric[count] = c == '1';
-      ++count;
-    } else if (c != ',' && c != ' ') {
-      return check.Fail("symmetric_memory_parameters must be 0/1 flags, got '" + Label(a.symmetric_memory_parameters) +
-                        "'");
-    }
-  }
-  if (count != static_cast<size_t>(spec->num_buffers)) {
-    return check.Fail("symmetric_memory_parameters has " + Num(static_cast<int64_t>(count)) + " flags for " +
-                      Num(spec->num_buffers) + " buffers");
-  }
-  return true;
+  return CheckBufferFlags("symmetric_memory_parameters", a.symmetric_memory_parameters, *spec, &spec->symmetric, check);
+}
+
+// An NVSHMEM call: its PEs are NVSHMEM's (one per process), not a clique of
+// the collective target, and each launch is one grid, never a vmap batch.
+bool CheckNvshmem(const LaunchAttributes& a, bool collective, LaunchSpec* spec, Checker& check) {
+  if (a.nvshmem_symmetric.empty()) return true;
+  if (collective) return check.Fail("nvshmem_symmetric is for the plain target; NVSHMEM calls have no clique metadata");
+  if (spec->batch_size != 1) return check.Fail("a kernel that uses NVSHMEM cannot be batched (vmap)");
+  spec->nvshmem = true;
+  return CheckBufferFlags("nvshmem_symmetric", a.nvshmem_symmetric, *spec, &spec->nvshmem_symmetric, check);
 }
 
 }  // namespace
@@ -326,7 +342,8 @@ bool ValidateLaunch(const LaunchAttributes& a, bool collective, LaunchSpec* spec
   Checker check(error);
   return CheckHeader(a, collective, check) && CheckLaunchShape(a, spec, check) && CheckScalars(a, spec, check) &&
          CheckParams(a, collective, spec, check) && CheckTensorMaps(a, spec, check) &&
-         CheckPerBuffer(a, collective, spec, check) && (!collective || CheckCollective(a, spec, check, error));
+         CheckPerBuffer(a, collective, spec, check) && CheckNvshmem(a, collective, spec, check) &&
+         (!collective || CheckCollective(a, spec, check, error));
 }
 
 }  // namespace jmf

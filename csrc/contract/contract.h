@@ -83,6 +83,9 @@ struct LaunchAttributes {
   std::string xla_replica_ids;
   std::string symmetric_memory_parameters;
   bool skip_device_barrier = false;
+  // Plain target only: present for a kernel that uses NVSHMEM, one 0/1 flag
+  // per buffer saying which are staged through the symmetric heap.
+  std::string nvshmem_symmetric;
 };
 
 // How a lookup of one attribute went.
@@ -143,6 +146,8 @@ bool DecodeLaunchAttributes(Source& source, LaunchAttributes* a, std::string* er
   }
   check(symmetric, "symmetric_memory_parameters", kOptional, "a string of 0/1 flags");
   check(source.Bool("skip_device_barrier", &a->skip_device_barrier), "skip_device_barrier", kOptional, "a bool");
+  check(source.Bytes("nvshmem_symmetric", &a->nvshmem_symmetric, 4 * kMaxBuffers), "nvshmem_symmetric", kOptional,
+        "a string of 0/1 flags");
   return ok;
 }
 
@@ -198,6 +203,10 @@ struct LaunchSpec {
   std::vector<std::vector<int32_t>> cliques;  // device ordinals of each clique
   std::vector<bool> symmetric;                // per buffer
   bool skip_device_barrier = false;
+  // NVSHMEM calls (plain target): the kernel's module needs NVSHMEM, and these
+  // buffers (per buffer) are copied through the symmetric heap.
+  bool nvshmem = false;
+  std::vector<bool> nvshmem_symmetric;
 };
 
 // "mosaic_kernel 'add' at model.py:12 (f)": how messages name a call site.

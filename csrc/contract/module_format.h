@@ -22,7 +22,11 @@ inline constexpr uint32_t kMaxArch = 999;
 // grid (griddepcontrol.wait) before touching memory, in every image, so it
 // may be launched with programmatic dependent launch.
 inline constexpr uint32_t kFlagPdlWait = 1;
-inline constexpr uint32_t kKnownFlags = kFlagPdlWait;
+// kFlagNvshmem: the kernel is linked with NVSHMEM's device library, so the
+// runtime must start NVSHMEM and register the module with it
+// (nvshmemx_cumodule_init), and only NVSHMEM calls may launch it.
+inline constexpr uint32_t kFlagNvshmem = 2;
+inline constexpr uint32_t kKnownFlags = kFlagPdlWait | kFlagNvshmem;
 // arch_suffix values: index 0 none, 1 'a' (arch-specific), 2 'f' (family).
 inline constexpr const char* kArchSuffixes[] = {"", "a", "f"};
 

@@ -179,6 +179,7 @@ nb::dict Limits() {
   d["min_arch"] = kMinArch;
   d["max_arch"] = kMaxArch;
   d["module_flag_pdl_wait"] = kFlagPdlWait;
+  d["module_flag_nvshmem"] = kFlagNvshmem;
   nb::list suffixes;
   for (const char* suffix : kArchSuffixes) suffixes.append(suffix);
   d["arch_suffixes"] = nb::tuple(suffixes);
@@ -249,6 +250,7 @@ nb::list VisibleGpus() {
 }  // namespace
 
 void BindCrossProcess(nb::module_& m);  // cross_process_python.cc
+void BindNvshmem(nb::module_& m);       // nvshmem_python.cc
 
 }  // namespace jmf
 
@@ -301,6 +303,7 @@ NB_MODULE(_core, m) {
         "Parses a serialized kernel module with the runtime's parser: (symbol, [(kind, arch, suffix, data)], flags).");
   m.def("visible_gpus", &VisibleGpus, "The visible GPUs and their launch limits; empty without a driver.");
   BindCrossProcess(m);
+  BindNvshmem(m);
 
   nb::module_ testing = m.def_submodule("_testing", "Hooks for the test suite only; not API.");
   testing.def("rendezvous_probe", &RendezvousProbe, nb::arg("participants"), nb::arg("arriving"), nb::arg("timeout_s"),

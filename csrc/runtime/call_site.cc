@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "runtime/nvshmem_runtime.h"
 #include "runtime/status.h"
 
 namespace jmf {
@@ -120,8 +121,21 @@ ffi::ErrorOr<std::unique_ptr<CallSite>> CallSite::Create(ffi::Dictionary attrs, 
                       who + ": " + kernel.error().message());
   }
   site->kernel_ = *kernel;
+  const bool kernel_uses_nvshmem = (site->kernel_->module.flags & kFlagNvshmem) != 0;
+  if (kernel_uses_nvshmem && !spec.nvshmem) {
+    return ffi::Error::InvalidArgument(
+        who +
+        ": the kernel uses NVSHMEM, so only an NVSHMEM collective call can launch it; call it with "
+        "mosaic_kernel(..., collective=jmf.Collective(axis, transport=\"nvshmem\")) inside shard_map");
+  }
 
   site->ConfigureLaunch(collective);
+  if (spec.nvshmem) {
+    // The copies through the symmetric heap are stream work the record API
+    // cannot express, and XLA's own copy of a recorded module would not be
+    // registered with NVSHMEM: XLA captures the stream instead.
+    site->record_by_capture_ = site->needs_bytes_ = true;
+  }
   if (collective) {
     CollectiveInputs inputs{.driver = site->driver_,
                             .who = spec.who,
@@ -156,6 +170,11 @@ void CallSite::ConfigureLaunch(bool collective) {
     a.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
     a.value.programmaticStreamSerializationAllowed = 1;
   }
+  if (spec.nvshmem) {  // nvshmemx_collective_launch's semantics: every block resident at once, for device-side sync
+    CUlaunchAttribute& a = launch_attrs_[num_attrs++];
+    a.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+    a.value.cooperative = 1;
+  }
   c.attrs = num_attrs ? launch_attrs_ : nullptr;
   c.numAttrs = num_attrs;
   auto dim = [](uint32_t v) { return static_cast<int32_t>(v); };  // bounded by the contract
@@ -176,7 +195,7 @@ void CallSite::ConfigureLaunch(bool collective) {
   record_by_capture_ = spec.non_portable_cluster || synchronize_launches_ || commands > kMaxRecordedCommands;
 }
 
-CallSite::~CallSite() = default;
+CallSite::~CallSite() { FreeSymmetricBuffers(); }
 
 void* const* CallSite::MetadataSlot(int32_t device) const { return collective_->metadata_slot(device); }
 
@@ -259,6 +278,7 @@ ffi::Error CallSite::Prepare(int32_t device, CUcontext context) {
   if (slot.ready.load(std::memory_order_acquire) != nullptr) return ffi::Error::Success();
   std::lock_guard<std::mutex> lock(mutex_);
   if (slot.ready.load(std::memory_order_relaxed) != nullptr) return ffi::Error::Success();
+  if (spec_.nvshmem) JMF_RETURN_IF_ERROR(EnsureNvshmemStarted(device, who()));
   auto loaded = LoadedModule::GetOrLoad(*driver_, kernel_, context);
   if (!loaded.has_value()) {
     return ffi::Error(loaded.error().errc().value_or(ffi::ErrorCode::kInternal),

@@ -62,6 +62,9 @@ class CallSite {
   ffi::Error Record(const RecordFrame& record, int32_t device, const Buffers& buffers);
 
   CollectiveState* collective() { return collective_.get(); }
+  // NVSHMEM calls: the call's symmetric buffers on NVSHMEM's heap, allocated once (call_site_nvshmem.cc).
+  bool symmetric_ready() const { return symmetric_ready_.load(std::memory_order_acquire); }
+  ffi::Error AllocateSymmetricBuffers(const Buffers& buffers);
   const Driver& driver() const { return *driver_; }
   const LaunchSpec& spec() const { return spec_; }
   const std::string& who() const { return spec_.who; }
@@ -109,18 +112,29 @@ class CallSite {
                               const LoadedModule& module) const;
   ffi::Error LaunchError(CUresult result, int32_t device, const LoadedModule& module) const;
   ffi::Error CheckFits(const LoadedModule& module, int32_t device) const;
+  // NVSHMEM calls: the symmetric buffers' copies around the launch (call_site_nvshmem.cc).
+  ffi::Error StageIntoSymmetricHeap(CUstream stream, Buffers& buffers, void** originals);
+  ffi::Error StageOutOfSymmetricHeap(CUstream stream, Buffers& buffers, void* const* originals) const;
+  void FreeSymmetricBuffers();
   std::string LaunchDescription() const;
 
   LaunchSpec spec_;
   const Driver* driver_ = nullptr;
   std::shared_ptr<const ParsedKernel> kernel_;
   CUlaunchConfig config_{};
-  CUlaunchAttribute launch_attrs_[2]{};
+  CUlaunchAttribute launch_attrs_[3]{};
   XLA_FFI_LaunchDims record_dims_{};
   bool record_by_capture_ = false;
   bool synchronize_launches_ = false;  // debug: JAX_MOSAIC_FFI_SYNC_LAUNCHES
   bool needs_bytes_ = false;           // buffers' sizes are read: fills, tensor maps, cross-process copies
   std::unique_ptr<CollectiveState> collective_;
+  // NVSHMEM calls: per buffer, its home on the symmetric heap (null: not
+  // staged), allocated by the first launch (sizes known then; NVSHMEM runs one
+  // device per process, so one set serves the call site).
+  std::vector<void*> symmetric_;
+  std::vector<size_t> symmetric_bytes_;
+  std::vector<bool> symmetric_copy_in_;
+  std::atomic<bool> symmetric_ready_{false};
   std::mutex mutex_;
   std::array<DeviceSlot, kMaxDevices> slots_;
 };

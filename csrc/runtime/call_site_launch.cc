@@ -61,6 +61,8 @@ ffi::Error CallSite::Launch(CUstream stream, int32_t device, Buffers& buffers) {
     JMF_RETURN_IF_ERROR(Poison(stream, buffers));
   if (!spec_.zero_buffers.empty()) JMF_RETURN_IF_ERROR(Zero(stream, buffers));
   if (!spec_.tensor_maps.empty()) JMF_RETURN_IF_ERROR(EncodeTensorMaps(buffers, device));
+  void* originals[kMaxBuffers];
+  if (spec_.nvshmem) JMF_RETURN_IF_ERROR(StageIntoSymmetricHeap(stream, buffers, originals));
   void* params[kMaxParams];
   ForEachParam(buffers, device, [&](int i, const void* value, size_t) { params[i] = const_cast<void*>(value); });
   CUresult result = LaunchOnce(stream, *module, params);
@@ -69,6 +71,11 @@ ffi::Error CallSite::Launch(CUstream stream, int32_t device, Buffers& buffers) {
   for (uint32_t b = 1; b < spec_.batch_size && result == CUDA_SUCCESS; ++b) {
     MoveToNextElement(buffers);
     result = LaunchOnce(stream, *module, params);
+  }
+  if (spec_.nvshmem) {
+    if (result != CUDA_SUCCESS) [[unlikely]]
+      return LaunchError(result, device, *module);
+    JMF_RETURN_IF_ERROR(StageOutOfSymmetricHeap(stream, buffers, originals));
   }
   if (synchronize_launches_) [[unlikely]]
     return SynchronizeAfter(stream, device, result, *module);
@@ -145,6 +152,12 @@ ffi::Error CallSite::LaunchError(CUresult result, int32_t device, const LoadedMo
       message += ". The largest cluster this kernel can use with this block and shared memory is " +
                  std::to_string(max_cluster) + " blocks";
     }
+  }
+  if (result == CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE) {
+    message +=
+        ". A kernel that uses NVSHMEM is launched cooperatively (as nvshmemx_collective_launch does): every "
+        "block must be resident on the GPU at once; use a smaller grid (at most the SM count times the "
+        "blocks per SM this kernel's registers and shared memory allow)";
   }
   return ffi::Error::Internal(message);
 }

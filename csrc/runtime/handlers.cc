@@ -40,7 +40,21 @@ ffi::ErrorOr<std::unique_ptr<CallSite>> Instantiate(ffi::Dictionary attrs, bool 
 }
 
 ffi::ErrorOr<std::unique_ptr<CallSite>> InstantiatePlain(ffi::Dictionary attrs) {
-  return Instantiate(attrs, /*collective=*/false);
+  auto site = Instantiate(attrs, /*collective=*/false);
+  if (site.has_value() && (*site)->spec().nvshmem) {
+    return ffi::Error::InvalidArgument((*site)->who() + ": an NVSHMEM call (nvshmem_symmetric) must use target " +
+                                       kNvshmemTarget + ", not " + kLaunchTarget);
+  }
+  return site;
+}
+
+ffi::ErrorOr<std::unique_ptr<CallSite>> InstantiateNvshmem(ffi::Dictionary attrs) {
+  auto site = Instantiate(attrs, /*collective=*/false);
+  if (site.has_value() && !(*site)->spec().nvshmem) {
+    return ffi::Error::InvalidArgument((*site)->who() + ": target " + kNvshmemTarget +
+                                       " needs the nvshmem_symmetric attribute (one 0/1 flag per buffer)");
+  }
+  return site;
 }
 
 ffi::ErrorOr<std::unique_ptr<CallSite>> InstantiateCollective(ffi::Dictionary attrs) {
@@ -92,8 +106,27 @@ ffi::Error CollectiveExecute(CUstream stream, int32_t device, CallSite* site, ff
   return site->collective()->AfterLaunch(device, stream, buffers);
 }
 
+// NVSHMEM calls: started and loaded at prepare, symmetric buffers at
+// initialize, both before any stream capture; O(1) once done.
+ffi::Error NvshmemPrepare(int32_t device, CallSite* site) { return site->Prepare(device, CurrentContext(*site)); }
+
+ffi::Error NvshmemInitialize(int32_t device, CallSite* site, ffi::RemainingArgs args, ffi::RemainingRets rets) {
+  (void)device;
+  if (site->symmetric_ready()) return ffi::Error::Success();
+  Buffers buffers;
+  JMF_RETURN_IF_ERROR(site->GatherBuffers(args, rets, &buffers));
+  return site->AllocateSymmetricBuffers(buffers);
+}
+
 }  // namespace
 
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_instantiate_nvshmem, InstantiateNvshmem, ffi::Ffi::BindInstantiate().Attrs());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_nvshmem_prepare, NvshmemPrepare,
+                              ffi::Ffi::BindPrepare().Ctx<ffi::DeviceOrdinal>().Ctx<SiteState>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    jmf_nvshmem_initialize, NvshmemInitialize,
+    ffi::Ffi::BindInitialize().Ctx<ffi::DeviceOrdinal>().Ctx<SiteState>().RemainingArgs().RemainingRets(),
+    {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_instantiate_plain, InstantiatePlain, ffi::Ffi::BindInstantiate().Attrs());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_instantiate_collective, InstantiateCollective, ffi::Ffi::BindInstantiate().Attrs());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
@@ -129,6 +162,7 @@ std::vector<TargetBundle> Targets() {
       {kCollectiveTarget,
        {jmf_instantiate_collective, jmf_collective_prepare, jmf_collective_initialize, jmf_collective_execute,
         jmf_record}},
+      {kNvshmemTarget, {jmf_instantiate_nvshmem, jmf_nvshmem_prepare, jmf_nvshmem_initialize, jmf_execute, jmf_record}},
   };
 }
 

@@ -20,6 +20,10 @@ namespace jmf {
 // Custom-call target names: the contract (jax_mosaic_ffi/base/contract.py).
 inline constexpr char kLaunchTarget[] = "jax_mosaic_ffi_launch_v1";
 inline constexpr char kCollectiveTarget[] = "jax_mosaic_ffi_collective_v1";
+// Kernels that use NVSHMEM: the plain launch plus a prepare stage (NVSHMEM
+// started, the module registered) and an initialize stage (symmetric buffers
+// allocated), so that neither runs inside a stream capture.
+inline constexpr char kNvshmemTarget[] = "jax_mosaic_ffi_nvshmem_v1";
 inline constexpr char kBootstrapTarget[] = "jax_mosaic_ffi_bootstrap";
 
 struct TargetBundle {

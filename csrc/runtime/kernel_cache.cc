@@ -5,6 +5,9 @@
 #include <string>
 #include <utility>
 
+#include "runtime/nvshmem_runtime.h"
+#include "runtime/status.h"
+
 namespace jmf {
 namespace {
 
@@ -143,6 +146,10 @@ ffi::ErrorOr<std::shared_ptr<LoadedModule>> LoadedModule::GetOrLoad(const Driver
   }
   GetCacheStats().module_loads++;
   GetCacheStats().loaded_modules++;
+  if ((parsed.flags & kFlagNvshmem) != 0) {  // its NVSHMEM device state must point at this process's job
+    JMF_RETURN_IF_ERROR(RegisterNvshmemModule(loaded->module_, "kernel '" + parsed.symbol + "'"));
+    loaded->nvshmem_registered_ = true;
+  }
   if (CUresult r = driver.cuModuleGetFunction(&loaded->function_, loaded->module_, parsed.symbol.c_str());
       r != CUDA_SUCCESS) {
     if (r == CUDA_ERROR_NOT_FOUND) {
@@ -173,6 +180,7 @@ ffi::ErrorOr<std::shared_ptr<LoadedModule>> LoadedModule::GetOrLoad(const Driver
 LoadedModule::~LoadedModule() {
   if (module_ == nullptr) return;
   ScopedContext scoped(driver_, context_);
+  if (nvshmem_registered_) UnregisterNvshmemModule(module_);
   driver_.cuModuleUnload(module_);
   GetCacheStats().loaded_modules--;
 }

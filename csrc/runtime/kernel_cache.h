@@ -99,6 +99,7 @@ class LoadedModule {
   std::mutex configure_mutex_;
   int dynamic_smem_set_ = 48 * 1024;
   bool non_portable_cluster_set_ = false;
+  bool nvshmem_registered_ = false;  // nvshmemx_cumodule_init ran on module_
 };
 
 // The image a device of compute capability `arch` should load, or nullptr.

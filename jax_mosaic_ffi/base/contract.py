@@ -13,9 +13,14 @@ CONTRACT_VERSION = 1
 # pays for no prepare or initialize stage at all (see docs/architecture.md).
 LAUNCH_TARGET = "jax_mosaic_ffi_launch_v1"
 COLLECTIVE_TARGET = "jax_mosaic_ffi_collective_v1"
+# Kernels that use NVSHMEM: the plain launch, with prepare and initialize stages that start NVSHMEM and
+# allocate the symmetric buffers outside any stream capture.
+NVSHMEM_TARGET = "jax_mosaic_ffi_nvshmem_v1"
 
-ALL_TARGETS = (LAUNCH_TARGET, COLLECTIVE_TARGET)
+ALL_TARGETS = (LAUNCH_TARGET, COLLECTIVE_TARGET, NVSHMEM_TARGET)
 
 
-def target_name(*, collective: bool) -> str:
+def target_name(*, collective: bool, nvshmem: bool = False) -> str:
+  if nvshmem:
+    return NVSHMEM_TARGET
   return COLLECTIVE_TARGET if collective else LAUNCH_TARGET

@@ -49,6 +49,10 @@ class TritonUnavailable(ImportError):
   """Triton is not installed, or not a supported version."""
 
 
+class NvshmemUnavailable(ImportError):
+  """NVSHMEM is not installed (or not a supported release), or could not be started."""
+
+
 def who(kernel, call_site: str) -> str:
   """A kernel call, as messages name it: "mosaic_kernel 'add' at model.py:42 (forward)"."""
   return f"mosaic_kernel '{kernel.name}' at {call_site}"

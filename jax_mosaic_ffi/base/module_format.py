@@ -7,7 +7,8 @@ same place, so what lowers here is exactly what the runtime accepts. All
 integers are little-endian.
 
     header   magic "JMFFIMOD" | u32 format_version | u32 flags
-             (bit 0: every image's entry waits for the prerequisite grid: PDL-safe)
+             (bit 0: every image's entry waits for the prerequisite grid: PDL-safe;
+              bit 1: linked with NVSHMEM's device library: the runtime starts NVSHMEM for it)
              | u32 num_images | u32 symbol_length | symbol (UTF-8, no NUL)
     image    u32 kind (1 cubin, 2 ptx) | u32 arch (e.g. 90)
              | u32 arch_suffix (0 none, 1 'a', 2 'f') | u32 reserved (0)
@@ -29,6 +30,7 @@ LIMITS = core.LIMITS
 FORMAT_VERSION = LIMITS["module_format_version"]
 _SUFFIXES = LIMITS["arch_suffixes"]  # index = the arch_suffix field
 FLAG_PDL_WAIT = LIMITS["module_flag_pdl_wait"]
+FLAG_NVSHMEM = LIMITS["module_flag_nvshmem"]
 
 _HEADER = struct.Struct("<8sIIII")
 _IMAGE = struct.Struct("<IIIIQ")
@@ -97,6 +99,11 @@ class ParsedModule:
   def pdl_wait(self) -> bool:
     """Every image's entry waits for the prerequisite grid: the kernel may launch with PDL."""
     return bool(self.flags & FLAG_PDL_WAIT)
+
+  @property
+  def nvshmem(self) -> bool:
+    """The kernel calls NVSHMEM: launched only by NVSHMEM calls, after the runtime started NVSHMEM."""
+    return bool(self.flags & FLAG_NVSHMEM)
 
 
 def serialize(module: ParsedModule) -> bytes:

@@ -14,6 +14,9 @@ from typing import Sequence
 import numpy as np
 
 
+TRANSPORTS = ("ipc", "nvshmem")
+
+
 @dataclasses.dataclass(frozen=True)
 class Collective:
   """Marks a kernel as collective over one or more mesh axes.
@@ -27,11 +30,20 @@ class Collective:
       (through a shared workspace); when none is declared, every input is.
     skip_device_barrier: skip the barrier the runtime runs before the launch,
       for kernels that synchronise with their peers themselves.
+    transport: ``"ipc"`` (default): peers are reached through pointers in one
+      process and CUDA IPC between processes of one host; the kernel gets the
+      collective metadata pointer last. ``"nvshmem"``: for kernels that call
+      NVSHMEM (``cuda_kernel`` of a source including ``<nvshmem.h>``), on one
+      host or many: the PEs are the processes of the ``jax.distributed`` job
+      (one GPU each), the ``symmetric`` buffers (default: every one) are
+      staged through NVSHMEM's symmetric heap, and the kernel takes no
+      metadata pointer. docs/collectives.md, "NVSHMEM".
   """
 
   axis_name: str | tuple[str, ...]
   symmetric: tuple[bool, ...] | None = None
   skip_device_barrier: bool = False
+  transport: str = "ipc"
 
   def __post_init__(self):
     axes = (self.axis_name,) if isinstance(self.axis_name, str) else tuple(self.axis_name)
@@ -40,6 +52,13 @@ class Collective:
     object.__setattr__(self, "axis_name", axes)
     if self.symmetric is not None:
       object.__setattr__(self, "symmetric", tuple(bool(s) for s in self.symmetric))
+    if self.transport not in TRANSPORTS:
+      raise ValueError(
+          f"Collective transport must be one of {', '.join(map(repr, TRANSPORTS))}, got {self.transport!r}")
+
+  @property
+  def nvshmem(self) -> bool:
+    return self.transport == "nvshmem"
 
   @property
   def axes(self) -> tuple[str, ...]:

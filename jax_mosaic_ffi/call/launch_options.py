@@ -101,6 +101,8 @@ class CheckedLaunch:
       raise LaunchError(f"{where}: batch_grid_axis must be 'x', 'y', 'z' or None, got {batch_grid_axis!r}")
     if batch_grid_axis is not None and collective is not None:
       raise LaunchError(f"{where}: a collective kernel cannot take a batch on a grid axis")
+    aliases = launch_values.aliases(options.input_output_aliases, where)
+    _check_nvshmem(kernel, collective, bool(uses_pdl), aliases, where)
     fixed = lambda value, normalise: value if callable(value) else normalise(value)  # noqa: E731
     return cls(
         kernel=kernel,
@@ -111,7 +113,7 @@ class CheckedLaunch:
         smem_bytes=fixed(smem_bytes, lambda v: launch_values.integer(v, "smem_bytes", where)),
         uses_pdl=bool(uses_pdl),
         scalars=fixed(scalars, lambda v: launch_values.scalars(v, where)),
-        aliases=launch_values.aliases(options.input_output_aliases, where),
+        aliases=aliases,
         param_order=param_order,
         collective=collective,
         batch_grid_axis=None if batch_grid_axis is None else "xyz".index(batch_grid_axis),
@@ -193,6 +195,24 @@ class CheckedLaunch:
   def check(self, spec: LaunchSpec, in_avals, out_avals) -> None:
     """The runtime's validator, then what only this machine or the PTX knows."""
     check_launch(self.kernel, spec, in_avals, out_avals)
+
+
+def _check_nvshmem(kernel: Kernel, collective: Collective | None, uses_pdl: bool, aliases, where: str) -> None:
+  """A kernel that calls NVSHMEM runs only as an NVSHMEM collective, which is launched cooperatively."""
+  nvshmem_call = collective is not None and collective.nvshmem
+  if kernel.uses_nvshmem and not nvshmem_call:
+    raise LaunchError(
+        f"{where}: the kernel uses NVSHMEM, so it must run as an NVSHMEM collective: pass "
+        f"collective=jmf.Collective(axis, transport='nvshmem') and call it inside shard_map"
+        + (f" (it has transport={collective.transport!r})" if collective is not None else ""))
+  if not nvshmem_call:
+    return
+  if uses_pdl:
+    raise LaunchError(f"{where}: an NVSHMEM collective is launched cooperatively (nvshmemx_collective_launch), "
+                      "not with programmatic dependent launch; leave uses_pdl unset")
+  if aliases:
+    raise LaunchError(f"{where}: input_output_aliases is not supported with transport='nvshmem' yet (symmetric "
+                      "buffers are staged through NVSHMEM's heap); return a new output instead")
 
 
 def _param_codes(order, n_in: int, n_out: int, n_scalars: int, aliases, where: str,

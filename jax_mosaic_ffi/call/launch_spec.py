@@ -62,6 +62,11 @@ class LaunchSpec:
   # second derivative is refused as such (primitive.py).
   derivative_rule: str | None = None
 
+  @property
+  def collective_target(self) -> bool:
+    """Lowered to the collective target (cliques, metadata pointer): collective over IPC, not NVSHMEM."""
+    return self.collective is not None and not self.collective.nvshmem
+
   def attributes(self, kernel: Kernel) -> dict[str, Any]:
     """The contract attributes of the custom call (docs/contract.md), as Python values.
 
@@ -88,7 +93,7 @@ class LaunchSpec:
         "kernel_name": kernel.name,
         "call_site": self.call_site,
         "use_custom_barrier": False,
-        "uses_xla_collective_metadata": self.collective is not None,
+        "uses_xla_collective_metadata": self.collective_target,
         "grid": grid,
         "block": list(self.block),
         "cluster": list(self.cluster),
@@ -108,6 +113,12 @@ class LaunchSpec:
     if self.batch_size > 1 and self.batch_grid_axis is None:
       attributes["batch_size"] = self.batch_size
       attributes["batch_strides"] = list(self.batch_strides)
+    if self.collective is not None and self.collective.nvshmem:
+      # Every buffer by default; the scratch buffer (past the declared ones) is symmetric too: signal flags
+      # and partials that peers write belong there.
+      symmetric = tuple(self.collective.symmetric or ())
+      symmetric += (True,) * (self.num_inputs + self.num_outputs - len(symmetric))
+      attributes["nvshmem_symmetric"] = ",".join("1" if s else "0" for s in symmetric)
     return attributes
 
 
@@ -119,10 +130,10 @@ def validate(kernel: Kernel, spec: LaunchSpec, attributes: dict | None = None) -
   """
   if attributes is None:
     attributes = spec.attributes(kernel)
-    if spec.collective is not None:
+    if spec.collective_target:
       attributes["xla_replica_ids"] = "0"
   try:
-    return core.validate_launch(attributes, spec.collective is not None)
+    return core.validate_launch(attributes, spec.collective_target)
   except ValueError as e:
     text = str(e)
     for m, decl in enumerate(spec.tensor_map_decls):  # the runtime knows maps by index; name the declaration
@@ -163,13 +174,13 @@ def check_launch(kernel: Kernel, spec: LaunchSpec, in_avals, out_avals) -> None:
   if spec.batch_grid_axis is not None:
     described += ["the element's grid length (4 bytes)"] + [
         f"batch stride of buffer {b} (8 bytes)" for b in range(spec.num_inputs + spec.num_outputs)]
-  if spec.collective is not None:
+  if spec.collective_target:
     described.append("collective metadata (pointer, 8 bytes)")
   raise LaunchError(
       f"{where}: the kernel takes {len(expected)} parameters of {list(expected)} bytes, but the call passes "
       f"{len(checked['param_sizes'])}: {'; '.join(described) or 'none'}. The order is inputs, outputs, then "
       "scalars" + (", then the batch parameters of batch_grid_axis" if spec.batch_grid_axis is not None else "") +
-      (", then the collective metadata pointer" if spec.collective else "") +
+      (", then the collective metadata pointer" if spec.collective_target else "") +
       "; fix the kernel's signature, the scalars' dtypes, or param_order")
 
 

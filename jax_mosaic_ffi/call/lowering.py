@@ -22,6 +22,7 @@ from jax_mosaic_ffi.call import collective as collective_lib
 from jax_mosaic_ffi.call import cross_process
 from jax_mosaic_ffi.call import fallback as fallback_lib
 from jax_mosaic_ffi.call import launch_spec
+from jax_mosaic_ffi.call import nvshmem
 from jax_mosaic_ffi.call import registration
 from jax_mosaic_ffi.call.launch_spec import LaunchSpec
 from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
@@ -32,7 +33,7 @@ from jax_mosaic_ffi.toolchain.kernel import Kernel
 POISON_ENV = flags.POISON_OUTPUTS
 
 
-def _collective_attributes(ctx, kernel: Kernel, spec: LaunchSpec) -> dict:
+def _mesh_devices(ctx, kernel: Kernel, spec: LaunchSpec):
   where = who(kernel, spec.call_site)
   axis_context = ctx.module_context.axis_context
   mesh = getattr(axis_context, "mesh", None)
@@ -41,6 +42,26 @@ def _collective_attributes(ctx, kernel: Kernel, spec: LaunchSpec) -> dict:
     raise LaunchError(
         f"{where}: a collective kernel must run inside shard_map (or pmap) over a mesh "
         f"that has axis {spec.collective.axes[0]!r}")
+  return mesh, devices
+
+
+def _check_nvshmem_clique(ctx, kernel: Kernel, spec: LaunchSpec) -> None:
+  """NVSHMEM's PEs are the processes of the job, in process order: the collective's clique must be them."""
+  where = who(kernel, spec.call_site)
+  mesh, devices = _mesh_devices(ctx, kernel, spec)
+  ids = np.vectorize(lambda d: d.id, otypes=[np.int64])(devices)
+  processes = {int(d.id): int(d.process_index) for d in devices.flat}
+  for group in collective_lib.cliques(ids, mesh.axis_names, spec.collective.axes):
+    order = [processes[d] for d in group]
+    if order != list(range(jax.process_count())):
+      raise LaunchError(
+          f"{where}: with transport='nvshmem' the devices along {spec.collective.axes} must be one per process, "
+          f"in process order (NVSHMEM's PEs are the {jax.process_count()} processes of the job); this clique's "
+          f"devices are in processes {order}. Teams over part of the job are not supported yet")
+
+
+def _collective_attributes(ctx, kernel: Kernel, spec: LaunchSpec) -> dict:
+  mesh, devices = _mesh_devices(ctx, kernel, spec)
   if jax.process_count() > 1:  # peers in other processes: docs/collectives.md, "Across processes"
     cross_process.install()
   ids = np.vectorize(lambda d: d.id, otypes=[np.int64])(devices)
@@ -80,9 +101,11 @@ def _cuda_lowering(ctx, *operands, kernel: Kernel, out_avals, spec: LaunchSpec):
   if os.environ.get(POISON_ENV, "") not in ("", "0"):
     aliased = {o for _, o in spec.aliases}
     attributes["poison_outputs"] = [o for o in range(len(out_avals)) if o not in aliased]
-  if spec.collective is not None:
+  if spec.collective_target:
     attributes.update(_collective_attributes(ctx, kernel, spec))
     launch_spec.validate(kernel, spec, attributes)
+  elif spec.collective is not None:  # NVSHMEM: started by the runtime when the kernel first loads
+    _check_nvshmem_clique(ctx, kernel, spec)
   result_shapes = None
   if not all(core.is_constant_shape(a.shape) for a in out_avals):
     # jax.export with shape polymorphism: the output shapes as values, for jax to refine when the export is
@@ -90,7 +113,8 @@ def _cuda_lowering(ctx, *operands, kernel: Kernel, out_avals, spec: LaunchSpec):
     result_shapes = [mlir.shape_tensor(ctx.module_context, mlir.eval_dynamic_shape_as_ivals(ctx, a.shape))
                      for a in out_avals]
   op = mlir.custom_call(
-      contract.target_name(collective=spec.collective is not None),
+      contract.target_name(collective=spec.collective_target,
+                           nvshmem=spec.collective is not None and spec.collective.nvshmem),
       result_types=[mlir.aval_to_ir_type(ctx.module_context, a) for a in out_avals],
       operands=list(operands),
       backend_config={name: _ir_attribute(name, value) for name, value in attributes.items()},
@@ -112,5 +136,8 @@ def _other_platform_lowering(ctx, *operands, kernel: Kernel, spec: LaunchSpec, *
   raise NotImplementedError(fallback_lib.missing_message(who(kernel, spec.call_site), platforms))
 
 
+# The runtime starts NVSHMEM through this when it first loads a kernel that uses it, in a program lowered
+# here or loaded from a jax.export artifact.
+nvshmem.install()
 mlir.register_lowering(mosaic_kernel_p, _other_platform_lowering)
 mlir.register_lowering(mosaic_kernel_p, _cuda_lowering, platform="cuda")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Mapping, Sequence
 
 from jax_mosaic_ffi.base import gpu_info
@@ -63,6 +64,12 @@ class Kernel:
     return None if types is None else tuple(param_types_lib.parsed(t) for t in types)
 
   @property
+  def uses_nvshmem(self) -> bool:
+    """It is linked with NVSHMEM's device library: only a call with
+    ``Collective(..., transport="nvshmem")`` may launch it."""
+    return self.compiled.parsed.nvshmem
+
+  @property
   def pdl_safe(self) -> bool:
     """Its entry waits for the previous kernel (griddepcontrol.wait) before
     touching memory, so `mosaic_kernel` launches it with programmatic
@@ -116,9 +123,18 @@ def parse_targets(targets) -> tuple[Arch, ...]:
   return parsed
 
 
+# `#include <nvshmem.h>` or <nvshmemx.h>, in the source or an in-memory header: the kernel calls NVSHMEM.
+_NVSHMEM_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]nvshmemx?\.h[>"]', re.MULTILINE)
+
+
+def includes_nvshmem(source: str, headers: Mapping[str, str] | None) -> bool:
+  return any(_NVSHMEM_INCLUDE.search(text) for text in (source, *(headers or {}).values()))
+
+
 def cuda_kernel(source: str, name: str, *, options: Sequence[str] = (),
                 headers: Mapping[str, str] | None = None,
-                targets: Sequence[str | int] | str | None = None, pdl: bool = True) -> Kernel:
+                targets: Sequence[str | int] | str | None = None, pdl: bool = True,
+                nvshmem: bool | None = None) -> Kernel:
   """Compiles CUDA C++ with NVRTC.
 
   Args:
@@ -135,6 +151,11 @@ def cuda_kernel(source: str, name: str, *, options: Sequence[str] = (),
       stream, so the launch overlaps that kernel's tail. ``mosaic_kernel``
       then launches it with PDL unless ``uses_pdl=False``. A kernel that uses
       ``griddepcontrol`` itself is left as written.
+    nvshmem: the kernel calls NVSHMEM (``nvshmem_*``, ``nvshmemx_*``): it is
+      compiled as relocatable code and linked with NVSHMEM's device library
+      (``pip install 'jax_mosaic_ffi[nvshmem]'``), and launched by calls with
+      ``Collective(..., transport="nvshmem")``. Default: whether the source or
+      a header includes ``<nvshmem.h>`` or ``<nvshmemx.h>``.
 
   Raises:
     CompileError: with NVRTC's log and the source lines it names.
@@ -147,8 +168,12 @@ def cuda_kernel(source: str, name: str, *, options: Sequence[str] = (),
   if headers is not None and not (isinstance(headers, Mapping) and
                                   all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items())):
     raise TypeError("cuda_kernel: headers must map include names to header text, both strings")
+  if nvshmem is None:
+    nvshmem = includes_nvshmem(source, headers)
+  elif not isinstance(nvshmem, bool):
+    raise TypeError(f"cuda_kernel: nvshmem must be True, False or None (detect it from the includes), got {nvshmem!r}")
   compiled = compiler.compile_cuda(source, name, options=options, headers=headers,
-                                   targets=parse_targets(targets), pdl=bool(pdl))
+                                   targets=parse_targets(targets), pdl=bool(pdl), nvshmem=nvshmem)
   return _made(Kernel(name, compiled))
 
 

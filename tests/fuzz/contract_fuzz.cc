@@ -665,6 +665,11 @@ void BuildLaunch(Input& in, bool collective, Attributes* attrs) {
     }
   }
   if (in.Bool()) attrs->SetBool("skip_device_barrier", in.Bool());
+  if (!collective && !batched && in.OneIn(4)) {  // an NVSHMEM call: one flag per buffer (Mutate breaks it)
+    std::string flags;
+    for (int64_t b = 0; b < num_buffers; ++b) flags += std::string(b > 0 ? "," : "") + (in.Bool() ? '1' : '0');
+    attrs->SetBytes("nvshmem_symmetric", flags);
+  }
 }
 
 // Replaces one attribute with a value of another type, or edits its value.
@@ -930,6 +935,21 @@ void CheckSpec(const jmf::LaunchAttributes& a, bool collective, const jmf::Launc
   }
 
   FUZZ_CHECK(s.collective == collective);
+  // An NVSHMEM call: plain target, one launch, one flag per buffer as written.
+  FUZZ_CHECK(s.nvshmem == !a.nvshmem_symmetric.empty());
+  if (s.nvshmem) {
+    FUZZ_CHECK(!collective && s.batch_size == 1 && s.nvshmem_symmetric.size() == static_cast<size_t>(s.num_buffers));
+    size_t nvshmem_flag = 0;
+    for (char c : a.nvshmem_symmetric) {
+      if (c == '0' || c == '1') {
+        FUZZ_CHECK(nvshmem_flag < s.nvshmem_symmetric.size() && s.nvshmem_symmetric[nvshmem_flag] == (c == '1'));
+        ++nvshmem_flag;
+      }
+    }
+    FUZZ_CHECK(nvshmem_flag == s.nvshmem_symmetric.size());
+  } else {
+    FUZZ_CHECK(s.nvshmem_symmetric.empty());
+  }
   if (!collective) {
     FUZZ_CHECK(s.cliques.empty() && s.symmetric.empty() && !s.skip_device_barrier);
     return;

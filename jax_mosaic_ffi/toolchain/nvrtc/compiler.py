@@ -25,12 +25,14 @@ import weakref
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import file_deps
 from jax_mosaic_ffi.base import module_format
+from jax_mosaic_ffi.base import nvshmem_package
+from jax_mosaic_ffi.base import ptx_info
 from jax_mosaic_ffi.base.errors import CompileError
 from jax_mosaic_ffi.base.module_format import Arch, Image, ImageKind, ParsedModule
 from jax_mosaic_ffi.base.paths import DEVICE_INCLUDE_DIR
 from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain import param_types
-from jax_mosaic_ffi.toolchain.compiled import Compiled, param_sizes
+from jax_mosaic_ffi.toolchain.compiled import Compiled
 from jax_mosaic_ffi.toolchain.nvrtc import compat
 from jax_mosaic_ffi.toolchain.nvrtc import kernel_names
 from jax_mosaic_ffi.toolchain.nvrtc import program
@@ -76,23 +78,31 @@ _INSTRUMENTATION = "pdl-wait-1"
 _ENTRY_FORMAT = "param-types-1"
 
 
-def cache_key(source: str, name: str, options, headers: dict, targets, compiler: str, pdl: bool = True) -> str:
-  """Everything that changes the binary, hashed: the key of both caches."""
+def cache_key(source: str, name: str, options, headers: dict, targets, compiler: str, pdl: bool = True,
+              nvshmem: str | None = None) -> str:
+  """Everything that changes the binary, hashed: the key of both caches. ``nvshmem``: the identity of
+  the NVSHMEM release linked in (nvshmem_package), for kernels that call it."""
   return disk_cache.key(
       _ENTRY_FORMAT, f"format{module_format.FORMAT_VERSION}", f"compat{compat.HEADERS_HASH}",
-      _INSTRUMENTATION if pdl else "as-written", compiler, source, name,
+      _INSTRUMENTATION if pdl else "as-written", compiler, f"linked with {nvshmem or 'nothing'}", source, name,
       f"{len(options)} options", *options, f"{len(headers)} headers",
       *(f"{k}\0{v}" for k, v in sorted(headers.items())), *(t.sm for t in targets))
 
 
 def compile_cuda(source: str, name: str, *, options=(), headers=None,
-                 targets: tuple[Arch, ...], pdl: bool = True) -> Compiled:
+                 targets: tuple[Arch, ...], pdl: bool = True, nvshmem: bool = False) -> Compiled:
   """Compiles ``source`` for each target, through the memory and disk caches.
 
   The result holds one cubin per target and the PTX of the first one, the
   portable form a newer GPU can still JIT. With ``pdl``, the kernel's entry
   waits for the previous grid first (program.wait_at_entry), so it may
   be launched with programmatic dependent launch.
+
+  With ``nvshmem``, the kernel is compiled as relocatable code against
+  NVSHMEM's headers and linked with its device library (nvJitLink): one cubin
+  per target and no PTX (relocatable PTX cannot be loaded alone), flagged for
+  the runtime to start NVSHMEM. Such a kernel is not made PDL-safe: it is
+  launched cooperatively, as nvshmemx_collective_launch does.
   """
   options = tuple(str(o) for o in options)
   if _has_option(options, "-arch", "--gpu-architecture", "-gencode"):
@@ -101,14 +111,18 @@ def compile_cuda(source: str, name: str, *, options=(), headers=None,
   # Settings mistakes surface before a compile that may take seconds.
   disk_cache.check_settings()
   timeout = worker.timeout_s()
-  entry_key = cache_key(source, name, options, headers, targets, nvrtc_identity(), pdl)
+  package = nvshmem_package.require(f"cuda_kernel '{name}'") if nvshmem else None
+  pdl = pdl and package is None
+  entry_key = cache_key(source, name, options, headers, targets, nvrtc_identity(), pdl,
+                        f"{package.identity} renamed {NVSHMEM_PTX_RENAMES}" if package else None)
 
   def compile():
     started = time.time_ns()
-    parsed, read, types = _compile_with_nvrtc(source, name, options, headers, targets, timeout, pdl)
+    parsed, sizes, read, types = _compile_with_nvrtc(source, name, options, headers, targets, timeout, pdl,
+                                                     package)
     deps = file_deps.snapshot(read, started)
     # What it read is not known (deps None): cached nowhere, so never stale.
-    return Compiled.of(parsed, param_sizes(parsed), deps or (), types), deps is not None
+    return Compiled.of(parsed, sizes, deps or (), types), deps is not None
 
   return compile_cache.cached(entry_key, compile=compile, encode=Compiled.to_bytes, decode=_fresh_entry,
                               fresh=_user_headers_unchanged).value
@@ -137,8 +151,10 @@ def _fresh_entry(data: bytes) -> Compiled | None:
   return compiled if file_deps.unchanged(compiled.deps) else None
 
 
-def _compile_with_nvrtc(source, name, options, headers, targets, timeout, pdl):
-  """(the module, the files NVRTC read (None if it did not say), the parameter types (None if unknown)).
+def _compile_with_nvrtc(source, name, options, headers, targets, timeout, pdl,
+                        package: nvshmem_package.NvshmemPackage | None):
+  """(the module, its parameter sizes (from the PTX), the files NVRTC read (None if it did not say), the
+  parameter types (None if unknown)).
 
   The same compile instantiates the type probe (param_types.PROBE_SOURCE): nothing is compiled twice for
   the types, which then live in the compiled module's cache entry.
@@ -149,10 +165,14 @@ def _compile_with_nvrtc(source, name, options, headers, targets, timeout, pdl):
     all_options.append("-std=c++17")
   all_options.extend(compat.nvrtc_options())  # before the CUDA dirs: its shims win
   all_options.append(f"-I{DEVICE_INCLUDE_DIR}")
+  if package is not None:
+    all_options.extend(_nvshmem_options(package))
   all_options.extend(f"-I{d}" for d in compat.cuda_include_dirs())
   request = {"source": source, "filename": filename, "name": name, "headers": headers, "options": all_options,
              "targets": [t.sm for t in targets], "pdl": pdl,
-             "probe": {"source": param_types.PROBE_SOURCE, "expression": param_types.probe_expression(name)}}
+             "probe": {"source": param_types.PROBE_SOURCE, "expression": param_types.probe_expression(name)},
+             "link_libraries": [str(package.device_library)] if package is not None else [],
+             "ptx_renames": list(NVSHMEM_PTX_RENAMES) if package is not None else []}
   compile_cache.count_compiles("nvrtc", len(targets))
   try:
     result = worker.compile_bounded(request, timeout)
@@ -164,10 +184,30 @@ def _compile_with_nvrtc(source, name, options, headers, targets, timeout, pdl):
   except worker.NvrtcTimeout as e:
     raise CompileError(name, str(e), source, filename, compat.advice(str(e))) from None
   images = [Image(ImageKind.CUBIN, target, cubin) for target, cubin in zip(targets, result["cubins"])]
-  images.append(Image(ImageKind.PTX, targets[0], result["ptx"]))
-  parsed = ParsedModule(result["symbol"], tuple(images), module_format.FLAG_PDL_WAIT if result["pdl_wait"] else 0)
+  flags = module_format.FLAG_PDL_WAIT if result["pdl_wait"] else 0
+  if package is None:
+    images.append(Image(ImageKind.PTX, targets[0], result["ptx"]))
+  else:  # relocatable PTX calls into the device library: only the linked cubins can be loaded
+    flags |= module_format.FLAG_NVSHMEM
+  parsed = ParsedModule(result["symbol"], tuple(images), flags)
+  sizes = ptx_info.entries(result["ptx"].decode(errors="replace")).get(result["symbol"])
   probe_symbol = result.get("probe_symbol")
   types = param_types.of_probe(probe_symbol) if probe_symbol else None
   if types is None:  # no probe (it alone failed): a C++ kernel's own symbol still carries its types
     types = param_types.of_symbol(parsed.symbol)
-  return parsed, result.get("deps"), types
+  return parsed, sizes, result.get("deps"), types
+
+
+# NVRTC's <cstdint> (CCCL) makes uint64_t `unsigned long long`; NVSHMEM's device library, built by nvcc on
+# Linux, has it `unsigned long`. Same size and calling convention, other mangled names: of the library
+# functions a kernel calls (non_abi/device/pt-to-pt/nvshmemi_transfer_api.cuh) only put_signal takes one,
+# so its calls are renamed to the library's symbol before the link ('y' -> 'm' in the mangling).
+NVSHMEM_PTX_RENAMES = ((r"(_Z\d+nvshmemi_transfer_put_signalIL13threadgroup_t\d+EEvPvS1_mS1_)y(14nvshmemi_amo_tib)",
+                        r"\1m\2"),)
+
+
+def _nvshmem_options(package: nvshmem_package.NvshmemPackage) -> list[str]:
+  """Relocatable code against NVSHMEM's headers. Its 3.4 headers need <type_traits> (our prelude) and
+  have one unannotated (host) constructor, which -default-device makes a device one."""
+  return ["-rdc=true", "-default-device", f"--pre-include={compat.INCLUDE_DIR / 'jmf_nvshmem_prelude.h'}",
+          f"-I{package.include_dir}"]

@@ -125,23 +125,26 @@ def _jitlink_options(options) -> list[str]:
   return out
 
 
-def _link_ptx(ptx: bytes, target: str, name: str, nvrtc_options) -> bytes:
-  """A cubin for `target` from PTX, with nvJitLink (cuda-python), as NVRTC's own would be built."""
+def _link_ptx(ptx: bytes, target: str, name: str, nvrtc_options, libraries=(), what="the PDL-safe kernel") -> bytes:
+  """A cubin for `target` from PTX, with nvJitLink (cuda-python), as NVRTC's own would be built;
+  relocatable PTX (-rdc) is linked with the device `libraries` (archives of relocatable cubins)."""
   try:
-    from cuda.bindings import nvjitlink  # noqa: PLC0415  (nvJitLink, loaded only for PDL-safe entries)
+    from cuda.bindings import nvjitlink  # noqa: PLC0415  (nvJitLink, loaded only for the kernels that need it)
   except ImportError as e:
-    raise RuntimeError("jax_mosaic_ffi builds PDL-safe kernels with nvJitLink; install it with "
-                       "`pip install nvidia-nvjitlink`, or compile with pdl=False") from e
+    raise RuntimeError("jax_mosaic_ffi builds PDL-safe kernels and links device libraries with nvJitLink; "
+                       "install it with `pip install nvidia-nvjitlink`") from e
   options = [f"-arch={target}", "-O3", *_jitlink_options(nvrtc_options)]
   handle = nvjitlink.create(len(options), options)
   try:
     try:
       nvjitlink.add_data(handle, nvjitlink.InputType.PTX, ptx, len(ptx), name)
+      for library in libraries:
+        nvjitlink.add_file(handle, nvjitlink.InputType.LIBRARY, library)
       nvjitlink.complete(handle)
     except nvjitlink.nvJitLinkError as e:
       log = bytearray(nvjitlink.get_error_log_size(handle))
       nvjitlink.get_error_log(handle, log)
-      raise NvrtcFailure(f"nvJitLink could not build the PDL-safe kernel: {e}\n"
+      raise NvrtcFailure(f"nvJitLink could not build {what}: {e}\n"
                          f"{bytes(log).rstrip(b'\0').decode(errors='replace')}") from None
     cubin = bytearray(nvjitlink.get_linked_cubin_size(handle))
     nvjitlink.get_linked_cubin(handle, cubin)
@@ -171,10 +174,11 @@ def _headers_read(trace_path: str) -> list[str] | None:
 
 def compile_here(request: dict, scratch: str | None = None) -> dict:
   """Compiles ``request`` (source, filename, name, headers, options, targets,
-  pdl, probe: {"source", "expression"} or None) for each target: {"symbol",
-  "cubins": [bytes per target], "ptx": bytes of the first target, "pdl_wait":
-  every image waits at entry, "deps": the files read, as NVRTC named them
-  (None if it did not say), "probe_symbol": the probe's lowered name}. Raises
+  pdl, probe: {"source", "expression"} or None, link_libraries: device libraries to link the relocatable
+  code with, ptx_renames: (pattern, replacement) pairs applied to the relocatable PTX before the link) for
+  each target: {"symbol", "cubins": [bytes per target], "ptx": bytes of the first target, "pdl_wait": every
+  image waits at entry, "deps": the files read, as NVRTC named them (None if it did not say),
+  "probe_symbol": the probe's lowered name}. Raises
   NvrtcFailure with the log. ``scratch``: a private folder for NVRTC's trace
   files (default: a temporary one)."""
   if scratch is not None:
@@ -215,7 +219,9 @@ def _compile_all(request: dict, scratch: str, probe: dict | None) -> dict:
   ptx = b""
   symbol = probe_symbol = None
   deps: set[str] | None = set()
-  pdl_wait = bool(request.get("pdl")) and all(_arch_number(t) >= PDL_MIN_ARCH for t in request["targets"])
+  libraries = list(request.get("link_libraries") or ())
+  pdl_wait = bool(request.get("pdl")) and all(_arch_number(t) >= PDL_MIN_ARCH for t in request["targets"]) \
+      and not libraries
   for index, target in enumerate(request["targets"]):
     # The probe goes after the user's source, so NVRTC's line numbers stay the user's.
     source = request["source"] + (probe["source"] if probe else "")
@@ -248,7 +254,12 @@ def _compile_all(request: dict, scratch: str, probe: dict | None) -> dict:
         probe_symbol = lowered.decode() if err == nvrtc.nvrtcResult.NVRTC_SUCCESS and lowered else None
       target_ptx = _ptx_of(nvrtc, prog)
       cubin = None
-      if pdl_wait:
+      if libraries:  # relocatable code: its calls into the libraries are resolved by the link
+        for pattern, replacement in request.get("ptx_renames") or ():
+          target_ptx = re.sub(pattern.encode(), replacement.encode(), target_ptx)
+        cubin = _link_ptx(target_ptx, target, request["filename"], request["options"], libraries,
+                          f"'{request['name']}' with {', '.join(os.path.basename(x) for x in libraries)}")
+      elif pdl_wait:
         text, pdl_wait = wait_at_entry(target_ptx.decode(), symbol)
         if text.encode() != target_ptx:  # instrumented here: build the cubin from it
           target_ptx = text.encode()

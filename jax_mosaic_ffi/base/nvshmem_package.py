@@ -1,0 +1,73 @@
+"""Where NVSHMEM is installed: the ``nvidia-nvshmem-cu13`` wheel (``pip install 'jax_mosaic_ffi[nvshmem]'``).
+
+Kernels that call NVSHMEM need its headers and device library to compile and link, and its host library to
+run; nothing of it is linked into the extension, so the package installs and imports without it. This module
+only finds the files and names the release; it loads nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import pathlib
+import re
+
+from jax_mosaic_ffi.base.errors import NvshmemUnavailable
+
+INSTALL_HINT = "pip install 'jax_mosaic_ffi[nvshmem]' (the nvidia-nvshmem-cu13 wheel)"
+# The releases whose device-library ABI and init structures (csrc/driver/nvshmem_host.h) are known here.
+SUPPORTED_MAJOR = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class NvshmemPackage:
+  """The installed NVSHMEM: its folders and files, and its release."""
+
+  include_dir: pathlib.Path
+  device_library: pathlib.Path  # libnvshmem_device.a: linked into each kernel that calls NVSHMEM
+  host_library: pathlib.Path    # libnvshmem_host.so.3: opened by the runtime (dlopen)
+  version: tuple[int, int, int]
+
+  @property
+  def identity(self) -> str:
+    """What a compile cache key needs: the release and the device library file it links."""
+    stat = self.device_library.stat()
+    return f"nvshmem{'.'.join(map(str, self.version))}:{self.device_library}:{stat.st_size}:{int(stat.st_mtime)}"
+
+
+def _version(include_dir: pathlib.Path) -> tuple[int, int, int] | None:
+  try:
+    text = (include_dir / "non_abi" / "nvshmem_version.h").read_text(errors="replace")
+  except OSError:
+    return None
+  parts = [re.search(rf"#define\s+NVSHMEM_VENDOR_{p}_VERSION\s+(\d+)", text) for p in ("MAJOR", "MINOR", "PATCH")]
+  if not all(parts):
+    return None
+  return tuple(int(m.group(1)) for m in parts)  # type: ignore[union-attr]
+
+
+@functools.cache
+def find() -> NvshmemPackage | None:
+  """The installed NVSHMEM, or None where it is not (or is incomplete, or of another major release)."""
+  try:
+    import nvidia  # noqa: PLC0415  (the namespace of NVIDIA's wheels, present only when one is installed)
+  except ImportError:
+    return None
+  for base in getattr(nvidia, "__path__", ()):
+    root = pathlib.Path(base) / "nvshmem"
+    include_dir, lib = root / "include", root / "lib"
+    device, host = lib / "libnvshmem_device.a", lib / "libnvshmem_host.so.3"
+    version = _version(include_dir)
+    if (include_dir / "nvshmem.h").is_file() and device.is_file() and host.is_file() and version is not None \
+        and version[0] == SUPPORTED_MAJOR:
+      return NvshmemPackage(include_dir, device, host, version)
+  return None
+
+
+def require(what: str) -> NvshmemPackage:
+  """The installed NVSHMEM, or NvshmemUnavailable saying how to install it, for `what` ("cuda_kernel 'x'")."""
+  package = find()
+  if package is None:
+    raise NvshmemUnavailable(
+        f"{what} needs NVSHMEM {SUPPORTED_MAJOR}.x, which is not installed: {INSTALL_HINT}")
+  return package

@@ -1,0 +1,94 @@
+"""One process of an NVSHMEM test across processes (tests/test_nvshmem.py).
+
+Run as ``nvshmem_worker.py RANK NPROCS PORT MODE SEED`` by fresh_process.run_together; prints one JSON object
+on its last line and leaves with os._exit (as cross_process_worker.py does, for the same reason).
+"""
+
+import json
+import os
+import sys
+import time
+import traceback
+
+RANK, NPROCS, PORT, MODE = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+SEED = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+
+
+def finish(result: dict) -> None:
+  print(json.dumps(result), flush=True)
+  sys.stderr.flush()
+  try:
+    from jax._src import distributed
+    client = distributed.global_state.client
+    if client is not None and RANK != 0:
+      client.key_value_set("worker/done/%d" % RANK, "1")
+    elif client is not None:
+      for r in range(1, NPROCS):
+        client.blocking_key_value_get("worker/done/%d" % r, 60_000)
+  except Exception:  # noqa: BLE001 - a peer that died; nothing to wait for
+    pass
+  os._exit(0)
+
+
+def initialize(cpu: bool):
+  import jax
+  if cpu:
+    jax.config.update("jax_platforms", "cpu")
+    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{PORT}", num_processes=NPROCS, process_id=RANK)
+  else:
+    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{PORT}", num_processes=NPROCS, process_id=RANK,
+                               local_device_ids=[0])
+  jax.devices()
+  return jax
+
+
+def agree_mode(variant: str) -> dict:
+  """The start's agreement step alone, on CPU: every PE's description, a peer that never comes, one that differs."""
+  initialize(cpu=True)
+  from jax._src import distributed
+  from jax_mosaic_ffi.call import nvshmem
+  client = distributed.global_state.client
+  mine = f"nvshmem=3.4.5;heap={1 << 30};npes={NPROCS}"
+  if RANK == 1 and variant == "absent":
+    return {"skipped": True}
+  if RANK == 1 and variant == "disagree":
+    mine = mine.replace("heap=1073741824", "heap=2147483648")
+  started = time.monotonic()
+  try:
+    nvshmem._agree(client, "test/agree", RANK, NPROCS, mine, 2.0, "t")
+    return {"ok": True}
+  except Exception as e:  # noqa: BLE001 - reported to the test
+    return {"error": f"{type(e).__name__}: {e}", "seconds": time.monotonic() - started}
+
+
+def all_reduce_mode() -> dict:
+  """Two PEs on one GPU (when NVSHMEM accepts it): the NVSHMEM all-reduce of both processes' inputs."""
+  jax = initialize(cpu=False)
+  import functools
+
+  import numpy as np
+  from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+  import jax_mosaic_ffi as jmf
+  mesh = Mesh(np.array(sorted(jax.devices(), key=lambda d: d.process_index)), ("x",))  # PE order
+  n = 4096
+  xs = [np.random.default_rng(SEED + r).standard_normal(n).astype(np.float32) for r in range(NPROCS)]
+  local = jax.device_put(xs[RANK], jax.local_devices()[0])
+  x = jax.make_array_from_single_device_arrays((NPROCS * n,), NamedSharding(mesh, P("x")), [local])
+  f = jax.jit(jax.shard_map(functools.partial(jmf.ops.all_reduce, axis_name="x", transport="nvshmem"), mesh=mesh,
+                            in_specs=P("x"), out_specs=P("x")))
+  try:
+    out = np.asarray(f(x).addressable_shards[0].data)
+  except Exception as e:  # noqa: BLE001 - what NVSHMEM said, for the test to record
+    return {"refused": f"{type(e).__name__}: {e}"}
+  from jax_mosaic_ffi.call import nvshmem
+  return {"max_error": float(np.max(np.abs(out - sum(xs)))), "job": nvshmem.job()}
+
+
+if __name__ == "__main__":
+  try:
+    kind, _, variant = MODE.partition(":")
+    result = agree_mode(variant) if kind == "agree" else all_reduce_mode()
+  except Exception:  # noqa: BLE001 - reported to the test
+    result = {"crash": traceback.format_exc()}
+  finish(result)
