@@ -4,6 +4,7 @@
 #include <string>
 
 #include "contract/checker.h"
+#include "contract/launch_programs.h"
 
 namespace jmf {
 namespace {
@@ -317,6 +318,18 @@ bool CheckCollective(const LaunchAttributes& a, LaunchSpec* spec, Checker& check
   return true;
 }
 
+bool CheckPrograms(const LaunchAttributes& a, bool collective, LaunchSpec* spec, std::string* error) {
+  if (a.launch_programs.empty()) return true;
+  if (collective) {
+    *error = "launch_programs is not supported on the collective target; export the call once per concrete size";
+    return false;
+  }
+  auto programs = std::make_shared<LaunchPrograms>();
+  if (!CheckLaunchPrograms(a.launch_programs, *spec, programs.get(), error)) return false;
+  spec->programs = std::move(programs);
+  return true;
+}
+
 }  // namespace
 
 bool ValidateLaunch(const LaunchAttributes& a, bool collective, LaunchSpec* spec, std::string* error) {
@@ -326,7 +339,8 @@ bool ValidateLaunch(const LaunchAttributes& a, bool collective, LaunchSpec* spec
   Checker check(error);
   return CheckHeader(a, collective, check) && CheckLaunchShape(a, spec, check) && CheckScalars(a, spec, check) &&
          CheckParams(a, collective, spec, check) && CheckTensorMaps(a, spec, check) &&
-         CheckPerBuffer(a, collective, spec, check) && (!collective || CheckCollective(a, spec, check, error));
+         CheckPerBuffer(a, collective, spec, check) && (!collective || CheckCollective(a, spec, check, error)) &&
+         CheckPrograms(a, collective, spec, error);
 }
 
 }  // namespace jmf

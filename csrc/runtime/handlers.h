@@ -20,6 +20,8 @@ namespace jmf {
 // Custom-call target names: the contract (jax_mosaic_ffi/base/contract.py).
 inline constexpr char kLaunchTarget[] = "jax_mosaic_ffi_launch_v1";
 inline constexpr char kCollectiveTarget[] = "jax_mosaic_ffi_collective_v1";
+// Contract v2: the v1 launch plus launch programs (a grid and scalars from symbolic shapes).
+inline constexpr char kLaunchTargetV2[] = "jax_mosaic_ffi_launch_v2";
 inline constexpr char kBootstrapTarget[] = "jax_mosaic_ffi_bootstrap";
 
 struct TargetBundle {
