@@ -214,6 +214,31 @@ def test_a_deserialized_symbolic_export_runs_on_the_gpu_at_two_sizes(rng, isolat
     np.testing.assert_allclose(np.asarray(out), 2 * x + y, rtol=1e-6, atol=1e-6)
 
 
+ADD_SHORT = r'''
+extern "C" __global__ void add(const float* a, const float* b, float* out, short n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = a[i] + b[i];
+}
+'''
+
+
+@pytest.mark.gpu
+def test_a_size_its_scalar_cannot_hold_is_an_error_naming_the_call_site_and_the_process_goes_on(
+    rng, isolated_disk_cache):
+  call = jmf.mosaic_kernel(jmf.cuda_kernel(ADD_SHORT, "add"), lambda x, y: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                           grid=lambda x, y: jmf.cdiv(x.shape[0], 256), block=256,
+                           scalars=lambda x, y: (jmf.dim_scalar(x.shape[0], np.int16),))
+  restored = jax.export.deserialize(symbolic_export(lambda x, y: call(x, y), ("cuda",)).serialize())
+  big = rng.standard_normal(40000, np.float32)
+  with pytest.raises(Exception) as caught:  # XLA's runtime error, carrying the runtime's message
+    jax.block_until_ready(restored.call(big, big))
+  assert re.search(r"mosaic_kernel 'add' at test_symbolic_shapes.py:\d+ \(<lambda>\): scalars\[0\] = in0.shape\[0\] "
+                   r"is 40000 for these shapes, which does not fit its int16. The grid and scalars were computed from "
+                   r"symbolic shapes", str(caught.value)), str(caught.value)
+  small = rng.standard_normal(1000, np.float32)
+  np.testing.assert_allclose(np.asarray(restored.call(small, small)), 2 * small, rtol=1e-6)
+
+
 POISON_AND_SIZES = """
     import json, sys
     import jax, jax.numpy as jnp, numpy as np
