@@ -103,6 +103,21 @@ def test_a_grid_and_scalar_that_follow_the_symbolic_size_lower_as_launch_program
                                "int32")
 
 
+def test_launch_values_given_as_values_of_symbolic_sizes_lower_as_the_callables_do(isolated_disk_cache):
+  kernel = jmf.cuda_kernel(ADD, "add")
+
+  def f(x, y):  # the wrapper made inside the traced function, from its symbolic shapes
+    return jmf.mosaic_kernel(kernel, jax.ShapeDtypeStruct(x.shape, x.dtype), grid=jmf.cdiv(x.shape[0], 256),
+                             block=256, scalars=(jmf.dim_scalar(x.shape[0], np.int32),))(x, y)
+  (n,) = jax.export.symbolic_shape("n")
+  spec = jax.ShapeDtypeStruct((n,), jnp.float32)
+  (given,) = custom_calls(jax.jit(f).trace(spec, spec).lower(lowering_platforms=("cuda",)))
+  (computed,) = custom_calls(jax.jit(any_size_add()).trace(spec, spec).lower(lowering_platforms=("cuda",)))
+  assert given["target"] == computed["target"] == "jax_mosaic_ffi_launch_v2"
+  assert given["config"]["launch_programs"] == computed["config"]["launch_programs"]
+  assert given["config"]["scalar_data"] == bytes(8) and given["config"]["grid"] == [1, 1, 1]
+
+
 def test_the_same_artifact_exports_and_runs_its_fallback_at_any_size_on_the_cpu(isolated_disk_cache):
   exported = symbolic_export(any_size_add(), ("cuda", "cpu"))
   (call,) = re.findall(r"stablehlo.custom_call @jax_mosaic_ffi_launch\w*\(.*", exported.mlir_module())
