@@ -80,5 +80,11 @@ mutate portable-ptx jax_mosaic_ffi/toolchain/nvrtc/compiler.py 's/  images.appen
 # JAX_MOSAIC_FFI_RECORD=0 is ignored.
 mutate record-off jax_mosaic_ffi/call/registration.py 's/    if os.environ.get(RECORD_ENV, "1") in ("0", "false", "off"):/    if False:/' \
   "tests/test_command_buffers.py::test_record_off_captures_stream_launches_with_the_same_results[command-buffers]"
+# Symbolic launches lose their launch programs: the placeholders (grid 1, n = 0) launch, on the stream and in a graph.
+mutate launch-programs jax_mosaic_ffi/call/launch_options.py 's/    return placeholders, tuple(code)/    return placeholders, ()/' \
+  tests/test_symbolic_shapes.py::test_a_deserialized_symbolic_export_computes_its_grid_and_scalar_at_each_size
+mutate launch-programs-in-command-buffer jax_mosaic_ffi/call/launch_options.py \
+  's/    return placeholders, tuple(code)/    return placeholders, ()/' \
+  "tests/test_symbolic_shapes.py::test_launch_programs_inside_command_buffers_and_out[command-buffers]"
 echo "== $passed of $total breaks made their test fail, in $((SECONDS - start)) s"
 [ "$passed" -eq "$total" ]
