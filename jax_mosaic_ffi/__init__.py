@@ -27,6 +27,7 @@ from jax_mosaic_ffi.toolchain.triton_compile import TritonFunction, TritonKernel
 from jax_mosaic_ffi.call import lowering as _lowering  # noqa: F401  (registers the CUDA lowering)
 from jax_mosaic_ffi.call import registration  # noqa: F401  (jmf.registration.status(), as the docs say)
 from jax_mosaic_ffi.call.collective import Collective
+from jax_mosaic_ffi.call.launch_programs import dim_scalar
 from jax_mosaic_ffi.call.launch_values import cdiv
 from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
 from jax_mosaic_ffi.call.tensor_map import TensorMap
@@ -47,8 +48,8 @@ __version__ = "0.1.0"
 __all__ = [
     "BatchDims", "Collective", "CompileError", "Elementwise", "Kernel", "KernelCacheStats", "LaunchError",
     "ShardingRule", "TensorDescriptor", "TensorMap", "cdiv", "clear_kernel_cache", "cubin_kernel", "cuda_kernel",
-    "differentiable", "export_disabled_checks", "kernel_cache_stats", "mosaic_kernel", "mosaic_kernel_p", "ops",
-    "ptx_kernel", "register", "sharded", "AutotuneError", "Autotuned", "TritonFunction", "TritonKernel",
+    "differentiable", "dim_scalar", "export_disabled_checks", "kernel_cache_stats", "mosaic_kernel", "mosaic_kernel_p",
+    "ops", "ptx_kernel", "register", "sharded", "AutotuneError", "Autotuned", "TritonFunction", "TritonKernel",
     "TritonUnavailable", "NvshmemUnavailable", "autotune", "autotune_report", "triton_kernel", "TuningFileIgnored",
     "load_tuning", "save_tuning",
 ]

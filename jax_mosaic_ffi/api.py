@@ -80,6 +80,10 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block=None, cluster=None, 
   ``out_shape``, ``grid``, ``block``, ``smem_bytes`` and ``scalars`` may also
   be callables of the input avals (``grid=lambda x, y: jmf.cdiv(x.size, 256)``),
   evaluated when the call is traced, so one wrapper serves every shape.
+  Under `jax.export` with symbolic shapes, ``out_shape``, ``grid`` and
+  integer ``scalars`` (``jmf.dim_scalar(x.shape[0], np.int32)``) may follow
+  the symbolic sizes: the runtime computes them when the shapes are known
+  (call/launch_programs.py); ``block`` and ``smem_bytes`` stay constants.
 
   ``zero_outputs`` (output indices, or True for all) are zeroed by the
   runtime before every launch, for kernels that accumulate into them

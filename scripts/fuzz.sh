@@ -8,7 +8,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 seconds="${1:-600}"
 out="$repo/build/fuzz"
 mkdir -p "$out/corpus" "$out/artifacts"
-sources=("$repo/tests/fuzz/contract_fuzz.cc" "$repo/csrc/contract/contract.cc" "$repo/csrc/contract/tensor_maps.cc"
+sources=("$repo/tests/fuzz/contract_fuzz.cc" "$repo/csrc/contract/contract.cc" "$repo/csrc/contract/tensor_maps.cc" "$repo/csrc/contract/launch_programs.cc"
          "$repo/csrc/contract/module_format.cc")
 flags=(-std=c++20 -O1 -g -fno-sanitize-recover=all -fno-omit-frame-pointer -D_GLIBCXX_ASSERTIONS -I"$repo/csrc")
 

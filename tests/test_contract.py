@@ -217,6 +217,30 @@ CRAFTED = '''
       except Exception as e:
         errors[name] = str(e)
 
+    # Launch programs (contract v2): run at the first execution, with checked arithmetic; and refused by the
+    # v1 target, which an older runtime would have run with the placeholder grid.
+    program_cases = {
+        "programs grid 0": crafted((one,), launch_programs=(0, 0, 2, 0, 0)),
+        "programs overflow": crafted((one,), launch_programs=(0, 0, 8, 1, 0, 0, 0, 2**62, 3)),
+        "programs scalar width": crafted((one,), launch_programs=(1, 0, 6, 1, 0, 0, 0, 2**40, 3)),
+    }
+    for name, f in program_cases.items():
+      try:
+        jax.block_until_ready(f(x, x))
+        errors[name] = None
+      except Exception as e:
+        errors[name] = str(e)
+    from jax_mosaic_ffi.base import contract
+    lowered_as_v2 = contract.target_name
+    contract.target_name = lambda **_: contract.LAUNCH_TARGET
+    try:
+      jax.block_until_ready(crafted((one,), launch_programs=(0, 0, 3, 1, 0, 0))(x, x))
+      errors["programs on v1"] = None
+    except Exception as e:
+      errors["programs on v1"] = str(e)
+    finally:
+      contract.target_name = lowered_as_v2
+
     # The same through a serialized jax.export artifact, as a user would load one.
     exported = jax.export.export(cases["param_order INT32_MAX"], platforms=["cuda"],
                                  disabled_checks=jmf.export_disabled_checks())(x, x)
@@ -245,3 +269,10 @@ def test_crafted_custom_calls_get_an_error_naming_the_call_site(tmp_path):
     assert "mosaic_kernel 'add' at crafted.py:1 (attack)" in error, (name, error)
   assert "num_outputs = 699 is out of range" in result["errors"]["699 results"]
   assert "names buffer 2147483647" in result["errors"]["artifact"]
+  assert "grid[0] = 0 is 0 for these shapes; it must be 1..2147483647" in result["errors"]["programs grid 0"]
+  assert ("grid[0] = in0.shape[0] * 4611686018427387904 overflows int64 (1024 * 4611686018427387904)"
+          in result["errors"]["programs overflow"])
+  assert ("scalars[0] = in0.shape[0] * 1099511627776 is 1125899906842624 for these shapes, which does not fit its "
+          "int32" in result["errors"]["programs scalar width"])
+  assert ("launch_programs needs a contract v2 target (jax_mosaic_ffi_launch_v2); this call's target is of "
+          "contract v1" in result["errors"]["programs on v1"])

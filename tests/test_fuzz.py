@@ -22,6 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGS = ["-std=c++20", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
          "-fno-omit-frame-pointer", "-D_GLIBCXX_ASSERTIONS"]
 SOURCES = ["tests/fuzz/contract_fuzz.cc", "csrc/contract/contract.cc", "csrc/contract/tensor_maps.cc",
+           "csrc/contract/launch_programs.cc",
            "csrc/contract/module_format.cc"]
 CORPUS = os.path.join(ROOT, "tests", "fuzz", "corpus")
 SECONDS = float(os.environ.get("JMF_FUZZ_SECONDS", "10"))

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "contract/checker.h"
+#include "contract/launch_programs.h"
 
 namespace jmf {
 namespace {
@@ -333,6 +334,18 @@ bool CheckNvshmem(const LaunchAttributes& a, bool collective, LaunchSpec* spec, 
   return CheckBufferFlags("nvshmem_symmetric", a.nvshmem_symmetric, *spec, &spec->nvshmem_symmetric, check);
 }
 
+bool CheckPrograms(const LaunchAttributes& a, bool collective, LaunchSpec* spec, std::string* error) {
+  if (a.launch_programs.empty()) return true;
+  if (collective) {
+    *error = "launch_programs is not supported on the collective target; export the call once per concrete size";
+    return false;
+  }
+  auto programs = std::make_shared<LaunchPrograms>();
+  if (!CheckLaunchPrograms(a.launch_programs, *spec, programs.get(), error)) return false;
+  spec->programs = std::move(programs);
+  return true;
+}
+
 }  // namespace
 
 bool ValidateLaunch(const LaunchAttributes& a, bool collective, LaunchSpec* spec, std::string* error) {
@@ -343,7 +356,7 @@ bool ValidateLaunch(const LaunchAttributes& a, bool collective, LaunchSpec* spec
   return CheckHeader(a, collective, check) && CheckLaunchShape(a, spec, check) && CheckScalars(a, spec, check) &&
          CheckParams(a, collective, spec, check) && CheckTensorMaps(a, spec, check) &&
          CheckPerBuffer(a, collective, spec, check) && CheckNvshmem(a, collective, spec, check) &&
-         (!collective || CheckCollective(a, spec, check, error));
+         (!collective || CheckCollective(a, spec, check, error)) && CheckPrograms(a, collective, spec, error);
 }
 
 }  // namespace jmf

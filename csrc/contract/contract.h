@@ -22,6 +22,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -75,10 +76,11 @@ struct LaunchAttributes {
   std::vector<int64_t> scalar_sizes;
   std::string scalar_data;
   std::vector<int64_t> poison_outputs;
-  int64_t batch_size = 1;              // vmap: launches, one per batch element
-  std::vector<int64_t> batch_strides;  // bytes between elements, per buffer; 0: shared
-  std::vector<int64_t> tensor_maps;    // kTensorMapFields values per TMA descriptor (TensorMapSpec)
-  std::vector<int64_t> zero_outputs;   // outputs zeroed before every launch
+  int64_t batch_size = 1;                // vmap: launches, one per batch element
+  std::vector<int64_t> batch_strides;    // bytes between elements, per buffer; 0: shared
+  std::vector<int64_t> tensor_maps;      // kTensorMapFields values per TMA descriptor (TensorMapSpec)
+  std::vector<int64_t> zero_outputs;     // outputs zeroed before every launch
+  std::vector<int64_t> launch_programs;  // contract v2: grid and scalars from symbolic shapes (launch_programs.h)
   // Collective target only.
   std::string xla_replica_ids;
   std::string symmetric_memory_parameters;
@@ -137,6 +139,7 @@ bool DecodeLaunchAttributes(Source& source, LaunchAttributes* a, std::string* er
   check(source.Ints64("batch_strides", &a->batch_strides), "batch_strides", kOptional, "array<i64>");
   check(source.Ints64("tensor_maps", &a->tensor_maps), "tensor_maps", kOptional, "array<i64>");
   check(source.Ints("zero_outputs", &a->zero_outputs), "zero_outputs", kOptional, "array<i32>");
+  check(source.Ints64("launch_programs", &a->launch_programs), "launch_programs", kOptional, "array<i64>");
   check(source.Bytes("xla_replica_ids", &a->xla_replica_ids, kMaxReplicaIdsBytes), "xla_replica_ids", kOptional,
         "a string of device ids");
   // The anchor's older name for the same flags is read too.
@@ -179,6 +182,8 @@ struct TensorMapSpec {
   uint64_t extent_bytes = 0;  // the buffer must hold at least this many bytes
 };
 
+struct LaunchPrograms;  // launch_programs.h
+
 // A validated launch: everything the runtime needs, all in range.
 struct LaunchSpec {
   std::string who;  // "mosaic_kernel 'add' at model.py:12 (f)", for messages
@@ -198,6 +203,8 @@ struct LaunchSpec {
   std::vector<uint64_t> batch_strides;  // ...these bytes per element and buffer (empty when 1)
   std::vector<TensorMapSpec> tensor_maps;
   std::vector<int> zero_buffers;  // buffers zeroed before every launch (zero_outputs)
+  // Grid dimensions and scalars computed from the buffers' shapes (contract v2); null when none are.
+  std::shared_ptr<const LaunchPrograms> programs;
   // Collective target only.
   bool collective = false;
   std::vector<std::vector<int32_t>> cliques;  // device ordinals of each clique

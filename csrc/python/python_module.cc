@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "contract/contract.h"
+#include "contract/launch_programs.h"
 #include "contract/module_format.h"
 #include "runtime/call_site.h"
 #include "runtime/collective.h"
@@ -136,6 +137,31 @@ nb::dict ValidateLaunchForPython(nb::dict attrs, bool collective) {
   result["num_buffers"] = spec.num_buffers;
   result["batch_size"] = spec.batch_size;
   return result;
+}
+
+// The runtime's launch-program evaluator on given buffer shapes, as the
+// first execution of a contract v2 call site runs it: (grid, scalars as the
+// launch's 8-byte slots), or ValueError with the message the execution gives.
+nb::tuple EvaluateLaunchForPython(nb::dict attrs, std::vector<std::vector<int64_t>> shapes) {
+  LaunchAttributes decoded;
+  LaunchSpec spec;
+  std::string error;
+  PythonSource source(attrs);
+  if (!DecodeLaunchAttributes(source, &decoded, &error) || !ValidateLaunch(decoded, false, &spec, &error)) {
+    throw nb::value_error(error.c_str());
+  }
+  if (shapes.size() != static_cast<size_t>(spec.num_buffers)) throw nb::value_error("one shape per buffer");
+  BufferShapes buffer_shapes;
+  buffer_shapes.count = spec.num_buffers;
+  for (size_t b = 0; b < shapes.size(); ++b) {
+    buffer_shapes.dims[b] = shapes[b].data();
+    buffer_shapes.rank[b] = static_cast<int64_t>(shapes[b].size());
+  }
+  if (spec.programs != nullptr && !EvaluateLaunchPrograms(*spec.programs, buffer_shapes, &spec, &error)) {
+    throw nb::value_error(error.c_str());
+  }
+  std::vector<int64_t> grid(spec.grid.begin(), spec.grid.end());
+  return nb::make_tuple(grid, spec.scalars);
 }
 
 nb::tuple ParseModuleForPython(nb::bytes data) {
@@ -308,6 +334,8 @@ NB_MODULE(_core, m) {
   nb::module_ testing = m.def_submodule("_testing", "Hooks for the test suite only; not API.");
   testing.def("rendezvous_probe", &RendezvousProbe, nb::arg("participants"), nb::arg("arriving"), nb::arg("timeout_s"),
               "Runs the collective rendezvous with threads as ranks.");
+  testing.def("evaluate_launch", &EvaluateLaunchForPython, nb::arg("attributes"), nb::arg("shapes"),
+              "Validates a plain launch and runs its launch programs on these buffer shapes: (grid, scalar slots).");
 
   nb::dict built;
   built["jaxlib"] = JMF_JAXLIB_VERSION;

@@ -92,13 +92,20 @@ bool SynchronizeLaunchesRequested() {
   return value != nullptr && value[0] != '\0' && std::strcmp(value, "0") != 0;
 }
 
-ffi::ErrorOr<std::unique_ptr<CallSite>> CallSite::Create(ffi::Dictionary attrs, bool collective) {
+ffi::ErrorOr<std::unique_ptr<CallSite>> CallSite::Create(ffi::Dictionary attrs, bool collective,
+                                                         bool programs_allowed) {
   std::unique_ptr<CallSite> site(new CallSite());
   LaunchAttributes decoded;
   std::string error;
   DictionarySource source(attrs);
   if (!DecodeLaunchAttributes(source, &decoded, &error)) {
     return ffi::Error::InvalidArgument(Who(decoded) + ": " + error);
+  }
+  if (!programs_allowed && !decoded.launch_programs.empty()) {
+    // An older runtime ignores launch_programs and would launch the placeholders: such calls use the v2 target.
+    return ffi::Error::InvalidArgument(Who(decoded) +
+                                       ": launch_programs needs a contract v2 target (jax_mosaic_ffi_launch_v2); this "
+                                       "call's target is of contract v1. Lower it again with this jax_mosaic_ffi");
   }
   if (!ValidateLaunch(decoded, collective, &site->spec_, &error)) {
     return ffi::Error::InvalidArgument(site->spec_.who + ": " + error);

@@ -10,6 +10,7 @@
 //   call_site.cc         instantiate and prepare: the state built from the attributes, the kernel loaded and
 //                        checked per device, a call's buffers gathered and its tensor maps encoded
 //   call_site_launch.cc  execute and record: the launch, on the stream or as command-buffer nodes
+//   call_site_programs.cc  a grid and scalars computed from the buffers' shapes (contract v2)
 // A collective call site also owns a CollectiveState (collective.h), built
 // from what it needs (CollectiveInputs), not from the call site.
 #ifndef JAX_MOSAIC_FFI_CALL_SITE_H_
@@ -47,7 +48,10 @@ class CallSite {
  public:
   static ffi::TypeId id;
 
-  static ffi::ErrorOr<std::unique_ptr<CallSite>> Create(ffi::Dictionary attrs, bool collective);
+  // `programs_allowed`: the call's target is of contract v2, whose calls may
+  // carry launch programs; a v1 call that has them is refused.
+  static ffi::ErrorOr<std::unique_ptr<CallSite>> Create(ffi::Dictionary attrs, bool collective,
+                                                        bool programs_allowed = false);
   ~CallSite();
 
   // Reads the buffer pointers of a call and checks their count and alignment.
@@ -56,6 +60,12 @@ class CallSite {
   // Makes sure the kernel is loaded and checked for `device`. `context` is
   // the CUDA context launches will use. O(1) once done.
   ffi::Error Prepare(int32_t device, CUcontext context);
+
+  // Whether the grid or scalars come from the buffers' shapes (launch programs):
+  // then ResolveLaunchPrograms runs before every launch or record.
+  bool has_programs() const { return spec_.programs != nullptr; }
+  // Computes them at the first call; later calls check the shapes they read are the same. O(dims read).
+  ffi::Error ResolveLaunchPrograms(const ffi::RemainingArgs& args, const ffi::RemainingRets& rets);
 
   ffi::Error Launch(CUstream stream, int32_t device, Buffers& buffers);
   // The record stage.
@@ -135,6 +145,9 @@ class CallSite {
   std::vector<size_t> symmetric_bytes_;
   std::vector<bool> symmetric_copy_in_;
   std::atomic<bool> symmetric_ready_{false};
+  // Launch programs: computed once (under mutex_), and the dimensions they read then.
+  std::atomic<bool> programs_resolved_{false};
+  std::vector<int64_t> program_dims_;
   std::mutex mutex_;
   std::array<DeviceSlot, kMaxDevices> slots_;
 };

@@ -29,9 +29,10 @@ namespace {
 using Stream = ffi::PlatformStream<CUstream>;
 using SiteState = ffi::State<CallSite>;
 
-ffi::ErrorOr<std::unique_ptr<CallSite>> Instantiate(ffi::Dictionary attrs, bool collective) {
+ffi::ErrorOr<std::unique_ptr<CallSite>> Instantiate(ffi::Dictionary attrs, bool collective,
+                                                    bool programs_allowed = false) {
   const auto start = std::chrono::steady_clock::now();
-  auto site = CallSite::Create(attrs, collective);
+  auto site = CallSite::Create(attrs, collective, programs_allowed);
   CacheStats& stats = GetCacheStats();
   stats.instantiations++;
   stats.instantiate_ns +=
@@ -57,6 +58,15 @@ ffi::ErrorOr<std::unique_ptr<CallSite>> InstantiateNvshmem(ffi::Dictionary attrs
   return site;
 }
 
+ffi::ErrorOr<std::unique_ptr<CallSite>> InstantiatePlainV2(ffi::Dictionary attrs) {
+  auto site = Instantiate(attrs, /*collective=*/false, /*programs_allowed=*/true);
+  if (site.has_value() && (*site)->spec().nvshmem) {
+    return ffi::Error::InvalidArgument((*site)->who() + ": an NVSHMEM call (nvshmem_symmetric) must use target " +
+                                       kNvshmemTarget + ", not " + kLaunchTargetV2);
+  }
+  return site;
+}
+
 ffi::ErrorOr<std::unique_ptr<CallSite>> InstantiateCollective(ffi::Dictionary attrs) {
   return Instantiate(attrs, /*collective=*/true);
 }
@@ -70,6 +80,9 @@ CUcontext CurrentContext(const CallSite& site) {
 ffi::Error Execute(CUstream stream, int32_t device, CallSite* site, ffi::RemainingArgs args, ffi::RemainingRets rets) {
   Buffers buffers;
   JMF_RETURN_IF_ERROR(site->GatherBuffers(args, rets, &buffers));
+  if (site->has_programs()) [[unlikely]] {
+    JMF_RETURN_IF_ERROR(site->ResolveLaunchPrograms(args, rets));
+  }
   return site->Launch(stream, device, buffers);
 }
 
@@ -77,6 +90,9 @@ ffi::Error Record(RecordFrame record, int32_t device, CallSite* site, ffi::Remai
                   ffi::RemainingRets rets) {
   Buffers buffers;
   JMF_RETURN_IF_ERROR(site->GatherBuffers(args, rets, &buffers));
+  if (site->has_programs()) [[unlikely]] {
+    JMF_RETURN_IF_ERROR(site->ResolveLaunchPrograms(args, rets));
+  }
   return site->Record(record, device, buffers);
 }
 
@@ -128,6 +144,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
     ffi::Ffi::BindInitialize().Ctx<ffi::DeviceOrdinal>().Ctx<SiteState>().RemainingArgs().RemainingRets(),
     {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_instantiate_plain, InstantiatePlain, ffi::Ffi::BindInstantiate().Attrs());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_instantiate_plain_v2, InstantiatePlainV2, ffi::Ffi::BindInstantiate().Attrs());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_instantiate_collective, InstantiateCollective, ffi::Ffi::BindInstantiate().Attrs());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     jmf_execute, Execute,
@@ -159,6 +176,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
 std::vector<TargetBundle> Targets() {
   return {
       {kLaunchTarget, {jmf_instantiate_plain, nullptr, nullptr, jmf_execute, jmf_record}},
+      {kLaunchTargetV2, {jmf_instantiate_plain_v2, nullptr, nullptr, jmf_execute, jmf_record}},
       {kCollectiveTarget,
        {jmf_instantiate_collective, jmf_collective_prepare, jmf_collective_initialize, jmf_collective_execute,
         jmf_record}},

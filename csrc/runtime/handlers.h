@@ -24,6 +24,8 @@ inline constexpr char kCollectiveTarget[] = "jax_mosaic_ffi_collective_v1";
 // started, the module registered) and an initialize stage (symmetric buffers
 // allocated), so that neither runs inside a stream capture.
 inline constexpr char kNvshmemTarget[] = "jax_mosaic_ffi_nvshmem_v1";
+// Contract v2: the v1 launch plus launch programs (a grid and scalars from symbolic shapes).
+inline constexpr char kLaunchTargetV2[] = "jax_mosaic_ffi_launch_v2";
 inline constexpr char kBootstrapTarget[] = "jax_mosaic_ffi_bootstrap";
 
 struct TargetBundle {

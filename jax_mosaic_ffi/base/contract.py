@@ -7,7 +7,9 @@ limits and its validator live in the C++ runtime (csrc/contract/contract.h), its
 owner; Python asks it through `_core.validate_launch` and `_core.LIMITS`.
 """
 
-CONTRACT_VERSION = 1
+# The newest version this package writes; calls that need nothing of v2 are still written as v1, which
+# every release of the runtime reads.
+CONTRACT_VERSION = 2
 
 # One target for plain kernels, one for collective ones: a plain kernel then
 # pays for no prepare or initialize stage at all (see docs/architecture.md).
@@ -16,11 +18,17 @@ COLLECTIVE_TARGET = "jax_mosaic_ffi_collective_v1"
 # Kernels that use NVSHMEM: the plain launch, with prepare and initialize stages that start NVSHMEM and
 # allocate the symmetric buffers outside any stream capture.
 NVSHMEM_TARGET = "jax_mosaic_ffi_nvshmem_v1"
+# Contract v2: v1 plus `launch_programs` (a grid and scalars computed from symbolic shapes). Its own name,
+# so that a runtime that predates it refuses the call (no such target) instead of ignoring the attribute
+# and launching the placeholders.
+LAUNCH_TARGET_V2 = "jax_mosaic_ffi_launch_v2"
 
-ALL_TARGETS = (LAUNCH_TARGET, COLLECTIVE_TARGET, NVSHMEM_TARGET)
+ALL_TARGETS = (LAUNCH_TARGET, COLLECTIVE_TARGET, NVSHMEM_TARGET, LAUNCH_TARGET_V2)
 
 
-def target_name(*, collective: bool, nvshmem: bool = False) -> str:
+def target_name(*, collective: bool, nvshmem: bool = False, programs: bool = False) -> str:
   if nvshmem:
-    return NVSHMEM_TARGET
+    return NVSHMEM_TARGET  # NVSHMEM calls with programs are refused before lowering (launch_options.py)
+  if programs:
+    return LAUNCH_TARGET_V2  # collective calls with programs are refused before lowering (launch_options.py)
   return COLLECTIVE_TARGET if collective else LAUNCH_TARGET

@@ -19,9 +19,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import numpy as np
+from jax.export import is_symbolic_dim
 
 from jax_mosaic_ffi.base.errors import LaunchError, who
+from jax_mosaic_ffi.call import launch_programs
 from jax_mosaic_ffi.call import launch_values
+from jax_mosaic_ffi.call.launch_programs import DimScalar
 from jax_mosaic_ffi.call.collective import Collective
 from jax_mosaic_ffi.call.launch_spec import TENSOR_MAP_CODE, LaunchSpec, check_launch
 from jax_mosaic_ffi.call.tensor_map import TensorMap, scratch_aval
@@ -104,15 +107,23 @@ class CheckedLaunch:
     aliases = launch_values.aliases(options.input_output_aliases, where)
     _check_nvshmem(kernel, collective, bool(uses_pdl), aliases, where)
     fixed = lambda value, normalise: value if callable(value) else normalise(value)  # noqa: E731
+    for what, value in (("block", block), ("smem_bytes", smem_bytes), ("scratch_bytes", scratch_bytes)):
+      if not callable(value) and launch_values.has_symbolic_dim(value):
+        raise LaunchError(launch_values.constant_refusal(what, (), where))
+
+    def keep_scalars(values):
+      checked = launch_values.scalars(values, where)
+      # Scalars computed from symbolic sizes (jmf.dim_scalar) stay as given, to be encoded per trace.
+      return tuple(values) if launch_values.has_symbolic_dim(values) else checked
     return cls(
         kernel=kernel,
         out_shape=out_shape,
-        grid=fixed(grid, lambda v: launch_values.dims(v, "grid", where)),
+        grid=fixed(grid, lambda v: launch_values.dims(v, "grid", where, symbolic=True)),
         block=fixed(block, lambda v: launch_values.dims(v, "block", where)),
         cluster=launch_values.dims(cluster, "cluster", where) if cluster is not None else (1, 1, 1),
         smem_bytes=fixed(smem_bytes, lambda v: launch_values.integer(v, "smem_bytes", where)),
         uses_pdl=bool(uses_pdl),
-        scalars=fixed(scalars, lambda v: launch_values.scalars(v, where)),
+        scalars=fixed(scalars, keep_scalars),
         aliases=aliases,
         param_order=param_order,
         collective=collective,
@@ -123,16 +134,22 @@ class CheckedLaunch:
     )
 
   def _evaluate(self, value, what: str, in_avals, where: str):
+    """A launch value for these avals. Under jax.export with shape polymorphism, out_shape, the grid and
+    the scalars may depend on symbolic dimensions (launch_programs.py); block, smem_bytes and
+    scratch_bytes may not."""
     if not callable(value):
       return value
+    follows_shapes = what in ("out_shape", "grid", "scalars")
     try:
       result = value(*in_avals)
     except jax.errors.InconclusiveDimensionOperation as e:
-      raise LaunchError(launch_values.symbolic_refusal(what, in_avals, where)) from e
+      if follows_shapes:
+        raise LaunchError(launch_values.inconclusive_refusal(what, in_avals, e, where)) from e
+      raise LaunchError(launch_values.constant_refusal(what, in_avals, where)) from e
     except Exception as e:
       raise LaunchError(f"{where}: {what}, a callable of the input avals, raised {type(e).__name__}: {e}") from e
-    if what != "out_shape" and launch_values.has_symbolic_dim(result):
-      raise LaunchError(launch_values.symbolic_refusal(what, in_avals, where))
+    if not follows_shapes and launch_values.has_symbolic_dim(result):
+      raise LaunchError(launch_values.constant_refusal(what, in_avals, where))
     return result
 
   def spec(self, in_avals, call_site: str) -> tuple[LaunchSpec, tuple[jax.core.ShapedArray, ...], bool]:
@@ -142,12 +159,14 @@ class CheckedLaunch:
       if not hasattr(aval, "shape"):
         raise LaunchError(f"{where}: input {i} is not an array")
     out_avals, single = launch_values.out_avals(self._evaluate(self.out_shape, "out_shape", in_avals, where), where)
-    grid = launch_values.dims(self._evaluate(self.grid, "grid", in_avals, where), "grid", where)
+    grid = launch_values.dims(self._evaluate(self.grid, "grid", in_avals, where), "grid", where, symbolic=True)
     block = launch_values.dims(self._evaluate(self.block, "block", in_avals, where), "block", where)
     smem = launch_values.integer(self._evaluate(self.smem_bytes, "smem_bytes", in_avals, where), "smem_bytes", where)
-    scalars = self.scalars
-    if callable(scalars):
-      scalars = launch_values.scalars(self._evaluate(scalars, "scalars", in_avals, where), where)
+    scalars, computed = self.scalars, ()
+    if callable(scalars) or not all(isinstance(s, launch_values.Scalar) for s in scalars):
+      values = self._evaluate(scalars, "scalars", in_avals, where)
+      scalars = launch_values.scalars(values, where)
+      computed = tuple((k, v) for k, v in enumerate(values) if isinstance(v, DimScalar))
     scratch = launch_values.scratch_bytes(self._evaluate(self.scratch_bytes, "scratch_bytes", in_avals, where), where)
     if self.zero_scratch and not scratch:
       raise LaunchError(f"{where}: zero_scratch=True without scratch_bytes; ask for scratch_bytes=N")
@@ -180,6 +199,9 @@ class CheckedLaunch:
         records += decl.record(buffer, aval, where)
       except ValueError as e:
         raise LaunchError(str(e)) from None
+    programs = ()
+    if computed or launch_values.has_symbolic_dim(grid):
+      grid, programs = self._launch_programs(grid, computed, in_avals, out_avals, where)
     spec = LaunchSpec(
         grid=grid, block=block, cluster=self.cluster, smem_bytes=smem, uses_pdl=self.uses_pdl,
         num_inputs=n_in, num_outputs=n_out + n_scratch, param_order=order,
@@ -187,10 +209,34 @@ class CheckedLaunch:
         scalar_sizes=tuple(len(s.data) for s in scalars), scalar_dtypes=tuple(s.dtype for s in scalars),
         aliases=self.aliases, collective=self.collective, call_site=call_site,
         batch_grid_axis=self.batch_grid_axis, tensor_maps=tuple(records), tensor_map_decls=decls,
-        num_scratch=n_scratch,
+        num_scratch=n_scratch, launch_programs=programs,
         zero_outputs=(launch_values.zeroed(self.zero_outputs, n_out, self.aliases, where) +
                       ((n_out,) if self.zero_scratch else ())))
     return spec, out_avals, single
+
+  def _launch_programs(self, grid, computed, in_avals, out_avals, where: str):
+    """The grid with placeholders (a multiple of the cluster, valid everywhere) where it depends on symbolic
+    sizes, and the `launch_programs` that compute those axes and the computed scalars at run time."""
+    if self.collective is not None:
+      raise LaunchError(f"{where}: a collective kernel's grid and scalars cannot depend on symbolic dimensions "
+                        f"(inputs {'; '.join(launch_values.symbolic_inputs(in_avals))}); export once per concrete "
+                        "size")
+    if self.batch_grid_axis is not None:
+      raise LaunchError(f"{where}: with batch_grid_axis the grid cannot depend on symbolic dimensions (the batch "
+                        "multiplies it at lowering); export once per concrete size")
+    shapes = [a.shape for a in in_avals] + [a.shape for a in out_avals]
+    n_in, code = len(in_avals), []
+    for axis, value in enumerate(grid):
+      if is_symbolic_dim(value):
+        code += launch_programs.program(
+            launch_programs.GRID, axis,
+            launch_programs.encode(value, f"grid[{axis}]", shapes, n_in, where))
+    for k, scalar in computed:
+      target = launch_programs.SIGNED_SCALAR if scalar.dtype.kind == "i" else launch_programs.UNSIGNED_SCALAR
+      code += launch_programs.program(
+          target, k, launch_programs.encode(scalar.value, f"scalars[{k}]", shapes, n_in, where))
+    placeholders = tuple(self.cluster[i] if is_symbolic_dim(v) else v for i, v in enumerate(grid))
+    return placeholders, tuple(code)
 
   def check(self, spec: LaunchSpec, in_avals, out_avals) -> None:
     """The runtime's validator, then what only this machine or the PTX knows."""

@@ -55,6 +55,9 @@ class LaunchSpec:
   zero_outputs: tuple[int, ...] = ()
   # Each scalar's dtype name, for the typed check of the kernel's parameters (param_types.py); not lowered.
   scalar_dtypes: tuple[str, ...] = ()
+  # jax.export with shape polymorphism: the grid axes and integer scalars computed at run time from the
+  # buffers' shapes (launch_programs.py; contract v2). `grid` and `scalar_data` then hold placeholders.
+  launch_programs: tuple[int, ...] = ()
   # Not part of the launch: the jax.numpy function lowered instead of the
   # kernel off CUDA (fallback.py). Compared by identity.
   fallback: Any = None
@@ -110,6 +113,8 @@ class LaunchSpec:
       attributes["tensor_maps"] = list(self.tensor_maps)
     if self.zero_outputs:
       attributes["zero_outputs"] = list(self.zero_outputs)
+    if self.launch_programs:
+      attributes["launch_programs"] = list(self.launch_programs)
     if self.batch_size > 1 and self.batch_grid_axis is None:
       attributes["batch_size"] = self.batch_size
       attributes["batch_strides"] = list(self.batch_strides)

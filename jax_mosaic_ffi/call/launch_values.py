@@ -16,10 +16,14 @@ import ml_dtypes
 import numpy as np
 
 from jax_mosaic_ffi.base.errors import LaunchError
+from jax_mosaic_ffi.call.launch_programs import DimScalar, placeholder_scalar
 
 
 def cdiv(a: int, b: int) -> int:
-  """Ceiling division, for grids: ``cdiv(n, 256)`` blocks of 256 cover n."""
+  """Ceiling division, for grids: ``cdiv(n, 256)`` blocks of 256 cover n. A symbolic size
+  (jax.export with shape polymorphism) gives a symbolic expression, computed by the runtime."""
+  if is_symbolic_dim(a) or is_symbolic_dim(b):
+    return (a + b - 1) // b if isinstance(b, (int, np.integer)) and b > 0 else -(-a // b)
   return -(-int(a) // int(b))
 
 
@@ -34,14 +38,17 @@ def integer(value, what: str, where: str) -> int:
   return int(value)
 
 
-def dims(value, what: str, where: str) -> tuple[int, int, int]:
-  if isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, (bool, np.bool_)):
+def dims(value, what: str, where: str, symbolic: bool = False) -> tuple[int, int, int]:
+  """Up to 3 launch dimensions, padded with 1s; with ``symbolic``, an entry may be a symbolic expression."""
+  if is_symbolic_dim(value) or (isinstance(value, (numbers.Integral, np.integer)) and
+                                not isinstance(value, (bool, np.bool_))):
     value = (value,)
   if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
     raise LaunchError(f"{where}: {what} must be an int or a tuple of up to 3 ints, got {value!r}")
   if not 1 <= len(value) <= 3:
     raise LaunchError(f"{where}: {what} must have 1 to 3 dimensions, got {tuple(value)}")
-  dims = tuple(integer(v, f"{what}[{i}]", where) for i, v in enumerate(value))
+  dims = tuple(v if symbolic and is_symbolic_dim(v) else integer(v, f"{what}[{i}]", where)
+               for i, v in enumerate(value))
   return dims + (1,) * (3 - len(dims))
 
 
@@ -53,6 +60,12 @@ class Scalar(NamedTuple):
 
 
 def _scalar(value, index: int, where: str) -> Scalar:
+  if isinstance(value, DimScalar):  # computed by the runtime (launch_programs.py)
+    return Scalar(placeholder_scalar(value.dtype), np.dtype(value.dtype).name)
+  if is_symbolic_dim(value):
+    raise LaunchError(
+        f"{where}: scalars[{index}] = {value} is a symbolic size, whose width the kernel's parameter cannot be "
+        f"guessed from; pass jmf.dim_scalar({value}, np.int32) (or another integer dtype)")
   if isinstance(value, (jax.Array, jax.core.Tracer)):
     raise LaunchError(
         f"{where}: scalars[{index}] is a JAX array; scalars are baked into the launch "
@@ -111,7 +124,7 @@ def out_avals(out_shape, where: str) -> tuple[tuple[jax.core.ShapedArray, ...], 
 
 def has_symbolic_dim(value) -> bool:
   """Whether a launch value (an int, a tuple of them, numpy scalars) holds a jax.export symbolic dimension."""
-  if is_symbolic_dim(value):
+  if is_symbolic_dim(value) or isinstance(value, DimScalar):
     return True
   if isinstance(value, (list, tuple)):
     return any(has_symbolic_dim(v) for v in value)
@@ -125,13 +138,35 @@ def symbolic_inputs(in_avals) -> list[str]:
 
 
 def symbolic_refusal(what: str, in_avals, where: str) -> str:
-  """Why a launch value that depends on a symbolic dimension cannot be lowered, and what to do instead."""
+  """Why a launch value that depends on a symbolic dimension cannot be lowered, and what to do instead
+  (Triton launches, whose compile specializes on the values)."""
   return (f"{where}: {what} depends on a symbolic dimension of the inputs ({'; '.join(symbolic_inputs(in_avals))}). "
           f"Launch values are fixed when the call is lowered, and jax.export with shape polymorphism only "
           f"knows those sizes when the exported function is called. Export once per concrete size, or make "
           f"{what} independent of the symbolic dimensions: e.g. a fixed grid with a grid-stride loop, the size "
           f"read inside the kernel from an input array (pass jnp.asarray(x.shape[0], jnp.int32).reshape(1)) "
           f"rather than a scalar. out_shape may use symbolic dimensions")
+
+
+def constant_refusal(what: str, in_avals, where: str) -> str:
+  """Why block, smem_bytes or scratch_bytes may not depend on a symbolic dimension."""
+  inputs = f" ({'; '.join(symbolic_inputs(in_avals))})" if in_avals else ""
+  return (f"{where}: {what} depends on a symbolic dimension of the inputs{inputs}. "
+          f"Under jax.export with shape polymorphism the grid and integer scalars may follow the symbolic sizes "
+          f"(the runtime computes them when the shapes are known), but block, smem_bytes and scratch_bytes must "
+          f"be constants: they set the compiled launch's limits (threads per block against the kernel's "
+          f"registers, shared memory against the device's), checked once when the kernel is loaded. Fix {what} "
+          f"and let the grid follow the size, or export once per concrete size")
+
+
+def inconclusive_refusal(what: str, in_avals, error: Exception, where: str) -> str:
+  """A grid or scalars callable that did something a symbolic size cannot do (np.int32(n), int(n), max(n, 1))."""
+  return (f"{where}: {what} could not be computed on the symbolic dimensions of the inputs "
+          f"({'; '.join(symbolic_inputs(in_avals))}): {str(error).splitlines()[0].rstrip('.')}. Under jax.export "
+          f"with shape polymorphism the grid and integer scalars may be expressions of the sizes (+, -, *, //, %, "
+          f"jmf.cdiv), which the runtime computes when the shapes are known: write integer scalars as "
+          f"jmf.dim_scalar(x.shape[0], np.int32) rather than np.int32(x.shape[0]), and avoid int(), math functions "
+          f"and comparisons of symbolic sizes")
 
 
 def scratch_bytes(value, where: str) -> int:

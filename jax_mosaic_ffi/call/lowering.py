@@ -76,7 +76,7 @@ def _collective_attributes(ctx, kernel: Kernel, spec: LaunchSpec) -> dict:
 
 # Integers are i32 in the contract, but for these (docs/contract.md); the
 # validator has bounded each value.
-_I64_ARRAYS = frozenset({"batch_strides", "tensor_maps"})
+_I64_ARRAYS = frozenset({"batch_strides", "tensor_maps", "launch_programs"})
 
 
 def _ir_attribute(name: str, value) -> ir.Attribute:
@@ -109,12 +109,13 @@ def _cuda_lowering(ctx, *operands, kernel: Kernel, out_avals, spec: LaunchSpec):
   result_shapes = None
   if not all(core.is_constant_shape(a.shape) for a in out_avals):
     # jax.export with shape polymorphism: the output shapes as values, for jax to refine when the export is
-    # called (the launch itself was checked to depend on no symbolic dimension, launch_options.py).
+    # called (a grid or scalars that depend on them are launch programs, computed by the runtime).
     result_shapes = [mlir.shape_tensor(ctx.module_context, mlir.eval_dynamic_shape_as_ivals(ctx, a.shape))
                      for a in out_avals]
   op = mlir.custom_call(
       contract.target_name(collective=spec.collective_target,
-                           nvshmem=spec.collective is not None and spec.collective.nvshmem),
+                           nvshmem=spec.collective is not None and spec.collective.nvshmem,
+                           programs=bool(spec.launch_programs)),
       result_types=[mlir.aval_to_ir_type(ctx.module_context, a) for a in out_avals],
       operands=list(operands),
       backend_config={name: _ir_attribute(name, value) for name, value in attributes.items()},

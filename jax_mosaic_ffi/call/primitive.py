@@ -101,6 +101,11 @@ def _batching_rule(args, dims, *, kernel, out_avals, spec):
     raise LaunchError(
         f"{where}: a collective kernel cannot be vmapped: its peers are devices, not batch elements. "
         "Call it inside shard_map over a mesh axis instead")
+  if spec.launch_programs:
+    raise LaunchError(
+        f"{where}: a kernel whose grid or scalars depend on symbolic dimensions (jax.export) cannot be vmapped: "
+        "the batch would change the shapes its launch is computed from. Call it in a lax.map, or export once per "
+        "concrete size")
   if spec.tensor_maps:
     raise LaunchError(
         f"{where}: a kernel with TensorMap parameters cannot be vmapped yet: its descriptors describe one "

@@ -54,6 +54,7 @@
 #include <vector>
 
 #include "contract/contract.h"
+#include "contract/launch_programs.h"
 #include "contract/module_format.h"
 
 // Provided by the sanitizer runtimes; null without them.
@@ -543,6 +544,44 @@ std::vector<int64_t> TensorMapRecord(Input& in, int64_t num_buffers) {
   return f;
 }
 
+// A well-formed launch program's code (launch_programs.h): an expression
+// tree at most 3 deep, so its stack stays within 4 values.
+void ProgramCode(Input& in, int64_t num_buffers, int depth, std::vector<int64_t>* code) {
+  const int64_t choice = static_cast<int64_t>(in.Below(depth >= 3 ? 2 : 8));
+  if (choice == 0 || (choice == 1 && num_buffers == 0)) {
+    static constexpr int64_t kConstants[] = {
+        0, 1, -1, 256, std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min()};
+    code->push_back(jmf::kOpConst);
+    code->push_back(in.Bool() ? kConstants[in.Below(6)] : static_cast<int64_t>(in.Below(1 << 20)));
+  } else if (choice == 1) {
+    code->push_back(jmf::kOpDim);
+    code->push_back(static_cast<int64_t>(in.Below(num_buffers)));
+    code->push_back(static_cast<int64_t>(in.Below(4)));
+  } else {
+    ProgramCode(in, num_buffers, depth + 1, code);
+    ProgramCode(in, num_buffers, depth + 1, code);
+    code->push_back(choice);  // kOpAdd .. kOpMin
+  }
+}
+
+// Launch programs for some grid axes and scalars: [target, index, length, code...] each.
+std::vector<int64_t> LaunchProgramsAttr(Input& in, int64_t num_buffers, int64_t num_scalars) {
+  std::vector<int64_t> out;
+  auto add = [&](int64_t target, int64_t index) {
+    std::vector<int64_t> code;
+    ProgramCode(in, num_buffers, 0, &code);
+    out.insert(out.end(), {target, index, static_cast<int64_t>(code.size())});
+    out.insert(out.end(), code.begin(), code.end());
+  };
+  for (int64_t axis = 0; axis < 3; ++axis) {
+    if (in.Bool()) add(jmf::kProgramGrid, axis);
+  }
+  for (int64_t k = 0; k < num_scalars; ++k) {
+    if (in.OneIn(4)) add(in.Bool() ? jmf::kProgramSignedScalar : jmf::kProgramUnsignedScalar, k);
+  }
+  return out;
+}
+
 // A launch ValidateLaunch must accept for `collective`.
 void BuildLaunch(Input& in, bool collective, Attributes* attrs) {
   const int64_t kNoBudget = std::numeric_limits<int64_t>::max();
@@ -600,6 +639,10 @@ void BuildLaunch(Input& in, bool collective, Attributes* attrs) {
     for (int64_t& size : sizes) size = 1 + in.Below(jmf::kMaxScalarBytes);
     attrs->SetInts("scalar_sizes", sizes);
     attrs->SetBytes("scalar_data", in.Pattern(8 * num_scalars));
+  }
+  // Contract v2: a grid and scalars computed from the buffers' shapes, on plain unbatched launches only.
+  if (!collective && !batched && in.OneIn(4)) {
+    attrs->SetInts("launch_programs", LaunchProgramsAttr(in, num_buffers, num_scalars), Type::kInts64);
   }
   if (num_outputs > 0 && in.OneIn(4)) {
     // Each output at most once, in any order: what the contract accepts.
@@ -809,6 +852,10 @@ void CheckCliques(const std::vector<std::vector<int32_t>>& cliques) {
   }
 }
 
+void CheckMessage(const std::string& text, size_t limit);
+// A program's text: at most 256 values of code, each a few dozen characters.
+constexpr size_t kMaxProgramText = 256 * 48;
+
 // What csrc/runtime/call_site.cc relies on once ValidateLaunch has said yes, and that the
 // spec says what the attributes said.
 void CheckSpec(const jmf::LaunchAttributes& a, bool collective, const jmf::LaunchSpec& s) {
@@ -934,6 +981,22 @@ void CheckSpec(const jmf::LaunchAttributes& a, bool collective, const jmf::Launc
     }
   }
 
+  // Launch programs: what EvaluateLaunchPrograms indexes without checking again.
+  FUZZ_CHECK((s.programs != nullptr) == !a.launch_programs.empty());
+  if (s.programs != nullptr) {
+    FUZZ_CHECK(!collective && s.batch_size == 1);
+    for (const jmf::LaunchProgram& p : s.programs->programs) {
+      FUZZ_CHECK(p.target >= jmf::kProgramGrid && p.target <= jmf::kProgramUnsignedScalar);
+      FUZZ_CHECK(p.index >= 0 &&
+                 (p.target == jmf::kProgramGrid ? p.index < 3 : static_cast<size_t>(p.index) < s.scalar_sizes.size()));
+      FUZZ_CHECK(!p.code.empty() && p.code.size() <= static_cast<size_t>(jmf::kMaxLaunchProgramCode));
+      CheckMessage(jmf::LaunchProgramText(p.code, s.num_inputs), kMaxProgramText);
+    }
+    for (const jmf::DimRef& ref : s.programs->dims) {
+      FUZZ_CHECK(ref.buffer >= 0 && ref.buffer < s.num_buffers && ref.axis >= 0 && ref.axis < jmf::kMaxBufferRank);
+    }
+  }
+
   FUZZ_CHECK(s.collective == collective);
   // An NVSHMEM call: plain target, one launch, one flag per buffer as written.
   FUZZ_CHECK(s.nvshmem == !a.nvshmem_symmetric.empty());
@@ -988,6 +1051,44 @@ class Exact {
 constexpr size_t kMaxWho = 2 * (jmf::kMaxLabelBytes + 3) + 32;
 constexpr size_t kMaxError = 4096;
 
+// Runs an accepted launch's programs on buffer shapes from the input (dims
+// from 0 to 2^62, ranks 0..4): any outcome but a result outside the launch's
+// limits, a changed spec on failure, or a sanitizer report is fine.
+void CheckEvaluation(Input& in, const jmf::LaunchSpec& spec) {
+  std::vector<std::vector<int64_t>> dims(spec.num_buffers);
+  jmf::BufferShapes shapes;
+  shapes.count = spec.num_buffers;
+  for (int b = 0; b < spec.num_buffers; ++b) {
+    dims[b].resize(in.Below(5));
+    for (int64_t& d : dims[b]) d = in.Bool() ? static_cast<int64_t>(in.Below(4096)) : int64_t{1} << in.Below(63);
+    shapes.dims[b] = dims[b].data();
+    shapes.rank[b] = static_cast<int64_t>(dims[b].size());
+  }
+  jmf::LaunchSpec evaluated = spec;
+  std::string error;
+  if (!jmf::EvaluateLaunchPrograms(*spec.programs, shapes, &evaluated, &error)) {
+    CheckMessage(error, kMaxProgramText + kMaxError);
+    FUZZ_CHECK(evaluated.grid == spec.grid && evaluated.scalars == spec.scalars,
+               "a failed evaluation changed the spec");
+    return;
+  }
+  for (int i = 0; i < 3; ++i) {
+    FUZZ_CHECK(evaluated.grid[i] >= 1 && evaluated.grid[i] <= jmf::kMaxGrid[i]);
+    FUZZ_CHECK(evaluated.grid[i] % evaluated.cluster[i] == 0);
+  }
+  // A computed scalar fits its width; the others keep scalar_data's 8 bytes (the launch passes the low ones).
+  FUZZ_CHECK(evaluated.scalars.size() == spec.scalars.size());
+  std::vector<bool> computed(spec.scalars.size(), false);
+  for (const jmf::LaunchProgram& p : spec.programs->programs) {
+    if (p.target != jmf::kProgramGrid) computed[p.index] = true;
+  }
+  for (size_t k = 0; k < evaluated.scalars.size(); ++k) {
+    const int bits = 8 * evaluated.scalar_sizes[k];
+    if (computed[k]) FUZZ_CHECK(bits == 64 || evaluated.scalars[k] >> bits == 0, "a scalar wider than its size");
+    if (!computed[k]) FUZZ_CHECK(evaluated.scalars[k] == spec.scalars[k], "a scalar no program computes changed");
+  }
+}
+
 // Coherent launches, then up to a few mutations. An unmutated launch must be
 // accepted for its own target and refused for the other.
 bool FuzzValidator(Input& in, Input& edits) {
@@ -1017,6 +1118,7 @@ bool FuzzValidator(Input& in, Input& edits) {
     CheckMessage(spec.who, kMaxWho);
     if (ok) {
       CheckSpec(a, target, spec);
+      if (spec.programs != nullptr) CheckEvaluation(in, spec);
       accepted |= decoded;
     } else {
       CheckMessage(verror, kMaxError);
