@@ -157,6 +157,18 @@ def test_a_missing_nvshmem_is_a_clear_error(monkeypatch):
                           "'jax_mosaic_ffi[nvshmem]' (the nvidia-nvshmem-cu13 wheel)")
 
 
+def test_an_nvshmem_too_new_to_link_is_a_clear_error(monkeypatch, tmp_path):
+  # 3.8's libnvshmem_device.a lacks the transfer code (it moved to per-architecture bitcode).
+  newer = nvshmem_package.NvshmemPackage(tmp_path, tmp_path / "libnvshmem_device.a",
+                                         tmp_path / "libnvshmem_host.so.3", (3, 8, 0))
+  monkeypatch.setattr(nvshmem_package, "find", lambda: newer)
+  with pytest.raises(jmf.NvshmemUnavailable) as e:
+    jmf.cuda_kernel("#include <nvshmem.h>\n" 'extern "C" __global__ void k() {}', "k")
+  assert str(e.value) == (
+      "cuda_kernel 'k' needs NVSHMEM 3.4 to 3.7; 3.8.0 is installed, whose device library no longer holds the "
+      "transfer code kernels link against: pip install 'nvidia-nvshmem-cu13>=3.4,<3.8'")
+
+
 def test_nvshmem_must_be_a_bool_or_none():
   with pytest.raises(TypeError, match=r"cuda_kernel: nvshmem must be True, False or None"):
     jmf.cuda_kernel('extern "C" __global__ void k() {}', "k", nvshmem="yes")

@@ -17,6 +17,10 @@ from jax_mosaic_ffi.base.errors import NvshmemUnavailable
 INSTALL_HINT = "pip install 'jax_mosaic_ffi[nvshmem]' (the nvidia-nvshmem-cu13 wheel)"
 # The releases whose device-library ABI and init structures (csrc/driver/nvshmem_host.h) are known here.
 SUPPORTED_MAJOR = 3
+# 3.8 moved the device transfer code out of libnvshmem_device.a into per-architecture bitcode
+# (libnvshmem_device_sm_XX.bc), which nvJitLink does not take: its kernels link with undefined
+# nvshmemi_transfer_* references. 3.4 (the H200's) to 3.7 link and run.
+NEWEST_SUPPORTED = (3, 7)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,10 +68,20 @@ def find() -> NvshmemPackage | None:
   return None
 
 
+def _too_new(package: NvshmemPackage) -> bool:
+  return package.version[:2] > NEWEST_SUPPORTED
+
+
 def require(what: str) -> NvshmemPackage:
   """The installed NVSHMEM, or NvshmemUnavailable saying how to install it, for `what` ("cuda_kernel 'x'")."""
   package = find()
   if package is None:
     raise NvshmemUnavailable(
         f"{what} needs NVSHMEM {SUPPORTED_MAJOR}.x, which is not installed: {INSTALL_HINT}")
+  if _too_new(package):
+    newest = ".".join(map(str, NEWEST_SUPPORTED))
+    raise NvshmemUnavailable(
+        f"{what} needs NVSHMEM {SUPPORTED_MAJOR}.4 to {newest}; {'.'.join(map(str, package.version))} is installed, "
+        f"whose device library no longer holds the transfer code kernels link against: "
+        f"pip install 'nvidia-nvshmem-cu13>=3.4,<3.8'")
   return package
