@@ -16,8 +16,12 @@
 #   symbol versions (dlopen@GLIBC_2.34, GLIBCXX_3.4.29...) no manylinux_2_28
 #   system has, and without a manylinux container (no docker here) there is no
 #   older sysroot to build against;
-# - `auditwheel repair --plat manylinux_2_28_x86_64`: checks the extension's
-#   symbol versions and libraries against the policy and retags the wheel. The
+# - `abi3audit`: the extension calls CPython's limited API of 3.12 only (abi3);
+# - `auditwheel repair --plat manylinux_2_28_x86_64 --only-plat`: checks the
+#   extension's symbol versions and libraries against the policy and retags the
+#   wheel. --only-plat: the tag is the glibc we build for, even where today's
+#   code happens to need less (auditwheel show may then name an older
+#   manylinux, which the check below accepts). The
 #   CUDA driver (libcuda.so.1) is the user's: we dlopen it, never link it, and
 #   --exclude keeps it out should a link to it ever appear.
 #   JMF_PYTHON  the Python >= 3.12 for the tools' venv (default: .venv's, else python3)
@@ -72,18 +76,26 @@ if ! compgen -G "$out/dist/jax_mosaic_ffi-*-$plat.whl" >/dev/null; then
     CMAKE_ARGS="-DCMAKE_AR=$tools/zig-ar -DCMAKE_RANLIB=$tools/zig-ranlib" \
     "$tools/bin/python" -m build --outdir "$out/raw" . > "$out/build.log" 2>&1 ||
     { tail -40 "$out/build.log" >&2; echo "error: the build failed; log: $out/build.log" >&2; exit 1; }
-  "$tools/bin/auditwheel" repair --plat "$plat" --exclude libcuda.so.1 -w "$out/dist" "$out"/raw/*.whl \
-    > "$out/repair.log" 2>&1 || { cat "$out/repair.log" >&2; exit 1; }
+  PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" repair --plat "$plat" --only-plat --exclude libcuda.so.1 -w "$out/dist" \
+    "$out"/raw/*.whl > "$out/repair.log" 2>&1 || { cat "$out/repair.log" >&2; exit 1; }
   cp "$out"/raw/*.tar.gz "$out/dist/"
 fi
 sdist="$(ls "$out"/dist/jax_mosaic_ffi-*.tar.gz)"
 wheel="$(ls "$out"/dist/jax_mosaic_ffi-*-$plat.whl)"
 
-# The verdict, checked: a manylinux_2_28 wheel whose extension uses the stable ABI only.
+# The verdicts, checked: auditwheel's on the platform tag (the extension's libraries and symbol
+# versions), abi3audit's on the stable ABI (it calls only CPython 3.12's limited API).
 show="$("$tools/bin/auditwheel" show "$wheel" 2>&1)"
-if ! grep -q "\"$plat\"" <<<"$show" || ! grep -q "abi3" <<<"$show" || [[ "$wheel" != *-cp312-abi3-$plat.whl ]]; then
+consistent="$(tr '\n' ' ' <<<"$show" | sed -n 's/.*consistent with the following platform tag: *"manylinux_2_\([0-9]*\)_x86_64".*/\1/p')"
+if [ -z "$consistent" ] || [ "$consistent" -gt "${glibc#2.}" ] || [[ "$wheel" != *-cp312-abi3-$plat.whl ]]; then
   echo "$show" >&2
   echo "error: $wheel is not a cp312-abi3-$plat wheel" >&2
+  exit 1
+fi
+if ! abi3="$("$tools/bin/abi3audit" --strict --summary "$wheel" 2>&1)" ||
+   ! grep -q "0 ABI version mismatches and 0 ABI violations" <<<"$(tr '\n' ' ' <<<"$abi3" | tr -s ' ')"; then
+  echo "$abi3" >&2
+  echo "error: abi3audit finds the extension of $wheel outside CPython 3.12's limited API" >&2
   exit 1
 fi
 
@@ -95,4 +107,5 @@ tag="$(basename "$wheel" .whl)"; tag="${tag#jax_mosaic_ffi-*-}"
 echo "sdist  dist/$(basename "$sdist")  $(size "$sdist") KiB"
 echo "wheel  dist/$(basename "$wheel")  $(size "$wheel") KiB  tag $tag"
 echo "auditwheel show: $(tr '\n' ' ' <<<"$show" | sed 's/  */ /g')"
+echo "abi3audit: $(tr '\n' ' ' <<<"$abi3" | sed 's/.*💁 *//; s/  */ /g')"
 echo "$repo/dist/$(basename "$wheel")"

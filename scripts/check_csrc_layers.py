@@ -29,7 +29,8 @@ OUTSIDE = {
     "contract": set(),
     "driver": {"system", "cuda.h"},
     "runtime": {"system", "cuda.h", "xla/ffi/api/"},
-    "python": {"system", "cuda.h", "xla/ffi/api/", "nanobind/"},
+    # Python.h: nanobind's own first include, named where a file must see it before a standard header.
+    "python": {"system", "cuda.h", "xla/ffi/api/", "nanobind/", "Python.h"},
 }
 
 # Libraries a layer must be allowed by name (above): "system" does not cover them.

@@ -1,8 +1,10 @@
-"""Installation: the supported jax range, the abi3 wheel, the no-GPU note.
+"""Installation: the supported jax range, the release wheel, the version, the no-GPU note.
 
-The wheel test builds `pip wheel .` (or reuses the one built for the same
-sources under build/wheelhouse), installs it into a fresh venv and runs a CPU
-smoke subset of these tests against the installed copy, not this checkout.
+The wheel tests take the release wheel of these sources (scripts/build_wheel.sh,
+built once per source state, or $JMF_WHEEL): its tag, the ELF needs of its
+extension, its contents and metadata; then they install it into a fresh venv
+and run a CPU smoke subset of these tests against the installed copy, not
+this checkout.
 """
 
 import importlib.metadata
@@ -154,11 +156,11 @@ def test_no_gpu_is_said_once_and_the_rest_works(tmp_path):
 
 
 def _wheel() -> pathlib.Path:
-  """The wheel of these sources: $JMF_WHEEL, else scripts/build_wheel.sh's (built once per source hash)."""
+  """The release wheel of these sources: $JMF_WHEEL, else scripts/build_wheel.sh's (built once per source hash)."""
   if os.environ.get("JMF_WHEEL"):
     return pathlib.Path(os.environ["JMF_WHEEL"])
   result = subprocess.run(["bash", str(REPO / "scripts" / "build_wheel.sh")], capture_output=True, text=True,
-                          env=dict(os.environ, JMF_PYTHON=sys.executable), timeout=900)
+                          env=dict(os.environ, JMF_PYTHON=sys.executable), timeout=2400)
   assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
   return pathlib.Path(result.stdout.split()[-1])
 
