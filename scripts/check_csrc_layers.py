@@ -29,8 +29,7 @@ OUTSIDE = {
     "contract": set(),
     "driver": {"system", "cuda.h"},
     "runtime": {"system", "cuda.h", "xla/ffi/api/"},
-    # Python.h: nanobind's own first include, named where a file must see it before a standard header.
-    "python": {"system", "cuda.h", "xla/ffi/api/", "nanobind/", "Python.h"},
+    "python": {"system", "cuda.h", "xla/ffi/api/", "nanobind/"},
 }
 
 # Libraries a layer must be allowed by name (above): "system" does not cover them.

@@ -6,13 +6,6 @@
 // attributes on every call and launches a CUfunction (passed as an integer
 // attribute) on XLA's stream with cuLaunchKernel. And an empty handler,
 // which measures XLA's own cost of a custom call.
-// clang-format off
-// nanobind's headers call fprintf(stderr) and count on Python.h (first, as it asks) for <stdio.h>, which
-// its limited API (abi3) leaves out: libstdc++ brings it in through other headers, libc++ (the release
-// wheel's, scripts/build_wheel.sh) does not.
-#include <Python.h>
-#include <cstdio>
-// clang-format on
 #include <nanobind/nanobind.h>
 
 #include <cstdint>

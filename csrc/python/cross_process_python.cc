@@ -2,13 +2,6 @@
 // (jax_mosaic_ffi/call/cross_process.py), called from XLA's thread with the GIL
 // taken here. jax releases the GIL while executables run, as its own host
 // callbacks need, so this cannot deadlock against the caller.
-// clang-format off
-// nanobind's headers call fprintf(stderr) and count on Python.h (first, as it asks) for <stdio.h>, which
-// its limited API (abi3) leaves out: libstdc++ brings it in through other headers, libc++ (the release
-// wheel's, scripts/build_wheel.sh) does not.
-#include <Python.h>
-#include <cstdio>
-// clang-format on
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>

@@ -10,13 +10,6 @@
 // statistics, and the contract itself: its limits, the launch validator and
 // the module parser, so that trace-time checks and the disk cache use the
 // very code XLA's instantiate stage runs. Importing it touches no GPU.
-// clang-format off
-// nanobind's headers call fprintf(stderr) and count on Python.h (first, as it asks) for <stdio.h>, which
-// its limited API (abi3) leaves out: libstdc++ brings it in through other headers, libc++ (the release
-// wheel's, scripts/build_wheel.sh) does not.
-#include <Python.h>
-#include <cstdio>
-// clang-format on
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
