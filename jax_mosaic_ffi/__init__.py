@@ -43,7 +43,7 @@ from jax_mosaic_ffi import ops
 
 register = registration.register
 
-__version__ = "0.1.0"
+from jax_mosaic_ffi._version import __version__  # noqa: F401  (re-exported: jax_mosaic_ffi.__version__)
 
 __all__ = [
     "BatchDims", "Collective", "CompileError", "Elementwise", "Kernel", "KernelCacheStats", "LaunchError",

@@ -13,7 +13,8 @@
 #   JMF_VENV    the venv (default .venv in the checkout)
 #   JMF_JAX     pin jax and jaxlib to this version (default: the newest pip finds in range)
 #   JMF_TRITON  pin triton (the `triton` extra) to this version (default: the newest pip finds in range)
-#   JMF_WHEEL   install this wheel instead (not editable, nothing built; CI's second venv)
+#   JMF_WHEEL   install this wheel instead (not editable, nothing built; CI's second venv, and with
+#               JMF_SYSTEM_SITE_PACKAGES=1 the H200's: scripts/gpu_check.sh wheel)
 #   JMF_CUDA    auto (default): add the `cuda` extra (jax[cuda13]) where an NVIDIA driver is found
 #               (jax_mosaic_ffi/base/driver_probe.py); 1 always, 0 never
 #   JMF_SYSTEM_SITE_PACKAGES=1  offline: the venv sees JMF_PYTHON's packages (jax, its CUDA plugin,
@@ -44,6 +45,7 @@ build_stamp() {
     cd "$repo"
     { find csrc -type f; echo CMakeLists.txt; echo pyproject.toml; } | LC_ALL=C sort | xargs sha256sum
     echo "jax=${JMF_JAX:-} triton=${JMF_TRITON:-} wheel=${JMF_WHEEL:-} checkout=$repo"
+    [ -z "${JMF_WHEEL:-}" ] || sha256sum "$JMF_WHEEL"  # a new build under the same name
     echo "offline=${JMF_SYSTEM_SITE_PACKAGES:-} defines=${JMF_CMAKE_DEFINES:-}"
   ) | sha256sum | cut -d' ' -f1
 }
@@ -116,7 +118,20 @@ else
   [ -z "${JMF_TRITON:-}" ] || pins+=("triton==$JMF_TRITON")
   rm -f "$stamp_file"
   extras="$extras_union"
-  if [ "$offline" = 1 ]; then
+  if [ "$offline" = 1 ] && [ -n "${JMF_WHEEL:-}" ]; then
+    # Nothing can be downloaded, nothing is built: the wheel alone, its dependencies already there.
+    needed="import jax, jaxlib, numpy, ml_dtypes, pytest"
+    if ! missing="$("$venv/bin/python" -c "$needed" 2>&1)"; then
+      echo "error: JMF_SYSTEM_SITE_PACKAGES=1 installs nothing but the wheel, and $venv cannot" >&2
+      echo "       import what it needs ($needed): ${missing##*$'\n'}" >&2
+      exit 1
+    fi
+    echo "== installing $(basename "$JMF_WHEEL") into $venv (offline: --no-index --no-deps, nothing built)"
+    "$venv/bin/python" -m pip install -q --no-index --no-deps --force-reinstall "$JMF_WHEEL"
+    # The dependencies are the system's: say which of the wheel's requirements they miss.
+    unmet="$("$venv/bin/python" -m pip check 2>&1 | grep -i '^jax.mosaic.ffi ' || true)"
+    [ -z "$unmet" ] || loud "$venv does not meet all of the wheel's requirements (tests run anyway):" "$unmet"
+  elif [ "$offline" = 1 ]; then
     # Nothing can be downloaded: every dependency must already be importable.
     needed="import jax, jaxlib, numpy, ml_dtypes, nanobind, scikit_build_core, pytest"
     if ! missing="$("$venv/bin/python" -c "$needed" 2>&1)"; then

@@ -23,14 +23,28 @@ def _cuda_devices() -> tuple[int, str | None]:
     return 0, str(e)
 
 
+def pytest_configure(config):
+  # Runs from an installed wheel (CI's second venv, scripts/gpu_check.sh wheel) say where it is installed:
+  # the tests must import that copy, never this checkout's package.
+  expected = os.environ.get("JMF_EXPECT_INSTALLED_UNDER")
+  if expected:
+    import jax_mosaic_ffi
+    from jax_mosaic_ffi import _core
+    for path in (jax_mosaic_ffi.__file__, _core.__file__):
+      if not os.path.realpath(path).startswith(os.path.realpath(expected) + os.sep):
+        raise pytest.UsageError(f"JMF_EXPECT_INSTALLED_UNDER={expected}, but the tests import {path}")
+
+
 def pytest_report_header(config):
+  import jax_mosaic_ffi
   from jax_mosaic_ffi.base import gpu_info
   count, error = _cuda_devices()
   reason = gpu_info.gpu_unavailable_reason(count, 1, error)
+  where = f"jax_mosaic_ffi {jax_mosaic_ffi.__version__} from {os.path.dirname(jax_mosaic_ffi.__file__)}"
   if reason is None:
-    return f"jax_mosaic_ffi: GPU tests run on {count} CUDA device(s)"
+    return [where, f"jax_mosaic_ffi: GPU tests run on {count} CUDA device(s)"]
   loud = "driver is here" in reason
-  return f"jax_mosaic_ffi: {'WARNING: ' if loud else ''}GPU tests skip: {reason}"
+  return [where, f"jax_mosaic_ffi: {'WARNING: ' if loud else ''}GPU tests skip: {reason}"]
 
 
 def pytest_collection_modifyitems(config, items):

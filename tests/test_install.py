@@ -1,10 +1,13 @@
-"""Installation: the supported jax range, the abi3 wheel, the no-GPU note.
+"""Installation: the supported jax range, the release wheel, the version, the no-GPU note.
 
-The wheel test builds `pip wheel .` (or reuses the one built for the same
-sources under build/wheelhouse), installs it into a fresh venv and runs a CPU
-smoke subset of these tests against the installed copy, not this checkout.
+The wheel tests take the release wheel of these sources (scripts/build_wheel.sh,
+built once per source state, or $JMF_WHEEL): its tag, the ELF needs of its
+extension, its contents and metadata; then they install it into a fresh venv
+and run a CPU smoke subset of these tests against the installed copy, not
+this checkout.
 """
 
+import importlib.metadata
 import os
 import pathlib
 import re
@@ -22,6 +25,8 @@ import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi import _core
 from jax_mosaic_ffi.base import gpu_info
 from jax_mosaic_ffi.base import versions
+
+import elf_info
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PYPROJECT = REPO / "pyproject.toml"
@@ -151,11 +156,11 @@ def test_no_gpu_is_said_once_and_the_rest_works(tmp_path):
 
 
 def _wheel() -> pathlib.Path:
-  """The wheel of these sources: $JMF_WHEEL, else scripts/build_wheel.sh's (built once per source hash)."""
+  """The release wheel of these sources: $JMF_WHEEL, else scripts/build_wheel.sh's (built once per source hash)."""
   if os.environ.get("JMF_WHEEL"):
     return pathlib.Path(os.environ["JMF_WHEEL"])
   result = subprocess.run(["bash", str(REPO / "scripts" / "build_wheel.sh")], capture_output=True, text=True,
-                          env=dict(os.environ, JMF_PYTHON=sys.executable), timeout=900)
+                          env=dict(os.environ, JMF_PYTHON=sys.executable), timeout=2400)
   assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
   return pathlib.Path(result.stdout.split()[-1])
 
@@ -175,16 +180,97 @@ def _python313():
   return None
 
 
+@pytest.fixture(scope="module")
+def wheel() -> pathlib.Path:
+  return _wheel()
+
+
+def _wheel_tag(wheel: pathlib.Path) -> str:
+  return "-".join(wheel.stem.split("-")[2:])
+
+
+# What a manylinux_2_28 system is sure to have (PEP 600, auditwheel's policy): the extension links nothing else.
+MANYLINUX_LIBRARIES = {"libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1",
+                       "ld-linux-x86-64.so.2"}
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not PYPROJECT.exists(), reason="needs the source checkout")
-def test_wheel_installs_into_a_fresh_venv_and_passes_the_smoke_tests(tmp_path):
-  wheel = _wheel()
-  # One wheel for every CPython >= 3.12.
-  assert re.fullmatch(r"jax_mosaic_ffi-[^-]+-cp312-abi3-linux_x86_64\.whl", wheel.name), wheel.name
+def test_wheel_is_manylinux_2_28_abi3_and_needs_no_more_than_that(wheel):
+  # One wheel for every CPython >= 3.12 on every Linux with glibc >= 2.28.
+  assert _wheel_tag(wheel) == "cp312-abi3-manylinux_2_28_x86_64", wheel.name
   with zipfile.ZipFile(wheel) as z:
-    names = set(z.namelist())
-    assert "jax_mosaic_ffi/_core.abi3.so" in names
-    assert "jax_mosaic_ffi/include/jax_mosaic_ffi/collective.cuh" in names
+    info = z.read(f"jax_mosaic_ffi-{jmf.__version__}.dist-info/WHEEL").decode()
+    extension = z.read("jax_mosaic_ffi/_core.abi3.so")
+  assert "Tag: cp312-abi3-manylinux_2_28_x86_64" in info and "Root-Is-Purelib: false" in info, info
+  libraries, versions = elf_info.needs(extension)
+  # No C++ runtime of the build machine (libc++ is linked in), and not the CUDA driver: the user's
+  # driver provides libcuda.so.1, which we dlopen (csrc/driver/cuda_driver.cc).
+  assert set(libraries) <= MANYLINUX_LIBRARIES, libraries
+  assert all(not lib.startswith(("libstdc++", "libgcc_s", "libcuda")) for lib in versions), versions
+  newest_glibc = max((elf_info.newest(v, "GLIBC") for v in versions.values()), default=())
+  assert () < newest_glibc <= (2, 28), versions
+
+
+def _expected_wheel_files() -> set[str]:
+  """The package as the checkout has it (Python files, device headers), its extension, and the metadata."""
+  package = REPO / "jax_mosaic_ffi"
+  files = {str(p.relative_to(REPO)) for p in package.rglob("*")
+           if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".so", ".pyc")}
+  dist_info = f"jax_mosaic_ffi-{jmf.__version__}.dist-info"
+  return files | {"jax_mosaic_ffi/_core.abi3.so"} | {
+      f"{dist_info}/{name}" for name in ("METADATA", "WHEEL", "RECORD", "licenses/LICENSE")}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not PYPROJECT.exists(), reason="needs the source checkout")
+def test_wheel_holds_the_package_its_device_headers_and_nothing_else(wheel):
+  with zipfile.ZipFile(wheel) as z:
+    names = {n for n in z.namelist() if not n.endswith("/")}
+  expected = _expected_wheel_files()
+  assert not expected - names, f"missing from the wheel: {sorted(expected - names)}"
+  assert not names - expected, f"in the wheel but not in the package: {sorted(names - expected)}"
+  # What NVRTC compiles kernels against at run time (toolchain/): our device headers and the compat headers.
+  assert "jax_mosaic_ffi/include/jax_mosaic_ffi/collective.cuh" in names
+  assert "jax_mosaic_ffi/include/jmf_compat/jmf_compat_prelude.h" in names
+  assert wheel.stat().st_size < 4 << 20, f"{wheel.stat().st_size} bytes: what made the wheel this large?"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not PYPROJECT.exists(), reason="needs the source checkout")
+def test_wheel_metadata_is_what_an_index_shows(wheel):
+  with zipfile.ZipFile(wheel) as z:
+    metadata = z.read(f"jax_mosaic_ffi-{jmf.__version__}.dist-info/METADATA").decode()
+  headers = metadata.split("\n\n", 1)[0].splitlines()
+  assert f"Version: {jmf.__version__}" in headers
+  assert "License-Expression: Apache-2.0" in headers and "License-File: LICENSE" in headers
+  assert "Requires-Python: >=3.12" in headers
+  for classifier in ("Environment :: GPU :: NVIDIA CUDA :: 13", "Operating System :: POSIX :: Linux",
+                     "Programming Language :: Python :: 3.12", "Programming Language :: Python :: 3.13"):
+    assert f"Classifier: {classifier}" in headers
+  assert {"Provides-Extra: triton", "Provides-Extra: test", "Provides-Extra: cuda"} <= set(headers)
+  assert "Description-Content-Type: text/markdown" in headers
+  # The README is the description: its first line and its install command.
+  assert "# jax_mosaic_ffi" in metadata and "pip install jax_mosaic_ffi-" in metadata
+
+
+def test_the_version_is_set_in_one_place():
+  version_file = pathlib.Path(jmf.__file__).parent / "_version.py"
+  assert re.fullmatch(r'__version__ = "(\d+\.\d+\.\d+)"', version_file.read_text().splitlines()[-1])
+  # What the installed metadata says is what the module says (pyproject reads _version.py).
+  assert importlib.metadata.version("jax_mosaic_ffi") == jmf.__version__
+  if PYPROJECT.exists():
+    project = tomllib.loads(PYPROJECT.read_text())
+    assert "version" not in project["project"] and project["project"]["dynamic"] == ["version"]
+    assert project["tool"]["scikit-build"]["metadata"]["version"]["input"] == "jax_mosaic_ffi/_version.py"
+    changelog = (REPO / "CHANGELOG.md").read_text()
+    assert f"## {jmf.__version__}" in changelog or "## Unreleased" in changelog
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not PYPROJECT.exists(), reason="needs the source checkout")
+def test_wheel_installs_into_a_fresh_venv_and_passes_the_smoke_tests(wheel, tmp_path):
+  with zipfile.ZipFile(wheel) as z:
     z.extract("jax_mosaic_ffi/_core.abi3.so", tmp_path / "so")
 
   # The extension loads under another Python than the one that built it.
