@@ -221,7 +221,7 @@ CRAFTED = '''
     # v1 target, which an older runtime would have run with the placeholder grid.
     program_cases = {
         "programs grid 0": crafted((one,), launch_programs=(0, 0, 2, 0, 0)),
-        "programs overflow": crafted((one,), launch_programs=(0, 0, 8, 1, 0, 0, 0, 2**62, 3)),
+        "programs overflow": crafted((one,), launch_programs=(0, 0, 6, 1, 0, 0, 0, 2**62, 3)),
         "programs scalar width": crafted((one,), launch_programs=(1, 0, 6, 1, 0, 0, 0, 2**40, 3)),
     }
     for name, f in program_cases.items():
