@@ -7,14 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-# Skipped only where triton is absent: a triton that is installed but fails
-# to import (a missing dependency, a bad build) must fail the suite, not hide.
-try:
-  import triton  # noqa: F401
-except ModuleNotFoundError as e:
-  if e.name != "triton":
-    raise
-  pytest.skip("triton is not installed (pip install 'jax_mosaic_ffi[triton]')", allow_module_level=True)
+from triton_required import import_triton
+
+triton = import_triton()
 
 import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.toolchain import compile_cache

@@ -15,12 +15,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-try:
-  import triton  # noqa: F401
-except ModuleNotFoundError as e:
-  if e.name != "triton":
-    raise
-  pytest.skip("triton is not installed (pip install 'jax_mosaic_ffi[triton]')", allow_module_level=True)
+from triton_required import import_triton
+
+triton = import_triton()
 
 import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.transforms import tensor_descriptor

@@ -10,12 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-try:
-  import triton
-except ModuleNotFoundError as e:
-  if e.name != "triton":
-    raise
-  pytest.skip("triton is not installed (pip install 'jax_mosaic_ffi[triton]')", allow_module_level=True)
+from triton_required import import_triton
+
+triton = import_triton()
 
 import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.base import gpu_info
