@@ -1,4 +1,5 @@
 import os
+import shutil
 
 import pytest
 
@@ -12,6 +13,11 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+# nvcc, for the tests that check that the sources NVRTC compiles are ones nvcc takes as well. nvcc needs a host
+# compiler, which a user's machine need not have: scripts/without_compiler.sh (CI's run from the wheel) hides it.
+NVCC = None if os.environ.get("JMF_WITHOUT_COMPILER") else (
+    shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None))
+NO_NVCC = "no nvcc with a host compiler to compare with"
 
 
 def _cuda_devices() -> tuple[int, str | None]:

@@ -6,7 +6,6 @@ the CPU; values are checked at compile time with static_assert where they
 can be, and in the PTX where the point is what the code compiles to.
 """
 
-import os
 import re
 import shutil
 import subprocess
@@ -17,6 +16,8 @@ import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.toolchain.nvrtc import compiler
 from jax_mosaic_ffi.toolchain.nvrtc import compat as nvrtc_compat
 from jax_mosaic_ffi.base.module_format import Arch, ImageKind
+
+from conftest import NO_NVCC, NVCC
 
 
 def compile_ok(source, name="k", **kwargs):
@@ -500,10 +501,9 @@ def test_every_compat_header_says_why_it_exists():
 # --- the same sources under nvcc, where there is one ----------------------------------
 
 NVCC_ACCEPTS = [ASSERT % "cassert", MATH_CONSTANTS % "cmath", NO_INCLUDES]
-NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
 
 
-@pytest.mark.skipif(NVCC is None, reason="no nvcc to compare with")
+@pytest.mark.skipif(NVCC is None, reason=NO_NVCC)
 @pytest.mark.parametrize("index", range(len(NVCC_ACCEPTS)))
 def test_nvcc_accepts_the_same_sources(tmp_path, index):
   # The premise of the compat headers: these are sources nvcc takes as they are.

@@ -21,7 +21,6 @@ import dataclasses
 import math
 import os
 import pathlib
-import shutil
 import subprocess
 from typing import Callable
 
@@ -32,6 +31,8 @@ import numpy as np
 import pytest
 
 import jax_mosaic_ffi as jmf
+
+from conftest import NO_NVCC, NVCC
 
 CORPUS = pathlib.Path(__file__).parent / "corpus"
 f32, f16, bf16 = np.float32, np.float16, ml_dtypes.bfloat16
@@ -459,10 +460,9 @@ def test_the_corpus_covers_the_idioms_that_broke():
   assert any(c.name == "kernels::scale<float, 4>" for c in CASES)
 
 
-NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
 
 
-@pytest.mark.skipif(NVCC is None, reason="no nvcc to compare with")
+@pytest.mark.skipif(NVCC is None, reason=NO_NVCC)
 def test_nvcc_accepts_the_same_files(tmp_path):
   # The premise: these are sources nvcc compiles as they are (with the
   # --expt-relaxed-constexpr real builds pass, for std::max in device code).
