@@ -2,51 +2,22 @@
 
 Run as ``cross_process_worker.py RANK NPROCS PORT MODE SEED`` by
 fresh_process.run_together; prints one JSON object on its last line and leaves
-with os._exit, so that jax.distributed's shutdown barrier never waits for a
+with os._exit (worker_process.py), so that jax.distributed's shutdown barrier never waits for a
 peer a test killed on purpose.
 """
 
 import functools
 import gc
-import json
 import os
 import re
-import sys
 import time
 import traceback
 
-RANK, NPROCS, PORT, MODE = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-SEED = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+from worker_process import MODE, NPROCS, RANK, SEED, initialize
+from worker_process import finish as finish_process
 
-
-def finish(result: dict) -> None:
-  print(json.dumps(result), flush=True)
-  sys.stderr.flush()
-  # Process 0 hosts the coordination service: were it to go first, the others would be
-  # terminated by jax.distributed. So the others say goodbye and it waits for them.
-  try:
-    from jax._src import distributed
-    client = distributed.global_state.client
-    if client is not None and RANK != 0:
-      client.key_value_set("worker/done/%d" % RANK, "1")
-    elif client is not None and "exit" not in MODE:
-      for r in range(1, NPROCS):
-        client.blocking_key_value_get("worker/done/%d" % r, 60_000)
-  except Exception:  # noqa: BLE001 - a peer that died; nothing to wait for
-    pass
-  os._exit(0)
-
-
-def initialize(cpu: bool):
-  import jax
-  if cpu:
-    jax.config.update("jax_platforms", "cpu")
-    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{PORT}", num_processes=NPROCS, process_id=RANK)
-  else:
-    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{PORT}", num_processes=NPROCS, process_id=RANK,
-                               local_device_ids=[0])
-  jax.devices()  # every process builds its backend: the topology is traded at this point
-  return jax
+# A peer killed on purpose (the "exit" modes) is not waited for.
+finish = functools.partial(finish_process, wait_for_peers="exit" not in MODE)
 
 
 # --- the key-value exchange alone, on CPU ---------------------------------------------------------

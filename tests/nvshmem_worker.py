@@ -4,42 +4,11 @@ Run as ``nvshmem_worker.py RANK NPROCS PORT MODE SEED`` by fresh_process.run_tog
 on its last line and leaves with os._exit (as cross_process_worker.py does, for the same reason).
 """
 
-import json
-import os
-import sys
 import time
 import traceback
 
-RANK, NPROCS, PORT, MODE = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-SEED = int(sys.argv[5]) if len(sys.argv) > 5 else 0
-
-
-def finish(result: dict) -> None:
-  print(json.dumps(result), flush=True)
-  sys.stderr.flush()
-  try:
-    from jax._src import distributed
-    client = distributed.global_state.client
-    if client is not None and RANK != 0:
-      client.key_value_set("worker/done/%d" % RANK, "1")
-    elif client is not None:
-      for r in range(1, NPROCS):
-        client.blocking_key_value_get("worker/done/%d" % r, 60_000)
-  except Exception:  # noqa: BLE001 - a peer that died; nothing to wait for
-    pass
-  os._exit(0)
-
-
-def initialize(cpu: bool):
-  import jax
-  if cpu:
-    jax.config.update("jax_platforms", "cpu")
-    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{PORT}", num_processes=NPROCS, process_id=RANK)
-  else:
-    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{PORT}", num_processes=NPROCS, process_id=RANK,
-                               local_device_ids=[0])
-  jax.devices()
-  return jax
+from worker_process import MODE, NPROCS, RANK, SEED, initialize
+from worker_process import finish
 
 
 def agree_mode(variant: str) -> dict:

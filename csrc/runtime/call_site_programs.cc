@@ -13,18 +13,19 @@
 namespace jmf {
 namespace {
 
-// Dimension `axis` of buffer `b` (inputs, then outputs), or -1 when there is none.
-int64_t Dimension(const ffi::RemainingArgs& args, const ffi::RemainingRets& rets, int b, int axis) {
-  ffi::Span<const int64_t> dims;
+// The dimensions of buffer `b` (inputs, then outputs); empty where XLA passed none.
+ffi::Span<const int64_t> Dimensions(const ffi::RemainingArgs& args, const ffi::RemainingRets& rets, int b) {
   if (static_cast<size_t>(b) < args.size()) {
     auto buffer = args.get<ffi::AnyBuffer>(b);
-    if (!buffer.has_value()) return -1;
-    dims = buffer->dimensions();
-  } else {
-    auto buffer = rets.get<ffi::AnyBuffer>(b - args.size());
-    if (!buffer.has_value()) return -1;
-    dims = (*buffer)->dimensions();
+    return buffer.has_value() ? buffer->dimensions() : ffi::Span<const int64_t>();
   }
+  auto buffer = rets.get<ffi::AnyBuffer>(b - args.size());
+  return buffer.has_value() ? (*buffer)->dimensions() : ffi::Span<const int64_t>();
+}
+
+// Dimension `axis` of buffer `b`, or -1 when there is none.
+int64_t Dimension(const ffi::RemainingArgs& args, const ffi::RemainingRets& rets, int b, int axis) {
+  ffi::Span<const int64_t> dims = Dimensions(args, rets, b);
   return static_cast<size_t>(axis) < dims.size() ? dims[axis] : -1;
 }
 
@@ -42,14 +43,7 @@ ffi::Error CallSite::ResolveLaunchPrograms(const ffi::RemainingArgs& args, const
       BufferShapes shapes;
       shapes.count = spec_.num_buffers;
       for (int b = 0; b < spec_.num_buffers; ++b) {
-        ffi::Span<const int64_t> dims;
-        if (static_cast<size_t>(b) < args.size()) {
-          auto buffer = args.get<ffi::AnyBuffer>(b);
-          if (buffer.has_value()) dims = buffer->dimensions();
-        } else {
-          auto buffer = rets.get<ffi::AnyBuffer>(b - args.size());
-          if (buffer.has_value()) dims = (*buffer)->dimensions();
-        }
+        ffi::Span<const int64_t> dims = Dimensions(args, rets, b);
         shapes.dims[b] = dims.begin();
         shapes.rank[b] = static_cast<int64_t>(dims.size());
       }

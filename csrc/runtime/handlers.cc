@@ -40,13 +40,19 @@ ffi::ErrorOr<std::unique_ptr<CallSite>> Instantiate(ffi::Dictionary attrs, bool 
   return site;
 }
 
-ffi::ErrorOr<std::unique_ptr<CallSite>> InstantiatePlain(ffi::Dictionary attrs) {
-  auto site = Instantiate(attrs, /*collective=*/false);
+// The plain launch targets (v1, v2) refuse NVSHMEM calls, which need their own target's prepare and initialize.
+ffi::ErrorOr<std::unique_ptr<CallSite>> InstantiatePlainTarget(ffi::Dictionary attrs, const char* target,
+                                                               bool programs_allowed) {
+  auto site = Instantiate(attrs, /*collective=*/false, programs_allowed);
   if (site.has_value() && (*site)->spec().nvshmem) {
     return ffi::Error::InvalidArgument((*site)->who() + ": an NVSHMEM call (nvshmem_symmetric) must use target " +
-                                       kNvshmemTarget + ", not " + kLaunchTarget);
+                                       kNvshmemTarget + ", not " + target);
   }
   return site;
+}
+
+ffi::ErrorOr<std::unique_ptr<CallSite>> InstantiatePlain(ffi::Dictionary attrs) {
+  return InstantiatePlainTarget(attrs, kLaunchTarget, /*programs_allowed=*/false);
 }
 
 ffi::ErrorOr<std::unique_ptr<CallSite>> InstantiateNvshmem(ffi::Dictionary attrs) {
@@ -59,12 +65,7 @@ ffi::ErrorOr<std::unique_ptr<CallSite>> InstantiateNvshmem(ffi::Dictionary attrs
 }
 
 ffi::ErrorOr<std::unique_ptr<CallSite>> InstantiatePlainV2(ffi::Dictionary attrs) {
-  auto site = Instantiate(attrs, /*collective=*/false, /*programs_allowed=*/true);
-  if (site.has_value() && (*site)->spec().nvshmem) {
-    return ffi::Error::InvalidArgument((*site)->who() + ": an NVSHMEM call (nvshmem_symmetric) must use target " +
-                                       kNvshmemTarget + ", not " + kLaunchTargetV2);
-  }
-  return site;
+  return InstantiatePlainTarget(attrs, kLaunchTargetV2, /*programs_allowed=*/true);
 }
 
 ffi::ErrorOr<std::unique_ptr<CallSite>> InstantiateCollective(ffi::Dictionary attrs) {

@@ -68,17 +68,13 @@ def find() -> NvshmemPackage | None:
   return None
 
 
-def _too_new(package: NvshmemPackage) -> bool:
-  return package.version[:2] > NEWEST_SUPPORTED
-
-
 def require(what: str) -> NvshmemPackage:
   """The installed NVSHMEM, or NvshmemUnavailable saying how to install it, for `what` ("cuda_kernel 'x'")."""
   package = find()
   if package is None:
     raise NvshmemUnavailable(
         f"{what} needs NVSHMEM {SUPPORTED_MAJOR}.x, which is not installed: {INSTALL_HINT}")
-  if _too_new(package):
+  if package.version[:2] > NEWEST_SUPPORTED:
     newest = ".".join(map(str, NEWEST_SUPPORTED))
     raise NvshmemUnavailable(
         f"{what} needs NVSHMEM {SUPPORTED_MAJOR}.4 to {newest}; {'.'.join(map(str, package.version))} is installed, "
