@@ -58,12 +58,11 @@ role, kernels = sys.argv[1], sys.argv[2]
 sys.path.insert(0, kernels)
 import numpy as np
 import jax, jax.numpy as jnp
-jax.devices()
+jax.block_until_ready(jax.jit(lambda x: x + 1)(jnp.zeros(8)))  # JAX's own first compile: startup, not ours
 from benchmarks import autotune as bench
 out = {"startup_s": time.perf_counter() - start_process}
 if role == "ours":
   import jax_mosaic_ffi as jmf
-  from jax_mosaic_ffi.transforms import autotune as autotuning
   calls = bench.our_calls()
   for name, (tuned, first, xla, inputs) in calls.items():
     start = time.perf_counter()
@@ -76,7 +75,7 @@ if role == "ours":
   if sys.argv[3] == "time":
     for name, (tuned, first, xla, inputs) in calls.items():
       paths = {"autotuned": jax.jit(tuned), "first_config": jax.jit(first), "xla": jax.jit(xla)}
-      out[name]["us"] = {p: autotuning._time(f, inputs, rounds=15, round_s=20e-3) * 1e6 for p, f in paths.items()}
+      out[name]["us"] = {p: bench.gpu_us(f, inputs) for p, f in paths.items()}
       # Against numpy in fp32 on the first 256 rows, and against XLA's result.
       a, b = (np.asarray(x, np.float32) for x in inputs)
       ref = a[:256] @ b
@@ -92,10 +91,28 @@ else:
   jax.block_until_ready(call(*inputs))
   out["first_result_s"] = time.perf_counter() - start
   if sys.argv[4] == "time":
-    from jax_mosaic_ffi.transforms import autotune as autotuning
-    out["us"] = autotuning._time(call, inputs, rounds=15, round_s=20e-3) * 1e6
+    out["us"] = bench.gpu_us(call, inputs)
 print("CHILD " + json.dumps(out))
 '''
+
+
+def gpu_us(call, inputs, calls: int = 10, rounds: int = 15) -> float:
+  """GPU microseconds per call: the GPU clock around `calls` calls in one program (each after the last),
+  median of `rounds` runs."""
+  import statistics
+
+  import jax
+
+  from jax_mosaic_ffi.transforms import autotune as autotuning
+  from jax_mosaic_ffi.transforms import gpu_clock
+  timed = jax.jit(gpu_clock.timed(autotuning._repeated(call, calls)))
+  for _ in range(3):
+    jax.block_until_ready(timed(*inputs))
+  samples = []
+  for _ in range(rounds):
+    start, stop, _ = timed(*inputs)
+    samples.append(gpu_clock.elapsed_s(start, stop) / calls)
+  return statistics.median(samples) * 1e6
 
 
 def _inputs(shape, dtype, seed):
@@ -196,7 +213,9 @@ def _jax_triton_versions() -> str:
 
 def run() -> dict:
   cache = tempfile.mkdtemp(prefix="jmf-autotune-bench-")
-  env = {"JAX_MOSAIC_FFI_CACHE_DIR": cache, "JAX_MOSAIC_FFI_POISON_OUTPUTS": "0"}
+  # Triton's own cache, empty too: the first process compiles cold whatever ran on this machine before.
+  env = {"JAX_MOSAIC_FFI_CACHE_DIR": cache, "JAX_MOSAIC_FFI_POISON_OUTPUTS": "0",
+         "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="jmf-autotune-bench-triton-")}
   first = _child(["ours", KERNELS, "time"], env)
   second = _child(["ours", KERNELS, "first-only"], env)
   result = {"first": first, "second": second, "triton_shape": TRITON_SHAPE, "cuda_shape": CUDA_SHAPE,
@@ -238,9 +257,13 @@ def tables(results: dict) -> list[str]:
                f"{fmt(second['triton']['first_result_s'], 2)} s.")
   s1, s2 = first["stats"], second["stats"]
   method = (f"Each kernel autotuned over {r['configs']['triton']} / {r['configs']['cuda']} configs; per-call times "
-            "in microseconds, medians of 15 rounds of back-to-back calls, in the first process. XLA is "
-            "`jnp.matmul` (fp32 at `precision='highest'`). The first process starts with an empty kernel cache, "
-            "so its first call compiles and times every config; the second process finds the winners on disk. "
+            "in microseconds of GPU time (the GPU's clock around 10 calls in one program, median of 15 runs), in the "
+            "first process. XLA is "
+            "`jnp.matmul` (fp32 at `precision='highest'`). The first process starts with empty kernel caches (ours "
+            "and Triton's), "
+            "so its first call compiles and times every config; the second process finds the winners on disk. Both "
+            "processes' times to first result start after JAX's own first compile (a trivial jit), which is "
+            f"startup ({fmt(first['startup_s'], 2)} s and {fmt(second['startup_s'], 2)} s). "
             f"First process: {s1['triton_compiles']} Triton compiles, {s1['nvrtc_compiles']} NVRTC compiles, "
             f"{s1['tunings']} tunings; second: {s2['triton_compiles']} Triton compiles, {s2['nvrtc_compiles']} "
             f"NVRTC compiles, {s2['tunings']} tunings, {s2['autotune_disk_hits']} winners from disk. Largest "

@@ -46,23 +46,6 @@ CASES = {
     "layer_norm": "layer norm fwd + bwd, 16384x8192 fp16",
 }
 
-# Stamps the GPU clock into the jitted program: `begin` passes its input through (aliased, so the chain's first
-# call depends on it), `end` reads up to four of the chain's last results. Compiled PDL-safe (the default), each
-# reads the clock once the previous kernel's results are complete.
-STAMP_SOURCE = r'''
-__device__ __forceinline__ void write_clock(unsigned int* t) {
-  unsigned long long now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  t[0] = (unsigned int)now;
-  t[1] = (unsigned int)(now >> 32);
-}
-extern "C" __global__ void stamp_begin(char* x, unsigned int* t) { if (threadIdx.x == 0) write_clock(t); }
-extern "C" __global__ void stamp_end(const char* a, const char* b, const char* c, const char* d, unsigned int* t) {
-  if (threadIdx.x == 0) write_clock(t);
-}
-'''
-
-
 # ------------------------------------------------------------------ the decorators, unwrapped or not
 
 def unwrap(fn):
@@ -289,36 +272,18 @@ def environment(with_torch: bool = True) -> dict:
   return {"np": np, "jax": jax, "jnp": jnp, "jmf": jmf, "torch": torch, "triton": triton, "K": K}
 
 
-def stamps(env):
-  jax, jnp, jmf, np = env["jax"], env["jnp"], env["jmf"], env["np"]
-  kernel_begin = jmf.cuda_kernel(STAMP_SOURCE, "stamp_begin")
-  kernel_end = jmf.cuda_kernel(STAMP_SOURCE, "stamp_end")
-  clock = jax.ShapeDtypeStruct((2,), jnp.uint32)
-  begin = jmf.mosaic_kernel(kernel_begin, lambda x: (x, clock), grid=1, block=32, input_output_aliases={0: 0},
-                            param_order=("in0", "out1"))
-  end = jmf.mosaic_kernel(kernel_end, clock, grid=1, block=32)
-
-  def ns(words):
-    low, high = (int(w) for w in np.asarray(words))
-    return high << 32 | low
-  return begin, end, ns
-
-
-def stamped_chain(case: Case, stamps):
+def stamped_chain(case: Case):
   """Our side's timed program: (GPU clock before, GPU clock after, outputs) of `case.chain` calls, each fed by
-  the last, between two stamps that depend on the chain's first input and on its last outputs."""
-  begin, end, _ = stamps
+  the last (gpu_clock.timed: the stamps wait for the chain's inputs and for its last outputs)."""
+  from jax_mosaic_ffi.transforms import gpu_clock
 
-  def program(*xs):
-    first, start = begin(xs[0])
-    xs = (first, *xs[1:])
+  def chain(*xs):
     outs = None
     for _ in range(case.chain):
       outs = case.ours(*xs)
       xs = case.carry(xs, outs)
-    last = list(outs)[:4]
-    return start, end(*(last + last[:1] * (4 - len(last)))), outs
-  return program
+    return outs
+  return gpu_clock.timed(chain)
 
 
 def _error(got, want) -> float:
@@ -326,12 +291,12 @@ def _error(got, want) -> float:
   return float(abs(got - want).max() / max(abs(want).max(), 1e-30))
 
 
-def _measure_case(name, env, clock, rounds):
+def _measure_case(name, env, rounds):
+  from jax_mosaic_ffi.transforms import gpu_clock
   np, jax, jmf, torch = env["np"], env["jax"], env["jmf"], env["torch"]
   case = make_case(name, env)
   ours, theirs, launched, carry, chain, tolerance, unit = (
       case.ours, case.theirs, case.launched, case.carry, case.chain, case.tolerance, case.unit)
-  ns = clock[2]
   inputs = case.inputs()
   tensors = [torch.from_numpy(a).to(torch.device("cuda")) for a in inputs]
   arrays = [jax.device_put(a) for a in inputs]
@@ -371,11 +336,11 @@ def _measure_case(name, env, clock, rounds):
       calls["triton_at_our_config"] = launcher(Pinned(autotuned, ours_winner))
       samples["triton_at_our_config"] = []
 
-  jitted = jax.jit(stamped_chain(case, clock))
+  jitted = jax.jit(stamped_chain(case))
 
   def ours_sample():
     start, stop, _ = jitted(*arrays)
-    return (ns(stop) - ns(start)) / 1e9 / chain
+    return gpu_clock.elapsed_s(start, stop) / chain
 
   def triton_sample(call):
     begin_event, end_event = (torch.cuda.Event(enable_timing=True) for _ in range(2))
@@ -469,10 +434,9 @@ def run(cases=(), rounds: int = ROUNDS) -> dict:
     except Exception as e:
       result["errors"]["ours"] = f"{type(e).__name__}: {e}"  # keyed as the goal's metric ends
     return result
-  stamps_ = stamps(env)
   for name in cases:
     try:
-      result["cases"][name] = _measure_case(name, env, stamps_, rounds)
+      result["cases"][name] = _measure_case(name, env, rounds)
       result["speed"][name] = result["cases"][name]["speed"]
     except Exception as e:  # one case's failure is its row, not the run's
       result["errors"][name] = f"{type(e).__name__}: {str(e)[:2000]}"

@@ -110,13 +110,11 @@ def test_each_case_matches_torch_through_both_launchers():
 @pytest.mark.parametrize("name", ["softmax", "attention_causal"])
 def test_the_timed_program_is_the_chain_between_two_clock_stamps(env, isolated_disk_cache, name):
   case = native.make_case(name, env)
-  calls = custom_calls(lower(native.stamped_chain(case, native.stamps(env)), *case.avals))
+  calls = custom_calls(lower(native.stamped_chain(case), *case.avals))
   names = [c["config"]["kernel_name"] for c in calls]
   kernel = {"softmax": b"softmax_kernel", "attention_causal": b"attention_fwd"}[name]
-  assert names == [b"stamp_begin", *[kernel] * case.chain, b"stamp_end"]
-  begin, end = calls[0], calls[-1]
-  # The first stamp passes the chain's first input through in place (the chain waits for it); the last reads
-  # four of the chain's last outputs (it waits for them), and the clock comes back as two uint32 words.
-  assert (begin["operands"], begin["results"], end["operands"], end["results"]) == (1, 2, 4, 1)
-  assert begin["config"]["param_order"] == [0, 2]  # in0 (its buffer is out0), then out1: the clock
-  assert "output_tuple_indices = [0], operand_index = 0" in str(begin["attributes"]["output_operand_aliases"])
+  assert names == [b"clock_before", *[kernel] * case.chain, b"clock_after"]
+  before, after = calls[0], calls[-1]
+  # The first stamp reads the chain's first input (the chain's inputs wait for it through an optimization
+  # barrier); the last reads four of the chain's last outputs (it waits for them); each clock is two uint32s.
+  assert (before["operands"], before["results"], after["operands"], after["results"]) == (1, 1, 4, 1)

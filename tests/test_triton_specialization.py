@@ -143,6 +143,38 @@ def test_the_specialization_is_tritons_own(isolated_disk_cache):
   assert ahead.dropped == () and {k: v for k, v in ahead.attrs.items() if v} == {(0,): divisible, (1,): divisible}
 
 
+def test_a_specialization_is_asked_of_triton_once_then_read_from_the_disk_cache(isolated_disk_cache, monkeypatch):
+  """A second process whose kernels are all cache hits does not run Triton's binder (Triton 3.6's imports torch,
+  seconds where torch is installed); a different value class asks Triton again; a damaged entry is asked again."""
+  from triton.backends.compiler import GPUTarget
+  from triton.compiler import make_backend
+  from jax_mosaic_ffi.base import disk_cache
+  from jax_mosaic_ffi.toolchain import triton_specialize
+  asked = []
+  real = triton_specialize.specialize
+  monkeypatch.setattr(triton_specialize, "specialize", lambda *a: asked.append(a) or real(*a))
+  types = ["*fp32", "*fp32", "i32", "i32", "i32", "i32"]
+
+  def answer(stride_c):
+    values = {2: np.int32(100), 3: np.int32(64), 4: np.int32(48), 5: np.int32(stride_c)}
+    return triton_specialize.specialize_cached(ts.copy_2d, types, values, {"BR": 16, "BC": 64}, "sm_90",
+                                               lambda: make_backend(GPUTarget("cuda", 90, 32)))
+
+  first = answer(1)
+  assert len(asked) == 1 and first.dropped == (5,)
+  triton_specialize._memory.clear()  # as in a new process
+  assert answer(1) == first and len(asked) == 1
+  assert answer(3).dropped == () and len(asked) == 2
+  # Every stored entry damaged: read as missing, asked again, and the answer is the same.
+  for path in disk_cache.cache_dir().rglob("*"):
+    if path.is_file():
+      path.write_bytes(path.read_bytes()[:-7] + b"garbage")
+  triton_specialize._memory.clear()
+  assert answer(1) == first and len(asked) == 3
+  assert triton_specialize._decode(b'{"signature": [{"tuple": [1, 2]}]}') is None
+  assert triton_specialize._decode(triton_specialize._encode(first)) == first
+
+
 def test_vmap_keeps_the_alignment_the_kernel_was_compiled_for(isolated_disk_cache):
   # Under vmap element i of a buffer is at i x its size: a pointer Triton took as 16-byte aligned must stay so.
   def batched(fn, size):

@@ -194,12 +194,20 @@ void CallSite::ConfigureLaunch(bool collective) {
   // XLA loads its own copy of the module for a recorded launch and cannot be
   // told to allow non-portable clusters on it; a synchronizing debug launch
   // cannot sit in a graph; and one record call holds at most 16 commands.
-  // Such call sites let XLA capture the stream launch instead.
+  // Such call sites let XLA capture the stream launch instead. So do those
+  // with some dynamic shared memory, but no more than the 48 KiB every kernel
+  // may take: XLA marks its copy of a kernel recorded with any dynamic shared
+  // memory CU_FUNC_CACHE_PREFER_SHARED, which leaves it a small L1 (measured
+  // on an H200: a Triton layer norm ran 13-25% slower as a recorded node).
+  // Triton's launcher sets that preference only past 48 KiB; ours never does.
   const int64_t commands = (collective ? 1 : 0) + static_cast<int64_t>(spec.poison_buffers.size()) +
                            static_cast<int64_t>(spec.zero_buffers.size()) + spec.batch_size +
                            (spec.batch_size > 1 ? 1 : 0);
   needs_bytes_ = !spec.poison_buffers.empty() || !spec.zero_buffers.empty() || !spec.tensor_maps.empty();
-  record_by_capture_ = spec.non_portable_cluster || synchronize_launches_ || commands > kMaxRecordedCommands;
+  const bool xla_would_prefer_shared =
+      spec.smem_bytes > 0 && spec.smem_bytes <= static_cast<uint32_t>(kDefaultDynamicSmemBytes);
+  record_by_capture_ =
+      spec.non_portable_cluster || synchronize_launches_ || commands > kMaxRecordedCommands || xla_would_prefer_shared;
 }
 
 CallSite::~CallSite() { FreeSymmetricBuffers(); }

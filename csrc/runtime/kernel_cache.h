@@ -27,6 +27,9 @@ namespace ffi = xla::ffi;
 
 using KernelHash = std::array<uint8_t, 32>;
 
+// Dynamic shared memory any kernel may take without opting in to more.
+inline constexpr int kDefaultDynamicSmemBytes = 48 * 1024;
+
 struct ParsedKernel {
   KernelHash hash;
   ParsedModule module;
@@ -97,7 +100,7 @@ class LoadedModule {
   int smem_optin_ = 0;
   int num_regs_ = 0;
   std::mutex configure_mutex_;
-  int dynamic_smem_set_ = 48 * 1024;
+  int dynamic_smem_set_ = kDefaultDynamicSmemBytes;
   bool non_portable_cluster_set_ = false;
   bool nvshmem_registered_ = false;  // nvshmemx_cumodule_init ran on module_
 };

@@ -285,8 +285,8 @@ def _specialization(fn, signature, scalar_values, constexprs, targets) -> triton
   from triton.backends.compiler import GPUTarget  # noqa: PLC0415  (optional dependency: Triton)
   from triton.compiler import make_backend  # noqa: PLC0415  (optional dependency: Triton)
   try:
-    backend = make_backend(GPUTarget("cuda", targets[0].number, 32))
-    return triton_specialize.specialize(fn, signature, scalar_values, constexprs, backend)
+    return triton_specialize.specialize_cached(fn, signature, scalar_values, constexprs, targets[0].sm,
+                                               lambda: make_backend(GPUTarget("cuda", targets[0].number, 32)))
   except Exception as e:
     raise _triton_failed(fn, targets[0], e) from None
 

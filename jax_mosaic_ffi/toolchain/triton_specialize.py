@@ -19,10 +19,17 @@ buffer XLA passes is 256-byte aligned (the runtime refuses one that is not),
 so it gets an object whose ``data_ptr()`` has that alignment. The scalar
 types stay the call's own (an ``np.int64`` stride stays i64, as its bytes
 are passed): only the specialization comes from Triton.
+
+`specialize_cached` keeps each answer in memory and in the disk cache, keyed
+by everything it depends on (Triton's version and its key of the function,
+the parameters' flags, the types, values and constexprs, the target): Triton
+3.6's binder imports torch where it is installed, seconds that a process
+whose kernels are all cache hits should not pay.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import threading
@@ -30,6 +37,8 @@ import weakref
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+
+from jax_mosaic_ffi.base import disk_cache
 
 # XLA aligns the buffers it allocates on the GPU to 256 bytes, and the
 # runtime checks every buffer of every launch against this (contract.h).
@@ -128,3 +137,88 @@ def specialize(fn, types: Sequence[str], values: Mapping[int, Any], constexprs: 
   aligned = tuple(k for k, (param, ty) in enumerate(zip(runtime, types))
                   if ty.startswith("*") and attrs.get((names.index(param.name),)))
   return Specialization(dict(signature), dict(packed_constexprs), dict(attrs), tuple(dropped), aligned)
+
+
+_FORMAT = "triton-specialization-1"
+_MEMORY_ENTRIES = 4096
+_memory: "collections.OrderedDict[str, Specialization]" = collections.OrderedDict()
+_memory_lock = threading.Lock()
+
+
+def specialize_cached(fn, types: Sequence[str], values: Mapping[int, Any], constexprs: Mapping[str, Any],
+                      target: str, make_backend) -> Specialization:
+  """`specialize`, from memory or the disk cache when the same question was answered before;
+  ``make_backend()`` gives Triton's backend for ``target`` (only when Triton is asked)."""
+  import triton  # noqa: PLC0415  (optional dependency: Triton)
+  flags = [(p.name, bool(p.is_constexpr), bool(p.do_not_specialize), bool(p.do_not_specialize_on_alignment))
+           for p in fn.params]
+  entry_key = disk_cache.key(
+      _FORMAT, f"triton {triton.__version__}", target, str(XLA_BUFFER_ALIGN), fn.cache_key, repr(flags),
+      repr(list(types)), repr(sorted((k, type(v).__name__, repr(v)) for k, v in values.items())),
+      repr(sorted((k, type(v).__name__, repr(v)) for k, v in constexprs.items())))
+  with _memory_lock:
+    found = _memory.get(entry_key)
+  if found is None:
+    found = disk_cache.load_decoded(entry_key, _decode)
+  if found is None:
+    found = specialize(fn, types, values, constexprs, make_backend())
+    try:
+      payload = _encode(found)
+    except TypeError:  # a constexpr that is not a plain value (a dtype, a function): answered again next time
+      payload = None
+    if payload is not None and _decode(payload) == found:
+      disk_cache.store(entry_key, payload)
+  with _memory_lock:
+    _memory[entry_key] = found
+    _memory.move_to_end(entry_key)
+    while len(_memory) > _MEMORY_ENTRIES:
+      _memory.popitem(last=False)
+  return found
+
+
+def _plain(value):
+  """A JSON form that keeps tuples apart from lists; TypeError for anything but plain values."""
+  if value is None or type(value) in (bool, int, float, str):
+    return value
+  if type(value) is list:
+    return [_plain(v) for v in value]
+  if type(value) is tuple:
+    return {"tuple": [_plain(v) for v in value]}
+  raise TypeError(f"not a plain value: {type(value).__name__}")
+
+
+def _unplain(value):
+  if isinstance(value, list):
+    return [_unplain(v) for v in value]
+  if isinstance(value, dict):
+    if set(value) != {"tuple"} or not isinstance(value["tuple"], list):
+      raise ValueError("malformed entry")
+    return tuple(_unplain(v) for v in value["tuple"])
+  return value
+
+
+def _encode(s: Specialization) -> bytes:
+  return json.dumps({"signature": _plain(list(s.signature.items())),
+                     "constexprs": _plain(list(s.constexprs.items())), "attrs": _plain(list(s.attrs.items())),
+                     "dropped": _plain(s.dropped), "aligned": _plain(s.aligned)}).encode()
+
+
+def _decode(payload: bytes) -> Specialization | None:
+  """The entry, or None for anything that is not one (it is then answered again)."""
+  try:
+    doc = json.loads(payload)
+    pairs = {name: _unplain(doc[name]) for name in ("signature", "constexprs", "attrs")}
+    if not all(isinstance(p, tuple) and len(p) == 2 for v in pairs.values() for p in v):
+      return None
+    signature = dict(pairs["signature"])
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in signature.items()):
+      return None
+    if not all(isinstance(k, tuple) for name in ("constexprs", "attrs") for k, _ in pairs[name]):
+      return None
+    dropped, aligned = _unplain(doc["dropped"]), _unplain(doc["aligned"])
+    if not all(isinstance(t, tuple) and all(type(i) is int and 0 <= i < 1 << 16 for i in t)
+               for t in (dropped, aligned)):
+      return None
+    return Specialization(signature, dict(pairs["constexprs"]), dict(pairs["attrs"]), dropped, aligned)
+  except (ValueError, KeyError, TypeError, RecursionError):
+    return None

@@ -13,8 +13,10 @@ constexprs, num_warps and num_stages included.)
 When: the first time a call is traced for some avals. How: every config is
 built (in threads: NVRTC runs in child processes); each config that has no
 stored timing is compiled and timed on random inputs of the call's shapes on
-the default device, after a warm-up, as the median of several rounds of
-back-to-back calls, the configs taking turns round by round; the winner is the fastest among the stored timings of
+the default device, after a warm-up, on the GPU's own clock (gpu_clock.py:
+not JAX's dispatch, not XLA's re-recording of a graph) around a program that
+makes the call enough times for about 2 ms, as the median of several rounds,
+the configs taking turns round by round; the winner is the fastest among the stored timings of
 the current list. Timings are kept per config (tuning_records.py: keyed by
 the config, its kernels and launch values, the call signature, the device,
 driver, jax_mosaic_ffi and Triton) in memory and in the disk cache, so
@@ -52,6 +54,7 @@ from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base.errors import AutotuneError
 from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
+from jax_mosaic_ffi.transforms import gpu_clock
 from jax_mosaic_ffi.transforms import tuning_records
 
 LOG_ENV = flags.AUTOTUNE_LOG
@@ -345,38 +348,110 @@ class Autotuned:
 
   def _tune(self, avals, device, indices: list[int]) -> dict[int, tuning_records.Timing]:
     """Times the configs `indices`; a config that fails to build or run gets its error instead."""
-    def build(index):
-      return jax.jit(self._call_for(index)).lower(*avals).compile()
+    on_gpu = device.platform in ("gpu", "cuda")
 
-    workers = max(1, min(len(indices), os.cpu_count() or 1, 8))
-    executables, timings = {}, {}
-    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-      futures = {k: pool.submit(build, k) for k in indices}
-      for k, future in futures.items():
-        try:
-          executables[k] = future.result()
-        except Exception as e:
-          timings[k] = tuning_records.Timing(None, f"compile: {_error_text(e)}")
+    def build(index, repeats=1):
+      call = _repeated(self._call_for(index), repeats)
+      return jax.jit(gpu_clock.timed(call) if on_gpu else call).lower(*avals).compile()
+
+    def build_all(which, repeats=1):
+      built = {}
+      with concurrent.futures.ThreadPoolExecutor(max(1, min(len(which), os.cpu_count() or 1, 8))) as pool:
+        futures = {k: pool.submit(build, k, repeats) for k in which}
+        for k, future in futures.items():
+          try:
+            built[k] = future.result()
+          except Exception as e:
+            timings[k] = tuning_records.Timing(None, f"compile: {_error_text(e)}")
+      return built
+
+    timings: dict[int, tuning_records.Timing] = {}
+    executables = build_all(indices)
     inputs = _random_inputs(avals, device)
-    runnable = {}
+    once = {}
     for k, executable in executables.items():  # one that fails to launch is left out of the timed rounds
       try:
         jax.block_until_ready(executable(*inputs))
-        runnable[k] = executable
+        if on_gpu:
+          start, stop, outputs = executable(*inputs)
+          once[k] = (gpu_clock.elapsed_s(start, stop), _output_bytes(outputs))
+        else:
+          once[k] = (0.0, 0)
       except Exception as e:
         timings[k] = tuning_records.Timing(None, f"launch: {_error_text(e)}")
+    if not once:
+      return timings
+    runnable = {k: executables[k] for k in once}
+    repeats = 1
+    if on_gpu:
+      # A fast kernel is timed as several calls in one program: the stamps' own gaps spread over more work.
+      repeats = _repeats(min(t for t, _ in once.values()), max(b for _, b in once.values()))
+      if repeats > 1:
+        runnable = build_all(list(once), repeats)
     if runnable:
       try:
-        seconds = _time_each(runnable, inputs, warmup=self.warmup, rounds=self.rounds)
-      except Exception as e:  # a failure only under repetition: none of this round's timings is trusted
+        if on_gpu:
+          seconds = _gpu_time_each(runnable, inputs, warmup=self.warmup, rounds=self.rounds)
+        else:
+          seconds = _time_each(runnable, inputs, warmup=self.warmup, rounds=self.rounds)
+      except Exception as e:  # a config that passes alone but fails when timed: none of this round counts
         seconds = {}
         for k in runnable:
           timings[k] = tuning_records.Timing(None, f"launch: {_error_text(e)}")
       for k, value in seconds.items():
-        timings[k] = tuning_records.Timing(value * 1e6, None)
+        timings[k] = tuning_records.Timing(value / repeats * 1e6, None)
         with _lock:
           _stats.configs_timed += 1
     return timings
+
+
+# On the GPU, one timed program makes the call enough times for about _REPEAT_TARGET_S of GPU time, at most
+# _MAX_REPEATS times and with at most _MAX_REPEAT_BYTES of one call's outputs per call made.
+_MAX_REPEATS = 64
+_MAX_REPEAT_BYTES = 1 << 30
+_REPEAT_TARGET_S = 2e-3
+
+
+def _output_bytes(outputs) -> int:
+  return sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(outputs))
+
+
+def _repeats(once_s: float, output_bytes: int) -> int:
+  """How many calls one timed program makes, given one call's GPU time and output bytes."""
+  wanted = min(max(int(np.ceil(_REPEAT_TARGET_S / max(once_s, 1e-7))), 1), _MAX_REPEATS)
+  return int(max(1, min(wanted, _MAX_REPEAT_BYTES // max(output_bytes, 1))))
+
+
+def _repeated(call: Callable, repeats: int) -> Callable:
+  """`call` made `repeats` times in one program, each after the previous (its inputs pass through an
+  optimization barrier with the previous results, so XLA neither merges the calls nor reorders them). Every
+  call's results are returned: XLA drops a call whose results only an optimization barrier uses."""
+  if repeats == 1:
+    return call
+
+  def program(*xs):
+    outputs = []
+    for k in range(repeats):
+      if k:
+        xs, _ = jax.lax.optimization_barrier((xs, outputs[-1]))
+      outputs.append(call(*xs))
+    return outputs
+  return program
+
+
+def _gpu_time_each(executables: dict, inputs, *, warmup: int, rounds: int) -> dict:
+  """Median GPU seconds between the stamps of each `gpu_clock.timed` executable, the executables taking
+  turns round by round in a rotating order (the GPU's clock and temperature drift during tuning)."""
+  for executable in executables.values():
+    for _ in range(warmup):
+      jax.block_until_ready(executable(*inputs))
+  samples = {k: [] for k in executables}
+  order = list(executables)
+  for r in range(rounds):
+    for k in order[r % len(order):] + order[:r % len(order)]:
+      start, stop, _ = executables[k](*inputs)
+      samples[k].append(gpu_clock.elapsed_s(start, stop))
+  return {k: statistics.median(v) for k, v in samples.items()}
 
 
 def autotune(factory: Callable[[dict], Callable] | None = None, *, configs: Sequence[Mapping[str, Any]],

@@ -1,0 +1,69 @@
+"""GPU time read from the GPU's clock inside a jitted program (transforms/gpu_clock.py), as the autotuner and the
+Triton benchmark time kernels."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_mosaic_ffi as jmf
+from jax_mosaic_ffi.transforms import gpu_clock
+
+from hlo_inspect import custom_calls
+
+# Holds its block for `ns` nanoseconds of the GPU's clock, then writes x + 1.
+SPIN = r'''
+extern "C" __global__ void spin(const float* x, float* y, int n, long long ns) {
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while ((long long)(now - start) < ns);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = x[i] + 1.0f;
+}
+'''
+N = 4096
+X = jax.ShapeDtypeStruct((N,), jnp.float32)
+
+
+def spin_call(ns):
+  return jmf.mosaic_kernel(jmf.cuda_kernel(SPIN, "spin"), X, grid=1, block=256,
+                           scalars=(np.int32(N), np.int64(ns)))
+
+
+def test_the_stamps_bracket_the_body_in_the_lowered_program(isolated_disk_cache):
+  spin = spin_call(1000)
+  program = gpu_clock.timed(lambda x: spin(spin(x)))
+  lowered = jax.jit(program).trace(X).lower(lowering_platforms=("cuda",))
+  calls = custom_calls(lowered)
+  assert len(calls) == 4
+  assert "stablehlo.optimization_barrier" in lowered.as_text()  # the body's inputs wait for the first stamp
+  # clock_before reads the first input; clock_after reads the body's last result (four buffer parameters).
+  assert [c["operands"] for c in calls] == [1, 1, 1, 4]
+  assert [c["results"] for c in calls] == [1, 1, 1, 1]
+
+
+def test_a_function_without_array_results_is_refused(isolated_disk_cache):
+  with pytest.raises(ValueError, match="returned no arrays"):
+    jax.jit(gpu_clock.timed(lambda x: ())).trace(X).lower(lowering_platforms=("cuda",))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("calls", [1, 3])
+def test_the_gpu_time_of_kernels_of_known_length(rng, isolated_disk_cache, calls):
+  """Kernels that hold the GPU for 200 us each read as 200 us each plus the gaps between kernels (about 20 us
+  for the first on an H200), never less; their results are right."""
+  spin_ns = 200_000
+  spin = spin_call(spin_ns)
+
+  def body(x):
+    for _ in range(calls):
+      x = spin(x)
+    return x
+  timed = jax.jit(gpu_clock.timed(body))
+  x = rng.standard_normal(N).astype(np.float32)
+  samples = []
+  for _ in range(5):
+    start, stop, y = timed(x)
+    samples.append(gpu_clock.elapsed_s(start, stop))
+  np.testing.assert_allclose(np.asarray(y), x + calls, rtol=1e-6)
+  measured = float(np.median(samples))
+  assert calls * spin_ns * 1e-9 <= measured <= calls * spin_ns * 1e-9 + 60e-6, samples
