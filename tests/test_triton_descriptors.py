@@ -415,7 +415,9 @@ LOOP = '''
     sys.path.insert(0, sys.argv[3])
     import test_triton_descriptors as t
     add = t.add_call(block=(32, 64))
-    mm = t.matmul_call(configs=[dict(BM=64, BN=64, BK=32, num_warps=4, num_stages=2)])
+    # The add's tiles take a little dynamic shared memory (captured inside command buffers); the matmul's
+    # three stages of 128 x 64 and 64 x 128 fp16 tiles take more than 48 KiB (recorded as kernel nodes).
+    mm = t.matmul_call(configs=[dict(BM=128, BN=128, BK=64, num_warps=8, num_stages=3)])
     def loop(x, w):
       for _ in range(6):
         x = add(x, x) * jnp.float16(0.25)
@@ -456,7 +458,7 @@ def test_descriptors_follow_moving_buffers_in_and_out_of_command_buffers(rng, tm
     np.testing.assert_allclose(outs[i], x, rtol=3e-2, atol=3e-2)
   if command_buffers:
     assert result["registration"]["record"], result["registration"]
-    assert result["records"] >= 12  # every launch a kernel node of the graph, none captured
+    assert result["records"] >= 6  # the matmuls are kernel nodes of the graph (the adds are captured)
   else:
     assert result["records"] == 0
   assert result["encodes"] >= 36  # each of the twelve calls' three maps at least once
@@ -480,7 +482,8 @@ def _readme_example(tmp_path, a, b, run: bool):
 def test_the_readme_example_lowers(isolated_disk_cache, tmp_path):
   namespace = _readme_example(tmp_path, None, None, run=False)
   cfg = config(namespace["matmul_call"], f16(256, 512), f16(512, 384))
-  assert len(maps(cfg)) == 3 and cfg["block"] == [256, 1, 1]
+  winner = jmf.autotune_report()[-1]["config"]  # the first config without a GPU; the faster one with
+  assert len(maps(cfg)) == 3 and cfg["block"] == [32 * winner["num_warps"], 1, 1]
 
 
 @gpu
