@@ -26,7 +26,8 @@ compile-cache hits). `save_tuning` / `load_tuning` carry timings to another
 machine of the same GPU. A `jax.export` artifact holds the winner's binary
 alone.
 
-A config that fails to compile, lower or launch is skipped and reported;
+A single config is taken as it is (nothing is timed). A config that fails to
+compile, lower or launch is skipped and reported;
 only all of them failing raises `AutotuneError`. Without a GPU nothing is
 timed: the ``default`` config (the first, unless given) is used, with a
 warning, and nothing is stored. ``JAX_MOSAIC_FFI_AUTOTUNE_LOG=1`` prints
@@ -105,7 +106,8 @@ def report() -> list[dict]:
   """Every autotuning decision of this process, oldest first: {"name", "shapes",
   "source", "winner", "config", "table", "timed"}. source: "tuned" (some configs
   were timed now), "disk", "file" (`load_tuning`) or "memory" (every timing was
-  stored already), "untuned" (no GPU); timed: the indices timed now; each table
+  stored already), "untuned" (no GPU), "only config" (one config: nothing to
+  time); timed: the indices timed now; each table
   row is {"config", "us" (median per call, or None), "error"}."""
   with _lock:
     return [dict(r) for r in _reports]
@@ -277,6 +279,10 @@ class Autotuned:
 
   def _decide(self, avals, scope) -> int:
     shapes = [f"{a.dtype}{list(a.shape)}" for a in avals]
+    if len(self.configs) == 1:  # nothing to choose: nothing compiled, timed or stored for the choice
+      self._record({"name": self.name, "shapes": shapes, "source": "only config", "winner": 0,
+                    "config": self.configs[0], "table": [], "timed": []})
+      return 0
     device = jax.devices()[0]
     if device.platform not in ("gpu", "cuda") and os.environ.get(CPU_ENV) != "1":
       with _lock:
