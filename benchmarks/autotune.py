@@ -103,9 +103,8 @@ def gpu_us(call, inputs, calls: int = 10, rounds: int = 15) -> float:
 
   import jax
 
-  from jax_mosaic_ffi.transforms import autotune as autotuning
   from jax_mosaic_ffi.transforms import gpu_clock
-  timed = jax.jit(gpu_clock.timed(autotuning._repeated(call, calls)))
+  timed = jax.jit(gpu_clock.timed(gpu_clock.repeated(call, calls)))
   for _ in range(3):
     jax.block_until_ready(timed(*inputs))
   samples = []

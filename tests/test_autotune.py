@@ -54,16 +54,7 @@ def stats():
   return jmf.kernel_cache_stats()
 
 
-def test_a_config_is_timed_as_several_calls_in_one_program():
-  """On the GPU a fast config is timed as several calls in one program, each after the previous, none merged
-  with another by XLA, every call's results returned and right."""
-  program = autotuning._repeated(lambda x: (jnp.sin(x) * 2 + 1,), 5)
-  x = jnp.arange(8.0)
-  outputs = jax.jit(program)(x)
-  assert len(outputs) == 5
-  for (out,) in outputs:
-    np.testing.assert_allclose(out, np.sin(np.arange(8.0)) * 2 + 1, rtol=1e-6)
-  assert jax.jit(program).lower(x).compile().as_text().count(" sine(") == 5
+def test_a_fast_config_is_timed_as_several_calls():
   # Enough calls for ~2 ms of GPU time, at most 64, and no more than 1 GiB of one call's outputs per call.
   assert autotuning._repeats(5e-3, 1) == 1
   assert autotuning._repeats(1e-3, 1) == 2

@@ -41,6 +41,17 @@ def test_the_stamps_bracket_the_body_in_the_lowered_program(isolated_disk_cache)
   assert [c["results"] for c in calls] == [1, 1, 1, 1]
 
 
+def test_a_call_repeated_in_one_program_is_made_every_time():
+  """Each call after the previous, none merged with another by XLA, every call's results returned and right."""
+  program = gpu_clock.repeated(lambda x: (jnp.sin(x) * 2 + 1,), 5)
+  x = jnp.arange(8.0)
+  outputs = jax.jit(program)(x)
+  assert len(outputs) == 5
+  for (out,) in outputs:
+    np.testing.assert_allclose(out, np.sin(np.arange(8.0)) * 2 + 1, rtol=1e-6)
+  assert jax.jit(program).lower(x).compile().as_text().count(" sine(") == 5
+
+
 def test_a_function_without_array_results_is_refused(isolated_disk_cache):
   with pytest.raises(ValueError, match="returned no arrays"):
     jax.jit(gpu_clock.timed(lambda x: ())).trace(X).lower(lowering_platforms=("cuda",))

@@ -156,11 +156,6 @@ def _random_inputs(avals, device):
   return arrays
 
 
-def _time(executable, inputs, *, warmup: int = 2, rounds: int = 7, round_s: float = 2e-3) -> float:
-  """Median seconds per call of one executable (see `_time_each`)."""
-  return _time_each({0: executable}, inputs, warmup=warmup, rounds=rounds, round_s=round_s)[0]
-
-
 def _time_each(executables: dict, inputs, *, warmup: int = 2, rounds: int = 7,
                round_s: float = 10e-3) -> dict:
   """Median seconds per call of each executable: rounds of back-to-back calls, each round long enough to hide
@@ -357,7 +352,7 @@ class Autotuned:
     on_gpu = device.platform in ("gpu", "cuda")
 
     def build(index, repeats=1):
-      call = _repeated(self._call_for(index), repeats)
+      call = gpu_clock.repeated(self._call_for(index), repeats)
       return jax.jit(gpu_clock.timed(call) if on_gpu else call).lower(*avals).compile()
 
     def build_all(which, repeats=1):
@@ -426,23 +421,6 @@ def _repeats(once_s: float, output_bytes: int) -> int:
   """How many calls one timed program makes, given one call's GPU time and output bytes."""
   wanted = min(max(int(np.ceil(_REPEAT_TARGET_S / max(once_s, 1e-7))), 1), _MAX_REPEATS)
   return int(max(1, min(wanted, _MAX_REPEAT_BYTES // max(output_bytes, 1))))
-
-
-def _repeated(call: Callable, repeats: int) -> Callable:
-  """`call` made `repeats` times in one program, each after the previous (its inputs pass through an
-  optimization barrier with the previous results, so XLA neither merges the calls nor reorders them). Every
-  call's results are returned: XLA drops a call whose results only an optimization barrier uses."""
-  if repeats == 1:
-    return call
-
-  def program(*xs):
-    outputs = []
-    for k in range(repeats):
-      if k:
-        xs, _ = jax.lax.optimization_barrier((xs, outputs[-1]))
-      outputs.append(call(*xs))
-    return outputs
-  return program
 
 
 def _gpu_time_each(executables: dict, inputs, *, warmup: int, rounds: int) -> dict:

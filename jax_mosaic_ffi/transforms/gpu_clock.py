@@ -5,7 +5,8 @@ graph whose outputs moved: measured on an H200, a 190 us matmul read as 240 us t
 autotuning configs. `timed(body)` brackets `body` with two one-thread kernels that write `%globaltimer`: the
 first runs before anything of `body` (its inputs pass through an optimization barrier with the first stamp),
 the second after `body`'s last results are complete (it reads them, and it is compiled PDL-safe, so it waits
-for the kernel before it). The autotuner times configs with it; the benchmarks time kernels with it.
+for the kernel before it). `repeated(call, n)` makes a call n times in one program, so that a fast kernel's
+time is read over enough work. The autotuner times configs with them; the benchmarks time kernels with them.
 """
 
 from __future__ import annotations
@@ -64,6 +65,23 @@ def timed(body: Callable) -> Callable:
       raise ValueError("gpu_clock.timed: the timed function returned no arrays")
     stop = after(*(last + last[:1] * (_AFTER_READS - len(last))))
     return start, stop, results
+  return program
+
+
+def repeated(call: Callable, repeats: int) -> Callable:
+  """`call` made `repeats` times in one program, each after the previous (its inputs pass through an
+  optimization barrier with the previous results, so XLA neither merges the calls nor reorders them). Every
+  call's results are returned: XLA drops a call whose results only an optimization barrier uses."""
+  if repeats == 1:
+    return call
+
+  def program(*xs):
+    outputs = []
+    for k in range(repeats):
+      if k:
+        xs, _ = jax.lax.optimization_barrier((xs, outputs[-1]))
+      outputs.append(call(*xs))
+    return outputs
   return program
 
 
