@@ -369,26 +369,22 @@ class Autotuned:
     timings: dict[int, tuning_records.Timing] = {}
     executables = build_all(indices)
     inputs = _random_inputs(avals, device)
-    once = {}
+    launched, first_s, output_bytes = [], [], 0
     for k, executable in executables.items():  # one that fails to launch is left out of the timed rounds
       try:
         jax.block_until_ready(executable(*inputs))
         if on_gpu:
           start, stop, outputs = executable(*inputs)
-          once[k] = (gpu_clock.elapsed_s(start, stop), _output_bytes(outputs))
-        else:
-          once[k] = (0.0, 0)
+          first_s.append(gpu_clock.elapsed_s(start, stop))
+          output_bytes = max(output_bytes, _output_bytes(outputs))
+        launched.append(k)
       except Exception as e:
         timings[k] = tuning_records.Timing(None, f"launch: {_error_text(e)}")
-    if not once:
+    if not launched:
       return timings
-    runnable = {k: executables[k] for k in once}
-    repeats = 1
-    if on_gpu:
-      # A fast kernel is timed as several calls in one program: the stamps' own gaps spread over more work.
-      repeats = _repeats(min(t for t, _ in once.values()), max(b for _, b in once.values()))
-      if repeats > 1:
-        runnable = build_all(list(once), repeats)
+    # On the GPU a fast kernel is timed as several calls in one program: the stamps' own gaps spread over more work.
+    repeats = _repeats(min(first_s), output_bytes) if on_gpu else 1
+    runnable = build_all(launched, repeats) if repeats > 1 else {k: executables[k] for k in launched}
     if runnable:
       try:
         if on_gpu:
