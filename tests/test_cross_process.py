@@ -61,7 +61,7 @@ def test_a_peer_on_another_host_is_refused():
 
 
 # --- flag pages and deposits from peers, on CPU ------------------------------------------------------
-# The runtime's host half (csrc/runtime/host_rendezvous.cc) through its test hook, _core._HostRankForTests: the
+# The runtime's host half (csrc/peers/host_rendezvous.cc) through its test hook, _core._HostRankForTests: the
 # flag page, the checks on a peer's deposit and page, the rendezvous. Each case runs in a fresh process,
 # so a crash (SIGBUS, SIGSEGV) fails the test instead of killing the suite.
 

@@ -1,9 +1,9 @@
-#include "runtime/cross_process.h"
+#include "peers/cross_process.h"
 
 #include <map>
 #include <mutex>
 
-#include "runtime/status.h"
+#include "ffi/status.h"
 
 namespace jmf {
 namespace {

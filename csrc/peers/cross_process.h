@@ -11,7 +11,7 @@
 //
 // Per execution the ranks meet on the host through flag pages in POSIX
 // shared memory, and every deposit and page a peer sends is checked before
-// use: runtime/host_rendezvous.h, which this half builds on.
+// use: peers/host_rendezvous.h, which this half builds on.
 #ifndef JAX_MOSAIC_FFI_CROSS_PROCESS_H_
 #define JAX_MOSAIC_FFI_CROSS_PROCESS_H_
 
@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "driver/cuda_driver.h"
-#include "runtime/host_rendezvous.h"
+#include "peers/host_rendezvous.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jmf {

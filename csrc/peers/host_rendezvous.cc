@@ -1,4 +1,4 @@
-#include "runtime/host_rendezvous.h"
+#include "peers/host_rendezvous.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -16,7 +16,7 @@
 #include <mutex>
 #include <thread>
 
-#include "runtime/status.h"
+#include "ffi/status.h"
 
 namespace jmf {
 namespace {
@@ -108,12 +108,6 @@ void UnmapPage(SharedPage* page) {
   if (page == nullptr) return;
   munmap(page, kPageBytes);
   shared_pages.fetch_sub(1);
-}
-
-std::string Seconds(std::chrono::milliseconds duration) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%g", duration.count() / 1000.0);
-  return text;
 }
 
 std::string Octal(unsigned mode) {

@@ -1,4 +1,4 @@
-// The host half of a clique across processes (runtime/cross_process.h has
+// The host half of a clique across processes (peers/cross_process.h has
 // the whole picture): per execution the ranks meet on the host through a
 // small flag page in POSIX shared memory (one per rank, mapped by the peers):
 // a peer that stalls or died gives an error naming it after

@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/cross_process.h"
-#include "runtime/host_rendezvous.h"
+#include "peers/cross_process.h"
+#include "peers/host_rendezvous.h"
 
 namespace nb = nanobind;
 
