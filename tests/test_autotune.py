@@ -7,7 +7,6 @@ here on the CPU by timing the configs' jax.numpy fallbacks
 """
 
 import hashlib
-import os
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +18,7 @@ from jax_mosaic_ffi.transforms import autotune as autotuning
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import gpu_info
 
+import benchmarks_package
 import fresh_process
 import kernel_sources
 from hlo_inspect import custom_calls
@@ -26,8 +26,6 @@ from hlo_inspect import custom_calls
 gpu = pytest.mark.gpu
 # Where there is a GPU, autotuning times the kernels themselves (the GPU tests below).
 no_gpu = pytest.mark.skipif(gpu_info.has_gpu(), reason="checks what autotuning does without a GPU")
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TILED_MATMUL = os.path.join(REPO, "benchmarks", "kernels", "tiled_matmul.cu")
 
 
 def slow_fallback(work):
@@ -205,15 +203,8 @@ def test_mosaic_kernel_configs_pass_meta_to_the_callables(isolated_disk_cache, m
 
 # ---------------------------------------------------------------- GPU
 
-def tiled_matmul_factory(meta):
-  with open(TILED_MATMUL) as f:
-    source = f.read()
-  kernel = jmf.cuda_kernel(source, "tiled_matmul", options=[f"-D{k}={v}" for k, v in sorted(meta.items())])
-  return jmf.mosaic_kernel(
-      kernel, lambda a, b: jax.ShapeDtypeStruct((a.shape[0], b.shape[1]), jnp.float32),
-      grid=lambda a, b: (jmf.cdiv(b.shape[1], meta["BN"]), jmf.cdiv(a.shape[0], meta["BM"])),
-      block=(meta["BN"] // meta["TN"], meta["BM"] // meta["TM"]),
-      scalars=lambda a, b: (np.int32(a.shape[0]), np.int32(b.shape[1]), np.int32(a.shape[1])))
+# The corpus's CUDA tiled matmul (benchmarks/kernels/tiled_matmul.py): one config's call, as the benchmark tunes it.
+tiled_matmul_factory = benchmarks_package.kernels("tiled_matmul").call
 
 
 MATMUL_CONFIGS = [dict(BM=16, BN=16, BK=16, TM=1, TN=1), dict(BM=64, BN=64, BK=16, TM=4, TN=4),

@@ -209,7 +209,7 @@ def test_the_cache_keys_on_the_value_class(isolated_disk_cache):
 
 # ---------------------------------------------------------------- a grouped matmul as Triton's tutorial writes it
 
-MATMUL = {"BM": 128, "BN": 128, "BK": 64, "GROUP_M": 8}
+MATMUL = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}
 
 
 def matmul_call(m, n, k, strides):
@@ -217,7 +217,7 @@ def matmul_call(m, n, k, strides):
   kernel = jmf.triton_kernel(ts.grouped_matmul, constexprs=MATMUL, num_warps=8, num_stages=3)
   return jmf.mosaic_kernel(
       kernel, jax.ShapeDtypeStruct((m, n), jnp.float16),
-      grid=lambda meta, a, b: jmf.cdiv(m, meta["BM"]) * jmf.cdiv(n, meta["BN"]),
+      grid=lambda meta, a, b: jmf.cdiv(m, meta["BLOCK_M"]) * jmf.cdiv(n, meta["BLOCK_N"]),
       scalars=tuple(np.int32(v) for v in (m, n, k, *strides, n, 1)))
 
 
