@@ -23,12 +23,13 @@ from jax_mosaic_ffi.call.collective import Collective
 from jax_mosaic_ffi.call.launch_options import CheckedLaunch, LaunchOptions
 from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain.kernel import Kernel
-from jax_mosaic_ffi.toolchain.triton_compile import TritonFunction, TritonKernel
 from jax_mosaic_ffi.transforms import autotune as autotune_lib
 from jax_mosaic_ffi.transforms import sharding as sharding_lib
-from jax_mosaic_ffi.transforms import triton_decorated
-from jax_mosaic_ffi.transforms import tensor_descriptor
-from jax_mosaic_ffi.transforms import triton_launch
+from jax_mosaic_ffi.triton import decorated as triton_decorated
+from jax_mosaic_ffi.triton import launch as triton_launch
+from jax_mosaic_ffi.triton import tensor_descriptor
+from jax_mosaic_ffi.triton.compile import TritonKernel
+from jax_mosaic_ffi.triton.kernel import TritonFunction
 
 
 def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block=None, cluster=None, smem_bytes=0,
@@ -92,7 +93,7 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block=None, cluster=None, 
   A Triton kernel (`triton_kernel`) takes its block, shared memory and
   cluster from Triton's metadata; its callables get ``(meta, *avals)``.
   Under ``@triton.autotune`` / ``@triton.heuristics`` they apply per call
-  (transforms/triton_decorated.py).
+  (triton/decorated.py).
 
   ``configs=[{...}, ...]`` autotunes the call (transforms/autotune.py): each config's
   values reach the callables as ``meta`` (and a Triton kernel's

@@ -13,7 +13,7 @@ triton = import_triton()
 
 import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.toolchain import compile_cache
-from jax_mosaic_ffi.toolchain import triton_compile as triton_lib
+from jax_mosaic_ffi.triton import compile as triton_lib
 from jax_mosaic_ffi.base.module_format import ImageKind
 
 import fresh_process

@@ -1,4 +1,4 @@
-"""Triton kernels compiled for our runtime: `triton_kernel`.
+"""Triton's compile for our runtime: `compile_triton` makes a `TritonKernel` (a `Kernel` plus `TritonInfo`).
 
 Triton compiles a ``@triton.jit`` function to a cubin (and PTX) for an explicit
 target, which needs no GPU. The result is an ordinary `Kernel` whose module
@@ -10,11 +10,11 @@ them, its cache-invalidating environment variables) and ours (targets,
 launch options, module format), so a warm process, `jax.export` or XLA's
 persistent compilation cache runs no Triton compile at all.
 
-Without ``signature=``, the Triton types are read from each call's avals and
-scalars (`transforms/triton_launch.py`, which also launches them), and the
-kernel is compiled per distinct signature and value class when the call is
-traced: integers equal to 1 compiled in, 16-divisible integers and pointers
-hinted, as Triton's own launcher decides (`triton_specialize.py`).
+A call's kernel is compiled per distinct signature and value class when the
+call is traced (`launch.py` reads the signature from its avals and scalars):
+integers equal to 1 compiled in, 16-divisible integers and pointers hinted, as
+Triton's own launcher decides (`specialize.py`). `kernel.py` holds the public
+`triton_kernel`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import inspect
 import json
 import struct
 import threading
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import module_format
@@ -33,12 +33,12 @@ from jax_mosaic_ffi.base.errors import CompileError, TritonUnavailable
 from jax_mosaic_ffi.base.module_format import Image, ImageKind, ParsedModule
 from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain import dump
-from jax_mosaic_ffi.toolchain import triton_decorators
-from jax_mosaic_ffi.toolchain import triton_descriptors
-from jax_mosaic_ffi.toolchain import triton_specialize
 from jax_mosaic_ffi.toolchain.compiled import Compiled, param_sizes
-from jax_mosaic_ffi.toolchain.kernel import Kernel, parse_targets
+from jax_mosaic_ffi.toolchain.kernel import Kernel
 from jax_mosaic_ffi.toolchain.nvrtc.program import PDL_MIN_ARCH
+from jax_mosaic_ffi.triton import descriptors as triton_descriptors
+from jax_mosaic_ffi.triton import specialize as triton_specialize
+from jax_mosaic_ffi.triton.options import TritonOptions
 
 # The Triton releases this module is written and tested against: [min, max).
 # Triton's compile API, its specialization code and its kernels' calling
@@ -49,7 +49,6 @@ from jax_mosaic_ffi.toolchain.nvrtc.program import PDL_MIN_ARCH
 SUPPORTED_TRITON = ((3, 6), (3, 10))
 SUPPORTED_TEXT = ("Triton >= 3.6, < 3.10 (tested: 3.6.0 to 3.9.0 compiling and lowering on CPU, "
                   "3.6.0 on an H200)")
-LAUNCH_KEYS = triton_decorators.LAUNCH_OPTIONS  # num_warps, num_stages, num_ctas, maxnreg
 _CACHE_FORMAT = "triton-3"  # 2: TritonInfo.dropped and .aligned; 3: .tensordesc_meta
 
 
@@ -115,111 +114,6 @@ class TritonKernel(Kernel):
   def aligned_params(self) -> tuple[int, ...]:
     return self.info.aligned
 
-class TritonFunction:
-  """A ``@triton.jit`` function with its constexprs and options, compiled per
-  call signature (the Triton types of its parameters, from the call's avals).
-
-  ``decorators``: the ``@triton.autotune`` / ``@triton.heuristics`` layers it
-  came with, outermost first (toolchain/triton_decorators.py), which
-  `mosaic_kernel` applies per call (transforms/triton_decorated.py)."""
-
-  def __init__(self, fn, constexprs: dict, num_warps: int, num_stages: int, num_ctas: int, targets,
-               maxnreg: int | None = None, decorators: tuple = ()):
-    self.fn, self.constexprs = fn, dict(constexprs)
-    self.num_warps, self.num_stages, self.num_ctas, self.targets = num_warps, num_stages, num_ctas, targets
-    self.maxnreg, self.decorators = maxnreg, tuple(decorators)
-    self.name = fn.__name__
-
-  def __repr__(self) -> str:
-    return f"TritonFunction({self.name!r}, constexprs={self.constexprs}, num_warps={self.num_warps})"
-
-  @property
-  def meta(self) -> dict:
-    meta = {**self.constexprs, "num_warps": self.num_warps, "num_stages": self.num_stages, "num_ctas": self.num_ctas}
-    return meta if self.maxnreg is None else {**meta, "maxnreg": self.maxnreg}
-
-  def with_meta(self, meta: Mapping[str, Any]) -> "TritonFunction":
-    """The same function, undecorated, with constexprs and launch options from an autotuning config."""
-    meta = dict(meta)
-    launch = {k: meta.pop(k) for k in LAUNCH_KEYS if k in meta}
-    constexprs = {**self.constexprs, **{k: v for k, v in meta.items() if k in _constexpr_names(self.fn)}}
-    return TritonFunction(self.fn, constexprs, launch.get("num_warps", self.num_warps),
-                          launch.get("num_stages", self.num_stages), launch.get("num_ctas", self.num_ctas),
-                          self.targets, launch.get("maxnreg", self.maxnreg))
-
-  def specialize(self, signature: Sequence[str], scalar_values: Mapping[int, Any] | None = None) -> TritonKernel:
-    return _compile(self.fn, tuple(signature), self.constexprs, self.num_warps, self.num_stages, self.num_ctas,
-                    self.targets, scalar_values or {}, maxnreg=self.maxnreg)
-
-
-def _constexpr_names(fn) -> list[str]:
-  return [p.name for p in fn.params if p.is_constexpr]
-
-
-def runtime_params(fn) -> list[str]:
-  return [p.name for p in fn.params if not p.is_constexpr]
-
-
-def _check_fn(fn, triton):
-  """The @triton.jit function and its @triton.autotune / @triton.heuristics layers (toolchain/triton_decorators.py)."""
-  return triton_decorators.unwrap(fn)
-
-
-def triton_kernel(fn, *, signature: Mapping[str, str] | Sequence[str] | None = None,
-                  constexprs: Mapping[str, Any] | None = None, num_warps: int = 4, num_stages: int = 3,
-                  num_ctas: int = 1, targets=None, maxnreg: int | None = None):
-  """A Triton kernel for `mosaic_kernel`.
-
-  Args:
-    fn: a ``@triton.jit`` function, bare or under ``@triton.autotune`` and
-      ``@triton.heuristics`` (transforms/triton_decorated.py says how they apply).
-    signature: the Triton types of its non-constexpr parameters (``{"x_ptr":
-      "*fp32", "n": "i32"}`` or ``["*fp32", "i32"]``). Given, the kernel is
-      compiled now and a `Kernel` (a `TritonKernel`) comes back; left out, the
-      types are read from each call's avals and scalars, and the kernel is
-      compiled when the call is traced (a `TritonFunction`).
-    constexprs: values of its ``tl.constexpr`` parameters.
-    num_warps, num_stages, num_ctas: Triton's launch options.
-    maxnreg: the most registers a thread may use (PTX ``.maxnreg``), or None.
-    targets: archs to compile for (default: the visible GPUs', or sm_90).
-
-  Raises:
-    TritonUnavailable: Triton is missing or of an unsupported version.
-  """
-  triton = require_triton()
-  fn, decorators = _check_fn(fn, triton)
-  constexprs = dict(constexprs or {})
-  unknown = [k for k in constexprs if k not in _constexpr_names(fn)]
-  if unknown:
-    raise ValueError(f"triton_kernel '{fn.__name__}': {unknown[0]!r} is not one of its tl.constexpr parameters "
-                     f"({', '.join(_constexpr_names(fn)) or 'none'})")
-  triton_decorators.check_constexprs(decorators, constexprs, fn.__name__)
-  for what, value in (("num_warps", num_warps), ("num_stages", num_stages), ("num_ctas", num_ctas),
-                      ("maxnreg", 1 if maxnreg is None else maxnreg)):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-      raise ValueError(f"triton_kernel '{fn.__name__}': {what} must be a positive int, got {value!r}")
-  function = TritonFunction(fn, constexprs, num_warps, num_stages, num_ctas, parse_targets(targets), maxnreg,
-                            decorators)
-  if signature is None:
-    return function
-  if decorators:
-    raise ValueError(f"triton_kernel '{fn.__name__}': signature= compiles one kernel now, but its "
-                     "@triton.autotune/@triton.heuristics choose constexprs per call; leave signature= out")
-  names = runtime_params(fn)
-  if isinstance(signature, Mapping):
-    missing = [n for n in names if n not in signature]
-    extra = [n for n in signature if n not in names]
-    if missing or extra:
-      raise ValueError(f"triton_kernel '{fn.__name__}': signature must give a type for each non-constexpr "
-                       f"parameter ({', '.join(names)}); missing {missing or 'none'}, unknown {extra or 'none'}")
-    types = [signature[n] for n in names]
-  else:
-    types = list(signature)
-    if len(types) != len(names):
-      raise ValueError(f"triton_kernel '{fn.__name__}': signature has {len(types)} types for its "
-                       f"{len(names)} non-constexpr parameters ({', '.join(names)})")
-  return function.specialize(types)
-
 
 # ------------------------------------------------------------------ compile
 
@@ -227,8 +121,10 @@ def _key_value(value) -> str:
   return f"{type(value).__name__}:{value!r}"
 
 
-def _compile(fn, signature, constexprs, num_warps, num_stages, num_ctas, targets, scalar_values,
-             maxnreg=None) -> TritonKernel:
+def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: TritonOptions, targets,
+                   scalar_values: Mapping[int, Any]) -> TritonKernel:
+  """``fn`` compiled for parameters of Triton types ``signature`` and the scalar values known at trace time (by
+  index among the non-constexpr parameters), through the compile cache."""
   triton = require_triton()
   missing = [p.name for p in fn.params if p.is_constexpr and p.name not in constexprs
              and p.default is inspect.Parameter.empty]
@@ -242,28 +138,25 @@ def _compile(fn, signature, constexprs, num_warps, num_stages, num_ctas, targets
                        "pointers (*fp32), scalars (i32, fp32, ...) and host tensor descriptors as Triton writes "
                        "them (tensordesc<fp16[64, 64]>: no Gluon layout, no im2col)")
   specialization = _specialization(fn, signature, scalar_values, constexprs, targets)
-  requests = _requests(fn, specialization, num_warps, num_stages, num_ctas, targets, maxnreg)
+  requests = _requests(fn, specialization, options, targets)
   entry_key = disk_cache.key(
       _CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"triton {triton.__version__}", fn.__name__,
       *signature, json.dumps(sorted((k, _key_value(v)) for k, v in constexprs.items())), specialization.description,
-      f"w{num_warps} s{num_stages} c{num_ctas}" + ("" if maxnreg is None else f" r{maxnreg}"),
-      *(t.sm for t in targets), *(r.key for r in requests))
-  meta = {**constexprs, "num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas}
-  if maxnreg is not None:
-    meta["maxnreg"] = maxnreg
+      options.key, *(t.sm for t in targets), *(r.key for r in requests))
+  # The constexprs and launch options, for the launch's callables: this call's, never stored.
+  meta = tuple({**constexprs, **options.meta()}.items())
 
   def decode(data: bytes) -> TritonKernel:
-    kernel = _from_bytes(fn.__name__, data)  # meta is not stored: it is this call's
-    return TritonKernel(kernel.name, kernel.compiled, dataclasses.replace(kernel.info, meta=tuple(meta.items())))
+    kernel = _from_bytes(fn.__name__, data)
+    return TritonKernel(kernel.name, kernel.compiled, dataclasses.replace(kernel.info, meta=meta))
 
-  def compile():
+  def run():
     with _compile_lock:
-      kernel = _run_triton(triton, fn, signature, specialization, constexprs, requests, num_warps, num_stages,
-                           num_ctas)
+      kernel = _run_triton(triton, fn, signature, specialization, requests, meta)
       compile_cache.count_compiles("triton", len(targets))
-    return TritonKernel(kernel.name, kernel.compiled, dataclasses.replace(kernel.info, meta=tuple(meta.items()))), True
+    return kernel, True
 
-  found = compile_cache.cached(entry_key, compile=compile, encode=_to_bytes, decode=decode)
+  found = compile_cache.cached(entry_key, compile=run, encode=_to_bytes, decode=decode)
   if found.source != "memory":
     dump.maybe_dump(found.value)
   return found.value
@@ -281,7 +174,7 @@ class _Request:
 
 
 def _specialization(fn, signature, scalar_values, constexprs, targets) -> triton_specialize.Specialization:
-  """What Triton's launcher would compile for these arguments (triton_specialize.py)."""
+  """What Triton's launcher would compile for these arguments (specialize.py)."""
   from triton.backends.compiler import GPUTarget  # noqa: PLC0415  (optional dependency: Triton)
   from triton.compiler import make_backend  # noqa: PLC0415  (optional dependency: Triton)
   try:
@@ -291,16 +184,14 @@ def _specialization(fn, signature, scalar_values, constexprs, targets) -> triton
     raise _triton_failed(fn, targets[0], e) from None
 
 
-def _requests(fn, specialization, num_warps, num_stages, num_ctas, targets, maxnreg=None) -> list[_Request]:
+def _requests(fn, specialization, options: TritonOptions, targets) -> list[_Request]:
   """Each target's compile and Triton's cache key for it, which covers what
   changes Triton's output beyond our inputs: its knobs, ptxas, own code, and
   the specialization (signature, constexprs, attributes)."""
   from triton.backends.compiler import GPUTarget  # noqa: PLC0415  (optional dependency: Triton)
   from triton.compiler import ASTSource, get_cache_key, make_backend  # noqa: PLC0415  (optional dependency: Triton)
   from triton.compiler.compiler import get_cache_invalidating_env_vars  # noqa: PLC0415  (optional dependency: Triton)
-  options = {"num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas}
-  if maxnreg is not None:
-    options["maxnreg"] = maxnreg
+  compile_options = options.meta()
   env_vars = get_cache_invalidating_env_vars()
   requests = []
   for target in targets:
@@ -310,11 +201,11 @@ def _requests(fn, specialization, num_warps, num_stages, num_ctas, targets, maxn
     try:
       backend = make_backend(gpu_target)
       # As triton.compile parses them: the environment's knobs (TRITON_DEFAULT_FP_FUSION...) are in them.
-      parsed = backend.parse_options(dict(options, **source.parse_options()))
+      parsed = backend.parse_options(dict(compile_options, **source.parse_options()))
       key = get_cache_key(source, backend, parsed, env_vars)
     except Exception as e:
       raise _triton_failed(fn, target, e) from None
-    requests.append(_Request(target, gpu_target, source, options, key))
+    requests.append(_Request(target, gpu_target, source, compile_options, key))
   return requests
 
 
@@ -323,8 +214,7 @@ def _triton_failed(fn, target, e: Exception) -> CompileError:
                                "", "")
 
 
-def _run_triton(triton, fn, signature, specialization, constexprs, requests, num_warps, num_stages,
-                num_ctas) -> TritonKernel:
+def _run_triton(triton, fn, signature, specialization, requests, meta) -> TritonKernel:
   images, ptx, first, descriptors = [], None, None, None
   waits = True
   for request in requests:
@@ -376,15 +266,14 @@ def _run_triton(triton, fn, signature, specialization, constexprs, requests, num
                     # By position among the parameters passed: descriptors before it expanded, dropped ones gone.
                     aligned=tuple(triton_descriptors.expanded_param_count(signature[:k], bool(descriptors))
                                   - sum(d < k for d in specialization.dropped) for k in specialization.aligned),
-                    meta=tuple({**constexprs, "num_warps": num_warps, "num_stages": num_stages,
-                                "num_ctas": num_ctas}.items()),
+                    meta=meta,
                     triton_version=triton.__version__, tensordesc_meta=descriptors)
   return TritonKernel(fn.__name__, Compiled.of(parsed, sizes), info)
 
 
 def _to_bytes(kernel: TritonKernel) -> bytes:
   info = dataclasses.asdict(kernel.info)
-  info["meta"] = [[k, _key_value(v)] for k, v in kernel.info.meta]  # for the record; meta is rebuilt on load
+  info["meta"] = [[k, _key_value(v)] for k, v in kernel.info.meta]  # for the record; meta is the caller's on load
   header = json.dumps(info).encode()
   return struct.pack("<I", len(header)) + header + kernel.compiled.to_bytes()
 

@@ -55,12 +55,12 @@ from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base.errors import LaunchError, who
 from jax_mosaic_ffi.call import launch_values
 from jax_mosaic_ffi.call.launch_options import LaunchOptions
-from jax_mosaic_ffi.toolchain import triton_decorators
-from jax_mosaic_ffi.toolchain.triton_compile import TritonFunction, runtime_params
-from jax_mosaic_ffi.toolchain.triton_decorators import Autotune, Heuristics
 from jax_mosaic_ffi.transforms import autotune as autotune_lib
-from jax_mosaic_ffi.transforms import tensor_descriptor
-from jax_mosaic_ffi.transforms import triton_launch
+from jax_mosaic_ffi.triton import decorators as triton_decorators
+from jax_mosaic_ffi.triton import launch as triton_launch
+from jax_mosaic_ffi.triton import tensor_descriptor
+from jax_mosaic_ffi.triton.decorators import Autotune, Heuristics
+from jax_mosaic_ffi.triton.kernel import TritonFunction, runtime_params
 
 _TUNED_PER_CALL = 32  # config spaces kept per call (one per distinct set of candidates): a bound, not a tuning
 

@@ -37,9 +37,10 @@ from jax_mosaic_ffi.call import fallback as fallback_lib
 from jax_mosaic_ffi.call import launch_values
 from jax_mosaic_ffi.call import primitive
 from jax_mosaic_ffi.call.launch_options import CheckedLaunch, LaunchOptions
-from jax_mosaic_ffi.toolchain.triton_compile import TritonFunction, TritonKernel, runtime_params
-from jax_mosaic_ffi.toolchain.triton_specialize import XLA_BUFFER_ALIGN
-from jax_mosaic_ffi.transforms import tensor_descriptor
+from jax_mosaic_ffi.triton import tensor_descriptor
+from jax_mosaic_ffi.triton.compile import TritonKernel
+from jax_mosaic_ffi.triton.kernel import TritonFunction, runtime_params
+from jax_mosaic_ffi.triton.specialize import XLA_BUFFER_ALIGN
 
 
 _DTYPES = {
