@@ -149,6 +149,7 @@ def test_a_specialization_is_asked_of_triton_once_then_read_from_the_disk_cache(
   from triton.backends.compiler import GPUTarget
   from triton.compiler import make_backend
   from jax_mosaic_ffi.base import disk_cache
+  from jax_mosaic_ffi.toolchain import compile_cache
   from jax_mosaic_ffi.triton import specialize as triton_specialize
   asked = []
   real = triton_specialize.specialize
@@ -162,14 +163,14 @@ def test_a_specialization_is_asked_of_triton_once_then_read_from_the_disk_cache(
 
   first = answer(1)
   assert len(asked) == 1 and first.dropped == (5,)
-  triton_specialize._memory.clear()  # as in a new process
+  compile_cache.clear_memory_cache()  # as in a new process: the specialization is in the one compile cache
   assert answer(1) == first and len(asked) == 1
   assert answer(3).dropped == () and len(asked) == 2
   # Every stored entry damaged: read as missing, asked again, and the answer is the same.
   for path in disk_cache.cache_dir().rglob("*"):
     if path.is_file():
       path.write_bytes(path.read_bytes()[:-7] + b"garbage")
-  triton_specialize._memory.clear()
+  compile_cache.clear_memory_cache()
   assert answer(1) == first and len(asked) == 3
   assert triton_specialize._decode(b'{"signature": [{"tuple": [1, 2]}]}') is None
   assert triton_specialize._decode(triton_specialize._encode(first)) == first

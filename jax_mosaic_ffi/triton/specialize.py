@@ -20,16 +20,15 @@ so it gets an object whose ``data_ptr()`` has that alignment. The scalar
 types stay the call's own (an ``np.int64`` stride stays i64, as its bytes
 are passed): only the specialization comes from Triton.
 
-`specialize_cached` keeps each answer in memory and in the disk cache, keyed
-by everything it depends on (Triton's version and its key of the function,
-the parameters' flags, the types, values and constexprs, the target): Triton
-3.6's binder imports torch where it is installed, seconds that a process
-whose kernels are all cache hits should not pay.
+`specialize_cached` keeps each answer in the compile cache (memory and disk),
+keyed by everything it depends on (Triton's version and its key of the
+function, the parameters' flags, the types, values and constexprs, the
+target): Triton 3.6's binder imports torch where it is installed, seconds that
+a process whose kernels are all cache hits should not pay.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
 import threading
@@ -39,6 +38,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from jax_mosaic_ffi.base import disk_cache
+from jax_mosaic_ffi.toolchain import compile_cache
 
 # XLA aligns the buffers it allocates on the GPU to 256 bytes, and the
 # runtime checks every buffer of every launch against this (contract.h).
@@ -140,14 +140,11 @@ def specialize(fn, types: Sequence[str], values: Mapping[int, Any], constexprs: 
 
 
 _FORMAT = "triton-specialization-1"
-_MEMORY_ENTRIES = 4096
-_memory: "collections.OrderedDict[str, Specialization]" = collections.OrderedDict()
-_memory_lock = threading.Lock()
 
 
 def specialize_cached(fn, types: Sequence[str], values: Mapping[int, Any], constexprs: Mapping[str, Any],
                       target: str, make_backend) -> Specialization:
-  """`specialize`, from memory or the disk cache when the same question was answered before;
+  """`specialize`, from the compile cache (memory, then disk) when the same question was answered before;
   ``make_backend()`` gives Triton's backend for ``target`` (only when Triton is asked)."""
   import triton  # noqa: PLC0415  (optional dependency: Triton)
   flags = [(p.name, bool(p.is_constexpr), bool(p.do_not_specialize), bool(p.do_not_specialize_on_alignment))
@@ -156,24 +153,19 @@ def specialize_cached(fn, types: Sequence[str], values: Mapping[int, Any], const
       _FORMAT, f"triton {triton.__version__}", target, str(XLA_BUFFER_ALIGN), fn.cache_key, repr(flags),
       repr(list(types)), repr(sorted((k, type(v).__name__, repr(v)) for k, v in values.items())),
       repr(sorted((k, type(v).__name__, repr(v)) for k, v in constexprs.items())))
-  with _memory_lock:
-    found = _memory.get(entry_key)
-  if found is None:
-    found = disk_cache.load_decoded(entry_key, _decode)
-  if found is None:
-    found = specialize(fn, types, values, constexprs, make_backend())
-    try:
-      payload = _encode(found)
-    except TypeError:  # a constexpr that is not a plain value (a dtype, a function): answered again next time
-      payload = None
-    if payload is not None and _decode(payload) == found:
-      disk_cache.store(entry_key, payload)
-  with _memory_lock:
-    _memory[entry_key] = found
-    _memory.move_to_end(entry_key)
-    while len(_memory) > _MEMORY_ENTRIES:
-      _memory.popitem(last=False)
-  return found
+  found = compile_cache.cached(entry_key, compile=lambda: (specialize(fn, types, values, constexprs, make_backend()),
+                                                             True),
+                               encode=_stored, decode=_decode, counted=False)
+  return found.value
+
+
+def _stored(s: Specialization) -> bytes | None:
+  """The entry on disk, or None (kept in memory only) for what does not read back the same."""
+  try:
+    payload = _encode(s)
+  except TypeError:  # a constexpr that is not a plain value (a dtype, a function): answered again next process
+    return None
+  return payload if _decode(payload) == s else None
 
 
 def _plain(value):
