@@ -120,8 +120,9 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block=None, cluster=None, 
   return call if sharding is None else sharding_lib.sharded(call, sharding, name=name)
 
 
-def _launcher(kernel, out_shape, options: LaunchOptions) -> Callable[..., Any]:
-  """The call of one kernel, by its type; without the sharding, which `mosaic_kernel` applies."""
+def _launcher(kernel, out_shape, options: LaunchOptions, meta: Mapping[str, Any] | None = None) -> Callable[..., Any]:
+  """The call of one kernel, by its type; without the sharding, which `mosaic_kernel` applies. ``meta``: an
+  autotuning config's values, which a CUDA kernel's launch callables get first."""
   if isinstance(kernel, (TritonKernel, TritonFunction)):  # launch options from Triton's compiled metadata
     return triton_launch.launcher(kernel, out_shape, options)
   where = who(kernel, source_location.current()) if isinstance(kernel, Kernel) else ""
@@ -130,7 +131,7 @@ def _launcher(kernel, out_shape, options: LaunchOptions) -> Callable[..., Any]:
                       "descriptor as jmf.TensorMap(operand, box=...)")
   if options.block is None and isinstance(kernel, Kernel):
     raise LaunchError(f"{where}: block (threads per block) is required")
-  launch = CheckedLaunch.create(kernel, out_shape, options, where)
+  launch = CheckedLaunch.create(kernel, out_shape, options, where, meta)
   fallback = fallback_lib.create(options.fallback, where)
   if options.sharding is not None:
     sharding_lib.check_per_shard(launch, where)
@@ -152,7 +153,7 @@ def _tuned(kernel, out_shape, configs, key, default, options: LaunchOptions) -> 
   def factory(meta):
     if isinstance(kernel, TritonFunction):
       return _launcher(kernel.with_meta(meta), out_shape, per_config)
-    return _launcher(kernel, out_shape, triton_launch.with_meta(per_config, meta))
+    return _launcher(kernel, out_shape, per_config, meta)
 
   return autotune_lib.Autotuned(factory, configs, key=key, default=default, name=_tuned_name(kernel))
 

@@ -62,12 +62,7 @@ LOG_ENV = flags.AUTOTUNE_LOG
 # For testing the machinery on a machine without a GPU: time the configs on
 # the CPU too (their jax.numpy fallbacks run there).
 CPU_ENV = flags.AUTOTUNE_ON_CPU
-_FORMAT = "autotune-2"
-# What a config launches besides its kernel: a timing is kept per (kernel, these values), so that a config
-# whose grid or scalars change is timed again while its kernel hash stays the same.
-_LAUNCH_FIELDS = ("grid", "block", "cluster", "smem_bytes", "uses_pdl", "num_inputs", "num_outputs", "param_order",
-                  "scalar_sizes", "aliases", "batch_size", "batch_strides", "batch_grid_axis", "tensor_maps",
-                  "num_scratch", "zero_outputs")
+_FORMAT = "autotune-3"  # 3: a launch's identity is LaunchSpec.identity()
 # Decisions (a config list and signature -> winner) kept in this process, the oldest dropped past this.
 _MAX_DECISIONS = 4096
 
@@ -118,16 +113,16 @@ def _plain_config(config) -> str:
 
 
 def _launch_identities(jaxpr) -> list[str]:
-  """One string per mosaic_kernel call in a jaxpr (sub-jaxprs included): its kernel's module hash and every
-  launch value, so that a timing is kept per config and not reused once its kernel or launch changes."""
+  """One string per mosaic_kernel call in a jaxpr (sub-jaxprs included): its kernel's module hash and what it
+  launches (`LaunchSpec.identity`: grid, scalars...; the buffers' shapes), so that a timing is kept per config
+  and not reused once its kernel or launch changes, while a config whose kernel hash stays the same but whose
+  grid or scalars change is timed again."""
   found = []
 
   def walk(j):
     for eqn in j.eqns:
       if eqn.primitive is mosaic_kernel_p:
-        spec = eqn.params["spec"]
-        launch = {field: getattr(spec, field) for field in _LAUNCH_FIELDS}
-        launch["scalar_data"] = spec.scalar_data.hex()
+        launch = eqn.params["spec"].identity()
         launch["buffers"] = [f"{v.aval.dtype}{list(v.aval.shape)}" for v in (*eqn.invars, *eqn.outvars)]
         found.append(f"{eqn.params['kernel'].hash.hex()} {json.dumps(launch, sort_keys=True, default=repr)}")
       for value in eqn.params.values():
