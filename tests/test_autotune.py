@@ -15,6 +15,7 @@ import pytest
 
 import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.transforms import autotune as autotuning
+from jax_mosaic_ffi.transforms import timing
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import gpu_info
 
@@ -54,12 +55,12 @@ def stats():
 
 def test_a_fast_config_is_timed_as_several_calls():
   # Enough calls for ~2 ms of GPU time, at most 64, and no more than 1 GiB of one call's outputs per call.
-  assert autotuning._repeats(5e-3, 1) == 1
-  assert autotuning._repeats(1e-3, 1) == 2
-  assert autotuning._repeats(1e-4, 1) == 20
-  assert autotuning._repeats(1e-6, 1) == 64
-  assert autotuning._repeats(1e-6, 1 << 29) == 2
-  assert autotuning._repeats(1e-4, 1 << 31) == 1
+  assert timing.repeats(5e-3, 1) == 1
+  assert timing.repeats(1e-3, 1) == 2
+  assert timing.repeats(1e-4, 1) == 20
+  assert timing.repeats(1e-6, 1) == 64
+  assert timing.repeats(1e-6, 1 << 29) == 2
+  assert timing.repeats(1e-4, 1 << 31) == 1
 
 
 @no_gpu

@@ -40,14 +40,11 @@ import concurrent.futures
 import dataclasses
 import json
 import os
-import statistics
 import sys
 import threading
-import time
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
-import numpy as np
 from jax.export import is_symbolic_dim
 
 from jax_mosaic_ffi.base import disk_cache
@@ -56,6 +53,7 @@ from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base.errors import AutotuneError
 from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
 from jax_mosaic_ffi.transforms import gpu_clock
+from jax_mosaic_ffi.transforms import timing as timing_lib
 from jax_mosaic_ffi.transforms import tuning_records
 
 LOG_ENV = flags.AUTOTUNE_LOG
@@ -132,50 +130,6 @@ def _launch_identities(jaxpr) -> list[str]:
             walk(inner)
   walk(jaxpr.jaxpr)
   return found
-
-
-def _random_inputs(avals, device):
-  rng = np.random.default_rng(0)
-  arrays = []
-  for aval in avals:
-    dtype = np.dtype(aval.dtype)
-    if dtype.kind == "f" or dtype.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
-      data = rng.standard_normal(aval.shape, dtype=np.float32).astype(dtype)
-    elif dtype.kind in "iu":
-      data = rng.integers(0, 4, aval.shape).astype(dtype)
-    elif dtype.kind == "b":
-      data = rng.integers(0, 2, aval.shape).astype(bool)
-    else:
-      data = np.zeros(aval.shape, dtype)
-    arrays.append(jax.device_put(data, device))
-  return arrays
-
-
-def _time_each(executables: dict, inputs, *, warmup: int = 2, rounds: int = 7,
-               round_s: float = 10e-3) -> dict:
-  """Median seconds per call of each executable: rounds of back-to-back calls, each round long enough to hide
-  dispatch. The executables take turns round by round (in a rotating order), so that the GPU's clock and
-  temperature drifting during tuning do not favour whichever config happened to run first: measured on an
-  H200, timing configs one after another picked a matmul config 4% slower than the best."""
-  reps = {}
-  for k, executable in executables.items():
-    for _ in range(warmup):
-      jax.block_until_ready(executable(*inputs))
-    start = time.perf_counter()
-    jax.block_until_ready(executable(*inputs))
-    once = max(time.perf_counter() - start, 1e-6)
-    reps[k] = int(min(max(round_s / once, 1), 200))
-  samples = {k: [] for k in executables}
-  order = list(executables)
-  for r in range(rounds):
-    for k in order[r % len(order):] + order[:r % len(order)]:
-      start = time.perf_counter()
-      out = None
-      for _ in range(reps[k]):
-        out = executables[k](*inputs)
-      jax.block_until_ready(out)
-      samples[k].append((time.perf_counter() - start) / reps[k])
-  return {k: statistics.median(v) for k, v in samples.items()}
 
 
 def _error_text(e: BaseException) -> str:
@@ -363,7 +317,7 @@ class Autotuned:
 
     timings: dict[int, tuning_records.Timing] = {}
     executables = build_all(indices)
-    inputs = _random_inputs(avals, device)
+    inputs = timing_lib.random_inputs(avals, device)
     launched, first_s, output_bytes = [], [], 0
     for k, executable in executables.items():  # one that fails to launch is left out of the timed rounds
       try:
@@ -371,21 +325,21 @@ class Autotuned:
         if on_gpu:
           start, stop, outputs = executable(*inputs)
           first_s.append(gpu_clock.elapsed_s(start, stop))
-          output_bytes = max(output_bytes, _output_bytes(outputs))
+          output_bytes = max(output_bytes, timing_lib.output_bytes(outputs))
         launched.append(k)
       except Exception as e:
         timings[k] = tuning_records.Timing(None, f"launch: {_error_text(e)}")
     if not launched:
       return timings
     # On the GPU a fast kernel is timed as several calls in one program: the stamps' own gaps spread over more work.
-    repeats = _repeats(min(first_s), output_bytes) if on_gpu else 1
+    repeats = timing_lib.repeats(min(first_s), output_bytes) if on_gpu else 1
     runnable = build_all(launched, repeats) if repeats > 1 else {k: executables[k] for k in launched}
     if runnable:
       try:
         if on_gpu:
-          seconds = _gpu_time_each(runnable, inputs, warmup=self.warmup, rounds=self.rounds)
+          seconds = timing_lib.gpu_time_each(runnable, inputs, warmup=self.warmup, rounds=self.rounds)
         else:
-          seconds = _time_each(runnable, inputs, warmup=self.warmup, rounds=self.rounds)
+          seconds = timing_lib.host_time_each(runnable, inputs, warmup=self.warmup, rounds=self.rounds)
       except Exception as e:  # a config that passes alone but fails when timed: none of this round counts
         seconds = {}
         for k in runnable:
@@ -395,38 +349,6 @@ class Autotuned:
         with _lock:
           _stats.configs_timed += 1
     return timings
-
-
-# On the GPU, one timed program makes the call enough times for about _REPEAT_TARGET_S of GPU time, at most
-# _MAX_REPEATS times and with at most _MAX_REPEAT_BYTES of one call's outputs per call made.
-_MAX_REPEATS = 64
-_MAX_REPEAT_BYTES = 1 << 30
-_REPEAT_TARGET_S = 2e-3
-
-
-def _output_bytes(outputs) -> int:
-  return sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(outputs))
-
-
-def _repeats(once_s: float, output_bytes: int) -> int:
-  """How many calls one timed program makes, given one call's GPU time and output bytes."""
-  wanted = min(max(int(np.ceil(_REPEAT_TARGET_S / max(once_s, 1e-7))), 1), _MAX_REPEATS)
-  return int(max(1, min(wanted, _MAX_REPEAT_BYTES // max(output_bytes, 1))))
-
-
-def _gpu_time_each(executables: dict, inputs, *, warmup: int, rounds: int) -> dict:
-  """Median GPU seconds between the stamps of each `gpu_clock.timed` executable, the executables taking
-  turns round by round in a rotating order (the GPU's clock and temperature drift during tuning)."""
-  for executable in executables.values():
-    for _ in range(warmup):
-      jax.block_until_ready(executable(*inputs))
-  samples = {k: [] for k in executables}
-  order = list(executables)
-  for r in range(rounds):
-    for k in order[r % len(order):] + order[:r % len(order)]:
-      start, stop, _ = executables[k](*inputs)
-      samples[k].append(gpu_clock.elapsed_s(start, stop))
-  return {k: statistics.median(v) for k, v in samples.items()}
 
 
 def autotune(factory: Callable[[dict], Callable] | None = None, *, configs: Sequence[Mapping[str, Any]],
