@@ -184,8 +184,9 @@ def _time_each(executables: dict, inputs, *, warmup: int = 2, rounds: int = 7,
 
 
 def _error_text(e: BaseException) -> str:
-  text = f"{type(e).__name__}: {e}".strip()
-  return text.splitlines()[0][:300] if text else type(e).__name__
+  """The exception's first two lines (a compiler's "could not compile ...:" and its first reason), bounded."""
+  lines = [line.strip() for line in f"{type(e).__name__}: {e}".splitlines() if line.strip()]
+  return " ".join(lines[:2])[:300] or type(e).__name__
 
 
 def _log(entry: dict) -> None:
