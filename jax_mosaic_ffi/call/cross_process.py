@@ -133,7 +133,10 @@ def exchange(key: str, rank: int, device_ids, mine: bytes, timeout_s: float, who
   verdict = kv_store.settle(client, base, "go" if timed_out is None else f"abandoned/{rank}/{timeout_s:g}", who)
   if verdict != "go":
     if timed_out is not None:
-      raise timed_out from None
+      try:
+        raise timed_out from None
+      finally:
+        timed_out = None  # the traceback holds this frame: no cycle through the local
     raise RuntimeError(
         f"{who}: {_abandoned_by(verdict, device_ids)} gave up on this collective workspace exchange before "
         f"rank {rank} joined it; its deposits are not used, and this attempt fails on every rank. Running the "

@@ -120,7 +120,10 @@ def _agree(client, base: str, pe: int, npes: int, mine: str, timeout_s: float, w
   verdict = kv_store.settle(client, base, "go" if late is None else f"abandoned/{pe}/{timeout_s:g}", who)
   if verdict != "go":
     if late is not None:
-      raise late from None
+      try:
+        raise late from None
+      finally:
+        late = None  # the traceback holds this frame: no cycle through the local
     found = kv_store.abandoned_by(verdict, npes)
     quitter = f"PE {found[0]} (after waiting {found[1]:g} s)" if found else f"a peer (verdict {verdict[:80]!r})"
     raise RuntimeError(f"{who}: {quitter} gave up on this NVSHMEM start before PE {pe} joined it; this attempt "

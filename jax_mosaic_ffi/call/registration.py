@@ -93,7 +93,7 @@ def _run_bootstrap(device) -> None:
   thread.start()
   thread.join()
   if errors:
-    raise errors[0]
+    raise errors.pop()  # out of the list the thread's frame holds: no cycle through it
 
 
 def register() -> bool:

@@ -126,21 +126,26 @@ def _launch_identities(jaxpr) -> list[str]:
   """One string per mosaic_kernel call in a jaxpr (sub-jaxprs included): its kernel's module hash and every
   launch value, so that a timing is kept per config and not reused once its kernel or launch changes."""
   found = []
-
-  def walk(j):
-    for eqn in j.eqns:
-      if eqn.primitive is mosaic_kernel_p:
-        spec = eqn.params["spec"]
-        launch = {field: getattr(spec, field) for field in _LAUNCH_FIELDS}
-        launch["scalar_data"] = spec.scalar_data.hex()
-        launch["buffers"] = [f"{v.aval.dtype}{list(v.aval.shape)}" for v in (*eqn.invars, *eqn.outvars)]
-        found.append(f"{eqn.params['kernel'].hash.hex()} {json.dumps(launch, sort_keys=True, default=repr)}")
-      for value in eqn.params.values():
-        for sub in value if isinstance(value, (list, tuple)) else (value,):
-          inner = getattr(sub, "jaxpr", sub)
-          if hasattr(inner, "eqns"):
-            walk(inner)
-  walk(jaxpr.jaxpr)
+  # A stack, not a recursive closure: a function that refers to itself is a cycle only the collector frees.
+  pending = [iter(jaxpr.jaxpr.eqns)]
+  while pending:
+    eqn = next(pending[-1], None)
+    if eqn is None:
+      pending.pop()
+      continue
+    if eqn.primitive is mosaic_kernel_p:
+      spec = eqn.params["spec"]
+      launch = {field: getattr(spec, field) for field in _LAUNCH_FIELDS}
+      launch["scalar_data"] = spec.scalar_data.hex()
+      launch["buffers"] = [f"{v.aval.dtype}{list(v.aval.shape)}" for v in (*eqn.invars, *eqn.outvars)]
+      found.append(f"{eqn.params['kernel'].hash.hex()} {json.dumps(launch, sort_keys=True, default=repr)}")
+    subs = []
+    for value in eqn.params.values():
+      for sub in value if isinstance(value, (list, tuple)) else (value,):
+        inner = getattr(sub, "jaxpr", sub)
+        if hasattr(inner, "eqns"):
+          subs.append(iter(inner.eqns))
+    pending.extend(reversed(subs))  # the first sub-jaxpr next, as the order of the launches found
   return found
 
 
@@ -377,10 +382,14 @@ class Autotuned:
       with concurrent.futures.ThreadPoolExecutor(max(1, min(len(which), os.cpu_count() or 1, 8))) as pool:
         futures = {k: pool.submit(build, k, repeats) for k in which}
         for k, future in futures.items():
-          try:
+          # exception(), not result(): a re-raised exception's traceback would hold this frame, whose
+          # `futures` hold the exception: a cycle keeping every executable built here alive until collected.
+          error = future.exception()
+          if error is None:
             built[k] = future.result()
-          except Exception as e:
-            timings[k] = tuning_records.Timing(None, f"{tuning_failures.compile_failure(str(e))}: {_error_text(e)}")
+          else:
+            timings[k] = tuning_records.Timing(None, f"{tuning_failures.compile_failure(str(error))}: "
+                                                     f"{_error_text(error)}")
       return built
 
     timings: dict[int, tuning_records.Timing] = {}
