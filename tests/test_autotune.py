@@ -311,7 +311,8 @@ def test_a_loaded_tuning_file_picks_the_winner_without_timing(rng, isolated_disk
   assert after.configs_timed == before.configs_timed and after.disk_hits == before.disk_hits + 1
 
 
-BOUNDED_ADD = kernel_sources.ADD.replace('extern "C" __global__ void', 'extern "C" __global__ void __launch_bounds__(128)')
+BOUNDED_ADD = kernel_sources.ADD.replace('extern "C" __global__ void',
+                                         'extern "C" __global__ void __launch_bounds__(128)')
 
 
 def bounded_add_factory(meta):

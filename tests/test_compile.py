@@ -1,9 +1,7 @@
 """NVRTC front end: compiling, names, targets, errors (no GPU needed)."""
 
-import glob
 import hashlib
 import os
-import tempfile
 
 import pytest
 

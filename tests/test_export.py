@@ -142,7 +142,8 @@ def run_fresh(tmp_path, *args, env=None):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode", ["deserialize", "deserialize-only"], ids=["register_by_hand", "registered_at_first_lowering"])
+@pytest.mark.parametrize("mode", ["deserialize", "deserialize-only"],
+                         ids=["register_by_hand", "registered_at_first_lowering"])
 def test_a_process_that_only_deserializes_runs_the_artifact(tmp_path, mode):
   info = run_fresh(tmp_path, mode, ARTIFACT_V1)
   assert info["ok"] and info["nvrtc"] == 0 and info["parses"] == 1, info

@@ -41,8 +41,7 @@ ffi::Error CallForDeposits(const Call& call, const std::string& who, std::vector
     std::string message = nb::str(e.value()).c_str();
     return ffi::Error(timeout ? ffi::ErrorCode::kDeadlineExceeded : ffi::ErrorCode::kFailedPrecondition, message);
   } catch (const std::exception& e) {
-    return ffi::Error::Internal(who + ": the peer exchange returned something other than a list of bytes: " +
-                                e.what());
+    return ffi::Error::Internal(who + ": the peer exchange returned something other than a list of bytes: " + e.what());
   }
 }
 

@@ -411,8 +411,9 @@ ffi::Error HostRendezvous::Resynchronize(const DepositTrade& trade, const std::s
 ffi::Error HostRendezvous::Arrive(std::chrono::milliseconds timeout, const std::string& who) {
   if (broken_) {
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
-                      who + ": an earlier execution of this kernel timed out on a peer process; the ranks must meet "
-                            "again first (Meet)");
+                      who +
+                          ": an earlier execution of this kernel timed out on a peer process; the ranks must meet "
+                          "again first (Meet)");
   }
   HostFlags& own = pages_[rank_]->flags;
   const uint64_t n = executions_ + 1;

@@ -126,8 +126,8 @@ class HostRendezvous {
   std::vector<SharedPage*> pages_;  // by rank, ours included
   std::vector<std::string> page_names_;
   std::vector<std::string> admitted_;  // each peer's deposit, as admitted at set-up
-  std::string page_name_;  // unlinked once every peer has mapped it
-  int page_fd_ = -1;       // holds the flock that tells other processes the page is live
+  std::string page_name_;              // unlinked once every peer has mapped it
+  int page_fd_ = -1;                   // holds the flock that tells other processes the page is live
   uint64_t executions_ = 0;
   bool broken_ = false;
 };

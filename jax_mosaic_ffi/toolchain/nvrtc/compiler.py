@@ -8,10 +8,10 @@ build and this package's module format. The headers NVRTC read from disk
 are known only after the compile: the entry lists them with their contents'
 hashes, and the paths NVRTC's search tried before each of them as absent
 (``include_search``: a header created there would shadow it), and a hit in
-either cache counts only while they are unchanged (``file_deps``). A memory hit re-checks the user's headers only: those of
-the CUDA toolkit and of this package change with an install, which a
-running process does not take in anyway; a fresh process's disk hit
-re-checks every one.
+either cache counts only while they are unchanged (``file_deps``). A memory
+hit re-checks the user's headers only: those of the CUDA toolkit and of this
+package change with an install, which a running process does not take in
+anyway; a fresh process's disk hit re-checks every one.
 """
 
 from __future__ import annotations
