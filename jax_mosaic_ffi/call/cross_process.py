@@ -29,7 +29,6 @@ from __future__ import annotations
 import collections
 import socket
 import threading
-import time
 
 import jax
 from jax._src import distributed  # no public key-value API in jax 0.11/0.12
@@ -110,44 +109,20 @@ def exchange(key: str, rank: int, device_ids, mine: bytes, timeout_s: float, who
       client.key_value_delete(f"{_KEY_PREFIX}/{key}/{generation - 2}/{rank}")
     except Exception:  # noqa: BLE001 - tidying only
       pass
-  deadline = time.monotonic() + timeout_s
-  values: list[bytes | None] = [None] * len(device_ids)
-  values[rank] = _pack(host, bytes(mine))
-  timed_out = None
-  for r in range(len(device_ids)):
-    if r == rank:
-      continue
-    remaining_ms = max(1, int((deadline - time.monotonic()) * 1000))
-    try:
-      values[r] = client.blocking_key_value_get_bytes(f"{base}/{r}", remaining_ms)
-    except Exception as err:  # noqa: BLE001 - jax's error type is private
-      if not kv_store.timed_out(err):
-        kv_store.settle_quietly(client, base, f"abandoned/{rank}/{timeout_s:g}")
-        raise RuntimeError(f"{who}: reading peer {_peer_name(r, device_ids)}'s workspace from the "
-                           f"jax.distributed key-value store failed: {err}") from None
-      timed_out = TimeoutError(
+  got = kv_store.gather(
+      client, base, rank, len(device_ids), lambda r: f"{base}/{r}", client.blocking_key_value_get_bytes, timeout_s,
+      who,
+      late=lambda r: TimeoutError(
           f"{who}: rank {rank} waited {timeout_s:g} s for peer {_peer_name(r, device_ids)} to set up its "
           "collective workspace; it never did. Did that process die, or does it not run this kernel? "
-          "(JAX_MOSAIC_FFI_PEER_TIMEOUT_S sets the timeout)")
-      break
-  verdict = kv_store.settle(client, base, "go" if timed_out is None else f"abandoned/{rank}/{timeout_s:g}", who)
-  if verdict != "go":
-    if timed_out is not None:
-      try:
-        raise timed_out from None
-      finally:
-        timed_out = None  # the traceback holds this frame: no cycle through the local
-    raise RuntimeError(
-        f"{who}: {_abandoned_by(verdict, device_ids)} gave up on this collective workspace exchange before "
-        f"rank {rank} joined it; its deposits are not used, and this attempt fails on every rank. Running the "
-        "call again starts a new exchange (JAX_MOSAIC_FFI_PEER_TIMEOUT_S sets the timeout)")
-  for r in range(len(device_ids)):
-    if values[r] is None:  # a peer settled `go`: every deposit is in the store, just not read here yet
-      try:
-        values[r] = client.blocking_key_value_get_bytes(f"{base}/{r}", kv_store.SETTLED_WAIT_MS)
-      except Exception as err:  # noqa: BLE001 - jax's error type is private
-        raise RuntimeError(f"{who}: reading peer {_peer_name(r, device_ids)}'s workspace from the "
-                           f"jax.distributed key-value store failed: {err}") from None
+          "(JAX_MOSAIC_FFI_PEER_TIMEOUT_S sets the timeout)"),
+      unreadable=lambda r, err: RuntimeError(f"{who}: reading peer {_peer_name(r, device_ids)}'s workspace from the "
+                                             f"jax.distributed key-value store failed: {err}"),
+      abandoned=lambda verdict: RuntimeError(
+          f"{who}: {_abandoned_by(verdict, device_ids)} gave up on this collective workspace exchange before "
+          f"rank {rank} joined it; its deposits are not used, and this attempt fails on every rank. Running the "
+          "call again starts a new exchange (JAX_MOSAIC_FFI_PEER_TIMEOUT_S sets the timeout)"))
+  values = [_pack(host, bytes(mine)) if r == rank else got[r] for r in range(len(device_ids))]
   payloads = []
   for r, value in enumerate(values):
     peer_host, payload = _unpack(value)

@@ -10,6 +10,8 @@ generation) starts in step: a late process finds the verdict instead of waiting 
 
 from __future__ import annotations
 
+import time
+
 # Bounded waits for what a peer that settled `go` has already published.
 SETTLED_WAIT_MS = 10_000
 
@@ -57,6 +59,39 @@ def settle_quietly(client, base: str, verdict: str) -> None:
     client.key_value_set(f"{base}/verdict", verdict)
   except Exception:  # noqa: BLE001 - a peer settled first, or the store is gone: the error raised says why
     pass
+
+
+def gather(client, base: str, me: int, count: int, key, read, timeout_s: float, who: str, *, late, unreadable,
+           abandoned) -> dict:
+  """Every peer's value of one attempt, by peer: ``read(key(peer), milliseconds)`` for each of the ``count``
+  processes but ``me``, within one deadline, then the attempt's verdict, followed. Raises ``late(peer)`` where
+  this process gave up waiting for ``peer``, ``abandoned(verdict)`` where a peer gave up first (the attempt fails
+  everywhere), ``unreadable(peer, error)`` where the store failed otherwise. (The errors are made as they are
+  raised: one kept in a local would be held by the traceback of its own frame, a cycle.)"""
+  deadline = time.monotonic() + timeout_s
+  got: dict = {}
+  gave_up = None
+  for peer in range(count):
+    if peer == me:
+      continue
+    try:
+      got[peer] = read(key(peer), max(1, int((deadline - time.monotonic()) * 1000)))
+    except Exception as err:  # noqa: BLE001 - jax's error type is private
+      if not timed_out(err):
+        settle_quietly(client, base, f"abandoned/{me}/{timeout_s:g}")
+        raise unreadable(peer, err) from None
+      gave_up = peer
+      break
+  verdict = settle(client, base, "go" if gave_up is None else f"abandoned/{me}/{timeout_s:g}", who)
+  if verdict != "go":
+    raise (late(gave_up) if gave_up is not None else abandoned(verdict)) from None
+  for peer in range(count):  # a peer settled `go`: every value is in the store, not all read here yet
+    if peer != me and peer not in got:
+      try:
+        got[peer] = read(key(peer), SETTLED_WAIT_MS)
+      except Exception as err:  # noqa: BLE001 - jax's error type is private
+        raise unreadable(peer, err) from None
+  return got
 
 
 def abandoned_by(verdict: str, count: int) -> tuple[int, float] | None:

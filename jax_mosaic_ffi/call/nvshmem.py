@@ -24,7 +24,6 @@ import contextlib
 import os
 import re
 import threading
-import time
 
 import jax
 from jax._src import distributed  # no public key-value API in jax 0.11/0.12
@@ -98,40 +97,23 @@ def _agree(client, base: str, pe: int, npes: int, mine: str, timeout_s: float, w
   """Publishes this PE's description, waits for every peer's and follows the attempt's verdict (kv_store.py);
   then checks that every peer's agrees. Names a peer that never came, one that gave up first, or disagrees."""
   kv_store.set_once(client, f"{base}/joined/{pe}", mine, who)
-  deadline = time.monotonic() + timeout_s
-  theirs: dict[int, str] = {}
-  late = None
-  for peer in range(npes):
-    if peer == pe:
-      continue
-    try:
-      remaining_ms = max(1, int((deadline - time.monotonic()) * 1000))
-      theirs[peer] = client.blocking_key_value_get(f"{base}/joined/{peer}", remaining_ms)
-    except Exception as err:  # noqa: BLE001 - jax's error type is private
-      if not kv_store.timed_out(err):
-        kv_store.settle_quietly(client, base, f"abandoned/{pe}/{timeout_s:g}")
-        raise RuntimeError(f"{who}: reading PE {peer}'s NVSHMEM start from the jax.distributed key-value store "
-                           f"failed: {err}") from None
-      late = TimeoutError(
-          f"{who}: PE {pe} waited {timeout_s:g} s for PE {peer} (process {peer} of the jax.distributed job) to "
-          "start NVSHMEM; it never did. Did that process die, or does it not run this program? "
-          f"({flags.PEER_TIMEOUT_S} sets the timeout)")
-      break
-  verdict = kv_store.settle(client, base, "go" if late is None else f"abandoned/{pe}/{timeout_s:g}", who)
-  if verdict != "go":
-    if late is not None:
-      try:
-        raise late from None
-      finally:
-        late = None  # the traceback holds this frame: no cycle through the local
+
+  def gave_up_first(verdict):
     found = kv_store.abandoned_by(verdict, npes)
     quitter = f"PE {found[0]} (after waiting {found[1]:g} s)" if found else f"a peer (verdict {verdict[:80]!r})"
-    raise RuntimeError(f"{who}: {quitter} gave up on this NVSHMEM start before PE {pe} joined it; this attempt "
-                       "fails on every PE. Running the program again starts NVSHMEM in step "
-                       f"({flags.PEER_TIMEOUT_S} sets the timeout)")
-  for peer in range(npes):  # a peer settled `go`: every description is in the store, not all read here yet
-    if peer != pe and peer not in theirs:
-      theirs[peer] = client.blocking_key_value_get(f"{base}/joined/{peer}", kv_store.SETTLED_WAIT_MS)
+    return RuntimeError(f"{who}: {quitter} gave up on this NVSHMEM start before PE {pe} joined it; this attempt "
+                        "fails on every PE. Running the program again starts NVSHMEM in step "
+                        f"({flags.PEER_TIMEOUT_S} sets the timeout)")
+
+  theirs = kv_store.gather(
+      client, base, pe, npes, lambda peer: f"{base}/joined/{peer}", client.blocking_key_value_get, timeout_s, who,
+      late=lambda peer: TimeoutError(
+          f"{who}: PE {pe} waited {timeout_s:g} s for PE {peer} (process {peer} of the jax.distributed job) to "
+          "start NVSHMEM; it never did. Did that process die, or does it not run this program? "
+          f"({flags.PEER_TIMEOUT_S} sets the timeout)"),
+      unreadable=lambda peer, err: RuntimeError(f"{who}: reading PE {peer}'s NVSHMEM start from the jax.distributed "
+                                                f"key-value store failed: {err}"),
+      abandoned=gave_up_first)
   for peer, description in sorted(theirs.items()):
     if description != mine:
       raise RuntimeError(f"{who}: PE {peer} starts NVSHMEM with {description[:200]!r} and PE {pe} with {mine!r}; "
