@@ -301,3 +301,31 @@ def test_a_loaded_tuning_file_picks_the_winner_without_timing(rng, isolated_disk
   assert loaded.last_report["source"] == "file" and loaded.last_report["winner"] == winner
   after = autotuning.stats()
   assert after.configs_timed == before.configs_timed and after.disk_hits == before.disk_hits + 1
+
+
+BOUNDED_ADD = kernel_sources.ADD.replace('extern "C" __global__ void',
+                                         'extern "C" __global__ void __launch_bounds__(128)')
+
+
+def bounded_add_factory(meta):
+  kernel = jmf.cuda_kernel(BOUNDED_ADD, "add")
+  return jmf.mosaic_kernel(kernel, lambda x, y: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                           grid=lambda x, y: jmf.cdiv(x.size, meta["block"]), block=meta["block"],
+                           scalars=lambda x, y: (np.int32(x.size),))
+
+
+@gpu
+def test_a_config_asking_for_more_threads_than_its_kernel_allows_is_remembered(rng, isolated_disk_cache):
+  # A block of 256 threads for a kernel bounded to 128: the runtime refuses it at the launch, every time. That
+  # failure is kept with the timings, so a fresh process does not build and launch it again.
+  configs = [{"block": 128}, {"block": 256}]
+  x = rng.standard_normal(5000).astype(np.float32)
+  tuned = jmf.autotune(bounded_add_factory, configs=configs, name="test-bounded")
+  np.testing.assert_allclose(np.asarray(jax.jit(tuned)(x, x)), 2 * x)
+  report = tuned.last_report
+  assert report["winner"] == 0 and report["table"][1]["error"].startswith("resources: "), report["table"]
+  jmf.clear_kernel_cache()  # memory only: what a new process finds is on disk
+  again = jmf.autotune(bounded_add_factory, configs=configs, name="test-bounded")
+  np.testing.assert_allclose(np.asarray(jax.jit(again)(x, x)), 2 * x)
+  assert again.last_report["source"] == "disk" and again.last_report["timed"] == [], again.last_report
+  assert again.last_report["table"][1]["error"] == report["table"][1]["error"]

@@ -113,3 +113,12 @@ def add_after_wait(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
   y = tl.load(y_ptr + offsets, mask=mask)
   tl.extra.cuda.gdc_launch_dependents()
   tl.store(out_ptr + offsets, x + y, mask=mask)
+
+
+@triton.jit
+def bogus_asm(x_ptr, y_ptr, BLOCK: tl.constexpr):
+  """Inline PTX that ptxas refuses: a compile failure inside Triton's own backend."""
+  offsets = tl.arange(0, BLOCK)
+  y = tl.inline_asm_elementwise("bogus.instr.f32 $0, $1;", "=r,r", [tl.load(x_ptr + offsets)], dtype=tl.float32,
+                                is_pure=True, pack=1)
+  tl.store(y_ptr + offsets, y)

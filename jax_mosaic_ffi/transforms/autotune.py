@@ -27,8 +27,12 @@ machine of the same GPU. A `jax.export` artifact holds the winner's binary
 alone.
 
 A single config is taken as it is (nothing is timed). A config that fails to
-compile, lower or launch is skipped and reported;
-only all of them failing raises `AutotuneError`. Without a GPU nothing is
+compile, lower or launch is skipped and reported; only failures that will
+happen again (a compile error, more resources than the GPU has) are stored
+with the timings, the others are timed again next time
+(tuning_failures.py). Only all of them failing raises `AutotuneError`, and
+a table with no config timed is never final: configs whose failures were
+stored are timed again before that. Without a GPU nothing is
 timed: the ``default`` config (the first, unless given) is used, with a
 warning, and nothing is stored. ``JAX_MOSAIC_FFI_AUTOTUNE_LOG=1`` prints
 each table; `report()` returns them.
@@ -54,6 +58,7 @@ from jax_mosaic_ffi.base.errors import AutotuneError
 from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
 from jax_mosaic_ffi.transforms import gpu_clock
 from jax_mosaic_ffi.transforms import timing as timing_lib
+from jax_mosaic_ffi.transforms import tuning_failures
 from jax_mosaic_ffi.transforms import tuning_records
 
 LOG_ENV = flags.AUTOTUNE_LOG
@@ -116,25 +121,31 @@ def _launch_identities(jaxpr) -> list[str]:
   and not reused once its kernel or launch changes, while a config whose kernel hash stays the same but whose
   grid or scalars change is timed again."""
   found = []
-
-  def walk(j):
-    for eqn in j.eqns:
-      if eqn.primitive is mosaic_kernel_p:
-        launch = eqn.params["spec"].identity()
-        launch["buffers"] = [f"{v.aval.dtype}{list(v.aval.shape)}" for v in (*eqn.invars, *eqn.outvars)]
-        found.append(f"{eqn.params['kernel'].hash.hex()} {json.dumps(launch, sort_keys=True, default=repr)}")
-      for value in eqn.params.values():
-        for sub in value if isinstance(value, (list, tuple)) else (value,):
-          inner = getattr(sub, "jaxpr", sub)
-          if hasattr(inner, "eqns"):
-            walk(inner)
-  walk(jaxpr.jaxpr)
+  # A stack, not a recursive closure: a function that refers to itself is a cycle only the collector frees.
+  pending = [iter(jaxpr.jaxpr.eqns)]
+  while pending:
+    eqn = next(pending[-1], None)
+    if eqn is None:
+      pending.pop()
+      continue
+    if eqn.primitive is mosaic_kernel_p:
+      launch = eqn.params["spec"].identity()
+      launch["buffers"] = [f"{v.aval.dtype}{list(v.aval.shape)}" for v in (*eqn.invars, *eqn.outvars)]
+      found.append(f"{eqn.params['kernel'].hash.hex()} {json.dumps(launch, sort_keys=True, default=repr)}")
+    subs = []
+    for value in eqn.params.values():
+      for sub in value if isinstance(value, (list, tuple)) else (value,):
+        inner = getattr(sub, "jaxpr", sub)
+        if hasattr(inner, "eqns"):
+          subs.append(iter(inner.eqns))
+    pending.extend(reversed(subs))  # the first sub-jaxpr next, as the order of the launches found
   return found
 
 
 def _error_text(e: BaseException) -> str:
-  text = f"{type(e).__name__}: {e}".strip()
-  return text.splitlines()[0][:300] if text else type(e).__name__
+  """The exception's first two lines (a compiler's "could not compile ...:" and its first reason), bounded."""
+  lines = [line.strip() for line in f"{type(e).__name__}: {e}".splitlines() if line.strip()]
+  return " ".join(lines[:2])[:300] or type(e).__name__
 
 
 def _log(entry: dict) -> None:
@@ -252,25 +263,29 @@ class Autotuned:
       if decision in _winners:
         _stats.memory_hits += 1
         return _winners[decision]
-    table, sources, missing = [], set(), []
+    table, sources, missing, stored_failures = [], set(), [], []
     for k, key in enumerate(keys):
       row = {"config": _plain_config(self.configs[k]), "us": None, "error": None}
       if key is None:
         row["error"] = launches[k]  # how it fails to build: nothing to time or store
       else:
         stored = tuning_records.lookup(env, key)
-        if stored is None:
+        # A failure that may not repeat (a record of an older version, a tuning file) is timed again.
+        if stored is None or (stored[0].us is None and not tuning_failures.lasting(stored[0].error)):
           missing.append(k)
         else:
           timing, source = stored
           row["us"], row["error"] = timing.us, timing.error
           sources.add(source)
+          if timing.us is None:
+            stored_failures.append(k)
       table.append(row)
     if missing:
-      for k, timing in self._tune(avals, device, missing).items():
-        table[k]["us"], table[k]["error"] = timing.us, timing.error
-        if timing.us is not None or timing.error.startswith("launch:"):
-          tuning_records.store(env, keys[k], timing)  # a compile failure here may be passing: not kept
+      self._tune_into(table, env, keys, avals, device, missing)
+    if stored_failures and not any(row["us"] is not None for row in table):
+      # No timing at all is never final: failures read from storage are tried again before giving up.
+      self._tune_into(table, env, keys, avals, device, stored_failures)
+      missing = sorted(missing + stored_failures)
     timed = [k for k, row in enumerate(table) if row["us"] is not None]
     if not timed:
       rows = "\n".join(f"  {k}: {row['config']}: {row['error']}" for k, row in enumerate(table))
@@ -288,6 +303,13 @@ class Autotuned:
     self._record({"name": self.name, "shapes": shapes, "source": source, "winner": index,
                   "config": self.configs[index], "table": table, "timed": missing})
     return index
+
+  def _tune_into(self, table, env, keys, avals, device, indices: list[int]) -> None:
+    """Times configs `indices` into `table`; keeps each timing, and each failure that will repeat."""
+    for k, timing in self._tune(avals, device, indices).items():
+      table[k]["us"], table[k]["error"] = timing.us, timing.error
+      if timing.us is not None or tuning_failures.lasting(timing.error):
+        tuning_records.store(env, keys[k], timing)
 
   def _launches(self, index: int, avals) -> tuple[str, ...] | str:
     """What config `index` launches (its kernels and their launch values), or how it fails to build."""
@@ -309,10 +331,14 @@ class Autotuned:
       with concurrent.futures.ThreadPoolExecutor(max(1, min(len(which), os.cpu_count() or 1, 8))) as pool:
         futures = {k: pool.submit(build, k, repeats) for k in which}
         for k, future in futures.items():
-          try:
+          # exception(), not result(): a re-raised exception's traceback would hold this frame, whose
+          # `futures` hold the exception: a cycle keeping every executable built here alive until collected.
+          error = future.exception()
+          if error is None:
             built[k] = future.result()
-          except Exception as e:
-            timings[k] = tuning_records.Timing(None, f"compile: {_error_text(e)}")
+          else:
+            timings[k] = tuning_records.Timing(None, f"{tuning_failures.compile_failure(str(error))}: "
+                                                     f"{_error_text(error)}")
       return built
 
     timings: dict[int, tuning_records.Timing] = {}
@@ -328,7 +354,7 @@ class Autotuned:
           output_bytes = max(output_bytes, timing_lib.output_bytes(outputs))
         launched.append(k)
       except Exception as e:
-        timings[k] = tuning_records.Timing(None, f"launch: {_error_text(e)}")
+        timings[k] = tuning_records.Timing(None, f"{tuning_failures.launch_failure(str(e))}: {_error_text(e)}")
     if not launched:
       return timings
     # On the GPU a fast kernel is timed as several calls in one program: the stamps' own gaps spread over more work.

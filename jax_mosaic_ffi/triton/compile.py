@@ -28,6 +28,7 @@ from typing import Any, Mapping
 
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import module_format
+from jax_mosaic_ffi.base import native_stderr
 from jax_mosaic_ffi.base import ptx_info
 from jax_mosaic_ffi.base.errors import CompileError, TritonUnavailable
 from jax_mosaic_ffi.base.module_format import Image, ImageKind, ParsedModule
@@ -137,8 +138,9 @@ def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: Triton
       raise ValueError(f"triton_kernel '{fn.__name__}': parameter type {ty!r} is not supported; parameters are "
                        "pointers (*fp32), scalars (i32, fp32, ...) and host tensor descriptors as Triton writes "
                        "them (tensordesc<fp16[64, 64]>: no Gluon layout, no im2col)")
-  specialization = _specialization(fn, signature, scalar_values, constexprs, targets)
-  requests = _requests(fn, specialization, options, targets)
+  config = _config_text(signature, constexprs, options)
+  specialization = _specialization(fn, signature, scalar_values, constexprs, targets, config)
+  requests = _requests(fn, specialization, options, targets, config)
   entry_key = disk_cache.key(
       _CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"triton {triton.__version__}", fn.__name__,
       *signature, json.dumps(sorted((k, _key_value(v)) for k, v in constexprs.items())), specialization.description,
@@ -152,7 +154,7 @@ def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: Triton
 
   def run():
     with _compile_lock:
-      kernel = _run_triton(triton, fn, signature, specialization, requests, meta)
+      kernel = _run_triton(triton, fn, signature, specialization, requests, meta, config)
       compile_cache.count_compiles("triton", len(targets))
     return kernel, True
 
@@ -173,7 +175,7 @@ class _Request:
   key: str
 
 
-def _specialization(fn, signature, scalar_values, constexprs, targets) -> triton_specialize.Specialization:
+def _specialization(fn, signature, scalar_values, constexprs, targets, config) -> triton_specialize.Specialization:
   """What Triton's launcher would compile for these arguments (specialize.py)."""
   from triton.backends.compiler import GPUTarget  # noqa: PLC0415  (optional dependency: Triton)
   from triton.compiler import make_backend  # noqa: PLC0415  (optional dependency: Triton)
@@ -181,10 +183,10 @@ def _specialization(fn, signature, scalar_values, constexprs, targets) -> triton
     return triton_specialize.specialize_cached(fn, signature, scalar_values, constexprs, targets[0].sm,
                                                lambda: make_backend(GPUTarget("cuda", targets[0].number, 32)))
   except Exception as e:
-    raise _triton_failed(fn, targets[0], e) from None
+    raise _triton_failed(fn, targets[0], config, e) from None
 
 
-def _requests(fn, specialization, options: TritonOptions, targets) -> list[_Request]:
+def _requests(fn, specialization, options: TritonOptions, targets, config) -> list[_Request]:
   """Each target's compile and Triton's cache key for it, which covers what
   changes Triton's output beyond our inputs: its knobs, ptxas, own code, and
   the specialization (signature, constexprs, attributes)."""
@@ -204,25 +206,47 @@ def _requests(fn, specialization, options: TritonOptions, targets) -> list[_Requ
       parsed = backend.parse_options(dict(compile_options, **source.parse_options()))
       key = get_cache_key(source, backend, parsed, env_vars)
     except Exception as e:
-      raise _triton_failed(fn, target, e) from None
+      raise _triton_failed(fn, target, config, e) from None
     requests.append(_Request(target, gpu_target, source, compile_options, key))
   return requests
 
 
-def _triton_failed(fn, target, e: Exception) -> CompileError:
-  return CompileError(fn.__name__, f"Triton could not compile it for {target.sm}: {type(e).__name__}: {e}",
-                               "", "")
+def _config_text(signature, constexprs, options: TritonOptions) -> str:
+  """A Triton compile's config, as a failure names it."""
+  launch = ", ".join(f"{k}={v}" for k, v in options.meta().items())
+  values = ", ".join(f"{k}={v!r}" for k, v in constexprs.items())
+  return f"{launch}{', ' + values if values else ''}; signature ({', '.join(signature)})"
 
 
-def _run_triton(triton, fn, signature, specialization, requests, meta) -> TritonKernel:
+def _triton_failed(fn, target, config: str, e: Exception, diagnostics: str = "") -> CompileError:
+  """Triton's own failure: its message (and what its passes printed, `diagnostics`), for this config."""
+  log = f"{type(e).__name__}: {e}".rstrip()
+  if diagnostics.strip():
+    log += f"\n{diagnostics.rstrip()}"
+  return CompileError(fn.__name__, log, "", "", compiler="Triton",
+                      what=f"kernel '{fn.__name__}' for {target.sm} with {config}",
+                      advice="this config fails in Triton's own compiler; under autotuning it is skipped, "
+                             "otherwise pick another config (fewer num_stages, smaller blocks) or Triton release")
+
+
+def _refused(fn, log: str) -> CompileError:
+  """What a Triton compile gave that we cannot launch."""
+  return CompileError(fn.__name__, log, "", "", compiler="Triton")
+
+
+def _run_triton(triton, fn, signature, specialization, requests, meta, config) -> TritonKernel:
   images, ptx, first, descriptors = [], None, None, None
   waits = True
   for request in requests:
     target = request.target
-    try:
-      compiled = triton.compile(request.source, target=request.gpu_target, options=request.options)
-    except Exception as e:
-      raise _triton_failed(fn, target, e) from None
+    with native_stderr.captured() as printed:  # Triton's passes say why they failed on stderr only
+      try:
+        compiled = triton.compile(request.source, target=request.gpu_target, options=request.options)
+        failure = None
+      except Exception as e:
+        failure = e
+    if failure is not None:
+      raise _triton_failed(fn, target, config, failure, printed.text) from None
     metadata = compiled.metadata
     # Triton builds for the arch-specific target (sm_90a) where there is one: its PTX says which.
     arch = module_format.Arch.parse(ptx_info.target_arch(compiled.asm["ptx"]) or target.sm)
@@ -231,11 +255,11 @@ def _run_triton(triton, fn, signature, specialization, requests, meta) -> Triton
     try:
       found = triton_descriptors.metas(getattr(metadata, "tensordesc_meta", None), signature, fn.__name__)
     except ValueError as e:
-      raise CompileError(fn.__name__, f"for {target.sm}: {e}", "", "") from None
+      raise _refused(fn, f"for {target.sm}: {e}") from None
     if descriptors is not None and found != descriptors:
-      raise CompileError(fn.__name__, f"Triton lowers its tensor descriptors differently for {target.sm} than "
-                         f"for {requests[0].target.sm} ({found or 'no TMA'} against {descriptors or 'no TMA'}); "
-                         "compile it for targets of one family (targets=[...])", "", "")
+      raise _refused(fn, f"Triton lowers its tensor descriptors differently for {target.sm} than "
+                     f"for {requests[0].target.sm} ({found or 'no TMA'} against {descriptors or 'no TMA'}); "
+                     "compile it for targets of one family (targets=[...])")
     descriptors = found
     # tl.extra.cuda.gdc_wait() in the kernel: it waits for the previous kernel before reading what that wrote,
     # so it may launch with PDL, as our own compiled kernels do (Kernel.pdl_safe). Without it, never. XLA
@@ -248,16 +272,15 @@ def _run_triton(triton, fn, signature, specialization, requests, meta) -> Triton
   parsed = ParsedModule(first.name, tuple(images), module_format.FLAG_PDL_WAIT if waits else 0)
   sizes = param_sizes(parsed)
   if getattr(first, "launch_cooperative_grid", False):
-    raise CompileError(fn.__name__, "the kernel asks for a cooperative grid launch, which "
-                                "jax_mosaic_ffi does not make", "", "")
+    raise _refused(fn, "the kernel asks for a cooperative grid launch, which jax_mosaic_ffi does not make")
   # The parameters passed: the non-constexpr ones (descriptors expanded as Triton's launcher expands them) less
   # those specialized to constexprs, then Triton's scratch.
   n_scratch = (len(sizes) - (triton_descriptors.expanded_param_count(signature, bool(descriptors))
                              - len(specialization.dropped)) if sizes is not None else 2)
   if n_scratch > 2:
-    raise CompileError(fn.__name__, f"the compiled kernel takes {n_scratch} parameters after its own, more than "
-                       "Triton's global and profile scratch pointers (instrumentation, such as "
-                       "TRITON_INSTRUMENTATION_MODE, adds parameters of its own); compile it without", "", "")
+    raise _refused(fn, f"the compiled kernel takes {n_scratch} parameters after its own, more than "
+                   "Triton's global and profile scratch pointers (instrumentation, such as "
+                   "TRITON_INSTRUMENTATION_MODE, adds parameters of its own); compile it without")
   scratch = [(int(getattr(first, "global_scratch_size", 0)), int(getattr(first, "global_scratch_align", 1))),
              (int(getattr(first, "profile_scratch_size", 0)), int(getattr(first, "profile_scratch_align", 1)))]
   info = TritonInfo(num_warps=int(first.num_warps), num_ctas=int(first.num_ctas), shared=int(first.shared),
