@@ -13,6 +13,8 @@
 #
 # In parts (one call holds 10 minutes; the whole suite took about 600 s on the H200, its GPU tests about 290 s):
 #   JMF_PART=2/3 bash scripts/gpu_check.sh gpu-tests
+# or in parallel on the one GPU: JMF_JOBS=4 bash scripts/gpu_check.sh gpu-tests (pytest-xdist, by test file; the
+# tests marked exclusive, which measure the whole GPU's memory or wall time, run alone after the rest).
 # runs the second of three parts: whole test files, shared out by scripts/test_parts.py from this tree's
 # collection (most tests first, to the part with the fewest), so the parts of one tree cover every selected
 # test once. Make the calls back to back: a warm machine keeps the build (build/venv-gpu). In `all` mode the
@@ -125,8 +127,21 @@ if [ "$what" = tests ] || [ "$what" = all ] || [ "$what" = wheel ]; then
     echo "== tests (-m \"$marks\")"
   fi
   if [ "${#where[@]}" -gt 0 ] || [ -z "$part" ]; then
-    bash scripts/test.sh -q -rs -p no:cacheprovider -m "$marks" "$@" "${where[@]}" 2>&1 | tee "$log" | tail -60
-    status=${PIPESTATUS[0]}
+    if [ "${JMF_JOBS:-1}" -gt 1 ]; then
+      # Test files share the one GPU among JMF_JOBS processes (pytest-xdist; JAX takes memory as it needs it,
+      # not 75% up front); the tests that measure the whole GPU or wall time run alone afterwards.
+      XLA_PYTHON_CLIENT_PREALLOCATE=false bash scripts/test.sh -q -rs -p no:cacheprovider -n "$JMF_JOBS" \
+        --dist loadfile -m "($marks) and not exclusive" "$@" "${where[@]}" 2>&1 | tee "$log" | tail -60
+      status=${PIPESTATUS[0]}
+      echo "== the tests that run alone (-m exclusive)" | tee -a "$log"
+      bash scripts/test.sh -q -rs -p no:cacheprovider -m "($marks) and exclusive" "$@" "${where[@]}" 2>&1 |
+        tee -a "$log" | tail -20
+      # pytest's 5: nothing selected (a part without such tests)
+      alone=${PIPESTATUS[0]}; [ "$alone" = 0 ] || [ "$alone" = 5 ] || status=$alone
+    else
+      bash scripts/test.sh -q -rs -p no:cacheprovider -m "$marks" "$@" "${where[@]}" 2>&1 | tee "$log" | tail -60
+      status=${PIPESTATUS[0]}
+    fi
   fi
 fi
 if [ "$what" = bench ] || { [ "$what" = all ] && [ "$part" = "$parts" ]; }; then
