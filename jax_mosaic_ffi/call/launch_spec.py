@@ -64,6 +64,10 @@ class LaunchSpec:
   # Not part of the launch: the derivative rule this call was made in (jmf.differentiable's), so that a
   # second derivative is refused as such (primitive.py).
   derivative_rule: str | None = None
+  # Not part of the launch: the custom call has side effects (XLA and jaxpr DCE keep it with unused
+  # results), and the cost estimate it carries for profilers (`cost_estimate_json`, ignored by the runtime).
+  has_side_effect: bool = False
+  cost_estimate: str | None = None
 
   @property
   def collective_target(self) -> bool:

@@ -98,6 +98,8 @@ def _cuda_lowering(ctx, *operands, kernel: Kernel, out_avals, spec: LaunchSpec):
     fallback_lib.warn_no_reference(who(kernel, spec.call_site))
   registration.ensure_registered()
   attributes = spec.attributes(kernel)
+  if spec.cost_estimate is not None:  # for profilers; the runtime ignores attributes it does not know
+    attributes["cost_estimate_json"] = spec.cost_estimate
   if os.environ.get(POISON_ENV, "") not in ("", "0"):
     aliased = {o for _, o in spec.aliases}
     attributes["poison_outputs"] = [o for o in range(len(out_avals)) if o not in aliased]
@@ -124,7 +126,7 @@ def _cuda_lowering(ctx, *operands, kernel: Kernel, out_avals, spec: LaunchSpec):
       result_shapes=result_shapes,
       operand_layouts=[list(reversed(range(len(a.shape)))) for a in ctx.avals_in],
       result_layouts=[list(reversed(range(len(a.shape)))) for a in out_avals],
-      has_side_effect=False,
+      has_side_effect=spec.has_side_effect,
   )
   return op.results
 

@@ -92,7 +92,7 @@ class TritonInfo:
   num_ctas: int
   shared: int
   scratch: tuple[tuple[int, int], ...]  # (size per program, align) of each trailing scratch pointer
-  signature: tuple[str, ...]            # Triton types of the non-constexpr parameters
+  signature: tuple[Any, ...]            # Triton types of the non-constexpr parameters (a tuple's: a tuple)
   dropped: tuple[int, ...]              # those (by index) specialized to constexprs: not passed at launch
   aligned: tuple[int, ...]              # parameters passed (by index) whose pointers it takes as 16-byte aligned
   meta: tuple[tuple[str, Any], ...]     # constexprs and launch options, for grid callables
@@ -121,13 +121,14 @@ class TritonFunction:
 
   ``decorators``: the ``@triton.autotune`` / ``@triton.heuristics`` layers it
   came with, outermost first (toolchain/triton_decorators.py), which
-  `mosaic_kernel` applies per call (transforms/triton_decorated.py)."""
+  `mosaic_kernel` applies per call (transforms/triton_decorated.py).
+  ``options``: Triton's other compile options (`check_options`), as sorted pairs."""
 
   def __init__(self, fn, constexprs: dict, num_warps: int, num_stages: int, num_ctas: int, targets,
-               maxnreg: int | None = None, decorators: tuple = ()):
+               maxnreg: int | None = None, decorators: tuple = (), options: tuple = ()):
     self.fn, self.constexprs = fn, dict(constexprs)
     self.num_warps, self.num_stages, self.num_ctas, self.targets = num_warps, num_stages, num_ctas, targets
-    self.maxnreg, self.decorators = maxnreg, tuple(decorators)
+    self.maxnreg, self.decorators, self.options = maxnreg, tuple(decorators), tuple(options)
     self.name = fn.__name__
 
   def __repr__(self) -> str:
@@ -145,11 +146,13 @@ class TritonFunction:
     constexprs = {**self.constexprs, **{k: v for k, v in meta.items() if k in _constexpr_names(self.fn)}}
     return TritonFunction(self.fn, constexprs, launch.get("num_warps", self.num_warps),
                           launch.get("num_stages", self.num_stages), launch.get("num_ctas", self.num_ctas),
-                          self.targets, launch.get("maxnreg", self.maxnreg))
+                          self.targets, launch.get("maxnreg", self.maxnreg), options=self.options)
 
-  def specialize(self, signature: Sequence[str], scalar_values: Mapping[int, Any] | None = None) -> TritonKernel:
+  def specialize(self, signature: Sequence[Any], scalar_values: Mapping[int, Any] | None = None) -> TritonKernel:
+    """Compiled for parameters of these Triton types (a tuple parameter's: a tuple of types) and the scalar
+    values known now, by index among the leaves (triton_specialize.flat_types)."""
     return _compile(self.fn, tuple(signature), self.constexprs, self.num_warps, self.num_stages, self.num_ctas,
-                    self.targets, scalar_values or {}, maxnreg=self.maxnreg)
+                    self.targets, scalar_values or {}, maxnreg=self.maxnreg, options=self.options)
 
 
 def _constexpr_names(fn) -> list[str]:
@@ -165,9 +168,48 @@ def _check_fn(fn, triton):
   return triton_decorators.unwrap(fn)
 
 
+# Triton compile options that `options=` may not set, each with why and what instead. The rest of the NVIDIA
+# backend's options (enable_fp_fusion, debug, extern_libs, default_dot_input_precision, ...) go to Triton as given.
+_OPTIONS_REFUSED = {
+    **{key: f"pass {key}= itself" for key in LAUNCH_KEYS},
+    "arch": "the target comes from targets= (triton_call: compute_capability=)",
+    "backend_name": "the backend is CUDA's",
+    "warp_size": "the warp size is the target's (32)",
+    "launch_cooperative_grid": "jax_mosaic_ffi does not make cooperative grid launches",
+    "launch_pdl": "programmatic dependent launch follows the kernel: one that calls tl.extra.cuda.gdc_wait() "
+                  "launches with it (mosaic_kernel's uses_pdl= opts out)",
+    "instrumentation_mode": "instrumentation adds kernel parameters the launch does not pass",
+    "ir_override": "the kernel is compiled from its Python source",
+}
+
+
+def check_options(options: Mapping[str, Any] | None, name: str) -> tuple[tuple[str, Any], ...]:
+  """Triton's other compile options, as sorted pairs: names of its NVIDIA backend's options (``CUDAOptions``)
+  only, less those `_OPTIONS_REFUSED` names; values hashable, as Triton keys its cache by them."""
+  if options is None:
+    return ()
+  if not isinstance(options, Mapping):
+    raise TypeError(f"triton_kernel '{name}': options must be a mapping of Triton compile options, got {options!r}")
+  from triton.backends.nvidia.compiler import CUDAOptions  # noqa: PLC0415  (optional dependency: Triton)
+  known = sorted(f.name for f in dataclasses.fields(CUDAOptions) if f.name not in _OPTIONS_REFUSED)
+  for key, value in options.items():
+    if key in _OPTIONS_REFUSED:
+      raise ValueError(f"triton_kernel '{name}': the Triton option {key!r} is not taken here: {_OPTIONS_REFUSED[key]}")
+    if key not in known:
+      raise ValueError(f"triton_kernel '{name}': {key!r} is not a compile option of Triton {require_triton().__version__}'s "
+                       f"NVIDIA backend; it takes {', '.join(known)}")
+    try:
+      hash(value)
+    except TypeError:
+      raise TypeError(f"triton_kernel '{name}': the Triton option {key!r} must be hashable (a tuple, not a list or "
+                      f"dict), got {value!r}") from None
+  return tuple(sorted(options.items()))
+
+
 def triton_kernel(fn, *, signature: Mapping[str, str] | Sequence[str] | None = None,
                   constexprs: Mapping[str, Any] | None = None, num_warps: int = 4, num_stages: int = 3,
-                  num_ctas: int = 1, targets=None, maxnreg: int | None = None):
+                  num_ctas: int = 1, targets=None, maxnreg: int | None = None,
+                  options: Mapping[str, Any] | None = None):
   """A Triton kernel for `mosaic_kernel`.
 
   Args:
@@ -182,6 +224,11 @@ def triton_kernel(fn, *, signature: Mapping[str, str] | Sequence[str] | None = N
     num_warps, num_stages, num_ctas: Triton's launch options.
     maxnreg: the most registers a thread may use (PTX ``.maxnreg``), or None.
     targets: archs to compile for (default: the visible GPUs', or sm_90).
+    options: Triton's other compile options, by the names of its NVIDIA
+      backend's (``{"enable_fp_fusion": False, "debug": True}``); those that
+      would change the launch (``launch_cooperative_grid``, ``arch``, ...)
+      are refused, saying what to use instead. With ``debug``, each compile
+      prints Triton's intermediate forms (TTIR, TTGIR, LLVM IR, PTX).
 
   Raises:
     TritonUnavailable: Triton is missing or of an unsupported version.
@@ -199,7 +246,7 @@ def triton_kernel(fn, *, signature: Mapping[str, str] | Sequence[str] | None = N
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
       raise ValueError(f"triton_kernel '{fn.__name__}': {what} must be a positive int, got {value!r}")
   function = TritonFunction(fn, constexprs, num_warps, num_stages, num_ctas, parse_targets(targets), maxnreg,
-                            decorators)
+                            decorators, check_options(options, fn.__name__))
   if signature is None:
     return function
   if decorators:
@@ -228,7 +275,7 @@ def _key_value(value) -> str:
 
 
 def _compile(fn, signature, constexprs, num_warps, num_stages, num_ctas, targets, scalar_values,
-             maxnreg=None) -> TritonKernel:
+             maxnreg=None, options=()) -> TritonKernel:
   triton = require_triton()
   missing = [p.name for p in fn.params if p.is_constexpr and p.name not in constexprs
              and p.default is inspect.Parameter.empty]
@@ -236,17 +283,22 @@ def _compile(fn, signature, constexprs, num_warps, num_stages, num_ctas, targets
     raise ValueError(f"triton_kernel '{fn.__name__}': no value for the constexpr parameter(s) "
                      f"{', '.join(missing)}; pass constexprs={{...}} or a config that sets them")
   for ty in signature:
-    if not isinstance(ty, str) or ty == "constexpr" or (
-        triton_descriptors.is_descriptor(ty) and triton_descriptors.parse_type(ty) is None):
-      raise ValueError(f"triton_kernel '{fn.__name__}': parameter type {ty!r} is not supported; parameters are "
-                       "pointers (*fp32), scalars (i32, fp32, ...) and host tensor descriptors as Triton writes "
-                       "them (tensordesc<fp16[64, 64]>: no Gluon layout, no im2col)")
+    nested = isinstance(ty, tuple)
+    for leaf in triton_specialize.flat_types([ty]) if nested else [ty]:
+      if not isinstance(leaf, str) or leaf == "constexpr" or (triton_descriptors.is_descriptor(leaf) and (
+          nested or triton_descriptors.parse_type(leaf) is None)):
+        raise ValueError(f"triton_kernel '{fn.__name__}': parameter type {ty!r} is not supported; parameters are "
+                         "pointers (*fp32), scalars (i32, fp32, ...), tuples of them, and host tensor descriptors "
+                         "as Triton writes them (tensordesc<fp16[64, 64]>: no Gluon layout, no im2col, not in a "
+                         "tuple)")
   specialization = _specialization(fn, signature, scalar_values, constexprs, targets)
-  requests = _requests(fn, specialization, num_warps, num_stages, num_ctas, targets, maxnreg)
+  requests = _requests(fn, specialization, num_warps, num_stages, num_ctas, targets, maxnreg, options)
   entry_key = disk_cache.key(
       _CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"triton {triton.__version__}", fn.__name__,
-      *signature, json.dumps(sorted((k, _key_value(v)) for k, v in constexprs.items())), specialization.description,
+      *(ty if isinstance(ty, str) else repr(ty) for ty in signature),
+      json.dumps(sorted((k, _key_value(v)) for k, v in constexprs.items())), specialization.description,
       f"w{num_warps} s{num_stages} c{num_ctas}" + ("" if maxnreg is None else f" r{maxnreg}"),
+      *([json.dumps([(k, _key_value(v)) for k, v in options])] if options else []),
       *(t.sm for t in targets), *(r.key for r in requests))
   meta = {**constexprs, "num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas}
   if maxnreg is not None:
@@ -259,7 +311,7 @@ def _compile(fn, signature, constexprs, num_warps, num_stages, num_ctas, targets
   def compile():
     with _compile_lock:
       kernel = _run_triton(triton, fn, signature, specialization, constexprs, requests, num_warps, num_stages,
-                           num_ctas)
+                           num_ctas, debug=bool(dict(options).get("debug")))
       compile_cache.count_compiles("triton", len(targets))
     return TritonKernel(kernel.name, kernel.compiled, dataclasses.replace(kernel.info, meta=tuple(meta.items()))), True
 
@@ -291,14 +343,15 @@ def _specialization(fn, signature, scalar_values, constexprs, targets) -> triton
     raise _triton_failed(fn, targets[0], e) from None
 
 
-def _requests(fn, specialization, num_warps, num_stages, num_ctas, targets, maxnreg=None) -> list[_Request]:
+def _requests(fn, specialization, num_warps, num_stages, num_ctas, targets, maxnreg=None,
+              extra=()) -> list[_Request]:
   """Each target's compile and Triton's cache key for it, which covers what
   changes Triton's output beyond our inputs: its knobs, ptxas, own code, and
   the specialization (signature, constexprs, attributes)."""
   from triton.backends.compiler import GPUTarget  # noqa: PLC0415  (optional dependency: Triton)
   from triton.compiler import ASTSource, get_cache_key, make_backend  # noqa: PLC0415  (optional dependency: Triton)
   from triton.compiler.compiler import get_cache_invalidating_env_vars  # noqa: PLC0415  (optional dependency: Triton)
-  options = {"num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas}
+  options = {**dict(extra), "num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas}
   if maxnreg is not None:
     options["maxnreg"] = maxnreg
   env_vars = get_cache_invalidating_env_vars()
@@ -324,8 +377,9 @@ def _triton_failed(fn, target, e: Exception) -> CompileError:
 
 
 def _run_triton(triton, fn, signature, specialization, constexprs, requests, num_warps, num_stages,
-                num_ctas) -> TritonKernel:
+                num_ctas, debug=False) -> TritonKernel:
   images, ptx, first, descriptors = [], None, None, None
+  flat = tuple(triton_specialize.flat_types(signature))  # tuple parameters' leaves, as the entry takes them
   waits = True
   for request in requests:
     target = request.target
@@ -334,12 +388,16 @@ def _run_triton(triton, fn, signature, specialization, constexprs, requests, num
     except Exception as e:
       raise _triton_failed(fn, target, e) from None
     metadata = compiled.metadata
+    if debug:  # Triton's debug option: the intermediate forms, as jax-triton's debug=True prints them
+      for stage in ("ttir", "ttgir", "llir", "ptx"):
+        if stage in compiled.asm:
+          print(f"// ---- {fn.__name__} for {target.sm}: {stage} ----\n{compiled.asm[stage]}")
     # Triton builds for the arch-specific target (sm_90a) where there is one: its PTX says which.
     arch = module_format.Arch.parse(ptx_info.target_arch(compiled.asm["ptx"]) or target.sm)
     images.append(Image(ImageKind.CUBIN, arch, bytes(compiled.asm["cubin"])))
     # The descriptors' parameters and encoding are one for the whole module: every target must agree.
     try:
-      found = triton_descriptors.metas(getattr(metadata, "tensordesc_meta", None), signature, fn.__name__)
+      found = triton_descriptors.metas(getattr(metadata, "tensordesc_meta", None), flat, fn.__name__)
     except ValueError as e:
       raise CompileError(fn.__name__, f"for {target.sm}: {e}", "", "") from None
     if descriptors is not None and found != descriptors:
@@ -362,7 +420,7 @@ def _run_triton(triton, fn, signature, specialization, constexprs, requests, num
                                 "jax_mosaic_ffi does not make", "", "")
   # The parameters passed: the non-constexpr ones (descriptors expanded as Triton's launcher expands them) less
   # those specialized to constexprs, then Triton's scratch.
-  n_scratch = (len(sizes) - (triton_descriptors.expanded_param_count(signature, bool(descriptors))
+  n_scratch = (len(sizes) - (triton_descriptors.expanded_param_count(flat, bool(descriptors))
                              - len(specialization.dropped)) if sizes is not None else 2)
   if n_scratch > 2:
     raise CompileError(fn.__name__, f"the compiled kernel takes {n_scratch} parameters after its own, more than "
@@ -374,7 +432,7 @@ def _run_triton(triton, fn, signature, specialization, constexprs, requests, num
                     scratch=tuple(scratch[:max(n_scratch, 0)]), signature=tuple(signature),
                     dropped=specialization.dropped,
                     # By position among the parameters passed: descriptors before it expanded, dropped ones gone.
-                    aligned=tuple(triton_descriptors.expanded_param_count(signature[:k], bool(descriptors))
+                    aligned=tuple(triton_descriptors.expanded_param_count(flat[:k], bool(descriptors))
                                   - sum(d < k for d in specialization.dropped) for k in specialization.aligned),
                     meta=tuple({**constexprs, "num_warps": num_warps, "num_stages": num_stages,
                                 "num_ctas": num_ctas}.items()),
@@ -389,13 +447,18 @@ def _to_bytes(kernel: TritonKernel) -> bytes:
   return struct.pack("<I", len(header)) + header + kernel.compiled.to_bytes()
 
 
+def _tuples(value):
+  """A signature read back from JSON: its lists (tuple parameters) as tuples again."""
+  return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
 def _from_bytes(name: str, data: bytes) -> TritonKernel:
   (length,) = struct.unpack_from("<I", data)
   info = json.loads(data[4:4 + length])
   compiled = Compiled.from_bytes(data[4 + length:])
   return TritonKernel(name, compiled, TritonInfo(
       num_warps=int(info["num_warps"]), num_ctas=int(info["num_ctas"]), shared=int(info["shared"]),
-      scratch=tuple((int(s), int(a)) for s, a in info["scratch"]), signature=tuple(info["signature"]),
+      scratch=tuple((int(s), int(a)) for s, a in info["scratch"]), signature=_tuples(info["signature"]),
       dropped=tuple(int(k) for k in info["dropped"]), aligned=tuple(int(k) for k in info["aligned"]),
       meta=(), triton_version=str(info["triton_version"]),
       tensordesc_meta=tuple(triton_descriptors.DescriptorMeta(
