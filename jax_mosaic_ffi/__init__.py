@@ -37,6 +37,7 @@ from jax_mosaic_ffi.transforms.autotune import report as autotune_report
 from jax_mosaic_ffi.transforms.tuning_records import TuningFileIgnored, load_tuning, save_tuning
 from jax_mosaic_ffi.transforms.sharding import BatchDims, Elementwise, ShardingRule, sharded
 from jax_mosaic_ffi.transforms.tensor_descriptor import TensorDescriptor
+from jax_mosaic_ffi.triton.call import triton_call
 from jax_mosaic_ffi.api import (KernelCacheStats, clear_kernel_cache, export_disabled_checks, kernel_cache_stats,
                                 mosaic_kernel)
 from jax_mosaic_ffi import ops
@@ -51,5 +52,5 @@ __all__ = [
     "differentiable", "dim_scalar", "export_disabled_checks", "kernel_cache_stats", "mosaic_kernel", "mosaic_kernel_p",
     "ops", "ptx_kernel", "register", "sharded", "AutotuneError", "Autotuned", "TritonFunction", "TritonKernel",
     "TritonUnavailable", "NvshmemUnavailable", "autotune", "autotune_report", "triton_kernel", "TuningFileIgnored",
-    "load_tuning", "save_tuning",
+    "load_tuning", "save_tuning", "triton_call",
 ]

@@ -196,8 +196,8 @@ def check_options(options: Mapping[str, Any] | None, name: str) -> tuple[tuple[s
     if key in _OPTIONS_REFUSED:
       raise ValueError(f"triton_kernel '{name}': the Triton option {key!r} is not taken here: {_OPTIONS_REFUSED[key]}")
     if key not in known:
-      raise ValueError(f"triton_kernel '{name}': {key!r} is not a compile option of Triton {require_triton().__version__}'s "
-                       f"NVIDIA backend; it takes {', '.join(known)}")
+      raise ValueError(f"triton_kernel '{name}': {key!r} is not a compile option of Triton "
+                       f"{require_triton().__version__}'s NVIDIA backend; it takes {', '.join(known)}")
     try:
       hash(value)
     except TypeError:
