@@ -441,7 +441,7 @@ def _run_triton(triton, fn, signature, specialization, constexprs, requests, num
 
 
 def _to_bytes(kernel: TritonKernel) -> bytes:
-  info = dataclasses.asdict(kernel.info)
+  info = dataclasses.asdict(dataclasses.replace(kernel.info, meta=()))  # asdict would deep-copy a function in meta
   info["meta"] = [[k, _key_value(v)] for k, v in kernel.info.meta]  # for the record; meta is rebuilt on load
   header = json.dumps(info).encode()
   return struct.pack("<I", len(header)) + header + kernel.compiled.to_bytes()

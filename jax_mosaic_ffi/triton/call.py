@@ -299,7 +299,7 @@ def triton_call(*args, kernel, out_type: Any = None, grid, name: str = "", num_w
   Beyond jax-triton: ``jax.vmap`` runs the kernel once per batch element; gradients come from
   `jmf.differentiable`, with other kernels as the derivative::
 
-      add_d = jmf.differentiable(add, bwd=lambda x, y, g: (g, g))
+      add_d = jmf.differentiable(add, bwd=lambda g: (g, g))       # the cotangent's kernels, or jax.numpy
       gx, gy = jax.grad(lambda x, y: add_d(x, y).sum(), argnums=(0, 1))(x, y)
 
   The kernel is compiled by Triton at trace time (per specialization, kept in memory and on disk), and the
