@@ -130,13 +130,10 @@ def copy4(x_ptr, out_ptr):
   tl.store(out_ptr + offsets, tl.load(x_ptr + offsets))
 
 
-@triton.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=4),
-                          triton.Config({"BLOCK": 256}, num_warps=4)], key=["n"])
-@triton.jit
-def add_tuned(x_ptr, y_ptr, n, out_ptr, BLOCK: tl.constexpr):
-  offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-  mask = offsets < n
-  tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask), mask=mask)
+# The decorated kernels wrap the undecorated ones, as a user decorates a kernel of their own in place.
+add_tuned = triton.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=2),
+                                     triton.Config({"BLOCK": 128}, num_warps=4),
+                                     triton.Config({"BLOCK": 256}, num_warps=4)], key=["n"])(add)
 
 
 @triton.autotune(configs=[triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})], key=["n"])
@@ -151,21 +148,11 @@ def add_even(x_ptr, y_ptr, n, out_ptr, BLOCK: tl.constexpr, EVEN: tl.constexpr):
     tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask), mask=mask)
 
 
-@triton.autotune(configs=[triton.Config({"BLOCK": 64}, pre_hook=lambda args: None)], key=["n"])
-@triton.jit
-def add_with_pre_hook(x_ptr, y_ptr, n, out_ptr, BLOCK: tl.constexpr):
-  offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-  mask = offsets < n
-  tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask), mask=mask)
+add_with_pre_hook = triton.autotune(configs=[triton.Config({"BLOCK": 64}, pre_hook=lambda args: None)], key=["n"])(add)
 
 
-@triton.autotune(configs=[triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})], key=["cols"])
-@triton.jit
-def row_sums_tuned(x_ptr, out_ptr, cols, BLOCK: tl.constexpr):
-  row = tl.program_id(0)
-  offsets = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-  values = tl.load(x_ptr + row * cols + offsets, mask=offsets < cols, other=0.0)
-  tl.atomic_add(out_ptr + row, tl.sum(values, axis=0))
+row_sums_tuned = triton.autotune(configs=[triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})],
+                                 key=["cols"])(row_sums)
 
 
 @triton.jit
