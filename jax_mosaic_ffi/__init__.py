@@ -44,6 +44,17 @@ from jax_mosaic_ffi import ops
 
 register = registration.register
 
+# jax-triton's other public names live in jax_mosaic_ffi.jax_triton, whose TensorDescriptor takes an array (ours
+# names an operand of mosaic_kernel): code that imported this package as `jt` is told where they are.
+_JAX_TRITON_NAMES = ("strides_from_shape", "CUSTOM_CALL_TARGET_NAME", "__version_info__")
+
+
+def __getattr__(name: str):
+  if name in _JAX_TRITON_NAMES:
+    raise AttributeError(f"jax_mosaic_ffi has no {name!r}: it is jax-triton's, and `import jax_mosaic_ffi.jax_triton "
+                         f"as jt` gives jax-triton's whole public API (jt.{name}, jt.triton_call, jt.TensorDescriptor)")
+  raise AttributeError(f"module 'jax_mosaic_ffi' has no attribute {name!r}")
+
 from jax_mosaic_ffi._version import __version__  # noqa: F401  (re-exported: jax_mosaic_ffi.__version__)
 
 __all__ = [

@@ -504,6 +504,13 @@ def test_the_jax_triton_module_holds_jax_tritons_public_names():
   assert jt.strides_from_shape((4, 8, 16)) == (128, 16, 1) and jt.strides_from_shape((5,)) == (1,)
 
 
+def test_jax_tritons_other_names_are_pointed_to_from_the_package():
+  with pytest.raises(AttributeError, match="import jax_mosaic_ffi.jax_triton as jt.*jt.strides_from_shape"):
+    jmf.strides_from_shape((2, 2))
+  with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+    assert jmf.no_such_name is None
+
+
 def test_tensor_descriptors_lower_to_tma_or_to_the_decomposed_form(isolated_disk_cache):
   def copy(a, **options):
     desc = jt.TensorDescriptor.from_array(a, block_shape=[32, 64], **options)
