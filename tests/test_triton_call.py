@@ -429,6 +429,13 @@ def test_has_side_effect_keeps_a_call_whose_results_are_unused(isolated_disk_cac
   text = lower(lambda a, b: add(a, b, has_side_effect=True), x, x).as_text()
   assert "has_side_effect = true" in text
 
+  def discarded(a, effect):
+    add(a, a, has_side_effect=effect)
+    return a * 2
+  for effect in (False, True):
+    text = lower(lambda a: discarded(a, effect), x).as_text()
+    assert text.count(f"stablehlo.custom_call @{jt.CUSTOM_CALL_TARGET_NAME}") == int(effect)
+
 
 def test_a_cost_estimate_travels_with_the_call(isolated_disk_cache):
   x = f32(1024)
