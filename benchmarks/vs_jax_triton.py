@@ -243,7 +243,11 @@ def _gpu() -> dict:
                 "softmax": lambda x: np.exp(x - x.max(1, keepdims=True)) / np.exp(x - x.max(1, keepdims=True)).sum(
                     1, keepdims=True),
                 "add": lambda x: x + 1}
-  result = {"cases": {}, "errors": errors, "versions": {"jax": jax.__version__}}
+  from importlib import metadata
+  versions = {"jax": jax.__version__, "triton": metadata.version("triton")}
+  if "jax_triton" in sides:
+    versions["jax-triton"] = metadata.version("jax-triton")
+  result = {"cases": {}, "errors": errors, "versions": versions}
   for name in ("matmul", "softmax", "add"):
     arrays = [jax.device_put(a) for a in inputs[name]]
     timed, checked = {}, {}
@@ -357,10 +361,12 @@ def tables(results: dict) -> list[str]:
     rows.append([f"host cost per call, jitted chain of {CHAIN} adds (wall us)", sig(theirs) if theirs else "n/a",
                  sig(ours) if ours else "n/a", f"**{fmt(theirs / ours)}x**" if ours and theirs else "n/a"])
     notes = "".join(f"\n- {k}: n/a: {last_line(v)[:200]}" for k, v in gpu_.get("errors", {}).items())
+    versions = ", ".join(f"{k} {v}" for k, v in gpu_.get("versions", {}).items())
     blocks.append(
         "GPU microseconds per call of the same `triton_call` code through each (the GPU clock around a jitted chain "
         "of calls, median of 15 interleaved rounds, after both sides' results were checked against numpy), and the "
-        "host's wall time per call of a jitted chain of small adds. Ratio above 1: ours is faster.\n\n" +
+        f"host's wall time per call of a jitted chain of small adds ({versions or 'versions not recorded'}). Ratio "
+        "above 1: ours is faster.\n\n" +
         table(["kernel", "jax-triton us", "jax_mosaic_ffi us", "jax-triton / ours"], rows, "lrrr") + notes)
   return blocks
 
