@@ -22,7 +22,7 @@ triton = import_triton()
 import jax_mosaic_ffi as jmf
 import jax_mosaic_ffi.jax_triton as jt
 from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
-from jax_mosaic_ffi.toolchain.triton_decorators import NotSupported
+from jax_mosaic_ffi.triton.decorators import NotSupported
 
 import triton_call_sources as tc
 from hlo_inspect import custom_calls

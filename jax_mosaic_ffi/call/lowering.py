@@ -98,8 +98,6 @@ def _cuda_lowering(ctx, *operands, kernel: Kernel, out_avals, spec: LaunchSpec):
     fallback_lib.warn_no_reference(who(kernel, spec.call_site))
   registration.ensure_registered()
   attributes = spec.attributes(kernel)
-  if spec.cost_estimate is not None:  # for profilers; the runtime ignores attributes it does not know
-    attributes["cost_estimate_json"] = spec.cost_estimate
   if os.environ.get(POISON_ENV, "") not in ("", "0"):
     aliased = {o for _, o in spec.aliases}
     attributes["poison_outputs"] = [o for o in range(len(out_avals)) if o not in aliased]

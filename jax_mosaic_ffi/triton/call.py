@@ -33,12 +33,13 @@ from jax._src.state import types as state_types
 from jax_mosaic_ffi.base import contract
 from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.call.launch_options import LaunchOptions
-from jax_mosaic_ffi.toolchain import triton_decorators
-from jax_mosaic_ffi.toolchain.triton_compile import TritonFunction, triton_kernel
-from jax_mosaic_ffi.toolchain.triton_decorators import Heuristics
-from jax_mosaic_ffi.transforms import tensor_descriptor
-from jax_mosaic_ffi.transforms import triton_decorated
-from jax_mosaic_ffi.transforms import triton_launch
+from jax_mosaic_ffi.triton import decorated as triton_decorated
+from jax_mosaic_ffi.triton import decorators as triton_decorators
+from jax_mosaic_ffi.triton import launch as triton_launch
+from jax_mosaic_ffi.triton import tensor_descriptor
+from jax_mosaic_ffi.triton.decorators import Heuristics
+from jax_mosaic_ffi.triton.kernel import TritonFunction, triton_kernel
+from jax_mosaic_ffi.triton.options import LAUNCH_OPTIONS
 
 # The custom call a `triton_call` lowers to (jax-triton's is "triton_kernel_call_ffi").
 CUSTOM_CALL_TARGET_NAME = contract.target_name(collective=False, nvshmem=False, programs=False)
@@ -373,13 +374,13 @@ def triton_call(*args, kernel, out_type: Any = None, grid, name: str = "", num_w
 
   layers, constexprs = _metaparams_apart(layers, {k: v for k, v in metaparams.items() if k in params}, where)
   grid_meta = {k: v for k, v in metaparams.items() if k not in params}  # reach grid and zeroed_outputs only
-  launch_options = {k: options.pop(k) for k in ("num_warps", "num_stages", "num_ctas", "maxnreg") if k in options}
+  launch_options = {k: options.pop(k) for k in LAUNCH_OPTIONS if k in options}
   uses_pdl = options.pop("launch_pdl", None)
   targets = None if compute_capability is None else [int(compute_capability)]
+  # triton_kernel checks the options and constexprs (TritonOptions); the decorators, pruned above, go back on.
   base = triton_kernel(fn, constexprs=constexprs, targets=targets, options=options, **launch_options)
-  function = TritonFunction(base.fn, base.constexprs, base.num_warps, base.num_stages, base.num_ctas, base.targets,
-                            base.maxnreg, layers, base.options)
-  if base.num_ctas > 1 and min(t.number for t in base.targets) < _MIN_CLUSTER_ARCH:
+  function = TritonFunction(base.fn, base.constexprs, base.options, base.targets, layers)
+  if base.options.num_ctas > 1 and min(t.number for t in base.targets) < _MIN_CLUSTER_ARCH:
     raise ValueError(f"{where}: num_ctas > 1 unsupported before Hopper (compute capability 90); the target is "
                      f"{', '.join(t.sm for t in base.targets)}")
 
@@ -397,7 +398,8 @@ def triton_call(*args, kernel, out_type: Any = None, grid, name: str = "", num_w
     return {**grid_meta, **meta}
 
   zero_outputs = _zeroed(zeroed_outputs, function, with_grid_meta, buffer_aliases, operands, n_out, where)
-  # What mosaic_kernel(function, ...) makes of these options (api.py), built here, a layer below it.
+  # One LaunchOptions, as mosaic_kernel (api.py, a layer above) makes it: the Triton launch (launch.py) checks it
+  # once and resolves it into the CheckedLaunch the call layer takes.
   launch = LaunchOptions(
       grid=(lambda meta: grid(with_grid_meta(meta))) if callable(grid) else grid,
       scalars=tuple(operands.scalars), input_output_aliases=buffer_aliases or None, param_order=tuple(order),

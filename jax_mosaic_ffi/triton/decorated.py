@@ -47,6 +47,7 @@ import collections
 import dataclasses
 import json
 import threading
+from typing import Callable
 
 import jax
 import numpy as np
@@ -55,12 +56,12 @@ from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base.errors import LaunchError, who
 from jax_mosaic_ffi.call import launch_values
 from jax_mosaic_ffi.call.launch_options import LaunchOptions
-from jax_mosaic_ffi.toolchain import triton_decorators
-from jax_mosaic_ffi.toolchain.triton_compile import TritonFunction, runtime_params
-from jax_mosaic_ffi.toolchain.triton_decorators import Autotune, Heuristics
 from jax_mosaic_ffi.transforms import autotune as autotune_lib
-from jax_mosaic_ffi.transforms import tensor_descriptor
-from jax_mosaic_ffi.transforms import triton_launch
+from jax_mosaic_ffi.triton import decorators as triton_decorators
+from jax_mosaic_ffi.triton import launch as triton_launch
+from jax_mosaic_ffi.triton import tensor_descriptor
+from jax_mosaic_ffi.triton.decorators import Autotune, Heuristics
+from jax_mosaic_ffi.triton.kernel import TritonFunction, runtime_params
 
 _TUNED_PER_CALL = 32  # config spaces kept per call (one per distinct set of candidates): a bound, not a tuning
 
@@ -161,7 +162,7 @@ def launcher(function: TritonFunction, out_shape, options: LaunchOptions):
     shapes = out_shape(*in_avals) if callable(out_shape) else out_shape
     out_avals, _ = launch_values.out_avals(shapes, where)
     try:
-      values = triton_launch.call_with_meta(options.scalars, base.meta, in_avals, "scalars", where)
+      values = launch_values.evaluate(options.scalars, "scalars", in_avals, where, meta=base.meta)
     except LaunchError as e:
       if not isinstance(e.__cause__, KeyError):
         raise
@@ -228,8 +229,7 @@ def launcher(function: TritonFunction, out_shape, options: LaunchOptions):
     if options.zero_outputs is True or not zero:
       return options.zero_outputs
     if callable(options.zero_outputs):  # a callable of the meta: evaluated per launch, with reset_to_zero's added
-      given = options.zero_outputs
-      return lambda meta, *avals: _union(triton_launch.call_with_meta(given, meta, avals, "zero_outputs", where), zero)
+      return _ZeroedPerMeta(options.zero_outputs, tuple(zero), where)
     return _union(options.zero_outputs, zero)
 
   def candidates(args: _Arguments, where) -> list[dict]:
@@ -249,8 +249,8 @@ def launcher(function: TritonFunction, out_shape, options: LaunchOptions):
     """One candidate's call: the undecorated function with this meta; the scalars as the decorators saw them."""
     scalars = options.scalars
     if callable(scalars):
-      scalars = lambda meta_, *avals: triton_launch.call_with_meta(  # noqa: E731
-          options.scalars, base.meta, avals, "scalars", where_scalars)
+      scalars = lambda meta_, *avals: launch_values.evaluate(  # noqa: E731
+          options.scalars, "scalars", avals, where_scalars, meta=base.meta)
     launch = dataclasses.replace(options, scalars=scalars, zero_outputs=zero_outputs, sharding=None)
     return triton_launch.launcher(base.with_meta(meta), out_shape, launch)
 
@@ -287,6 +287,21 @@ def launcher(function: TritonFunction, out_shape, options: LaunchOptions):
 def _holds_array(value) -> bool:
   """An array argument, or a tuple holding one: the avals scope the tuning already (`key`)."""
   return isinstance(value, ArrayArg) or (isinstance(value, tuple) and any(_holds_array(v) for v in value))
+
+
+@dataclasses.dataclass(frozen=True)
+class _ZeroedPerMeta:
+  """``zero_outputs`` given as a callable of the meta, with the outputs ``reset_to_zero`` names added: evaluated
+  per launch (triton/launch.py), with each config's meta. Its repr is the same on every trace of one call, so
+  it keys the config space as a tuple would."""
+
+  given: Callable
+  more: tuple[int, ...]
+  where: str
+
+  def __call__(self, meta, *avals):
+    given = launch_values.evaluate(self.given, "zero_outputs", avals, self.where, meta=meta)
+    return _union(launch_values.zero_outputs_option(given, self.where), self.more)
 
 
 def _union(zero_outputs, more) -> tuple | bool:

@@ -1,0 +1,330 @@
+"""Triton's compile for our runtime: `compile_triton` makes a `TritonKernel` (a `Kernel` plus `TritonInfo`).
+
+Triton compiles a ``@triton.jit`` function to a cubin (and PTX) for an explicit
+target, which needs no GPU. The result is an ordinary `Kernel` whose module
+goes through the compile cache (memory and disk), keyed by Triton's own cache key of
+each target's compile (`triton.compiler.get_cache_key`: Triton's code, the
+function's source and dependencies, the signature, constexprs and hints, the
+backend with its ptxas, the options as Triton's knobs and environment make
+them, its cache-invalidating environment variables) and ours (targets,
+launch options, module format), so a warm process, `jax.export` or XLA's
+persistent compilation cache runs no Triton compile at all.
+
+A call's kernel is compiled per distinct signature and value class when the
+call is traced (`launch.py` reads the signature from its avals and scalars):
+integers equal to 1 compiled in, 16-divisible integers and pointers hinted, as
+Triton's own launcher decides (`specialize.py`). `kernel.py` holds the public
+`triton_kernel`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import struct
+import threading
+from typing import Any, Mapping
+
+from jax_mosaic_ffi.base import disk_cache
+from jax_mosaic_ffi.base import module_format
+from jax_mosaic_ffi.base import native_stderr
+from jax_mosaic_ffi.base import ptx_info
+from jax_mosaic_ffi.base.errors import CompileError, TritonUnavailable
+from jax_mosaic_ffi.base.module_format import Image, ImageKind, ParsedModule
+from jax_mosaic_ffi.toolchain import compile_cache
+from jax_mosaic_ffi.toolchain import dump
+from jax_mosaic_ffi.toolchain.compiled import Compiled, param_sizes
+from jax_mosaic_ffi.toolchain.kernel import Kernel
+from jax_mosaic_ffi.toolchain.nvrtc.program import PDL_MIN_ARCH
+from jax_mosaic_ffi.triton import descriptors as triton_descriptors
+from jax_mosaic_ffi.triton import specialize as triton_specialize
+from jax_mosaic_ffi.triton.options import TritonOptions
+
+# The Triton releases this module is written and tested against: [min, max).
+# Triton's compile API, its specialization code and its kernels' calling
+# convention change between minor releases, so others are refused rather than
+# half-working. 3.6 to 3.9 share what we use: ASTSource / compile / get_cache_key,
+# the argument binder and JITFunction._pack_args, and the parameters an entry
+# takes (the non-constexpr ones, then a global and a profile scratch pointer).
+SUPPORTED_TRITON = ((3, 6), (3, 10))
+SUPPORTED_TEXT = ("Triton >= 3.6, < 3.10 (tested: 3.6.0 to 3.9.0 compiling and lowering on CPU, "
+                  "3.6.0 on an H200)")
+_CACHE_FORMAT = "triton-3"  # 2: TritonInfo.dropped and .aligned; 3: .tensordesc_meta
+
+
+_compile_lock = threading.Lock()  # Triton's compiler is not known to be thread-safe
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+  parts = []
+  for piece in version.split("+")[0].split(".")[:3]:
+    digits = "".join(c for c in piece if c.isdigit()) or "0"
+    parts.append(int(digits))
+  return tuple(parts)
+
+
+def require_triton():
+  """The triton module, or TritonUnavailable saying what to install."""
+  try:
+    import triton  # noqa: PLC0415  (optional dependency: Triton)
+  except ImportError as e:
+    raise TritonUnavailable(
+        f"jmf.triton_kernel needs Triton ({SUPPORTED_TEXT}): pip install 'jax_mosaic_ffi[triton]' ({e})") from None
+  check_version(triton.__version__)
+  return triton
+
+
+def check_version(version: str) -> None:
+  low, high = SUPPORTED_TRITON
+  if not low <= _version_tuple(version)[:2] < high:
+    raise TritonUnavailable(
+        f"jmf.triton_kernel supports {SUPPORTED_TEXT}; Triton {version} is installed. Its compiler API and the "
+        f"parameters its kernels take change between releases: pip install 'jax_mosaic_ffi[triton]' for a "
+        f"supported one")
+
+
+@dataclasses.dataclass(frozen=True)
+class TritonInfo:
+  """What Triton's metadata says about launching a compiled kernel."""
+
+  num_warps: int
+  num_ctas: int
+  shared: int
+  scratch: tuple[tuple[int, int], ...]  # (size per program, align) of each trailing scratch pointer
+  signature: tuple[Any, ...]            # Triton types of the non-constexpr parameters (a tuple's: a tuple)
+  dropped: tuple[int, ...]              # those (by index) specialized to constexprs: not passed at launch
+  aligned: tuple[int, ...]              # parameters passed (by index) whose pointers it takes as 16-byte aligned
+  meta: tuple[tuple[str, Any], ...]     # constexprs and launch options, for grid callables
+  triton_version: str
+  # Host tensor descriptors lowered to TMA: one per tensordesc parameter; empty: decomposed (or none).
+  tensordesc_meta: tuple[triton_descriptors.DescriptorMeta, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TritonKernel(Kernel):
+  """A `Kernel` compiled by Triton; `mosaic_kernel` reads its launch from `info`."""
+
+  info: TritonInfo | None = None
+
+  @property
+  def meta(self) -> dict:
+    return dict(self.info.meta)
+
+  @property
+  def aligned_params(self) -> tuple[int, ...]:
+    return self.info.aligned
+
+
+# ------------------------------------------------------------------ compile
+
+def _key_value(value) -> str:
+  return f"{type(value).__name__}:{value!r}"
+
+
+def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: TritonOptions, targets,
+                   scalar_values: Mapping[int, Any]) -> TritonKernel:
+  """``fn`` compiled for parameters of Triton types ``signature`` (a tuple parameter's type: a tuple of its
+  elements' types) and the scalar values known at trace time (by index among the leaves of the non-constexpr
+  parameters, `specialize.flat_types`), through the compile cache."""
+  triton = require_triton()
+  missing = [p.name for p in fn.params if p.is_constexpr and p.name not in constexprs
+             and p.default is inspect.Parameter.empty]
+  if missing:
+    raise ValueError(f"triton_kernel '{fn.__name__}': no value for the constexpr parameter(s) "
+                     f"{', '.join(missing)}; pass constexprs={{...}} or a config that sets them")
+  for ty in signature:
+    nested = isinstance(ty, tuple)
+    for leaf in triton_specialize.flat_types([ty]) if nested else [ty]:
+      if not isinstance(leaf, str) or leaf == "constexpr" or (triton_descriptors.is_descriptor(leaf) and (
+          nested or triton_descriptors.parse_type(leaf) is None)):
+        raise ValueError(f"triton_kernel '{fn.__name__}': parameter type {ty!r} is not supported; parameters are "
+                         "pointers (*fp32), scalars (i32, fp32, ...), tuples of them, and host tensor descriptors "
+                         "as Triton writes them (tensordesc<fp16[64, 64]>: no Gluon layout, no im2col, not in a "
+                         "tuple)")
+  config = _config_text(signature, constexprs, options)
+  specialization = _specialization(fn, signature, scalar_values, constexprs, targets, config)
+  requests = _requests(fn, specialization, options, targets, config)
+  entry_key = disk_cache.key(
+      _CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"triton {triton.__version__}", fn.__name__,
+      *(ty if isinstance(ty, str) else repr(ty) for ty in signature),
+      json.dumps(sorted((k, _key_value(v)) for k, v in constexprs.items())), specialization.description,
+      options.key, *(t.sm for t in targets), *(r.key for r in requests))
+  # The constexprs and launch options, for the launch's callables: this call's, never stored.
+  meta = tuple({**constexprs, **options.meta()}.items())
+
+  def decode(data: bytes) -> TritonKernel:
+    kernel = _from_bytes(fn.__name__, data)
+    return TritonKernel(kernel.name, kernel.compiled, dataclasses.replace(kernel.info, meta=meta))
+
+  def run():
+    with _compile_lock:
+      kernel = _run_triton(triton, fn, signature, specialization, requests, meta, config, options.debug)
+      compile_cache.count_compiles("triton", len(targets))
+    return kernel, True
+
+  found = compile_cache.cached(entry_key, compile=run, encode=_to_bytes, decode=decode)
+  if found.source != "memory":
+    dump.maybe_dump(found.value)
+  return found.value
+
+
+@dataclasses.dataclass(frozen=True)
+class _Request:
+  """One target's Triton compile, with Triton's own cache key for it."""
+
+  target: module_format.Arch
+  gpu_target: Any
+  source: Any
+  options: dict
+  key: str
+
+
+def _specialization(fn, signature, scalar_values, constexprs, targets, config) -> triton_specialize.Specialization:
+  """What Triton's launcher would compile for these arguments (specialize.py)."""
+  from triton.backends.compiler import GPUTarget  # noqa: PLC0415  (optional dependency: Triton)
+  from triton.compiler import make_backend  # noqa: PLC0415  (optional dependency: Triton)
+  try:
+    return triton_specialize.specialize_cached(fn, signature, scalar_values, constexprs, targets[0].sm,
+                                               lambda: make_backend(GPUTarget("cuda", targets[0].number, 32)))
+  except Exception as e:
+    raise _triton_failed(fn, targets[0], config, e) from None
+
+
+def _requests(fn, specialization, options: TritonOptions, targets, config) -> list[_Request]:
+  """Each target's compile and Triton's cache key for it, which covers what
+  changes Triton's output beyond our inputs: its knobs, ptxas, own code, and
+  the specialization (signature, constexprs, attributes)."""
+  from triton.backends.compiler import GPUTarget  # noqa: PLC0415  (optional dependency: Triton)
+  from triton.compiler import ASTSource, get_cache_key, make_backend  # noqa: PLC0415  (optional dependency: Triton)
+  from triton.compiler.compiler import get_cache_invalidating_env_vars  # noqa: PLC0415  (optional dependency: Triton)
+  compile_options = options.compile_options()
+  env_vars = get_cache_invalidating_env_vars()
+  requests = []
+  for target in targets:
+    source = ASTSource(fn, dict(specialization.signature), dict(specialization.constexprs),
+                       attrs=dict(specialization.attrs))
+    gpu_target = GPUTarget("cuda", target.number, 32)
+    try:
+      backend = make_backend(gpu_target)
+      # As triton.compile parses them: the environment's knobs (TRITON_DEFAULT_FP_FUSION...) are in them.
+      parsed = backend.parse_options(dict(compile_options, **source.parse_options()))
+      key = get_cache_key(source, backend, parsed, env_vars)
+    except Exception as e:
+      raise _triton_failed(fn, target, config, e) from None
+    requests.append(_Request(target, gpu_target, source, compile_options, key))
+  return requests
+
+
+def _config_text(signature, constexprs, options: TritonOptions) -> str:
+  """A Triton compile's config, as a failure names it."""
+  launch = ", ".join(f"{k}={v}" for k, v in options.meta().items())
+  values = ", ".join(f"{k}={v!r}" for k, v in [*options.backend_options, *constexprs.items()])
+  return f"{launch}{', ' + values if values else ''}; signature ({', '.join(map(str, signature))})"
+
+
+def _triton_failed(fn, target, config: str, e: Exception, diagnostics: str = "") -> CompileError:
+  """Triton's own failure: its message (and what its passes printed, `diagnostics`), for this config."""
+  log = f"{type(e).__name__}: {e}".rstrip()
+  if diagnostics.strip():
+    log += f"\n{diagnostics.rstrip()}"
+  return CompileError(fn.__name__, log, "", "", compiler="Triton",
+                      what=f"kernel '{fn.__name__}' for {target.sm} with {config}",
+                      advice="this config fails in Triton's own compiler; under autotuning it is skipped, "
+                             "otherwise pick another config (fewer num_stages, smaller blocks) or Triton release")
+
+
+def _refused(fn, log: str) -> CompileError:
+  """What a Triton compile gave that we cannot launch."""
+  return CompileError(fn.__name__, log, "", "", compiler="Triton")
+
+
+def _run_triton(triton, fn, signature, specialization, requests, meta, config, debug=False) -> TritonKernel:
+  images, ptx, first, descriptors = [], None, None, None
+  flat = tuple(triton_specialize.flat_types(signature))  # tuple parameters' leaves, as the entry takes them
+  waits = True
+  for request in requests:
+    target = request.target
+    with native_stderr.captured() as printed:  # Triton's passes say why they failed on stderr only
+      try:
+        compiled = triton.compile(request.source, target=request.gpu_target, options=request.options)
+        failure = None
+      except Exception as e:
+        failure = e
+    if failure is not None:
+      raise _triton_failed(fn, target, config, failure, printed.text) from None
+    metadata = compiled.metadata
+    if debug:  # Triton's debug option: the intermediate forms, as jax-triton's debug=True prints them
+      for stage in ("ttir", "ttgir", "llir", "ptx"):
+        if stage in compiled.asm:
+          print(f"// ---- {fn.__name__} for {target.sm}: {stage} ----\n{compiled.asm[stage]}")
+    # Triton builds for the arch-specific target (sm_90a) where there is one: its PTX says which.
+    arch = module_format.Arch.parse(ptx_info.target_arch(compiled.asm["ptx"]) or target.sm)
+    images.append(Image(ImageKind.CUBIN, arch, bytes(compiled.asm["cubin"])))
+    # The descriptors' parameters and encoding are one for the whole module: every target must agree.
+    try:
+      found = triton_descriptors.metas(getattr(metadata, "tensordesc_meta", None), flat, fn.__name__)
+    except ValueError as e:
+      raise _refused(fn, f"for {target.sm}: {e}") from None
+    if descriptors is not None and found != descriptors:
+      raise _refused(fn, f"Triton lowers its tensor descriptors differently for {target.sm} than "
+                     f"for {requests[0].target.sm} ({found or 'no TMA'} against {descriptors or 'no TMA'}); "
+                     "compile it for targets of one family (targets=[...])")
+    descriptors = found
+    # tl.extra.cuda.gdc_wait() in the kernel: it waits for the previous kernel before reading what that wrote,
+    # so it may launch with PDL, as our own compiled kernels do (Kernel.pdl_safe). Without it, never. XLA
+    # does the same for the Triton kernels it compiles itself (its Triton custom call launches with PDL when
+    # the compile says the kernel uses it, under xla_gpu_enable_pdl, on by default on Hopper and newer).
+    waits = waits and arch.number >= PDL_MIN_ARCH and "griddepcontrol.wait" in compiled.asm["ptx"]
+    if ptx is None:
+      ptx, first = (arch, compiled.asm["ptx"]), metadata
+  images.append(Image(ImageKind.PTX, ptx[0], ptx[1].encode()))
+  parsed = ParsedModule(first.name, tuple(images), module_format.FLAG_PDL_WAIT if waits else 0)
+  sizes = param_sizes(parsed)
+  if getattr(first, "launch_cooperative_grid", False):
+    raise _refused(fn, "the kernel asks for a cooperative grid launch, which jax_mosaic_ffi does not make")
+  # The parameters passed: the non-constexpr ones (descriptors expanded as Triton's launcher expands them) less
+  # those specialized to constexprs, then Triton's scratch.
+  n_scratch = (len(sizes) - (triton_descriptors.expanded_param_count(flat, bool(descriptors))
+                             - len(specialization.dropped)) if sizes is not None else 2)
+  if n_scratch > 2:
+    raise _refused(fn, f"the compiled kernel takes {n_scratch} parameters after its own, more than "
+                   "Triton's global and profile scratch pointers (instrumentation, such as "
+                   "TRITON_INSTRUMENTATION_MODE, adds parameters of its own); compile it without")
+  scratch = [(int(getattr(first, "global_scratch_size", 0)), int(getattr(first, "global_scratch_align", 1))),
+             (int(getattr(first, "profile_scratch_size", 0)), int(getattr(first, "profile_scratch_align", 1)))]
+  info = TritonInfo(num_warps=int(first.num_warps), num_ctas=int(first.num_ctas), shared=int(first.shared),
+                    scratch=tuple(scratch[:max(n_scratch, 0)]), signature=tuple(signature),
+                    dropped=specialization.dropped,
+                    # By position among the parameters passed: descriptors before it expanded, dropped ones gone.
+                    aligned=tuple(triton_descriptors.expanded_param_count(flat[:k], bool(descriptors))
+                                  - sum(d < k for d in specialization.dropped) for k in specialization.aligned),
+                    meta=meta,
+                    triton_version=triton.__version__, tensordesc_meta=descriptors)
+  return TritonKernel(fn.__name__, Compiled.of(parsed, sizes), info)
+
+
+def _to_bytes(kernel: TritonKernel) -> bytes:
+  info = dataclasses.asdict(dataclasses.replace(kernel.info, meta=()))  # asdict would deep-copy a function in meta
+  info["meta"] = [[k, _key_value(v)] for k, v in kernel.info.meta]  # for the record; meta is the caller's on load
+  header = json.dumps(info).encode()
+  return struct.pack("<I", len(header)) + header + kernel.compiled.to_bytes()
+
+
+def _tuples(value):
+  """A signature read back from JSON: its lists (tuple parameters) as tuples again."""
+  return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def _from_bytes(name: str, data: bytes) -> TritonKernel:
+  (length,) = struct.unpack_from("<I", data)
+  info = json.loads(data[4:4 + length])
+  compiled = Compiled.from_bytes(data[4 + length:])
+  return TritonKernel(name, compiled, TritonInfo(
+      num_warps=int(info["num_warps"]), num_ctas=int(info["num_ctas"]), shared=int(info["shared"]),
+      scratch=tuple((int(s), int(a)) for s, a in info["scratch"]), signature=_tuples(info["signature"]),
+      dropped=tuple(int(k) for k in info["dropped"]), aligned=tuple(int(k) for k in info["aligned"]),
+      meta=(), triton_version=str(info["triton_version"]),
+      tensordesc_meta=tuple(triton_descriptors.DescriptorMeta(
+          int(d["swizzle"]), int(d["elem_size"]), int(d["elem_type"]), tuple(int(b) for b in d["block_size"]))
+          for d in info.get("tensordesc_meta", ()))))
