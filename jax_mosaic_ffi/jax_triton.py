@@ -10,7 +10,8 @@ calls lower to), and ``__version__`` / ``__version_info__``: the jax-triton rele
 docs/coming_from_jax_triton.md has the mapping and the differences.
 """
 
-from jax_mosaic_ffi.triton.call import CUSTOM_CALL_TARGET_NAME, TensorDescriptor, strides_from_shape, triton_call
+from jax_mosaic_ffi.triton.call import CUSTOM_CALL_TARGET_NAME, triton_call
+from jax_mosaic_ffi.triton.call_operands import TensorDescriptor, strides_from_shape
 
 __version_info__ = (0, 4, 1)
 __version__ = ".".join(str(v) for v in __version_info__)

@@ -11,4 +11,5 @@ triton -> transforms -> call -> toolchain -> base; docs/architecture.md).
     decorated.py          a decorated kernel's launch: the decorators applied per traced call
     tensor_descriptor.py  jmf.TensorDescriptor: a call's operands as host tensor descriptors
     call.py               triton_call: jax-triton's call, bound as jax-triton binds it, launched by launch.py
+    call_operands.py      a triton_call's arguments as operands; jax-triton's TensorDescriptor
 """
