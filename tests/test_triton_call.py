@@ -179,6 +179,58 @@ def test_mosaic_kernel_takes_tuple_parameters_in_param_order(isolated_disk_cache
   assert cc["config"]["param_order"][:6] == [0, 1, 2, -1, -2, 3]
 
 
+def _tuple_misfits(first):
+  """Ways a well-typed cached specialization of sum_tuple(x, (y, (z, scale=1)), n=48, out) can be wrong for the
+  call, each at a tuple element's path (leaves: x 0, y 1, z 2, scale 3, n 4, out 5)."""
+  import dataclasses
+  pair = first.signature["pair"]
+  return {
+      "an element of another kind": dataclasses.replace(
+          first, signature={**first.signature, "pair": (pair[0], ("*fp16", pair[1][1]))}),
+      "an element's alignment dropped, its hint kept": dataclasses.replace(
+          first, aligned=tuple(k for k in first.aligned if k != 2)),
+      "a constant at another element": dataclasses.replace(
+          first, constexprs={**{k: v for k, v in first.constexprs.items() if k != (1, 1, 1)}, (1, 1, 0): 1}),
+      "n (48) compiled in as 1": dataclasses.replace(
+          first, dropped=(3, 4), aligned=tuple(k for k in first.aligned if k != 4),
+          signature={**first.signature, "n": "constexpr"}, constexprs={**first.constexprs, (2,): 1}),
+  }
+
+
+@pytest.mark.parametrize("case", ["an element of another kind", "an element's alignment dropped, its hint kept",
+                                  "a constant at another element", "n (48) compiled in as 1"])
+def test_a_tuple_parameters_cached_specialization_is_checked_leaf_by_leaf(isolated_disk_cache, monkeypatch, case):
+  """A tuple parameter's specialization reads back from the disk cache (as in a new process) without asking
+  Triton, and one that does not fit the call at some element is asked again and rebuilt."""
+  import hashlib
+  from triton.backends.compiler import GPUTarget
+  from triton.compiler import make_backend
+  from jax_mosaic_ffi.base import disk_cache
+  from jax_mosaic_ffi.toolchain import compile_cache
+  from jax_mosaic_ffi.triton import specialize as triton_specialize
+  asked = []
+  real = triton_specialize.specialize
+  monkeypatch.setattr(triton_specialize, "specialize", lambda *a: asked.append(a) or real(*a))
+  types = ["*fp32", ("*fp32", ("*fp32", "i32")), "i32", "*fp32"]
+
+  def answer():
+    return triton_specialize.specialize_cached(tc.sum_tuple, types, {3: np.int32(1), 4: np.int32(48)},
+                                               {"BLOCK": 256}, "sm_90", lambda: make_backend(GPUTarget("cuda", 90, 32)))
+
+  first = answer()
+  assert first.dropped == (3,) and first.signature["pair"] == ("*fp32", ("*fp32", "constexpr"))
+  assert first.constexprs[(1, 1, 1)] == 1 and 2 in first.aligned and len(asked) == 1
+  compile_cache.clear_memory_cache()  # as in a new process
+  assert answer() == first and len(asked) == 1
+  (path,) = [p for p in disk_cache.cache_dir().rglob("*.bin") if b'"dropped"' in p.read_bytes()]
+  payload = triton_specialize._encode(_tuple_misfits(first)[case])
+  assert triton_specialize._decode(payload) is not None  # well-typed: it reads back
+  path.write_bytes(disk_cache._ENTRY_HEADER.pack(disk_cache._ENTRY_MAGIC, len(payload),
+                                                 hashlib.sha256(payload).digest()) + payload)
+  compile_cache.clear_memory_cache()
+  assert answer() == first and len(asked) == 2  # asked of Triton again, not taken as read
+
+
 def test_a_descriptor_inside_a_tuple_is_refused():
   x = jax.ShapeDtypeStruct((64, 64), jnp.float16)
 
