@@ -166,7 +166,7 @@ def our_calls() -> dict:
 def jax_triton_call(jt, config):
   """The same kernel with one config through jax-triton. jax-triton passes outputs after every positional argument,
   and this kernel takes C third (the tutorial's order), so its sizes and strides go as keyword arguments, which
-  jax-triton compiles in as constants (as benchmarks/jax_triton_lowering.py passes them too)."""
+  jax-triton compiles in as constants (as benchmarks/vs_jax_triton.py passes them too)."""
   import jax
   import numpy as np
   from benchmarks.kernels import triton_user

@@ -35,6 +35,7 @@ from jax_mosaic_ffi.transforms.autotune import Autotuned, autotune
 from jax_mosaic_ffi.transforms.autotune import report as autotune_report
 from jax_mosaic_ffi.transforms.tuning_records import TuningFileIgnored, load_tuning, save_tuning
 from jax_mosaic_ffi.transforms.sharding import BatchDims, Elementwise, ShardingRule, sharded
+from jax_mosaic_ffi.triton.call import triton_call
 from jax_mosaic_ffi.triton.compile import TritonKernel
 from jax_mosaic_ffi.triton.kernel import TritonFunction, triton_kernel
 from jax_mosaic_ffi.triton.tensor_descriptor import TensorDescriptor
@@ -44,6 +45,17 @@ from jax_mosaic_ffi import ops
 
 register = registration.register
 
+# jax-triton's other public names live in jax_mosaic_ffi.jax_triton, whose TensorDescriptor takes an array (ours
+# names an operand of mosaic_kernel): code that imported this package as `jt` is told where they are.
+_JAX_TRITON_NAMES = ("strides_from_shape", "CUSTOM_CALL_TARGET_NAME", "__version_info__")
+
+
+def __getattr__(name: str):
+  if name in _JAX_TRITON_NAMES:
+    raise AttributeError(f"jax_mosaic_ffi has no {name!r}: it is jax-triton's, and `import jax_mosaic_ffi.jax_triton "
+                         f"as jt` gives jax-triton's whole public API (jt.{name}, jt.triton_call, jt.TensorDescriptor)")
+  raise AttributeError(f"module 'jax_mosaic_ffi' has no attribute {name!r}")
+
 from jax_mosaic_ffi._version import __version__  # noqa: F401  (re-exported: jax_mosaic_ffi.__version__)
 
 __all__ = [
@@ -52,5 +64,5 @@ __all__ = [
     "differentiable", "dim_scalar", "export_disabled_checks", "kernel_cache_stats", "mosaic_kernel", "mosaic_kernel_p",
     "ops", "ptx_kernel", "register", "sharded", "AutotuneError", "Autotuned", "TritonFunction", "TritonKernel",
     "TritonUnavailable", "NvshmemUnavailable", "autotune", "autotune_report", "triton_kernel", "TuningFileIgnored",
-    "load_tuning", "save_tuning",
+    "load_tuning", "save_tuning", "triton_call",
 ]

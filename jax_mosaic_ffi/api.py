@@ -39,7 +39,8 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block=None, cluster=None, 
                   collective: Collective | None = None,
                   batch_grid_axis: str | None = None, fallback: Callable | None = None,
                   sharding=None, scratch_bytes=0, zero_scratch: bool = False, zero_outputs=(),
-                  configs=None, autotune_key=None, autotune_default=None) -> Callable[..., Any]:
+                  configs=None, autotune_key=None, autotune_default=None, has_side_effect: bool = False,
+                  cost_estimate: Mapping[str, Any] | None = None) -> Callable[..., Any]:
   """Returns a function that launches ``kernel`` on its input arrays.
 
   The kernel's parameters are, in order: one pointer per input, one pointer
@@ -99,12 +100,18 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block=None, cluster=None, 
   values reach the callables as ``meta`` (and a Triton kernel's
   constexprs, num_warps and num_stages); ``autotune_key`` and
   ``autotune_default`` are `jmf.autotune`'s ``key`` and ``default``.
+
+  ``has_side_effect=True`` keeps the call when its results are unused (a
+  kernel that prints, or writes what XLA does not see); ``cost_estimate``
+  (``{"flops": ..., "bytes_accessed": ...}``) travels with the custom call as
+  ``cost_estimate_json``, for profilers, as jax-triton writes it.
   """
   options = LaunchOptions(
       grid=grid, block=block, cluster=cluster, smem_bytes=smem_bytes, uses_pdl=uses_pdl, scalars=scalars,
       input_output_aliases=input_output_aliases, param_order=param_order, collective=collective,
       batch_grid_axis=batch_grid_axis, fallback=fallback, sharding=sharding, scratch_bytes=scratch_bytes,
-      zero_scratch=zero_scratch, zero_outputs=zero_outputs)
+      zero_scratch=zero_scratch, zero_outputs=zero_outputs, has_side_effect=has_side_effect,
+      cost_estimate=cost_estimate)
   if isinstance(kernel, TritonFunction) and kernel.decorators:  # @triton.autotune / @triton.heuristics
     if configs is not None or autotune_key is not None or autotune_default is not None:
       raise ValueError(f"mosaic_kernel '{kernel.name}': the kernel's @triton.autotune/@triton.heuristics choose its "

@@ -40,7 +40,7 @@ def test_every_benchmark_is_found_in_order_with_unique_runs():
   modules = suite.discover()
   names = [m.NAME for m in modules]
   assert names == ["launch", "bandwidth", "inplace", "sites", "compile", "vmap", "allreduce", "cross_process",
-                   "autotune", "triton_native", "corpus", "gemm"]
+                   "autotune", "triton_native", "vs_jax_triton", "corpus", "gemm"]
   for module in modules:
     runs = [r.name for r in module.RUNS]
     assert runs and len(set(runs)) == len(runs) and all("/" not in r for r in runs)
@@ -256,3 +256,26 @@ def test_a_failed_launch_measurement_is_the_goals_reason():
   verdict = next(v for v in goals.verdicts(results) if v.goal.metric == "triton_native/launch/us_per_call/ours")
   assert verdict.reason == "failed: AssertionError: launch chain: expected 200"
   assert "Launch cost: n/a: AssertionError: launch chain: expected 200" in report.render(results)
+
+
+def test_the_vs_jax_triton_rows_say_na_where_jax_triton_is_absent():
+  side = {"lower_s": [1.7, 0.02], "stablehlo_bytes": 158000, "export_bytes": 109000,
+          "target": "jax_mosaic_ffi_launch_v1", "attribute_bytes": 107000, "ptx_images": 1, "cubin_images": 1}
+  missing = "ModuleNotFoundError: No module named 'jax_triton' (jax-triton is not installed)"
+  results = {"results": {"vs_jax_triton": {
+      "lowering": {"jax_triton": {"error": missing},
+                   "jmf": {name: {"first": side, "second": dict(side, lower_s=[0.6, 0.01])}
+                           for name in ("matmul", "matmul_one", "softmax")}},
+      "gpu": {"cases": {"matmul": {"us": {"jmf": 410.0}, "max_error": {"jmf": 1e-3}},
+                        "softmax": {"us": {"jmf": 20.0}, "max_error": {"jmf": 1e-7}},
+                        "add": {"us": {"jmf": 1.5}, "max_error": {"jmf": 0.0}}},
+              "errors": {"jax_triton": missing}, "host": {"us_per_call": {"jmf": 2.0}, "chain": 200}},
+  }}}
+  page = report.render(results)
+  assert "## jax-triton's triton_call, through jax-triton and through jax_mosaic_ffi\n" in page
+  assert ("| grouped matmul 4096^3 fp16, @triton.autotune (6 configs) | jax_mosaic_ffi | 1.70 / 0.02 | 0.60 | 158 kB "
+          "| 109 kB | 1 PTX, 1 cubin | `jax_mosaic_ffi_launch_v1`, attributes 107 kB |") in page
+  assert "| fused softmax 4096x1024 fp32, @triton.heuristics | jax-triton | n/a | n/a |" in page
+  assert "| grouped matmul 4096^3 fp16, @triton.autotune (6 configs) | n/a | 410 | n/a |" in page
+  assert "| host cost per call, jitted chain of 200 adds (wall us) | n/a | 2 | n/a |" in page
+  assert "- jax_triton: n/a: ModuleNotFoundError" in page

@@ -51,6 +51,7 @@ def test_a_valid_launch_gives_the_kernel_signature():
   assert _core.validate_launch(attributes(), False) == {"param_sizes": [8, 8, 8, 4], "num_buffers": 3,
                                                         "batch_size": 1}
   assert _core.validate_launch(collective(), True)["param_sizes"] == [8, 8, 8, 4, 8]
+  assert _core.validate_launch(attributes(cost_estimate_json='{"flops": 1}' + " " * 4084), False)["num_buffers"] == 3
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -91,6 +92,9 @@ def test_a_valid_launch_gives_the_kernel_signature():
     (dict(smem_bytes=1.5), "attribute 'smem_bytes' has the wrong type"),
     (dict(uses_pdl=1), "attribute 'uses_pdl' has the wrong type"),
     (dict(kernel_hash=bytes(2000)), "attribute 'kernel_hash' has the wrong type or size"),
+    # For profilers only, and bounded all the same.
+    (dict(cost_estimate_json=[1, 2]), "attribute 'cost_estimate_json' has the wrong type"),
+    (dict(cost_estimate_json="0" * 4097), "attribute 'cost_estimate_json' has the wrong type or size"),
     (dict(param_order=None), "no 'param_order' attribute"),
     # vmap's batch: bounded, one stride per buffer, outputs never shared.
     (dict(batch_size=0), "batch_size = 0 is out of range"),

@@ -2,6 +2,7 @@
 contract, the C++ reader and the docs" true (CONTRIBUTING.md). No GPU needed."""
 
 import dataclasses
+import json
 
 import jax
 import jax.numpy as jnp
@@ -39,6 +40,19 @@ def test_the_identity_is_every_launched_field(isolated_disk_cache):
   assert spec_of(call(4), X, X).identity() == spec.identity()
 
 
+def test_side_effects_and_a_cost_estimate_are_part_of_the_lowered_call(isolated_disk_cache):
+  kernel = jmf.cuda_kernel(kernel_sources.ADD, "add")
+  call = jmf.mosaic_kernel(kernel, X, grid=4, block=256, scalars=(np.int32(1024),), has_side_effect=True,
+                           cost_estimate={"flops": 1024, "bytes_accessed": 12288})
+  spec = spec_of(call, X, X)
+  assert spec.identity()["has_side_effect"] is True
+  assert json.loads(spec.attributes(kernel)["cost_estimate_json"]) == {"flops": 1024, "bytes_accessed": 12288}
+  text = jax.jit(call).trace(X, X).lower(lowering_platforms=("cuda",)).as_text()
+  assert "has_side_effect = true" in text and "cost_estimate_json" in text
+  with pytest.raises(jmf.LaunchError, match="cost_estimate must map names"):
+    jmf.mosaic_kernel(kernel, X, grid=4, block=256, cost_estimate={"flops": float("nan")})
+
+
 def test_a_triton_kernel_refuses_each_option_it_does_not_take(isolated_disk_cache):
   import triton_required
   triton_required.import_triton()
@@ -47,7 +61,7 @@ def test_a_triton_kernel_refuses_each_option_it_does_not_take(isolated_disk_cach
   given = {"block": 128, "cluster": 2, "smem_bytes": 16, "collective": jmf.Collective("x"),
            "batch_grid_axis": "x", "scratch_bytes": 8, "zero_scratch": True}
   taken = {"grid", "scalars", "uses_pdl", "input_output_aliases", "param_order", "fallback", "sharding",
-           "zero_outputs"}
+           "zero_outputs", "has_side_effect", "cost_estimate"}
   for field in dataclasses.fields(LaunchOptions):
     if field.name in taken:
       continue

@@ -1,5 +1,5 @@
 """Triton kernels written the way Triton users write them, for benchmarks/triton_native.py, autotune.py and
-jax_triton_lowering.py, and the tests (tests/triton_sources.py, triton_decorated_sources.py).
+vs_jax_triton.py, and the tests (tests/triton_sources.py, triton_decorated_sources.py).
 
 Each takes its strides as arguments (so Triton's launcher specializes the ones equal to 1) and carries the
 decorators real kernels arrive with: `@triton.autotune` with a config list for Hopper and a `key=`, and

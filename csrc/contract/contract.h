@@ -46,6 +46,7 @@ inline constexpr int64_t kMaxSmemBytes = 1 << 20;  // a bound; the device's own 
 inline constexpr int kMaxScalarBytes = 8;
 inline constexpr size_t kMaxLabelBytes = 512;  // kernel_name, call_site: for messages only
 inline constexpr size_t kMaxReplicaIdsBytes = 64 * 1024;
+inline constexpr size_t kMaxCostEstimateBytes = 4096;  // cost_estimate_json: for profilers only
 inline constexpr uint64_t kBufferAlignment = 256;
 inline constexpr int64_t kMaxBatch = 1 << 16;                 // launches of one vmapped call
 inline constexpr int64_t kMaxBatchStride = int64_t{1} << 40;  // bytes between batch elements
@@ -89,6 +90,8 @@ struct LaunchAttributes {
   // Plain target only: present for a kernel that uses NVSHMEM, one 0/1 flag
   // per buffer saying which are staged through the symmetric heap.
   std::string nvshmem_symmetric;
+  // The call's cost for profilers (JSON, as jax-triton writes it): bounded, never read by the runtime.
+  std::string cost_estimate_json;
 };
 
 // How a lookup of one attribute went.
@@ -152,6 +155,8 @@ bool DecodeLaunchAttributes(Source& source, LaunchAttributes* a, std::string* er
   check(source.Bool("skip_device_barrier", &a->skip_device_barrier), "skip_device_barrier", kOptional, "a bool");
   check(source.Bytes("nvshmem_symmetric", &a->nvshmem_symmetric, 4 * kMaxBuffers), "nvshmem_symmetric", kOptional,
         "a string of 0/1 flags");
+  check(source.Bytes("cost_estimate_json", &a->cost_estimate_json, kMaxCostEstimateBytes), "cost_estimate_json",
+        kOptional, "a string of at most 4096 bytes");
   return ok;
 }
 

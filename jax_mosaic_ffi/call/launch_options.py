@@ -55,6 +55,8 @@ class LaunchOptions:
   scratch_bytes: Any = 0
   zero_scratch: bool = False
   zero_outputs: Any = ()
+  has_side_effect: bool = False
+  cost_estimate: Mapping[str, Any] | None = None
 
 
 # The options a config's meta reaches, when one is given (an autotuning config's values): the others'
@@ -85,6 +87,8 @@ class CheckedLaunch:
   scratch_bytes: Any = 0
   zero_scratch: bool = False
   zero_outputs: Any = ()  # output indices, or True for all
+  has_side_effect: bool = False
+  cost_estimate: str | None = None  # JSON
   meta: Mapping[str, Any] | None = None  # an autotuning config's values, for the callables
 
   @classmethod
@@ -145,6 +149,8 @@ class CheckedLaunch:
         scratch_bytes=fixed(scratch_bytes, lambda v: launch_values.scratch_bytes(v, where)),
         zero_scratch=launch_values.flag(options.zero_scratch, "zero_scratch", where),
         zero_outputs=launch_values.zero_outputs_option(options.zero_outputs, where),
+        has_side_effect=launch_values.flag(options.has_side_effect, "has_side_effect", where),
+        cost_estimate=launch_values.cost_estimate(options.cost_estimate, where),
         meta=None if meta is None else dict(meta),
     )
 
@@ -222,7 +228,8 @@ class CheckedLaunch:
         batch_grid_axis=self.batch_grid_axis, tensor_maps=tuple(records), tensor_map_decls=decls,
         num_scratch=n_scratch, launch_programs=programs,
         zero_outputs=(launch_values.zeroed(self.zero_outputs, n_out, self.aliases, where) +
-                      ((n_out,) if self.zero_scratch else ())))
+                      ((n_out,) if self.zero_scratch else ())),
+        has_side_effect=self.has_side_effect, cost_estimate=self.cost_estimate)
     return spec, out_avals, single
 
   def _launch_programs(self, grid, computed, in_avals, out_avals, where: str):

@@ -71,6 +71,11 @@ class LaunchSpec:
   # Not part of the launch: the derivative rule this call was made in (jmf.differentiable's), so that a
   # second derivative is refused as such (primitive.py).
   derivative_rule: str | None = _not_launched(default=None)
+  # The custom call's own has_side_effect flag (XLA and jaxpr DCE then keep it with unused results), and the
+  # cost estimate it carries for profilers (`cost_estimate_json`, JSON; bounded by the contract, not read by the
+  # runtime). Both are part of the lowered call, so of its identity too.
+  has_side_effect: bool = False
+  cost_estimate: str | None = None
 
   def identity(self) -> dict[str, Any]:
     """What this call launches besides the kernel's code, as plain values: every field not marked
@@ -133,6 +138,8 @@ class LaunchSpec:
       attributes["zero_outputs"] = list(self.zero_outputs)
     if self.launch_programs:
       attributes["launch_programs"] = list(self.launch_programs)
+    if self.cost_estimate is not None:
+      attributes["cost_estimate_json"] = self.cost_estimate
     if self.batch_size > 1 and self.batch_grid_axis is None:
       attributes["batch_size"] = self.batch_size
       attributes["batch_strides"] = list(self.batch_strides)

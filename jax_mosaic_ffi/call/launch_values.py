@@ -7,6 +7,7 @@ caller says where (`errors.who`) for the message.
 from __future__ import annotations
 
 import inspect
+import json
 import numbers
 from typing import Any, Mapping, NamedTuple, Sequence
 
@@ -221,6 +222,19 @@ def flag(value, what: str, where: str) -> bool:
   if not isinstance(value, (bool, np.bool_)):
     raise LaunchError(f"{where}: {what} must be True or False, got {value!r}")
   return bool(value)
+
+
+def cost_estimate(value, where: str) -> str | None:
+  """``cost_estimate`` as the JSON the custom call carries (``cost_estimate_json``, as jax-triton writes it):
+  a mapping of names (``flops``, ``bytes_accessed``, ...) to finite non-negative numbers, or None."""
+  if value is None:
+    return None
+  if not isinstance(value, Mapping) or not all(
+      isinstance(k, str) and isinstance(v, (numbers.Real, np.integer, np.floating)) and not isinstance(v, bool)
+      and np.isfinite(v) and v >= 0 for k, v in value.items()):
+    raise LaunchError(f"{where}: cost_estimate must map names such as 'flops' and 'bytes_accessed' to finite "
+                      f"non-negative numbers, got {value!r}")
+  return json.dumps({k: int(v) if float(v).is_integer() else float(v) for k, v in value.items()})
 
 
 def zero_outputs_option(value, where: str):

@@ -124,7 +124,7 @@ def _cuda_lowering(ctx, *operands, kernel: Kernel, out_avals, spec: LaunchSpec):
       result_shapes=result_shapes,
       operand_layouts=[list(reversed(range(len(a.shape)))) for a in ctx.avals_in],
       result_layouts=[list(reversed(range(len(a.shape)))) for a in out_avals],
-      has_side_effect=False,
+      has_side_effect=spec.has_side_effect,
   )
   return op.results
 

@@ -20,6 +20,7 @@ import jax.extend
 import jax.numpy as jnp
 from jax._src import dispatch
 from jax.interpreters import ad, batching
+from jax.interpreters import partial_eval as pe
 
 from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base.errors import LaunchError, who
@@ -161,6 +162,18 @@ def _element_bytes(aval, batch: int) -> int:
 
 
 batching.primitive_batchers[mosaic_kernel_p] = _batching_rule
+
+
+def _dce_rule(used_outputs, *rest):
+  """A call with unused results is dropped, unless it has side effects (``has_side_effect``). The rule's
+  arguments are (used_outputs, eqn) in jax 0.11 and (used_outputs, live_inputs, eqn) in jax 0.12."""
+  eqn = rest[-1]
+  if not any(used_outputs) and not eqn.params["spec"].has_side_effect:
+    return [False] * len(eqn.invars), None
+  return [True] * len(eqn.invars), eqn
+
+
+pe.dce_rules[mosaic_kernel_p] = _dce_rule
 
 
 def _no_derivative(primals, tangents, *, kernel, spec, **_):

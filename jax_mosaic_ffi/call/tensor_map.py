@@ -38,7 +38,7 @@ _DATA_TYPES = {
     ("u", 2): 1, ("i", 2): 1, ("u", 4): 2, ("i", 4): 3, ("u", 8): 4, ("i", 8): 5,
     ("f", 4): 7, ("f", 8): 8,
 }
-_FLOAT16, _BFLOAT16 = 6, 9
+_FLOAT16, _BFLOAT16, _TFLOAT32 = 6, 9, 11
 _SWIZZLES = {None: 0, 0: 0, 32: 1, 64: 2, 128: 3}
 _INTERLEAVES = {None: 0, 0: 0, 16: 1, 32: 2}
 _L2 = {None: 0, 0: 0, 64: 1, 128: 2, 256: 3}
@@ -92,6 +92,8 @@ class TensorMap:
     shape, strides: a view of the operand's buffer to describe instead of
       the array itself, in elements, outermost first (the innermost stride
       must be 1); both or neither. The view must lie inside the buffer.
+    round_f32_to_tf32: a float32 operand is read as TF32 (the copy rounds
+      each element), for TF32 tensor-core math.
   """
 
   operand: str
@@ -103,6 +105,7 @@ class TensorMap:
   oob_fill: str = "zero"
   shape: tuple[int, ...] | None = None
   strides: tuple[int, ...] | None = None
+  round_f32_to_tf32: bool = False
 
   def __post_init__(self):
     where = f"TensorMap({self.operand!r})"
@@ -157,7 +160,14 @@ class TensorMap:
             f"{name}: {self.operand} ({aval.dtype}{list(shape)}) has a stride of {stride} bytes along axis "
             f"{axis - 1}; TMA needs every stride to be a multiple of 16 bytes: pad the trailing "
             f"axes so that {math.prod(shape[axis:])} elements fill a multiple of 16 bytes")
-    return self._fields(buffer, code, shape, strides)
+    return self._fields(buffer, self._code(code, aval, name), shape, strides)
+
+  def _code(self, code: int, aval, name: str) -> int:
+    if not self.round_f32_to_tf32:
+      return code
+    if jnp.dtype(aval.dtype) != jnp.float32:
+      raise ValueError(f"{name}: round_f32_to_tf32=True reads float32 as TF32, but {self.operand} is {aval.dtype}")
+    return _TFLOAT32
 
   def _fields(self, buffer: int, code: int, shape, byte_strides) -> list[int]:
     """The record: ``byte_strides`` are those of dims 1.., innermost first."""
@@ -195,7 +205,8 @@ class TensorMap:
     if reach > size:
       raise ValueError(f"{name}: {view} reaches {reach} elements, but {self.operand} ({aval.dtype}"
                        f"{list(aval.shape)}) holds {size}")
-    return self._fields(buffer, code, shape, [strides[rank - 1 - d] * itemsize for d in range(1, rank)])
+    return self._fields(buffer, self._code(code, aval, name), shape,
+                        [strides[rank - 1 - d] * itemsize for d in range(1, rank)])
 
 
 def scratch_aval(nbytes: int):

@@ -2,7 +2,7 @@
 triton -> transforms -> call -> toolchain -> base; docs/architecture.md).
 
     kernel.py             triton_kernel, TritonFunction: a @triton.jit function with its constexprs and options
-    options.py            TritonOptions: num_warps, num_stages, num_ctas, maxnreg, as one frozen object
+    options.py            TritonOptions: num_warps, num_stages, num_ctas, maxnreg, Triton's other compile options
     compile.py            the compile (TritonKernel, TritonInfo) through the one compile cache
     specialize.py         a call's specialization, decided by Triton's own launcher code
     descriptors.py        Triton's calling convention for host tensor descriptors
@@ -10,4 +10,6 @@ triton -> transforms -> call -> toolchain -> base; docs/architecture.md).
     launch.py             a Triton kernel's launch from its metadata, handed to the call layer resolved
     decorated.py          a decorated kernel's launch: the decorators applied per traced call
     tensor_descriptor.py  jmf.TensorDescriptor: a call's operands as host tensor descriptors
+    call.py               triton_call: jax-triton's call, bound as jax-triton binds it, launched by launch.py
+    call_operands.py      a triton_call's arguments as operands; jax-triton's TensorDescriptor
 """

@@ -92,7 +92,7 @@ class TritonInfo:
   num_ctas: int
   shared: int
   scratch: tuple[tuple[int, int], ...]  # (size per program, align) of each trailing scratch pointer
-  signature: tuple[str, ...]            # Triton types of the non-constexpr parameters
+  signature: tuple[Any, ...]            # Triton types of the non-constexpr parameters (a tuple's: a tuple)
   dropped: tuple[int, ...]              # those (by index) specialized to constexprs: not passed at launch
   aligned: tuple[int, ...]              # parameters passed (by index) whose pointers it takes as 16-byte aligned
   meta: tuple[tuple[str, Any], ...]     # constexprs and launch options, for grid callables
@@ -124,8 +124,9 @@ def _key_value(value) -> str:
 
 def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: TritonOptions, targets,
                    scalar_values: Mapping[int, Any]) -> TritonKernel:
-  """``fn`` compiled for parameters of Triton types ``signature`` and the scalar values known at trace time (by
-  index among the non-constexpr parameters), through the compile cache."""
+  """``fn`` compiled for parameters of Triton types ``signature`` (a tuple parameter's type: a tuple of its
+  elements' types) and the scalar values known at trace time (by index among the leaves of the non-constexpr
+  parameters, `specialize.flat_types`), through the compile cache."""
   triton = require_triton()
   missing = [p.name for p in fn.params if p.is_constexpr and p.name not in constexprs
              and p.default is inspect.Parameter.empty]
@@ -133,17 +134,21 @@ def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: Triton
     raise ValueError(f"triton_kernel '{fn.__name__}': no value for the constexpr parameter(s) "
                      f"{', '.join(missing)}; pass constexprs={{...}} or a config that sets them")
   for ty in signature:
-    if not isinstance(ty, str) or ty == "constexpr" or (
-        triton_descriptors.is_descriptor(ty) and triton_descriptors.parse_type(ty) is None):
-      raise ValueError(f"triton_kernel '{fn.__name__}': parameter type {ty!r} is not supported; parameters are "
-                       "pointers (*fp32), scalars (i32, fp32, ...) and host tensor descriptors as Triton writes "
-                       "them (tensordesc<fp16[64, 64]>: no Gluon layout, no im2col)")
+    nested = isinstance(ty, tuple)
+    for leaf in triton_specialize.flat_types([ty]) if nested else [ty]:
+      if not isinstance(leaf, str) or leaf == "constexpr" or (triton_descriptors.is_descriptor(leaf) and (
+          nested or triton_descriptors.parse_type(leaf) is None)):
+        raise ValueError(f"triton_kernel '{fn.__name__}': parameter type {ty!r} is not supported; parameters are "
+                         "pointers (*fp32), scalars (i32, fp32, ...), tuples of them, and host tensor descriptors "
+                         "as Triton writes them (tensordesc<fp16[64, 64]>: no Gluon layout, no im2col, not in a "
+                         "tuple)")
   config = _config_text(signature, constexprs, options)
   specialization = _specialization(fn, signature, scalar_values, constexprs, targets, config)
   requests = _requests(fn, specialization, options, targets, config)
   entry_key = disk_cache.key(
       _CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"triton {triton.__version__}", fn.__name__,
-      *signature, json.dumps(sorted((k, _key_value(v)) for k, v in constexprs.items())), specialization.description,
+      *(ty if isinstance(ty, str) else repr(ty) for ty in signature),
+      json.dumps(sorted((k, _key_value(v)) for k, v in constexprs.items())), specialization.description,
       options.key, *(t.sm for t in targets), *(r.key for r in requests))
   # The constexprs and launch options, for the launch's callables: this call's, never stored.
   meta = tuple({**constexprs, **options.meta()}.items())
@@ -154,7 +159,7 @@ def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: Triton
 
   def run():
     with _compile_lock:
-      kernel = _run_triton(triton, fn, signature, specialization, requests, meta, config)
+      kernel = _run_triton(triton, fn, signature, specialization, requests, meta, config, options.debug)
       compile_cache.count_compiles("triton", len(targets))
     return kernel, True
 
@@ -193,7 +198,7 @@ def _requests(fn, specialization, options: TritonOptions, targets, config) -> li
   from triton.backends.compiler import GPUTarget  # noqa: PLC0415  (optional dependency: Triton)
   from triton.compiler import ASTSource, get_cache_key, make_backend  # noqa: PLC0415  (optional dependency: Triton)
   from triton.compiler.compiler import get_cache_invalidating_env_vars  # noqa: PLC0415  (optional dependency: Triton)
-  compile_options = options.meta()
+  compile_options = options.compile_options()
   env_vars = get_cache_invalidating_env_vars()
   requests = []
   for target in targets:
@@ -214,8 +219,8 @@ def _requests(fn, specialization, options: TritonOptions, targets, config) -> li
 def _config_text(signature, constexprs, options: TritonOptions) -> str:
   """A Triton compile's config, as a failure names it."""
   launch = ", ".join(f"{k}={v}" for k, v in options.meta().items())
-  values = ", ".join(f"{k}={v!r}" for k, v in constexprs.items())
-  return f"{launch}{', ' + values if values else ''}; signature ({', '.join(signature)})"
+  values = ", ".join(f"{k}={v!r}" for k, v in [*options.backend_options, *constexprs.items()])
+  return f"{launch}{', ' + values if values else ''}; signature ({', '.join(map(str, signature))})"
 
 
 def _triton_failed(fn, target, config: str, e: Exception, diagnostics: str = "") -> CompileError:
@@ -234,8 +239,9 @@ def _refused(fn, log: str) -> CompileError:
   return CompileError(fn.__name__, log, "", "", compiler="Triton")
 
 
-def _run_triton(triton, fn, signature, specialization, requests, meta, config) -> TritonKernel:
+def _run_triton(triton, fn, signature, specialization, requests, meta, config, debug=False) -> TritonKernel:
   images, ptx, first, descriptors = [], None, None, None
+  flat = tuple(triton_specialize.flat_types(signature))  # tuple parameters' leaves, as the entry takes them
   waits = True
   for request in requests:
     target = request.target
@@ -248,12 +254,16 @@ def _run_triton(triton, fn, signature, specialization, requests, meta, config) -
     if failure is not None:
       raise _triton_failed(fn, target, config, failure, printed.text) from None
     metadata = compiled.metadata
+    if debug:  # Triton's debug option: the intermediate forms, as jax-triton's debug=True prints them
+      for stage in ("ttir", "ttgir", "llir", "ptx"):
+        if stage in compiled.asm:
+          print(f"// ---- {fn.__name__} for {target.sm}: {stage} ----\n{compiled.asm[stage]}")
     # Triton builds for the arch-specific target (sm_90a) where there is one: its PTX says which.
     arch = module_format.Arch.parse(ptx_info.target_arch(compiled.asm["ptx"]) or target.sm)
     images.append(Image(ImageKind.CUBIN, arch, bytes(compiled.asm["cubin"])))
     # The descriptors' parameters and encoding are one for the whole module: every target must agree.
     try:
-      found = triton_descriptors.metas(getattr(metadata, "tensordesc_meta", None), signature, fn.__name__)
+      found = triton_descriptors.metas(getattr(metadata, "tensordesc_meta", None), flat, fn.__name__)
     except ValueError as e:
       raise _refused(fn, f"for {target.sm}: {e}") from None
     if descriptors is not None and found != descriptors:
@@ -275,7 +285,7 @@ def _run_triton(triton, fn, signature, specialization, requests, meta, config) -
     raise _refused(fn, "the kernel asks for a cooperative grid launch, which jax_mosaic_ffi does not make")
   # The parameters passed: the non-constexpr ones (descriptors expanded as Triton's launcher expands them) less
   # those specialized to constexprs, then Triton's scratch.
-  n_scratch = (len(sizes) - (triton_descriptors.expanded_param_count(signature, bool(descriptors))
+  n_scratch = (len(sizes) - (triton_descriptors.expanded_param_count(flat, bool(descriptors))
                              - len(specialization.dropped)) if sizes is not None else 2)
   if n_scratch > 2:
     raise _refused(fn, f"the compiled kernel takes {n_scratch} parameters after its own, more than "
@@ -287,7 +297,7 @@ def _run_triton(triton, fn, signature, specialization, requests, meta, config) -
                     scratch=tuple(scratch[:max(n_scratch, 0)]), signature=tuple(signature),
                     dropped=specialization.dropped,
                     # By position among the parameters passed: descriptors before it expanded, dropped ones gone.
-                    aligned=tuple(triton_descriptors.expanded_param_count(signature[:k], bool(descriptors))
+                    aligned=tuple(triton_descriptors.expanded_param_count(flat[:k], bool(descriptors))
                                   - sum(d < k for d in specialization.dropped) for k in specialization.aligned),
                     meta=meta,
                     triton_version=triton.__version__, tensordesc_meta=descriptors)
@@ -295,10 +305,15 @@ def _run_triton(triton, fn, signature, specialization, requests, meta, config) -
 
 
 def _to_bytes(kernel: TritonKernel) -> bytes:
-  info = dataclasses.asdict(kernel.info)
+  info = dataclasses.asdict(dataclasses.replace(kernel.info, meta=()))  # asdict would deep-copy a function in meta
   info["meta"] = [[k, _key_value(v)] for k, v in kernel.info.meta]  # for the record; meta is the caller's on load
   header = json.dumps(info).encode()
   return struct.pack("<I", len(header)) + header + kernel.compiled.to_bytes()
+
+
+def _tuples(value):
+  """A signature read back from JSON: its lists (tuple parameters) as tuples again."""
+  return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
 def _from_bytes(name: str, data: bytes) -> TritonKernel:
@@ -307,7 +322,7 @@ def _from_bytes(name: str, data: bytes) -> TritonKernel:
   compiled = Compiled.from_bytes(data[4 + length:])
   return TritonKernel(name, compiled, TritonInfo(
       num_warps=int(info["num_warps"]), num_ctas=int(info["num_ctas"]), shared=int(info["shared"]),
-      scratch=tuple((int(s), int(a)) for s, a in info["scratch"]), signature=tuple(info["signature"]),
+      scratch=tuple((int(s), int(a)) for s, a in info["scratch"]), signature=_tuples(info["signature"]),
       dropped=tuple(int(k) for k in info["dropped"]), aligned=tuple(int(k) for k in info["aligned"]),
       meta=(), triton_version=str(info["triton_version"]),
       tensordesc_meta=tuple(triton_descriptors.DescriptorMeta(

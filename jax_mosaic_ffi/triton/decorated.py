@@ -47,6 +47,7 @@ import collections
 import dataclasses
 import json
 import threading
+from typing import Callable
 
 import jax
 import numpy as np
@@ -179,19 +180,24 @@ def launcher(function: TritonFunction, out_shape, options: LaunchOptions):
           f"the call passes {len(order)} ({', '.join(map(str, order))}): inputs, outputs, then scalars, or "
           "param_order")
     named, entries = {}, {}
-    for param, entry in zip(params, order):
+
+    def argument(param, entry):
+      if isinstance(entry, (tuple, list)):  # a Triton tuple parameter: a tuple of arguments
+        return tuple(argument(f"{param}[{i}]", e) for i, e in enumerate(entry))
       # A descriptor parameter: the decorators see the array it describes.
       entry = str(entry.operand if isinstance(entry, tensor_descriptor.TensorDescriptor) else entry)
       kind = entry.rstrip("0123456789")
       index = int(entry[len(kind):] or -1)
       avals = {"in": in_avals, "out": out_avals}.get(kind)
-      if avals is not None and 0 <= index < len(avals):
-        named[param] = ArrayArg(param, avals[index])
-      elif kind == "scalar" and 0 <= index < len(values):
-        named[param] = np.asarray(values[index]).item()
-      else:
-        raise LaunchError(f"{where}: param_order entry {entry!r} names nothing; use in0.., out0.., scalar0..")
       entries[param] = (kind, index)
+      if avals is not None and 0 <= index < len(avals):
+        return ArrayArg(param, avals[index])
+      if kind == "scalar" and 0 <= index < len(values):
+        return np.asarray(values[index]).item()
+      raise LaunchError(f"{where}: param_order entry {entry!r} names nothing; use in0.., out0.., scalar0..")
+
+    for param, entry in zip(params, order):
+      named[param] = argument(param, entry)
     return _Arguments(named, entries)
 
   def zeroed(args: _Arguments, where) -> tuple | bool:
@@ -199,6 +205,10 @@ def launcher(function: TritonFunction, out_shape, options: LaunchOptions):
     aliases = dict(options.input_output_aliases or {})
     if tuner is None:
       return options.zero_outputs
+    for name in tuner.restore_value + tuner.reset_to_zero:
+      if name not in args.entries:
+        raise LaunchError(f"{where}: @triton.autotune names {name!r}, a tuple of buffers here; name parameters that "
+                          "are one buffer each")
     for name in tuner.restore_value:
       kind, index = args.entries[name]
       if not ((kind == "in" and index in aliases) or (kind == "out" and index in aliases.values())):
@@ -218,7 +228,9 @@ def launcher(function: TritonFunction, out_shape, options: LaunchOptions):
                         "make it an output of its own (not aliased), or drop it from reset_to_zero")
     if options.zero_outputs is True or not zero:
       return options.zero_outputs
-    return tuple(sorted(set(options.zero_outputs or ()) | set(zero)))
+    if callable(options.zero_outputs):  # a callable of the meta: evaluated per launch, with reset_to_zero's added
+      return _ZeroedPerMeta(options.zero_outputs, tuple(zero), where)
+    return _union(options.zero_outputs, zero)
 
   def candidates(args: _Arguments, where) -> list[dict]:
     """The final meta of each launch to consider: the decorators applied outermost first."""
@@ -255,7 +267,7 @@ def launcher(function: TritonFunction, out_shape, options: LaunchOptions):
     with lock:
       tuned_call = tuned.get(space)
       if tuned_call is None:
-        key_names = [n for n in tuner.key if n in args.named and not isinstance(args.named[n], ArrayArg)]
+        key_names = [n for n in tuner.key if n in args.named and not _holds_array(args.named[n])]
 
         def key(*avals):
           named = arguments(avals, where).named
@@ -270,6 +282,32 @@ def launcher(function: TritonFunction, out_shape, options: LaunchOptions):
     return tuned_call(*arrays)
 
   return call
+
+
+def _holds_array(value) -> bool:
+  """An array argument, or a tuple holding one: the avals scope the tuning already (`key`)."""
+  return isinstance(value, ArrayArg) or (isinstance(value, tuple) and any(_holds_array(v) for v in value))
+
+
+@dataclasses.dataclass(frozen=True)
+class _ZeroedPerMeta:
+  """``zero_outputs`` given as a callable of the meta, with the outputs ``reset_to_zero`` names added: evaluated
+  per launch (triton/launch.py), with each config's meta. Its repr is the same on every trace of one call, so
+  it keys the config space as a tuple would."""
+
+  given: Callable
+  more: tuple[int, ...]
+  where: str
+
+  def __call__(self, meta, *avals):
+    given = launch_values.evaluate(self.given, "zero_outputs", avals, self.where, meta=meta)
+    return _union(launch_values.zero_outputs_option(given, self.where), self.more)
+
+
+def _union(zero_outputs, more) -> tuple | bool:
+  if zero_outputs is True:
+    return True
+  return tuple(sorted(set(zero_outputs or ()) | set(more)))
 
 
 def _plain_value(value):

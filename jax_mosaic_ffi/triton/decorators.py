@@ -56,6 +56,7 @@ def unwrap(fn) -> tuple[Any, tuple[Autotune | Heuristics, ...]]:
   from triton.runtime.autotuner import Autotuner  # noqa: PLC0415  (optional dependency: Triton)
   from triton.runtime.autotuner import Heuristics as TritonHeuristics  # noqa: PLC0415  (optional dependency)
   from triton.runtime.jit import JITFunction  # noqa: PLC0415  (optional dependency: Triton)
+  from triton.experimental.gluon._runtime import GluonJITFunction  # noqa: PLC0415  (optional dependency: Triton)
   layers, outer = [], fn
   while not isinstance(fn, JITFunction):
     if isinstance(fn, (Autotuner, TritonHeuristics)):
@@ -67,6 +68,9 @@ def unwrap(fn) -> tuple[Any, tuple[Autotune | Heuristics, ...]]:
       raise TypeError(f"jmf.triton_kernel needs a @triton.jit function, got {type(fn).__name__}")
     fn = fn.fn
   name = fn.__name__
+  if isinstance(fn, GluonJITFunction):
+    raise NotSupported(f"triton_kernel '{name}': a Gluon kernel (@gluon.jit) is not supported yet; write it with "
+                       "@triton.jit")
   params = {p.name: p for p in fn.params}
   read = []
   for layer in layers:
@@ -88,8 +92,13 @@ def check_constexprs(layers, constexprs, name: str) -> None:
                          "drop it from constexprs=")
 
 
-def _bad(name: str, what: str, instead: str) -> ValueError:
-  return ValueError(f"triton_kernel '{name}': {what} is not supported: {instead}")
+class NotSupported(ValueError, NotImplementedError):
+  """A decorator feature that cannot have a meaning inside a compiled XLA program: a ValueError (a bad value
+  for this runtime) that is also the NotImplementedError jax-triton raises for the same features."""
+
+
+def _bad(name: str, what: str, instead: str) -> NotSupported:
+  return NotSupported(f"triton_kernel '{name}': {what} is not supported: {instead}")
 
 
 def _names(name: str, what: str, values, params: dict, *, runtime: bool) -> tuple[str, ...]:

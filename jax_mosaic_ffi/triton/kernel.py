@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 from jax_mosaic_ffi.toolchain.kernel import parse_targets
 from jax_mosaic_ffi.triton import decorators as decorators_lib
 from jax_mosaic_ffi.triton.compile import TritonKernel, compile_triton, require_triton
-from jax_mosaic_ffi.triton.options import LAUNCH_OPTIONS, TritonOptions
+from jax_mosaic_ffi.triton.options import LAUNCH_OPTIONS, TritonOptions, backend_options
 
 
 class TritonFunction:
@@ -41,7 +41,9 @@ class TritonFunction:
     constexprs = {**self.constexprs, **{k: v for k, v in meta.items() if k in names and k not in LAUNCH_OPTIONS}}
     return TritonFunction(self.fn, constexprs, self.options.updated(meta), self.targets)
 
-  def specialize(self, signature: Sequence[str], scalar_values: Mapping[int, Any] | None = None) -> TritonKernel:
+  def specialize(self, signature: Sequence[Any], scalar_values: Mapping[int, Any] | None = None) -> TritonKernel:
+    """Compiled for parameters of these Triton types (a tuple parameter's: a tuple of types) and the scalar
+    values known now, by index among the leaves (specialize.flat_types)."""
     return compile_triton(self.fn, tuple(signature), self.constexprs, self.options, self.targets, scalar_values or {})
 
 
@@ -55,7 +57,8 @@ def runtime_params(fn) -> list[str]:
 
 def triton_kernel(fn, *, signature: Mapping[str, str] | Sequence[str] | None = None,
                   constexprs: Mapping[str, Any] | None = None, num_warps: int = 4, num_stages: int = 3,
-                  num_ctas: int = 1, targets=None, maxnreg: int | None = None):
+                  num_ctas: int = 1, targets=None, maxnreg: int | None = None,
+                  options: Mapping[str, Any] | None = None):
   """A Triton kernel for `mosaic_kernel`.
 
   Args:
@@ -70,6 +73,11 @@ def triton_kernel(fn, *, signature: Mapping[str, str] | Sequence[str] | None = N
     num_warps, num_stages, num_ctas: Triton's launch options.
     maxnreg: the most registers a thread may use (PTX ``.maxnreg``), or None.
     targets: archs to compile for (default: the visible GPUs', or sm_90).
+    options: Triton's other compile options, by the names of its NVIDIA
+      backend's (``{"enable_fp_fusion": False, "debug": True}``); those that
+      would change the launch (``launch_cooperative_grid``, ``arch``, ...)
+      are refused, saying what to use instead. With ``debug``, each compile
+      prints Triton's intermediate forms (TTIR, TTGIR, LLVM IR, PTX).
 
   Raises:
     TritonUnavailable: Triton is missing or of an unsupported version.
@@ -82,7 +90,8 @@ def triton_kernel(fn, *, signature: Mapping[str, str] | Sequence[str] | None = N
     raise ValueError(f"triton_kernel '{fn.__name__}': {unknown[0]!r} is not one of its tl.constexpr parameters "
                      f"({', '.join(_constexpr_names(fn)) or 'none'})")
   decorators_lib.check_constexprs(decorators, constexprs, fn.__name__)
-  options = TritonOptions(num_warps, num_stages, num_ctas, maxnreg).check(fn.__name__)
+  options = TritonOptions(num_warps, num_stages, num_ctas, maxnreg,
+                          backend_options(options, fn.__name__)).check(fn.__name__)
   function = TritonFunction(fn, constexprs, options, parse_targets(targets), decorators)
   if signature is None:
     return function

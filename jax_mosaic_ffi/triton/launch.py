@@ -69,7 +69,8 @@ def default_order(n_in, n_out, n_scalars):
 # The options a Triton launch takes. Every other field of LaunchOptions must be left at its default: refused by
 # name, with why and what instead where _REFUSED says, so an option added to LaunchOptions is refused here until
 # this front end gives it a meaning.
-_TAKEN = ("grid", "scalars", "uses_pdl", "input_output_aliases", "param_order", "fallback", "sharding", "zero_outputs")
+_TAKEN = ("grid", "scalars", "uses_pdl", "input_output_aliases", "param_order", "fallback", "sharding", "zero_outputs",
+          "has_side_effect", "cost_estimate")
 _REFUSED = {
     "block": "block: Triton's metadata sets it (32 x num_warps); pass num_warps= to jmf.triton_kernel",
     "cluster": "cluster: Triton's metadata sets it (num_ctas); pass num_ctas= to jmf.triton_kernel",
@@ -106,7 +107,11 @@ def launcher(target: TritonKernel | TritonFunction, out_shape, options: LaunchOp
                       f"with tl.extra.cuda.gdc_wait()), got {options.uses_pdl!r}")
   grid, scalars, param_order = options.grid, options.scalars, options.param_order
   aliases = launch_values.aliases(options.input_output_aliases, made)
-  zero_outputs = launch_values.zero_outputs_option(options.zero_outputs, made)
+  # zero_outputs may also be a callable of the meta (and avals): evaluated per call, as the grid is.
+  zero_outputs = (options.zero_outputs if callable(options.zero_outputs)
+                  else launch_values.zero_outputs_option(options.zero_outputs, made))
+  has_side_effect = launch_values.flag(options.has_side_effect, "has_side_effect", made)
+  cost_estimate = launch_values.cost_estimate(options.cost_estimate, made)
   fallback = fallback_lib.create(options.fallback, made)
 
   def call(*args):
@@ -150,11 +155,16 @@ def launcher(target: TritonKernel | TritonFunction, out_shape, options: LaunchOp
       outs.append(jax.ShapeDtypeStruct((programs * size,), jnp.uint8))
       names.append(f"out{len(outs) - 1}")
     # What Triton's metadata and the user's checked options make, in checked form: handed on, not checked again.
+    chosen = zero_outputs
+    if callable(chosen):  # a callable of the compiled kernel's meta (triton_call's zeroed_outputs), per call
+      chosen = launch_values.zero_outputs_option(
+          launch_values.evaluate(chosen, "zero_outputs", in_avals, where, meta=meta), where)
     launch = CheckedLaunch(
         kernel=kernel, out_shape=tuple(outs), grid=(dims[0] * info.num_ctas, dims[1], dims[2]),
         block=(32 * info.num_warps, 1, 1), cluster=(info.num_ctas, 1, 1), smem_bytes=info.shared, uses_pdl=pdl,
         scalars=launch_values.scalars(scalar_list, where), aliases=aliases, param_order=tuple(names),
-        collective=None, zero_outputs=_user_outputs(zero_outputs, n_out, aliases))
+        collective=None, zero_outputs=_user_outputs(chosen, n_out, aliases), has_side_effect=has_side_effect,
+        cost_estimate=cost_estimate)
     inner = primitive.kernel_call(launch,
                                   _with_triton_scratch(fallback, in_avals, out_avals, outs[n_out:], single, where))
     results = tuple(inner(*args))[:n_out]
@@ -178,11 +188,19 @@ def _with_triton_scratch(fallback, in_avals, out_avals, scratch_avals, single: b
   return fallback_lib.Fallback(fn)
 
 
+def flat_order(order) -> list:
+  """``param_order`` with its tuples (a Triton tuple parameter's elements) flattened, in order."""
+  flat = []
+  for entry in order:
+    flat.extend(flat_order(entry) if isinstance(entry, (tuple, list)) else [entry])
+  return flat
+
+
 def _passed(order, values, dropped):
   """The parameters the compiled kernel takes, as (param_order, scalars): Triton compiled the integers
   its launcher specializes to constexprs (those equal to 1) into the kernel, so they are not passed."""
   names, scalar_list = [], []
-  for k, entry in enumerate(order):
+  for k, entry in enumerate(flat_order(order)):
     if k in dropped:
       continue
     if isinstance(entry, str) and entry.startswith("scalar"):
@@ -200,25 +218,36 @@ def _user_outputs(zero_outputs, n_out: int, aliases):
 
 
 def _specialize(target, order, in_avals, out_avals, values, where, descriptors=()) -> TritonKernel:
+  """The kernel compiled for the Triton types of ``order``'s entries; a tuple of entries is a Triton tuple
+  parameter (its type a tuple), and scalars are known by their index among the leaves (flat_order)."""
   n_in, n_out = len(in_avals), len(out_avals)
-  types, scalar_values = [], {}
+  scalar_values = {}
   descriptor_types = iter(d.signature_type for d in descriptors)
-  for k, entry in enumerate(order):
+  leaf = iter(range(1 << 30))
+
+  def typed(entry, nested: bool):
+    if isinstance(entry, (tuple, list)):
+      return tuple(typed(e, True) for e in entry)
+    k = next(leaf)
     if isinstance(entry, tensor_descriptor.TensorDescriptor):
-      types.append(next(descriptor_types))
-      continue
+      if nested:
+        raise LaunchError(f"{where}: param_order entry {entry} is inside a tuple; a Triton kernel takes host "
+                          "tensor descriptors as parameters of their own")
+      return next(descriptor_types)
     entry = str(entry)
     prefix = entry.rstrip("0123456789")
     index = int(entry[len(prefix):]) if entry[len(prefix):] else -1
     if prefix == "in" and 0 <= index < n_in:
-      types.append("*" + triton_type(in_avals[index].dtype))
-    elif prefix == "out" and 0 <= index < n_out:
-      types.append("*" + triton_type(out_avals[index].dtype))
-    elif prefix == "scalar" and 0 <= index < len(values):
-      types.append(triton_type(np.asarray(values[index]).dtype))
+      return "*" + triton_type(in_avals[index].dtype)
+    if prefix == "out" and 0 <= index < n_out:
+      return "*" + triton_type(out_avals[index].dtype)
+    if prefix == "scalar" and 0 <= index < len(values):
       scalar_values[k] = values[index]
-    else:
-      raise LaunchError(f"{where}: param_order entry {entry!r} names nothing; use in0.., out0.., scalar0..")
+      return triton_type(np.asarray(values[index]).dtype)
+    raise LaunchError(f"{where}: param_order entry {entry!r} names nothing; use in0.., out0.., scalar0.. (a tuple "
+                      "of them for a Triton tuple parameter)")
+
+  types = [typed(entry, False) for entry in order]
   if isinstance(target, TritonKernel):
     if tuple(types) != target.info.signature:
       raise LaunchError(f"{where}: the call passes parameters of Triton types {types}, but the kernel was "

@@ -1,27 +1,45 @@
 """Triton's compile options besides the constexprs, as one frozen object: `TritonOptions`.
 
-`triton_kernel(fn, num_warps=..., ...)`, a ``triton.Config``, a heuristic or an autotuning config set them; the
-object travels whole from there to Triton's compile and our cache key, so adding one is one field here.
+`triton_kernel(fn, num_warps=..., options={...})`, a ``triton.Config``, a heuristic or an autotuning config set
+them; the object travels whole from there to Triton's compile and our cache key, so adding one is one field here.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any, Mapping
 
 # What a config or a heuristic may set besides constexprs: TritonOptions' fields, by name.
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 
+# Triton compile options that `triton_kernel(options=)` may not set, each with why and what instead. The rest of
+# the NVIDIA backend's options (enable_fp_fusion, debug, extern_libs, default_dot_input_precision, ...) go to
+# Triton as given.
+_REFUSED = {
+    **{key: f"pass {key}= itself" for key in LAUNCH_OPTIONS},
+    "arch": "the target comes from targets= (triton_call: compute_capability=)",
+    "backend_name": "the backend is CUDA's",
+    "warp_size": "the warp size is the target's (32)",
+    "launch_cooperative_grid": "jax_mosaic_ffi does not make cooperative grid launches",
+    "launch_pdl": "programmatic dependent launch follows the kernel: one that calls tl.extra.cuda.gdc_wait() "
+                  "launches with it (mosaic_kernel's uses_pdl= opts out)",
+    "instrumentation_mode": "instrumentation adds kernel parameters the launch does not pass",
+    "ir_override": "the kernel is compiled from its Python source",
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class TritonOptions:
   """num_warps, num_stages, num_ctas: Triton's launch options; maxnreg: the most registers a thread may use
-  (PTX ``.maxnreg``), or None."""
+  (PTX ``.maxnreg``), or None; backend_options: Triton's other compile options (its NVIDIA backend's, such as
+  ``enable_fp_fusion`` or ``debug``), as sorted (name, value) pairs (`backend_options` checks them)."""
 
   num_warps: int = 4
   num_stages: int = 3
   num_ctas: int = 1
   maxnreg: int | None = None
+  backend_options: tuple[tuple[str, Any], ...] = ()
 
   def check(self, name: str) -> "TritonOptions":
     """Itself, each value a positive int (maxnreg may be None); else ValueError naming the kernel."""
@@ -34,11 +52,20 @@ class TritonOptions:
     return self
 
   def meta(self) -> dict[str, Any]:
-    """As a config's meta, and as Triton's compile takes them: maxnreg only where set."""
+    """The launch options, as a config's meta: maxnreg only where set."""
     values = {field: getattr(self, field) for field in LAUNCH_OPTIONS}
     if values["maxnreg"] is None:
       del values["maxnreg"]
     return values
+
+  def compile_options(self) -> dict[str, Any]:
+    """Every option, as Triton's compile takes them."""
+    return {**dict(self.backend_options), **self.meta()}
+
+  @property
+  def debug(self) -> bool:
+    """Triton's ``debug`` option: device assertions, and each compile prints Triton's intermediate forms."""
+    return bool(dict(self.backend_options).get("debug"))
 
   def updated(self, meta: Mapping[str, Any]) -> "TritonOptions":
     """These options with the ones ``meta`` sets (a config's, a heuristic's)."""
@@ -48,5 +75,32 @@ class TritonOptions:
   @property
   def key(self) -> str:
     """For our cache key."""
-    return f"w{self.num_warps} s{self.num_stages} c{self.num_ctas}" + (
-        "" if self.maxnreg is None else f" r{self.maxnreg}")
+    return (f"w{self.num_warps} s{self.num_stages} c{self.num_ctas}"
+            + ("" if self.maxnreg is None else f" r{self.maxnreg}")
+            + ("" if not self.backend_options else
+               " " + json.dumps([(k, f"{type(v).__name__}:{v!r}") for k, v in self.backend_options])))
+
+
+def backend_options(options: Mapping[str, Any] | None, name: str) -> tuple[tuple[str, Any], ...]:
+  """``triton_kernel(options=)`` as `TritonOptions.backend_options`: names of Triton's NVIDIA backend's options
+  (``CUDAOptions``) only, less those `_REFUSED` names (what to use instead); values hashable, as Triton keys its
+  cache by them."""
+  if options is None:
+    return ()
+  if not isinstance(options, Mapping):
+    raise TypeError(f"triton_kernel '{name}': options must be a mapping of Triton compile options, got {options!r}")
+  import triton  # noqa: PLC0415  (optional dependency: Triton)
+  from triton.backends.nvidia.compiler import CUDAOptions  # noqa: PLC0415  (optional dependency: Triton)
+  known = sorted(f.name for f in dataclasses.fields(CUDAOptions) if f.name not in _REFUSED)
+  for key, value in options.items():
+    if key in _REFUSED:
+      raise ValueError(f"triton_kernel '{name}': the Triton option {key!r} is not taken here: {_REFUSED[key]}")
+    if key not in known:
+      raise ValueError(f"triton_kernel '{name}': {key!r} is not a compile option of Triton {triton.__version__}'s "
+                       f"NVIDIA backend; it takes {', '.join(known)}")
+    try:
+      hash(value)
+    except TypeError:
+      raise TypeError(f"triton_kernel '{name}': the Triton option {key!r} must be hashable (a tuple, not a list or "
+                      f"dict), got {value!r}") from None
+  return tuple(sorted(options.items()))

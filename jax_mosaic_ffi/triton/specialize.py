@@ -62,10 +62,10 @@ class _XlaBuffer:
 class Specialization:
   """What Triton's launcher would compile for one call's arguments."""
 
-  signature: dict[str, str]           # every parameter's Triton type, "constexpr" where it is compiled in
+  signature: dict[str, Any]           # every parameter's Triton type (a tuple's: a tuple), "constexpr" if compiled in
   constexprs: dict[tuple, Any]        # by path, as triton.compiler.ASTSource takes them
   attrs: dict[tuple, list]            # by path: [["tt.divisibility", 16]] and the like
-  dropped: tuple[int, ...]            # non-constexpr parameters (their index among those) now constexprs
+  dropped: tuple[int, ...]            # non-constexpr leaves (their index among those, tuples flattened) now constexprs
   aligned: tuple[int, ...] = ()       # the same of the pointers the compiled code takes as 16-byte aligned
 
   @property
@@ -98,51 +98,77 @@ def _python_number(value):
   return float(array)
 
 
-def specialize(fn, types: Sequence[str], values: Mapping[int, Any], constexprs: Mapping[str, Any],
+def flat_types(types) -> list[str]:
+  """The leaves of a signature whose tuple parameters (Triton's tuple arguments) are nested tuples of types."""
+  leaves = []
+  for ty in types:
+    leaves.extend(flat_types(ty) if isinstance(ty, tuple) else [ty])
+  return leaves
+
+
+def specialize(fn, types: Sequence[Any], values: Mapping[int, Any], constexprs: Mapping[str, Any],
                backend) -> Specialization:
   """``fn``'s specialization for a call passing parameters of Triton ``types``
-  (its non-constexpr parameters, in order; pointers start with ``*``) with the
-  scalar ``values`` known at trace time (by index among those parameters).
+  (its non-constexpr parameters, in order; pointers start with ``*``; a tuple
+  parameter's type is a tuple of its elements' types) with the scalar
+  ``values`` known at trace time, by index among the leaves of ``types``
+  (`flat_types`: the parameters with tuples flattened, in order).
   A scalar with no value (a kernel compiled ahead from ``signature=``) is left
-  unspecialized, as ``do_not_specialize`` leaves it, since any value may come."""
+  unspecialized, as ``do_not_specialize`` leaves it, since any value may come.
+  ``dropped`` and ``aligned`` count leaves too."""
   names = list(fn.arg_names)
   runtime = [p for p in fn.params if not p.is_constexpr]
-  arguments: dict[str, Any] = {}
-  for k, (param, ty) in enumerate(zip(runtime, types)):
+  leaf = iter(range(1 << 30))
+
+  def argument(ty):
+    if isinstance(ty, tuple):
+      return tuple(argument(t) for t in ty)
+    k = next(leaf)
     if ty.startswith("*"):
-      arguments[param.name] = _XlaBuffer(ty[1:])  # Triton reads its own type names as dtypes
-    elif ty.startswith("tensordesc"):
-      arguments[param.name] = 3  # a host descriptor: its type is ours (below); Triton gives it no attribute
-    else:
-      # 3 is of the class no rule specializes (not 1, not a multiple of 16); overwritten below.
-      arguments[param.name] = _python_number(values[k]) if k in values else 3
+      return _XlaBuffer(ty[1:])  # Triton reads its own type names as dtypes
+    if ty.startswith("tensordesc"):
+      return 3  # a host descriptor: its type is ours (below); Triton gives it no attribute
+    # 3 is of the class no rule specializes (not 1, not a multiple of 16); overwritten below.
+    return _python_number(values[k]) if k in values else 3
+
+  arguments: dict[str, Any] = {param.name: argument(ty) for param, ty in zip(runtime, types)}
   arguments.update({name: value for name, value in constexprs.items() if name in names})
   bound, specialization, _ = _binder(fn, backend)(**arguments)
   specialization = list(specialization)
-  dropped = []
-  for k, (param, ty) in enumerate(zip(runtime, types)):
-    index = names.index(param.name)
-    got_type, got_attr = specialization[index]
+  dropped, pointers = [], []
+  leaf = iter(range(1 << 30))
+
+  def ours(ty, got, path):
+    """Triton's (type, attribute) of one argument, with our types; tuples element by element."""
+    got_type, got_attr = got
+    if isinstance(ty, tuple):
+      entries = [ours(t, (gt, ga), path + (i,)) for i, (t, gt, ga) in enumerate(zip(ty, got_type, got_attr))]
+      return tuple(e[0] for e in entries), tuple(e[1] for e in entries)
+    k = next(leaf)
     if ty.startswith("tensordesc"):
-      specialization[index] = (ty, None)
-    elif got_type == "constexpr":  # an integer equal to 1: compiled in, not passed
+      return ty, None
+    if got_type == "constexpr":  # an integer equal to 1: compiled in, not passed
       dropped.append(k)
-    elif ty.startswith("*"):
+      return got_type, got_attr
+    if ty.startswith("*"):
+      pointers.append((k, path))
       # Our type from the call's dtype; a `tl.const` parameter keeps Triton's "*k" marking.
-      specialization[index] = ("*k" + ty[1:] if got_type.startswith("*k") else ty, got_attr)
-    else:
-      specialization[index] = (ty, got_attr if k in values else None)
+      return ("*k" + ty[1:] if got_type.startswith("*k") else ty), got_attr
+    return ty, (got_attr if k in values else None)
+
+  for param, ty in zip(runtime, types):
+    index = names.index(param.name)
+    specialization[index] = ours(ty, specialization[index], (index,))
   # How Triton's launcher turns the specialization into the compiler's signature, constexprs and attributes.
   _, signature, packed_constexprs, attrs = fn._pack_args(backend, {}, bound, specialization, None)  # noqa: SLF001  (Triton's own packing)
-  aligned = tuple(k for k, (param, ty) in enumerate(zip(runtime, types))
-                  if ty.startswith("*") and attrs.get((names.index(param.name),)))
+  aligned = tuple(k for k, path in pointers if attrs.get(path))
   return Specialization(dict(signature), dict(packed_constexprs), dict(attrs), tuple(dropped), aligned)
 
 
 _FORMAT = "triton-specialization-1"
 
 
-def specialize_cached(fn, types: Sequence[str], values: Mapping[int, Any], constexprs: Mapping[str, Any],
+def specialize_cached(fn, types: Sequence[Any], values: Mapping[int, Any], constexprs: Mapping[str, Any],
                       target: str, make_backend) -> Specialization:
   """`specialize`, from the compile cache (memory, then disk) when the same question was answered before;
   ``make_backend()`` gives Triton's backend for ``target`` (only when Triton is asked)."""
@@ -178,7 +204,7 @@ def _fitting(found: Specialization | None, fn, types, values, constexprs) -> Spe
   """``found`` if it can be what Triton answered for this call, else raises _Misfit. A parameter compiled in
   as a constant must be an integer of value 1 here, a divisibility hint must hold for the value passed, and
   every name, index and kind must be the call's: a wrong entry would compile a kernel without a parameter, or
-  with a fact that is false."""
+  with a fact that is false. A tuple parameter is checked leaf by leaf, at its elements' paths."""
   if found is None:
     return None
   names = list(fn.arg_names)
@@ -188,16 +214,19 @@ def _fitting(found: Specialization | None, fn, types, values, constexprs) -> Spe
   for key in (*found.constexprs, *found.attrs):
     if not key or not all(type(i) is int for i in key) or not 0 <= key[0] < len(names):
       raise _Misfit(f"path {key!r} is out of range")
+  # Each leaf (a parameter, or an element of a tuple parameter) as (parameter, path, type), in order: `dropped`,
+  # `aligned` and `values` count them.
+  leaves = [(param, path, leaf) for (index, param), ty in zip(runtime, types) for path, leaf in _leaves(ty, (index,))]
   dropped, aligned = set(found.dropped), set(found.aligned)
   if sorted(dropped) != list(found.dropped) or sorted(aligned) != list(found.aligned) or dropped & aligned or \
-      not all(0 <= k < len(types) for k in dropped | aligned):
+      not all(0 <= k < len(leaves) for k in dropped | aligned):
     raise _Misfit("dropped or aligned parameters out of range")
-  for k, ((index, param), ty) in enumerate(zip(runtime, types)):
-    kind, hints = found.signature[param.name], found.attrs.get((index,))
+  for k, (param, path, ty) in enumerate(leaves):
+    kind, hints = _kind_at(found.signature[param.name], path[1:]), found.attrs.get(path)
     if k in dropped:
       value = _python_number(values[k]) if k in values else None
       if (ty.startswith(("*", "tensordesc")) or param.do_not_specialize or type(value) is not int or value != 1
-          or kind != "constexpr" or found.constexprs.get((index,)) != 1):
+          or kind != "constexpr" or found.constexprs.get(path) != 1):
         raise _Misfit(f"parameter {param.name} is compiled in as 1")
     elif ty.startswith("*"):
       if kind not in (ty, "*k" + ty[1:]) or bool(hints) != (k in aligned) or (hints and (
@@ -216,9 +245,28 @@ def _fitting(found: Specialization | None, fn, types, values, constexprs) -> Spe
         value is _Misfit and not any(key[0] == index for key in found.constexprs)) or (
         value is not _Misfit and param.name in constexprs and value != constexprs[param.name]):
       raise _Misfit(f"constexpr {param.name} does not fit")
-  if any(key[0] in passed and key[0] not in {runtime[k][0] for k in dropped} for key in found.constexprs):
+  dropped_paths = {leaves[k][1] for k in dropped}
+  if any(key[0] in passed and key not in dropped_paths for key in found.constexprs):
     raise _Misfit("a passed parameter among the constexprs")
   return found
+
+
+def _leaves(ty, path: tuple):
+  """(path, type) of each leaf of one parameter's type, depth first: a tuple parameter's elements."""
+  if isinstance(ty, tuple):
+    for i, element in enumerate(ty):
+      yield from _leaves(element, path + (i,))
+  else:
+    yield path, ty
+
+
+def _kind_at(kind, path: tuple):
+  """The type an entry's signature gives the element at ``path`` of a parameter (None where it has none)."""
+  for i in path:
+    if not isinstance(kind, tuple) or not 0 <= i < len(kind):
+      return None
+    kind = kind[i]
+  return kind
 
 
 def _divisible_by_16(hints) -> bool:
@@ -254,6 +302,11 @@ def _encode(s: Specialization) -> bytes:
                      "dropped": _plain(s.dropped), "aligned": _plain(s.aligned)}).encode()
 
 
+def _is_type(value) -> bool:
+  """A Triton type as a signature holds it: a string, or a tuple parameter's (nested) tuple of them."""
+  return isinstance(value, str) or (isinstance(value, tuple) and all(_is_type(v) for v in value))
+
+
 def _decode(payload: bytes) -> Specialization | None:
   """The entry, or None for anything that is not one (it is then answered again)."""
   try:
@@ -262,7 +315,7 @@ def _decode(payload: bytes) -> Specialization | None:
     if not all(isinstance(p, tuple) and len(p) == 2 for v in pairs.values() for p in v):
       return None
     signature = dict(pairs["signature"])
-    if not all(isinstance(k, str) and isinstance(v, str) for k, v in signature.items()):
+    if not all(isinstance(k, str) and _is_type(v) for k, v in signature.items()):
       return None
     if not all(isinstance(k, tuple) for name in ("constexprs", "attrs") for k, _ in pairs[name]):
       return None

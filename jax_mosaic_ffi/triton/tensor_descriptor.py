@@ -47,6 +47,7 @@ class TensorDescriptor:
       array's own shape, row-major.
     block_shape: the block one descriptor load or store moves: powers of two, one per axis.
     padding: ``"zero"`` or ``"nan"`` (floats): what reads past the edge give.
+    round_f32_to_tf32: a float32 operand is loaded rounded to TF32 (Triton >= 3.7's field of that name).
 
   ``shape``, ``strides`` and ``block_shape`` may be callables of ``meta`` (the constexprs and launch options
   of the config being compiled) or of ``(meta, *input avals)``.
@@ -57,6 +58,7 @@ class TensorDescriptor:
   strides: Sequence[int] | Callable | None
   block_shape: Sequence[int] | Callable
   padding: str = "zero"
+  round_f32_to_tf32: bool = False
 
   def __post_init__(self):
     where = f"TensorDescriptor({self.operand!r})"
@@ -74,9 +76,10 @@ class TensorDescriptor:
       object.__setattr__(self, what, _ints(value, what, where))
 
   @staticmethod
-  def from_tensor(operand: str, block_shape, padding: str = "zero") -> "TensorDescriptor":
+  def from_tensor(operand: str, block_shape, padding: str = "zero",
+                  round_f32_to_tf32: bool = False) -> "TensorDescriptor":
     """A descriptor of the whole array ``operand``, as Triton's ``TensorDescriptor.from_tensor``."""
-    return TensorDescriptor(operand, None, None, block_shape, padding)
+    return TensorDescriptor(operand, None, None, block_shape, padding, round_f32_to_tf32)
 
   def __str__(self) -> str:
     return f"TensorDescriptor({self.operand!r})"
@@ -157,6 +160,8 @@ def bind(decl: TensorDescriptor, evaluate: Callable[[Any, str], Any], in_avals, 
                       "trailing axes")
   if decl.padding == "nan" and not np.issubdtype(aval.dtype, np.floating):
     raise LaunchError(f"{name}: padding='nan' needs a floating-point array, not {aval.dtype}")
+  if decl.round_f32_to_tf32 and np.dtype(aval.dtype) != np.float32:
+    raise LaunchError(f"{name}: round_f32_to_tf32=True needs a float32 array, not {aval.dtype}")
   return Bound(decl, aval, shape, strides, block, view)
 
 
@@ -193,14 +198,18 @@ def expand(order: Sequence[Any], values: Sequence[Any], bound: Sequence[Bound], 
       names.append(TensorMap(b.decl.operand, box=meta.block_size,
                              swizzle=triton_descriptors.SWIZZLE_BYTES[meta.swizzle], l2_promotion=128,
                              oob_fill="nan" if b.decl.padding == "nan" else "zero",
-                             shape=b.shape if b.view else None, strides=b.strides if b.view else None))
+                             shape=b.shape if b.view else None, strides=b.strides if b.view else None,
+                             round_f32_to_tf32=b.decl.round_f32_to_tf32))
     else:
       names.append(b.decl.operand)  # the base pointer; the view starts at the buffer
       for v in b.shape + b.strides:
         scalar(np.int64(v))
       scalar(np.bool_(b.decl.padding == "nan"))
-      for _ in range(triton_descriptors.decomposed_flags() - 1):
-        scalar(np.bool_(False))  # round_f32_to_tf32
+      if triton_descriptors.decomposed_flags() > 1:
+        scalar(np.bool_(b.decl.round_f32_to_tf32))
+      elif b.decl.round_f32_to_tf32:
+        raise LaunchError(f"{name}: round_f32_to_tf32=True, but this Triton's descriptors have no such field "
+                          "(Triton >= 3.7)")
     for v in b.shape:
       scalar(np.int32(v))
     for v in b.strides:

@@ -1,0 +1,337 @@
+"""`triton_call`: jax-triton's call of a Triton kernel, run by jax_mosaic_ffi's Triton path.
+
+jax-triton 0.4's signature and behaviour (`jax_mosaic_ffi.jax_triton` holds its whole public namespace), made
+of what `mosaic_kernel(triton_kernel(fn), ...)` already does: a call is bound as jax-triton binds it, then
+becomes one `mosaic_kernel` call::
+
+    kernel parameters, in order         ->  mosaic_kernel
+    an array, Ref, scalar, tuple, TensorDescriptor  ->  an operand (call_operands.py)
+    a parameter left without argument   ->  the next output of out_type, "outO"
+    a constexpr (or a keyword that is not a parameter) -> a metaparameter: constexprs=, and the grid's meta
+
+Aliased outputs share their input's buffer (no parameter of their own); a `Ref` becomes an aliased input and
+output whose result is written back into it, which is what jax-triton's discharge of a Ref does.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import warnings
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import tree_util
+
+from jax_mosaic_ffi.base import contract
+from jax_mosaic_ffi.base import source_location
+from jax_mosaic_ffi.call.launch_options import LaunchOptions
+from jax_mosaic_ffi.triton import call_operands
+from jax_mosaic_ffi.triton import decorated as triton_decorated
+from jax_mosaic_ffi.triton import decorators as triton_decorators
+from jax_mosaic_ffi.triton import launch as triton_launch
+from jax_mosaic_ffi.triton.call_operands import TensorDescriptor
+from jax_mosaic_ffi.triton.decorators import Heuristics
+from jax_mosaic_ffi.triton.kernel import TritonFunction, triton_kernel
+from jax_mosaic_ffi.triton.options import LAUNCH_OPTIONS
+
+# The custom call a `triton_call` lowers to (jax-triton's is "triton_kernel_call_ffi").
+CUSTOM_CALL_TARGET_NAME = contract.target_name(collective=False, nvshmem=False, programs=False)
+
+# jax-triton's defaults of the launch options.
+_DEFAULTS = {"num_warps": 4, "num_stages": 3, "num_ctas": 1}
+_MIN_CLUSTER_ARCH = 90
+
+
+def _options(backend_options, num_warps, num_stages, num_ctas, debug) -> dict:
+  """jax-triton's merge of the explicit options into ``backend_options``, with its errors."""
+  backend_options = dict(backend_options or {})
+  explicit = {"num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas, "debug": debug or None}
+  explicit = {k: v for k, v in explicit.items() if v is not None}
+  conflicts = explicit.keys() & backend_options.keys()
+  if conflicts:
+    raise ValueError(f"Cannot specify {conflicts} both as explicit arguments and in ``backend_options``")
+  merged = {**_DEFAULTS, **backend_options, **explicit}
+  for key, value in merged.items():
+    try:
+      hash(value)
+    except TypeError:
+      raise TypeError(f"backend_options[{key!r}] must be hashable, got {value!r}") from None
+  return merged
+
+
+def _metaparams_apart(layers, metaparams: dict, where: str):
+  """Layers whose configs agree with the caller's metaparameters (jax-triton prunes the others; values a
+  config does not set are added to it), and the constexprs left for `triton_kernel` (none that a layer sets:
+  a heuristic's value wins, as in Triton and jax-triton)."""
+  constexprs, out = dict(metaparams), []
+  for layer in layers:
+    if isinstance(layer, Heuristics):
+      for key, _ in layer.values:
+        constexprs.pop(key, None)
+      out.append(layer)
+      continue
+    keys = {key for config in layer.configs for key in config.kwargs}
+    given = {key: constexprs.pop(key) for key in sorted(keys & constexprs.keys())}
+    kept = [config for config in layer.configs if all(config.kwargs.get(k, v) == v for k, v in given.items())]
+    if not kept:
+      raise ValueError(f"{where}: no @triton.autotune config agrees with {given}; drop those keyword arguments or "
+                       "add a config with their values")
+    configs = []
+    for config in kept:
+      if given.keys() - config.kwargs.keys():
+        config = _with_kwargs(config, {**given, **config.kwargs})
+      configs.append(config)
+    out.append(dataclasses.replace(layer, configs=tuple(configs)))
+  return tuple(out), constexprs
+
+
+def _with_kwargs(config, kwargs: dict):
+  config = copy.copy(config)
+  config.kwargs = dict(kwargs)
+  return config
+
+
+def triton_call(*args, kernel, out_type: Any = None, grid, name: str = "", num_warps: int | None = None,
+                num_stages: int | None = None, num_ctas: int | None = None, compute_capability: int | None = None,
+                backend_options: Mapping[str, Any] | None = None,
+                input_output_aliases: Mapping[int, int] | None = None, zeroed_outputs=(), debug: bool = False,
+                serialized_metadata: bytes = b"", cost_estimate: Mapping[str, Any] | None = None,
+                has_side_effect: bool = False, fallback: Callable | None = None, **kwargs) -> Any:
+  """Calls a Triton kernel on JAX arrays: jax-triton 0.4's ``triton_call``, run by jax_mosaic_ffi.
+
+  ::
+
+      @triton.jit
+      def add_kernel(x_ptr, y_ptr, n, out_ptr, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask),
+                 mask=mask)
+
+      def add(x, y):
+        return jmf.triton_call(x, y, x.size, kernel=add_kernel, out_type=jax.typeof(x),
+                               grid=lambda meta: triton.cdiv(x.size, meta["BLOCK"]), BLOCK=1024)
+
+      z = jax.jit(add)(x, y)
+      zs = jax.vmap(add)(xs, ys)                      # jax-triton refuses vmap; here it runs per element
+
+  The arguments bind to the kernel's parameters by position and by name, as Python binds them: an array or
+  ``Ref`` (``jax.new_ref``: updated in place) is a buffer, a tuple of arguments a Triton tuple parameter,
+  an int, float or bool a scalar (a Python int is i32, u32, i64 or u64 by its value, a float fp32, or fp64
+  when fp32 cannot hold it; numpy scalars keep their type), a `TensorDescriptor` (``jax_triton``'s) a host
+  tensor descriptor. The parameters left without an argument get the outputs, in order: one per leaf of
+  ``out_type`` (a ``jax.ShapeDtypeStruct``, anything with ``shape`` and ``dtype``, or a pytree of them; the
+  result has its structure), less those aliased to an input. Keyword arguments that name constexpr
+  parameters, or no parameter, are metaparameters: the constexprs, and the ``meta`` that ``grid`` (an int,
+  a tuple of up to 3, or a function of ``meta``) and ``zeroed_outputs`` receive. Constexprs not given take
+  their defaults. Integers equal to 1 and multiples of 16 are specialized as Triton's launcher does.
+
+  Args:
+    kernel: a ``@triton.jit`` function, bare or under ``@triton.autotune`` / ``@triton.heuristics``
+      (stacked in either order). Autotuning runs on the GPU before the call is lowered and keeps the winner
+      on disk (README, "Autotuning"); only the winner reaches XLA. Configs whose values disagree with
+      metaparameters given here are dropped first, as jax-triton does.
+    out_type: the outputs (``out_shape``, jax-triton's older name, is taken too, with a DeprecationWarning).
+    grid: launch grid, or a function of ``meta`` returning one.
+    name: the call's name in profiles (``jax.named_scope``).
+    num_warps, num_stages, num_ctas: Triton's launch options (defaults 4, 3, 1); ``num_ctas`` > 1 launches
+      clusters, on sm_90 and newer.
+    compute_capability: the target as jax-triton writes it (``90``); by default the visible GPU's, or sm_90
+      without a GPU, so a call lowers on a machine without one.
+    backend_options: Triton's compile options, by the names of its NVIDIA backend (``enable_fp_fusion``,
+      ``maxnreg``, ``extern_libs``, ...), hashable; ``launch_pdl`` is ``mosaic_kernel``'s ``uses_pdl``. Names
+      that would change the launch (``launch_cooperative_grid``, ``arch``, ...) are refused by name.
+    input_output_aliases: ``{operand index: output index}``: that output is the operand's buffer, updated in
+      place (no parameter of its own). Operands are counted as jax-triton counts them: every leaf of the
+      non-constexpr arguments, scalars included, in parameter order; outputs are leaves of ``out_type``. It
+      combines with ``Ref`` arguments as long as it names none of them.
+    zeroed_outputs: output indices (or a function of ``meta`` returning them) zeroed before every launch; an
+      aliased output's input is zeroed instead (the kernel sees zeros there, as in jax-triton).
+    debug: Triton's ``debug`` option (device assertions), and each compile prints Triton's IRs.
+    serialized_metadata: jax-triton's opaque bytes for its own runtime; only ``b""`` is taken.
+    cost_estimate: ``{"flops": ..., "bytes_accessed": ...}``, carried as ``cost_estimate_json`` for profilers.
+    has_side_effect: keep the call even when its results are unused.
+    fallback: (not in jax-triton) a jax.numpy function of the kernel's operands, in parameter order (Refs as
+      their values, outputs excluded), returning what the call returns; run instead of the kernel off CUDA.
+    **kwargs: operands by parameter name, and metaparameters.
+
+  Beyond jax-triton: ``jax.vmap`` runs the kernel once per batch element; gradients come from
+  `jmf.differentiable`, with other kernels as the derivative::
+
+      add_d = jmf.differentiable(add, bwd=lambda g: (g, g))       # the cotangent's kernels, or jax.numpy
+      gx, gy = jax.grad(lambda x, y: add_d(x, y).sum(), argnums=(0, 1))(x, y)
+
+  The kernel is compiled by Triton at trace time (per specialization, kept in memory and on disk), and the
+  artifact holds its cubin: a warm process, `jax.export` or XLA's compilation cache compile nothing.
+  """
+  site = source_location.current()
+  fn, layers = triton_decorators.unwrap(kernel)
+  where = f"triton_call '{name or fn.__name__}' at {site}"
+  if serialized_metadata:
+    raise ValueError(f"{where}: serialized_metadata is jax-triton's opaque payload for its runtime, which has no "
+                     "place in this call; leave it out")
+  options = _options(backend_options, num_warps, num_stages, num_ctas, debug)
+  if "out_shape" in kwargs:
+    if out_type is not None:
+      raise TypeError("Cannot specify both out_type= and the deprecated out_shape=")
+    warnings.warn("out_shape= is deprecated in favor of out_type=", DeprecationWarning, stacklevel=2)
+    out_type = kwargs.pop("out_shape")
+  elif out_type is None:
+    raise TypeError("Either out_type= or the deprecated out_shape= must be provided")
+  out_flat, out_tree = tree_util.tree_flatten(tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
+                                                                 out_type))
+
+  # Keywords naming a kernel parameter are bound to it; the rest are metaparameters.
+  params = {p.name: p for p in fn.params}
+  metaparams = {p.name: p.default for p in fn.params if p.is_constexpr and p.has_default}
+  operand_kwargs = {}
+  for key, value in kwargs.items():
+    if key in params:
+      operand_kwargs[key] = value
+    else:
+      metaparams[key] = value
+  bound = fn.signature.bind_partial(*args, **operand_kwargs).arguments
+  operands = call_operands.Operands()
+  order, outputs_left = [], []
+  for param in fn.params:
+    if param.is_constexpr:
+      if param.name in bound:
+        metaparams[param.name] = bound[param.name]
+      continue
+    if param.name in bound:
+      order.append(operands.add(bound[param.name], param.name, where))
+    else:
+      order.append(None)
+      outputs_left.append(len(order) - 1)
+
+  aliases = dict(input_output_aliases or {})
+  if len(set(aliases.values())) != len(aliases):
+    raise ValueError("input_output_aliases must be a bijection")
+  buffer_aliases = {}
+  for operand, output in aliases.items():
+    if not 0 <= operand < len(operands.slots):
+      raise ValueError(f"{where}: input_output_aliases key {operand} is not an operand index (the call has "
+                       f"{len(operands.slots)} operands, counted over the leaves of its non-constexpr arguments)")
+    kind, k = operands.slots[operand]
+    if kind == "ref":
+      raise ValueError(f"{where}: input_output_aliases names operand {operand}, a Ref: input_output_aliases cannot "
+                       "be combined with Ref arguments for the same operand (a Ref is updated in place already)")
+    if kind != "in":
+      raise ValueError(f"{where}: input_output_aliases names operand {operand}, a "
+                       f"{'scalar' if kind == 'scalar' else 'TensorDescriptor'}; it aliases arrays")
+    if not 0 <= output < len(out_flat):
+      raise ValueError(f"{where}: input_output_aliases value {output} is not an output index (out_type has "
+                       f"{len(out_flat)})")
+    buffer_aliases[k] = output
+  unaliased = [o for o in range(len(out_flat)) if o not in aliases.values()]
+  if len(outputs_left) != len(unaliased):
+    raise ValueError(f"out_type has {len(unaliased)} unaliased outputs, but {len(outputs_left)} kernel parameters "
+                     "are missing an argument")
+  for position, output in zip(outputs_left, unaliased):
+    order[position] = f"out{output}"
+
+  layers, constexprs = _metaparams_apart(layers, {k: v for k, v in metaparams.items() if k in params}, where)
+  grid_meta = {k: v for k, v in metaparams.items() if k not in params}  # reach grid and zeroed_outputs only
+  launch_options = {k: options.pop(k) for k in LAUNCH_OPTIONS if k in options}
+  uses_pdl = options.pop("launch_pdl", None)
+  targets = None if compute_capability is None else [int(compute_capability)]
+  # triton_kernel checks the options and constexprs (TritonOptions); the decorators, pruned above, go back on.
+  base = triton_kernel(fn, constexprs=constexprs, targets=targets, options=options, **launch_options)
+  function = TritonFunction(base.fn, base.constexprs, base.options, base.targets, layers)
+  if base.options.num_ctas > 1 and min(t.number for t in base.targets) < _MIN_CLUSTER_ARCH:
+    raise ValueError(f"{where}: num_ctas > 1 unsupported before Hopper (compute capability 90); the target is "
+                     f"{', '.join(t.sm for t in base.targets)}")
+
+  # Refs: an aliased input and output each, written back after the call.
+  n_out = len(out_flat)
+  out_avals = list(out_flat)
+  for k, _ in operands.refs:
+    buffer_aliases[k] = len(out_avals)
+    out_avals.append(jax.ShapeDtypeStruct(operands.inputs[k].shape, operands.inputs[k].dtype))
+  if not out_avals:
+    raise ValueError(f"{where}: the call has no outputs and no Ref arguments, so nothing the kernel writes could be "
+                     "seen; give out_type, or pass the buffers it writes as Refs")
+
+  def with_grid_meta(meta):
+    return {**grid_meta, **meta}
+
+  zero_outputs = _zeroed(zeroed_outputs, function, with_grid_meta, buffer_aliases, operands, n_out, where)
+  # One LaunchOptions, as mosaic_kernel (api.py, a layer above) makes it: the Triton launch (launch.py) checks it
+  # once and resolves it into the CheckedLaunch the call layer takes.
+  launch = LaunchOptions(
+      grid=(lambda meta: grid(with_grid_meta(meta))) if callable(grid) else grid,
+      scalars=tuple(operands.scalars), input_output_aliases=buffer_aliases or None, param_order=tuple(order),
+      uses_pdl=uses_pdl, zero_outputs=zero_outputs, has_side_effect=has_side_effect, cost_estimate=cost_estimate,
+      fallback=None if fallback is None else _fallback(fallback, fn, bound, operands, n_out, where))
+  make = triton_decorated.launcher if function.decorators else triton_launch.launcher
+  call = make(function, tuple(out_avals), launch)
+  if name:
+    with jax.named_scope(name):
+      results = call(*operands.inputs)
+  else:
+    results = call(*operands.inputs)
+  for (_, ref), value in zip(operands.refs, results[n_out:]):
+    ref[...] = value
+  return tree_util.tree_unflatten(out_tree, list(results[:n_out]))
+
+
+def _zeroed(zeroed_outputs, function: TritonFunction, with_grid_meta, buffer_aliases: dict,
+            operands: call_operands.Operands, n_out: int, where: str):
+  """``zero_outputs`` for mosaic_kernel. An aliased output's input is replaced by zeros here (the runtime
+  zeroes only buffers of their own). A function of ``meta`` on a decorated kernel is evaluated per launch (the
+  meta of each config), and may then name unaliased outputs only."""
+  aliased = {o: k for k, o in buffer_aliases.items()}
+
+  def indices(value):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, Sequence) or not all(
+        isinstance(o, (int, np.integer)) and not isinstance(o, (bool, np.bool_)) and 0 <= o < n_out for o in value):
+      raise ValueError(f"{where}: zeroed_outputs must be indices of outputs (0..{n_out - 1}), got {value!r}")
+    return [int(o) for o in value]
+
+  if callable(zeroed_outputs) and function.decorators:
+    def per_launch(meta):
+      chosen = indices(zeroed_outputs(with_grid_meta(meta)))
+      inplace = [o for o in chosen if o in aliased]
+      if inplace:
+        raise ValueError(f"{where}: zeroed_outputs names the aliased output(s) {inplace} for the config {meta}; a "
+                         "function of meta on an autotuned kernel may name unaliased outputs only (give a tuple)")
+      return tuple(chosen)
+    return per_launch
+  chosen = indices(zeroed_outputs(with_grid_meta(function.meta)) if callable(zeroed_outputs) else zeroed_outputs)
+  for o in chosen:
+    if o in aliased:
+      k = aliased[o]
+      operands.inputs[k] = jnp.zeros(operands.inputs[k].shape, operands.inputs[k].dtype)
+  return tuple(o for o in chosen if o not in aliased)
+
+
+def _fallback(fallback: Callable, fn, bound: Mapping[str, Any], operands: call_operands.Operands, n_out: int,
+              where: str) -> Callable:
+  """mosaic_kernel's fallback (flat inputs -> flat outputs) from the user's (the operands in parameter order ->
+  what the call returns)."""
+  if operands.refs:
+    raise ValueError(f"{where}: a fallback cannot update Ref arguments; pass arrays (aliased with "
+                     "input_output_aliases) instead, or leave fallback out")
+
+  def flat(*inputs):
+    leaf = iter(range(len(operands.slots)))
+
+    def rebuild(value):
+      if isinstance(value, (tuple, list)):
+        return tuple(rebuild(v) for v in value)
+      if isinstance(value, TensorDescriptor) or call_operands.is_array(value):
+        kind, k = operands.slots[next(leaf)]
+        return dataclasses.replace(value, base=inputs[k]) if kind == "desc" else inputs[k]
+      next(leaf)
+      return value
+
+    args = [rebuild(bound[p.name]) for p in fn.params if not p.is_constexpr and p.name in bound]
+    out = tree_util.tree_leaves(fallback(*args))
+    if len(out) != n_out:
+      raise ValueError(f"{where}: its fallback returned {len(out)} arrays; out_type has {n_out}")
+    return tuple(out)
+
+  return flat
