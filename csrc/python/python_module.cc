@@ -26,6 +26,7 @@
 #include "contract/contract.h"
 #include "contract/launch_programs.h"
 #include "contract/module_format.h"
+#include "driver/cute_dsl_runtime.h"
 #include "runtime/call_site.h"
 #include "runtime/collective.h"
 #include "runtime/handlers.h"
@@ -136,6 +137,7 @@ nb::dict ValidateLaunchForPython(nb::dict attrs, bool collective) {
   result["param_sizes"] = spec.param_sizes;
   result["num_buffers"] = spec.num_buffers;
   result["batch_size"] = spec.batch_size;
+  result["host_launch"] = spec.host_launch;
   return result;
 }
 
@@ -176,7 +178,8 @@ nb::tuple ParseModuleForPython(nb::bytes data) {
   nb::list images;
   for (const Image& image : module.images) {
     images.append(nb::make_tuple(static_cast<int>(image.kind), image.arch, image.suffix,
-                                 nb::bytes(image.data.data(), image.data.size())));
+                                 nb::bytes(image.data.data(), image.data.size()), image.dsl_version,
+                                 image.host_arg_kinds));
   }
   return nb::make_tuple(module.symbol, images, module.flags);
 }
@@ -206,6 +209,15 @@ nb::dict Limits() {
   d["max_arch"] = kMaxArch;
   d["module_flag_pdl_wait"] = kFlagPdlWait;
   d["module_flag_nvshmem"] = kFlagNvshmem;
+  d["image_kind_cute"] = static_cast<int>(ImageKind::kCuteObject);
+  d["max_cute_version_length"] = kMaxCuteVersionLength;
+  d["max_host_args"] = kMaxHostArgs;
+  d["host_arg_pointer"] = kHostArgPointer;
+  d["host_arg_int64"] = kHostArgInt64;
+  d["host_arg_fields"] = kHostArgFields;
+  d["host_arg_address"] = kHostArgAddress;
+  d["host_arg_dimension"] = kHostArgDimension;
+  d["max_host_arg_dimension"] = kMaxHostArgDimension;
   nb::list suffixes;
   for (const char* suffix : kArchSuffixes) suffixes.append(suffix);
   d["arch_suffixes"] = nb::tuple(suffixes);
@@ -289,6 +301,21 @@ NB_MODULE(_core, m) {
     for (const TargetBundle& t : Targets()) names.push_back(t.name);
     return names;
   });
+  m.def("command_buffer_targets", [] {
+    std::vector<std::string> names;
+    for (const TargetBundle& t : Targets()) {
+      if (t.command_buffer) names.push_back(t.name);
+    }
+    return names;
+  });
+  m.def(
+      "set_cute_dsl_runtime",
+      [](const std::string& path, const std::string& release) {
+        std::string error;
+        if (!SetCuteDslRuntimeLibrary(path, release, &error)) throw nb::value_error(error.c_str());
+      },
+      nb::arg("path"), nb::arg("release"),
+      "Where NVIDIA's CuTe DSL runtime library is (jax_mosaic_ffi/base/cute_package.py); opened at first use.");
   m.def("handlers", &HandlerCapsules, nb::arg("name"), nb::arg("with_record") = false,
         "Capsules of one target's stage handlers, for jax.ffi.register_ffi_target.");
   m.def("bootstrap_handler", [] { return Capsule(reinterpret_cast<void*>(BootstrapHandler())); });

@@ -11,6 +11,7 @@
 //                        checked per device, a call's buffers gathered and its tensor maps encoded
 //   call_site_launch.cc  execute and record: the launch, on the stream or as command-buffer nodes
 //   call_site_programs.cc  a grid and scalars computed from the buffers' shapes (contract v2)
+//   call_site_cute.cc    CuTe DSL calls: the object's module made at instantiate, its host function run
 // A collective call site also owns a CollectiveState (collective.h), built
 // from what it needs (CollectiveInputs), not from the call site.
 #ifndef JAX_MOSAIC_FFI_CALL_SITE_H_
@@ -28,6 +29,7 @@
 #include "driver/cuda_driver.h"
 #include "runtime/buffers.h"
 #include "runtime/collective.h"
+#include "runtime/cute_module.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/record.h"
 #include "xla/ffi/api/ffi.h"
@@ -68,6 +70,9 @@ class CallSite {
   ffi::Error ResolveLaunchPrograms(const ffi::RemainingArgs& args, const ffi::RemainingRets& rets);
 
   ffi::Error Launch(CUstream stream, int32_t device, Buffers& buffers);
+  // CuTe DSL calls (the CuTe target): the object's host function, run on the stream (call_site_cute.cc).
+  bool host_launch() const { return spec_.host_launch; }
+  ffi::Error LaunchHost(CUstream stream, int32_t device, Buffers& buffers);
   // The record stage.
   ffi::Error Record(const RecordFrame& record, int32_t device, const Buffers& buffers);
 
@@ -92,6 +97,7 @@ class CallSite {
     // The call's tensor maps on this device, allocated before `ready` is set;
     // re-encoded by the device's own thread when their buffer moved.
     std::unique_ptr<EncodedTensorMap[]> tensor_maps;
+    std::atomic<bool> host_checked{false};  // CuTe calls: this device runs the object's arch
   };
 
   // Calls visit(index, value_address, size) for each kernel parameter in
@@ -127,6 +133,10 @@ class CallSite {
   ffi::Error StageOutOfSymmetricHeap(CUstream stream, Buffers& buffers, void* const* originals) const;
   void FreeSymmetricBuffers();
   std::string LaunchDescription() const;
+  // CuTe DSL calls (call_site_cute.cc): the module at instantiate; per device, its arch checked once.
+  ffi::Error CreateHostModule();
+  ffi::Error CheckHostDevice(int32_t device);
+  ffi::Error HostRunError(int code, int32_t result, int32_t device) const;
 
   LaunchSpec spec_;
   const Driver* driver_ = nullptr;
@@ -148,6 +158,9 @@ class CallSite {
   // Launch programs: computed once (under mutex_), and the dimensions they read then.
   std::atomic<bool> programs_resolved_{false};
   std::vector<int64_t> program_dims_;
+  // CuTe DSL calls: the object's module, and per buffer how many leading dimensions of its shape are vmap's batch.
+  std::shared_ptr<CuteModule> host_module_;
+  std::vector<uint8_t> batch_dims_;
   std::mutex mutex_;
   std::array<DeviceSlot, kMaxDevices> slots_;
 };

@@ -49,6 +49,10 @@ class TritonUnavailable(ImportError):
   """Triton is not installed, or not a supported version."""
 
 
+class CuteUnavailable(ImportError):
+  """CuTe DSL (nvidia-cutlass-dsl) is missing or of an unsupported release: ``pip install 'jax_mosaic_ffi[cute]'``."""
+
+
 class NvshmemUnavailable(ImportError):
   """NVSHMEM is not installed (or not a supported release), or could not be started."""
 

@@ -27,6 +27,7 @@ import numpy as np
 from jax._src.lib import xla_client
 
 from jax_mosaic_ffi.base import contract
+from jax_mosaic_ffi.base import cute_package
 from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.base import versions
 from jax_mosaic_ffi.base.native import core
@@ -69,10 +70,11 @@ def _cuda_devices():
 
 
 def _register_without_record(reason: str) -> None:
+  graph_targets = set(core.command_buffer_targets())
   for name in contract.ALL_TARGETS:
-    jax.ffi.register_ffi_target(
-        name, core.handlers(name), platform="CUDA", api_version=1,
-        traits=xla_client.CustomCallTargetTraits.COMMAND_BUFFER_COMPATIBLE)
+    traits = (xla_client.CustomCallTargetTraits.COMMAND_BUFFER_COMPATIBLE if name in graph_targets
+              else xla_client.CustomCallTargetTraits.DEFAULT)
+    jax.ffi.register_ffi_target(name, core.handlers(name), platform="CUDA", api_version=1, traits=traits)
   _state.update(done=True, record=False, message=f"registered without record handlers: {reason}")
 
 
@@ -96,12 +98,22 @@ def _run_bootstrap(device) -> None:
     raise errors[0]
 
 
+def publish_cute_runtime() -> bool:
+  """Tells the runtime where NVIDIA's CuTe DSL runtime library is (it opens it when a CuTe DSL call is first
+  made); False where nvidia-cutlass-dsl's cu13 libraries are not installed."""
+  found = cute_package.runtime()
+  if found is not None:
+    core.set_cute_dsl_runtime(str(found.library), found.release)
+  return found is not None
+
+
 def register() -> bool:
   """Registers the kernel targets with the CUDA plugin, once per process.
 
   Returns True when a CUDA backend exists (and the targets are registered),
   False when there is none, in which case nothing needs registering.
   """
+  publish_cute_runtime()
   with _lock:
     if _state["done"]:
       return True
