@@ -157,7 +157,7 @@ def cute_call(fn: Callable[..., None], *, output_shape_dtype: Any = None, input_
                           kernel.allow_cuda_graph, in_tree, present, jax.tree_util.tree_structure(kept))
     results = cute_launch.launcher(target, list(out_leaves), LaunchOptions(grid=None, input_output_aliases=flat_aliases))(
         *arrays)
-    output = jax.tree_util.tree_unflatten(out_tree, list(results))
+    output = jax.tree_util.tree_unflatten(out_tree, list(results) if isinstance(results, (tuple, list)) else [results])
     return output if multiple else output[0]
 
   return call_wrapper

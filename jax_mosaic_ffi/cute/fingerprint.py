@@ -148,8 +148,11 @@ class _Hasher:
       return
     cls = type(obj)
     if _library(cls.__module__):
-      # A DSL value (a numeric type's instance, a layout constant): its repr is its value.
-      self.put("value", cls.__module__, cls.__qualname__, repr(obj))
+      # A DSL value (a numeric type's instance, a layout constant): its repr is its value, unless it is an address.
+      text = repr(obj)
+      if " at 0x" in text:
+        raise _Opaque(f"{cls.__module__}.{cls.__qualname__}")
+      self.put("value", cls.__module__, cls.__qualname__, text)
       return
     if hasattr(obj, "__dict__"):
       self.put("instance")

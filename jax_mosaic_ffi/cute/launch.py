@@ -112,12 +112,9 @@ def launcher(target: CuteFunction, out_shape, options: LaunchOptions):
     kernel = compile_plan(target.fn, plan, name=name, targets=targets, options=target.compile_options,
                           compile_key=target.compile_key, where=site)
     launch = LaunchOptions(grid=1, block=1, input_output_aliases=aliases, zero_outputs=options.zero_outputs)
-    checked = CheckedLaunch.create(kernel, out_avals, launch, who(kernel, site))
+    checked = CheckedLaunch.create(kernel, shapes, launch, who(kernel, site))
     host = HostLaunch(**{f.name: getattr(checked, f.name) for f in dataclasses.fields(CheckedLaunch)},
                       host_args=kernel.host_args, host_graph=target.allow_cuda_graph)
-    results = primitive.kernel_call(host, fallback)(*args)
-    if single:
-      return results
-    return tuple(results)
+    return primitive.kernel_call(host, fallback)(*args)
 
   return call

@@ -1,0 +1,289 @@
+"""CuTe DSL kernels on a machine without a GPU: compiled once ever, lowered to the CuTe target, exported.
+
+The DSL compiles for an explicit arch without a GPU (sm_90a here), so everything up to the launch runs in CI.
+"""
+
+import hashlib
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import cute_required  # noqa: F401  (skips without nvidia-cutlass-dsl)
+import jax_mosaic_ffi as jmf
+from jax_mosaic_ffi.base import contract
+from jax_mosaic_ffi.base import module_format
+from jax_mosaic_ffi.base.native import core
+from jax_mosaic_ffi.cute import fingerprint
+
+import cute_kernels as K
+import fresh_process
+from hlo_inspect import custom_calls
+
+from cutlass.jax import TensorSpec  # noqa: E402  (after the guard)
+
+
+def lower(fn, *avals):
+  return jax.jit(fn).trace(*avals).lower(lowering_platforms=("cuda",))
+
+
+def one_call(fn, *avals):
+  (cc,) = custom_calls(lower(fn, *avals))
+  return cc
+
+
+def test_cute_call_lowers_to_the_cute_target_with_its_object(isolated_disk_cache):
+  x = jax.ShapeDtypeStruct((1000,), jnp.float32)
+  cc = one_call(jmf.cute_call(K.add_one, output_shape_dtype=x), x)
+  assert cc["target"] == contract.CUTE_TARGET == "jax_mosaic_ffi_cute_v1"
+  config = cc["config"]
+  assert config["kernel_hash"] == hashlib.sha256(config["module"]).digest()
+  parsed = module_format.parse(config["module"])
+  assert parsed.cute and parsed.symbol == "jmf_cute"
+  (image,) = parsed.images
+  assert image.kind == module_format.ImageKind.CUTE and image.arch.sm == "sm_90a"
+  assert image.data[:4] == b"\x7fELF"
+  assert image.dsl_version == __import__("importlib.metadata").metadata.version("nvidia-cutlass-dsl")
+  # Per buffer: its address, then each dimension (dynamic tensors, as cutlass_call's default).
+  assert config["host_args"] == [1, 0, 0, 2, 0, 0, 1, 1, 0, 2, 1, 0]
+  assert image.host_arg_kinds == (1, 2, 1, 2)
+  assert config["grid"] == config["block"] == config["cluster"] == [1, 1, 1] and config["param_order"] == []
+  assert config["kernel_name"] == b"add_one" and config["call_site"].startswith(b"test_cute_compile.py:")
+  assert jmf.kernel_cache_stats().cute_compiles == 1
+
+
+def test_static_tensors_take_only_their_address(isolated_disk_cache):
+  a = jax.ShapeDtypeStruct((8, 32), jnp.float32)
+  cc = one_call(jmf.cute_call(K.axpy, output_shape_dtype=a, use_static_tensors=True, alpha=3.0), a, a)
+  assert cc["config"]["host_args"] == [1, 0, 0, 1, 1, 0, 1, 2, 0]
+
+
+def test_allow_cuda_graph_false_uses_the_target_outside_graphs(isolated_disk_cache):
+  x = jax.ShapeDtypeStruct((256,), jnp.float32)
+  cc = one_call(jmf.cute_call(K.add_one, output_shape_dtype=x, allow_cuda_graph=False), x)
+  assert cc["target"] == contract.CUTE_NOGRAPH_TARGET
+  assert contract.CUTE_NOGRAPH_TARGET not in core.command_buffer_targets()
+  assert contract.CUTE_TARGET in core.command_buffer_targets()
+
+
+def test_compiled_once_per_specialization(isolated_disk_cache):
+  a = jax.ShapeDtypeStruct((8, 32), jnp.float32)
+  before = jmf.kernel_cache_stats().cute_compiles
+  for alpha in (2.0, 2.0, 5.0):
+    one_call(jmf.cute_call(K.axpy, output_shape_dtype=a, alpha=alpha), a, a)
+  assert jmf.kernel_cache_stats().cute_compiles - before == 2  # alpha 2.0 once, 5.0 once
+
+
+WARM = '''
+  import json, sys, time
+  sys.path.insert(0, sys.argv[1])
+  import jax, jax.numpy as jnp
+  import jax_mosaic_ffi as jmf
+  import cute_kernels as K
+  a = jax.ShapeDtypeStruct((64, 128), jnp.float32)
+  start = time.perf_counter()
+  f = jmf.cute_call(K.axpy, output_shape_dtype=a, alpha=1.5)
+  text = jax.jit(f).trace(a, a).lower(lowering_platforms=("cuda",)).as_text()
+  stats = jmf.kernel_cache_stats()
+  print(json.dumps({"compiles": stats.cute_compiles, "disk_hits": stats.disk_hits,
+                    "seconds": time.perf_counter() - start, "lowered": "jax_mosaic_ffi_cute_v1" in text}))
+'''
+
+
+def test_a_second_process_compiles_nothing(tmp_path):
+  env = {"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache")}
+  tests = str(__import__("pathlib").Path(__file__).parent)
+  cold = fresh_process.run(WARM, tests, env=env).result
+  warm = fresh_process.run(WARM, tests, env=env).result
+  assert cold["compiles"] == 1 and cold["lowered"]
+  assert warm["compiles"] == 0 and warm["disk_hits"] == 1 and warm["lowered"]
+
+
+def test_fingerprint_follows_code_closures_and_constants():
+  def make(k):
+    return lambda stream, x, y: K.add_one(stream, x, y) if k else None
+  assert fingerprint.fingerprint(make(1)) == fingerprint.fingerprint(make(1))
+  assert fingerprint.fingerprint(make(1)) != fingerprint.fingerprint(make(2))
+  assert fingerprint.fingerprint(K.add_one) != fingerprint.fingerprint(K.axpy)
+  assert fingerprint.fingerprint(K.add_one) is not None
+
+  class Opaque:
+    __slots__ = ()
+  assert fingerprint.fingerprint(lambda s: Opaque()) is not None  # a class is read by its code
+  assert fingerprint.fingerprint(object()) is None  # nothing to read: keyed by a trace instead
+
+
+def test_launchers_that_cannot_be_read_are_keyed_by_a_trace(isolated_disk_cache):
+  x = jax.ShapeDtypeStruct((256,), jnp.float32)
+  opaque = object()
+
+  def launch(stream, a, b):
+    assert opaque is not None
+    K.add_one(stream, a, b)
+
+  assert fingerprint.fingerprint(launch) is None
+  cc = one_call(jmf.cute_call(launch, output_shape_dtype=x), x)
+  assert cc["target"] == contract.CUTE_TARGET
+
+
+def test_the_tensors_the_launcher_sees_are_cutlass_calls(isolated_disk_cache):
+  """Each spec gives the launcher a tensor of the very type cutlass_call's own wrapper builds."""
+  from cutlass.jax import compile as cutlass_compile
+  from cutlass.jax.primitive import _resolve_spec_flat
+  import cutlass.cute as cute
+  from jax_mosaic_ffi.cute import compile as ours, specs
+  from jax_mosaic_ffi.cute.plan import Plan
+
+  seen = []
+
+  @cute.jit
+  def launcher(stream, a, b):
+    seen.append(str(a.type))
+    seen.append(str(b.type))
+
+  cases = [((8, 16, 32), None, False), ((8, 16, 32), TensorSpec(mode=(1, 2, 0)), False),
+           ((8, 16, 32), TensorSpec(divisibility=(None, 4, 8)), False),
+           ((8, 16, 32), TensorSpec(static=True, mode=(2, 0, 1)), False), ((64,), None, True),
+           ((6, 10), TensorSpec(divisibility=2, ptr_assumed_align=16), False)]
+  for shape, spec, static in cases:
+    a, o = jnp.zeros(shape, jnp.float32), jax.ShapeDtypeStruct(shape, jnp.float32)
+    theirs_spec = cutlass_compile.build_function_spec(
+        [a], jax.tree.structure((0,)), [o], jax.tree.structure((0,)),
+        _resolve_spec_flat(None if spec is None else (spec,), [a]), _resolve_spec_flat(None, [o]), {}, None, static, {})
+    seen.clear()
+    cutlass_compile._generate_precompiled_mlir(launcher, theirs_spec)
+    theirs = list(seen)
+    plan = Plan((specs.tensor_arg(spec, a, static, 0, "input_spec", "t"), specs.tensor_arg(None, o, static, 0, "o", "t")),
+                1, jax.tree.structure((0,)), jax.tree.structure((0,)), (True,), (), ())
+    seen.clear()
+    ours._trace_key(launcher, plan, module_format.Arch(90, "a"), None)
+    assert seen == theirs, (shape, spec)
+  assert "div=2" in "".join(theirs)  # the types carry what the comparison must see
+
+
+def test_export_carries_the_object(isolated_disk_cache):
+  x = jax.ShapeDtypeStruct((512,), jnp.float32)
+  f = jax.jit(jmf.cute_call(K.add_one, output_shape_dtype=x))
+  exported = jax.export.export(f, platforms=["cuda"], disabled_checks=jmf.export_disabled_checks())(x)
+  back = jax.export.deserialize(exported.serialize())
+  text = back.mlir_module()
+  assert "jax_mosaic_ffi_cute_v1" in text and "host_args" in text
+
+
+def test_symbolic_shapes_export_once_for_every_size(isolated_disk_cache):
+  n, m = jax.export.symbolic_shape("32*n, 16*m")
+  a = jax.ShapeDtypeStruct((n, m), jnp.float32)
+  spec = TensorSpec(divisibility=(32, 16))
+  f = jax.jit(jmf.cute_call(K.axpy, output_shape_dtype=a, input_spec=(spec, spec), output_spec=spec))
+  exported = jax.export.export(f, platforms=["cuda"], disabled_checks=jmf.export_disabled_checks())(a, a)
+  assert "jax_mosaic_ffi_cute_v1" in exported.mlir_module()
+  with pytest.raises(jmf.LaunchError, match="symbolic"):
+    jax.export.export(jax.jit(jmf.cute_call(K.axpy, output_shape_dtype=a, use_static_tensors=True)),
+                      platforms=["cuda"], disabled_checks=jmf.export_disabled_checks())(a, a)
+
+
+def test_aliases_pytrees_and_absent_inputs(isolated_disk_cache):
+  x = jax.ShapeDtypeStruct((256,), jnp.float32)
+  cc = one_call(jmf.cute_call(K.scale_in_place, output_shape_dtype=x, input_output_aliases={0: 0}), x)
+  assert cc["config"]["host_args"][:3] == [1, 0, 0] and cc["config"]["num_outputs"] == 1
+
+  def launch(stream, pair, absent, out):
+    assert absent is None
+    K.add_one(stream, pair["a"], out)
+
+  f = jmf.cute_call(launch, output_shape_dtype=x)
+  lowered = jax.jit(lambda a, b: f({"a": a, "b": b}, None)).trace(x, x).lower(lowering_platforms=("cuda",))
+  (cc,) = custom_calls(lowered)
+  assert cc["config"]["num_inputs"] == 2
+
+
+def test_errors_name_what_to_fix(isolated_disk_cache):
+  x = jax.ShapeDtypeStruct((256,), jnp.float32)
+  with pytest.raises(jmf.CompileError, match=r"(?s)could not compile 'broken'.*test_cute_compile.py"):
+    one_call(jmf.cute_call(K.broken, output_shape_dtype=x), x)
+  with pytest.raises(ValueError, match="output_shape_dtype"):
+    jmf.cute_call(K.add_one)
+  with pytest.raises(jmf.LaunchError, match="ffi_call_target"):
+    jmf.cute_call(K.add_one, output_shape_dtype=x, ffi_call_target="cutlass_call")
+  m = jax.ShapeDtypeStruct((4, 8), jnp.float32)
+  with pytest.raises(jmf.LaunchError, match="row-major"):
+    one_call(jmf.cute_call(K.axpy, output_shape_dtype=m, input_spec=(TensorSpec(layout=(0, 1)), None)), m, m)
+  with pytest.raises(jmf.LaunchError, match="does not divide"):
+    one_call(jmf.cute_call(K.add_one, output_shape_dtype=x, input_spec=TensorSpec(divisibility=(3,))), x)
+  with pytest.raises(jmf.LaunchError, match="takes no grid"):
+    jmf.mosaic_kernel(jmf.cute_kernel(K.add_one), x, grid=4)
+
+
+def test_mosaic_kernel_takes_a_cute_kernel(isolated_disk_cache):
+  x = jax.ShapeDtypeStruct((300,), jnp.float32)
+  f = jmf.mosaic_kernel(jmf.cute_kernel(K.add_one), x, fallback=lambda v: v + 1)
+  assert one_call(f, x)["target"] == contract.CUTE_TARGET
+  # Off CUDA the fallback runs.
+  np.testing.assert_allclose(jax.jit(f)(jnp.arange(300, dtype=jnp.float32)), np.arange(300) + 1)
+
+
+def test_vmap_lowers_one_call_that_runs_per_element(isolated_disk_cache):
+  x = jax.ShapeDtypeStruct((4, 256), jnp.float32)
+  f = jmf.cute_call(K.add_one, output_shape_dtype=jax.ShapeDtypeStruct((256,), jnp.float32))
+  (cc,) = custom_calls(jax.jit(jax.vmap(f)).trace(x).lower(lowering_platforms=("cuda",)))
+  assert cc["config"]["batch_size"] == 4 and cc["config"]["batch_strides"] == [1024, 1024]
+  odd = jmf.cute_call(K.add_one, output_shape_dtype=jax.ShapeDtypeStruct((100,), jnp.float32))
+  with pytest.raises(jmf.LaunchError, match="multiple of the 256 bytes"):
+    jax.jit(jax.vmap(odd)).trace(jax.ShapeDtypeStruct((4, 100), jnp.float32)).lower(lowering_platforms=("cuda",))
+
+
+def test_the_contract_refuses_crafted_cute_calls():
+  base = {"kernel_hash": bytes(32), "grid": [1, 1, 1], "block": [1, 1, 1], "cluster": [1, 1, 1], "num_inputs": 1,
+          "num_outputs": 1, "param_order": [], "host_args": [1, 0, 0, 1, 1, 0]}
+  assert core.validate_launch(base, False)["host_launch"] is True
+  for change, message in [({"host_args": [1, 0, 0, 3, 1, 0]}, "kind 3"), ({"host_args": [1, 5, 0]}, "buffer 5"),
+                          ({"host_args": [2, 0, 64]}, "dimension 64"), ({"host_args": [1, 0]}, "3 per argument"),
+                          ({"grid": [2, 1, 1]}, "grid, block and cluster must be"),
+                          ({"param_order": [0]}, "param_order")]:
+    with pytest.raises(ValueError, match=message):
+      core.validate_launch({**base, **change}, False)
+  with pytest.raises(ValueError, match="CuTe target alone"):
+    core.validate_launch({**base, "uses_xla_collective_metadata": True, "xla_replica_ids": "0"}, True)
+
+
+def test_the_module_parser_bounds_cute_objects():
+  image = module_format.Image(module_format.ImageKind.CUTE, module_format.Arch(90, "a"), b"\x7fELF" + bytes(60),
+                              "4.8.1", (1, 2))
+  data = module_format.serialize(module_format.ParsedModule("jmf_cute", (image,)))
+  assert module_format.parse(data).images[0] == image
+  header = 8 + 16 + len(b"jmf_cute") + 24  # module header, symbol, image header
+  for cut in range(1, len(data) - header):
+    with pytest.raises(module_format.ModuleFormatError):
+      module_format.parse(data[:-cut])
+  payload = bytearray(data)
+  payload[header:header + 4] = (65).to_bytes(4, "little")  # a version longer than allowed
+  with pytest.raises(module_format.ModuleFormatError, match="DSL version"):
+    module_format.parse(bytes(payload))
+  cubin = module_format.Image(module_format.ImageKind.CUBIN, module_format.Arch(90), b"\x7fELF" + bytes(8))
+  with pytest.raises(module_format.ModuleFormatError, match="mixes"):
+    module_format.serialize(module_format.ParsedModule("jmf_cute", (image, cubin)))
+
+
+def test_missing_dsl_names_the_extra(monkeypatch):
+  from jax_mosaic_ffi.base import cute_package
+  from jax_mosaic_ffi.cute import dsl
+  monkeypatch.setattr(cute_package, "compiler_release", lambda: None)
+  with pytest.raises(jmf.CuteUnavailable, match=r"jax_mosaic_ffi\[cute\]"):
+    jmf.cute_kernel(K.add_one)
+  with pytest.raises(jmf.CuteUnavailable, match="4.9.0 is installed"):
+    dsl.check_release("4.9.0")
+
+
+def test_runtime_library_is_found_without_importing_the_dsl():
+  code = '''
+  import json, sys
+  from jax_mosaic_ffi.base import cute_package
+  found = cute_package.runtime()
+  print(json.dumps({"library": str(found.library), "release": found.release,
+                    "imported": any(m == "cutlass" or m.startswith("cutlass.") for m in sys.modules)}))
+  '''
+  result = fresh_process.run(code).result
+  assert result["library"].endswith("nvidia_cutlass_dsl/cu13/lib/libcute_dsl_runtime.so")
+  assert not result["imported"]
