@@ -186,7 +186,8 @@ class KernelCacheStats:
   call sites (XLA runs them on every execution). triton_compiles: Triton
   compiles (one per target arch; cache hits count as memory_hits /
   disk_hits). cute_compiles: CuTe DSL compiles (``cute.compile``, one per
-  target arch); a CuTe DSL object's runtime module counts as a module_load. autotune_tunings: config spaces timed; autotune_disk_hits /
+  target arch); a CuTe DSL object's runtime module counts as a module_load.
+  autotune_tunings: config spaces timed; autotune_disk_hits /
   autotune_memory_hits: winners found on disk / in this process instead;
   autotune_skipped: calls left untuned for want of a GPU. tensor_map_encodes:
   TMA descriptors built (at a call site's first run on a device, then only

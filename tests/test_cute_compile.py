@@ -4,7 +4,6 @@ The DSL compiles for an explicit arch without a GPU (sm_90a here), so everything
 """
 
 import hashlib
-import json
 
 import jax
 import jax.numpy as jnp
@@ -155,8 +154,8 @@ def test_the_tensors_the_launcher_sees_are_cutlass_calls(isolated_disk_cache):
     seen.clear()
     cutlass_compile._generate_precompiled_mlir(launcher, theirs_spec)
     theirs = list(seen)
-    plan = Plan((specs.tensor_arg(spec, a, static, 0, "input_spec", "t"), specs.tensor_arg(None, o, static, 0, "o", "t")),
-                1, jax.tree.structure((0,)), jax.tree.structure((0,)), (True,), (), ())
+    tensors = (specs.tensor_arg(spec, a, static, 0, "input_spec", "t"), specs.tensor_arg(None, o, static, 0, "o", "t"))
+    plan = Plan(tensors, 1, jax.tree.structure((0,)), jax.tree.structure((0,)), (True,), (), ())
     seen.clear()
     ours._trace_key(launcher, plan, module_format.Arch(90, "a"), None)
     assert seen == theirs, (shape, spec)

@@ -76,8 +76,8 @@ bool ParseCuteObject(std::string_view payload, uint32_t i, Image* image, std::st
   std::string_view object;
   reader.Bytes(reader.remaining(), &object);
   if (object.size() < 4 || object.substr(0, 4) != std::string_view("\x7f"
-                                                                    "ELF",
-                                                                    4)) {
+                                                                   "ELF",
+                                                                   4)) {
     return Fail(error, which + " does not hold an ELF object after its header");
   }
   image->dsl_version.assign(version);

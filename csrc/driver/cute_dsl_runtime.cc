@@ -28,13 +28,15 @@ void Resolve(void* library, const char* name, Fn* fn, std::string* missing) {
 std::string CuteDslRuntime::ErrorText(CuteDslError error) const {
   const char* name = get_error_name ? get_error_name(error) : nullptr;
   const char* text = get_error_string ? get_error_string(error) : nullptr;
-  return std::string(name ? name : "CuteDSLRT error") + " " + std::to_string(error) + (text ? std::string(" (") + text + ")" : "");
+  return std::string(name ? name : "CuteDSLRT error") + " " + std::to_string(error) +
+         (text ? std::string(" (") + text + ")" : "");
 }
 
 bool SetCuteDslRuntimeLibrary(const std::string& path, const std::string& release, std::string* error) {
   std::lock_guard<std::mutex> lock(mutex);
   if (const CuteDslRuntime* runtime = opened.load(); runtime != nullptr && runtime->path != path) {
-    *error = "the CuTe DSL runtime library is already open from " + runtime->path + "; it cannot be switched to " + path;
+    *error =
+        "the CuTe DSL runtime library is already open from " + runtime->path + "; it cannot be switched to " + path;
     return false;
   }
   wanted_path = path;
@@ -56,8 +58,8 @@ const CuteDslRuntime* GetCuteDslRuntime(std::string* error) {
   void* library = dlopen(wanted_path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (library == nullptr) {
     const char* reason = dlerror();
-    *error = "the CuTe DSL runtime library (" + wanted_path + ") could not be loaded: " +
-             (reason ? reason : "unknown reason") + ". " + kInstall;
+    *error = "the CuTe DSL runtime library (" + wanted_path +
+             ") could not be loaded: " + (reason ? reason : "unknown reason") + ". " + kInstall;
     return nullptr;
   }
   auto* runtime = new CuteDslRuntime();  // process-wide, like the library itself

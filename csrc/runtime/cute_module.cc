@@ -35,7 +35,7 @@ const Image* SelectCuteImage(const ParsedModule& module, int arch) {
 }
 
 ffi::ErrorOr<std::shared_ptr<CuteModule>> CuteModule::GetOrCreate(std::shared_ptr<const ParsedKernel> kernel,
-                                                                   const Image& image) {
+                                                                  const Image& image) {
   std::string error;
   const CuteDslRuntime* runtime = GetCuteDslRuntime(&error);
   if (runtime == nullptr) return ffi::Error(ffi::ErrorCode::kFailedPrecondition, error);
@@ -44,8 +44,8 @@ ffi::ErrorOr<std::shared_ptr<CuteModule>> CuteModule::GetOrCreate(std::shared_pt
                       "the kernel was compiled by CuTe DSL (nvidia-cutlass-dsl) " + image.dsl_version +
                           ", but the runtime library installed here is " + runtime->release + " (" + runtime->path +
                           "); the DSL's objects run only on the runtime of their own release. Install "
-                          "nvidia-cutlass-dsl[cu13]==" + image.dsl_version +
-                          ", or compile (and export) the kernel again with " + runtime->release);
+                          "nvidia-cutlass-dsl[cu13]==" +
+                          image.dsl_version + ", or compile (and export) the kernel again with " + runtime->release);
   }
   CuteModuleCache& cache = GetCuteModuleCache();
   std::lock_guard<std::mutex> lock(cache.mutex);
@@ -57,8 +57,9 @@ ffi::ErrorOr<std::shared_ptr<CuteModule>> CuteModule::GetOrCreate(std::shared_pt
   created->image_ = &image;
   created->runtime_ = runtime;
   const char* libraries[] = {runtime->path.c_str()};
-  if (CuteDslError e = runtime->module_create_from_bytes(
-          &created->module_, reinterpret_cast<const unsigned char*>(image.data.data()), image.data.size(), libraries, 1);
+  if (CuteDslError e = runtime->module_create_from_bytes(&created->module_,
+                                                         reinterpret_cast<const unsigned char*>(image.data.data()),
+                                                         image.data.size(), libraries, 1);
       e != 0) {
     created->module_ = nullptr;
     return ffi::Error::Internal("the CuTe DSL runtime could not load the kernel's object (" +

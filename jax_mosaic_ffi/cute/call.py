@@ -155,8 +155,8 @@ def cute_call(fn: Callable[..., None], *, output_shape_dtype: Any = None, input_
     target = CuteFunction(kernel.fn, kernel.name, kernel.input_spec, kernel.output_spec, kernel.use_static_tensors,
                           kernel.constexprs, kernel.compile_options, kernel.compile_key, kernel.targets,
                           kernel.allow_cuda_graph, in_tree, present, jax.tree_util.tree_structure(kept))
-    results = cute_launch.launcher(target, list(out_leaves), LaunchOptions(grid=None, input_output_aliases=flat_aliases))(
-        *arrays)
+    options = LaunchOptions(grid=None, input_output_aliases=flat_aliases)
+    results = cute_launch.launcher(target, list(out_leaves), options)(*arrays)
     output = jax.tree_util.tree_unflatten(out_tree, list(results) if isinstance(results, (tuple, list)) else [results])
     return output if multiple else output[0]
 
