@@ -1162,7 +1162,22 @@ Layout Serialize(const jmf::ParsedModule& module) {
       PutU32(&out.bytes, v);
     }
     out.u64_fields.push_back(out.bytes.size());
-    PutU64(&out.bytes, image.data.size());
+    if (image.kind != jmf::ImageKind::kCuteObject) {
+      PutU64(&out.bytes, image.data.size());
+      out.bytes += image.data;
+      continue;
+    }
+    // A CuTe DSL object's payload: its release, its host function's argument kinds, the object.
+    PutU64(&out.bytes, 8 + image.dsl_version.size() + 4 * image.host_arg_kinds.size() + image.data.size());
+    out.u32_fields.push_back(out.bytes.size());
+    PutU32(&out.bytes, static_cast<uint32_t>(image.dsl_version.size()));
+    out.bytes += image.dsl_version;
+    out.u32_fields.push_back(out.bytes.size());
+    PutU32(&out.bytes, static_cast<uint32_t>(image.host_arg_kinds.size()));
+    for (uint32_t kind : image.host_arg_kinds) {
+      out.u32_fields.push_back(out.bytes.size());
+      PutU32(&out.bytes, kind);
+    }
     out.bytes += image.data;
   }
   return out;
@@ -1181,8 +1196,23 @@ jmf::ParsedModule BuildModule(Input& in) {
   for (size_t i = 0; i < symbol_length; ++i) module.symbol += kSymbolChars[in.Below(sizeof(kSymbolChars) - 1)];
   const size_t num_images = in.OneIn(16) ? jmf::kMaxImages - 1 + in.Below(3) : 1 + in.Below(4);
   static constexpr uint32_t kArchs[] = {90, 80, 100, 120, 89, jmf::kMinArch, jmf::kMaxArch, 75, 86, 103};
+  const bool cute = in.OneIn(3);  // a module of CuTe DSL objects (flagless), else cubins and PTX
+  if (cute) module.flags = 0;
   for (size_t i = 0; i < num_images; ++i) {
     jmf::Image image;
+    if (cute) {
+      image.kind = jmf::ImageKind::kCuteObject;
+      image.arch = Pick(in, kArchs);
+      image.suffix = static_cast<uint32_t>(in.Below(std::size(jmf::kArchSuffixes)));
+      static constexpr std::string_view kVersions[] = {"4.8.1", "4.8.0", "10.20.300rc1", "x"};
+      image.dsl_version = std::string(Pick(in, kVersions));
+      const size_t args = in.OneIn(16) ? jmf::kMaxHostArgs : in.Below(8);
+      for (size_t k = 0; k < args; ++k)
+        image.host_arg_kinds.push_back(in.Bool() ? jmf::kHostArgPointer : jmf::kHostArgInt64);
+      image.data = std::string(kElfMagic) + in.Pattern(in.Below(64));
+      module.images.push_back(std::move(image));
+      continue;
+    }
     image.kind = in.Bool() ? jmf::ImageKind::kPtx : jmf::ImageKind::kCubin;
     image.arch = in.Bool() ? static_cast<uint32_t>(jmf::kMinArch + in.Below(jmf::kMaxArch - jmf::kMinArch + 1))
                            : Pick(in, kArchs);
@@ -1268,9 +1298,15 @@ void CheckModule(const jmf::ParsedModule& module, std::string_view bytes) {
     FUZZ_CHECK(!image.data.empty());
     FUZZ_CHECK(image.arch >= jmf::kMinArch && image.arch <= jmf::kMaxArch);
     FUZZ_CHECK(image.suffix < std::size(jmf::kArchSuffixes));
-    if (image.kind == jmf::ImageKind::kCubin) {
-      FUZZ_CHECK(image.data.starts_with(kElfMagic));  // the driver reads an ELF header
-    } else {
+    FUZZ_CHECK((image.kind == jmf::ImageKind::kCuteObject) == module.cute);  // one kind of module or the other
+    if (image.kind == jmf::ImageKind::kCubin || image.kind == jmf::ImageKind::kCuteObject) {
+      FUZZ_CHECK(image.data.starts_with(kElfMagic));  // the driver (or the CuTe runtime) reads an ELF header
+    }
+    if (image.kind == jmf::ImageKind::kCuteObject) {
+      FUZZ_CHECK(!image.dsl_version.empty() && image.dsl_version.size() <= jmf::kMaxCuteVersionLength);
+      FUZZ_CHECK(image.host_arg_kinds.size() <= jmf::kMaxHostArgs);
+      for (uint32_t kind : image.host_arg_kinds) FUZZ_CHECK(kind == jmf::kHostArgPointer || kind == jmf::kHostArgInt64);
+    } else if (image.kind != jmf::ImageKind::kCubin) {
       FUZZ_CHECK(image.kind == jmf::ImageKind::kPtx);
       FUZZ_CHECK(image.data.find('\0') == std::string::npos);  // the driver reads a C string
     }
@@ -1326,7 +1362,9 @@ bool FuzzParser(Input& in, Input& edits) {
                module.images.size() == built.images.size());
     for (size_t i = 0; i < built.images.size(); ++i) {
       FUZZ_CHECK(module.images[i].kind == built.images[i].kind && module.images[i].arch == built.images[i].arch &&
-                 module.images[i].suffix == built.images[i].suffix && module.images[i].data == built.images[i].data);
+                 module.images[i].suffix == built.images[i].suffix && module.images[i].data == built.images[i].data &&
+                 module.images[i].dsl_version == built.images[i].dsl_version &&
+                 module.images[i].host_arg_kinds == built.images[i].host_arg_kinds);
     }
   }
   return ok;
