@@ -177,9 +177,13 @@ nb::tuple ParseModuleForPython(nb::bytes data) {
   if (!ok) throw nb::value_error(error.c_str());
   nb::list images;
   for (const Image& image : module.images) {
-    images.append(nb::make_tuple(static_cast<int>(image.kind), image.arch, image.suffix,
-                                 nb::bytes(image.data.data(), image.data.size()), image.dsl_version,
-                                 image.host_arg_kinds));
+    nb::bytes data(image.data.data(), image.data.size());
+    if (image.kind == ImageKind::kCuteObject) {  // and the DSL release and host argument kinds
+      images.append(nb::make_tuple(static_cast<int>(image.kind), image.arch, image.suffix, data, image.dsl_version,
+                                   image.host_arg_kinds));
+    } else {
+      images.append(nb::make_tuple(static_cast<int>(image.kind), image.arch, image.suffix, data));
+    }
   }
   return nb::make_tuple(module.symbol, images, module.flags);
 }
@@ -353,7 +357,8 @@ NB_MODULE(_core, m) {
         "Checks a launch's contract attributes as XLA's instantiate stage does; raises ValueError naming the "
         "attribute. Returns the parameter sizes the kernel must take and the buffer count.");
   m.def("parse_module", &ParseModuleForPython, nb::arg("data"),
-        "Parses a serialized kernel module with the runtime's parser: (symbol, [(kind, arch, suffix, data)], flags).");
+        "Parses a serialized kernel module with the runtime's parser: (symbol, [(kind, arch, suffix, data)], flags); "
+        "a CuTe DSL object's tuple adds its DSL release and host argument kinds.");
   m.def("visible_gpus", &VisibleGpus, "The visible GPUs and their launch limits; empty without a driver.");
   BindCrossProcess(m);
   BindNvshmem(m);

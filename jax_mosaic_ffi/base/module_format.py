@@ -150,8 +150,11 @@ def parse(data: bytes) -> ParsedModule:
     symbol, images, flags = core.parse_module(bytes(data))
   except ValueError as e:
     raise ModuleFormatError(str(e)) from None
-  return ParsedModule(symbol, tuple(Image(ImageKind(kind), Arch(arch, _SUFFIXES[suffix]), blob, version, tuple(kinds))
-                                    for kind, arch, suffix, blob, version, kinds in images), flags)
+  return ParsedModule(symbol, tuple(_image(*image) for image in images), flags)
+
+
+def _image(kind, arch, suffix, blob, version="", kinds=()) -> Image:
+  return Image(ImageKind(kind), Arch(arch, _SUFFIXES[suffix]), blob, version, tuple(kinds))
 
 
 def kernel_hash(module_bytes: bytes) -> bytes:
