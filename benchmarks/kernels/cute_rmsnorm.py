@@ -17,6 +17,7 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import numpy as np
+from cutlass.memory import SmemAllocator
 
 COPY_BITS = 128
 WARP = 32
@@ -54,7 +55,7 @@ def _rmsnorm_kernel(tiled_copy: cute.TiledCopy, mX: cute.Tensor, mW: cute.Tensor
   squares = cute.TensorSSA.reduce(x * x, cute.ReductionOp.ADD, cutlass.Float32(0.0), reduction_profile=0)
   squares = cute.arch.warp_reduction(squares, lambda a, b: a + b)
   # Across the warps: one partial sum per warp in shared memory, every thread adds them up.
-  smem = cutlass.utils.SmemAllocator()
+  smem = SmemAllocator()
   partial = smem.allocate_tensor(cutlass.Float32, cute.make_layout(warps), byte_alignment=16)
   warp = cute.arch.warp_idx()
   lane = cute.arch.lane_idx()
