@@ -24,8 +24,9 @@ WARP = 32
 
 
 @cute.kernel
-def _rmsnorm_kernel(tiled_copy: cute.TiledCopy, mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, cols: cutlass.Constexpr,
-                    tile_n: cutlass.Constexpr, warps: cutlass.Constexpr, eps: cutlass.Constexpr):
+def _rmsnorm_kernel(tiled_copy: cute.TiledCopy, mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor,
+                    cols: cutlass.Constexpr, tile_n: cutlass.Constexpr, warps: cutlass.Constexpr,
+                    eps: cutlass.Constexpr):
   tidx, _, _ = cute.arch.thread_idx()
   row, _, _ = cute.arch.block_idx()
   thread = tiled_copy.get_slice(tidx)
