@@ -368,14 +368,18 @@ def _measure_warm_start(env: dict) -> dict:
 def run(cases=(), rounds: int = ROUNDS, launch: bool = False, warm_start: bool = False) -> dict:
   # Two allocators share the GPU: JAX must not take 75% of it first.
   os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")
+  with_torch = bool(cases)  # the DSL's own launcher runs on torch tensors; launch and warm start need no torch
   try:
-    env = environment()
+    env = environment(with_torch)
   except ImportError as e:
-    return {"skipped": f"needs the CuTe DSL (nvidia-cutlass-dsl) and torch beside jax ({e})"}
-  if env["jax"].default_backend() != "gpu" or not env["torch"].cuda.is_available():
-    return {"skipped": "needs a GPU visible to both jax and torch"}
-  versions = {"cutlass_dsl": getattr(env["cutlass"], "__version__", "?"), "torch": env["torch"].__version__,
-              "jax": env["jax"].__version__}
+    return {"skipped": f"needs the CuTe DSL (nvidia-cutlass-dsl){' and torch' if with_torch else ''} beside jax "
+                       f"({e})"}
+  if env["jax"].default_backend() != "gpu" or (with_torch and not env["torch"].cuda.is_available()):
+    return {"skipped": "needs a GPU visible to " + ("both jax and torch" if with_torch else "jax")}
+  if with_torch:  # torch makes the device's primary context current: the DSL's occupancy query needs one
+    env["torch"].zeros(1, device="cuda")
+  versions = {"cutlass_dsl": getattr(env["cutlass"], "__version__", "?"), "jax": env["jax"].__version__,
+              **({"torch": env["torch"].__version__} if with_torch else {})}
   result = {"versions": versions, "cases": {}, "speed": {}, "errors": {}}
   missing = cute_call_of(env["jmf"]) is None
   if missing:
