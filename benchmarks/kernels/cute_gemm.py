@@ -215,7 +215,6 @@ class HopperGemm:
       tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))  # (MMA, MMA_M, MMA_K, STAGES) descriptors
       tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
       accumulators = cute.make_rmem_tensor(thr_mma.partition_C(gC[(None, None, 0, 0)]).shape, cutlass.Float32)
-      k_blocks = cute.size(tCrA, mode=[2])
 
       # Epilogue: registers -> shared memory with stmatrix, in slices of epi_tile; TMA stores them.
       r2s_atom = sm90_utils.get_smem_store_op(LayoutEnum.ROW_MAJOR, self.c_dtype, cutlass.Float32)
@@ -242,19 +241,11 @@ class HopperGemm:
         tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
         # The first stage: its MMAs stay in flight while the next stage's are issued.
         mainloop.consumer_wait(read)
-        cute.nvgpu.warpgroup.fence()
-        for kb in cutlass.range_constexpr(k_blocks):
-          cute.gemm(tiled_mma, accumulators, tCrA[(None, None, kb, read.index)], tCrB[(None, None, kb, read.index)],
-                    accumulators)
-        cute.nvgpu.warpgroup.commit_group()
+        self.stage_mmas(tiled_mma, accumulators, tCrA, tCrB, read.index)
         read.advance()
         for _ in cutlass.range(1, k_tiles, unroll=1):
           mainloop.consumer_wait(read)
-          cute.nvgpu.warpgroup.fence()
-          for kb in cutlass.range_constexpr(k_blocks):
-            cute.gemm(tiled_mma, accumulators, tCrA[(None, None, kb, read.index)], tCrB[(None, None, kb, read.index)],
-                      accumulators)
-          cute.nvgpu.warpgroup.commit_group()
+          self.stage_mmas(tiled_mma, accumulators, tCrA, tCrB, read.index)
           cute.nvgpu.warpgroup.wait_group(1)  # the previous stage's MMAs are done: give that stage back
           mainloop.consumer_release(release)
           release.advance()
@@ -283,6 +274,15 @@ class HopperGemm:
             stores.producer_acquire()  # at most EPILOGUE_STAGES - 1 stores still reading shared memory
           self.epilogue_barrier.arrive_and_wait()  # nobody overwrites a slice buffer still being stored
       stores.producer_tail()
+
+  @cute.jit
+  def stage_mmas(self, tiled_mma: cute.TiledMma, accumulators: cute.Tensor, tCrA: cute.Tensor, tCrB: cute.Tensor,
+                 stage: cutlass.Int32):
+    """The MMAs of one stage of the ring (64 along K, 16 per wgmma), issued as one wgmma group."""
+    cute.nvgpu.warpgroup.fence()
+    for kb in cutlass.range_constexpr(cute.size(tCrA, mode=[2])):
+      cute.gemm(tiled_mma, accumulators, tCrA[(None, None, kb, stage)], tCrB[(None, None, kb, stage)], accumulators)
+    cute.nvgpu.warpgroup.commit_group()
 
 
 @cute.jit
