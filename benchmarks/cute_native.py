@@ -16,7 +16,9 @@ paths compile the same specialization (static shapes: `use_static_tensors=True`,
 The launch run measures the host cost per call inside `jit` of a trivial kernel (add_one on 256 floats) in a
 chain of 200: ours against cutlass_call (and a CUDA C++ mosaic_kernel for reference), command buffers on and off.
 The warm-start run measures the first GEMM result (8192^3 bf16) in fresh processes: cold (empty caches) and warm
-(the same cache folders again), ours and cutlass_call; the DSL's own file cache is pointed at the same folders.
+(the same cache folders again), ours and cutlass_call, and ours with JAX's persistent compilation cache on too; the
+DSL's own file cache is pointed at the same folders. Each process stamps its stages (imports, trace, lowering, XLA's
+compile with our instantiate stage inside it, the first execution), so the page shows whose the time is.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 from benchmarks import timing
 from benchmarks.markdown import failure, fmt, last_line, sig, table
@@ -302,64 +305,114 @@ def _measure_launch(env: dict, rounds: int) -> dict:
 
 # ------------------------------------------------------------------ warm start (fresh processes)
 
-WARM_CHILD = r'''
-import json, os, sys, time
-path, which, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-sys.path.insert(0, path)
+# Each stage of a fresh process, in order: its imports and backend (the process's fixed costs), then the call's
+# stages: jax's trace (ours: the plan, the cache lookup and the kernel; cutlass_call: its compile), jax's lowering,
+# XLA's compile of the program (it runs the instantiate stage, where the CuTe DSL runtime loads the object:
+# "instantiate" is that part of it), and the first execution up to the result on the device.
+PROCESS_STAGES = ("import_jax", "backend", "import_dsl", "import_front_end", "inputs")
+CALL_STAGES = ("trace", "lower", "compile", "run")
+# Warm-start variants: the side's call, and whether JAX's own persistent compilation cache is on (cold: empty).
+WARM_SIDES = {"ours": ("ours", False), "cutlass_call": ("cutlass_call", False), "ours_jax_cache": ("ours", True)}
+
+WARM_CHILD = r"""
+import time
+started = time.time()  # wall clock, as the parent's launch stamp
+import json, sys
+path, which, n, jax_cache = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+stamps = [("start", time.perf_counter())]
+stamp = lambda name: stamps.append((name, time.perf_counter()))
 import jax, jax.numpy as jnp, numpy as np
+if jax_cache:  # JAX's persistent compilation cache, every program kept
+  jax.config.update("jax_compilation_cache_dir", jax_cache)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+stamp("import_jax")
 jax.block_until_ready(jax.jit(lambda v: v + 1)(jnp.zeros(8)))  # JAX's own startup is not the kernel's
-import cutlass.jax as cjax
+stamp("backend")
+sys.path.insert(0, path)
+import cute_gemm  # the user's kernel file: it imports the DSL
+stamp("import_dsl")
 import jax_mosaic_ffi as jmf
-import cute_gemm
-a = jnp.ones((n, n), jnp.bfloat16)
-b = jnp.full((n, n), 1 / n, jnp.bfloat16)
+if which == "cutlass_call":
+  import cutlass.jax as cjax
+stamp("import_front_end")
+a = jax.block_until_ready(jnp.ones((n, n), jnp.bfloat16))
+b = jax.block_until_ready(jnp.full((n, n), 1 / n, jnp.bfloat16))
 out = jax.ShapeDtypeStruct((n, n), jnp.bfloat16)
 call = (jmf.cute_call if which == "ours" else cjax.cutlass_call)(cute_gemm.hopper_gemm, output_shape_dtype=out,
                                                                    use_static_tensors=True)
-start = time.perf_counter()
-c = np.asarray(jax.jit(call)(a, b).astype(jnp.float32))
-seconds = time.perf_counter() - start
-stats = jmf.kernel_cache_stats()
-print("CHILD " + json.dumps({"first_result_s": seconds, "value": float(c[0, 0]),
-                             "cute_compiles": getattr(stats, "cute_compiles", None)}))
-'''
+before = jmf.kernel_cache_stats()
+stamp("inputs")
+traced = jax.jit(call).trace(a, b)
+stamp("trace")
+lowered = traced.lower()
+stamp("lower")
+compiled = lowered.compile()
+stamp("compile")
+c = jax.block_until_ready(compiled(a, b))
+stamp("run")
+first_result = time.time()
+after = jmf.kernel_cache_stats()
+corner = np.asarray(c[:8, :8].astype(jnp.float32))  # every element of ones @ (1/n)^T is 1
+seconds = {name: t - stamps[k][1] for k, (name, t) in enumerate(stamps[1:])}
+print("CHILD " + json.dumps({
+    "first_result_s": sum(seconds[s] for s in ("trace", "lower", "compile", "run")), "stages_s": seconds,
+    "instantiate_s": after.instantiate_seconds - before.instantiate_seconds, "started": started,
+    "first_result_wall": first_result, "value": float(corner.min()), "value_max": float(corner.max()),
+    "cute_compiles": after.cute_compiles - before.cute_compiles}))
+"""
 
 
-def _warm_child(which: str, cache_dir: str) -> dict:
+def _warm_child(which: str, cache_dir: str, jax_cache: bool) -> dict:
   env = dict(os.environ, JAX_MOSAIC_FFI_CACHE_DIR=os.path.join(cache_dir, "jmf"),
              CUTE_DSL_CACHE_DIR=os.path.join(cache_dir, "cute_dsl"))
-  done = subprocess.run([sys.executable, "-c", WARM_CHILD, KERNELS, which, str(WARM_START_SIZE)], env=env,
+  launched = time.time()
+  done = subprocess.run([sys.executable, "-c", WARM_CHILD, KERNELS, which, str(WARM_START_SIZE),
+                         os.path.join(cache_dir, "jax") if jax_cache else ""], env=env,
                         capture_output=True, text=True, timeout=200, cwd=tempfile.gettempdir())
   lines = [line for line in done.stdout.splitlines() if line.startswith("CHILD ")]
   if done.returncode != 0 or not lines:
     raise RuntimeError(f"{which}: exit code {done.returncode}\n{(done.stderr or done.stdout)[-1500:]}")
   result = json.loads(lines[-1][len("CHILD "):])
-  if abs(result["value"] - 1.0) > 1e-2:  # every element of ones @ (1/n)^T is 1
-    raise AssertionError(f"{which}: the first result is {result['value']}, not 1")
+  if abs(result["value"] - 1.0) > 1e-2 or abs(result["value_max"] - 1.0) > 1e-2:
+    raise AssertionError(f"{which}: the first result holds {result['value']}..{result['value_max']}, not 1")
+  result["process_s"] = result["first_result_wall"] - launched  # the interpreter's own start included
   return result
 
 
+def _median_stages(children: list[dict]) -> dict:
+  stages = {name: statistics.median(c["stages_s"][name] for c in children) for name in children[0]["stages_s"]}
+  stages["instantiate"] = statistics.median(c["instantiate_s"] for c in children)
+  return stages
+
+
 def _measure_warm_start(env: dict) -> dict:
-  """{"cold_s": {side: s}, "warm_s": ..., "warm_over_cold": ..., "cute_compiles": {side: (cold, warm)}}, medians."""
-  result = {"size": WARM_START_SIZE, "pairs": WARM_START_PAIRS, "cold_s": {}, "warm_s": {}, "warm_over_cold": {},
-            "cute_compiles": {}, "errors": {}}
-  sides = ["cutlass_call"] + (["ours"] if cute_call_of(env["jmf"]) is not None else [])
+  """Per side (WARM_SIDES), medians over pairs of fresh processes: cold_s and warm_s (from the call to its first
+  result on the device), process_cold_s and process_warm_s (from the process's launch), each stage's seconds
+  ("stages": {side: {"cold": ..., "warm": ...}}), and the CuTe compiles of the last pair."""
+  keys = ("cold_s", "warm_s", "warm_over_cold", "process_cold_s", "process_warm_s", "process_warm_over_cold",
+          "stages", "cute_compiles")
+  result = {"size": WARM_START_SIZE, "pairs": WARM_START_PAIRS, **{k: {} for k in keys}, "errors": {}}
+  sides = [s for s in WARM_SIDES if WARM_SIDES[s][0] != "ours" or cute_call_of(env["jmf"]) is not None]
   if "ours" not in sides:
     result["errors"]["ours"] = f"n/a: {NO_CUTE_CALL}"
-  for which in sides:
-    cold, warm = [], []
+  for side in sides:
+    which, jax_cache = WARM_SIDES[side]
+    pairs = []
     try:
       for _ in range(WARM_START_PAIRS):
         with tempfile.TemporaryDirectory(prefix="cute-warm-") as cache_dir:
-          first, second = _warm_child(which, cache_dir), _warm_child(which, cache_dir)
-          cold.append(first["first_result_s"])
-          warm.append(second["first_result_s"])
-          result["cute_compiles"][which] = [first["cute_compiles"], second["cute_compiles"]]
+          pairs.append((_warm_child(which, cache_dir, jax_cache), _warm_child(which, cache_dir, jax_cache)))
     except Exception as e:  # one side's failure is its row
-      result["errors"][which] = f"{type(e).__name__}: {str(e)[:1500]}"
+      result["errors"][side] = f"{type(e).__name__}: {str(e)[:1500]}"
       continue
-    result["cold_s"][which], result["warm_s"][which] = statistics.median(cold), statistics.median(warm)
-    result["warm_over_cold"][which] = result["warm_s"][which] / result["cold_s"][which]
+    cold, warm = [p[0] for p in pairs], [p[1] for p in pairs]
+    for prefix, key in (("", "first_result_s"), ("process_", "process_s")):
+      result[f"{prefix}cold_s"][side] = statistics.median(c[key] for c in cold)
+      result[f"{prefix}warm_s"][side] = statistics.median(c[key] for c in warm)
+      result[f"{prefix}warm_over_cold"][side] = result[f"{prefix}warm_s"][side] / result[f"{prefix}cold_s"][side]
+    result["stages"][side] = {"cold": _median_stages(cold), "warm": _median_stages(warm)}
+    result["cute_compiles"][side] = [pairs[-1][0]["cute_compiles"], pairs[-1][1]["cute_compiles"]]
   return result
 
 
@@ -479,22 +532,72 @@ def _launch_block(results: dict) -> str:
                 rows, "lrrrr"))
 
 
+WARM_LABELS = {"ours": "ours (jmf.cute_call)", "cutlass_call": "cutlass_call",
+               "ours_jax_cache": "ours, JAX's compilation cache on too"}
+STAGE_LABELS = {"import_jax": "import jax", "backend": "JAX backend up (a first jit)",
+                "import_dsl": "import the kernel's file (the DSL)", "import_front_end": "import the front end",
+                "inputs": "inputs on the GPU", "trace": "trace (ours: plan, cache lookup, kernel)",
+                "lower": "lower to StableHLO", "compile": "XLA compile",
+                "instantiate": "of which instantiate (object load)",
+                "run": "first execution, to the result"}
+
+
+def _ms(seconds) -> str:
+  return "n/a" if seconds is None else f"{1e3 * seconds:.1f}"
+
+
 def _warm_block(r) -> str:
   why = failure(r)
   if why:
     return f"Warm start: n/a: {why}"
   rows = []
-  for side, label in (("ours", "ours (jmf.cute_call)"), ("cutlass_call", "cutlass_call")):
+  for side, label in WARM_LABELS.items():
     if side not in r["cold_s"]:
-      rows.append([label, "n/a", "n/a", last_line(r.get("errors", {}).get(side, "?"))[:120], ""])
+      error = r.get("errors", {}).get(side)
+      if error is not None:
+        rows.append([label, "n/a", "n/a", last_line(error)[:120], "", "", "", ""])
       continue
+    compiles = r["cute_compiles"].get(side) if side != "cutlass_call" else None
+    process = (side in r.get("process_cold_s", {}))
     rows.append([label, f"{fmt(r['cold_s'][side], 2)} s", f"{fmt(r['warm_s'][side], 3)} s",
                  f"**{fmt(100 * r['warm_over_cold'][side], 1)}%**",
-                 " / ".join("n/a" if n is None else str(n) for n in r["cute_compiles"].get(side, ()))])
-  return (f"Warm start: the first result of the GEMM ({r['size']}^3 bf16) in a fresh process, from the call to the "
-          "result (the process's JAX backend already up), cold (empty kernel caches: ours and the DSL's file cache) "
-          f"and warm (the same cache folders again); medians of {r['pairs']} pairs.\n\n" +
-          table(["path", "cold", "warm", "warm / cold", "CuTe compiles (cold / warm)"], rows, "lrrrl"))
+                 f"{fmt(r['process_cold_s'][side], 2)} s" if process else "n/a",
+                 f"{fmt(r['process_warm_s'][side], 2)} s" if process else "n/a",
+                 f"{fmt(100 * r['process_warm_over_cold'][side], 1)}%" if process else "n/a",
+                 " / ".join("n/a" if n is None else str(n) for n in compiles) if compiles else "n/a"])
+  text = (f"Warm start: the first result of the GEMM ({r['size']}^3 bf16) in a fresh process, cold (empty caches: "
+          "ours and the DSL's file cache) and warm (the same cache folders again); medians of "
+          f"{r['pairs']} pairs. *First result*: from the call (the process's JAX backend up, the kernel's file "
+          "imported) to the GEMM's output ready on the GPU; *whole process*: from the process's launch to the same "
+          "point, as a user restarting a server sees it.\n\n" +
+          table(["path", "cold", "warm", "warm / cold", "whole process cold", "whole process warm",
+                 "whole process warm / cold", "CuTe compiles (cold / warm)"], rows, "lrrrrrrl"))
+  stages = r.get("stages") or {}
+  if stages:
+    columns = [(side, phase) for side in WARM_LABELS if side in stages for phase in ("cold", "warm")]
+    names = [n for n in STAGE_LABELS if any(n in stages[side][phase] for side, phase in columns)]
+    breakdown = [[STAGE_LABELS[n], *(_ms(stages[side][phase].get(n)) for side, phase in columns)] for n in names]
+    text += ("\n\nWhere the time goes, stage by stage (milliseconds, medians); the first result is the sum of the "
+             "stages from trace to first execution:\n\n" +
+             table(["stage", *(f"{WARM_LABELS[side]}, {phase}" for side, phase in columns)], breakdown))
+    if "ours" in stages:
+      text += "\n\n" + _warm_shares(stages["ours"]["warm"], r["cold_s"]["ours"])
+  return text
+
+
+def _warm_shares(warm: dict, cold_s: float) -> str:
+  """Whose the warm first result is: jax's tracing and lowering with our lookup, XLA's compile, the DSL runtime's
+  object load, the GEMM itself."""
+  ours = warm["trace"] + warm["lower"]
+  xla = warm["compile"] - warm["instantiate"]
+  total = ours + warm["compile"] + warm["run"]
+  return (f"Of the warm first result ({_ms(total)} ms): trace and lowering, where our cache lookup runs, "
+          f"{_ms(ours)} ms; XLA's compile of the program {_ms(xla)} ms; the instantiate stage, where the CuTe DSL "
+          f"runtime loads the object ({WARM_INSTANTIATE_NOTE}), {_ms(warm['instantiate'])} ms; the first execution "
+          f"{_ms(warm['run'])} ms. 5% of the cold first result is {_ms(0.05 * cold_s)} ms.")
+
+
+WARM_INSTANTIATE_NOTE = "CuteDSLRT_Module_Create_From_Bytes links the host code, Get_Function loads the cubin"
 
 
 GEMM_NOTE = (

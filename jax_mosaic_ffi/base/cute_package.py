@@ -55,6 +55,8 @@ def runtime() -> CuteRuntime | None:
   return None
 
 
+@functools.cache
 def compiler_release() -> str | None:
-  """The release of the installed DSL compiler (nvidia-cutlass-dsl), or None without it."""
+  """The release of the installed DSL compiler (nvidia-cutlass-dsl), or None without it (read once: every trace
+  asks, and reading package metadata costs milliseconds)."""
   return _release("nvidia-cutlass-dsl")
