@@ -98,7 +98,7 @@ std::string Describe(const jmf::LaunchAttributes& a) {
          "\n  scalar_sizes " + Join(a.scalar_sizes) + " scalar_data " + std::to_string(a.scalar_data.size()) +
          " bytes, poison_outputs " + Join(a.poison_outputs) + "\n  xla_replica_ids '" + Escape(a.xla_replica_ids) +
          "' symmetric '" + Escape(a.symmetric_memory_parameters) + "' hash " + std::to_string(a.kernel_hash.size()) +
-         " bytes\n";
+         " bytes\n  host_args " + Join(a.host_args) + "\n";
 }
 
 [[noreturn]] void Violation(const char* what, int line, const std::string& detail) {
@@ -713,6 +713,26 @@ void BuildLaunch(Input& in, bool collective, Attributes* attrs) {
     for (int64_t b = 0; b < num_buffers; ++b) flags += std::string(b > 0 ? "," : "") + (in.Bool() ? '1' : '0');
     attrs->SetBytes("nvshmem_symmetric", flags);
   }
+  // The CuTe target: the module's host function launches, so the call has a [1, 1, 1] launch, no parameters,
+  // scalars, tensor maps, programs or shared memory, and per host-function argument (after the stream) a
+  // buffer's address or one of its dimensions. Decided last, so that the choices above keep their meaning.
+  if (!collective && num_buffers > 0 && in.OneIn(4)) {
+    for (const char* name : {"grid", "block", "cluster"}) attrs->SetInts(name, {1, 1, 1});
+    for (const char* name : {"smem_bytes", "uses_pdl", "scalar_sizes", "scalar_data", "tensor_maps", "launch_programs",
+                             "nvshmem_symmetric"}) {
+      attrs->Named(name) = Attr();
+    }
+    attrs->SetInts("param_order", {});
+    std::vector<int64_t> host_args;
+    const int64_t args = 1 + Count(in, jmf::kMaxParams - 1);
+    for (int64_t k = 0; k < args; ++k) {
+      const bool address = in.Bool();
+      host_args.push_back(address ? jmf::kHostArgAddress : jmf::kHostArgDimension);
+      host_args.push_back(k < num_buffers && !in.OneIn(4) ? k : static_cast<int64_t>(in.Below(num_buffers)));
+      host_args.push_back(address ? 0 : in.OneIn(8) ? jmf::kMaxHostArgDimension : in.Below(5));
+    }
+    attrs->SetInts("host_args", host_args);
+  }
 }
 
 // Replaces one attribute with a value of another type, or edits its value.
@@ -994,6 +1014,26 @@ void CheckSpec(const jmf::LaunchAttributes& a, bool collective, const jmf::Launc
     }
     for (const jmf::DimRef& ref : s.programs->dims) {
       FUZZ_CHECK(ref.buffer >= 0 && ref.buffer < s.num_buffers && ref.axis >= 0 && ref.axis < jmf::kMaxBufferRank);
+    }
+  }
+
+  // A host launch (the CuTe target): LaunchHost fills kMaxParams slots, reading buffers.ptrs[buffer] and, for
+  // a dimension, buffers.dims[buffer][dimension] once it has checked the buffer's rank.
+  FUZZ_CHECK(s.host_launch == !a.host_args.empty());
+  FUZZ_CHECK(s.host_args.size() * jmf::kHostArgFields == (s.host_launch ? a.host_args.size() : 0));
+  if (s.host_launch) {
+    FUZZ_CHECK(!collective && !s.nvshmem && s.params.empty() && s.tensor_maps.empty() && s.programs == nullptr);
+    FUZZ_CHECK(s.grid == (std::array<uint32_t, 3>{1, 1, 1}) && s.block == s.grid && s.cluster == s.grid);
+    FUZZ_CHECK(s.smem_bytes == 0 && !s.uses_pdl);
+    FUZZ_CHECK(s.host_args.size() <= static_cast<size_t>(jmf::kMaxParams));
+    for (size_t i = 0; i < s.host_args.size(); ++i) {
+      const jmf::HostArg& h = s.host_args[i];
+      auto where = [i] { return "host_args entry " + std::to_string(i); };  // built only for a message
+      FUZZ_CHECK(h.kind == jmf::kHostArgAddress || h.kind == jmf::kHostArgDimension, where());
+      FUZZ_CHECK(h.buffer < s.num_buffers && h.dimension <= jmf::kMaxHostArgDimension, where());
+      FUZZ_CHECK(h.kind == jmf::kHostArgDimension || h.dimension == 0, where());
+      const int64_t* written = a.host_args.data() + jmf::kHostArgFields * i;
+      FUZZ_CHECK(written[0] == h.kind && written[1] == h.buffer && written[2] == h.dimension, where());
     }
   }
 
