@@ -234,6 +234,23 @@ def test_vmap_lowers_one_call_that_runs_per_element(isolated_disk_cache):
     jax.jit(jax.vmap(odd)).trace(jax.ShapeDtypeStruct((4, 100), jnp.float32)).lower(lowering_platforms=("cuda",))
 
 
+def test_each_target_compiles_whatever_arch_the_dsl_believes_it_runs_on(isolated_disk_cache):
+  # dump_to_object works only for the DSL's runtime arch (CUTE_DSL_ARCH, this GPU's, or sm_100a without one):
+  # cute/dsl.py sets it per compile. One of these two targets differs from it on any machine.
+  from cutlass.cutlass_dsl.cutlass import CuTeDSL
+  env = CuTeDSL._get_dsl().envar  # the DSL's private name that cute/dsl.py relies on: this test fails with it
+  arch = getattr(type(env), "arch", None)
+  assert isinstance(arch, property) and arch.fset and arch.fdel, "the DSL's runtime arch is no settable property"
+  runtime = env.arch
+  x = jax.ShapeDtypeStruct((512,), jnp.float32)
+  f = jmf.mosaic_kernel(jmf.cute_kernel(K.add_one, targets=["sm_90a", "sm_100a"]), x)
+  images = module_format.parse(one_call(f, x)["config"]["module"]).images
+  assert [(i.kind, i.arch.sm) for i in images] == [(module_format.ImageKind.CUTE, "sm_90a"),
+                                                   (module_format.ImageKind.CUTE, "sm_100a")]
+  assert all(i.data[:4] == b"\x7fELF" for i in images)
+  assert env.arch == runtime  # restored
+
+
 def test_the_contract_refuses_crafted_cute_calls():
   base = {"kernel_hash": bytes(32), "grid": [1, 1, 1], "block": [1, 1, 1], "cluster": [1, 1, 1], "num_inputs": 1,
           "num_outputs": 1, "param_order": [], "host_args": [1, 0, 0, 1, 1, 0]}

@@ -12,7 +12,6 @@ traces nor compiles, and imports no DSL; `jax.export` carries the module.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -38,20 +37,6 @@ _CACHE_FORMAT = "cute-1"
 _lock = threading.Lock()  # the DSL traces into process-wide state
 
 
-@contextlib.contextmanager
-def _runtime_arch(target: Arch):
-  """The DSL's idea of the GPU it runs on, set to the target while compiling: it builds the JIT engine
-  dump_to_object needs only for a binary it believes it can run (without a GPU it assumes sm_100a)."""
-  from cutlass.cutlass_dsl.cutlass import CuTeDSL  # noqa: PLC0415  (optional dependency: CuTe DSL)
-  state = CuTeDSL._get_dsl().envar  # noqa: SLF001  (the DSL's singleton has no public accessor)
-  saved = state.arch
-  state.arch = target.sm
-  try:
-    yield
-  finally:
-    state.arch = saved
-
-
 def _options(target: Arch, options: str | None) -> str:
   return f"--gpu-arch {target.sm}" + (f" {options}" if options else "")
 
@@ -61,7 +46,7 @@ def _trace_key(launcher, plan: Plan, target: Arch, options: str | None) -> str:
   cutlass, cute, cuda = dsl.modules()
   from cutlass import compiler as cutlass_compiler  # noqa: PLC0415  (optional dependency: CuTe DSL)
   from jax_mosaic_ffi.cute import wrapper  # noqa: PLC0415  (imports the DSL)
-  with _lock, _runtime_arch(target):
+  with _lock, dsl.runtime_arch(target.sm):
     artifact = cute.compile_to(cutlass_compiler.ArtifactType.PreCompiledMlir, wrapper.host_entry, cuda.CUstream(0),
                                *wrapper.placeholders(plan), launcher=launcher, plan=plan,
                                options=_options(target, options))
@@ -80,7 +65,7 @@ def launcher_identity(launcher, plan: Plan, target: Arch, options: str | None, c
 def _compile_one(launcher, plan: Plan, target: Arch, options: str | None, name: str, where: str) -> Image:
   cutlass, cute, cuda = dsl.modules()
   from jax_mosaic_ffi.cute import wrapper  # noqa: PLC0415  (imports the DSL)
-  with _lock, _runtime_arch(target):
+  with _lock, dsl.runtime_arch(target.sm):
     try:
       compiled = cute.compile(wrapper.host_entry, cuda.CUstream(0), *wrapper.placeholders(plan), launcher=launcher,
                               plan=plan, options=_options(target, options))

@@ -6,6 +6,7 @@ compiled: a process that runs only exported programs, or whose compiles are all 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 
@@ -58,3 +59,37 @@ def cutlass_dtype(dtype):
   modules()
   from cutlass.jax import jax_to_cutlass_dtype  # noqa: PLC0415  (optional dependency: CuTe DSL)
   return jax_to_cutlass_dtype(dtype)
+
+
+@contextlib.contextmanager
+def runtime_arch(arch: str):
+  """The DSL's idea of the GPU it runs on, set to ``arch`` (``"sm_90a"``) while compiling for it.
+
+  ``dump_to_object`` needs the JIT engine the DSL builds only for a binary it believes this machine can run: its
+  runtime arch (``CUTE_DSL_ARCH``, else the visible GPU's, else sm_100a) must be the target. That environment
+  variable is the public way to say it, but the DSL reads it once, when it is imported, and it holds one arch,
+  while a call compiles for the targets it is given (on a machine without a GPU, or for another GPU than this
+  one). Where the runtime arch already is the target (``CUTE_DSL_ARCH=sm_90a``, or this GPU's own), nothing
+  changes. Elsewhere we set it for the compile through the DSL's environment object: its ``arch`` property has
+  a public setter and deleter (the DSL's own tests patch it), but the DSL singleton that holds it has no
+  public accessor, so this is the one place that reaches a private name of the DSL (``CuTeDSL._get_dsl()``,
+  which the DSL's own modules call). tests/test_cute_compile.py fails if a release changes it.
+  """
+  try:
+    from cutlass.cutlass_dsl.cutlass import CuTeDSL  # noqa: PLC0415  (optional dependency: CuTe DSL)
+    state = CuTeDSL._get_dsl().envar  # noqa: SLF001  (see above: the one private name we use)
+    saved = state.arch
+  except (ImportError, AttributeError) as e:
+    raise CuteUnavailable(
+        f"nvidia-cutlass-dsl {cute_package.compiler_release()} no longer keeps its runtime arch where "
+        f"jax_mosaic_ffi sets it to compile for {arch} ({type(e).__name__}: {e}). Set CUTE_DSL_ARCH={arch} in "
+        f"the environment before the DSL is imported, or install {SUPPORTED_TEXT}: "
+        f"{cute_package.INSTALL_HINT}") from None
+  if saved == arch:
+    yield
+    return
+  state.arch = arch
+  try:
+    yield
+  finally:
+    state.arch = saved
