@@ -115,6 +115,27 @@ def test_fingerprint_follows_code_closures_and_constants():
   assert fingerprint.fingerprint(object()) is None  # nothing to read: keyed by a trace instead
 
 
+FIRST_COMPILE = '''
+  import json, sys
+  import jax, jax.numpy as jnp
+  import jax_mosaic_ffi as jmf
+  from jax_mosaic_ffi.cute import fingerprint
+  import cute_kernels as K
+  before = fingerprint.fingerprint(K.axpy)
+  a = jax.ShapeDtypeStruct((8, 32), jnp.float32)
+  for alpha in (2.0, 2.0, 3.0):  # the DSL rewrites the launcher's code when it first compiles it
+    jax.jit(jmf.cute_call(K.axpy, output_shape_dtype=a, alpha=alpha)).trace(a, a).lower(lowering_platforms=("cuda",))
+  print(json.dumps({"same": fingerprint.fingerprint(K.axpy) == before,
+                    "compiles": jmf.kernel_cache_stats().cute_compiles}))
+'''
+
+
+def test_a_launcher_keeps_its_fingerprint_once_the_dsl_compiled_it(tmp_path):
+  # A fresh process: the first compile of K.axpy in it (the DSL rewrites a function's code in place).
+  result = fresh_process.run(FIRST_COMPILE, env={"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache")}).result
+  assert result == {"same": True, "compiles": 2}
+
+
 def test_launchers_that_cannot_be_read_are_keyed_by_a_trace(isolated_disk_cache):
   x = jax.ShapeDtypeStruct((256,), jnp.float32)
   opaque = object()
