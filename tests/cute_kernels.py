@@ -42,6 +42,27 @@ def axpy(stream: cuda.CUstream, a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, 
                                                       block=(threads, 1, 1), stream=stream)
 
 
+@cute.kernel
+def _axpy_batched_kernel(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, alpha: cutlass.Float32):
+  tidx, _, _ = cute.arch.thread_idx()
+  bidx, _, _ = cute.arch.block_idx()
+  bdim, _, _ = cute.arch.block_dim()
+  i = bidx * bdim + tidx
+  m, n, batch = a.shape
+  if i < m * n * batch:
+    k, r = i // (m * n), i % (m * n)
+    c[r // n, r % n, k] = alpha * a[r // n, r % n, k] + b[r // n, r % n, k]
+
+
+@cute.jit
+def axpy_batched(stream: cuda.CUstream, a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, *,
+                 alpha: cutlass.Constexpr = 2.0, threads: cutlass.Constexpr = 128):
+  """c = alpha * a + b over (M, N, L) float32 tensors: a batch mode L last, as the DSL's GEMM examples take."""
+  m, n, batch = a.shape
+  _axpy_batched_kernel(a, b, c, cutlass.Float32(alpha)).launch(
+      grid=((m * n * batch + threads - 1) // threads, 1, 1), block=(threads, 1, 1), stream=stream)
+
+
 @cute.jit
 def scale_in_place(stream: cuda.CUstream, x: cute.Tensor):
   """x = x + 1 in place (an aliased output: the launcher gets only the input)."""

@@ -255,6 +255,38 @@ def test_vmap_lowers_one_call_that_runs_per_element(isolated_disk_cache):
     jax.jit(jax.vmap(odd)).trace(jax.ShapeDtypeStruct((4, 100), jnp.float32)).lower(lowering_platforms=("cuda",))
 
 
+def test_a_launcher_with_a_batch_mode_is_vmapped_into_one_call(isolated_disk_cache):
+  a = jax.ShapeDtypeStruct((8, 32), jnp.float32)
+  f = jmf.cute_call(K.axpy_batched, output_shape_dtype=a, batch_mode=-1, alpha=2.0)
+  before = jmf.kernel_cache_stats().cute_compiles
+
+  def host_args(buffers):  # per buffer (2 inputs, 1 output): its address, then 3 dimensions, the batch first
+    return [v for b in range(buffers) for v in (1, b, 0, 2, b, 0, 2, b, 1, 2, b, 2)]
+  plain = one_call(f, a, a)  # a batch of one: (8, 32) arrays are (8, 32, 1) tensors
+  assert plain["config"]["host_args"] == host_args(3) and plain["config"].get("batch_size", 1) == 1
+  for shape, in_axes in (((4, 8, 32), (0, 0)), ((7, 8, 32), (0, None))):
+    batch = jax.ShapeDtypeStruct(shape, jnp.float32)
+    (cc,) = custom_calls(lower(jax.vmap(f, in_axes=in_axes), batch, batch if in_axes[1] == 0 else a))
+    assert cc["config"]["host_args"] == host_args(3) and cc["config"].get("batch_size", 1) == 1
+  nested = jax.ShapeDtypeStruct((3, 4, 8, 32), jnp.float32)
+  (cc,) = custom_calls(lower(jax.vmap(jax.vmap(f)), nested, nested))
+  assert cc["config"].get("batch_size", 1) == 1
+  # Dynamic tensors read the batch at run time: one compile for every batch size.
+  assert jmf.kernel_cache_stats().cute_compiles - before == 1
+  with pytest.raises(jmf.LaunchError, match="batch_mode=3 is no mode position of input_spec #0"):
+    lower(jmf.cute_call(K.axpy_batched, output_shape_dtype=a, batch_mode=3), a, a)
+  with pytest.raises(TypeError, match="batch_mode is a mode position"):
+    jmf.cute_call(K.axpy_batched, output_shape_dtype=a, batch_mode="last")
+
+
+def test_a_batched_launcher_falls_back_per_batch_off_cuda(isolated_disk_cache, rng):
+  a, b = (rng.standard_normal((5, 8, 32)).astype(np.float32) for _ in range(2))
+  f = jmf.mosaic_kernel(jmf.cute_kernel(K.axpy_batched, batch_mode=2, alpha=2.0),
+                        lambda x, y: jax.ShapeDtypeStruct(x.shape, x.dtype), fallback=lambda x, y: 2 * x + y)
+  np.testing.assert_allclose(np.asarray(jax.jit(jax.vmap(f))(a, b)), 2 * a + b, rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(jax.jit(f)(a[0], b[0])), 2 * a[0] + b[0], rtol=1e-6)
+
+
 def test_each_target_compiles_whatever_arch_the_dsl_believes_it_runs_on(isolated_disk_cache):
   # dump_to_object works only for the DSL's runtime arch (CUTE_DSL_ARCH, this GPU's, or sm_100a without one):
   # cute/dsl.py sets it per compile. One of these two targets differs from it on any machine.

@@ -117,6 +117,20 @@ def test_vmap_runs_once_per_element(rng, isolated_disk_cache):
   np.testing.assert_allclose(np.asarray(got), 3 * a + shared.reshape(4, 64), rtol=1e-5)
 
 
+def test_vmap_of_a_launcher_with_a_batch_mode_is_one_call_over_the_batch(rng, isolated_disk_cache):
+  # The launcher's tensors are (M, N, L); the arrays (M, N), batched by vmap into L.
+  shape = (33, 64)
+  f = jmf.cute_call(K.axpy_batched, output_shape_dtype=jax.ShapeDtypeStruct(shape, jnp.float32), batch_mode=-1,
+                    alpha=-1.5)
+  a, b = (rng.standard_normal((6, *shape)).astype(np.float32) for _ in range(2))
+  np.testing.assert_allclose(np.asarray(jax.jit(f)(a[0], b[0])), -1.5 * a[0] + b[0], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(np.asarray(jax.jit(jax.vmap(f))(a, b)), -1.5 * a + b, rtol=1e-5, atol=1e-6)
+  shared = jax.jit(jax.vmap(f, in_axes=(0, None)))(a, b[0])  # broadcast to the batch
+  np.testing.assert_allclose(np.asarray(shared), -1.5 * a + b[0], rtol=1e-5, atol=1e-6)
+  nested = jax.jit(jax.vmap(jax.vmap(f)))(a.reshape(2, 3, *shape), b.reshape(2, 3, *shape))
+  np.testing.assert_allclose(np.asarray(nested).reshape(a.shape), -1.5 * a + b, rtol=1e-5, atol=1e-6)
+
+
 def test_grad_and_jvp_through_cute_kernels(rng, isolated_disk_cache):
   shape = (16, 64)
   out = jax.ShapeDtypeStruct(shape, jnp.float32)

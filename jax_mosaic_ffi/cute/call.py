@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from typing import Any, Callable, Mapping, Sequence
 
@@ -28,7 +29,7 @@ def _name(fn) -> str:
 
 def cute_kernel(fn: Callable[..., None], *, input_spec=None, output_spec=None, use_static_tensors: bool = False,
                 compile_options: str | None = None, compile_key=None, targets=None, allow_cuda_graph: bool = True,
-                **constexprs) -> CuteFunction:
+                batch_mode: int | None = None, **constexprs) -> CuteFunction:
   """A CuTe DSL launcher for `mosaic_kernel`.
 
   ``fn`` is a ``@cute.jit`` function (or any callable that calls one) taking ``(stream, *inputs, *outputs,
@@ -52,6 +53,11 @@ def cute_kernel(fn: Callable[..., None], *, input_spec=None, output_spec=None, u
       instead of reading the code (cute/fingerprint.py).
     targets: archs to compile for (default: the visible GPUs', arch-specific: ``sm_90a``).
     allow_cuda_graph: False keeps the call out of XLA's CUDA graphs.
+    batch_mode: for a launcher whose tensors take a batch mode (as the DSL's GEMM examples take (M, K, L)): the
+      mode position of that batch in every tensor (``2``, or ``-1`` for the last). Each tensor then has it: of
+      extent 1 in a plain call, and the whole batch under ``jax.vmap``, which makes one call (inputs vmap does
+      not batch are broadcast to the batch). The arrays keep their own shapes: ``(M, K)`` arrays reach the
+      launcher as ``(M, K, 1)`` tensors. Without it, ``vmap`` runs the launcher once per batch element.
     **constexprs: keyword arguments passed to ``fn`` as compile-time constants.
 
   Raises:
@@ -60,9 +66,11 @@ def cute_kernel(fn: Callable[..., None], *, input_spec=None, output_spec=None, u
   dsl.check_release(cute_package.compiler_release())
   if not callable(fn):
     raise TypeError(f"cute_kernel needs a @cute.jit launcher (a callable), got {type(fn).__name__}")
+  if batch_mode is not None and (isinstance(batch_mode, bool) or not isinstance(batch_mode, int)):
+    raise TypeError(f"cute_kernel: batch_mode is a mode position (an int, -1 for the last), got {batch_mode!r}")
   return CuteFunction(fn, _name(fn), input_spec, output_spec, bool(use_static_tensors), tuple(constexprs.items()),
                       compile_options, compile_key, None if targets is None else tuple(targets),
-                      bool(allow_cuda_graph))
+                      bool(allow_cuda_graph), batch_mode=batch_mode)
 
 
 def _aliases(aliases) -> tuple[tuple[int, int], ...]:
@@ -91,7 +99,7 @@ def cute_call(fn: Callable[..., None], *, output_shape_dtype: Any = None, input_
               output_spec: Any = None, input_mode: Any = None, output_mode: Any = None,
               input_output_aliases: Mapping[Any, Any] | None = None, allow_cuda_graph: bool = True,
               ffi_call_target: str | None = None, compile_options: str | None = None, compile_key=None,
-              use_static_tensors: bool = False, **kwargs: Any) -> Callable[..., Any]:
+              use_static_tensors: bool = False, batch_mode: int | None = None, **kwargs: Any) -> Callable[..., Any]:
   """Calls a ``@cute.jit`` launcher ``(stream, *inputs, *outputs, **kwargs)`` from JAX: ``cutlass_call``'s
   signature and behaviour, on jax_mosaic_ffi's runtime.
 
@@ -110,6 +118,8 @@ def cute_call(fn: Callable[..., None], *, output_shape_dtype: Any = None, input_
     compile_options: more ``cute.compile`` options.
     compile_key: a stable identity of the launcher's code and state, used as the cache key's.
     use_static_tensors: compile every tensor's shape and strides in.
+    batch_mode: the mode position of a batch every tensor of the launcher takes: ``vmap`` then makes one call
+      (see `cute_kernel`). Not part of cutlass_call's signature.
     **kwargs: compile-time constants passed to ``fn``.
 
   Returns:
@@ -130,7 +140,7 @@ def cute_call(fn: Callable[..., None], *, output_shape_dtype: Any = None, input_
   aliases = _aliases(input_output_aliases)
   kernel = cute_kernel(fn, input_spec=input_spec, output_spec=output_spec, use_static_tensors=use_static_tensors,
                        compile_options=compile_options, compile_key=compile_key, allow_cuda_graph=allow_cuda_graph,
-                       **kwargs)
+                       batch_mode=batch_mode, **kwargs)
   output_shape_dtype = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype), output_shape_dtype)
   multiple = isinstance(output_shape_dtype, Sequence)
   outputs = tuple(output_shape_dtype) if multiple else (output_shape_dtype,)
@@ -152,9 +162,8 @@ def cute_call(fn: Callable[..., None], *, output_shape_dtype: Any = None, input_
       flat_aliases[sum(present[:_leaf_index(args, i)])] = sum(
           len(jax.tree_util.tree_leaves(x)) for x in outputs[:o])
     kept = tuple(x for k, x in enumerate(outputs) if k not in {o for _, o in aliases})
-    target = CuteFunction(kernel.fn, kernel.name, kernel.input_spec, kernel.output_spec, kernel.use_static_tensors,
-                          kernel.constexprs, kernel.compile_options, kernel.compile_key, kernel.targets,
-                          kernel.allow_cuda_graph, in_tree, present, jax.tree_util.tree_structure(kept))
+    target = dataclasses.replace(kernel, input_tree=in_tree, input_present=present,
+                                 output_tree=jax.tree_util.tree_structure(kept))
     options = LaunchOptions(grid=None, input_output_aliases=flat_aliases)
     results = cute_launch.launcher(target, list(out_leaves), options)(*arrays)
     output = jax.tree_util.tree_unflatten(out_tree, list(results) if isinstance(results, (tuple, list)) else [results])

@@ -41,6 +41,9 @@ class CuteFunction:
   input_tree: Any = None
   input_present: tuple[bool, ...] | None = None
   output_tree: Any = None
+  # The mode position at which the launcher's tensors take a batch axis (None: it takes none, and vmap runs it
+  # once per batch element).
+  batch_mode: int | None = None
 
   def with_meta(self, meta: dict) -> "CuteFunction":
     """The same launcher with constexprs from an autotuning config."""

@@ -9,8 +9,10 @@ constants (``cute_kernel(launch, BLOCK=128)``, or an autotuning config's). Each 
 `Plan` of its avals (cute/plan.py), gets the kernel from the compile cache (cute/compile.py) and binds the
 `mosaic_kernel` primitive with the plan's ``host_args``, which the lowering sends to the CuTe target. vmap
 runs the host function once per batch element (the runtime moves each buffer and reads each element's
-dimensions); aliases, ``zero_outputs``, ``fallback``, ``sharding`` and autotuning ``configs`` work as for
-every kernel.
+dimensions), unless the launcher takes a batch mode (``batch_mode=``): then every call has a leading batch
+axis on each array (of one in a plain call), the launcher's tensors take it at that mode, and vmap (nested
+ones merged) makes one call over the whole batch. Aliases, ``zero_outputs``, ``fallback``, ``sharding`` and
+autotuning ``configs`` work as for every kernel.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 
 import jax
+import jax.numpy as jnp
 
 from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base.errors import LaunchError, who
@@ -29,7 +32,7 @@ from jax_mosaic_ffi.call.launch_options import CheckedLaunch, LaunchOptions
 from jax_mosaic_ffi.cute import specs as specs_lib
 from jax_mosaic_ffi.cute.compile import compile_plan
 from jax_mosaic_ffi.cute.kernel import CuteFunction
-from jax_mosaic_ffi.cute.plan import Plan
+from jax_mosaic_ffi.cute.plan import BATCH, Plan, TensorArg
 from jax_mosaic_ffi.toolchain.kernel import default_targets, parse_targets
 
 
@@ -55,7 +58,8 @@ _REFUSED = {
     "scalars": "scalars: pass non-tensor values as constexpr keyword arguments of jmf.cute_kernel (or configs=)",
     "param_order": "param_order: the launcher takes (stream, *inputs, *outputs, **constexprs)",
     "collective": "collective: CuTe DSL kernels are not collective here",
-    "batch_grid_axis": "batch_grid_axis: under vmap the host function runs once per batch element",
+    "batch_grid_axis": "batch_grid_axis: under vmap the host function runs once per batch element, or once on "
+                       "the whole batch for a launcher whose tensors take a batch mode (cute_kernel(batch_mode=))",
     "scratch_bytes": "scratch_bytes: add an output instead (zero_outputs= zeroes it)",
     "zero_scratch": "zero_scratch: add an output and name it in zero_outputs=",
     "uses_pdl": "uses_pdl: the launcher launches its kernels itself",
@@ -67,6 +71,20 @@ def cute_targets(targets) -> tuple[Arch, ...]:
   DSL compiles by default), else sm_90a."""
   archs = parse_targets(targets) if targets is not None else default_targets()
   return tuple(Arch(a.number, "a") if a.suffix == "" and a.number >= 90 and targets is None else a for a in archs)
+
+
+def _with_batch(t: TensorArg, batch, batch_mode: int, index: int, what: str, where: str) -> TensorArg:
+  """``t`` with a leading batch axis of extent ``batch`` in the buffer, at mode position ``batch_mode`` of the
+  launcher's view (row-major buffers: the batch is the outermost stride). A dynamic tensor reads the extent at
+  run time (plan.BATCH), so one compile serves every batch size; a static one compiles it in."""
+  rank = t.rank + 1
+  if not -rank <= batch_mode < rank:
+    raise LaunchError(f"{where}: batch_mode={batch_mode} is no mode position of {what} #{index}, whose tensor "
+                      f"has {rank} modes with the batch")
+  mode = [m + 1 for m in t.mode]
+  mode.insert(batch_mode % rank, 0)
+  return dataclasses.replace(t, shape=(batch if t.static else BATCH, *t.shape), order=tuple(reversed(range(rank))),
+                             mode=tuple(mode), divisibility=(None, *t.divisibility))
 
 
 def launcher(target: CuteFunction, out_shape, options: LaunchOptions):
@@ -81,23 +99,35 @@ def launcher(target: CuteFunction, out_shape, options: LaunchOptions):
   aliases = dict(options.input_output_aliases or {})
   fallback = fallback_lib.create(options.fallback, f"mosaic_kernel '{name}'")
   targets = cute_targets(target.targets)
+  batch_mode = target.batch_mode
 
   input_tree, input_present, output_tree = target.input_tree, target.input_present, target.output_tree
 
-  def call(*args):
+  def bind(args, batched: bool):
+    """One mosaic_kernel call on ``args``; ``batched``: each has a leading batch axis, which the launcher's
+    tensors take at mode ``batch_mode``."""
     site = source_location.current()
     where = f"mosaic_kernel '{name}' at {site}"
     in_avals = tuple(jax.typeof(a) for a in args)
-    shapes = out_shape(*in_avals) if callable(out_shape) else out_shape
+    element_avals = tuple(a.update(shape=a.shape[1:]) for a in in_avals) if batched else in_avals
+    shapes = out_shape(*element_avals) if callable(out_shape) else out_shape
     out_avals, single = launch_values.out_avals(shapes, where)
     present = tuple(input_present) if input_present is not None else (True,) * len(in_avals)
     in_specs = specs_lib.flat_specs(target.input_spec, len(in_avals), present, "input_spec", where)
     out_specs = specs_lib.flat_specs(target.output_spec, len(out_avals), (True,) * len(out_avals), "output_spec",
                                      where)
     tensors = tuple(specs_lib.tensor_arg(s, a, target.use_static_tensors, k, "input_spec", where)
-                    for k, (s, a) in enumerate(zip(in_specs, in_avals))) + tuple(
+                    for k, (s, a) in enumerate(zip(in_specs, element_avals))) + tuple(
         specs_lib.tensor_arg(s, a, target.use_static_tensors, k, "output_spec", where)
         for k, (s, a) in enumerate(zip(out_specs, out_avals)))
+    if batched:
+      batch = in_avals[0].shape[0]
+      tensors = tuple(_with_batch(t, batch, batch_mode, k if k < len(in_avals) else k - len(in_avals),
+                                  "input_spec" if k < len(in_avals) else "output_spec", where)
+                      for k, t in enumerate(tensors))
+      out_avals = tuple(jax.core.ShapedArray((batch, *a.shape), a.dtype) for a in out_avals)
+      shapes = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in out_avals)
+      shapes = shapes[0] if single else shapes
     for i, o in aliases.items():
       if not (0 <= i < len(in_avals) and 0 <= o < len(out_avals)):
         continue  # CheckedLaunch names the bad index
@@ -115,6 +145,29 @@ def launcher(target: CuteFunction, out_shape, options: LaunchOptions):
     checked = CheckedLaunch.create(kernel, shapes, launch, who(kernel, site))
     host = HostLaunch(**{f.name: getattr(checked, f.name) for f in dataclasses.fields(CheckedLaunch)},
                       host_args=kernel.host_args, host_graph=target.allow_cuda_graph)
-    return primitive.kernel_call(host, fallback)(*args)
+    element_fallback = fallback.vmapped((0,) * len(args)) if batched and fallback is not None else fallback
+    return primitive.kernel_call(host, element_fallback)(*args)
+
+  if batch_mode is None:
+    return lambda *args: bind(args, False)
+
+  @jax.custom_batching.custom_vmap
+  def batched(*args):  # every array with one leading batch axis, the same for all
+    return bind(args, True)
+
+  @batched.def_vmap
+  def merged(axis_size, in_batched, *args):
+    # A batch of batches (vmap of this call, or nested vmaps): one batch, outer axis first.
+    args = [a if b else jnp.broadcast_to(a, (axis_size, *a.shape)) for a, b in zip(args, in_batched)]
+    inner = args[0].shape[1]
+    out = batched(*(a.reshape((axis_size * inner, *a.shape[2:])) for a in args))
+    out = jax.tree.map(lambda o: o.reshape((axis_size, inner, *o.shape[1:])), out)
+    return out, jax.tree.map(lambda _: True, out)
+
+  def call(*args):
+    if not args:
+      raise LaunchError(f"mosaic_kernel '{name}': a launcher with batch_mode= needs at least one input array")
+    out = batched(*(a[None] for a in args))  # one call is a batch of one
+    return jax.tree.map(lambda o: o[0], out)
 
   return call

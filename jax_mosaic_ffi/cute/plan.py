@@ -25,6 +25,9 @@ from jax_mosaic_ffi.base.native import core
 ADDRESS = core.LIMITS["host_arg_address"]
 DIMENSION = core.LIMITS["host_arg_dimension"]
 XLA_BUFFER_ALIGNMENT = core.LIMITS["buffer_alignment"]
+# The extent of a dynamic tensor's batch axis (cute_kernel(batch_mode=)): read at run time like any dynamic
+# dimension, and no divisor known, so one compile serves every batch size.
+BATCH = "batch"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +38,7 @@ class TensorArg:
   innermost), ``mode`` the permutation the kernel sees, ``divisibility`` per dimension (None: unknown),
   ``static`` bakes shape and strides into the code."""
 
-  shape: tuple[Any, ...]  # ints, or jax.export symbolic dimensions
+  shape: tuple[Any, ...]  # ints, jax.export symbolic dimensions, or BATCH
   dtype: str
   order: tuple[int, ...]
   mode: tuple[int, ...]
