@@ -27,7 +27,7 @@ def _keep_unbuilt_source_tree_off_path() -> None:
   on sys.path, and its jax_mosaic_ffi has no compiled extension unless it was
   built in place: then the installed package must win, here and in every
   process started from here (PYTHONPATH is inherited)."""
-  if glob.glob(os.path.join(REPO, "jax_mosaic_ffi", "_core*.so")):
+  if glob.glob(os.path.join(REPO, "jax_mosaic_ffi", "base", "_core*.so")):
     return
 
   def is_repo(entry: str) -> bool:

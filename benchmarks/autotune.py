@@ -27,20 +27,19 @@ TITLE = "Autotuning: a Triton and a CUDA C++ matmul"
 ORDER = 55
 RUNS = (Run("main", timeout_s=400.0),)
 
-KERNELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
 TRITON_SHAPE = (4096, 4096, 4096)  # M, N, K; fp16 in and out, fp32 accumulation
 CUDA_SHAPE = (2048, 2048, 2048)    # fp32
 
 TRITON_CONFIGS = [
-    dict(BM=64, BN=64, BK=32, GROUP=8, num_warps=4, num_stages=2),
-    dict(BM=128, BN=128, BK=64, GROUP=8, num_warps=8, num_stages=3),
-    dict(BM=128, BN=256, BK=64, GROUP=8, num_warps=8, num_stages=3),
-    dict(BM=256, BN=128, BK=64, GROUP=8, num_warps=8, num_stages=3),
-    dict(BM=128, BN=128, BK=32, GROUP=8, num_warps=4, num_stages=4),
-    dict(BM=128, BN=64, BK=64, GROUP=8, num_warps=4, num_stages=4),
-    dict(BM=64, BN=128, BK=64, GROUP=8, num_warps=4, num_stages=4),
-    dict(BM=128, BN=128, BK=64, GROUP=8, num_warps=4, num_stages=3),
-    dict(BM=64, BN=256, BK=32, GROUP=8, num_warps=4, num_stages=4),
+    dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=8, num_warps=4, num_stages=2),
+    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3),
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3),
+    dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3),
+    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, GROUP_M=8, num_warps=4, num_stages=4),
+    dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=4),
+    dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=4),
+    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=3),
+    dict(BLOCK_M=64, BLOCK_N=256, BLOCK_K=32, GROUP_M=8, num_warps=4, num_stages=4),
 ]
 CUDA_CONFIGS = [
     dict(BM=16, BN=16, BK=16, TM=1, TN=1), dict(BM=32, BN=32, BK=16, TM=2, TN=2),
@@ -54,8 +53,7 @@ CUDA_CONFIGS = [
 CHILD = r'''
 import json, os, sys, time
 start_process = time.perf_counter()
-role, kernels = sys.argv[1], sys.argv[2]
-sys.path.insert(0, kernels)
+role = sys.argv[1]
 import numpy as np
 import jax, jax.numpy as jnp
 jax.block_until_ready(jax.jit(lambda x: x + 1)(jnp.zeros(8)))  # JAX's own first compile: startup, not ours
@@ -72,7 +70,7 @@ if role == "ours":
   out["stats"] = {"triton_compiles": s.triton_compiles, "nvrtc_compiles": s.nvrtc_compiles,
                   "tunings": s.autotune_tunings, "autotune_disk_hits": s.autotune_disk_hits,
                   "disk_hits": s.disk_hits}
-  if sys.argv[3] == "time":
+  if sys.argv[2] == "time":
     for name, (tuned, first, xla, inputs) in calls.items():
       paths = {"autotuned": jax.jit(tuned), "first_config": jax.jit(first), "xla": jax.jit(xla)}
       out[name]["us"] = {p: bench.gpu_us(f, inputs) for p, f in paths.items()}
@@ -85,12 +83,12 @@ if role == "ours":
       out[name]["max_rel_diff_xla"] = float(np.max(np.abs(got - xla_out)) / np.max(np.abs(xla_out)))
 else:
   import jax_triton as jt
-  config = json.loads(sys.argv[3])
+  config = json.loads(sys.argv[2])
   call, inputs = bench.jax_triton_call(jt, config)
   start = time.perf_counter()
   jax.block_until_ready(call(*inputs))
   out["first_result_s"] = time.perf_counter() - start
-  if sys.argv[4] == "time":
+  if sys.argv[3] == "time":
     out["us"] = bench.gpu_us(call, inputs)
 print("CHILD " + json.dumps(out))
 '''
@@ -122,39 +120,32 @@ def _inputs(shape, dtype, seed):
   return [jax.device_put(rng.standard_normal(s, dtype=np.float32).astype(dtype)) for s in ((m, k), (k, n))]
 
 
+def _matmul_scalars(a, b):
+  """M, N, K and the strides of row-major A, B and C, as the grouped matmul takes them."""
+  m, k = a.shape
+  n = b.shape[1]
+  return m, n, k, k, 1, n, 1, n, 1
+
+
 def triton_factory():
-  """The Triton matmul's call for one config (ours), with its output pointer last."""
+  """The corpus's grouped matmul (kernels/triton_user.py) as one config's call (ours)."""
   import jax
   import numpy as np
   import jax_mosaic_ffi as jmf
-  from triton_matmul import matmul
-  kernel = jmf.triton_kernel(matmul)
+  from benchmarks.kernels import triton_user
+  kernel = jmf.triton_kernel(triton_user.grouped_matmul)
 
   def factory(meta):
     return jmf.mosaic_kernel(
         kernel.with_meta(meta), lambda a, b: jax.ShapeDtypeStruct((a.shape[0], b.shape[1]), a.dtype),
-        grid=lambda meta, a, b: jmf.cdiv(a.shape[0], meta["BM"]) * jmf.cdiv(b.shape[1], meta["BN"]),
-        scalars=lambda meta, a, b: (np.int32(a.shape[0]), np.int32(b.shape[1]), np.int32(a.shape[1])),
-        param_order=("in0", "in1", "scalar0", "scalar1", "scalar2", "out0"))
+        grid=lambda meta, a, b: jmf.cdiv(a.shape[0], meta["BLOCK_M"]) * jmf.cdiv(b.shape[1], meta["BLOCK_N"]),
+        scalars=lambda meta, a, b: tuple(np.int32(v) for v in _matmul_scalars(a, b)))
   return factory
 
 
 def cuda_factory():
-  import jax
-  import jax.numpy as jnp
-  import numpy as np
-  import jax_mosaic_ffi as jmf
-  with open(os.path.join(KERNELS, "tiled_matmul.cu")) as f:
-    source = f.read()
-
-  def factory(meta):
-    kernel = jmf.cuda_kernel(source, "tiled_matmul", options=[f"-D{k}={v}" for k, v in sorted(meta.items())])
-    return jmf.mosaic_kernel(
-        kernel, lambda a, b: jax.ShapeDtypeStruct((a.shape[0], b.shape[1]), jnp.float32),
-        grid=lambda a, b: (jmf.cdiv(b.shape[1], meta["BN"]), jmf.cdiv(a.shape[0], meta["BM"])),
-        block=(meta["BN"] // meta["TN"], meta["BM"] // meta["TM"]),
-        scalars=lambda a, b: (np.int32(a.shape[0]), np.int32(b.shape[1]), np.int32(a.shape[1])))
-  return factory
+  from benchmarks.kernels import tiled_matmul
+  return tiled_matmul.call
 
 
 def our_calls() -> dict:
@@ -173,17 +164,23 @@ def our_calls() -> dict:
 
 
 def jax_triton_call(jt, config):
+  """The same kernel with one config through jax-triton. jax-triton passes outputs after every positional argument,
+  and this kernel takes C third (the tutorial's order), so its sizes and strides go as keyword arguments, which
+  jax-triton compiles in as constants (as benchmarks/jax_triton_lowering.py passes them too)."""
   import jax
   import numpy as np
-  from triton_matmul import matmul
+  from benchmarks.kernels import triton_user
   m, n, k = TRITON_SHAPE
   config = dict(config)
   warps, stages = config.pop("num_warps"), config.pop("num_stages")
+  names = ("M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn")
+  a_aval, b_aval = jax.ShapeDtypeStruct((m, k), np.float16), jax.ShapeDtypeStruct((k, n), np.float16)
+  scalars = dict(zip(names, _matmul_scalars(a_aval, b_aval)))
 
   def call(a, b):
-    return jt.triton_call(a, b, m, n, k, kernel=matmul, out_type=jax.ShapeDtypeStruct((m, n), a.dtype),
-                          grid=lambda meta: (-(-m // meta["BM"]) * -(-n // meta["BN"]),),
-                          num_warps=warps, num_stages=stages, **config)
+    return jt.triton_call(a, b, kernel=triton_user.grouped_matmul, out_type=jax.ShapeDtypeStruct((m, n), a.dtype),
+                          grid=lambda meta: (-(-m // meta["BLOCK_M"]) * -(-n // meta["BLOCK_N"]),),
+                          num_warps=warps, num_stages=stages, **scalars, **config)
   return jax.jit(call), _inputs(TRITON_SHAPE, np.float16, 0)
 
 
@@ -215,16 +212,16 @@ def run() -> dict:
   # Triton's own cache, empty too: the first process compiles cold whatever ran on this machine before.
   env = {"JAX_MOSAIC_FFI_CACHE_DIR": cache, "JAX_MOSAIC_FFI_POISON_OUTPUTS": "0",
          "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="jmf-autotune-bench-triton-")}
-  first = _child(["ours", KERNELS, "time"], env)
-  second = _child(["ours", KERNELS, "first-only"], env)
+  first = _child(["ours", "time"], env)
+  second = _child(["ours", "first-only"], env)
   result = {"first": first, "second": second, "triton_shape": TRITON_SHAPE, "cuda_shape": CUDA_SHAPE,
             "configs": {"triton": len(TRITON_CONFIGS), "cuda": len(CUDA_CONFIGS)}}
   winner = TRITON_CONFIGS[first["triton"]["report"]["winner"]]
   triton_cache = tempfile.mkdtemp(prefix="jmf-bench-triton-cache-")
   jt_env = {"TRITON_CACHE_DIR": triton_cache}
   try:
-    result["jax_triton"] = {"cold": _child(["jax_triton", KERNELS, json.dumps(winner), "time"], jt_env),
-                            "warm": _child(["jax_triton", KERNELS, json.dumps(winner), "first-only"], jt_env)}
+    result["jax_triton"] = {"cold": _child(["jax_triton", json.dumps(winner), "time"], jt_env),
+                            "warm": _child(["jax_triton", json.dumps(winner), "first-only"], jt_env)}
   except Exception as e:  # reported in the table: jax-triton could not run here
     result["jax_triton"] = {"error": last_line(str(e)) + _jax_triton_versions()}
   return result

@@ -13,7 +13,9 @@ from __future__ import annotations
 import os
 import traceback
 
+from benchmarks import launch_paths as paths
 from benchmarks import timing
+from benchmarks.launch_paths import CHAIN, N, STAGE_EXECUTIONS
 from benchmarks.markdown import failure, fmt, last_line, ratio, table
 from benchmarks.suite import Run
 
@@ -22,10 +24,7 @@ TITLE = "Launch overhead"
 ORDER = 10
 FIGURE = "launch_overhead.png"
 
-CHAIN = 200
-N = 256
 ROUNDS = 100
-STAGE_EXECUTIONS = 10
 
 # key -> label, in table order. Keys are the results' keys (and goals' paths).
 PATHS = {
@@ -115,7 +114,6 @@ def run(command_buffers: str, pdl: str, rounds: int = ROUNDS, phases: bool = Fal
   import numpy as np
 
   import jax_mosaic_ffi as jmf
-  from benchmarks import launch_paths as paths
   full = pdl == "default"
   result = {"command_buffers": command_buffers, "pdl": pdl, "xla_flags": os.environ.get("XLA_FLAGS", ""),
             "chain": CHAIN, "rounds": rounds, "us_per_call": {}, "errors": {}}
@@ -176,7 +174,6 @@ def _phases() -> dict:
 
   def program(key):
     def make():
-      from benchmarks import launch_paths as paths
       programs, x = setup()
       fn, adds = programs[key]()
       return paths.dropped(paths.checked(fn, x, adds), x)
@@ -191,7 +188,6 @@ def _programs(kernels, function, full: bool) -> dict:
   import jax
 
   from benchmarks import baselines
-  from benchmarks import launch_paths as paths
   makers = {
       "mosaic": lambda: (paths.chain(paths.mosaic(kernels["add_one"])), CHAIN),
       "mosaic_no_pdl": lambda: (paths.chain(paths.mosaic(kernels["add_one_as_written"], uses_pdl=False)), CHAIN),

@@ -1,13 +1,17 @@
 """The ways launch.py calls its trivial kernel: jitted chains, the kept-alive
 and dropped timings, the raw driver floors and the collective stage counts.
 
-Imported by launch.run() only, in the child: jax is imported inside functions.
+The workload's sizes live here and launch.py reads them from here (one way: launch.py imports this module,
+never the reverse). jax is imported inside functions: the parent process imports this module to render tables.
 """
 
 from __future__ import annotations
 
 from benchmarks import timing
-from benchmarks.launch import CHAIN, N, STAGE_EXECUTIONS
+
+CHAIN = 200             # calls in one jitted chain
+N = 256                 # floats the trivial kernel adds one to
+STAGE_EXECUTIONS = 10   # executions over which the collective target's stages are counted
 
 
 def needed(function):

@@ -17,7 +17,6 @@ import dataclasses
 import gc
 import os
 import statistics
-import sys
 from typing import Callable
 
 from benchmarks.markdown import failure, fmt, last_line, sig, table
@@ -31,7 +30,6 @@ RUNS = (Run("matmul", kwargs={"cases": ("matmul_4096", "matmul_8192")}, timeout_
         Run("rowwise", kwargs={"cases": ("softmax", "layer_norm")}, timeout_s=150),
         Run("launch", kwargs={"cases": ()}, timeout_s=120))
 
-KERNELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
 ROUNDS = 15
 LAUNCH_CHAIN = 200
 SLEEP_CYCLES = 20_000_000  # ~10 ms at the H200's clock: longer than the host takes to enqueue a chain
@@ -266,9 +264,7 @@ def environment(with_torch: bool = True) -> dict:
   torch = None
   if with_torch:
     import torch
-  if KERNELS not in sys.path:
-    sys.path.insert(0, KERNELS)
-  import triton_user as K
+  from benchmarks.kernels import triton_user as K
   return {"np": np, "jax": jax, "jnp": jnp, "jmf": jmf, "torch": torch, "triton": triton, "K": K}
 
 

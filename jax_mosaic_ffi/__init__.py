@@ -8,7 +8,7 @@
     y = jax.jit(add)(x, x)
 
 See README.md for the whole API, and docs/architecture.md for the layers
-(base <- toolchain <- call <- transforms <- api <- ops) this file re-exports from.
+(base <- toolchain <- call <- transforms <- triton <- api <- ops) this file re-exports from.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from jax_mosaic_ffi.base import contract  # noqa: F401  (jmf.contract: the targe
 from jax_mosaic_ffi.base.errors import (AutotuneError, CompileError, CuteUnavailable, LaunchError, NvshmemUnavailable,
                                        TritonUnavailable)
 from jax_mosaic_ffi.toolchain.kernel import Kernel, cubin_kernel, cuda_kernel, ptx_kernel
-from jax_mosaic_ffi.toolchain.triton_compile import TritonFunction, TritonKernel, triton_kernel
 from jax_mosaic_ffi.call import lowering as _lowering  # noqa: F401  (registers the CUDA lowering)
 from jax_mosaic_ffi.call import registration  # noqa: F401  (jmf.registration.status(), as the docs say)
 from jax_mosaic_ffi.call.collective import Collective
@@ -39,7 +38,9 @@ from jax_mosaic_ffi.transforms.autotune import Autotuned, autotune
 from jax_mosaic_ffi.transforms.autotune import report as autotune_report
 from jax_mosaic_ffi.transforms.tuning_records import TuningFileIgnored, load_tuning, save_tuning
 from jax_mosaic_ffi.transforms.sharding import BatchDims, Elementwise, ShardingRule, sharded
-from jax_mosaic_ffi.transforms.tensor_descriptor import TensorDescriptor
+from jax_mosaic_ffi.triton.compile import TritonKernel
+from jax_mosaic_ffi.triton.kernel import TritonFunction, triton_kernel
+from jax_mosaic_ffi.triton.tensor_descriptor import TensorDescriptor
 from jax_mosaic_ffi.api import (KernelCacheStats, clear_kernel_cache, export_disabled_checks, kernel_cache_stats,
                                 mosaic_kernel)
 from jax_mosaic_ffi import ops

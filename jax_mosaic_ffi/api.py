@@ -25,12 +25,13 @@ from jax_mosaic_ffi.cute import launch as cute_launch
 from jax_mosaic_ffi.cute.kernel import CuteFunction
 from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain.kernel import Kernel
-from jax_mosaic_ffi.toolchain.triton_compile import TritonFunction, TritonKernel
 from jax_mosaic_ffi.transforms import autotune as autotune_lib
 from jax_mosaic_ffi.transforms import sharding as sharding_lib
-from jax_mosaic_ffi.transforms import triton_decorated
-from jax_mosaic_ffi.transforms import tensor_descriptor
-from jax_mosaic_ffi.transforms import triton_launch
+from jax_mosaic_ffi.triton import decorated as triton_decorated
+from jax_mosaic_ffi.triton import launch as triton_launch
+from jax_mosaic_ffi.triton import tensor_descriptor
+from jax_mosaic_ffi.triton.compile import TritonKernel
+from jax_mosaic_ffi.triton.kernel import TritonFunction
 
 
 def mosaic_kernel(kernel: Kernel, out_shape, *, grid=None, block=None, cluster=None, smem_bytes=0,
@@ -94,7 +95,7 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid=None, block=None, cluster=N
   A Triton kernel (`triton_kernel`) takes its block, shared memory and
   cluster from Triton's metadata; its callables get ``(meta, *avals)``.
   Under ``@triton.autotune`` / ``@triton.heuristics`` they apply per call
-  (transforms/triton_decorated.py).
+  (triton/decorated.py).
 
   A CuTe DSL launcher (`cute_kernel`) picks its own launch: it takes no grid,
   block, shared memory or scalars (cute/launch.py).
@@ -124,8 +125,9 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid=None, block=None, cluster=N
   return call if sharding is None else sharding_lib.sharded(call, sharding, name=name)
 
 
-def _launcher(kernel, out_shape, options: LaunchOptions) -> Callable[..., Any]:
-  """The call of one kernel, by its type; without the sharding, which `mosaic_kernel` applies."""
+def _launcher(kernel, out_shape, options: LaunchOptions, meta: Mapping[str, Any] | None = None) -> Callable[..., Any]:
+  """The call of one kernel, by its type; without the sharding, which `mosaic_kernel` applies. ``meta``: an
+  autotuning config's values, which a CUDA kernel's launch callables get first."""
   if isinstance(kernel, CuteFunction):  # compiled per specialization; its host function launches
     return cute_launch.launcher(kernel, out_shape, options)
   if options.grid is None:
@@ -139,7 +141,7 @@ def _launcher(kernel, out_shape, options: LaunchOptions) -> Callable[..., Any]:
                       "descriptor as jmf.TensorMap(operand, box=...)")
   if options.block is None and isinstance(kernel, Kernel):
     raise LaunchError(f"{where}: block (threads per block) is required")
-  launch = CheckedLaunch.create(kernel, out_shape, options, where)
+  launch = CheckedLaunch.create(kernel, out_shape, options, where, meta)
   fallback = fallback_lib.create(options.fallback, where)
   if options.sharding is not None:
     sharding_lib.check_per_shard(launch, where)
@@ -163,7 +165,7 @@ def _tuned(kernel, out_shape, configs, key, default, options: LaunchOptions) -> 
       return _launcher(kernel.with_meta(meta), out_shape, per_config)
     if isinstance(kernel, TritonFunction):
       return _launcher(kernel.with_meta(meta), out_shape, per_config)
-    return _launcher(kernel, out_shape, triton_launch.with_meta(per_config, meta))
+    return _launcher(kernel, out_shape, per_config, meta)
 
   return autotune_lib.Autotuned(factory, configs, key=key, default=default, name=_tuned_name(kernel))
 

@@ -2,14 +2,15 @@
 """Checks the layers of csrc/: every #include stays in its own folder or goes down, and no header
 includes itself through others.
 
-  contract <- driver <- runtime <- python
+  contract <- driver <- ffi <- peers <- runtime <- python
 
 A file in one of these folders may include project headers (always written
 "folder/name.h", from csrc/) of its own folder and the ones before it in
 LAYERS, and the outside headers its layer allows; anything else, or a file
-outside the four folders, fails. Each folder's principal header states its
-rule at its top (docs/architecture.md has the picture). Standard library only,
-so scripts/lint.sh runs it anywhere:
+outside these folders, fails. Each folder's principal header (PRINCIPAL)
+states its rule at its top, under a "// ===== csrc/<folder>/: ..." banner,
+with the whole order of the layers (docs/architecture.md has the picture).
+Standard library only, so scripts/lint.sh runs it anywhere:
 
   python3 scripts/check_csrc_layers.py [repo root]
 """
@@ -19,7 +20,7 @@ import re
 import sys
 
 # Bottom first. A layer sees its own folder and every folder before it.
-LAYERS = ["contract", "driver", "runtime", "python"]
+LAYERS = ["contract", "driver", "ffi", "peers", "runtime", "python"]
 
 # What each layer may include from outside csrc/, beyond the C++ standard
 # library (<name> without a dot or slash), which every layer may use.
@@ -28,8 +29,20 @@ LAYERS = ["contract", "driver", "runtime", "python"]
 OUTSIDE = {
     "contract": set(),
     "driver": {"system", "cuda.h"},
+    "ffi": {"system", "cuda.h", "xla/ffi/api/"},
+    "peers": {"system", "cuda.h", "xla/ffi/api/"},
     "runtime": {"system", "cuda.h", "xla/ffi/api/"},
     "python": {"system", "cuda.h", "xla/ffi/api/", "nanobind/"},
+}
+
+# The file at whose top each folder states its rule.
+PRINCIPAL = {
+    "contract": "contract.h",
+    "driver": "cuda_driver.h",
+    "ffi": "status.h",
+    "peers": "collective.h",
+    "runtime": "handlers.h",
+    "python": "python_module.cc",
 }
 
 # Libraries a layer must be allowed by name (above): "system" does not cover them.
@@ -87,6 +100,29 @@ def check(root: pathlib.Path) -> list[str]:
   return problems
 
 
+def rules_stated(root: pathlib.Path) -> list[str]:
+  """Each folder's principal header opens with its banner and names the order of the layers."""
+  problems = []
+  order = " <- ".join(LAYERS)
+  for layer in LAYERS:
+    path = root / "csrc" / layer / PRINCIPAL[layer]
+    shown = f"csrc/{layer}/{PRINCIPAL[layer]}"
+    if not path.is_file():
+      problems.append(f"{shown}: missing; it states the rule of csrc/{layer}/ (PRINCIPAL)")
+      continue
+    lines = path.read_text(errors="replace").splitlines()
+    comment = []
+    for line in lines:
+      if not line.startswith("//"):
+        break
+      comment.append(line[2:].strip())
+    if not lines or not lines[0].startswith(f"// ===== csrc/{layer}/:"):
+      problems.append(f'{shown}:1: the folder\'s rule opens the file, under "// ===== csrc/{layer}/: ... ====="')
+    elif order not in " ".join(comment):
+      problems.append(f"{shown}: its opening comment names the layers in order: {order}")
+  return problems
+
+
 def cycles(root: pathlib.Path) -> list[str]:
   """Include circles among csrc/'s headers, each as "a.h -> b.h -> a.h"."""
   csrc = root / "csrc"
@@ -114,7 +150,7 @@ def cycles(root: pathlib.Path) -> list[str]:
 
 def main() -> int:
   root = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parent.parent
-  problems = check(root) + cycles(root)
+  problems = check(root) + rules_stated(root) + cycles(root)
   for problem in problems:
     print(problem, file=sys.stderr)
   if problems:

@@ -1,14 +1,31 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build and install, run the tests (GPU ones
 # included), then the benchmarks. Logs go to $OUT when it is set.
-#   bash scripts/gpu_check.sh [tests|bench|all] [pytest args or test files...]
+#   bash scripts/gpu_check.sh [tests|gpu-tests|bench|all] [pytest args or test files...]
 #   bash scripts/gpu_check.sh wheel [pytest args or test files...]
+# gpu-tests: only the tests marked gpu or multi_gpu (CI runs the CPU ones); the same as JMF_GPU_ONLY=1 tests.
 # wheel: nothing is built. The release wheel (JMF_WHEEL, else the one in dist/
 # that scripts/build_wheel.sh left there, copied along with the checkout) is
 # installed with --no-deps into a venv of its own on top of python3's packages,
 # and the tests run from that installed copy: conftest.py refuses to run if
 # they would import this checkout's package instead (JMF_EXPECT_INSTALLED_UNDER).
 # JMF_BENCH_ONLY=triton_native (python -m benchmarks --only's syntax) runs some benchmarks only.
+#
+# In parts (one call holds 10 minutes; the whole suite took about 600 s on the H200, its GPU tests about 290 s):
+#   JMF_PART=2/3 bash scripts/gpu_check.sh gpu-tests
+# runs the second of three parts: whole test files, shared out by scripts/test_parts.py from this tree's
+# collection (most tests first, to the part with the fewest), so the parts of one tree cover every selected
+# test once. Make the calls back to back: a warm machine keeps the build (build/venv-gpu). In `all` mode the
+# benchmarks run with the last part only. Test files given as arguments replace the parts.
+#
+# The newest jax (the machine has 0.11.2 and no network): JMF_CARRIED=.carry/jax12 joins the parts that
+# ../shared/tools/carry-split made in that ignored folder (DIR/part-NN/stream.NN, carried one call each, back to
+# back), installs the wheels with --no-deps into build/carried-site and puts it first on PYTHONPATH for the
+# tests and the benchmarks. The extension is built before, against the machine's jaxlib: the oldest supported
+# one, whose FFI headers it must be built with (docs/compatibility.md); the script checks that, and prints the
+# jax that runs (versions.txt, and the tests' header).
+#   JMF_CARRIED=.carry/jax12 JMF_PART=1/2 bash scripts/gpu_check.sh gpu-tests
+#
 # The tests run through the README's test command (scripts/test.sh) in its
 # offline mode: that machine has no network, and its python3 already has jax
 # with the CUDA plugin, nanobind, scikit-build-core and pytest. The venv sees
@@ -17,12 +34,25 @@
 set -uo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 what="${1:-all}"; shift || true
+if [ "$what" = gpu-tests ]; then
+  what=tests
+  JMF_GPU_ONLY=1
+fi
 out="${OUT:-$repo/build/gpu-logs}"; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 export JMF_PYTHON="${JMF_PYTHON:-python3}" JMF_SYSTEM_SITE_PACKAGES=1 JMF_CUDA=1
 export JMF_VENV="${JMF_VENV:-$repo/build/venv-gpu}"
 export JMF_CMAKE_DEFINES="${JMF_CMAKE_DEFINES:-JMF_BENCHMARK_TARGETS=ON}"
 cd "$repo"
+part="" parts=""
+if [ -n "${JMF_PART:-}" ]; then
+  if ! [[ "$JMF_PART" =~ ^([0-9]+)/([0-9]+)$ ]] || [ "${BASH_REMATCH[1]}" -lt 1 ] ||
+     [ "${BASH_REMATCH[1]}" -gt "${BASH_REMATCH[2]}" ]; then
+    echo "error: JMF_PART=$JMF_PART: write K/N with 1 <= K <= N (JMF_PART=2/3: the second of three parts)" >&2
+    exit 2
+  fi
+  part="${BASH_REMATCH[1]}" parts="${BASH_REMATCH[2]}"
+fi
 if [ "$what" = wheel ]; then
   if [ -z "${JMF_WHEEL:-}" ]; then
     wheels=(dist/jax_mosaic_ffi-*-manylinux_*.whl)
@@ -39,24 +69,87 @@ fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 echo "== build (wheel mode: install)"
 start=$(date +%s)
-bash -c 'source scripts/setup_env.sh test,triton' > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
+# The extras scripts/test.sh asks for: the same install, so the tests find it up to date and build nothing.
+bash -c 'source scripts/setup_env.sh test,triton,nvshmem' > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
 grep '^!!!' "$out/build.log"  # a venv whose jax cannot see the GPU says so here
 echo "built in $(( $(date +%s) - start )) s"
+
+# The carried jax goes on the tests' and the benchmarks' path, never the build's: the build above took the
+# machine's jaxlib and its FFI headers (scripts/test.sh adds JMF_TEST_PYTHONPATH only after its install check).
+carried=""
+with_carried() {  # runs "$@" with the carried packages first on the path, if any
+  if [ -n "$carried" ]; then PYTHONPATH="$carried${PYTHONPATH:+:$PYTHONPATH}" "$@"; else "$@"; fi
+}
+if [ -n "${JMF_CARRIED:-}" ]; then
+  streams=("$JMF_CARRIED"/part-*/stream.*)
+  if [ ! -e "${streams[0]}" ]; then
+    echo "error: JMF_CARRIED=$JMF_CARRIED holds no part-NN/stream.NN (../shared/tools/carry-split makes them)" >&2
+    exit 1
+  fi
+  last="$(basename "$(dirname "${streams[-1]}")")"
+  want=$((10#${last#part-} + 1))
+  if [ "${#streams[@]}" -ne "$want" ]; then
+    echo "error: ${#streams[@]} of the $want parts of $JMF_CARRIED are here; a machine that went cold keeps" \
+         "none of what earlier calls carried: carry them again, one call each, back to back" >&2
+    exit 1
+  fi
+  site="$repo/build/carried-site"
+  stamp="$(stat -c '%n %s' "${streams[@]}" | sha256sum | cut -d' ' -f1)"
+  if [ "$(cat "$site/.jmf-carried-stamp" 2>/dev/null)" != "$stamp" ]; then
+    echo "== installing the carried packages of $JMF_CARRIED into $site (--no-deps, offline)"
+    joined="$repo/build/carried-joined"
+    rm -rf "$site" "$joined" && mkdir -p "$joined"
+    if ! cat "${streams[@]}" | tar -C "$joined" -xf - ||
+       ! "$JMF_PYTHON" -m pip install -q --no-deps --no-index --target "$site" "$joined"/wheels/*.whl; then
+      echo "error: joining or installing $JMF_CARRIED failed" >&2
+      exit 1
+    fi
+    rm -rf "$joined"
+    echo "$stamp" > "$site/.jmf-carried-stamp"
+  fi
+  carried="$site"
+  export JMF_TEST_PYTHONPATH="$site"
+  oldest="$(sed -n 's/^ *"jaxlib==\([0-9.]*\)",.*/\1/p' pyproject.toml | head -1)"
+  built="$("$JMF_VENV/bin/python" -P -c 'from jax_mosaic_ffi.base.native import core; print(core.BUILT_AGAINST["jaxlib"])')"
+  if [ "$built" != "$oldest" ]; then
+    echo "error: the extension in $JMF_VENV was built against jaxlib ${built:-other than the installed one}, not" \
+         "the oldest supported $oldest (pyproject.toml), whose FFI headers every jax in the range accepts:" \
+         "remove $JMF_VENV and run again" >&2
+    exit 1
+  fi
+fi
+with_carried "$JMF_VENV/bin/python" -P -c '
+import jax, jaxlib
+from jax_mosaic_ffi.base.native import core
+print(f"== jax {jax.__version__} and jaxlib {jaxlib.__version__} from {jax.__file__.rsplit("/", 2)[0]}; "
+      f"extension built against jaxlib {core.BUILT_AGAINST["jaxlib"]}")' | tee "$out/versions.txt"
+
 status=0
 if [ "$what" = tests ] || [ "$what" = all ] || [ "$what" = wheel ]; then
-  echo "== tests"
-  # Test files or folders among the arguments replace the default, the whole tests/ folder.
   # Slow tests that need a GPU run (the PDL race's negative control); the other slow
   # ones (the wheel test: build isolation needs the network) do not.
+  marks="not slow or gpu"
+  [ -z "${JMF_GPU_ONLY:-}" ] || marks="gpu or multi_gpu"
+  # Test files or folders among the arguments replace the default, the whole tests/ folder (or its part).
   where=(tests)
-  for arg in "$@"; do [ -e "$arg" ] && where=() && break; done
-  bash scripts/test.sh -q -rs -p no:cacheprovider -m "not slow or gpu" "$@" "${where[@]}" 2>&1 |
-    tee "$out/pytest.log" | tail -60
-  status=${PIPESTATUS[0]}
+  for arg in "$@"; do [ -e "$arg" ] && where=() && part="" && break; done
+  log="$out/pytest.log"
+  if [ -n "$part" ]; then
+    log="$out/pytest-part$part-of-$parts.log"
+    mapfile -t where < <(bash scripts/test.sh -q --collect-only -p no:cacheprovider -m "$marks" tests 2>/dev/null |
+                         grep '::' | "$JMF_VENV/bin/python" scripts/test_parts.py "$part" "$parts")
+    echo "== tests, part $part of $parts (-m \"$marks\"): ${where[*]:-no file}" | tee "$out/part.txt"
+  else
+    echo "== tests (-m \"$marks\")"
+  fi
+  if [ "${#where[@]}" -gt 0 ] || [ -z "$part" ]; then
+    bash scripts/test.sh -q -rs -p no:cacheprovider -m "$marks" "$@" "${where[@]}" 2>&1 | tee "$log" | tail -60
+    status=${PIPESTATUS[0]}
+  fi
 fi
-if [ "$what" = bench ] || [ "$what" = all ]; then
+if [ "$what" = bench ] || { [ "$what" = all ] && [ "$part" = "$parts" ]; }; then
   echo "== benchmarks"
-  "$JMF_VENV/bin/python" -m benchmarks --out "$out" ${JMF_BENCH_ONLY:+--only "$JMF_BENCH_ONLY"} 2>&1 |
+  with_carried "$JMF_VENV/bin/python" -m benchmarks --out "$out" ${JMF_BENCH_ONLY:+--only "$JMF_BENCH_ONLY"} 2>&1 |
     tee "$out/bench.log" | tail -150
 fi
 exit $status

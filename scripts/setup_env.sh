@@ -88,7 +88,7 @@ installed_extras="$(cat "$extras_file" 2>/dev/null || true)"
 extras_union="$(echo "$installed_extras,$extras" | tr ',' '\n' | sed '/^$/d' | LC_ALL=C sort -u | paste -sd, -)"
 if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp_file" 2>/dev/null)" = "$stamp" ] &&
    [ "$extras_union" = "$installed_extras" ] &&
-   compgen -G "$venv/lib/python3*/site-packages/jax_mosaic_ffi/_core*.so" >/dev/null; then
+   compgen -G "$venv/lib/python3*/site-packages/jax_mosaic_ffi/base/_core*.so" >/dev/null; then
   echo "== jax_mosaic_ffi is up to date in $venv (no change in csrc/, CMakeLists.txt or pyproject.toml)"
 else
   if [ ! -x "$venv/bin/python" ]; then

@@ -9,5 +9,7 @@ cd "$repo"
 # this checkout's Python files plus the extension built into the venv. An
 # offline venv (JMF_SYSTEM_SITE_PACKAGES=1) sees pytest without owning its
 # script: -P keeps the checkout's folder, which has no extension, off sys.path.
+# JMF_TEST_PYTHONPATH goes first on the tests' path only, never the build's (scripts/gpu_check.sh's carried jax).
+[ -z "${JMF_TEST_PYTHONPATH:-}" ] || export PYTHONPATH="$JMF_TEST_PYTHONPATH${PYTHONPATH:+:$PYTHONPATH}"
 [ -x "$venv/bin/pytest" ] && exec "$venv/bin/pytest" "$@"
 exec "$venv/bin/python" -P -m pytest "$@"

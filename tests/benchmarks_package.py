@@ -1,6 +1,8 @@
 """The benchmarks package of this tree, imported without putting the tree on sys.path (its jax_mosaic_ffi may
-have no compiled extension: the installed one must win)."""
+have no compiled extension: the installed one must win): its benchmarks, and the kernel corpus
+(benchmarks/kernels/) that tests and benchmarks share."""
 
+import importlib
 import importlib.util
 import os
 import sys
@@ -16,6 +18,13 @@ def load():
     sys.modules["benchmarks"] = package
     spec.loader.exec_module(package)
   import benchmarks.goals
+  import benchmarks.hlo_inspect
   import benchmarks.report
   import benchmarks.suite
   return benchmarks
+
+
+def kernels(name: str):
+  """A module of the kernel corpus, benchmarks/kernels/<name>.py."""
+  load()
+  return importlib.import_module(f"benchmarks.kernels.{name}")

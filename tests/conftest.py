@@ -42,11 +42,15 @@ def pytest_configure(config):
 
 
 def pytest_report_header(config):
+  import jax
+  import jaxlib
   import jax_mosaic_ffi
   from jax_mosaic_ffi.base import gpu_info
   count, error = _cuda_devices()
   reason = gpu_info.gpu_unavailable_reason(count, 1, error)
-  where = f"jax_mosaic_ffi {jax_mosaic_ffi.__version__} from {os.path.dirname(jax_mosaic_ffi.__file__)}"
+  # Which jax ran is part of a run's record (scripts/gpu_check.sh can put a carried one first on the path).
+  where = (f"jax_mosaic_ffi {jax_mosaic_ffi.__version__} from {os.path.dirname(jax_mosaic_ffi.__file__)}; "
+           f"jax {jax.__version__}, jaxlib {jaxlib.__version__} from {os.path.dirname(os.path.dirname(jax.__file__))}")
   if reason is None:
     return [where, f"jax_mosaic_ffi: GPU tests run on {count} CUDA device(s)"]
   loud = "driver is here" in reason

@@ -52,6 +52,34 @@ def exchange_mode(variant: str) -> dict:
     return {"error": f"{type(err).__name__}: {err}", "seconds": time.monotonic() - start}
 
 
+def host_mode(variant: str) -> dict:
+  """The runtime's host half (its test hook, no GPU) with the real key-value exchange: each execution meets the
+  peers as the runtime's does (`meet`; `arrive` alone, as before recovery existed, for `arrive`). Rank 1 stalls
+  past the timeout (3 s) before execution 2; every outcome is recorded."""
+  jax = initialize(cpu=True)
+  from jax_mosaic_ffi import _core
+  from jax_mosaic_ffi.call import cross_process
+  ids = [10, 11]
+  rank = _core._HostRankForTests(RANK, ids, 1 << 20, 0x7f0000000000 + (RANK << 24))
+
+  def trade(mine):
+    return cross_process.exchange("site-test/host", RANK, ids, mine, 3.0, "t")
+
+  rank.admit(trade(rank.deposit()))
+  outcomes = []
+  for i in range(8):
+    if i == 2 and RANK == 1:
+      time.sleep(7.5)  # past rank 0's timeout, and past its first attempt to meet again
+    start = time.monotonic()
+    try:
+      rank.meet(trade, 3.0) if variant == "meet" else rank.arrive(3.0)
+      outcomes.append("ok")
+    except Exception as err:  # noqa: BLE001
+      outcomes.append({"error": str(err), "seconds": time.monotonic() - start, "broken": rank.broken})
+  rank.close()
+  return {"outcomes": outcomes, "jax": jax.__version__}
+
+
 # --- collective kernels on one GPU shared by the processes ------------------------------------------
 
 class Cluster:
@@ -157,12 +185,13 @@ def own_flag_pages() -> list[str]:
 
 
 def failure_mode(kind: str) -> dict:
-  """Iterations 0..2 together; then rank 1 stalls (`stall`) or dies (`exit`) before iteration 3."""
+  """Iterations 0..2 together; then rank 1 stalls (`stall`: 2.5 timeouts, then carries on) or dies (`exit`)
+  before iteration 3."""
   c = Cluster()
   np = c.np
   reduce = c.all_reduce()
-  out = {"rank": RANK, "ok": 0}
-  for i in range(5):
+  out = {"rank": RANK, "ok": 0, "ok_iterations": []}
+  for i in range(10 if kind == "stall" else 5):
     if i == 3 and RANK == 1:
       if kind == "exit":
         os._exit(0)
@@ -173,6 +202,7 @@ def failure_mode(kind: str) -> dict:
       got = c.local(reduce(c.put(x)))
       assert (got == 3.0).all(), got[:4]
       out["ok"] += 1
+      out["ok_iterations"].append(i)
     except Exception as err:  # noqa: BLE001
       out.setdefault("errors", []).append({"iteration": i, "error": str(err), "seconds": time.monotonic() - start})
   return out
@@ -182,6 +212,8 @@ def main():
   try:
     if MODE.startswith("exchange:"):
       result = exchange_mode(MODE.split(":", 1)[1])
+    elif MODE.startswith("host:"):
+      result = host_mode(MODE.split(":", 1)[1])
     elif MODE == "correct":
       result = correctness_mode()
     elif MODE in ("stall", "exit"):

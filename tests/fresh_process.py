@@ -9,9 +9,11 @@ one JSON object on its last line of output.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -20,6 +22,18 @@ import textwrap
 import time
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
+_private_folder: str | None = None
+
+
+def private_folder() -> str:
+  """An empty folder of this test session's own, where children run by default: `python -c` puts its
+  working directory first on sys.path, so a shared one (the temporary folder, where other runs leave files)
+  could shadow any import, and a source checkout there the installed package."""
+  global _private_folder
+  if _private_folder is None:
+    _private_folder = tempfile.mkdtemp(prefix="jmf-test-children-")
+    atexit.register(shutil.rmtree, _private_folder, True)
+  return _private_folder
 
 
 @dataclasses.dataclass
@@ -42,13 +56,12 @@ def start(script: str, *args, env: dict | None = None, cwd=None) -> subprocess.P
 
   ``env`` is added to the current environment. For children that must run
   at the same time; `finish` waits for one. Without ``cwd`` the child runs
-  in the temporary folder: `python -c` puts its folder first on sys.path, and
-  a source checkout there would shadow the installed package.
+  in `private_folder()`.
   """
   environment = {**os.environ, **(env or {})}
   environment["PYTHONPATH"] = os.pathsep.join(p for p in (TESTS, environment.get("PYTHONPATH", "")) if p)
   return subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), *map(str, args)], env=environment,
-                          cwd=cwd if cwd is not None else tempfile.gettempdir(),
+                          cwd=cwd if cwd is not None else private_folder(),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -72,10 +85,15 @@ def run(script: str, *args, env: dict | None = None, cwd=None, timeout: float = 
 
 
 def free_port() -> int:
-  """A TCP port on 127.0.0.1 that nothing listens on right now."""
+  """A TCP port on 127.0.0.1 that nothing listens on right now (another process may take it before the
+  coordinator does: `run_together` starts again on another port when that happened)."""
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     return s.getsockname()[1]
+
+
+# What a coordinator says when its port was taken between free_port() and its start.
+_PORT_TAKEN = ("address already in use", "failed to add port", "failed to bind")
 
 
 def run_together(*args, script: str, nprocs: int = 2, env: dict | None = None,
@@ -83,14 +101,23 @@ def run_together(*args, script: str, nprocs: int = 2, env: dict | None = None,
   """Runs the script file ``script`` as ``nprocs`` processes at once, each with arguments
   ``rank nprocs port *args`` (a free port for jax.distributed's coordinator); returns each
   one's outcome, by rank. All are killed when one runs over ``timeout``, so a hang fails
-  the test instead of stalling the suite."""
+  the test instead of stalling the suite. A port another process took first means another
+  try on another port (at most three)."""
+  for attempt in range(3):
+    finished = _run_together_once(args, script, nprocs, env, timeout)
+    if attempt == 2 or not any(marker in f.stderr.lower() for f in finished for marker in _PORT_TAKEN):
+      return finished
+  return finished
+
+
+def _run_together_once(args, script: str, nprocs: int, env: dict | None, timeout: float) -> list[Finished]:
   port = free_port()
   environment = {**os.environ, **(env or {})}
   environment["PYTHONPATH"] = os.pathsep.join(p for p in (TESTS, environment.get("PYTHONPATH", "")) if p)
   # Output goes to files, so a chatty process never blocks on a pipe we are not reading yet.
   files = [(tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")) for _ in range(nprocs)]
   processes = [subprocess.Popen([sys.executable, script, str(rank), str(nprocs), str(port), *map(str, args)],
-                                env=environment, cwd=tempfile.gettempdir(), stdout=files[rank][0],
+                                env=environment, cwd=private_folder(), stdout=files[rank][0],
                                 stderr=files[rank][1], text=True) for rank in range(nprocs)]
   deadline = time.monotonic() + timeout
   try:

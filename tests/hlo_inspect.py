@@ -1,38 +1,5 @@
-"""Reading the custom calls out of a lowered program."""
+"""Reading the custom calls out of a lowered program: benchmarks/hlo_inspect.py, which the benchmarks use too."""
 
-from jax._src.lib.mlir import ir
+import benchmarks_package
 
-
-def _value(attr):
-  for kind, read in ((ir.BoolAttr, lambda a: a.value), (ir.IntegerAttr, lambda a: a.value),
-                     (ir.StringAttr, lambda a: a.value_bytes),
-                     (ir.DenseI32ArrayAttr, lambda a: list(a)), (ir.DenseI64ArrayAttr, lambda a: list(a))):
-    if isinstance(attr, kind):
-      return read(attr)
-  return attr
-
-
-def custom_calls(lowered) -> list[dict]:
-  """Each stablehlo.custom_call of a lowered function: its target, attributes and config."""
-  module = lowered.compiler_ir("stablehlo")
-  found = []
-
-  def walk(operation):
-    for region in operation.regions:
-      for block in region.blocks:
-        for op in block.operations:
-          if op.operation.name == "stablehlo.custom_call":
-            attrs = op.operation.attributes
-            config = ir.DictAttr(attrs["mhlo.backend_config"])
-            found.append({
-                "target": ir.StringAttr(attrs["call_target_name"]).value,
-                "api_version": ir.IntegerAttr(attrs["api_version"]).value if "api_version" in attrs else 1,
-                "attributes": {name: attrs[name] for name in attrs},
-                "config": {config[i].name: _value(config[i].attr) for i in range(len(config))},
-                "operands": len(op.operation.operands),
-                "results": len(op.operation.results),
-            })
-          walk(op.operation)
-
-  walk(module.operation)
-  return found
+custom_calls = benchmarks_package.load().hlo_inspect.custom_calls

@@ -30,6 +30,46 @@ def agree_mode(variant: str) -> dict:
     return {"error": f"{type(e).__name__}: {e}", "seconds": time.monotonic() - started}
 
 
+def late_mode() -> dict:
+  """PE 1 arrives after PE 0 gave up its first start (timeout 4 s); each PE then tries again, as a program run
+  again does, up to three starts. The unique id is a stand-in for NVSHMEM's (on CPU): the trade is the test."""
+  import os
+  initialize(cpu=True)
+  from jax._src import distributed
+  from jax_mosaic_ffi.call import nvshmem
+  client = distributed.global_state.client
+  if RANK == 1:
+    time.sleep(6.0)
+  outcomes = []
+  for _ in range(3):
+    started = time.monotonic()
+    try:
+      unique_id = nvshmem.bootstrap(client, RANK, NPROCS, "same", lambda: b"id-" + os.urandom(16), 4.0, "t")
+      outcomes.append({"id": unique_id.hex(), "seconds": time.monotonic() - started})
+      break
+    except Exception as e:  # noqa: BLE001 - reported to the test
+      outcomes.append({"error": f"{type(e).__name__}: {e}", "seconds": time.monotonic() - started})
+  return {"outcomes": outcomes}
+
+
+def taken_mode() -> dict:
+  """Another process already published PE 0's key of the first start: PE 0's start names the key."""
+  initialize(cpu=True)
+  from jax._src import distributed
+  from jax_mosaic_ffi.call import nvshmem
+  client = distributed.global_state.client
+  if RANK == 1:
+    client.key_value_set("jax_mosaic_ffi/nvshmem/1/joined/0", "someone else")
+    client.key_value_set("test/taken", "1")
+    return {"skipped": True}
+  client.blocking_key_value_get("test/taken", 60_000)
+  try:
+    nvshmem.bootstrap(client, RANK, NPROCS, "mine", lambda: b"id", 2.0, "t")
+    return {"ok": True}
+  except Exception as e:  # noqa: BLE001 - reported to the test
+    return {"error": f"{type(e).__name__}: {e}"}
+
+
 def all_reduce_mode() -> dict:
   """Two PEs on one GPU (when NVSHMEM accepts it): the NVSHMEM all-reduce of both processes' inputs."""
   jax = initialize(cpu=False)
@@ -57,7 +97,8 @@ def all_reduce_mode() -> dict:
 if __name__ == "__main__":
   try:
     kind, _, variant = MODE.partition(":")
-    result = agree_mode(variant) if kind == "agree" else all_reduce_mode()
+    modes = {"agree": lambda: agree_mode(variant), "late": late_mode, "taken": taken_mode}
+    result = modes.get(kind, all_reduce_mode)()
   except Exception:  # noqa: BLE001 - reported to the test
     result = {"crash": traceback.format_exc()}
   finish(result)

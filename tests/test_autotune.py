@@ -7,7 +7,6 @@ here on the CPU by timing the configs' jax.numpy fallbacks
 """
 
 import hashlib
-import os
 
 import jax
 import jax.numpy as jnp
@@ -16,9 +15,11 @@ import pytest
 
 import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.transforms import autotune as autotuning
+from jax_mosaic_ffi.transforms import timing
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import gpu_info
 
+import benchmarks_package
 import fresh_process
 import kernel_sources
 from hlo_inspect import custom_calls
@@ -26,8 +27,6 @@ from hlo_inspect import custom_calls
 gpu = pytest.mark.gpu
 # Where there is a GPU, autotuning times the kernels themselves (the GPU tests below).
 no_gpu = pytest.mark.skipif(gpu_info.has_gpu(), reason="checks what autotuning does without a GPU")
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TILED_MATMUL = os.path.join(REPO, "benchmarks", "kernels", "tiled_matmul.cu")
 
 
 def slow_fallback(work):
@@ -56,12 +55,12 @@ def stats():
 
 def test_a_fast_config_is_timed_as_several_calls():
   # Enough calls for ~2 ms of GPU time, at most 64, and no more than 1 GiB of one call's outputs per call.
-  assert autotuning._repeats(5e-3, 1) == 1
-  assert autotuning._repeats(1e-3, 1) == 2
-  assert autotuning._repeats(1e-4, 1) == 20
-  assert autotuning._repeats(1e-6, 1) == 64
-  assert autotuning._repeats(1e-6, 1 << 29) == 2
-  assert autotuning._repeats(1e-4, 1 << 31) == 1
+  assert timing.repeats(5e-3, 1) == 1
+  assert timing.repeats(1e-3, 1) == 2
+  assert timing.repeats(1e-4, 1) == 20
+  assert timing.repeats(1e-6, 1) == 64
+  assert timing.repeats(1e-6, 1 << 29) == 2
+  assert timing.repeats(1e-4, 1 << 31) == 1
 
 
 @no_gpu
@@ -205,15 +204,8 @@ def test_mosaic_kernel_configs_pass_meta_to_the_callables(isolated_disk_cache, m
 
 # ---------------------------------------------------------------- GPU
 
-def tiled_matmul_factory(meta):
-  with open(TILED_MATMUL) as f:
-    source = f.read()
-  kernel = jmf.cuda_kernel(source, "tiled_matmul", options=[f"-D{k}={v}" for k, v in sorted(meta.items())])
-  return jmf.mosaic_kernel(
-      kernel, lambda a, b: jax.ShapeDtypeStruct((a.shape[0], b.shape[1]), jnp.float32),
-      grid=lambda a, b: (jmf.cdiv(b.shape[1], meta["BN"]), jmf.cdiv(a.shape[0], meta["BM"])),
-      block=(meta["BN"] // meta["TN"], meta["BM"] // meta["TM"]),
-      scalars=lambda a, b: (np.int32(a.shape[0]), np.int32(b.shape[1]), np.int32(a.shape[1])))
+# The corpus's CUDA tiled matmul (benchmarks/kernels/tiled_matmul.py): one config's call, as the benchmark tunes it.
+tiled_matmul_factory = benchmarks_package.kernels("tiled_matmul").call
 
 
 MATMUL_CONFIGS = [dict(BM=16, BN=16, BK=16, TM=1, TN=1), dict(BM=64, BN=64, BK=16, TM=4, TN=4),
@@ -309,3 +301,31 @@ def test_a_loaded_tuning_file_picks_the_winner_without_timing(rng, isolated_disk
   assert loaded.last_report["source"] == "file" and loaded.last_report["winner"] == winner
   after = autotuning.stats()
   assert after.configs_timed == before.configs_timed and after.disk_hits == before.disk_hits + 1
+
+
+BOUNDED_ADD = kernel_sources.ADD.replace('extern "C" __global__ void',
+                                         'extern "C" __global__ void __launch_bounds__(128)')
+
+
+def bounded_add_factory(meta):
+  kernel = jmf.cuda_kernel(BOUNDED_ADD, "add")
+  return jmf.mosaic_kernel(kernel, lambda x, y: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                           grid=lambda x, y: jmf.cdiv(x.size, meta["block"]), block=meta["block"],
+                           scalars=lambda x, y: (np.int32(x.size),))
+
+
+@gpu
+def test_a_config_asking_for_more_threads_than_its_kernel_allows_is_remembered(rng, isolated_disk_cache):
+  # A block of 256 threads for a kernel bounded to 128: the runtime refuses it at the launch, every time. That
+  # failure is kept with the timings, so a fresh process does not build and launch it again.
+  configs = [{"block": 128}, {"block": 256}]
+  x = rng.standard_normal(5000).astype(np.float32)
+  tuned = jmf.autotune(bounded_add_factory, configs=configs, name="test-bounded")
+  np.testing.assert_allclose(np.asarray(jax.jit(tuned)(x, x)), 2 * x)
+  report = tuned.last_report
+  assert report["winner"] == 0 and report["table"][1]["error"].startswith("resources: "), report["table"]
+  jmf.clear_kernel_cache()  # memory only: what a new process finds is on disk
+  again = jmf.autotune(bounded_add_factory, configs=configs, name="test-bounded")
+  np.testing.assert_allclose(np.asarray(jax.jit(again)(x, x)), 2 * x)
+  assert again.last_report["source"] == "disk" and again.last_report["timed"] == [], again.last_report
+  assert again.last_report["table"][1]["error"] == report["table"][1]["error"]

@@ -8,6 +8,7 @@ import pytest
 
 import jax_mosaic_ffi as jmf
 
+import fresh_process
 import kernel_sources
 
 pytestmark = pytest.mark.gpu
@@ -84,3 +85,38 @@ def test_no_growth_over_200_compile_delete_clear_cycles(rng, isolated_disk_cache
   assert stats.loaded_modules == base_modules, stats
   assert stats.cached_kernels == 0
   assert base_free - free_bytes() < 64 << 20, (base_free, free_bytes())
+
+
+def test_a_deleted_executable_unloads_its_module_without_the_cycle_collector(isolated_disk_cache):
+  # With the cycle collector off: a jitted call (five in a row: a command buffer, recorded), its executable and
+  # an autotuned call dropped, the modules they loaded are unloaded at once.
+  script = """
+      import gc, json
+      import jax, jax.numpy as jnp, numpy as np
+      import jax_mosaic_ffi as jmf, kernel_sources
+      from test_autotune import add_factory
+      x = np.arange(4096, dtype=np.float32)
+      jmf.register()
+      gc.collect()
+      gc.disable()
+      base = jmf.kernel_cache_stats().loaded_modules
+
+      def use():
+        source = kernel_sources.INCREMENT.replace("+ 1.0f", "+ 3.0f")  # a kernel of this process only
+        inc = jmf.mosaic_kernel(jmf.cuda_kernel(source, "increment"), jax.ShapeDtypeStruct(x.shape, x.dtype),
+                                grid=16, block=256, scalars=(np.int32(x.size),))
+        f = jax.jit(lambda v: inc(inc(inc(inc(inc(v))))))
+        compiled = f.lower(x).compile()
+        ok = bool((np.asarray(compiled(x)) == x + 15).all()) and bool((np.asarray(f(x)) == x + 15).all())
+        tuned = jmf.autotune(add_factory, configs=[{"block": 128, "work": 0}, {"block": 256, "work": 0}])
+        ok &= bool((np.asarray(jax.jit(tuned)(x, x)) == 2 * x).all())
+        return ok, jmf.kernel_cache_stats().loaded_modules
+
+      ok, during = use()
+      jax.clear_caches()  # jax's own caches of compiled programs: what remains is what references hold
+      after = jmf.kernel_cache_stats().loaded_modules
+      print(json.dumps({"ok": ok, "loaded": during - base, "left": after - base}))
+  """
+  result = fresh_process.run(script, timeout=300, env={"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)}).result
+  assert result["ok"] and result["loaded"] >= 2, result
+  assert result["left"] == 0, result

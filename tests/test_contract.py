@@ -269,7 +269,7 @@ def test_crafted_custom_calls_get_an_error_naming_the_call_site(tmp_path):
     assert "mosaic_kernel 'add' at crafted.py:1 (attack)" in error, (name, error)
   assert "num_outputs = 699 is out of range" in result["errors"]["699 results"]
   assert "names buffer 2147483647" in result["errors"]["artifact"]
-  assert "grid[0] = 0 is 0 for these shapes; it must be 1..2147483647" in result["errors"]["programs grid 0"]
+  assert "grid[0] is 0 for these shapes; it must be 1..2147483647" in result["errors"]["programs grid 0"]
   assert ("grid[0] = in0.shape[0] * 4611686018427387904 overflows int64 (1024 * 4611686018427387904)"
           in result["errors"]["programs overflow"])
   assert ("scalars[0] = in0.shape[0] * 1099511627776 is 1125899906842624 for these shapes, which does not fit its "

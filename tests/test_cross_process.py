@@ -54,6 +54,26 @@ def test_a_late_rank_never_uses_an_exchange_its_peer_abandoned():
   assert first[1] == late[1] == ["deposit 0 1", "deposit 1 1"], (first, late)
 
 
+def test_after_a_peer_timeout_the_ranks_meet_again_once_the_peer_is_back():
+  # Rank 1 stalls 7.5 s before execution 2 (timeout 3 s). Rank 0 fails execution 2 (it waited for rank 1), then
+  # execution 3 (rank 1 is still away when it tries to meet again); rank 1 fails both at once when it comes
+  # back (its peer gave up; that attempt to meet was abandoned). At execution 4 both meet again, and go on.
+  first, late = (r["outcomes"] for r in outcomes("host:meet", env=CPU))
+  assert first[:2] == late[:2] == ["ok", "ok"], (first, late)
+  assert "waited 3 s for peer rank 1" in first[2]["error"] and first[2]["broken"], first
+  assert "gave up waiting for rank 1" in late[2]["error"] and late[2]["seconds"] < 1, late
+  assert "meeting the peers again after a timeout" in first[3]["error"] and "never did" in first[3]["error"], first
+  assert "gave up on this collective workspace exchange" in late[3]["error"] and late[3]["seconds"] < 2, late
+  assert first[4:] == late[4:] == ["ok"] * 4, (first, late)
+
+
+def test_before_recovery_a_timeout_broke_the_clique_for_good():
+  # What the host half did alone (arrive without meeting again): every later execution failed.
+  first, late = (r["outcomes"] for r in outcomes("host:arrive", env=CPU))
+  assert first[:2] == ["ok", "ok"] and all("error" in o for o in first[2:]), first
+  assert "must meet again first" in first[3]["error"], first
+
+
 def test_a_peer_on_another_host_is_refused():
   r = outcomes("exchange:other_host", env=CPU)[0]
   assert r["error"].startswith("RuntimeError: k: peer rank 1"), r
@@ -61,7 +81,7 @@ def test_a_peer_on_another_host_is_refused():
 
 
 # --- flag pages and deposits from peers, on CPU ------------------------------------------------------
-# The runtime's host half (csrc/runtime/host_rendezvous.cc) through its test hook, _core._HostRankForTests: the
+# The runtime's host half (csrc/peers/host_rendezvous.cc) through its test hook, _core._HostRankForTests: the
 # flag page, the checks on a peer's deposit and page, the rendezvous. Each case runs in a fresh process,
 # so a crash (SIGBUS, SIGSEGV) fails the test instead of killing the suite.
 
@@ -299,17 +319,20 @@ def test_all_reduce_and_all_gather_across_two_processes(xla_flags):
 
 
 @pytest.mark.gpu
-def test_a_stalled_peer_gives_an_error_naming_it():
-  stalled = outcomes("stall", env={**GPU, "JAX_MOSAIC_FFI_PEER_TIMEOUT_S": "3"}, timeout=180)
+def test_a_stalled_peer_gives_an_error_naming_it_and_the_call_recovers_once_it_is_back():
+  stalled = outcomes("stall", env={**GPU, "JAX_MOSAIC_FFI_PEER_TIMEOUT_S": "3"}, timeout=240)
   waiting, sleeper = stalled
   assert "crash" not in waiting and "crash" not in sleeper, stalled
-  assert waiting["ok"] == 3 and waiting["errors"][0]["iteration"] == 3, waiting
+  assert waiting["ok_iterations"][:3] == [0, 1, 2] and waiting["errors"][0]["iteration"] == 3, waiting
   first = waiting["errors"][0]
   assert "waited 3 s for peer rank 1 (device " in first["error"] and "never did" in first["error"], first
   assert 2.5 < first["seconds"] < 20, first
   # The sleeper wakes to find that its peer gave up, and fails too instead of waiting in turn.
   assert sleeper["errors"][0]["iteration"] == 3 and "gave up" in sleeper["errors"][0]["error"], sleeper
-  assert len(waiting["errors"]) == 2 and "cannot resynchronize" in waiting["errors"][1]["error"], waiting
+  # While it slept, the waiting rank's attempt to meet again timed out; then both meet, and the same compiled
+  # call works again on both (no recompile, no restart).
+  assert "meeting the peers again after a timeout" in waiting["errors"][1]["error"], waiting
+  assert waiting["ok_iterations"] == sleeper["ok_iterations"] == [0, 1, 2, 5, 6, 7, 8, 9], stalled
 
 
 @pytest.mark.gpu

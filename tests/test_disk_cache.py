@@ -106,6 +106,66 @@ def test_an_edited_header_is_compiled_again_in_the_same_process(isolated_disk_ca
   assert V1 in ptx_of(jmf.cuda_kernel(HEADER_USER, "store_value", options=["-Iinc"]))
 
 
+SHADOWED = r'''
+#include "params.h"
+extern "C" __global__ void store_value(int* out) { out[0] = VALUE; }
+'''
+NESTED = r'''
+#include <outer.h>
+extern "C" __global__ void store_value(int* out) { out[0] = VALUE; }
+'''
+V3 = "6220099"
+
+
+@pytest.mark.parametrize("where", ["an earlier -I folder", "the working directory", "the including header's folder"])
+def test_a_header_that_later_shadows_the_one_compiled_is_compiled_again_in_a_fresh_process(
+    isolated_disk_cache, tmp_path, where):
+  # NVRTC searches a quoted #include in the includer's folder (the working directory for the source itself), then
+  # in each -I folder in order: a header made later at any of those places is the one a compile would read.
+  for folder in ("a", "b"):
+    (tmp_path / folder).mkdir()
+  if where == "the including header's folder":  # b/outer.h includes "value.h", found in a; then b/value.h appears
+    (tmp_path / "b" / "outer.h").write_text('#include "value.h"\n#define VALUE VALUE_OF_HEADER\n')
+    (tmp_path / "a" / "value.h").write_text(f"#define VALUE_OF_HEADER {V1}\n")
+    source, shadow = "NESTED", tmp_path / "b" / "value.h"
+  else:
+    (tmp_path / "b" / "params.h").write_text(f"#define VALUE {V1}\n")
+    source = "SHADOWED"
+    shadow = tmp_path / ("a" if where == "an earlier -I folder" else ".") / "params.h"
+  script = f"""
+      import json
+      import jax_mosaic_ffi as jmf, test_disk_cache as t
+      k = jmf.cuda_kernel(t.{source}, "store_value", options=("-I a", "-I b"))
+      s = jmf.kernel_cache_stats()
+      print(json.dumps({{"compiles": s.nvrtc_compiles, "disk": s.disk_hits, "ptx": t.ptx_of(k)}}))
+  """
+  env = {"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)}
+  runs = [fresh_process.run(script, cwd=tmp_path, timeout=120, env=env).result for _ in range(2)]
+  shadow.write_text(f"#define VALUE{'_OF_HEADER' if source == 'NESTED' else ''} {V2}\n")
+  runs.append(fresh_process.run(script, cwd=tmp_path, timeout=120, env=env).result)
+  assert [(r["compiles"], r["disk"]) for r in runs] == [(1, 0), (0, 1), (1, 0)], where
+  assert V1 in runs[1]["ptx"]
+  assert V2 in runs[2]["ptx"] and V1 not in runs[2]["ptx"], where
+
+
+def test_a_header_that_shadows_the_one_compiled_is_compiled_again_in_the_same_process(
+    isolated_disk_cache, tmp_path, monkeypatch):
+  for folder in ("a", "b"):
+    (tmp_path / folder).mkdir()
+  (tmp_path / "b" / "params.h").write_text(f"#define VALUE {V1}\n")
+  time.sleep(0.1)  # a file changed while it compiled is not cached: this one changed before
+  monkeypatch.chdir(tmp_path)
+  assert V1 in ptx_of(jmf.cuda_kernel(SHADOWED, "store_value", options=["-Ia", "-Ib"]))
+  before = jmf.kernel_cache_stats()
+  assert V1 in ptx_of(jmf.cuda_kernel(SHADOWED, "store_value", options=["-Ia", "-Ib"]))
+  assert jmf.kernel_cache_stats().memory_hits == before.memory_hits + 1
+  (tmp_path / "a" / "params.h").write_text(f"#define VALUE {V2}\n")
+  assert V2 in ptx_of(jmf.cuda_kernel(SHADOWED, "store_value", options=["-Ia", "-Ib"]))
+  (tmp_path / "params.h").write_text(f"#define VALUE {V3}\n")  # the working directory comes first for quotes
+  assert V3 in ptx_of(jmf.cuda_kernel(SHADOWED, "store_value", options=["-Ia", "-Ib"]))
+  assert jmf.kernel_cache_stats().nvrtc_compiles == before.nvrtc_compiles + 2
+
+
 def test_the_packaged_and_cuda_headers_read_are_recorded(isolated_disk_cache):
   kernel = jmf.cuda_kernel(kernel_sources.AXPB, "ops::axpb<float>")
   read = {path for path, digest in kernel.compiled.deps if digest is not None}

@@ -109,10 +109,12 @@ FRESH_PROCESS = '''
     import jax, numpy as np
     import jax_mosaic_ffi as jmf
     mode = sys.argv[1]
-    if mode == "deserialize":
-      # A process that never lowers a mosaic_kernel: only deserializes.
+    if mode.startswith("deserialize"):
+      # A process that never lowers a mosaic_kernel: only deserializes. "deserialize" registers by hand, as
+      # earlier versions asked; "deserialize-only" leaves it to the first lowering of any program.
       exported = jax.export.deserialize(open(sys.argv[2], "rb").read())
-      jmf.register()
+      if mode == "deserialize":
+        jmf.register()
       run = exported.call
     else:
       jax.config.update("jax_compilation_cache_dir", sys.argv[2])
@@ -124,14 +126,14 @@ FRESH_PROCESS = '''
       import test_export
       run = jax.jit(test_export.make_call())
     rng = np.random.default_rng(int(sys.argv[-1]))
-    n = 4096 if mode == "deserialize" else 8192
+    n = 4096 if mode.startswith("deserialize") else 8192
     x, y = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
     out = np.asarray(run(x, y))
     s = jmf.kernel_cache_stats()
-    a = np.float32(3.0 if mode == "deserialize" else 2.0)
+    a = np.float32(3.0 if mode.startswith("deserialize") else 2.0)
     print(json.dumps({"ok": bool(np.allclose(out, a * x + y, rtol=1e-6, atol=1e-6)),
-                      "nvrtc": s.nvrtc_compiles, "parses": s.module_parses,
-                      "cache_hits": len(hits) if mode != "deserialize" else None}))
+                      "nvrtc": s.nvrtc_compiles, "parses": s.module_parses, "registration": jmf.registration.status(),
+                      "cache_hits": len(hits) if not mode.startswith("deserialize") else None}))
 '''
 
 
@@ -140,9 +142,29 @@ def run_fresh(tmp_path, *args, env=None):
 
 
 @pytest.mark.gpu
-def test_a_process_that_only_deserializes_runs_the_artifact(tmp_path):
-  info = run_fresh(tmp_path, "deserialize", ARTIFACT_V1)
-  assert info["ok"] and info["nvrtc"] == 0 and info["parses"] == 1
+@pytest.mark.parametrize("mode", ["deserialize", "deserialize-only"],
+                         ids=["register_by_hand", "registered_at_first_lowering"])
+def test_a_process_that_only_deserializes_runs_the_artifact(tmp_path, mode):
+  info = run_fresh(tmp_path, mode, ARTIFACT_V1)
+  assert info["ok"] and info["nvrtc"] == 0 and info["parses"] == 1, info
+  assert info["registration"]["done"] and info["registration"]["record"], info
+
+
+def test_the_first_lowering_of_any_program_registers_the_kernel_targets(tmp_path):
+  # On the CPU there is nothing to register: the status says that a lowering asked, and why nothing happened.
+  script = """
+      import json
+      import jax
+      from jax._src import dispatch
+      import jax_mosaic_ffi as jmf
+      before = jmf.registration.status()["message"]
+      jax.jit(lambda v: v + 1)(1.0)  # no mosaic_kernel in it: what a deserialized artifact's call does
+      print(json.dumps({"before": before, "after": jmf.registration.status()["message"],
+                        "event": dispatch.JAXPR_TO_MLIR_MODULE_EVENT == jmf.registration.LOWERED_EVENT}))
+  """
+  r = fresh_process.run(script, cwd=tmp_path, env={"JAX_PLATFORMS": "cpu"}).result
+  assert r == {"before": "not registered yet", "after": "not registered: JAX has no CUDA device here",
+               "event": True}, r
 
 
 @pytest.mark.gpu

@@ -14,6 +14,7 @@ from jax_mosaic_ffi.base import contract
 from jax_mosaic_ffi.call import fallback
 from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
 
+import fresh_process
 import kernel_sources
 from hlo_inspect import custom_calls
 
@@ -189,3 +190,44 @@ def test_reference_mode_runs_the_fallback_on_the_gpu(add_kernel, rng, monkeypatc
   assert not [w for w in caught if fallback.REFERENCE_ENV in str(w.message)]  # it has a fallback: no warning
   assert out.devices() == {jax.devices("cuda")[0]}
   np.testing.assert_allclose(np.asarray(out), a + b + 1, rtol=1e-6, atol=1e-6)
+
+
+def test_nothing_of_ours_waits_for_the_cycle_collector(isolated_disk_cache):
+  # A call with a fallback, jitted, vmapped and autotuned, then dropped: with the cycle collector off, whatever of
+  # this package the calls made must go with them (an object in a reference cycle keeps what it holds, a
+  # kernel call and its executables, until a collection).
+  script = """
+      import gc, json, types
+      import jax, numpy as np
+      import jax_mosaic_ffi as jmf, kernel_sources
+      from test_autotune import add_factory
+      x = np.arange(1000, dtype=np.float32)
+      kernel = jmf.cuda_kernel(kernel_sources.ADD, "add")
+      gc.collect()
+      gc.disable()
+
+      def use():
+        call = jmf.mosaic_kernel(kernel, lambda a, b: jax.ShapeDtypeStruct(a.shape, a.dtype),
+                                 grid=lambda a, b: jmf.cdiv(a.size, 256), block=256,
+                                 scalars=lambda a, b: (np.int32(a.size),), fallback=lambda a, b: a + b)
+        ok = bool((np.asarray(jax.jit(call)(x, x)) == 2 * x).all())
+        ok &= bool((np.asarray(jax.jit(jax.vmap(jax.vmap(call)))(x.reshape(2, 5, 100), x.reshape(2, 5, 100)))
+                    == 2 * x.reshape(2, 5, 100)).all())
+        tuned = jmf.autotune(add_factory, configs=[{"block": 128, "work": 1}, {"block": 256, "work": 0}])
+        ok &= bool((np.asarray(jax.jit(tuned)(x, x)) == 2 * x).all())
+        return ok
+
+      ok = use()
+      jax.clear_caches()
+      gc.set_debug(gc.DEBUG_SAVEALL)
+      gc.collect()
+      ours = set()
+      for o in gc.garbage:
+        module = getattr(o, "__module__", None) if isinstance(o, types.FunctionType) else type(o).__module__
+        if isinstance(module, str) and module.startswith("jax_mosaic_ffi"):
+          ours.add(f"{module}.{getattr(o, '__qualname__', type(o).__qualname__)}")
+      print(json.dumps({"ok": ok, "ours": sorted(ours)}))
+  """
+  result = fresh_process.run(script, timeout=180, env={"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache),
+                                                       "JAX_MOSAIC_FFI_AUTOTUNE_ON_CPU": "1"}).result
+  assert result == {"ok": True, "ours": []}, result

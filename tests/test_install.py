@@ -30,6 +30,8 @@ import elf_info
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PYPROJECT = REPO / "pyproject.toml"
+# The compiled extension, as the wheel holds it: in the bottom layer, next to its one importer (base/native.py).
+EXTENSION = "jax_mosaic_ffi/base/_core.abi3.so"
 SMOKE_TESTS = ("test_install.py", "test_module_format.py", "test_compile.py", "test_lowering.py")
 
 
@@ -201,7 +203,7 @@ def test_wheel_is_manylinux_2_28_abi3_and_needs_no_more_than_that(wheel):
   assert _wheel_tag(wheel) == "cp312-abi3-manylinux_2_28_x86_64", wheel.name
   with zipfile.ZipFile(wheel) as z:
     info = z.read(f"jax_mosaic_ffi-{jmf.__version__}.dist-info/WHEEL").decode()
-    extension = z.read("jax_mosaic_ffi/_core.abi3.so")
+    extension = z.read(EXTENSION)
   assert "Tag: cp312-abi3-manylinux_2_28_x86_64" in info and "Root-Is-Purelib: false" in info, info
   libraries, versions = elf_info.needs(extension)
   # No C++ runtime of the build machine (libc++ is linked in), and not the CUDA driver: the user's
@@ -218,7 +220,7 @@ def _expected_wheel_files() -> set[str]:
   files = {str(p.relative_to(REPO)) for p in package.rglob("*")
            if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".so", ".pyc")}
   dist_info = f"jax_mosaic_ffi-{jmf.__version__}.dist-info"
-  return files | {"jax_mosaic_ffi/_core.abi3.so"} | {
+  return files | {EXTENSION} | {
       f"{dist_info}/{name}" for name in ("METADATA", "WHEEL", "RECORD", "licenses/LICENSE")}
 
 
@@ -271,14 +273,14 @@ def test_the_version_is_set_in_one_place():
 @pytest.mark.skipif(not PYPROJECT.exists(), reason="needs the source checkout")
 def test_wheel_installs_into_a_fresh_venv_and_passes_the_smoke_tests(wheel, tmp_path):
   with zipfile.ZipFile(wheel) as z:
-    z.extract("jax_mosaic_ffi/_core.abi3.so", tmp_path / "so")
+    z.extract(EXTENSION, tmp_path / "so")
 
   # The extension loads under another Python than the one that built it.
   python313 = _python313()
   if python313 is not None:
     result = run_python(f"""
         import importlib.util, sys
-        spec = importlib.util.spec_from_file_location("_core", {str(tmp_path / 'so/jax_mosaic_ffi/_core.abi3.so')!r})
+        spec = importlib.util.spec_from_file_location("_core", {str(tmp_path / "so" / EXTENSION)!r})
         core = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(core)
         print(sys.version_info[:2], core.target_names())

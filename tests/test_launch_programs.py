@@ -67,6 +67,9 @@ def test_a_scalar_is_written_in_its_width_and_the_other_scalars_keep_their_value
     ((CONST, -9223372036854775808, CONST, -1, FLOORDIV), [1],
      "grid[0] = floordiv(-9223372036854775808, -1) overflows int64 (-9223372036854775808 // -1)"),
     ((DIM, 0, 1), [5], "grid[0] = in0.shape[1] reads dimension 1 of buffer 0, which has rank 1"),
+    # A constant's text is its value: said once.
+    ((CONST, 2147483648), [1], "grid[0] is 2147483648 for these shapes; it must be 1..2147483647"),
+    ((CONST, 0), [1], "grid[0] is 0 for these shapes; it must be 1..2147483647"),
 ])
 def test_a_grid_the_sizes_make_impossible_is_an_error_naming_the_expression(code, shape, message):
   with pytest.raises(ValueError) as caught:

@@ -13,7 +13,7 @@ triton = import_triton()
 
 import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.toolchain import compile_cache
-from jax_mosaic_ffi.toolchain import triton_compile as triton_lib
+from jax_mosaic_ffi.triton import compile as triton_lib
 from jax_mosaic_ffi.base.module_format import ImageKind
 
 import fresh_process
@@ -200,6 +200,34 @@ def test_mistakes_are_named(isolated_disk_cache):
   fixed = jmf.triton_kernel(ts.add, signature=["*fp16", "*fp16", "*fp16", "i32"], constexprs={"BLOCK": 256})
   with pytest.raises(jmf.LaunchError, match="compiled for"):
     lower(add_call(fixed), x, x)
+
+
+def test_a_triton_compile_failure_names_triton_its_message_and_the_config(isolated_disk_cache):
+  # The frontend refuses a block of 255 (not a power of 2); ptxas refuses bogus inline PTX (Triton's backend).
+  with pytest.raises(jmf.CompileError) as caught:
+    jmf.triton_kernel(ts.add, signature=["*fp32", "*fp32", "*fp32", "i32"], constexprs={"BLOCK": 255},
+                      num_warps=2, targets=["sm_90"])
+  message = str(caught.value)
+  assert message.startswith("Triton could not compile kernel 'add' for sm_90 with num_warps=2, num_stages=3, "
+                            "num_ctas=1, BLOCK=255; signature (*fp32, *fp32, *fp32, i32):\nCompilationError"), message
+  assert "arange's range must be a power of 2" in message and "NVRTC" not in message
+  assert caught.value.compiler == "Triton"
+  with pytest.raises(jmf.CompileError) as caught:
+    jmf.triton_kernel(ts.bogus_asm, signature=["*fp32", "*fp32"], constexprs={"BLOCK": 128}, targets=["sm_90"])
+  message = str(caught.value)
+  assert message.startswith("Triton could not compile kernel 'bogus_asm' for sm_90 with num_warps=4"), message
+  assert "Not a name of any known instruction: 'bogus'" in message and "NVRTC" not in message
+
+
+def test_what_native_code_prints_on_stderr_is_kept_and_passed_on(capfd):
+  import ctypes
+  from jax_mosaic_ffi.base import native_stderr
+  libc = ctypes.CDLL(None)
+  text = b"error: a pass failed (written by native code)\n"
+  with native_stderr.captured() as printed:
+    libc.write(2, text, len(text))
+  assert printed.text == text.decode()
+  assert capfd.readouterr().err == text.decode()  # passed on unchanged once the block ends
 
 
 def test_triton_extra_is_declared():

@@ -20,7 +20,7 @@ from triton_required import import_triton
 triton = import_triton()
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi.transforms import tensor_descriptor
+from jax_mosaic_ffi.triton import tensor_descriptor
 
 import fresh_process
 import triton_descriptor_sources as tds
@@ -199,7 +199,7 @@ def test_a_view_describes_part_of_the_buffer(isolated_disk_cache):
 
 def test_metadata_we_cannot_encode_is_refused_by_name():
   # Entries as Triton's compile writes them, with what later releases or other lowerings may put there.
-  from jax_mosaic_ffi.toolchain import triton_descriptors
+  from jax_mosaic_ffi.triton import descriptors as triton_descriptors
   entry = {"swizzle": 3, "elem_size": 2, "elem_type": 6, "block_size": [64, 64], "fp4_padded": False}
   assert triton_descriptors.DescriptorMeta.from_triton(entry, 0).block_size == (64, 64)
   for change, message in [({"fp4_padded": True}, "descriptor 1: Triton lowered it as padded fp4"),
@@ -214,7 +214,7 @@ def test_metadata_we_cannot_encode_is_refused_by_name():
   # Triton's element type must be the operand's: bf16 bits read as fp16 would be wrong numbers.
   bound = tensor_descriptor.bind(TMA.from_tensor("in0", [64, 64]), lambda v, what: v,
                                  (jax.core.ShapedArray((64, 64), jnp.float16),), (), "here")
-  from jax_mosaic_ffi.toolchain.triton_compile import TritonInfo
+  from jax_mosaic_ffi.triton.compile import TritonInfo
   bf16 = triton_descriptors.DescriptorMeta(3, 2, 9, (64, 64))
   meta = TritonInfo(num_warps=4, num_ctas=1, shared=0, scratch=(), signature=("tensordesc<fp16[64, 64]>",),
                     dropped=(), aligned=(), meta=(), triton_version="3.6.0", tensordesc_meta=(bf16,))
@@ -225,7 +225,7 @@ def test_metadata_we_cannot_encode_is_refused_by_name():
 
 
 def test_targets_without_tma_get_the_decomposed_form(isolated_disk_cache):
-  from jax_mosaic_ffi.toolchain import triton_descriptors
+  from jax_mosaic_ffi.triton import descriptors as triton_descriptors
   x = f16(200, 136)
   cfg = config(add_call(targets=("sm_80",), padding="nan"), x, x)
   assert "tensor_maps" not in cfg

@@ -3,6 +3,7 @@ do_not_specialize / do_not_specialize_on_alignment, PDL for kernels that wait, f
 
 Compiling and lowering needs no GPU; the GPU tests run strided views and a grouped matmul against numpy."""
 
+import functools
 import re
 
 import jax
@@ -18,7 +19,7 @@ import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.base import gpu_info
 from jax_mosaic_ffi.base import module_format
 from jax_mosaic_ffi.base.module_format import ImageKind
-from jax_mosaic_ffi.toolchain import triton_compile
+from jax_mosaic_ffi.triton import compile as triton_compile
 from jax_mosaic_ffi.toolchain.compiled import param_sizes
 
 import triton_sources as ts
@@ -126,7 +127,7 @@ def test_the_specialization_is_tritons_own(isolated_disk_cache):
   # What the compiler is given, beside what Triton's launcher would give it (its binder and _pack_args).
   from triton.backends.compiler import GPUTarget
   from triton.compiler import make_backend
-  from jax_mosaic_ffi.toolchain import triton_specialize
+  from jax_mosaic_ffi.triton import specialize as triton_specialize
   backend = make_backend(GPUTarget("cuda", 90, 32))
   types = ["*fp32", "*fp32", "i32", "i32", "i32", "i32"]
   spec = triton_specialize.specialize(ts.copy_2d, types, {2: np.int32(100), 3: np.int32(64), 4: np.int32(48),
@@ -149,7 +150,8 @@ def test_a_specialization_is_asked_of_triton_once_then_read_from_the_disk_cache(
   from triton.backends.compiler import GPUTarget
   from triton.compiler import make_backend
   from jax_mosaic_ffi.base import disk_cache
-  from jax_mosaic_ffi.toolchain import triton_specialize
+  from jax_mosaic_ffi.toolchain import compile_cache
+  from jax_mosaic_ffi.triton import specialize as triton_specialize
   asked = []
   real = triton_specialize.specialize
   monkeypatch.setattr(triton_specialize, "specialize", lambda *a: asked.append(a) or real(*a))
@@ -162,17 +164,73 @@ def test_a_specialization_is_asked_of_triton_once_then_read_from_the_disk_cache(
 
   first = answer(1)
   assert len(asked) == 1 and first.dropped == (5,)
-  triton_specialize._memory.clear()  # as in a new process
+  compile_cache.clear_memory_cache()  # as in a new process: the specialization is in the one compile cache
   assert answer(1) == first and len(asked) == 1
   assert answer(3).dropped == () and len(asked) == 2
   # Every stored entry damaged: read as missing, asked again, and the answer is the same.
   for path in disk_cache.cache_dir().rglob("*"):
     if path.is_file():
       path.write_bytes(path.read_bytes()[:-7] + b"garbage")
-  triton_specialize._memory.clear()
+  compile_cache.clear_memory_cache()
   assert answer(1) == first and len(asked) == 3
   assert triton_specialize._decode(b'{"signature": [{"tuple": [1, 2]}]}') is None
   assert triton_specialize._decode(triton_specialize._encode(first)) == first
+
+
+def _crafted(first):
+  """Ways a well-typed cached specialization can be wrong for the call (x, out, rows=100, cols=64,
+  stride_xr=48, stride_xc=1 of copy_2d: parameters 0..5, then the constexprs BR and BC at 6 and 7)."""
+  import dataclasses
+  replace = functools.partial(dataclasses.replace, first) if first is not None else lambda **_: None
+  signature = dict(first.signature) if first is not None else {}
+  return {
+      # stride_xr (48) compiled in as the constant 1, and not passed.
+      "a dropped argument whose value is not 1": replace(
+          dropped=(4, 5), signature={**signature, "stride_xr": "constexpr"},
+          constexprs={**(first.constexprs if first else {}), (4,): 1}),
+      "an index out of range": replace(dropped=(5, 99)),
+      "a pointer index that is a scalar": replace(aligned=(0, 1, 2)),
+      # rows (100) hinted as a multiple of 16.
+      "a divisibility the value does not have": replace(
+          attrs={**(first.attrs if first else {}), (2,): [["tt.divisibility", 16]]}),
+      "a parameter of another kind": replace(signature={**signature, "rows": "i64"}),
+      "another function's names": replace(signature={"y" + k: v for k, v in signature.items()}),
+      "a constexpr of another value": replace(constexprs={**(first.constexprs if first else {}), (6,): 32}),
+  }
+
+
+@pytest.mark.parametrize("case", list(_crafted(None)))
+def test_a_cached_specialization_that_does_not_fit_the_call_is_dropped_and_rebuilt(isolated_disk_cache, monkeypatch,
+                                                                                    case):
+  import hashlib
+  from triton.backends.compiler import GPUTarget
+  from triton.compiler import make_backend
+  from jax_mosaic_ffi.base import disk_cache
+  from jax_mosaic_ffi.toolchain import compile_cache
+  from jax_mosaic_ffi.triton import specialize as triton_specialize
+  asked = []
+  real = triton_specialize.specialize
+  monkeypatch.setattr(triton_specialize, "specialize", lambda *a: asked.append(a) or real(*a))
+  types = ["*fp32", "*fp32", "i32", "i32", "i32", "i32"]
+  values = {2: np.int32(100), 3: np.int32(64), 4: np.int32(48), 5: np.int32(1)}
+
+  def answer():
+    return triton_specialize.specialize_cached(ts.copy_2d, types, values, {"BR": 16, "BC": 64}, "sm_90",
+                                               lambda: make_backend(GPUTarget("cuda", 90, 32)))
+
+  compile_cache.clear_memory_cache()
+  first = answer()
+  assert len(asked) == 1 and first.dropped == (5,)
+  (path,) = [p for p in disk_cache.cache_dir().rglob("*.bin") if b'"dropped"' in p.read_bytes()]
+  payload = triton_specialize._encode(_crafted(first)[case])
+  assert triton_specialize._decode(payload) is not None, case  # well-typed: it reads back
+  path.write_bytes(disk_cache._ENTRY_HEADER.pack(disk_cache._ENTRY_MAGIC, len(payload),
+                                                 hashlib.sha256(payload).digest()) + payload)
+  compile_cache.clear_memory_cache()  # as in a new process
+  assert answer() == first and len(asked) == 2, case  # asked of Triton again, not taken as read
+  assert disk_cache.load(path.stem) == triton_specialize._encode(first)  # and the entry rebuilt
+  compile_cache.clear_memory_cache()
+  assert answer() == first and len(asked) == 2  # which is used from then on
 
 
 def test_vmap_keeps_the_alignment_the_kernel_was_compiled_for(isolated_disk_cache):
@@ -209,7 +267,7 @@ def test_the_cache_keys_on_the_value_class(isolated_disk_cache):
 
 # ---------------------------------------------------------------- a grouped matmul as Triton's tutorial writes it
 
-MATMUL = {"BM": 128, "BN": 128, "BK": 64, "GROUP_M": 8}
+MATMUL = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}
 
 
 def matmul_call(m, n, k, strides):
@@ -217,7 +275,7 @@ def matmul_call(m, n, k, strides):
   kernel = jmf.triton_kernel(ts.grouped_matmul, constexprs=MATMUL, num_warps=8, num_stages=3)
   return jmf.mosaic_kernel(
       kernel, jax.ShapeDtypeStruct((m, n), jnp.float16),
-      grid=lambda meta, a, b: jmf.cdiv(m, meta["BM"]) * jmf.cdiv(n, meta["BN"]),
+      grid=lambda meta, a, b: jmf.cdiv(m, meta["BLOCK_M"]) * jmf.cdiv(n, meta["BLOCK_N"]),
       scalars=tuple(np.int32(v) for v in (m, n, k, *strides, n, 1)))
 
 

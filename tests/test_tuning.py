@@ -205,3 +205,109 @@ def test_a_timing_entry_on_disk_is_bounded_and_checked():
               b'[]', b'{"format": "tuning-record-1", "us": 1, "error": "' + b"e" * 9000 + b'"}'):
     with pytest.raises(ValueError):
       decode(bad)
+
+
+# --- failures: only those that will repeat are kept ------------------------------------------------------------
+
+def flaky_factory(meta):
+  """add_factory's call, whose fallback fails at its first run while the file `meta["fails_once"]` does not exist
+  yet (then makes it): a failure that will not repeat, as an out-of-memory or a busy GPU is."""
+  marker = meta.get("fails_once")
+  call = add_factory({"block": meta["block"], "work": meta["work"]})
+  if marker is None:
+    return call
+
+  def check(x):
+    if not os.path.exists(marker):
+      open(marker, "w").close()
+      raise RuntimeError("one-off failure (out of memory)")
+    return x
+
+  def flaky(x, y):
+    return jax.pure_callback(check, jax.ShapeDtypeStruct(x.shape, x.dtype), call(x, y))
+  return flaky
+
+
+# The last is the fastest by far, even with a host callback around it.
+SLOW_AND_FAST = [{"block": 128, "work": 300}, {"block": 256, "work": 200}, {"block": 512, "work": 0}]
+
+
+def fails_once(tmp_path, configs, which):
+  return [dict(c, fails_once=str(tmp_path / f"failed-{k}")) if k in which else c for k, c in enumerate(configs)]
+
+
+@no_gpu
+def test_a_config_that_failed_once_is_timed_again_and_can_win(cpu_timing, tmp_path):
+  configs = fails_once(tmp_path, SLOW_AND_FAST, {2})  # the fastest config fails at its first launch
+  first = jmf.autotune(flaky_factory, configs=configs, name="test-flaky")
+  assert first.best_config(X, X) != configs[2]
+  assert first.last_report["table"][2]["error"].startswith("launch: "), first.last_report["table"]
+  jmf.clear_kernel_cache()  # as in a new process: only what is on disk
+  again = jmf.autotune(flaky_factory, configs=configs, name="test-flaky")
+  assert again.best_config(X, X) == configs[2], again.last_report["table"]
+  assert again.last_report["timed"] == [2] and again.last_report["source"] == "tuned"
+
+
+@no_gpu
+def test_when_every_config_failed_once_the_next_process_tunes_again(cpu_timing, tmp_path):
+  configs = fails_once(tmp_path, SLOW_AND_FAST, {0, 1, 2})
+  with pytest.raises(jmf.AutotuneError, match="no config could be compiled and run"):
+    jmf.autotune(flaky_factory, configs=configs, name="test-all-flaky").best_config(X, X)
+  jmf.clear_kernel_cache()
+  again = jmf.autotune(flaky_factory, configs=configs, name="test-all-flaky")
+  assert again.best_config(X, X) == configs[2]
+  assert again.last_report["timed"] == [0, 1, 2]
+
+
+@no_gpu
+@pytest.mark.parametrize("error", ["compile: CompileError: boom", "launch: XlaRuntimeError: out of memory"])
+def test_a_tuning_file_listing_every_config_as_failed_does_not_wedge_later_processes(cpu_timing, monkeypatch,
+                                                                                     tmp_path, error):
+  path = tmp_path / "tuning.json"
+  tune_and_save(path)
+
+  def all_failed(document):
+    for row in document["timings"]:
+      row.update(us=None, error=error)
+  path.write_text(edited(json.loads(path.read_text()), all_failed))
+  fresh_machine(monkeypatch, tmp_path)
+  assert jmf.load_tuning(path) == 3
+  loaded = jmf.autotune(add_factory, configs=THREE, name="test-file")
+  assert loaded.best_config(X, X) == THREE[2]  # timed again, not AutotuneError
+  assert loaded.last_report["timed"] == [0, 1, 2] and loaded.last_report["source"] == "tuned"
+
+
+@no_gpu
+def test_a_failure_that_will_repeat_is_kept_while_other_configs_are_timed(cpu_timing, monkeypatch, tmp_path):
+  path = tmp_path / "tuning.json"
+  tune_and_save(path)
+  lasting = "resources: XlaRuntimeError: INVALID_ARGUMENT: ... lower smem_bytes"
+  path.write_text(edited(json.loads(path.read_text()),
+                         lambda d: next(r for r in d["timings"] if json.loads(r["config"])["work"] == 0).update(
+                             us=None, error=lasting)))
+  fresh_machine(monkeypatch, tmp_path)
+  assert jmf.load_tuning(path) == 3
+  loaded = jmf.autotune(add_factory, configs=THREE, name="test-file")
+  assert loaded.best_config(X, X) == THREE[1]  # the one that asks for too much is not tried again
+  assert loaded.last_report["timed"] == [] and loaded.last_report["table"][2]["error"] == lasting
+  # A one-off failure in the same place is timed again.
+  path.write_text(path.read_text().replace(lasting, "launch: XlaRuntimeError: out of memory"))
+  fresh_machine(monkeypatch, tmp_path)
+  assert jmf.load_tuning(path) == 3
+  again = jmf.autotune(add_factory, configs=THREE, name="test-file")
+  assert again.best_config(X, X) == THREE[2] and again.last_report["timed"] == [2]
+
+
+def test_the_runtime_still_says_what_the_resource_markers_look_for():
+  # Resource failures are told from their text: each runtime marker must still be in the runtime's messages.
+  from jax_mosaic_ffi.transforms import tuning_failures
+  csrc = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc", "runtime")
+  if not os.path.isdir(csrc):
+    pytest.skip("runs from a source checkout (csrc/)")
+  text = "".join(open(os.path.join(csrc, name)).read() for name in os.listdir(csrc) if name.endswith(".cc"))
+  for marker in tuning_failures.RESOURCE_MARKERS:
+    assert marker in text or marker.startswith("CUDA_ERROR_"), marker
+  assert tuning_failures.launch_failure("launch failed: CUDA_ERROR_OUT_OF_RESOURCES (too many resources)") == \
+      "resources"
+  assert tuning_failures.launch_failure("RESOURCE_EXHAUSTED: Out of memory while trying to allocate") == "launch"
+  assert tuning_failures.compile_failure("RESOURCE_EXHAUSTED: out of memory") == "compile (out of memory)"

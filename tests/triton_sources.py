@@ -1,7 +1,13 @@
-"""Triton kernels for the tests (@triton.jit functions must live in a file)."""
+"""Triton kernels for the tests (@triton.jit functions must live in a file); the ones the benchmarks run too come
+from the kernel corpus (benchmarks/kernels/), written once."""
 
 import triton
 import triton.language as tl
+
+import benchmarks_package
+
+# C = A @ B in the style of Triton's matmul tutorial: every operand by its strides, program ids grouped along M.
+grouped_matmul = benchmarks_package.kernels("triton_user").grouped_matmul
 
 
 @triton.jit
@@ -97,37 +103,6 @@ def copy_2d_unaligned(x_ptr, out_ptr, rows, cols, stride_xr, stride_xc, BR: tl.c
 
 
 @triton.jit
-def grouped_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
-  """C = A @ B in the style of Triton's matmul tutorial: every operand by its strides (so a transposed or padded
-  view is passed as it is), program ids grouped along M so neighbouring programs share B's columns in L2."""
-  pid = tl.program_id(0)
-  programs_m = tl.cdiv(M, BM)
-  programs_n = tl.cdiv(N, BN)
-  per_group = GROUP_M * programs_n
-  first_m = (pid // per_group) * GROUP_M
-  group_m = min(programs_m - first_m, GROUP_M)
-  pid_m = first_m + ((pid % per_group) % group_m)
-  pid_n = (pid % per_group) // group_m
-  rm = (pid_m * BM + tl.arange(0, BM)) % M
-  rn = (pid_n * BN + tl.arange(0, BN)) % N
-  rk = tl.arange(0, BK)
-  a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
-  b_ptrs = b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn
-  acc = tl.zeros((BM, BN), dtype=tl.float32)
-  for k in range(0, tl.cdiv(K, BK)):
-    a = tl.load(a_ptrs, mask=rk[None, :] < K - k * BK, other=0.0)
-    b = tl.load(b_ptrs, mask=rk[:, None] < K - k * BK, other=0.0)
-    acc = tl.dot(a, b, acc)
-    a_ptrs += BK * stride_ak
-    b_ptrs += BK * stride_bk
-  cm = pid_m * BM + tl.arange(0, BM)
-  cn = pid_n * BN + tl.arange(0, BN)
-  mask = (cm[:, None] < M) & (cn[None, :] < N)
-  tl.store(c_ptr + cm[:, None] * stride_cm + cn[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
 def add_after_wait(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
   """add, safe for programmatic dependent launch: it waits for the previous kernel before its first load, then
   lets the next kernel launch."""
@@ -138,3 +113,12 @@ def add_after_wait(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
   y = tl.load(y_ptr + offsets, mask=mask)
   tl.extra.cuda.gdc_launch_dependents()
   tl.store(out_ptr + offsets, x + y, mask=mask)
+
+
+@triton.jit
+def bogus_asm(x_ptr, y_ptr, BLOCK: tl.constexpr):
+  """Inline PTX that ptxas refuses: a compile failure inside Triton's own backend."""
+  offsets = tl.arange(0, BLOCK)
+  y = tl.inline_asm_elementwise("bogus.instr.f32 $0, $1;", "=r,r", [tl.load(x_ptr + offsets)], dtype=tl.float32,
+                                is_pure=True, pack=1)
+  tl.store(y_ptr + offsets, y)

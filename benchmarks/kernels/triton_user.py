@@ -1,4 +1,5 @@
-"""Triton kernels written the way Triton users write them, for benchmarks/triton_native.py.
+"""Triton kernels written the way Triton users write them, for benchmarks/triton_native.py, autotune.py and
+jax_triton_lowering.py, and the tests (tests/triton_sources.py, triton_decorated_sources.py).
 
 Each takes its strides as arguments (so Triton's launcher specializes the ones equal to 1) and carries the
 decorators real kernels arrive with: `@triton.autotune` with a config list for Hopper and a `key=`, and
@@ -14,7 +15,7 @@ Each kernel's parameters come in the order its tutorial uses (outputs not always
 import triton
 import triton.language as tl
 
-# ------------------------------------------------------------------ grouped matmul (fp16 in, fp32 acc, fp16 out)
+# ------------------------------------------------------------------ grouped matmul (fp32 accumulation)
 
 MATMUL_CONFIGS = [
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=3, num_warps=8),
@@ -26,12 +27,12 @@ MATMUL_CONFIGS = [
 ]
 
 
-@triton.autotune(configs=MATMUL_CONFIGS, key=["M", "N", "K"])
 @triton.jit
-def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
-                  stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-  """C = A @ B. Programs walk C's tiles GROUP_M tile-rows at a time, so the tiles of B they load stay in L2."""
+def grouped_matmul(a_ptr, b_ptr, c_ptr, M, N, K,
+                   stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+  """C = A @ B. Programs walk C's tiles GROUP_M tile-rows at a time, so the tiles of B they load stay in L2.
+  Every operand by its strides, so a transposed or padded view is passed as it is."""
   pid = tl.program_id(0)
   tiles_m = tl.cdiv(M, BLOCK_M)
   tiles_n = tl.cdiv(N, BLOCK_N)
@@ -56,8 +57,12 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     b_tile += BLOCK_K * stride_bk
   cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
   cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-  tl.store(c_ptr + cm[:, None] * stride_cm + cn[None, :] * stride_cn, acc.to(tl.float16),
+  tl.store(c_ptr + cm[:, None] * stride_cm + cn[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
            mask=(cm[:, None] < M) & (cn[None, :] < N))
+
+
+# As it arrives in a model's code: under @triton.autotune with Hopper's configs.
+matmul_kernel = triton.autotune(configs=MATMUL_CONFIGS, key=["M", "N", "K"])(grouped_matmul)
 
 
 # ------------------------------------------------------------------ flash attention forward (fp16, Z x H x S x D)

@@ -2,8 +2,9 @@
 // The layer at the bottom. Its files include the C++ standard library and
 // each other, nothing else: no CUDA, no XLA, no nanobind, no other folder of
 // csrc/. The fuzz driver (tests/fuzz/) and Python's trace-time checks rely on
-// that. Layers: contract <- driver <- runtime <- python; a file includes from
-// its own folder or one below, never above (scripts/check_csrc_layers.py).
+// that. Layers: contract <- driver <- ffi <- peers <- runtime <- python; a file
+// includes from its own folder or one below, never above
+// (scripts/check_csrc_layers.py).
 //
 // The custom-call contract (docs/contract.md): its limits, the names and
 // types of its attributes, and the one validator that turns attributes into

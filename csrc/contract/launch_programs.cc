@@ -181,7 +181,9 @@ bool EvaluateLaunchPrograms(const LaunchPrograms& programs, const BufferShapes& 
     int64_t value = 0;
     std::string why;
     const auto fail = [&](const std::string& reason) {
-      *error = TargetText(p) + " = " + LaunchProgramText(p.code, spec->num_inputs) + " " + reason;
+      // A constant program's text is its value: "grid[0] is 0", not "grid[0] = 0 is 0".
+      const std::string text = LaunchProgramText(p.code, spec->num_inputs);
+      *error = TargetText(p) + (text == Num(value) ? "" : " = " + text) + " " + reason;
       return false;
     };
     if (!Run(p.code, shapes, &value, &why)) return fail(why);

@@ -1,8 +1,9 @@
 // ===== csrc/driver/: the CUDA driver API and the runtime's own kernels =====
 // May include: the standard library, POSIX headers, cuda.h, and
-// csrc/contract/. Not XLA, not nanobind, not runtime/ or python/: errors are
+// csrc/contract/. Not XLA, not nanobind, not the folders above: errors are
 // reported as std::string, the way the contract reports them. Layers:
-// contract <- driver <- runtime <- python (scripts/check_csrc_layers.py).
+// contract <- driver <- ffi <- peers <- runtime <- python
+// (scripts/check_csrc_layers.py).
 //
 // The CUDA driver API, loaded from libcuda at first use.
 //

@@ -14,20 +14,22 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/cross_process.h"
-#include "runtime/host_rendezvous.h"
+#include "peers/cross_process.h"
+#include "peers/host_rendezvous.h"
 
 namespace nb = nanobind;
 
 namespace jmf {
 namespace {
 
-ffi::Error CallExchange(const nb::object& fn, const PeerExchangeRequest& r, std::vector<std::string>* all) {
-  if (!Py_IsInitialized()) return ffi::Error::Internal(r.who + ": Python is shutting down; no peer exchange");
+// Calls a Python function that returns every rank's bytes (the GIL taken here); its TimeoutError is a
+// deadline, any other exception a failed precondition, with its message.
+template <typename Call>
+ffi::Error CallForDeposits(const Call& call, const std::string& who, std::vector<std::string>* all) {
+  if (!Py_IsInitialized()) return ffi::Error::Internal(who + ": Python is shutting down; no peer exchange");
   nb::gil_scoped_acquire gil;
   try {
-    nb::object result =
-        fn(r.key, r.rank, r.device_ids, nb::bytes(r.mine.data(), r.mine.size()), r.timeout.count() / 1000.0, r.who);
+    nb::object result = call();
     all->clear();
     for (nb::handle item : result) {
       nb::bytes value = nb::cast<nb::bytes>(item);
@@ -39,9 +41,17 @@ ffi::Error CallExchange(const nb::object& fn, const PeerExchangeRequest& r, std:
     std::string message = nb::str(e.value()).c_str();
     return ffi::Error(timeout ? ffi::ErrorCode::kDeadlineExceeded : ffi::ErrorCode::kFailedPrecondition, message);
   } catch (const std::exception& e) {
-    return ffi::Error::Internal(r.who +
-                                ": the peer exchange returned something other than a list of bytes: " + e.what());
+    return ffi::Error::Internal(who + ": the peer exchange returned something other than a list of bytes: " + e.what());
   }
+}
+
+ffi::Error CallExchange(const nb::object& fn, const PeerExchangeRequest& r, std::vector<std::string>* all) {
+  return CallForDeposits(
+      [&] {
+        return fn(r.key, r.rank, r.device_ids, nb::bytes(r.mine.data(), r.mine.size()), r.timeout.count() / 1000.0,
+                  r.who);
+      },
+      r.who, all);
 }
 
 // Test hook (tests/test_cross_process.py): the host half of one rank of a
@@ -62,7 +72,7 @@ class HostRankForTests {
   ~HostRankForTests() { Close(); }
 
   nb::bytes Deposit() const {
-    std::string d = EncodeDeposit(bytes_, address_, CUipcMemHandle{}, Host().page_name());
+    std::string d = DepositBytes();
     return nb::bytes(d.data(), d.size());
   }
 
@@ -94,6 +104,25 @@ class HostRankForTests {
     if (e.failure()) throw std::runtime_error(e.message());
   }
 
+  // What each execution does (HostRendezvous::Meet): `trade(deposit)` returns every rank's deposit, as the
+  // key-value exchange does (tests pass jax_mosaic_ffi.call.cross_process.exchange, bound to their key).
+  void Meet(nb::object trade, double timeout_s) {
+    const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+    const std::string who = "test rank " + std::to_string(Host().rank());
+    const std::string mine = DepositBytes();
+    const DepositTrade again = [&](std::vector<std::string>* all) {
+      return CallForDeposits([&] { return trade(nb::bytes(mine.data(), mine.size())); }, who, all);
+    };
+    ffi::Error e = ffi::Error::Success();
+    {
+      nb::gil_scoped_release released;
+      e = Host().Meet(again, mine, timeout, who);
+    }
+    if (e.failure()) throw std::runtime_error(e.message());
+  }
+
+  bool Broken() const { return Host().broken(); }
+
   std::string PageName() const { return Host().page_name(); }
 
   void Close() {
@@ -107,7 +136,13 @@ class HostRankForTests {
     if (host_ == nullptr) throw std::runtime_error("closed");
     return *host_;
   }
+  // Made once, as the runtime's is at set-up (the page's name is released after the first rendezvous).
+  std::string DepositBytes() const {
+    if (deposit_.empty()) deposit_ = EncodeDeposit(bytes_, address_, CUipcMemHandle{}, Host().page_name());
+    return deposit_;
+  }
   uint64_t bytes_, address_;
+  mutable std::string deposit_;
   std::unique_ptr<HostRendezvous> host_;
 };
 
@@ -121,6 +156,8 @@ void BindCrossProcess(nb::module_& m) {
       .def("deposit", &HostRankForTests::Deposit)
       .def("admit", &HostRankForTests::Admit, nb::arg("deposits"))
       .def("arrive", &HostRankForTests::Arrive, nb::arg("timeout_s"), nb::call_guard<nb::gil_scoped_release>())
+      .def("meet", &HostRankForTests::Meet, nb::arg("trade"), nb::arg("timeout_s"))
+      .def_prop_ro("broken", &HostRankForTests::Broken)
       .def_prop_ro("page_name", &HostRankForTests::PageName)
       .def("close", &HostRankForTests::Close);
   m.def("_cross_process_layout", [] {

@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-#include "runtime/nvshmem_runtime.h"
+#include "peers/nvshmem_runtime.h"
 
 namespace nb = nanobind;
 

@@ -1,8 +1,9 @@
 // ===== csrc/python/: the nanobind modules =====
 // _core (this file and cross_process_python.cc) and the benchmarks'
 // _benchmark_targets. The top layer: may include nanobind and every folder
-// below (runtime/, driver/, contract/); nothing in csrc/ includes these.
-// Layers: contract <- driver <- runtime <- python (scripts/check_csrc_layers.py).
+// below (runtime/, peers/, ffi/, driver/, contract/); nothing in csrc/
+// includes these. Layers: contract <- driver <- ffi <- peers <- runtime <-
+// python (scripts/check_csrc_layers.py).
 //
 // jax_mosaic_ffi._core: what Python needs from the C++ runtime.
 //
@@ -27,8 +28,8 @@
 #include "contract/launch_programs.h"
 #include "contract/module_format.h"
 #include "driver/cute_dsl_runtime.h"
+#include "peers/collective.h"
 #include "runtime/call_site.h"
-#include "runtime/collective.h"
 #include "runtime/handlers.h"
 #include "runtime/kernel_cache.h"
 

@@ -8,12 +8,14 @@
 //
 // Its methods live in two files:
 //   call_site.cc         instantiate and prepare: the state built from the attributes, the kernel loaded and
-//                        checked per device, a call's buffers gathered and its tensor maps encoded
+//                        checked per device, a call's buffers gathered
+//   call_site_tensor_maps.cc  its TMA descriptors encoded, again only when their buffer moved
 //   call_site_launch.cc  execute and record: the launch, on the stream or as command-buffer nodes
 //   call_site_programs.cc  a grid and scalars computed from the buffers' shapes (contract v2)
 //   call_site_cute.cc    CuTe DSL calls: the object's module made at instantiate, its host function run
-// A collective call site also owns a CollectiveState (collective.h), built
-// from what it needs (CollectiveInputs), not from the call site.
+// A collective call site also owns a CollectiveState (peers/collective.h), and an
+// NVSHMEM call site an NvshmemStaging (peers/nvshmem_staging.h), each built from
+// what it needs, not from the call site.
 #ifndef JAX_MOSAIC_FFI_CALL_SITE_H_
 #define JAX_MOSAIC_FFI_CALL_SITE_H_
 
@@ -27,11 +29,12 @@
 
 #include "contract/contract.h"
 #include "driver/cuda_driver.h"
-#include "runtime/buffers.h"
-#include "runtime/collective.h"
+#include "ffi/buffers.h"
+#include "ffi/record.h"
+#include "peers/collective.h"
+#include "peers/nvshmem_staging.h"
 #include "runtime/cute_module.h"
 #include "runtime/kernel_cache.h"
-#include "runtime/record.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jmf {
@@ -54,7 +57,6 @@ class CallSite {
   // carry launch programs; a v1 call that has them is refused.
   static ffi::ErrorOr<std::unique_ptr<CallSite>> Create(ffi::Dictionary attrs, bool collective,
                                                         bool programs_allowed = false);
-  ~CallSite();
 
   // Reads the buffer pointers of a call and checks their count and alignment.
   ffi::Error GatherBuffers(const ffi::RemainingArgs& args, const ffi::RemainingRets& rets, Buffers* out) const;
@@ -77,9 +79,8 @@ class CallSite {
   ffi::Error Record(const RecordFrame& record, int32_t device, const Buffers& buffers);
 
   CollectiveState* collective() { return collective_.get(); }
-  // NVSHMEM calls: the call's symmetric buffers on NVSHMEM's heap, allocated once (call_site_nvshmem.cc).
-  bool symmetric_ready() const { return symmetric_ready_.load(std::memory_order_acquire); }
-  ffi::Error AllocateSymmetricBuffers(const Buffers& buffers);
+  // NVSHMEM calls: the call's buffers on NVSHMEM's symmetric heap (peers/nvshmem_staging.h); null otherwise.
+  NvshmemStaging* nvshmem() { return nvshmem_.get(); }
   const Driver& driver() const { return *driver_; }
   const LaunchSpec& spec() const { return spec_; }
   const std::string& who() const { return spec_.who; }
@@ -128,10 +129,6 @@ class CallSite {
                               const LoadedModule& module) const;
   ffi::Error LaunchError(CUresult result, int32_t device, const LoadedModule& module) const;
   ffi::Error CheckFits(const LoadedModule& module, int32_t device) const;
-  // NVSHMEM calls: the symmetric buffers' copies around the launch (call_site_nvshmem.cc).
-  ffi::Error StageIntoSymmetricHeap(CUstream stream, Buffers& buffers, void** originals);
-  ffi::Error StageOutOfSymmetricHeap(CUstream stream, Buffers& buffers, void* const* originals) const;
-  void FreeSymmetricBuffers();
   std::string LaunchDescription() const;
   // CuTe DSL calls (call_site_cute.cc): the module at instantiate; per device, its arch checked once.
   ffi::Error CreateHostModule();
@@ -148,13 +145,7 @@ class CallSite {
   bool synchronize_launches_ = false;  // debug: JAX_MOSAIC_FFI_SYNC_LAUNCHES
   bool needs_bytes_ = false;           // buffers' sizes are read: fills, tensor maps, cross-process copies
   std::unique_ptr<CollectiveState> collective_;
-  // NVSHMEM calls: per buffer, its home on the symmetric heap (null: not
-  // staged), allocated by the first launch (sizes known then; NVSHMEM runs one
-  // device per process, so one set serves the call site).
-  std::vector<void*> symmetric_;
-  std::vector<size_t> symmetric_bytes_;
-  std::vector<bool> symmetric_copy_in_;
-  std::atomic<bool> symmetric_ready_{false};
+  std::unique_ptr<NvshmemStaging> nvshmem_;
   // Launch programs: computed once (under mutex_), and the dimensions they read then.
   std::atomic<bool> programs_resolved_{false};
   std::vector<int64_t> program_dims_;

@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <string>
 
+#include "ffi/status.h"
 #include "runtime/call_site.h"
-#include "runtime/status.h"
 
 namespace jmf {
 namespace {

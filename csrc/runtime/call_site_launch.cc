@@ -12,9 +12,9 @@
 #include <utility>
 
 #include "driver/runtime_kernels.h"
+#include "ffi/status.h"
+#include "peers/collective.h"
 #include "runtime/call_site.h"
-#include "runtime/collective.h"
-#include "runtime/status.h"
 
 namespace jmf {
 namespace {
@@ -62,7 +62,7 @@ ffi::Error CallSite::Launch(CUstream stream, int32_t device, Buffers& buffers) {
   if (!spec_.zero_buffers.empty()) JMF_RETURN_IF_ERROR(Zero(stream, buffers));
   if (!spec_.tensor_maps.empty()) JMF_RETURN_IF_ERROR(EncodeTensorMaps(buffers, device));
   void* originals[kMaxBuffers];
-  if (spec_.nvshmem) JMF_RETURN_IF_ERROR(StageIntoSymmetricHeap(stream, buffers, originals));
+  if (nvshmem_ != nullptr) JMF_RETURN_IF_ERROR(nvshmem_->StageIn(stream, buffers, originals));
   void* params[kMaxParams];
   ForEachParam(buffers, device, [&](int i, const void* value, size_t) { params[i] = const_cast<void*>(value); });
   CUresult result = LaunchOnce(stream, *module, params);
@@ -72,10 +72,10 @@ ffi::Error CallSite::Launch(CUstream stream, int32_t device, Buffers& buffers) {
     MoveToNextElement(buffers);
     result = LaunchOnce(stream, *module, params);
   }
-  if (spec_.nvshmem) {
+  if (nvshmem_ != nullptr) {
     if (result != CUDA_SUCCESS) [[unlikely]]
       return LaunchError(result, device, *module);
-    JMF_RETURN_IF_ERROR(StageOutOfSymmetricHeap(stream, buffers, originals));
+    JMF_RETURN_IF_ERROR(nvshmem_->StageOut(stream, buffers, originals));
   }
   if (synchronize_launches_) [[unlikely]]
     return SynchronizeAfter(stream, device, result, *module);

@@ -6,10 +6,10 @@
 #include <string>
 
 #include "cuda.h"
+#include "ffi/record.h"
+#include "ffi/status.h"
+#include "peers/collective.h"
 #include "runtime/call_site.h"
-#include "runtime/collective.h"
-#include "runtime/record.h"
-#include "runtime/status.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jmf {
@@ -149,10 +149,10 @@ ffi::Error NvshmemPrepare(int32_t device, CallSite* site) { return site->Prepare
 
 ffi::Error NvshmemInitialize(int32_t device, CallSite* site, ffi::RemainingArgs args, ffi::RemainingRets rets) {
   (void)device;
-  if (site->symmetric_ready()) return ffi::Error::Success();
+  if (site->nvshmem()->ready()) return ffi::Error::Success();
   Buffers buffers;
   JMF_RETURN_IF_ERROR(site->GatherBuffers(args, rets, &buffers));
-  return site->AllocateSymmetricBuffers(buffers);
+  return site->nvshmem()->Allocate(buffers);
 }
 
 }  // namespace

@@ -1,10 +1,11 @@
 // ===== csrc/runtime/: the FFI stages and the state behind them =====
-// Call-site state, the record stage, tensor maps, the kernel caches,
-// collectives and their cross-process half, and the handler bundles that
-// expose them to XLA. May include: the standard library, POSIX headers, the
-// XLA FFI headers (xla/ffi/api/), cuda.h, csrc/driver/ and csrc/contract/.
-// Not nanobind, not python/: nothing here knows Python is there. Layers:
-// contract <- driver <- runtime <- python (scripts/check_csrc_layers.py).
+// Call-site state (launch, record stage, tensor maps, launch programs), the
+// kernel caches, and the handler bundles that expose them to XLA. May
+// include: the standard library, POSIX headers, the XLA FFI headers
+// (xla/ffi/api/), cuda.h and every folder below (peers/, ffi/, driver/,
+// contract/). Not nanobind, not python/: nothing here knows Python is there.
+// Layers: contract <- driver <- ffi <- peers <- runtime <- python
+// (scripts/check_csrc_layers.py).
 //
 // The XLA FFI handler bundles of jax_mosaic_ffi and how they get registered.
 #ifndef JAX_MOSAIC_FFI_HANDLERS_H_

@@ -5,8 +5,8 @@
 #include <string>
 #include <utility>
 
-#include "runtime/nvshmem_runtime.h"
-#include "runtime/status.h"
+#include "ffi/status.h"
+#include "peers/nvshmem_runtime.h"
 
 namespace jmf {
 namespace {

@@ -18,13 +18,15 @@ class CompileError(RuntimeError):
 
   ``advice`` is what the compiler's caller knows about the log (nvcc habits NVRTC does not share).
   ``message``, when the caller knows the mistake exactly (a misspelt kernel name), replaces the log in
-  the message; ``log`` keeps it.
+  the message; ``log`` keeps it. ``compiler`` names the compiler that refused it; ``what`` says what was
+  compiled (default: "kernel '<kernel>'"), e.g. with the config it was compiled with.
   """
 
   def __init__(self, kernel: str, log: str, source: str, filename: str, advice: str | None = None,
-               message: str | None = None):
+               message: str | None = None, compiler: str = "NVRTC", what: str | None = None):
     self.kernel = kernel
     self.log = log
+    self.compiler = compiler
     if message is not None:
       super().__init__(message)
       return
@@ -33,7 +35,7 @@ class CompileError(RuntimeError):
     for line_no in sorted({int(n) for n in re.findall(rf"{re.escape(filename)}\((\d+)\)", log)})[:5]:
       if 1 <= line_no <= len(lines):
         excerpts.append(f"  {line_no:5d} | {lines[line_no - 1]}")
-    message = f"NVRTC could not compile kernel '{kernel}':\n{log.rstrip()}"
+    message = f"{compiler} could not compile {what or f"kernel '{kernel}'"}:\n{log.rstrip()}"
     if excerpts:
       message += "\n\nsource lines named above:\n" + "\n".join(excerpts)
     if advice:

@@ -24,7 +24,7 @@ import time
 
 Deps = tuple[tuple[str, str | None], ...]  # (path, sha256 hex, or None: it must stay absent)
 
-MAX_FILES = 20000
+MAX_FILES = 50000  # headers read plus the paths searched before them (include_search.py)
 MAX_PATH_CHARS = 4096
 # Larger files are not hashed: a compile that read one is not cached.
 _MAX_FILE_BYTES = 64 << 20

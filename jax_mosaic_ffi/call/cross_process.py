@@ -1,6 +1,6 @@
 """Collective kernels whose peers live in other processes (``jax.distributed``).
 
-The runtime (csrc/runtime/cross_process.cc) gives each device of such a clique one
+The runtime (csrc/peers/cross_process.cc) gives each device of such a clique one
 symmetric workspace (barrier flags, metadata, a slot per symmetric
 parameter) from ``cuMemAlloc``, which CUDA IPC can share: XLA's own buffers
 come from the virtual-memory API and cannot be. Once per workspace, the
@@ -18,11 +18,10 @@ hosts are refused, since CUDA IPC needs one host.
 
 A rank that times out abandons the exchange, and a late peer must not go on
 with deposits from it (the workspaces they name are gone, or soon will be).
-So every exchange ends in one verdict, ``<generation>/verdict``, set once by
-whichever rank gets there first (the store refuses a second set): ``go`` from
-a rank that read every deposit, or ``abandoned`` from one that gave up. Every
-rank follows the verdict, so either all use the exchange or none does, and
-the next attempt (the next generation) starts in step.
+So every exchange ends in one verdict (kv_store.py): ``go`` from a rank that
+read every deposit, or ``abandoned`` from one that gave up. Every rank follows
+the verdict, so either all use the exchange or none does, and the next
+attempt (the next generation) starts in step.
 """
 
 from __future__ import annotations
@@ -30,12 +29,12 @@ from __future__ import annotations
 import collections
 import socket
 import threading
-import time
 
 import jax
 from jax._src import distributed  # no public key-value API in jax 0.11/0.12
 
 from jax_mosaic_ffi.base.native import core
+from jax_mosaic_ffi.call import kv_store
 
 _KEY_PREFIX = "jax_mosaic_ffi"
 _lock = threading.Lock()
@@ -82,28 +81,12 @@ def _unpack(value: bytes) -> tuple[str, bytes]:
   return value[2:2 + n].decode(errors="replace"), value[2 + n:]
 
 
-def _settle(client, base: str, verdict: str, who: str) -> str:
-  """Sets the exchange's verdict unless a peer set one first; returns the one that holds."""
-  try:
-    client.key_value_set(f"{base}/verdict", verdict)
-    return verdict
-  except Exception as err:  # noqa: BLE001 - jax's error type is private
-    if "ALREADY_EXISTS" not in str(err):
-      raise RuntimeError(f"{who}: settling the workspace exchange in the jax.distributed key-value store "
-                         f"failed: {err}") from None
-  return client.blocking_key_value_get(f"{base}/verdict", 10_000)
-
-
 def _abandoned_by(verdict: str, device_ids) -> str:
-  """Who gave up, from a peer's verdict ``abandoned/<rank>/<seconds>``; bounded, since a peer wrote it."""
-  fields = verdict.split("/")
-  try:
-    rank, seconds = int(fields[1]), float(fields[2])
-  except (IndexError, ValueError):
+  """Who gave up, from a peer's verdict ``abandoned/<rank>/<seconds>``."""
+  found = kv_store.abandoned_by(verdict, len(device_ids))
+  if found is None:
     return f"a peer (verdict {verdict[:80]!r})"
-  if not 0 <= rank < len(device_ids):
-    return f"a peer (verdict {verdict[:80]!r})"
-  return f"peer {_peer_name(rank, device_ids)} (after waiting {seconds:g} s)"
+  return f"peer {_peer_name(found[0], device_ids)} (after waiting {found[1]:g} s)"
 
 
 def exchange(key: str, rank: int, device_ids, mine: bytes, timeout_s: float, who: str) -> list[bytes]:
@@ -120,47 +103,26 @@ def exchange(key: str, rank: int, device_ids, mine: bytes, timeout_s: float, who
     _generations[(key, rank)] += 1
   base = f"{_KEY_PREFIX}/{key}/{generation}"
   host = host_identity()
-  client.key_value_set_bytes(f"{base}/{rank}", _pack(host, bytes(mine)))
+  kv_store.set_once(client, f"{base}/{rank}", _pack(host, bytes(mine)), who)
   if generation >= 2:  # every peer read it before it published generation - 1, or no peer uses it (abandoned)
     try:
       client.key_value_delete(f"{_KEY_PREFIX}/{key}/{generation - 2}/{rank}")
     except Exception:  # noqa: BLE001 - tidying only
       pass
-  deadline = time.monotonic() + timeout_s
-  values: list[bytes | None] = [None] * len(device_ids)
-  values[rank] = _pack(host, bytes(mine))
-  timed_out = None
-  for r in range(len(device_ids)):
-    if r == rank:
-      continue
-    remaining_ms = max(1, int((deadline - time.monotonic()) * 1000))
-    try:
-      values[r] = client.blocking_key_value_get_bytes(f"{base}/{r}", remaining_ms)
-    except Exception as err:  # noqa: BLE001 - jax's error type is private
-      if "DEADLINE_EXCEEDED" not in str(err) and "timed out" not in str(err):
-        _settle_quietly(client, base, f"abandoned/{rank}/{timeout_s:g}")
-        raise RuntimeError(f"{who}: reading peer {_peer_name(r, device_ids)}'s workspace from the "
-                           f"jax.distributed key-value store failed: {err}") from None
-      timed_out = TimeoutError(
+  got = kv_store.gather(
+      client, base, rank, len(device_ids), lambda r: f"{base}/{r}", client.blocking_key_value_get_bytes, timeout_s,
+      who,
+      late=lambda r: TimeoutError(
           f"{who}: rank {rank} waited {timeout_s:g} s for peer {_peer_name(r, device_ids)} to set up its "
           "collective workspace; it never did. Did that process die, or does it not run this kernel? "
-          "(JAX_MOSAIC_FFI_PEER_TIMEOUT_S sets the timeout)")
-      break
-  verdict = _settle(client, base, "go" if timed_out is None else f"abandoned/{rank}/{timeout_s:g}", who)
-  if verdict != "go":
-    if timed_out is not None:
-      raise timed_out from None
-    raise RuntimeError(
-        f"{who}: {_abandoned_by(verdict, device_ids)} gave up on this collective workspace exchange before "
-        f"rank {rank} joined it; its deposits are not used, and this attempt fails on every rank. Running the "
-        "call again starts a new exchange (JAX_MOSAIC_FFI_PEER_TIMEOUT_S sets the timeout)")
-  for r in range(len(device_ids)):
-    if values[r] is None:  # a peer settled `go`: every deposit is in the store, just not read here yet
-      try:
-        values[r] = client.blocking_key_value_get_bytes(f"{base}/{r}", 10_000)
-      except Exception as err:  # noqa: BLE001 - jax's error type is private
-        raise RuntimeError(f"{who}: reading peer {_peer_name(r, device_ids)}'s workspace from the "
-                           f"jax.distributed key-value store failed: {err}") from None
+          "(JAX_MOSAIC_FFI_PEER_TIMEOUT_S sets the timeout)"),
+      unreadable=lambda r, err: RuntimeError(f"{who}: reading peer {_peer_name(r, device_ids)}'s workspace from the "
+                                             f"jax.distributed key-value store failed: {err}"),
+      abandoned=lambda verdict: RuntimeError(
+          f"{who}: {_abandoned_by(verdict, device_ids)} gave up on this collective workspace exchange before "
+          f"rank {rank} joined it; its deposits are not used, and this attempt fails on every rank. Running the "
+          "call again starts a new exchange (JAX_MOSAIC_FFI_PEER_TIMEOUT_S sets the timeout)"))
+  values = [_pack(host, bytes(mine)) if r == rank else got[r] for r in range(len(device_ids))]
   payloads = []
   for r, value in enumerate(values):
     peer_host, payload = _unpack(value)
@@ -172,13 +134,6 @@ def exchange(key: str, rank: int, device_ids, mine: bytes, timeout_s: float, who
           "supported (docs/collectives.md has the multi-node plan)")
     payloads.append(payload)
   return payloads
-
-
-def _settle_quietly(client, base: str, verdict: str) -> None:
-  try:
-    client.key_value_set(f"{base}/verdict", verdict)
-  except Exception:  # noqa: BLE001 - a peer settled first, or the store is gone: the error raised says why
-    pass
 
 
 def install() -> None:

@@ -37,9 +37,14 @@ class Fallback:
 
   def __init__(self, fn: Callable, per_element: "Fallback | None" = None):
     self.fn = fn
-    # The user's function itself, before any vmap: a batch of batches (a
-    # nested vmap) is one merged batch of it.
-    self.per_element = per_element or self
+    # None for the user's function itself: a reference to self would be a cycle, which only the cycle
+    # collector frees (and with it whatever the function holds).
+    self._per_element = per_element
+
+  @property
+  def per_element(self) -> "Fallback":
+    """The user's function itself, before any vmap: a batch of batches (a nested vmap) is one merged batch of it."""
+    return self._per_element or self
 
   def flat(self, *args) -> list:
     """The outputs as a flat list, for `mlir.lower_fun`."""

@@ -4,12 +4,16 @@ kernel (`CheckedLaunch`).
 Two steps, both pure (no lowering, no GPU needed):
 
 * `CheckedLaunch.create` checks the options given to `mosaic_kernel` once,
-  when the wrapper is made: types, names, aliases.
+  when the wrapper is made: types, names, aliases. A front end that resolves
+  the launch itself (Triton: block, shared memory and cluster from the
+  compiled kernel's metadata) builds its `CheckedLaunch` directly from what it
+  resolved, in checked form, and nothing is checked twice.
 * `CheckedLaunch.spec` runs on every trace, with the input avals: it
-  evaluates the options given as callables of the avals, builds the
-  `LaunchSpec`, and has the C++ runtime's validator (csrc/contract/contract.cc, the
-  one owner of the contract) check the very attributes the lowering will
-  emit. Trace-time and instantiate-time checks cannot disagree.
+  evaluates the options given as callables of the avals (or of a config's
+  ``meta`` and the avals: `launch_values.evaluate`), builds the `LaunchSpec`,
+  and has the C++ runtime's validator (csrc/contract/contract.cc, the one
+  owner of the contract) check the very attributes the lowering will emit.
+  Trace-time and instantiate-time checks cannot disagree.
 """
 
 from __future__ import annotations
@@ -53,11 +57,18 @@ class LaunchOptions:
   zero_outputs: Any = ()
 
 
+# The options a config's meta reaches, when one is given (an autotuning config's values): the others'
+# callables get the input avals alone.
+_META_OPTIONS = ("grid", "block", "smem_bytes", "scalars")
+
+
 @dataclasses.dataclass(frozen=True)
 class CheckedLaunch:
   """The launch options of one `mosaic_kernel(...)` for one kernel, checked once. Any of
   out_shape, grid, block, smem_bytes and scalars may be a callable of the
-  input avals, evaluated on every trace."""
+  input avals (with ``meta``: grid, block, smem_bytes and scalars of ``(meta,
+  *avals)``), evaluated on every trace. Every other value is in checked form:
+  `create`'s, or a front end's that resolved it."""
 
   kernel: Kernel
   out_shape: Any
@@ -74,10 +85,13 @@ class CheckedLaunch:
   scratch_bytes: Any = 0
   zero_scratch: bool = False
   zero_outputs: Any = ()  # output indices, or True for all
+  meta: Mapping[str, Any] | None = None  # an autotuning config's values, for the callables
 
   @classmethod
-  def create(cls, kernel, out_shape, options: LaunchOptions, where: str) -> "CheckedLaunch":
-    """Checks ``options`` for ``kernel`` (its fallback and sharding are the caller's)."""
+  def create(cls, kernel, out_shape, options: LaunchOptions, where: str,
+             meta: Mapping[str, Any] | None = None) -> "CheckedLaunch":
+    """Checks ``options`` for ``kernel`` (its fallback and sharding are the caller's); ``meta``: a config's
+    values, which the callables among grid, block, smem_bytes and scalars get first."""
     grid, block, cluster, smem_bytes, scalars = (options.grid, options.block, options.cluster, options.smem_bytes,
                                                  options.scalars)
     uses_pdl, param_order, collective = options.uses_pdl, options.param_order, options.collective
@@ -131,26 +145,20 @@ class CheckedLaunch:
         scratch_bytes=fixed(scratch_bytes, lambda v: launch_values.scratch_bytes(v, where)),
         zero_scratch=launch_values.flag(options.zero_scratch, "zero_scratch", where),
         zero_outputs=launch_values.zero_outputs_option(options.zero_outputs, where),
+        meta=None if meta is None else dict(meta),
     )
 
-  def _evaluate(self, value, what: str, in_avals, where: str):
-    """A launch value for these avals. Under jax.export with shape polymorphism, out_shape, the grid and
-    the scalars may depend on symbolic dimensions (launch_programs.py); block, smem_bytes and
-    scratch_bytes may not."""
+  def _evaluate(self, value, what: str, in_avals, where: str, normalise=None):
+    """A launch value for these avals (`launch_values.evaluate`): a callable's result, normalised by
+    ``normalise``; a value given as it is, checked when the launch was made. Under jax.export with shape
+    polymorphism, out_shape, the grid and the scalars may depend on symbolic dimensions (launch_programs.py);
+    block, smem_bytes, scratch_bytes and whatever a config's meta computes may not."""
     if not callable(value):
       return value
-    follows_shapes = what in ("out_shape", "grid", "scalars")
-    try:
-      result = value(*in_avals)
-    except jax.errors.InconclusiveDimensionOperation as e:
-      if follows_shapes:
-        raise LaunchError(launch_values.inconclusive_refusal(what, in_avals, e, where)) from e
-      raise LaunchError(launch_values.constant_refusal(what, in_avals, where)) from e
-    except Exception as e:
-      raise LaunchError(f"{where}: {what}, a callable of the input avals, raised {type(e).__name__}: {e}") from e
-    if not follows_shapes and launch_values.has_symbolic_dim(result):
-      raise LaunchError(launch_values.constant_refusal(what, in_avals, where))
-    return result
+    meta = self.meta if what in _META_OPTIONS else None
+    follows_shapes = meta is None and what in ("out_shape", "grid", "scalars")
+    result = launch_values.evaluate(value, what, in_avals, where, meta=meta, follows_shapes=follows_shapes)
+    return result if normalise is None else normalise(result)
 
   def spec(self, in_avals, call_site: str) -> tuple[LaunchSpec, tuple[jax.core.ShapedArray, ...], bool]:
     """The launch for inputs of these avals: (spec, output avals, single output)."""
@@ -159,15 +167,18 @@ class CheckedLaunch:
       if not hasattr(aval, "shape"):
         raise LaunchError(f"{where}: input {i} is not an array")
     out_avals, single = launch_values.out_avals(self._evaluate(self.out_shape, "out_shape", in_avals, where), where)
-    grid = launch_values.dims(self._evaluate(self.grid, "grid", in_avals, where), "grid", where, symbolic=True)
-    block = launch_values.dims(self._evaluate(self.block, "block", in_avals, where), "block", where)
-    smem = launch_values.integer(self._evaluate(self.smem_bytes, "smem_bytes", in_avals, where), "smem_bytes", where)
+    grid = self._evaluate(self.grid, "grid", in_avals, where,
+                          lambda v: launch_values.dims(v, "grid", where, symbolic=True))
+    block = self._evaluate(self.block, "block", in_avals, where, lambda v: launch_values.dims(v, "block", where))
+    smem = self._evaluate(self.smem_bytes, "smem_bytes", in_avals, where,
+                          lambda v: launch_values.integer(v, "smem_bytes", where))
     scalars, computed = self.scalars, ()
     if callable(scalars) or not all(isinstance(s, launch_values.Scalar) for s in scalars):
       values = self._evaluate(scalars, "scalars", in_avals, where)
       scalars = launch_values.scalars(values, where)
       computed = tuple((k, v) for k, v in enumerate(values) if isinstance(v, DimScalar))
-    scratch = launch_values.scratch_bytes(self._evaluate(self.scratch_bytes, "scratch_bytes", in_avals, where), where)
+    scratch = self._evaluate(self.scratch_bytes, "scratch_bytes", in_avals, where,
+                             lambda v: launch_values.scratch_bytes(v, where))
     if self.zero_scratch and not scratch:
       raise LaunchError(f"{where}: zero_scratch=True without scratch_bytes; ask for scratch_bytes=N")
     n_in, n_out = len(in_avals), len(out_avals)

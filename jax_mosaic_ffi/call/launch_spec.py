@@ -21,9 +21,16 @@ from jax_mosaic_ffi.toolchain.kernel import Kernel
 TENSOR_MAP_CODE = core.LIMITS["tensor_map_code"]
 
 
+def _not_launched(**kwargs):
+  """A field that is not part of what is launched (a message's context, what runs off CUDA): left out of
+  `LaunchSpec.identity`."""
+  return dataclasses.field(metadata={"launched": False}, **kwargs)
+
+
 @dataclasses.dataclass(frozen=True)
 class LaunchSpec:
-  """Everything about one call site that is not the kernel's code."""
+  """Everything about one call site that is not the kernel's code. Every field is part of the launch (and of
+  `identity`) unless it is marked `_not_launched`."""
 
   grid: tuple[int, int, int]
   block: tuple[int, int, int]
@@ -37,7 +44,7 @@ class LaunchSpec:
   scalar_sizes: tuple[int, ...]
   aliases: tuple[tuple[int, int], ...]  # (input, output)
   collective: Collective | None
-  call_site: str
+  call_site: str = _not_launched()
   # vmap: the primitive's buffers hold batch_size elements each, batch_strides
   # bytes apart (0: an input shared by all). Launched once per element by the
   # runtime, or, with batch_grid_axis (0, 1, 2), as one launch with that grid
@@ -50,11 +57,11 @@ class LaunchSpec:
   # `num_scratch` outputs are the call's scratch buffer, not returned;
   # `zero_outputs` are zeroed before every launch.
   tensor_maps: tuple[int, ...] = ()
-  tensor_map_decls: tuple[TensorMap, ...] = ()
+  tensor_map_decls: tuple[TensorMap, ...] = _not_launched(default=())
   num_scratch: int = 0
   zero_outputs: tuple[int, ...] = ()
   # Each scalar's dtype name, for the typed check of the kernel's parameters (param_types.py); not lowered.
-  scalar_dtypes: tuple[str, ...] = ()
+  scalar_dtypes: tuple[str, ...] = _not_launched(default=())
   # jax.export with shape polymorphism: the grid axes and integer scalars computed at run time from the
   # buffers' shapes (launch_programs.py; contract v2). `grid` and `scalar_data` then hold placeholders.
   launch_programs: tuple[int, ...] = ()
@@ -64,10 +71,21 @@ class LaunchSpec:
   host_graph: bool = True
   # Not part of the launch: the jax.numpy function lowered instead of the
   # kernel off CUDA (fallback.py). Compared by identity.
-  fallback: Any = None
+  fallback: Any = _not_launched(default=None)
   # Not part of the launch: the derivative rule this call was made in (jmf.differentiable's), so that a
   # second derivative is refused as such (primitive.py).
-  derivative_rule: str | None = None
+  derivative_rule: str | None = _not_launched(default=None)
+
+  def identity(self) -> dict[str, Any]:
+    """What this call launches besides the kernel's code, as plain values: every field not marked
+    `_not_launched` (bytes as hex). The autotuner keys a config's timing by it, with the kernel's hash, so a
+    field added to the launch is in the key without more ado."""
+    launch = {}
+    for field in dataclasses.fields(self):
+      if field.metadata.get("launched", True):
+        value = getattr(self, field.name)
+        launch[field.name] = value.hex() if isinstance(value, bytes) else value
+    return launch
 
   @property
   def collective_target(self) -> bool:

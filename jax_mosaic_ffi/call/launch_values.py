@@ -6,8 +6,9 @@ caller says where (`errors.who`) for the message.
 
 from __future__ import annotations
 
+import inspect
 import numbers
-from typing import Mapping, NamedTuple, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -167,6 +168,46 @@ def inconclusive_refusal(what: str, in_avals, error: Exception, where: str) -> s
           f"jmf.cdiv), which the runtime computes when the shapes are known: write integer scalars as "
           f"jmf.dim_scalar(x.shape[0], np.int32) rather than np.int32(x.shape[0]), and avoid int(), math functions "
           f"and comparisons of symbolic sizes")
+
+
+def evaluate(value, what: str, in_avals, where: str, *, meta: Mapping[str, Any] | None = None,
+             follows_shapes: bool = False):
+  """A launch value for one call: ``value`` itself, or what it returns if it is a callable. The one normaliser
+  of "a value or a callable" every path uses (CUDA, Triton, autotuning configs, tensor descriptors).
+
+  Without ``meta`` a callable gets the input avals; with it (a config's, or a compiled Triton kernel's
+  constexprs and launch options), ``(meta, *avals)``, or ``meta`` alone when it takes one argument.
+  Under jax.export with shape polymorphism a value that ``follows_shapes`` (out_shape, and the grid and scalars
+  of a kernel compiled once) may be a symbolic expression, which the runtime computes; any other may not, and
+  nothing computed from ``meta`` may, as the compile ``meta`` selects is fixed when the call is lowered."""
+  if not callable(value):
+    return value
+  refusal = symbolic_refusal if meta is not None else constant_refusal
+  try:
+    result = value(*_arguments(value, meta, in_avals))
+  except jax.errors.InconclusiveDimensionOperation as e:
+    if follows_shapes:
+      raise LaunchError(inconclusive_refusal(what, in_avals, e, where)) from e
+    raise LaunchError(refusal(what, in_avals, where)) from e
+  except Exception as e:
+    of = "the input avals" if meta is None else f"(meta, *input avals) (meta {dict(meta)})"
+    raise LaunchError(f"{where}: {what}, a callable of {of}, raised {type(e).__name__}: {e}") from e
+  if not follows_shapes and has_symbolic_dim(result):
+    raise LaunchError(refusal(what, in_avals, where))
+  return result
+
+
+def _arguments(fn, meta, in_avals) -> tuple:
+  """What a launch callable is called with (see `evaluate`)."""
+  if meta is None:
+    return tuple(in_avals)
+  try:
+    params = inspect.signature(fn).parameters.values()
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    one = len(positional) == 1 and not any(p.kind == p.VAR_POSITIONAL for p in params)
+  except (TypeError, ValueError):
+    one = False
+  return (meta,) if one else (meta, *in_avals)
 
 
 def scratch_bytes(value, where: str) -> int:

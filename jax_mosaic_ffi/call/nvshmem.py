@@ -2,7 +2,7 @@
 
 One NVSHMEM job per ``jax.distributed`` job: every process is one PE (PE = process index), bound to its one
 local GPU; without ``jax.distributed`` the process is a job of one PE. The runtime asks for NVSHMEM the first
-time it loads a kernel that uses it (csrc/runtime/nvshmem_runtime.cc calls `start` from XLA's thread, with
+time it loads a kernel that uses it (csrc/peers/nvshmem_runtime.cc calls `start` from XLA's thread, with
 the GIL), so a ``jax.export`` artifact starts it too. The bootstrap is NVSHMEM's unique id: PE 0 makes one
 (``nvshmemx_get_uniqueid``) and publishes it in the key-value store ``jax.distributed`` already runs; every PE
 first publishes what it is about to start (NVSHMEM release, heap size, job size), waits for every peer's
@@ -11,12 +11,16 @@ disagree; then all call ``nvshmemx_init_attr(NVSHMEMX_INIT_WITH_UNIQUEID)``. No 
 ``nvshmem_finalize`` runs at exit.
 
 Keys: ``jax_mosaic_ffi/nvshmem/<attempt>/...``; the attempt counts starts this process began (a start that
-failed is not retried with the same keys).
+failed is not retried with the same keys). Each attempt ends in one verdict (kv_store.py), as the
+cross-process exchange's do: a PE that gives up waiting settles it ``abandoned``, so a PE arriving after the
+timeout fails that attempt at once instead of waiting for a unique id nobody will publish, and the next start
+of every PE meets at the same attempt.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import re
 import threading
@@ -28,6 +32,7 @@ from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.base import nvshmem_package
 from jax_mosaic_ffi.base.errors import NvshmemUnavailable
 from jax_mosaic_ffi.base.native import core
+from jax_mosaic_ffi.call import kv_store
 
 _KEY_PREFIX = "jax_mosaic_ffi/nvshmem"
 HEAP_ENV = "NVSHMEM_SYMMETRIC_SIZE"  # NVSHMEM's own setting, read by it when it starts
@@ -89,29 +94,60 @@ def describe(package: nvshmem_package.NvshmemPackage, npes: int) -> str:
 
 
 def _agree(client, base: str, pe: int, npes: int, mine: str, timeout_s: float, who: str) -> None:
-  """Publishes this PE's description and checks every peer's, naming one that never came or disagrees."""
-  client.key_value_set(f"{base}/joined/{pe}", mine)
-  for peer in range(npes):
-    if peer == pe:
-      continue
-    try:
-      theirs = client.blocking_key_value_get(f"{base}/joined/{peer}", max(1, int(timeout_s * 1000)))
-    except Exception as err:  # noqa: BLE001 - jax's error type is private
-      if "DEADLINE_EXCEEDED" in str(err) or "timed out" in str(err):
-        raise TimeoutError(
-            f"{who}: PE {pe} waited {timeout_s:g} s for PE {peer} (process {peer} of the jax.distributed job) to "
-            "start NVSHMEM; it never did. Did that process die, or does it not run this program? "
-            f"({flags.PEER_TIMEOUT_S} sets the timeout)") from None
-      raise RuntimeError(f"{who}: reading PE {peer}'s NVSHMEM start from the jax.distributed key-value store "
-                         f"failed: {err}") from None
-    if theirs != mine:
-      raise RuntimeError(f"{who}: PE {peer} starts NVSHMEM with {theirs[:200]!r} and PE {pe} with {mine!r}; "
+  """Publishes this PE's description, waits for every peer's and follows the attempt's verdict (kv_store.py);
+  then checks that every peer's agrees. Names a peer that never came, one that gave up first, or disagrees."""
+  kv_store.set_once(client, f"{base}/joined/{pe}", mine, who)
+
+  def gave_up_first(verdict):
+    found = kv_store.abandoned_by(verdict, npes)
+    quitter = f"PE {found[0]} (after waiting {found[1]:g} s)" if found else f"a peer (verdict {verdict[:80]!r})"
+    return RuntimeError(f"{who}: {quitter} gave up on this NVSHMEM start before PE {pe} joined it; this attempt "
+                        "fails on every PE. Running the program again starts NVSHMEM in step "
+                        f"({flags.PEER_TIMEOUT_S} sets the timeout)")
+
+  theirs = kv_store.gather(
+      client, base, pe, npes, lambda peer: f"{base}/joined/{peer}", client.blocking_key_value_get, timeout_s, who,
+      late=lambda peer: TimeoutError(
+          f"{who}: PE {pe} waited {timeout_s:g} s for PE {peer} (process {peer} of the jax.distributed job) to "
+          "start NVSHMEM; it never did. Did that process die, or does it not run this program? "
+          f"({flags.PEER_TIMEOUT_S} sets the timeout)"),
+      unreadable=lambda peer, err: RuntimeError(f"{who}: reading PE {peer}'s NVSHMEM start from the jax.distributed "
+                                                f"key-value store failed: {err}"),
+      abandoned=gave_up_first)
+  for peer, description in sorted(theirs.items()):
+    if description != mine:
+      raise RuntimeError(f"{who}: PE {peer} starts NVSHMEM with {description[:200]!r} and PE {pe} with {mine!r}; "
                          "every process must have the same NVSHMEM release and NVSHMEM_SYMMETRIC_SIZE")
+
+
+def bootstrap(client, pe: int, npes: int, mine: str, make_unique_id, timeout_s: float, who: str) -> bytes:
+  """One attempt at the start's trade (the next attempt of this process): the peers agree, then PE 0's
+  ``make_unique_id()`` reaches every PE. Returns the unique id."""
+  global _attempts
+  _attempts += 1
+  base = f"{_KEY_PREFIX}/{_attempts}"
+  _agree(client, base, pe, npes, mine, timeout_s, who)
+  if pe == 0:
+    try:
+      unique_id = bytes(make_unique_id())
+    except BaseException:
+      with contextlib.suppress(Exception):  # the peers fail at once, not at the timeout
+        kv_store.set_once(client, f"{base}/unique_id", b"", who)
+      raise
+    kv_store.set_once(client, f"{base}/unique_id", unique_id, who)
+    return unique_id
+  try:
+    unique_id = client.blocking_key_value_get_bytes(f"{base}/unique_id", max(1, int(timeout_s * 1000)))
+  except Exception as err:  # noqa: BLE001 - jax's error type is private
+    raise TimeoutError(f"{who}: PE {pe} got no NVSHMEM unique id from PE 0 (process 0) within "
+                       f"{timeout_s:g} s: {err}") from None
+  if not unique_id:
+    raise RuntimeError(f"{who}: PE 0 (process 0) could not make NVSHMEM's unique id; its error says why")
+  return unique_id
 
 
 def start(device: int, who: str) -> None:
   """Starts this process's PE on local GPU ``device`` (the runtime's starter). Raises with what to fix."""
-  global _attempts
   with _lock:
     if core.nvshmem_job()["started"]:
       return
@@ -119,25 +155,13 @@ def start(device: int, who: str) -> None:
     library = str(package.host_library)
     pe, npes = job_layout(device)
     mine = describe(package, npes)
-    _attempts += 1
     if npes == 1:
       unique_id = core.nvshmem_unique_id(library)
     else:
       client = distributed.global_state.client
       if client is None:
         raise NvshmemUnavailable(f"{who}: {npes} processes but no jax.distributed client to bootstrap NVSHMEM")
-      base = f"{_KEY_PREFIX}/{_attempts}"
-      timeout_s = _timeout_s()
-      _agree(client, base, pe, npes, mine, timeout_s, who)
-      if pe == 0:
-        unique_id = core.nvshmem_unique_id(library)
-        client.key_value_set_bytes(f"{base}/unique_id", unique_id)
-      else:
-        try:
-          unique_id = client.blocking_key_value_get_bytes(f"{base}/unique_id", max(1, int(timeout_s * 1000)))
-        except Exception as err:  # noqa: BLE001 - jax's error type is private
-          raise TimeoutError(f"{who}: PE {pe} got no NVSHMEM unique id from PE 0 (process 0) within "
-                             f"{timeout_s:g} s: {err}") from None
+      unique_id = bootstrap(client, pe, npes, mine, lambda: core.nvshmem_unique_id(library), _timeout_s(), who)
     try:
       core.nvshmem_start(library, unique_id, pe, npes, device)
     except RuntimeError as e:

@@ -3,8 +3,11 @@
 Importing the package registers the state type and a small bootstrap
 target; that is cheap and touches no GPU. The kernel targets are registered
 the first time a program with a ``mosaic_kernel`` is lowered for a CUDA
-device (or when `register()` is called, as one must before running a
-deserialized ``jax.export`` artifact that no lowering here produced).
+device, or when `register()` is called. A process that only runs a
+deserialized ``jax.export`` artifact lowers no ``mosaic_kernel``: for it, the
+first program jax lowers at all registers them (a jax.monitoring listener of
+jax's "jaxpr to MLIR module" event, which comes after a lowering and before
+its compile), once, where jax has CUDA devices.
 
 Why a bootstrap: XLA calls a record handler (which lets a kernel join a CUDA
 graph as a kernel node) only for bundles registered through the plugin's own
@@ -22,6 +25,7 @@ import os
 import threading
 
 import jax
+import jax.monitoring
 import jaxlib
 import numpy as np
 from jax._src.lib import xla_client
@@ -37,6 +41,12 @@ RECORD_ENV = flags.RECORD  # set to 0 to use stream capture only
 
 _lock = threading.Lock()
 _state = {"done": False, "record": False, "message": "not registered yet"}
+# Set where jax has no CUDA device: nothing will ever need registering (jax's backends do not change).
+_no_cuda = False
+# Set in the bootstrap's own thread, whose lowering must not register (it is the registration).
+_bootstrapping = threading.local()
+# jax's event after a program is lowered to MLIR, before XLA compiles it (jax._src.dispatch, 0.11 and 0.12).
+LOWERED_EVENT = "/jax/core/compile/jaxpr_to_mlir_module_duration"
 
 
 def _record_unsupported_reason() -> str | None:
@@ -85,6 +95,7 @@ def _run_bootstrap(device) -> None:
   errors = []
 
   def run():
+    _bootstrapping.active = True
     try:
       with jax.default_device(device):
         jax.jit(call)().block_until_ready()
@@ -95,7 +106,7 @@ def _run_bootstrap(device) -> None:
   thread.start()
   thread.join()
   if errors:
-    raise errors[0]
+    raise errors.pop()  # out of the list the thread's frame holds: no cycle through it
 
 
 def publish_cute_runtime() -> bool:
@@ -113,6 +124,7 @@ def register() -> bool:
   Returns True when a CUDA backend exists (and the targets are registered),
   False when there is none, in which case nothing needs registering.
   """
+  global _no_cuda
   publish_cute_runtime()
   with _lock:
     if _state["done"]:
@@ -120,6 +132,7 @@ def register() -> bool:
     devices = _cuda_devices()
     if not devices:
       _state["message"] = "not registered: JAX has no CUDA device here"
+      _no_cuda = True
       return False
     if _RECORD_UNSUPPORTED is not None:
       _register_without_record(_RECORD_UNSUPPORTED)
@@ -143,6 +156,19 @@ def register() -> bool:
 def ensure_registered() -> None:
   if not _state["done"]:
     register()
+
+
+def _on_lowered(event: str, duration: float, **_) -> None:
+  """jax lowered a program and is about to compile it: the first time, make sure a deserialized artifact's
+  custom calls find their targets (a no-op once registered, or where there is no CUDA device)."""
+  if event == LOWERED_EVENT and not _state["done"] and not _no_cuda and not getattr(_bootstrapping, "active", False):
+    try:
+      register()
+    except Exception as e:  # noqa: BLE001 - jax's lowering of a program that may not be ours must not fail here
+      _state["message"] = f"not registered: registering at a lowering failed: {type(e).__name__}: {e}"
+
+
+jax.monitoring.register_event_duration_secs_listener(_on_lowered)
 
 
 def status() -> dict:

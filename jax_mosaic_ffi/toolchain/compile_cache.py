@@ -1,4 +1,5 @@
-"""The in-memory compile cache, shared by every compiler (NVRTC, Triton): one LRU, one stats object.
+"""The in-memory compile cache, shared by every compiler (NVRTC, Triton) and what a compile is decided from
+(Triton's specialization of a call): one LRU, one stats object.
 
 A compile is looked up first here, then on disk (`disk_cache`, under the same key), and only then run; its
 result goes to both. The key is the compiler's: everything that changes the binary, hashed. A compiler whose
@@ -55,30 +56,34 @@ class Found:
   source: str  # "memory", "disk" or "compiled"
 
 
-def cached(entry_key: str, *, compile: Callable[[], tuple[_T, bool]], encode: Callable[[_T], bytes],
-           decode: Callable[[bytes], _T | None], fresh: Callable[[_T], bool] | None = None) -> Found:
+def cached(entry_key: str, *, compile: Callable[[], tuple[_T, bool]], encode: Callable[[_T], bytes | None],
+           decode: Callable[[bytes], _T | None], fresh: Callable[[_T], bool] | None = None,
+           counted: bool = True) -> Found:
   """The compile of ``entry_key``: from memory, else from disk (``decode``; None refuses an entry), else
   ``compile()``, which returns (result, cacheable): a result that cannot be checked later for staleness
-  is cached nowhere."""
+  is cached nowhere. ``encode`` may return None for a result that can be kept in memory only. Hits of an
+  entry that is not a compile (``counted=False``: a specialization) are not counted as compiles served."""
   with _lock:
     value = _memory.get(entry_key)
   if value is not None and (fresh is None or fresh(value)):
     with _lock:
       if entry_key in _memory:
         _memory.move_to_end(entry_key)
-      _stats.memory_hits += 1
+      _stats.memory_hits += counted
     return Found(value, "memory")
   # Not in memory, or stale there: the disk entry if it is fresh, else a compile, whose entry replaces it.
   value = disk_cache.load_decoded(entry_key, decode)
   if value is not None:
     with _lock:
-      _stats.disk_hits += 1
+      _stats.disk_hits += counted
     source = "disk"
   else:
     value, cacheable = compile()
     if not cacheable:
       return Found(value, "compiled")
-    disk_cache.store(entry_key, encode(value))
+    data = encode(value)
+    if data is not None:
+      disk_cache.store(entry_key, data)
     source = "compiled"
   with _lock:
     _memory[entry_key] = value

@@ -27,8 +27,12 @@ machine of the same GPU. A `jax.export` artifact holds the winner's binary
 alone.
 
 A single config is taken as it is (nothing is timed). A config that fails to
-compile, lower or launch is skipped and reported;
-only all of them failing raises `AutotuneError`. Without a GPU nothing is
+compile, lower or launch is skipped and reported; only failures that will
+happen again (a compile error, more resources than the GPU has) are stored
+with the timings, the others are timed again next time
+(tuning_failures.py). Only all of them failing raises `AutotuneError`, and
+a table with no config timed is never final: configs whose failures were
+stored are timed again before that. Without a GPU nothing is
 timed: the ``default`` config (the first, unless given) is used, with a
 warning, and nothing is stored. ``JAX_MOSAIC_FFI_AUTOTUNE_LOG=1`` prints
 each table; `report()` returns them.
@@ -40,14 +44,11 @@ import concurrent.futures
 import dataclasses
 import json
 import os
-import statistics
 import sys
 import threading
-import time
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
-import numpy as np
 from jax.export import is_symbolic_dim
 
 from jax_mosaic_ffi.base import disk_cache
@@ -56,18 +57,15 @@ from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base.errors import AutotuneError
 from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
 from jax_mosaic_ffi.transforms import gpu_clock
+from jax_mosaic_ffi.transforms import timing as timing_lib
+from jax_mosaic_ffi.transforms import tuning_failures
 from jax_mosaic_ffi.transforms import tuning_records
 
 LOG_ENV = flags.AUTOTUNE_LOG
 # For testing the machinery on a machine without a GPU: time the configs on
 # the CPU too (their jax.numpy fallbacks run there).
 CPU_ENV = flags.AUTOTUNE_ON_CPU
-_FORMAT = "autotune-2"
-# What a config launches besides its kernel: a timing is kept per (kernel, these values), so that a config
-# whose grid or scalars change is timed again while its kernel hash stays the same.
-_LAUNCH_FIELDS = ("grid", "block", "cluster", "smem_bytes", "uses_pdl", "num_inputs", "num_outputs", "param_order",
-                  "scalar_sizes", "aliases", "batch_size", "batch_strides", "batch_grid_axis", "tensor_maps",
-                  "num_scratch", "zero_outputs")
+_FORMAT = "autotune-3"  # 3: a launch's identity is LaunchSpec.identity()
 # Decisions (a config list and signature -> winner) kept in this process, the oldest dropped past this.
 _MAX_DECISIONS = 4096
 
@@ -118,74 +116,36 @@ def _plain_config(config) -> str:
 
 
 def _launch_identities(jaxpr) -> list[str]:
-  """One string per mosaic_kernel call in a jaxpr (sub-jaxprs included): its kernel's module hash and every
-  launch value, so that a timing is kept per config and not reused once its kernel or launch changes."""
+  """One string per mosaic_kernel call in a jaxpr (sub-jaxprs included): its kernel's module hash and what it
+  launches (`LaunchSpec.identity`: grid, scalars...; the buffers' shapes), so that a timing is kept per config
+  and not reused once its kernel or launch changes, while a config whose kernel hash stays the same but whose
+  grid or scalars change is timed again."""
   found = []
-
-  def walk(j):
-    for eqn in j.eqns:
-      if eqn.primitive is mosaic_kernel_p:
-        spec = eqn.params["spec"]
-        launch = {field: getattr(spec, field) for field in _LAUNCH_FIELDS}
-        launch["scalar_data"] = spec.scalar_data.hex()
-        launch["buffers"] = [f"{v.aval.dtype}{list(v.aval.shape)}" for v in (*eqn.invars, *eqn.outvars)]
-        found.append(f"{eqn.params['kernel'].hash.hex()} {json.dumps(launch, sort_keys=True, default=repr)}")
-      for value in eqn.params.values():
-        for sub in value if isinstance(value, (list, tuple)) else (value,):
-          inner = getattr(sub, "jaxpr", sub)
-          if hasattr(inner, "eqns"):
-            walk(inner)
-  walk(jaxpr.jaxpr)
+  # A stack, not a recursive closure: a function that refers to itself is a cycle only the collector frees.
+  pending = [iter(jaxpr.jaxpr.eqns)]
+  while pending:
+    eqn = next(pending[-1], None)
+    if eqn is None:
+      pending.pop()
+      continue
+    if eqn.primitive is mosaic_kernel_p:
+      launch = eqn.params["spec"].identity()
+      launch["buffers"] = [f"{v.aval.dtype}{list(v.aval.shape)}" for v in (*eqn.invars, *eqn.outvars)]
+      found.append(f"{eqn.params['kernel'].hash.hex()} {json.dumps(launch, sort_keys=True, default=repr)}")
+    subs = []
+    for value in eqn.params.values():
+      for sub in value if isinstance(value, (list, tuple)) else (value,):
+        inner = getattr(sub, "jaxpr", sub)
+        if hasattr(inner, "eqns"):
+          subs.append(iter(inner.eqns))
+    pending.extend(reversed(subs))  # the first sub-jaxpr next, as the order of the launches found
   return found
 
 
-def _random_inputs(avals, device):
-  rng = np.random.default_rng(0)
-  arrays = []
-  for aval in avals:
-    dtype = np.dtype(aval.dtype)
-    if dtype.kind == "f" or dtype.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
-      data = rng.standard_normal(aval.shape, dtype=np.float32).astype(dtype)
-    elif dtype.kind in "iu":
-      data = rng.integers(0, 4, aval.shape).astype(dtype)
-    elif dtype.kind == "b":
-      data = rng.integers(0, 2, aval.shape).astype(bool)
-    else:
-      data = np.zeros(aval.shape, dtype)
-    arrays.append(jax.device_put(data, device))
-  return arrays
-
-
-def _time_each(executables: dict, inputs, *, warmup: int = 2, rounds: int = 7,
-               round_s: float = 10e-3) -> dict:
-  """Median seconds per call of each executable: rounds of back-to-back calls, each round long enough to hide
-  dispatch. The executables take turns round by round (in a rotating order), so that the GPU's clock and
-  temperature drifting during tuning do not favour whichever config happened to run first: measured on an
-  H200, timing configs one after another picked a matmul config 4% slower than the best."""
-  reps = {}
-  for k, executable in executables.items():
-    for _ in range(warmup):
-      jax.block_until_ready(executable(*inputs))
-    start = time.perf_counter()
-    jax.block_until_ready(executable(*inputs))
-    once = max(time.perf_counter() - start, 1e-6)
-    reps[k] = int(min(max(round_s / once, 1), 200))
-  samples = {k: [] for k in executables}
-  order = list(executables)
-  for r in range(rounds):
-    for k in order[r % len(order):] + order[:r % len(order)]:
-      start = time.perf_counter()
-      out = None
-      for _ in range(reps[k]):
-        out = executables[k](*inputs)
-      jax.block_until_ready(out)
-      samples[k].append((time.perf_counter() - start) / reps[k])
-  return {k: statistics.median(v) for k, v in samples.items()}
-
-
 def _error_text(e: BaseException) -> str:
-  text = f"{type(e).__name__}: {e}".strip()
-  return text.splitlines()[0][:300] if text else type(e).__name__
+  """The exception's first two lines (a compiler's "could not compile ...:" and its first reason), bounded."""
+  lines = [line.strip() for line in f"{type(e).__name__}: {e}".splitlines() if line.strip()]
+  return " ".join(lines[:2])[:300] or type(e).__name__
 
 
 def _log(entry: dict) -> None:
@@ -303,25 +263,29 @@ class Autotuned:
       if decision in _winners:
         _stats.memory_hits += 1
         return _winners[decision]
-    table, sources, missing = [], set(), []
+    table, sources, missing, stored_failures = [], set(), [], []
     for k, key in enumerate(keys):
       row = {"config": _plain_config(self.configs[k]), "us": None, "error": None}
       if key is None:
         row["error"] = launches[k]  # how it fails to build: nothing to time or store
       else:
         stored = tuning_records.lookup(env, key)
-        if stored is None:
+        # A failure that may not repeat (a record of an older version, a tuning file) is timed again.
+        if stored is None or (stored[0].us is None and not tuning_failures.lasting(stored[0].error)):
           missing.append(k)
         else:
           timing, source = stored
           row["us"], row["error"] = timing.us, timing.error
           sources.add(source)
+          if timing.us is None:
+            stored_failures.append(k)
       table.append(row)
     if missing:
-      for k, timing in self._tune(avals, device, missing).items():
-        table[k]["us"], table[k]["error"] = timing.us, timing.error
-        if timing.us is not None or timing.error.startswith("launch:"):
-          tuning_records.store(env, keys[k], timing)  # a compile failure here may be passing: not kept
+      self._tune_into(table, env, keys, avals, device, missing)
+    if stored_failures and not any(row["us"] is not None for row in table):
+      # No timing at all is never final: failures read from storage are tried again before giving up.
+      self._tune_into(table, env, keys, avals, device, stored_failures)
+      missing = sorted(missing + stored_failures)
     timed = [k for k, row in enumerate(table) if row["us"] is not None]
     if not timed:
       rows = "\n".join(f"  {k}: {row['config']}: {row['error']}" for k, row in enumerate(table))
@@ -339,6 +303,13 @@ class Autotuned:
     self._record({"name": self.name, "shapes": shapes, "source": source, "winner": index,
                   "config": self.configs[index], "table": table, "timed": missing})
     return index
+
+  def _tune_into(self, table, env, keys, avals, device, indices: list[int]) -> None:
+    """Times configs `indices` into `table`; keeps each timing, and each failure that will repeat."""
+    for k, timing in self._tune(avals, device, indices).items():
+      table[k]["us"], table[k]["error"] = timing.us, timing.error
+      if timing.us is not None or tuning_failures.lasting(timing.error):
+        tuning_records.store(env, keys[k], timing)
 
   def _launches(self, index: int, avals) -> tuple[str, ...] | str:
     """What config `index` launches (its kernels and their launch values), or how it fails to build."""
@@ -360,15 +331,19 @@ class Autotuned:
       with concurrent.futures.ThreadPoolExecutor(max(1, min(len(which), os.cpu_count() or 1, 8))) as pool:
         futures = {k: pool.submit(build, k, repeats) for k in which}
         for k, future in futures.items():
-          try:
+          # exception(), not result(): a re-raised exception's traceback would hold this frame, whose
+          # `futures` hold the exception: a cycle keeping every executable built here alive until collected.
+          error = future.exception()
+          if error is None:
             built[k] = future.result()
-          except Exception as e:
-            timings[k] = tuning_records.Timing(None, f"compile: {_error_text(e)}")
+          else:
+            timings[k] = tuning_records.Timing(None, f"{tuning_failures.compile_failure(str(error))}: "
+                                                     f"{_error_text(error)}")
       return built
 
     timings: dict[int, tuning_records.Timing] = {}
     executables = build_all(indices)
-    inputs = _random_inputs(avals, device)
+    inputs = timing_lib.random_inputs(avals, device)
     launched, first_s, output_bytes = [], [], 0
     for k, executable in executables.items():  # one that fails to launch is left out of the timed rounds
       try:
@@ -376,21 +351,21 @@ class Autotuned:
         if on_gpu:
           start, stop, outputs = executable(*inputs)
           first_s.append(gpu_clock.elapsed_s(start, stop))
-          output_bytes = max(output_bytes, _output_bytes(outputs))
+          output_bytes = max(output_bytes, timing_lib.output_bytes(outputs))
         launched.append(k)
       except Exception as e:
-        timings[k] = tuning_records.Timing(None, f"launch: {_error_text(e)}")
+        timings[k] = tuning_records.Timing(None, f"{tuning_failures.launch_failure(str(e))}: {_error_text(e)}")
     if not launched:
       return timings
     # On the GPU a fast kernel is timed as several calls in one program: the stamps' own gaps spread over more work.
-    repeats = _repeats(min(first_s), output_bytes) if on_gpu else 1
+    repeats = timing_lib.repeats(min(first_s), output_bytes) if on_gpu else 1
     runnable = build_all(launched, repeats) if repeats > 1 else {k: executables[k] for k in launched}
     if runnable:
       try:
         if on_gpu:
-          seconds = _gpu_time_each(runnable, inputs, warmup=self.warmup, rounds=self.rounds)
+          seconds = timing_lib.gpu_time_each(runnable, inputs, warmup=self.warmup, rounds=self.rounds)
         else:
-          seconds = _time_each(runnable, inputs, warmup=self.warmup, rounds=self.rounds)
+          seconds = timing_lib.host_time_each(runnable, inputs, warmup=self.warmup, rounds=self.rounds)
       except Exception as e:  # a config that passes alone but fails when timed: none of this round counts
         seconds = {}
         for k in runnable:
@@ -400,38 +375,6 @@ class Autotuned:
         with _lock:
           _stats.configs_timed += 1
     return timings
-
-
-# On the GPU, one timed program makes the call enough times for about _REPEAT_TARGET_S of GPU time, at most
-# _MAX_REPEATS times and with at most _MAX_REPEAT_BYTES of one call's outputs per call made.
-_MAX_REPEATS = 64
-_MAX_REPEAT_BYTES = 1 << 30
-_REPEAT_TARGET_S = 2e-3
-
-
-def _output_bytes(outputs) -> int:
-  return sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(outputs))
-
-
-def _repeats(once_s: float, output_bytes: int) -> int:
-  """How many calls one timed program makes, given one call's GPU time and output bytes."""
-  wanted = min(max(int(np.ceil(_REPEAT_TARGET_S / max(once_s, 1e-7))), 1), _MAX_REPEATS)
-  return int(max(1, min(wanted, _MAX_REPEAT_BYTES // max(output_bytes, 1))))
-
-
-def _gpu_time_each(executables: dict, inputs, *, warmup: int, rounds: int) -> dict:
-  """Median GPU seconds between the stamps of each `gpu_clock.timed` executable, the executables taking
-  turns round by round in a rotating order (the GPU's clock and temperature drift during tuning)."""
-  for executable in executables.values():
-    for _ in range(warmup):
-      jax.block_until_ready(executable(*inputs))
-  samples = {k: [] for k in executables}
-  order = list(executables)
-  for r in range(rounds):
-    for k in order[r % len(order):] + order[:r % len(order)]:
-      start, stop, _ = executables[k](*inputs)
-      samples[k].append(gpu_clock.elapsed_s(start, stop))
-  return {k: statistics.median(v) for k, v in samples.items()}
 
 
 def autotune(factory: Callable[[dict], Callable] | None = None, *, configs: Sequence[Mapping[str, Any]],

@@ -106,10 +106,10 @@ def _package_version() -> str:
 
 @functools.cache
 def _triton_version() -> str:
+  """The installed Triton's version, read from its metadata: this layer imports no front end."""
   try:
-    import triton  # noqa: PLC0415  (optional: Triton may not be installed)
-    return str(triton.__version__)
-  except ImportError:
+    return importlib.metadata.version("triton")
+  except importlib.metadata.PackageNotFoundError:
     return "none"
 
 

@@ -6,11 +6,12 @@ bound). The cache key covers everything given that changes the binary: the
 source, the in-memory headers, the options, the target archs, the NVRTC
 build and this package's module format. The headers NVRTC read from disk
 are known only after the compile: the entry lists them with their contents'
-hashes, and a hit in either cache counts only while they are unchanged
-(``file_deps``). A memory hit re-checks the user's headers only: those of
-the CUDA toolkit and of this package change with an install, which a
-running process does not take in anyway; a fresh process's disk hit
-re-checks every one.
+hashes, and the paths NVRTC's search tried before each of them as absent
+(``include_search``: a header created there would shadow it), and a hit in
+either cache counts only while they are unchanged (``file_deps``). A memory
+hit re-checks the user's headers only: those of the CUDA toolkit and of this
+package change with an install, which a running process does not take in
+anyway; a fresh process's disk hit re-checks every one.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain import param_types
 from jax_mosaic_ffi.toolchain.compiled import Compiled
 from jax_mosaic_ffi.toolchain.nvrtc import compat
+from jax_mosaic_ffi.toolchain.nvrtc import include_search
 from jax_mosaic_ffi.toolchain.nvrtc import kernel_names
 from jax_mosaic_ffi.toolchain.nvrtc import program
 from jax_mosaic_ffi.toolchain.nvrtc import worker
@@ -74,8 +76,9 @@ def _has_option(options, *prefixes) -> bool:
 
 # Bumped whenever the code we add to a kernel changes (program.wait_at_entry).
 _INSTRUMENTATION = "pdl-wait-1"
-# Entries before deps-1 did not list the headers they read; before param-types-1, the parameter types.
-_ENTRY_FORMAT = "param-types-1"
+# Entries before deps-1 did not list the headers they read; before param-types-1, the parameter types; before
+# include-search-1, the paths NVRTC tried before each header (include_search.py).
+_ENTRY_FORMAT = "include-search-1"
 
 
 def cache_key(source: str, name: str, options, headers: dict, targets, compiler: str, pdl: bool = True,
@@ -153,8 +156,8 @@ def _fresh_entry(data: bytes) -> Compiled | None:
 
 def _compile_with_nvrtc(source, name, options, headers, targets, timeout, pdl,
                         package: nvshmem_package.NvshmemPackage | None):
-  """(the module, its parameter sizes (from the PTX), the files NVRTC read (None if it did not say), the
-  parameter types (None if unknown)).
+  """(the module, its parameter sizes (from the PTX), the files NVRTC read and the paths its include search
+  tried before them (None if it did not say), the parameter types (None if unknown)).
 
   The same compile instantiates the type probe (param_types.PROBE_SOURCE): nothing is compiled twice for
   the types, which then live in the compiled module's cache entry.
@@ -195,7 +198,12 @@ def _compile_with_nvrtc(source, name, options, headers, targets, timeout, pdl,
   types = param_types.of_probe(probe_symbol) if probe_symbol else None
   if types is None:  # no probe (it alone failed): a C++ kernel's own symbol still carries its types
     types = param_types.of_symbol(parsed.symbol)
-  return parsed, sizes, result.get("deps"), types
+  read = result.get("deps")
+  if read is not None:
+    tried = include_search.tried_before(result.get("includes") or (), include_search.search_folders(all_options),
+                                        source)
+    read = [*read, *tried]
+  return parsed, sizes, read, types
 
 
 # NVRTC's <cstdint> (CCCL) makes uint64_t `unsigned long long`; NVSHMEM's device library, built by nvcc on

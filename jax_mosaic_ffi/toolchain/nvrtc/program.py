@@ -161,15 +161,25 @@ def _ptx_of(nvrtc, prog) -> bytes:
   return text.rstrip(b"\0")
 
 
-def _headers_read(trace_path: str) -> list[str] | None:
-  """The files NVRTC's time trace says it processed, or None if there is no trace to read."""
+def _headers_read(trace_path: str) -> list[tuple[str, str | None]] | None:
+  """The files NVRTC's time trace says it processed, each with the file that included it (None: the source
+  itself), or None if there is no trace to read. A header's span of processing lies inside its includer's."""
   try:
     with open(trace_path, "rb") as f:
       data = f.read(_MAX_TRACE_BYTES + 1)
     events = json.loads(data)["traceEvents"] if len(data) <= _MAX_TRACE_BYTES else None
-    return [str(e["args"]["detail"]) for e in events if e.get("name") == "Processing Header File"]
+    spans = sorted((float(e["ts"]), -float(e["dur"]), str(e["args"]["detail"]))
+                   for e in events if e.get("name") == "Processing Header File")
   except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
     return None
+  read, enclosing = [], []  # enclosing: (end, path) of the spans open at this point, innermost last
+  for start, minus_duration, path in spans:
+    end = start - minus_duration
+    while enclosing and enclosing[-1][0] < end:
+      enclosing.pop()
+    read.append((path, enclosing[-1][1] if enclosing else None))
+    enclosing.append((end, path))
+  return read
 
 
 def compile_here(request: dict, scratch: str | None = None) -> dict:
@@ -178,7 +188,8 @@ def compile_here(request: dict, scratch: str | None = None) -> dict:
   code with, ptx_renames: (pattern, replacement) pairs applied to the relocatable PTX before the link) for
   each target: {"symbol", "cubins": [bytes per target], "ptx": bytes of the first target, "pdl_wait": every
   image waits at entry, "deps": the files read, as NVRTC named them (None if it did not say),
-  "probe_symbol": the probe's lowered name}. Raises
+  "includes": (file read, the file that included it or None for the source), "probe_symbol": the probe's lowered
+  name}. Raises
   NvrtcFailure with the log. ``scratch``: a private folder for NVRTC's trace
   files (default: a temporary one)."""
   if scratch is not None:
@@ -219,6 +230,7 @@ def _compile_all(request: dict, scratch: str, probe: dict | None) -> dict:
   ptx = b""
   symbol = probe_symbol = None
   deps: set[str] | None = set()
+  includes: set[tuple[str, str | None]] = set()
   libraries = list(request.get("link_libraries") or ())
   pdl_wait = bool(request.get("pdl")) and all(_arch_number(t) >= PDL_MIN_ARCH for t in request["targets"]) \
       and not libraries
@@ -244,7 +256,8 @@ def _compile_all(request: dict, scratch: str, probe: dict | None) -> dict:
       if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
         raise NvrtcFailure(log or str(err))
       read = _headers_read(trace + ".json")
-      deps = None if deps is None or read is None else deps | {h for h in read if h not in headers}
+      deps = None if deps is None or read is None else deps | {h for h, _ in read if h not in headers}
+      includes.update((h, by) for h, by in read or () if h not in headers)
       err, lowered = nvrtc.nvrtcGetLoweredName(prog, request["name"].encode())
       if err != nvrtc.nvrtcResult.NVRTC_SUCCESS or not lowered:
         raise NvrtcFailure(f"'{request['name']}' does not name a __global__ function in {request['filename']}")
@@ -275,7 +288,8 @@ def _compile_all(request: dict, scratch: str, probe: dict | None) -> dict:
     finally:
       nvrtc.nvrtcDestroyProgram(prog)
   return {"symbol": symbol, "cubins": cubins, "ptx": ptx, "pdl_wait": pdl_wait,
-          "deps": sorted(deps) if deps is not None else None, "probe_symbol": probe_symbol}
+          "deps": sorted(deps) if deps is not None else None, "probe_symbol": probe_symbol,
+          "includes": sorted(includes, key=lambda pair: (pair[0], pair[1] or ""))}
 
 
 LENGTH = struct.Struct("<Q")

@@ -19,13 +19,17 @@ when Triton needs none, else an extra output that XLA allocates.
 The parameters map to the call as in `mosaic_kernel`: inputs, outputs, then
 scalars (or ``param_order``). A `TritonFunction` (no ``signature=``) is
 compiled here per distinct signature, read from the call's avals and scalars.
+The launch this resolves (grid, block, shared memory, cluster, the scalars as
+passed) goes to the call layer as a `CheckedLaunch` in checked form: the
+user's options are checked once, when the launcher is made, and Triton's
+metadata needs no checking.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
+import numbers
 
 import jax
 import jax.numpy as jnp
@@ -37,9 +41,10 @@ from jax_mosaic_ffi.call import fallback as fallback_lib
 from jax_mosaic_ffi.call import launch_values
 from jax_mosaic_ffi.call import primitive
 from jax_mosaic_ffi.call.launch_options import CheckedLaunch, LaunchOptions
-from jax_mosaic_ffi.toolchain.triton_compile import TritonFunction, TritonKernel, runtime_params
-from jax_mosaic_ffi.toolchain.triton_specialize import XLA_BUFFER_ALIGN
-from jax_mosaic_ffi.transforms import tensor_descriptor
+from jax_mosaic_ffi.triton import tensor_descriptor
+from jax_mosaic_ffi.triton.compile import TritonKernel
+from jax_mosaic_ffi.triton.kernel import TritonFunction, runtime_params
+from jax_mosaic_ffi.triton.specialize import XLA_BUFFER_ALIGN
 
 
 _DTYPES = {
@@ -57,33 +62,14 @@ def triton_type(dtype) -> str:
   return _DTYPES[name]
 
 
-def call_with_meta(value, meta: dict, avals, what: str, where: str):
-  """A callable of launch options: given (meta, *avals), or meta alone when it takes one argument."""
-  if not callable(value):
-    return value
-  try:
-    params = inspect.signature(value).parameters.values()
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    varargs = any(p.kind == p.VAR_POSITIONAL for p in params)
-    one = len(positional) == 1 and not varargs
-  except (TypeError, ValueError):
-    one = False
-  try:
-    result = value(meta) if one else value(meta, *avals)
-  except jax.errors.InconclusiveDimensionOperation as e:
-    raise LaunchError(launch_values.symbolic_refusal(what, avals, where)) from e
-  except Exception as e:
-    raise LaunchError(f"{where}: {what}, a callable of (meta, *input avals), raised {type(e).__name__}: {e}") from e
-  if launch_values.has_symbolic_dim(result):
-    raise LaunchError(launch_values.symbolic_refusal(what, avals, where))
-  return result
-
-
 def default_order(n_in, n_out, n_scalars):
   return [f"in{i}" for i in range(n_in)] + [f"out{o}" for o in range(n_out)] + [f"scalar{k}" for k in range(n_scalars)]
 
 
-# The options a Triton launch does not take, in LaunchOptions' order, each with why and what instead.
+# The options a Triton launch takes. Every other field of LaunchOptions must be left at its default: refused by
+# name, with why and what instead where _REFUSED says, so an option added to LaunchOptions is refused here until
+# this front end gives it a meaning.
+_TAKEN = ("grid", "scalars", "uses_pdl", "input_output_aliases", "param_order", "fallback", "sharding", "zero_outputs")
 _REFUSED = {
     "block": "block: Triton's metadata sets it (32 x num_warps); pass num_warps= to jmf.triton_kernel",
     "cluster": "cluster: Triton's metadata sets it (num_ctas); pass num_ctas= to jmf.triton_kernel",
@@ -99,32 +85,43 @@ _REFUSED = {
 }
 
 
+def _left_out(value, default) -> bool:
+  """Whether an option is at its default (None, False, or 0 for a size)."""
+  if value is None or value is False:
+    return True
+  return (isinstance(default, int) and not isinstance(value, (bool, np.bool_)) and isinstance(value, numbers.Number)
+          and value == default)
+
+
 def launcher(target: TritonKernel | TritonFunction, out_shape, options: LaunchOptions):
   """The function of arrays that launches a Triton kernel (see module doc); sharding is the caller's."""
   name = target.name
-  for key in _REFUSED:
-    value = getattr(options, key)
-    if value is not None and value is not False and not (key in ("smem_bytes", "scratch_bytes") and value == 0):
-      raise LaunchError(f"mosaic_kernel '{name}': a Triton kernel takes no {_REFUSED[key]}")
+  made = f"mosaic_kernel '{name}'"
+  for field in dataclasses.fields(LaunchOptions):
+    if field.name not in _TAKEN and not _left_out(getattr(options, field.name), field.default):
+      why = _REFUSED.get(field.name, f"{field.name}: it has no meaning for a Triton kernel yet")
+      raise LaunchError(f"{made}: a Triton kernel takes no {why}")
   if options.uses_pdl not in (None, True, False):
-    raise LaunchError(f"mosaic_kernel '{name}': uses_pdl must be True, False or None (PDL when the kernel waits "
+    raise LaunchError(f"{made}: uses_pdl must be True, False or None (PDL when the kernel waits "
                       f"with tl.extra.cuda.gdc_wait()), got {options.uses_pdl!r}")
   grid, scalars, param_order = options.grid, options.scalars, options.param_order
-  aliases = dict(options.input_output_aliases or {})
-  fallback = fallback_lib.create(options.fallback, f"mosaic_kernel '{name}'")
+  aliases = launch_values.aliases(options.input_output_aliases, made)
+  zero_outputs = launch_values.zero_outputs_option(options.zero_outputs, made)
+  fallback = fallback_lib.create(options.fallback, made)
 
   def call(*args):
     site = source_location.current()
     where = who(target, site)
     in_avals = tuple(jax.typeof(a) for a in args)
     meta = target.meta
-    shapes = out_shape(*in_avals) if callable(out_shape) else out_shape
+    shapes = launch_values.evaluate(out_shape, "out_shape", in_avals, where, follows_shapes=True)
     out_avals, single = launch_values.out_avals(shapes, where)
-    values = call_with_meta(scalars, meta, in_avals, "scalars", where)
+    values = launch_values.evaluate(scalars, "scalars", in_avals, where, meta=meta)
     launch_values.scalars(values, where)  # its checks and messages, before the values are typed for Triton
     n_in, n_out = len(in_avals), len(out_avals)
     order = list(param_order) if param_order is not None else default_order(n_in, n_out, len(values))
-    descriptors = [tensor_descriptor.bind(e, lambda v, what: call_with_meta(v, meta, in_avals, what, where),
+    descriptors = [tensor_descriptor.bind(e, lambda v, what: launch_values.evaluate(v, what, in_avals, where,
+                                                                                    meta=meta),
                                           in_avals, out_avals, where)
                    for e in order if isinstance(e, tensor_descriptor.TensorDescriptor)]
     kernel = _specialize(target, order, in_avals, out_avals, values, where, descriptors)
@@ -137,7 +134,7 @@ def launcher(target: TritonKernel | TritonFunction, out_shape, options: LaunchOp
           "sm_90 and newer), or leave uses_pdl out")
     # As our own compiled kernels: PDL when the kernel waits (griddepcontrol.wait), unless uses_pdl=False.
     pdl = kernel.pdl_safe if options.uses_pdl is None else bool(options.uses_pdl)
-    dims = launch_values.dims(call_with_meta(grid, meta, in_avals, "grid", where), "grid", where)
+    dims = launch_values.dims(launch_values.evaluate(grid, "grid", in_avals, where, meta=meta), "grid", where)
     outs = list(out_avals)
     passed, passed_values = _passed(order, values, info.dropped)
     names, scalar_list = tensor_descriptor.expand(passed, passed_values, descriptors, info, where)
@@ -152,30 +149,18 @@ def launcher(target: TritonKernel | TritonFunction, out_shape, options: LaunchOp
                           f"more than the {XLA_BUFFER_ALIGN} XLA gives its buffers")
       outs.append(jax.ShapeDtypeStruct((programs * size,), jnp.uint8))
       names.append(f"out{len(outs) - 1}")
-    launch = LaunchOptions(
-        grid=(dims[0] * info.num_ctas, dims[1], dims[2]), block=32 * info.num_warps,
-        cluster=(info.num_ctas, 1, 1) if info.num_ctas > 1 else None, smem_bytes=info.shared, uses_pdl=pdl,
-        scalars=tuple(scalar_list), input_output_aliases=aliases, param_order=names,
-        zero_outputs=_user_outputs(options.zero_outputs, n_out, aliases))
-    inner = primitive.kernel_call(CheckedLaunch.create(kernel, outs, launch, who(kernel, site)),
+    # What Triton's metadata and the user's checked options make, in checked form: handed on, not checked again.
+    launch = CheckedLaunch(
+        kernel=kernel, out_shape=tuple(outs), grid=(dims[0] * info.num_ctas, dims[1], dims[2]),
+        block=(32 * info.num_warps, 1, 1), cluster=(info.num_ctas, 1, 1), smem_bytes=info.shared, uses_pdl=pdl,
+        scalars=launch_values.scalars(scalar_list, where), aliases=aliases, param_order=tuple(names),
+        collective=None, zero_outputs=_user_outputs(zero_outputs, n_out, aliases))
+    inner = primitive.kernel_call(launch,
                                   _with_triton_scratch(fallback, in_avals, out_avals, outs[n_out:], single, where))
     results = tuple(inner(*args))[:n_out]
     return results[0] if single else results
 
   return call
-
-
-def with_meta(options: LaunchOptions, meta: dict) -> LaunchOptions:
-  """``options`` for one autotuning config: the callables of (meta, *avals) [or of meta alone] among
-  grid, block, smem_bytes and scalars become callables of the avals."""
-  def bind(value, what):
-    if not callable(value):
-      return value
-    return lambda *avals: call_with_meta(value, meta, avals, what, f"autotuned config {meta}")
-
-  return dataclasses.replace(options, grid=bind(options.grid, "grid"), block=bind(options.block, "block"),
-                             smem_bytes=bind(options.smem_bytes, "smem_bytes"),
-                             scalars=bind(options.scalars, "scalars"))
 
 
 def _with_triton_scratch(fallback, in_avals, out_avals, scratch_avals, single: bool, where: str):
@@ -210,7 +195,7 @@ def _passed(order, values, dropped):
 def _user_outputs(zero_outputs, n_out: int, aliases):
   """``zero_outputs=True`` means the call's own unaliased outputs, not Triton's scratch."""
   if zero_outputs is True:
-    return tuple(o for o in range(n_out) if o not in set(aliases.values()))
+    return tuple(o for o in range(n_out) if o not in {out for _, out in aliases})
   return zero_outputs
 
 

@@ -9,7 +9,7 @@ Triton kernels arrive decorated::
 
 `unwrap` walks such a stack down to the ``@triton.jit`` function and returns
 its layers, outermost first, as `Autotune` and `Heuristics` records: what
-`transforms/triton_decorated.py` needs to launch the kernel as Triton would,
+`decorated.py` needs to launch the kernel as Triton would,
 inside a compiled XLA program. What cannot have a meaning there is refused
 here, by name, with what to use instead, when the kernel is made (not when it
 is first traced): hooks (Python run on the GPU tensors around each launch),
@@ -22,8 +22,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-# Triton's compile options that a config or a heuristic may set, besides constexprs.
-LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+from jax_mosaic_ffi.triton.options import LAUNCH_OPTIONS, TritonOptions
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -48,11 +47,8 @@ class Heuristics:
 
 def config_meta(config) -> dict[str, Any]:
   """A ``triton.Config`` as our meta: its kwargs and its launch options (maxnreg only where set)."""
-  meta = dict(config.kwargs)
-  meta.update(num_warps=config.num_warps, num_stages=config.num_stages, num_ctas=config.num_ctas)
-  if config.maxnreg is not None:
-    meta["maxnreg"] = config.maxnreg
-  return meta
+  options = TritonOptions(config.num_warps, config.num_stages, config.num_ctas, config.maxnreg)
+  return {**config.kwargs, **options.meta()}
 
 
 def unwrap(fn) -> tuple[Any, tuple[Autotune | Heuristics, ...]]:

@@ -1,5 +1,5 @@
 // CollectiveState across processes: the symmetric workspace that every rank
-// maps (runtime/cross_process.h), the parameter slots laid out in it, the
+// maps (peers/cross_process.h), the parameter slots laid out in it, the
 // metadata pointing into it, and the copies into and out of it around a
 // launch. The in-process half (peer access, the host rendezvous of one
 // process, the device barrier) is collective.cc.
@@ -8,8 +8,8 @@
 #include <string>
 #include <utility>
 
-#include "runtime/collective.h"
-#include "runtime/status.h"
+#include "ffi/status.h"
+#include "peers/collective.h"
 
 namespace jmf {
 

@@ -17,7 +17,7 @@ several parameters:
   (i64) again.
 
 This module holds that knowledge (types, metadata, the expanded parameter list); binding a call's operands
-to it is `transforms/tensor_descriptor.py`.
+to it is `tensor_descriptor.py`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
-// The host half of a clique across processes (runtime/cross_process.h has
+// The host half of a clique across processes (peers/cross_process.h has
 // the whole picture): per execution the ranks meet on the host through a
 // small flag page in POSIX shared memory (one per rank, mapped by the peers):
 // a peer that stalls or died gives an error naming it after
 // JAX_MOSAIC_FFI_PEER_TIMEOUT_S, before any device barrier can wait on it;
 // the rank that gives up marks its page, so its peers fail at once instead of
-// waiting in turn.
+// waiting in turn. Every rank fails that execution; at its next one, each
+// meets its peers again through the key-value exchange before it counts
+// executions afresh, so the clique recovers once the peer is back.
 //
 // Peers are processes of the same job, user and host, but what they send is
 // still checked before use, once per workspace: a bad deposit or page is an
@@ -17,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,6 +71,10 @@ const uint8_t* ProcessToken();
 // A deposit's bytes, as SharedWorkspace publishes them.
 std::string EncodeDeposit(uint64_t bytes, uint64_t address, const CUipcMemHandle& handle, const std::string& page);
 
+// One more trade of this rank's deposit with its peers (the key-value exchange, whose every attempt ends in
+// one verdict for all ranks): every rank's deposit, rank-major.
+using DepositTrade = std::function<ffi::Error(std::vector<std::string>*)>;
+
 // The host half of one rank of a clique across processes: its flag page,
 // its peers' pages and the per-execution rendezvous. Needs no driver (the
 // test hook in python/cross_process_python.cc drives it on any machine).
@@ -96,6 +103,13 @@ class HostRendezvous {
   // Host rendezvous for one execution: marks arrival, waits for every peer.
   ffi::Error Arrive(std::chrono::milliseconds timeout, const std::string& who);
 
+  // Arrive, after meeting the peers again (through `trade` of this rank's deposit `mine`) when an earlier
+  // execution broke: what each execution does.
+  ffi::Error Meet(const DepositTrade& trade, const std::string& mine, std::chrono::milliseconds timeout,
+                  const std::string& who);
+  // Whether an execution gave up on a peer, or a peer on it, since the peers last met.
+  bool broken() const { return broken_; }
+
   std::string PeerName(int r) const;
 
  private:
@@ -104,14 +118,16 @@ class HostRendezvous {
   ffi::Error MapPeerPage(int r, const DepositRecord& d, const std::string& who, const std::string& peer);
   void ReleaseName();
   ffi::Error Broken(const std::string& who, const std::string& why);
+  ffi::Error Resynchronize(const DepositTrade& trade, const std::string& mine, const std::string& who);
 
   int rank_ = 0;
   std::vector<int32_t> device_ids_;
   std::vector<uint64_t> peer_pids_;
   std::vector<SharedPage*> pages_;  // by rank, ours included
   std::vector<std::string> page_names_;
-  std::string page_name_;  // unlinked once every peer has mapped it
-  int page_fd_ = -1;       // holds the flock that tells other processes the page is live
+  std::vector<std::string> admitted_;  // each peer's deposit, as admitted at set-up
+  std::string page_name_;              // unlinked once every peer has mapped it
+  int page_fd_ = -1;                   // holds the flock that tells other processes the page is live
   uint64_t executions_ = 0;
   bool broken_ = false;
 };

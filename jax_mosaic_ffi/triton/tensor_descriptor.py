@@ -11,7 +11,7 @@ with the operand's name in place of the tensor::
 The block shape (and a view's shape and strides) may be callables of the config, ``meta`` (or of
 ``(meta, *input avals)``), as Triton's tutorials set it in a ``pre_hook``.
 
-The kernel then gets exactly what Triton's launcher passes (toolchain/triton_descriptors.py): where the
+The kernel then gets exactly what Triton's launcher passes (descriptors.py): where the
 compile lowered the descriptors to TMA, a `TensorMap` the runtime encodes with Triton's fields, once per
 buffer move and inside command buffers too, followed by the shape and strides as scalars; else the
 decomposed form (pointer, shape, strides, flags, shape, strides).
@@ -27,8 +27,8 @@ import numpy as np
 
 from jax_mosaic_ffi.base.errors import LaunchError
 from jax_mosaic_ffi.call.tensor_map import TensorMap, data_type
-from jax_mosaic_ffi.toolchain import triton_descriptors
-from jax_mosaic_ffi.toolchain.triton_compile import TritonInfo
+from jax_mosaic_ffi.triton import descriptors as triton_descriptors
+from jax_mosaic_ffi.triton.compile import TritonInfo
 
 _PADDINGS = ("zero", "nan")
 _I32_MAX = 2**31 - 1

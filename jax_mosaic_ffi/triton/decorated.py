@@ -55,12 +55,12 @@ from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base.errors import LaunchError, who
 from jax_mosaic_ffi.call import launch_values
 from jax_mosaic_ffi.call.launch_options import LaunchOptions
-from jax_mosaic_ffi.toolchain import triton_decorators
-from jax_mosaic_ffi.toolchain.triton_compile import TritonFunction, runtime_params
-from jax_mosaic_ffi.toolchain.triton_decorators import Autotune, Heuristics
 from jax_mosaic_ffi.transforms import autotune as autotune_lib
-from jax_mosaic_ffi.transforms import tensor_descriptor
-from jax_mosaic_ffi.transforms import triton_launch
+from jax_mosaic_ffi.triton import decorators as triton_decorators
+from jax_mosaic_ffi.triton import launch as triton_launch
+from jax_mosaic_ffi.triton import tensor_descriptor
+from jax_mosaic_ffi.triton.decorators import Autotune, Heuristics
+from jax_mosaic_ffi.triton.kernel import TritonFunction, runtime_params
 
 _TUNED_PER_CALL = 32  # config spaces kept per call (one per distinct set of candidates): a bound, not a tuning
 
@@ -161,7 +161,7 @@ def launcher(function: TritonFunction, out_shape, options: LaunchOptions):
     shapes = out_shape(*in_avals) if callable(out_shape) else out_shape
     out_avals, _ = launch_values.out_avals(shapes, where)
     try:
-      values = triton_launch.call_with_meta(options.scalars, base.meta, in_avals, "scalars", where)
+      values = launch_values.evaluate(options.scalars, "scalars", in_avals, where, meta=base.meta)
     except LaunchError as e:
       if not isinstance(e.__cause__, KeyError):
         raise
@@ -237,8 +237,8 @@ def launcher(function: TritonFunction, out_shape, options: LaunchOptions):
     """One candidate's call: the undecorated function with this meta; the scalars as the decorators saw them."""
     scalars = options.scalars
     if callable(scalars):
-      scalars = lambda meta_, *avals: triton_launch.call_with_meta(  # noqa: E731
-          options.scalars, base.meta, avals, "scalars", where_scalars)
+      scalars = lambda meta_, *avals: launch_values.evaluate(  # noqa: E731
+          options.scalars, "scalars", avals, where_scalars, meta=base.meta)
     launch = dataclasses.replace(options, scalars=scalars, zero_outputs=zero_outputs, sharding=None)
     return triton_launch.launcher(base.with_meta(meta), out_shape, launch)
 

@@ -1,3 +1,13 @@
+// ===== csrc/peers/: the cross-GPU mechanisms =====
+// Collective state and workspace (this file, collective_workspace.cc), peers
+// in other processes (cross_process.h, host_rendezvous.h), NVSHMEM's job and
+// an NVSHMEM call's symmetric buffers (nvshmem_runtime.h, nvshmem_staging.h).
+// Each is built from what it needs, never from a call site. May include: the
+// standard library, POSIX headers, cuda.h, the XLA FFI headers
+// (xla/ffi/api/), csrc/ffi/, csrc/driver/ and csrc/contract/. Not nanobind,
+// not runtime/ or python/. Layers: contract <- driver <- ffi <- peers <-
+// runtime <- python (scripts/check_csrc_layers.py).
+//
 // Collective kernels in one process that drives several GPUs.
 //
 // Per call site and device the runtime owns one allocation: a barrier area
@@ -28,9 +38,9 @@
 #include <vector>
 
 #include "driver/cuda_driver.h"
-#include "runtime/buffers.h"
-#include "runtime/cross_process.h"
-#include "runtime/record.h"
+#include "ffi/buffers.h"
+#include "ffi/record.h"
+#include "peers/cross_process.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jmf {

@@ -1,4 +1,4 @@
-#include "runtime/host_rendezvous.h"
+#include "peers/host_rendezvous.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -16,7 +16,7 @@
 #include <mutex>
 #include <thread>
 
-#include "runtime/status.h"
+#include "ffi/status.h"
 
 namespace jmf {
 namespace {
@@ -110,12 +110,6 @@ void UnmapPage(SharedPage* page) {
   shared_pages.fetch_sub(1);
 }
 
-std::string Seconds(std::chrono::milliseconds duration) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%g", duration.count() / 1000.0);
-  return text;
-}
-
 std::string Octal(unsigned mode) {
   char text[16];
   std::snprintf(text, sizeof(text), "%04o", mode & 07777);
@@ -169,7 +163,8 @@ HostRendezvous::HostRendezvous(int rank, const std::vector<int32_t>& device_ids)
       device_ids_(device_ids),
       peer_pids_(device_ids.size(), static_cast<uint64_t>(getpid())),
       pages_(device_ids.size(), nullptr),
-      page_names_(device_ids.size()) {}
+      page_names_(device_ids.size()),
+      admitted_(device_ids.size()) {}
 
 ffi::ErrorOr<std::unique_ptr<HostRendezvous>> HostRendezvous::Create(int rank, const std::vector<int32_t>& device_ids,
                                                                      const std::string& who) {
@@ -278,6 +273,7 @@ ffi::Error HostRendezvous::Admit(int r, const std::string& deposit, uint64_t exp
   }
   peer_pids_[r] = d.pid;
   JMF_RETURN_IF_ERROR(MapPeerPage(r, d, who, PeerName(r)));
+  admitted_[r] = deposit;
   const uint8_t* token = ProcessToken();
   if (token == nullptr || std::memcmp(d.token, token, kTokenBytes) != 0) return ffi::Error::Success();
   // Our token: only a workspace this process holds makes the raw address usable.
@@ -364,12 +360,54 @@ std::string HostRendezvous::PeerName(int r) const {
 // then fails as it arrives, instead of passing the rendezvous alone and
 // waiting in the device barrier for a rank that already gave up. Every value
 // read from a page was written by another process: each is bounded here.
+ffi::Error HostRendezvous::Meet(const DepositTrade& trade, const std::string& mine, std::chrono::milliseconds timeout,
+                                const std::string& who) {
+  if (broken_) JMF_RETURN_IF_ERROR(Resynchronize(trade, mine, who));
+  return Arrive(timeout, who);
+}
+
+// Every rank failed the execution that broke (a rank that gave up marked the pages, so none went on). The
+// peers meet twice through the key-value exchange, whose verdict keeps every rank in step however late one
+// comes: first once every rank is past that execution, so none still reads or marks our flags, then once
+// every rank has cleared its own, so none reads a peer's from before. The workspace and its mappings stay:
+// addresses a captured graph holds stay valid.
+ffi::Error HostRendezvous::Resynchronize(const DepositTrade& trade, const std::string& mine, const std::string& who) {
+  std::vector<std::string> all;
+  const auto meet = [&]() -> ffi::Error {
+    if (ffi::Error e = trade(&all); e.failure()) {
+      return ffi::Error(e.errc().value_or(ffi::ErrorCode::kInternal),
+                        who + ": meeting the peers again after a timeout: " + e.message());
+    }
+    if (all.size() != device_ids_.size()) {
+      return ffi::Error::Internal(who + ": the peer exchange returned " + std::to_string(all.size()) +
+                                  " deposits for a clique of " + std::to_string(device_ids_.size()));
+    }
+    for (int r = 0; r < size(); ++r) {
+      if (all[r] != (r == rank_ ? mine : admitted_[r])) {
+        return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                          who + ": " + (r == rank_ ? "this rank's deposit" : PeerName(r) + "'s workspace") +
+                              " is not the one the clique was set up with, so the ranks cannot meet again after the "
+                              "timeout. Compile the program again or restart the processes");
+      }
+    }
+    return ffi::Error::Success();
+  };
+  JMF_RETURN_IF_ERROR(meet());
+  HostFlags& own = pages_[rank_]->flags;
+  own.broken_by.store(0, std::memory_order_release);
+  own.arrived.store(0, std::memory_order_release);
+  executions_ = 0;
+  JMF_RETURN_IF_ERROR(meet());
+  broken_ = false;
+  return ffi::Error::Success();
+}
+
 ffi::Error HostRendezvous::Arrive(std::chrono::milliseconds timeout, const std::string& who) {
   if (broken_) {
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
                       who +
-                          ": an earlier execution of this kernel timed out on a peer process; the clique cannot "
-                          "resynchronize. Compile again or restart the processes");
+                          ": an earlier execution of this kernel timed out on a peer process; the ranks must meet "
+                          "again first (Meet)");
   }
   HostFlags& own = pages_[rank_]->flags;
   const uint64_t n = executions_ + 1;

@@ -1,7 +1,18 @@
-// Error plumbing for the FFI stages: early returns and CUDA results with context.
+// ===== csrc/ffi/: what every FFI stage is written with =====
+// Error plumbing (this file), a call's buffers (buffers.h) and the
+// command-buffer record extension (record.h). May include: the standard
+// library, POSIX headers, cuda.h, the XLA FFI headers (xla/ffi/api/),
+// csrc/driver/ and csrc/contract/. Not nanobind, not peers/, runtime/ or
+// python/. Layers: contract <- driver <- ffi <- peers <- runtime <- python
+// (scripts/check_csrc_layers.py).
+//
+// Error plumbing for the FFI stages: early returns, CUDA results with context,
+// and durations as messages write them.
 #ifndef JAX_MOSAIC_FFI_STATUS_H_
 #define JAX_MOSAIC_FFI_STATUS_H_
 
+#include <chrono>
+#include <cstdio>
 #include <string>
 #include <utility>
 
@@ -41,6 +52,13 @@ inline ffi::Error CudaCheck(const Driver& driver, CUresult result, const std::st
   if (result == CUDA_SUCCESS) [[likely]]
     return ffi::Error::Success();
   return CudaFailure(driver, result, who, what);
+}
+
+// A duration in seconds as messages write it ("10", "0.2"): how long a peer was waited for.
+inline std::string Seconds(std::chrono::milliseconds duration) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", duration.count() / 1000.0);
+  return text;
 }
 
 }  // namespace jmf

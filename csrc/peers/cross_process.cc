@@ -1,9 +1,9 @@
-#include "runtime/cross_process.h"
+#include "peers/cross_process.h"
 
 #include <map>
 #include <mutex>
 
-#include "runtime/status.h"
+#include "ffi/status.h"
 
 namespace jmf {
 namespace {
@@ -77,6 +77,10 @@ ffi::ErrorOr<std::unique_ptr<SharedWorkspace>> SharedWorkspace::Create(const Dri
   if (ffi::Error e = ws->Allocate(bytes, request.who); e.failure()) return e;
   PeerExchangeRequest trade = request;
   if (ffi::Error e = ws->Deposit(request.who, &trade.mine); e.failure()) return e;
+  ws->exchange_ = exchange;
+  ws->request_ = trade;
+  SharedWorkspace* self = ws.get();  // owns the function: it never outlives the workspace
+  ws->trade_again_ = [self](std::vector<std::string>* out) { return self->exchange_(self->request_, out); };
   std::vector<std::string> deposits;
   if (ffi::Error e = exchange(trade, &deposits); e.failure()) return e;
   if (deposits.size() != request.device_ids.size()) {

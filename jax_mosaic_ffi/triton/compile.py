@@ -1,4 +1,4 @@
-"""Triton kernels compiled for our runtime: `triton_kernel`.
+"""Triton's compile for our runtime: `compile_triton` makes a `TritonKernel` (a `Kernel` plus `TritonInfo`).
 
 Triton compiles a ``@triton.jit`` function to a cubin (and PTX) for an explicit
 target, which needs no GPU. The result is an ordinary `Kernel` whose module
@@ -10,11 +10,11 @@ them, its cache-invalidating environment variables) and ours (targets,
 launch options, module format), so a warm process, `jax.export` or XLA's
 persistent compilation cache runs no Triton compile at all.
 
-Without ``signature=``, the Triton types are read from each call's avals and
-scalars (`transforms/triton_launch.py`, which also launches them), and the
-kernel is compiled per distinct signature and value class when the call is
-traced: integers equal to 1 compiled in, 16-divisible integers and pointers
-hinted, as Triton's own launcher decides (`triton_specialize.py`).
+A call's kernel is compiled per distinct signature and value class when the
+call is traced (`launch.py` reads the signature from its avals and scalars):
+integers equal to 1 compiled in, 16-divisible integers and pointers hinted, as
+Triton's own launcher decides (`specialize.py`). `kernel.py` holds the public
+`triton_kernel`.
 """
 
 from __future__ import annotations
@@ -24,21 +24,22 @@ import inspect
 import json
 import struct
 import threading
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import module_format
+from jax_mosaic_ffi.base import native_stderr
 from jax_mosaic_ffi.base import ptx_info
 from jax_mosaic_ffi.base.errors import CompileError, TritonUnavailable
 from jax_mosaic_ffi.base.module_format import Image, ImageKind, ParsedModule
 from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain import dump
-from jax_mosaic_ffi.toolchain import triton_decorators
-from jax_mosaic_ffi.toolchain import triton_descriptors
-from jax_mosaic_ffi.toolchain import triton_specialize
 from jax_mosaic_ffi.toolchain.compiled import Compiled, param_sizes
-from jax_mosaic_ffi.toolchain.kernel import Kernel, parse_targets
+from jax_mosaic_ffi.toolchain.kernel import Kernel
 from jax_mosaic_ffi.toolchain.nvrtc.program import PDL_MIN_ARCH
+from jax_mosaic_ffi.triton import descriptors as triton_descriptors
+from jax_mosaic_ffi.triton import specialize as triton_specialize
+from jax_mosaic_ffi.triton.options import TritonOptions
 
 # The Triton releases this module is written and tested against: [min, max).
 # Triton's compile API, its specialization code and its kernels' calling
@@ -49,7 +50,6 @@ from jax_mosaic_ffi.toolchain.nvrtc.program import PDL_MIN_ARCH
 SUPPORTED_TRITON = ((3, 6), (3, 10))
 SUPPORTED_TEXT = ("Triton >= 3.6, < 3.10 (tested: 3.6.0 to 3.9.0 compiling and lowering on CPU, "
                   "3.6.0 on an H200)")
-LAUNCH_KEYS = triton_decorators.LAUNCH_OPTIONS  # num_warps, num_stages, num_ctas, maxnreg
 _CACHE_FORMAT = "triton-3"  # 2: TritonInfo.dropped and .aligned; 3: .tensordesc_meta
 
 
@@ -115,111 +115,6 @@ class TritonKernel(Kernel):
   def aligned_params(self) -> tuple[int, ...]:
     return self.info.aligned
 
-class TritonFunction:
-  """A ``@triton.jit`` function with its constexprs and options, compiled per
-  call signature (the Triton types of its parameters, from the call's avals).
-
-  ``decorators``: the ``@triton.autotune`` / ``@triton.heuristics`` layers it
-  came with, outermost first (toolchain/triton_decorators.py), which
-  `mosaic_kernel` applies per call (transforms/triton_decorated.py)."""
-
-  def __init__(self, fn, constexprs: dict, num_warps: int, num_stages: int, num_ctas: int, targets,
-               maxnreg: int | None = None, decorators: tuple = ()):
-    self.fn, self.constexprs = fn, dict(constexprs)
-    self.num_warps, self.num_stages, self.num_ctas, self.targets = num_warps, num_stages, num_ctas, targets
-    self.maxnreg, self.decorators = maxnreg, tuple(decorators)
-    self.name = fn.__name__
-
-  def __repr__(self) -> str:
-    return f"TritonFunction({self.name!r}, constexprs={self.constexprs}, num_warps={self.num_warps})"
-
-  @property
-  def meta(self) -> dict:
-    meta = {**self.constexprs, "num_warps": self.num_warps, "num_stages": self.num_stages, "num_ctas": self.num_ctas}
-    return meta if self.maxnreg is None else {**meta, "maxnreg": self.maxnreg}
-
-  def with_meta(self, meta: Mapping[str, Any]) -> "TritonFunction":
-    """The same function, undecorated, with constexprs and launch options from an autotuning config."""
-    meta = dict(meta)
-    launch = {k: meta.pop(k) for k in LAUNCH_KEYS if k in meta}
-    constexprs = {**self.constexprs, **{k: v for k, v in meta.items() if k in _constexpr_names(self.fn)}}
-    return TritonFunction(self.fn, constexprs, launch.get("num_warps", self.num_warps),
-                          launch.get("num_stages", self.num_stages), launch.get("num_ctas", self.num_ctas),
-                          self.targets, launch.get("maxnreg", self.maxnreg))
-
-  def specialize(self, signature: Sequence[str], scalar_values: Mapping[int, Any] | None = None) -> TritonKernel:
-    return _compile(self.fn, tuple(signature), self.constexprs, self.num_warps, self.num_stages, self.num_ctas,
-                    self.targets, scalar_values or {}, maxnreg=self.maxnreg)
-
-
-def _constexpr_names(fn) -> list[str]:
-  return [p.name for p in fn.params if p.is_constexpr]
-
-
-def runtime_params(fn) -> list[str]:
-  return [p.name for p in fn.params if not p.is_constexpr]
-
-
-def _check_fn(fn, triton):
-  """The @triton.jit function and its @triton.autotune / @triton.heuristics layers (toolchain/triton_decorators.py)."""
-  return triton_decorators.unwrap(fn)
-
-
-def triton_kernel(fn, *, signature: Mapping[str, str] | Sequence[str] | None = None,
-                  constexprs: Mapping[str, Any] | None = None, num_warps: int = 4, num_stages: int = 3,
-                  num_ctas: int = 1, targets=None, maxnreg: int | None = None):
-  """A Triton kernel for `mosaic_kernel`.
-
-  Args:
-    fn: a ``@triton.jit`` function, bare or under ``@triton.autotune`` and
-      ``@triton.heuristics`` (transforms/triton_decorated.py says how they apply).
-    signature: the Triton types of its non-constexpr parameters (``{"x_ptr":
-      "*fp32", "n": "i32"}`` or ``["*fp32", "i32"]``). Given, the kernel is
-      compiled now and a `Kernel` (a `TritonKernel`) comes back; left out, the
-      types are read from each call's avals and scalars, and the kernel is
-      compiled when the call is traced (a `TritonFunction`).
-    constexprs: values of its ``tl.constexpr`` parameters.
-    num_warps, num_stages, num_ctas: Triton's launch options.
-    maxnreg: the most registers a thread may use (PTX ``.maxnreg``), or None.
-    targets: archs to compile for (default: the visible GPUs', or sm_90).
-
-  Raises:
-    TritonUnavailable: Triton is missing or of an unsupported version.
-  """
-  triton = require_triton()
-  fn, decorators = _check_fn(fn, triton)
-  constexprs = dict(constexprs or {})
-  unknown = [k for k in constexprs if k not in _constexpr_names(fn)]
-  if unknown:
-    raise ValueError(f"triton_kernel '{fn.__name__}': {unknown[0]!r} is not one of its tl.constexpr parameters "
-                     f"({', '.join(_constexpr_names(fn)) or 'none'})")
-  triton_decorators.check_constexprs(decorators, constexprs, fn.__name__)
-  for what, value in (("num_warps", num_warps), ("num_stages", num_stages), ("num_ctas", num_ctas),
-                      ("maxnreg", 1 if maxnreg is None else maxnreg)):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-      raise ValueError(f"triton_kernel '{fn.__name__}': {what} must be a positive int, got {value!r}")
-  function = TritonFunction(fn, constexprs, num_warps, num_stages, num_ctas, parse_targets(targets), maxnreg,
-                            decorators)
-  if signature is None:
-    return function
-  if decorators:
-    raise ValueError(f"triton_kernel '{fn.__name__}': signature= compiles one kernel now, but its "
-                     "@triton.autotune/@triton.heuristics choose constexprs per call; leave signature= out")
-  names = runtime_params(fn)
-  if isinstance(signature, Mapping):
-    missing = [n for n in names if n not in signature]
-    extra = [n for n in signature if n not in names]
-    if missing or extra:
-      raise ValueError(f"triton_kernel '{fn.__name__}': signature must give a type for each non-constexpr "
-                       f"parameter ({', '.join(names)}); missing {missing or 'none'}, unknown {extra or 'none'}")
-    types = [signature[n] for n in names]
-  else:
-    types = list(signature)
-    if len(types) != len(names):
-      raise ValueError(f"triton_kernel '{fn.__name__}': signature has {len(types)} types for its "
-                       f"{len(names)} non-constexpr parameters ({', '.join(names)})")
-  return function.specialize(types)
-
 
 # ------------------------------------------------------------------ compile
 
@@ -227,8 +122,10 @@ def _key_value(value) -> str:
   return f"{type(value).__name__}:{value!r}"
 
 
-def _compile(fn, signature, constexprs, num_warps, num_stages, num_ctas, targets, scalar_values,
-             maxnreg=None) -> TritonKernel:
+def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: TritonOptions, targets,
+                   scalar_values: Mapping[int, Any]) -> TritonKernel:
+  """``fn`` compiled for parameters of Triton types ``signature`` and the scalar values known at trace time (by
+  index among the non-constexpr parameters), through the compile cache."""
   triton = require_triton()
   missing = [p.name for p in fn.params if p.is_constexpr and p.name not in constexprs
              and p.default is inspect.Parameter.empty]
@@ -241,29 +138,27 @@ def _compile(fn, signature, constexprs, num_warps, num_stages, num_ctas, targets
       raise ValueError(f"triton_kernel '{fn.__name__}': parameter type {ty!r} is not supported; parameters are "
                        "pointers (*fp32), scalars (i32, fp32, ...) and host tensor descriptors as Triton writes "
                        "them (tensordesc<fp16[64, 64]>: no Gluon layout, no im2col)")
-  specialization = _specialization(fn, signature, scalar_values, constexprs, targets)
-  requests = _requests(fn, specialization, num_warps, num_stages, num_ctas, targets, maxnreg)
+  config = _config_text(signature, constexprs, options)
+  specialization = _specialization(fn, signature, scalar_values, constexprs, targets, config)
+  requests = _requests(fn, specialization, options, targets, config)
   entry_key = disk_cache.key(
       _CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"triton {triton.__version__}", fn.__name__,
       *signature, json.dumps(sorted((k, _key_value(v)) for k, v in constexprs.items())), specialization.description,
-      f"w{num_warps} s{num_stages} c{num_ctas}" + ("" if maxnreg is None else f" r{maxnreg}"),
-      *(t.sm for t in targets), *(r.key for r in requests))
-  meta = {**constexprs, "num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas}
-  if maxnreg is not None:
-    meta["maxnreg"] = maxnreg
+      options.key, *(t.sm for t in targets), *(r.key for r in requests))
+  # The constexprs and launch options, for the launch's callables: this call's, never stored.
+  meta = tuple({**constexprs, **options.meta()}.items())
 
   def decode(data: bytes) -> TritonKernel:
-    kernel = _from_bytes(fn.__name__, data)  # meta is not stored: it is this call's
-    return TritonKernel(kernel.name, kernel.compiled, dataclasses.replace(kernel.info, meta=tuple(meta.items())))
+    kernel = _from_bytes(fn.__name__, data)
+    return TritonKernel(kernel.name, kernel.compiled, dataclasses.replace(kernel.info, meta=meta))
 
-  def compile():
+  def run():
     with _compile_lock:
-      kernel = _run_triton(triton, fn, signature, specialization, constexprs, requests, num_warps, num_stages,
-                           num_ctas)
+      kernel = _run_triton(triton, fn, signature, specialization, requests, meta, config)
       compile_cache.count_compiles("triton", len(targets))
-    return TritonKernel(kernel.name, kernel.compiled, dataclasses.replace(kernel.info, meta=tuple(meta.items()))), True
+    return kernel, True
 
-  found = compile_cache.cached(entry_key, compile=compile, encode=_to_bytes, decode=decode)
+  found = compile_cache.cached(entry_key, compile=run, encode=_to_bytes, decode=decode)
   if found.source != "memory":
     dump.maybe_dump(found.value)
   return found.value
@@ -280,27 +175,25 @@ class _Request:
   key: str
 
 
-def _specialization(fn, signature, scalar_values, constexprs, targets) -> triton_specialize.Specialization:
-  """What Triton's launcher would compile for these arguments (triton_specialize.py)."""
+def _specialization(fn, signature, scalar_values, constexprs, targets, config) -> triton_specialize.Specialization:
+  """What Triton's launcher would compile for these arguments (specialize.py)."""
   from triton.backends.compiler import GPUTarget  # noqa: PLC0415  (optional dependency: Triton)
   from triton.compiler import make_backend  # noqa: PLC0415  (optional dependency: Triton)
   try:
     return triton_specialize.specialize_cached(fn, signature, scalar_values, constexprs, targets[0].sm,
                                                lambda: make_backend(GPUTarget("cuda", targets[0].number, 32)))
   except Exception as e:
-    raise _triton_failed(fn, targets[0], e) from None
+    raise _triton_failed(fn, targets[0], config, e) from None
 
 
-def _requests(fn, specialization, num_warps, num_stages, num_ctas, targets, maxnreg=None) -> list[_Request]:
+def _requests(fn, specialization, options: TritonOptions, targets, config) -> list[_Request]:
   """Each target's compile and Triton's cache key for it, which covers what
   changes Triton's output beyond our inputs: its knobs, ptxas, own code, and
   the specialization (signature, constexprs, attributes)."""
   from triton.backends.compiler import GPUTarget  # noqa: PLC0415  (optional dependency: Triton)
   from triton.compiler import ASTSource, get_cache_key, make_backend  # noqa: PLC0415  (optional dependency: Triton)
   from triton.compiler.compiler import get_cache_invalidating_env_vars  # noqa: PLC0415  (optional dependency: Triton)
-  options = {"num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas}
-  if maxnreg is not None:
-    options["maxnreg"] = maxnreg
+  compile_options = options.meta()
   env_vars = get_cache_invalidating_env_vars()
   requests = []
   for target in targets:
@@ -310,29 +203,50 @@ def _requests(fn, specialization, num_warps, num_stages, num_ctas, targets, maxn
     try:
       backend = make_backend(gpu_target)
       # As triton.compile parses them: the environment's knobs (TRITON_DEFAULT_FP_FUSION...) are in them.
-      parsed = backend.parse_options(dict(options, **source.parse_options()))
+      parsed = backend.parse_options(dict(compile_options, **source.parse_options()))
       key = get_cache_key(source, backend, parsed, env_vars)
     except Exception as e:
-      raise _triton_failed(fn, target, e) from None
-    requests.append(_Request(target, gpu_target, source, options, key))
+      raise _triton_failed(fn, target, config, e) from None
+    requests.append(_Request(target, gpu_target, source, compile_options, key))
   return requests
 
 
-def _triton_failed(fn, target, e: Exception) -> CompileError:
-  return CompileError(fn.__name__, f"Triton could not compile it for {target.sm}: {type(e).__name__}: {e}",
-                               "", "")
+def _config_text(signature, constexprs, options: TritonOptions) -> str:
+  """A Triton compile's config, as a failure names it."""
+  launch = ", ".join(f"{k}={v}" for k, v in options.meta().items())
+  values = ", ".join(f"{k}={v!r}" for k, v in constexprs.items())
+  return f"{launch}{', ' + values if values else ''}; signature ({', '.join(signature)})"
 
 
-def _run_triton(triton, fn, signature, specialization, constexprs, requests, num_warps, num_stages,
-                num_ctas) -> TritonKernel:
+def _triton_failed(fn, target, config: str, e: Exception, diagnostics: str = "") -> CompileError:
+  """Triton's own failure: its message (and what its passes printed, `diagnostics`), for this config."""
+  log = f"{type(e).__name__}: {e}".rstrip()
+  if diagnostics.strip():
+    log += f"\n{diagnostics.rstrip()}"
+  return CompileError(fn.__name__, log, "", "", compiler="Triton",
+                      what=f"kernel '{fn.__name__}' for {target.sm} with {config}",
+                      advice="this config fails in Triton's own compiler; under autotuning it is skipped, "
+                             "otherwise pick another config (fewer num_stages, smaller blocks) or Triton release")
+
+
+def _refused(fn, log: str) -> CompileError:
+  """What a Triton compile gave that we cannot launch."""
+  return CompileError(fn.__name__, log, "", "", compiler="Triton")
+
+
+def _run_triton(triton, fn, signature, specialization, requests, meta, config) -> TritonKernel:
   images, ptx, first, descriptors = [], None, None, None
   waits = True
   for request in requests:
     target = request.target
-    try:
-      compiled = triton.compile(request.source, target=request.gpu_target, options=request.options)
-    except Exception as e:
-      raise _triton_failed(fn, target, e) from None
+    with native_stderr.captured() as printed:  # Triton's passes say why they failed on stderr only
+      try:
+        compiled = triton.compile(request.source, target=request.gpu_target, options=request.options)
+        failure = None
+      except Exception as e:
+        failure = e
+    if failure is not None:
+      raise _triton_failed(fn, target, config, failure, printed.text) from None
     metadata = compiled.metadata
     # Triton builds for the arch-specific target (sm_90a) where there is one: its PTX says which.
     arch = module_format.Arch.parse(ptx_info.target_arch(compiled.asm["ptx"]) or target.sm)
@@ -341,11 +255,11 @@ def _run_triton(triton, fn, signature, specialization, constexprs, requests, num
     try:
       found = triton_descriptors.metas(getattr(metadata, "tensordesc_meta", None), signature, fn.__name__)
     except ValueError as e:
-      raise CompileError(fn.__name__, f"for {target.sm}: {e}", "", "") from None
+      raise _refused(fn, f"for {target.sm}: {e}") from None
     if descriptors is not None and found != descriptors:
-      raise CompileError(fn.__name__, f"Triton lowers its tensor descriptors differently for {target.sm} than "
-                         f"for {requests[0].target.sm} ({found or 'no TMA'} against {descriptors or 'no TMA'}); "
-                         "compile it for targets of one family (targets=[...])", "", "")
+      raise _refused(fn, f"Triton lowers its tensor descriptors differently for {target.sm} than "
+                     f"for {requests[0].target.sm} ({found or 'no TMA'} against {descriptors or 'no TMA'}); "
+                     "compile it for targets of one family (targets=[...])")
     descriptors = found
     # tl.extra.cuda.gdc_wait() in the kernel: it waits for the previous kernel before reading what that wrote,
     # so it may launch with PDL, as our own compiled kernels do (Kernel.pdl_safe). Without it, never. XLA
@@ -358,16 +272,15 @@ def _run_triton(triton, fn, signature, specialization, constexprs, requests, num
   parsed = ParsedModule(first.name, tuple(images), module_format.FLAG_PDL_WAIT if waits else 0)
   sizes = param_sizes(parsed)
   if getattr(first, "launch_cooperative_grid", False):
-    raise CompileError(fn.__name__, "the kernel asks for a cooperative grid launch, which "
-                                "jax_mosaic_ffi does not make", "", "")
+    raise _refused(fn, "the kernel asks for a cooperative grid launch, which jax_mosaic_ffi does not make")
   # The parameters passed: the non-constexpr ones (descriptors expanded as Triton's launcher expands them) less
   # those specialized to constexprs, then Triton's scratch.
   n_scratch = (len(sizes) - (triton_descriptors.expanded_param_count(signature, bool(descriptors))
                              - len(specialization.dropped)) if sizes is not None else 2)
   if n_scratch > 2:
-    raise CompileError(fn.__name__, f"the compiled kernel takes {n_scratch} parameters after its own, more than "
-                       "Triton's global and profile scratch pointers (instrumentation, such as "
-                       "TRITON_INSTRUMENTATION_MODE, adds parameters of its own); compile it without", "", "")
+    raise _refused(fn, f"the compiled kernel takes {n_scratch} parameters after its own, more than "
+                   "Triton's global and profile scratch pointers (instrumentation, such as "
+                   "TRITON_INSTRUMENTATION_MODE, adds parameters of its own); compile it without")
   scratch = [(int(getattr(first, "global_scratch_size", 0)), int(getattr(first, "global_scratch_align", 1))),
              (int(getattr(first, "profile_scratch_size", 0)), int(getattr(first, "profile_scratch_align", 1)))]
   info = TritonInfo(num_warps=int(first.num_warps), num_ctas=int(first.num_ctas), shared=int(first.shared),
@@ -376,15 +289,14 @@ def _run_triton(triton, fn, signature, specialization, constexprs, requests, num
                     # By position among the parameters passed: descriptors before it expanded, dropped ones gone.
                     aligned=tuple(triton_descriptors.expanded_param_count(signature[:k], bool(descriptors))
                                   - sum(d < k for d in specialization.dropped) for k in specialization.aligned),
-                    meta=tuple({**constexprs, "num_warps": num_warps, "num_stages": num_stages,
-                                "num_ctas": num_ctas}.items()),
+                    meta=meta,
                     triton_version=triton.__version__, tensordesc_meta=descriptors)
   return TritonKernel(fn.__name__, Compiled.of(parsed, sizes), info)
 
 
 def _to_bytes(kernel: TritonKernel) -> bytes:
   info = dataclasses.asdict(kernel.info)
-  info["meta"] = [[k, _key_value(v)] for k, v in kernel.info.meta]  # for the record; meta is rebuilt on load
+  info["meta"] = [[k, _key_value(v)] for k, v in kernel.info.meta]  # for the record; meta is the caller's on load
   header = json.dumps(info).encode()
   return struct.pack("<I", len(header)) + header + kernel.compiled.to_bytes()
 

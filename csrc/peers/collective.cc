@@ -1,4 +1,4 @@
-#include "runtime/collective.h"
+#include "peers/collective.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "driver/runtime_kernels.h"
-#include "runtime/status.h"
+#include "ffi/status.h"
 
 namespace jmf {
 namespace {
@@ -63,12 +63,6 @@ std::chrono::milliseconds PeerTimeout() {
     if (end != value && parsed > 0 && std::isfinite(parsed)) seconds = std::min(parsed, kMax);
   }
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
-}
-
-std::string Seconds(std::chrono::milliseconds duration) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%g", duration.count() / 1000.0);
-  return text;
 }
 
 }  // namespace

@@ -20,16 +20,15 @@ so it gets an object whose ``data_ptr()`` has that alignment. The scalar
 types stay the call's own (an ``np.int64`` stride stays i64, as its bytes
 are passed): only the specialization comes from Triton.
 
-`specialize_cached` keeps each answer in memory and in the disk cache, keyed
-by everything it depends on (Triton's version and its key of the function,
-the parameters' flags, the types, values and constexprs, the target): Triton
-3.6's binder imports torch where it is installed, seconds that a process
-whose kernels are all cache hits should not pay.
+`specialize_cached` keeps each answer in the compile cache (memory and disk),
+keyed by everything it depends on (Triton's version and its key of the
+function, the parameters' flags, the types, values and constexprs, the
+target): Triton 3.6's binder imports torch where it is installed, seconds that
+a process whose kernels are all cache hits should not pay.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
 import threading
@@ -39,6 +38,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from jax_mosaic_ffi.base import disk_cache
+from jax_mosaic_ffi.toolchain import compile_cache
 
 # XLA aligns the buffers it allocates on the GPU to 256 bytes, and the
 # runtime checks every buffer of every launch against this (contract.h).
@@ -140,14 +140,11 @@ def specialize(fn, types: Sequence[str], values: Mapping[int, Any], constexprs: 
 
 
 _FORMAT = "triton-specialization-1"
-_MEMORY_ENTRIES = 4096
-_memory: "collections.OrderedDict[str, Specialization]" = collections.OrderedDict()
-_memory_lock = threading.Lock()
 
 
 def specialize_cached(fn, types: Sequence[str], values: Mapping[int, Any], constexprs: Mapping[str, Any],
                       target: str, make_backend) -> Specialization:
-  """`specialize`, from memory or the disk cache when the same question was answered before;
+  """`specialize`, from the compile cache (memory, then disk) when the same question was answered before;
   ``make_backend()`` gives Triton's backend for ``target`` (only when Triton is asked)."""
   import triton  # noqa: PLC0415  (optional dependency: Triton)
   flags = [(p.name, bool(p.is_constexpr), bool(p.do_not_specialize), bool(p.do_not_specialize_on_alignment))
@@ -156,24 +153,78 @@ def specialize_cached(fn, types: Sequence[str], values: Mapping[int, Any], const
       _FORMAT, f"triton {triton.__version__}", target, str(XLA_BUFFER_ALIGN), fn.cache_key, repr(flags),
       repr(list(types)), repr(sorted((k, type(v).__name__, repr(v)) for k, v in values.items())),
       repr(sorted((k, type(v).__name__, repr(v)) for k, v in constexprs.items())))
-  with _memory_lock:
-    found = _memory.get(entry_key)
+  # An entry read back from disk is checked against this call before use; one that does not fit is deleted and
+  # rebuilt.
+  found = compile_cache.cached(
+      entry_key, compile=lambda: (specialize(fn, types, values, constexprs, make_backend()), True), encode=_stored,
+      decode=lambda payload: _fitting(_decode(payload), fn, types, values, constexprs), counted=False)
+  return found.value
+
+
+def _stored(s: Specialization) -> bytes | None:
+  """The entry on disk, or None (kept in memory only) for what does not read back the same."""
+  try:
+    payload = _encode(s)
+  except TypeError:  # a constexpr that is not a plain value (a dtype, a function): answered again next process
+    return None
+  return payload if _decode(payload) == s else None
+
+
+class _Misfit(ValueError):
+  """A specialization read from the disk cache that cannot be this call's."""
+
+
+def _fitting(found: Specialization | None, fn, types, values, constexprs) -> Specialization | None:
+  """``found`` if it can be what Triton answered for this call, else raises _Misfit. A parameter compiled in
+  as a constant must be an integer of value 1 here, a divisibility hint must hold for the value passed, and
+  every name, index and kind must be the call's: a wrong entry would compile a kernel without a parameter, or
+  with a fact that is false."""
   if found is None:
-    found = disk_cache.load_decoded(entry_key, _decode)
-  if found is None:
-    found = specialize(fn, types, values, constexprs, make_backend())
-    try:
-      payload = _encode(found)
-    except TypeError:  # a constexpr that is not a plain value (a dtype, a function): answered again next time
-      payload = None
-    if payload is not None and _decode(payload) == found:
-      disk_cache.store(entry_key, payload)
-  with _memory_lock:
-    _memory[entry_key] = found
-    _memory.move_to_end(entry_key)
-    while len(_memory) > _MEMORY_ENTRIES:
-      _memory.popitem(last=False)
+    return None
+  names = list(fn.arg_names)
+  runtime = [(names.index(p.name), p) for p in fn.params if not p.is_constexpr]
+  if list(found.signature) != names or len(runtime) != len(types):
+    raise _Misfit("not this function's parameters")
+  for key in (*found.constexprs, *found.attrs):
+    if not key or not all(type(i) is int for i in key) or not 0 <= key[0] < len(names):
+      raise _Misfit(f"path {key!r} is out of range")
+  dropped, aligned = set(found.dropped), set(found.aligned)
+  if sorted(dropped) != list(found.dropped) or sorted(aligned) != list(found.aligned) or dropped & aligned or \
+      not all(0 <= k < len(types) for k in dropped | aligned):
+    raise _Misfit("dropped or aligned parameters out of range")
+  for k, ((index, param), ty) in enumerate(zip(runtime, types)):
+    kind, hints = found.signature[param.name], found.attrs.get((index,))
+    if k in dropped:
+      value = _python_number(values[k]) if k in values else None
+      if (ty.startswith(("*", "tensordesc")) or param.do_not_specialize or type(value) is not int or value != 1
+          or kind != "constexpr" or found.constexprs.get((index,)) != 1):
+        raise _Misfit(f"parameter {param.name} is compiled in as 1")
+    elif ty.startswith("*"):
+      if kind not in (ty, "*k" + ty[1:]) or bool(hints) != (k in aligned) or (hints and (
+          param.do_not_specialize_on_alignment or not _divisible_by_16(hints))):
+        raise _Misfit(f"pointer {param.name} does not fit")
+    elif kind != ty or k in aligned or (hints and (
+        param.do_not_specialize or k not in values or not _divisible_by_16(hints)
+        or type(_python_number(values[k])) is not int or _python_number(values[k]) % 16 != 0)):
+      raise _Misfit(f"scalar {param.name} does not fit")
+  passed = {index for index, _ in runtime}
+  for index, param in enumerate(fn.params):
+    if index in passed:
+      continue
+    value = found.constexprs.get((index,), _Misfit)
+    if found.signature[param.name] != "constexpr" or (
+        value is _Misfit and not any(key[0] == index for key in found.constexprs)) or (
+        value is not _Misfit and param.name in constexprs and value != constexprs[param.name]):
+      raise _Misfit(f"constexpr {param.name} does not fit")
+  if any(key[0] in passed and key[0] not in {runtime[k][0] for k in dropped} for key in found.constexprs):
+    raise _Misfit("a passed parameter among the constexprs")
   return found
+
+
+def _divisible_by_16(hints) -> bool:
+  """Whether a parameter's hints are the one Triton gives (backend.parse_attr): divisible by 16, no other."""
+  return isinstance(hints, (list, tuple)) and [list(h) if isinstance(h, (list, tuple)) else h for h in hints] == [
+      ["tt.divisibility", 16]]
 
 
 def _plain(value):

@@ -1,4 +1,4 @@
-#include "runtime/nvshmem_runtime.h"
+#include "peers/nvshmem_runtime.h"
 
 #include <atomic>
 #include <cstring>
@@ -6,7 +6,7 @@
 #include <string>
 #include <utility>
 
-#include "runtime/status.h"
+#include "ffi/status.h"
 
 namespace jmf {
 namespace {

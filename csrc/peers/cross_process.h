@@ -11,7 +11,7 @@
 //
 // Per execution the ranks meet on the host through flag pages in POSIX
 // shared memory, and every deposit and page a peer sends is checked before
-// use: runtime/host_rendezvous.h, which this half builds on.
+// use: peers/host_rendezvous.h, which this half builds on.
 #ifndef JAX_MOSAIC_FFI_CROSS_PROCESS_H_
 #define JAX_MOSAIC_FFI_CROSS_PROCESS_H_
 
@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "driver/cuda_driver.h"
-#include "runtime/host_rendezvous.h"
+#include "peers/host_rendezvous.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jmf {
@@ -75,8 +75,11 @@ class SharedWorkspace {
   // Rank `r`'s workspace as this device addresses it (its own for r == rank).
   uint64_t base(int r) const { return peers_[r].address; }
 
-  // Host rendezvous for one execution: marks arrival, waits for every peer.
-  ffi::Error Arrive(std::chrono::milliseconds timeout, const std::string& who) { return host_->Arrive(timeout, who); }
+  // Host rendezvous for one execution: marks arrival, waits for every peer; after an execution that timed out,
+  // meets them again first through the key-value exchange (HostRendezvous::Meet).
+  ffi::Error Arrive(std::chrono::milliseconds timeout, const std::string& who) {
+    return host_->Meet(trade_again_, request_.mine, timeout, who);
+  }
 
  private:
   struct Peer {
@@ -90,6 +93,9 @@ class SharedWorkspace {
 
   const Driver& driver_;
   CUcontext context_;
+  PeerExchangeFn exchange_;
+  PeerExchangeRequest request_;  // the set-up's trade, this rank's deposit in `mine`
+  DepositTrade trade_again_;     // the same trade again, for meeting after a timeout
   int rank_ = 0;
   size_t bytes_ = 0;
   CUdeviceptr local_ = 0;

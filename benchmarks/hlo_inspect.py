@@ -1,0 +1,41 @@
+"""Reading the custom calls out of a lowered program: what the tests check and the lowering benchmark reports.
+
+jax is imported inside the functions (benchmarks/__init__.py says why).
+"""
+
+
+def _value(attr):
+  from jax._src.lib.mlir import ir
+  for kind, read in ((ir.BoolAttr, lambda a: a.value), (ir.IntegerAttr, lambda a: a.value),
+                     (ir.StringAttr, lambda a: a.value_bytes),
+                     (ir.DenseI32ArrayAttr, lambda a: list(a)), (ir.DenseI64ArrayAttr, lambda a: list(a))):
+    if isinstance(attr, kind):
+      return read(attr)
+  return attr
+
+
+def custom_calls(lowered) -> list[dict]:
+  """Each stablehlo.custom_call of a lowered function: its target, attributes and config."""
+  from jax._src.lib.mlir import ir
+  module = lowered.compiler_ir("stablehlo")
+  found = []
+
+  def walk(operation):
+    for region in operation.regions:
+      for block in region.blocks:
+        for op in block.operations:
+          if op.operation.name == "stablehlo.custom_call":
+            attrs = op.operation.attributes
+            config = ir.DictAttr(attrs["mhlo.backend_config"])
+            found.append({
+                "target": ir.StringAttr(attrs["call_target_name"]).value,
+                "api_version": ir.IntegerAttr(attrs["api_version"]).value if "api_version" in attrs else 1,
+                "attributes": {name: attrs[name] for name in attrs},
+                "config": {config[i].name: _value(config[i].attr) for i in range(len(config))},
+                "operands": len(op.operation.operands),
+                "results": len(op.operation.results),
+            })
+          walk(op.operation)
+
+  walk(module.operation)
+  return found

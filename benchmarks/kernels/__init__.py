@@ -1,0 +1,14 @@
+"""The kernel corpus: each kernel written once, imported wherever it runs.
+
+The benchmarks import these as `benchmarks.kernels.<name>`, the tests through tests/benchmarks_package.py
+(`benchmarks_package.kernels("triton_user")`), so a kernel that both run is one definition.
+
+  triton_user.py       Triton kernels as Triton users write them (tutorial style: strides as arguments,
+                       @triton.autotune / @triton.heuristics): grouped matmul, flash attention, softmax, layer norm
+  tiled_matmul.py      the CUDA C++ tiled matmul (tiled_matmul.cu) as one autotuning config's mosaic_kernel call
+  fused_mlp.cu         a realistic CUDA C++ kernel for the compile-cost benchmark
+  hopper_gemm.cu       a wgmma GEMM with TMA descriptors for the GEMM benchmark
+
+Modules import jax inside functions: `python -m benchmarks` imports the package in a parent process that must not
+start a GPU backend.
+"""

@@ -1,0 +1,92 @@
+"""How the autotuner times its configs: compiled calls on random inputs of the call's shapes, in rounds in which
+the executables take turns, on the GPU's own clock (`gpu_clock.py`), or the host's where there is no GPU (the
+machinery's tests, with JAX_MOSAIC_FFI_AUTOTUNE_ON_CPU=1); and how many calls one timed program makes.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import jax
+import numpy as np
+
+from jax_mosaic_ffi.transforms import gpu_clock
+
+
+def random_inputs(avals, device):
+  """Arrays of these avals on ``device``, the same in every process (seed 0): normal floats, small ints."""
+  rng = np.random.default_rng(0)
+  arrays = []
+  for aval in avals:
+    dtype = np.dtype(aval.dtype)
+    if dtype.kind == "f" or dtype.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+      data = rng.standard_normal(aval.shape, dtype=np.float32).astype(dtype)
+    elif dtype.kind in "iu":
+      data = rng.integers(0, 4, aval.shape).astype(dtype)
+    elif dtype.kind == "b":
+      data = rng.integers(0, 2, aval.shape).astype(bool)
+    else:
+      data = np.zeros(aval.shape, dtype)
+    arrays.append(jax.device_put(data, device))
+  return arrays
+
+
+def host_time_each(executables: dict, inputs, *, warmup: int = 2, rounds: int = 7,
+                    round_s: float = 10e-3) -> dict:
+  """Median seconds per call of each executable: rounds of back-to-back calls, each round long enough to hide
+  dispatch. The executables take turns round by round (in a rotating order), so that the GPU's clock and
+  temperature drifting during tuning do not favour whichever config happened to run first: measured on an
+  H200, timing configs one after another picked a matmul config 4% slower than the best."""
+  reps = {}
+  for k, executable in executables.items():
+    for _ in range(warmup):
+      jax.block_until_ready(executable(*inputs))
+    start = time.perf_counter()
+    jax.block_until_ready(executable(*inputs))
+    once = max(time.perf_counter() - start, 1e-6)
+    reps[k] = int(min(max(round_s / once, 1), 200))
+  samples = {k: [] for k in executables}
+  order = list(executables)
+  for r in range(rounds):
+    for k in order[r % len(order):] + order[:r % len(order)]:
+      start = time.perf_counter()
+      out = None
+      for _ in range(reps[k]):
+        out = executables[k](*inputs)
+      jax.block_until_ready(out)
+      samples[k].append((time.perf_counter() - start) / reps[k])
+  return {k: statistics.median(v) for k, v in samples.items()}
+
+
+# On the GPU, one timed program makes the call enough times for about _REPEAT_TARGET_S of GPU time, at most
+# _MAX_REPEATS times and with at most _MAX_REPEAT_BYTES of one call's outputs per call made.
+_MAX_REPEATS = 64
+_MAX_REPEAT_BYTES = 1 << 30
+_REPEAT_TARGET_S = 2e-3
+
+
+def output_bytes(outputs) -> int:
+  """The bytes of one call's outputs."""
+  return sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(outputs))
+
+
+def repeats(once_s: float, bytes_per_call: int) -> int:
+  """How many calls one timed program makes, given one call's GPU time and output bytes."""
+  wanted = min(max(int(np.ceil(_REPEAT_TARGET_S / max(once_s, 1e-7))), 1), _MAX_REPEATS)
+  return int(max(1, min(wanted, _MAX_REPEAT_BYTES // max(bytes_per_call, 1))))
+
+
+def gpu_time_each(executables: dict, inputs, *, warmup: int, rounds: int) -> dict:
+  """Median GPU seconds between the stamps of each `gpu_clock.timed` executable, the executables taking
+  turns round by round in a rotating order (the GPU's clock and temperature drift during tuning)."""
+  for executable in executables.values():
+    for _ in range(warmup):
+      jax.block_until_ready(executable(*inputs))
+  samples = {k: [] for k in executables}
+  order = list(executables)
+  for r in range(rounds):
+    for k in order[r % len(order):] + order[:r % len(order)]:
+      start, stop, _ = executables[k](*inputs)
+      samples[k].append(gpu_clock.elapsed_s(start, stop))
+  return {k: statistics.median(v) for k, v in samples.items()}

@@ -1,0 +1,105 @@
+"""Triton kernels for `mosaic_kernel`: `triton_kernel`, and `TritonFunction`, a function compiled per call.
+
+Without ``signature=``, the Triton types are read from each call's avals and scalars (`launch.py`, which also
+launches them), and the kernel is compiled when the call is traced (`compile.py`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from jax_mosaic_ffi.toolchain.kernel import parse_targets
+from jax_mosaic_ffi.triton import decorators as decorators_lib
+from jax_mosaic_ffi.triton.compile import TritonKernel, compile_triton, require_triton
+from jax_mosaic_ffi.triton.options import LAUNCH_OPTIONS, TritonOptions
+
+
+class TritonFunction:
+  """A ``@triton.jit`` function with its constexprs and options (`TritonOptions`), compiled per
+  call signature (the Triton types of its parameters, from the call's avals).
+
+  ``decorators``: the ``@triton.autotune`` / ``@triton.heuristics`` layers it
+  came with, outermost first (decorators.py), which `mosaic_kernel` applies per
+  call (decorated.py)."""
+
+  def __init__(self, fn, constexprs: Mapping[str, Any], options: TritonOptions, targets, decorators: tuple = ()):
+    self.fn, self.constexprs, self.options, self.targets = fn, dict(constexprs), options, targets
+    self.decorators = tuple(decorators)
+    self.name = fn.__name__
+
+  def __repr__(self) -> str:
+    return f"TritonFunction({self.name!r}, constexprs={self.constexprs}, num_warps={self.options.num_warps})"
+
+  @property
+  def meta(self) -> dict:
+    """The constexprs and launch options, as the launch's callables get them."""
+    return {**self.constexprs, **self.options.meta()}
+
+  def with_meta(self, meta: Mapping[str, Any]) -> "TritonFunction":
+    """The same function, undecorated, with constexprs and launch options from an autotuning config."""
+    names = _constexpr_names(self.fn)
+    constexprs = {**self.constexprs, **{k: v for k, v in meta.items() if k in names and k not in LAUNCH_OPTIONS}}
+    return TritonFunction(self.fn, constexprs, self.options.updated(meta), self.targets)
+
+  def specialize(self, signature: Sequence[str], scalar_values: Mapping[int, Any] | None = None) -> TritonKernel:
+    return compile_triton(self.fn, tuple(signature), self.constexprs, self.options, self.targets, scalar_values or {})
+
+
+def _constexpr_names(fn) -> list[str]:
+  return [p.name for p in fn.params if p.is_constexpr]
+
+
+def runtime_params(fn) -> list[str]:
+  return [p.name for p in fn.params if not p.is_constexpr]
+
+
+def triton_kernel(fn, *, signature: Mapping[str, str] | Sequence[str] | None = None,
+                  constexprs: Mapping[str, Any] | None = None, num_warps: int = 4, num_stages: int = 3,
+                  num_ctas: int = 1, targets=None, maxnreg: int | None = None):
+  """A Triton kernel for `mosaic_kernel`.
+
+  Args:
+    fn: a ``@triton.jit`` function, bare or under ``@triton.autotune`` and
+      ``@triton.heuristics`` (triton/decorated.py says how they apply).
+    signature: the Triton types of its non-constexpr parameters (``{"x_ptr":
+      "*fp32", "n": "i32"}`` or ``["*fp32", "i32"]``). Given, the kernel is
+      compiled now and a `Kernel` (a `TritonKernel`) comes back; left out, the
+      types are read from each call's avals and scalars, and the kernel is
+      compiled when the call is traced (a `TritonFunction`).
+    constexprs: values of its ``tl.constexpr`` parameters.
+    num_warps, num_stages, num_ctas: Triton's launch options.
+    maxnreg: the most registers a thread may use (PTX ``.maxnreg``), or None.
+    targets: archs to compile for (default: the visible GPUs', or sm_90).
+
+  Raises:
+    TritonUnavailable: Triton is missing or of an unsupported version.
+  """
+  require_triton()
+  fn, decorators = decorators_lib.unwrap(fn)  # the @triton.jit function, and the decorators read as data
+  constexprs = dict(constexprs or {})
+  unknown = [k for k in constexprs if k not in _constexpr_names(fn)]
+  if unknown:
+    raise ValueError(f"triton_kernel '{fn.__name__}': {unknown[0]!r} is not one of its tl.constexpr parameters "
+                     f"({', '.join(_constexpr_names(fn)) or 'none'})")
+  decorators_lib.check_constexprs(decorators, constexprs, fn.__name__)
+  options = TritonOptions(num_warps, num_stages, num_ctas, maxnreg).check(fn.__name__)
+  function = TritonFunction(fn, constexprs, options, parse_targets(targets), decorators)
+  if signature is None:
+    return function
+  if decorators:
+    raise ValueError(f"triton_kernel '{fn.__name__}': signature= compiles one kernel now, but its "
+                     "@triton.autotune/@triton.heuristics choose constexprs per call; leave signature= out")
+  names = runtime_params(fn)
+  if isinstance(signature, Mapping):
+    missing = [n for n in names if n not in signature]
+    extra = [n for n in signature if n not in names]
+    if missing or extra:
+      raise ValueError(f"triton_kernel '{fn.__name__}': signature must give a type for each non-constexpr "
+                       f"parameter ({', '.join(names)}); missing {missing or 'none'}, unknown {extra or 'none'}")
+    types = [signature[n] for n in names]
+  else:
+    types = list(signature)
+    if len(types) != len(names):
+      raise ValueError(f"triton_kernel '{fn.__name__}': signature has {len(types)} types for its "
+                       f"{len(names)} non-constexpr parameters ({', '.join(names)})")
+  return function.specialize(types)

@@ -1,0 +1,77 @@
+"""One launch record from options to attributes: what keeps "adding a launch option touches the options, the
+contract, the C++ reader and the docs" true (CONTRIBUTING.md). No GPU needed."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_mosaic_ffi as jmf
+from jax_mosaic_ffi.call import launch_values
+from jax_mosaic_ffi.call.launch_options import LaunchOptions
+from jax_mosaic_ffi.call.launch_spec import LaunchSpec
+from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
+
+import kernel_sources
+
+X = jax.ShapeDtypeStruct((1024,), jnp.float32)
+
+
+def spec_of(call, *avals) -> LaunchSpec:
+  (eqn,) = [e for e in jax.make_jaxpr(call)(*avals).jaxpr.eqns if e.primitive is mosaic_kernel_p]
+  return eqn.params["spec"]
+
+
+def test_the_identity_is_every_launched_field(isolated_disk_cache):
+  kernel = jmf.cuda_kernel(kernel_sources.ADD, "add")
+  call = lambda grid: jmf.mosaic_kernel(kernel, X, grid=grid, block=256, scalars=(np.int32(1024),))  # noqa: E731
+  spec = spec_of(call(4), X, X)
+  launched = {f.name for f in dataclasses.fields(LaunchSpec) if f.metadata.get("launched", True)}
+  assert set(spec.identity()) == launched
+  # What is not launched: where the call is, what runs off CUDA, what messages name.
+  assert {f.name for f in dataclasses.fields(LaunchSpec)} - launched == {
+      "call_site", "tensor_map_decls", "scalar_dtypes", "fallback", "derivative_rule"}
+  assert spec.identity()["scalar_data"] == spec.scalar_data.hex()
+  assert spec_of(call(8), X, X).identity() != spec.identity()
+  # The same launch from another line of code is the same launch.
+  assert spec_of(call(4), X, X).identity() == spec.identity()
+
+
+def test_a_triton_kernel_refuses_each_option_it_does_not_take(isolated_disk_cache):
+  import triton_required
+  triton_required.import_triton()
+  import triton_sources as ts
+  kernel = jmf.triton_kernel(ts.add, constexprs={"BLOCK": 1024})
+  given = {"block": 128, "cluster": 2, "smem_bytes": 16, "collective": jmf.Collective("x"),
+           "batch_grid_axis": "x", "scratch_bytes": 8, "zero_scratch": True}
+  taken = {"grid", "scalars", "uses_pdl", "input_output_aliases", "param_order", "fallback", "sharding",
+           "zero_outputs"}
+  for field in dataclasses.fields(LaunchOptions):
+    if field.name in taken:
+      continue
+    # An option without a value here (a new one) is refused all the same, by its name.
+    with pytest.raises(jmf.LaunchError, match=f"a Triton kernel takes no {field.name}"):
+      jmf.mosaic_kernel(kernel, X, grid=1, **{field.name: given.get(field.name, object())})
+
+
+def test_one_normaliser_for_a_value_or_a_callable():
+  avals = (X,)
+  assert launch_values.evaluate(7, "grid", avals, "here") == 7
+  assert launch_values.evaluate(lambda x: x.size, "grid", avals, "here") == 1024
+  meta = {"BLOCK": 256}
+  assert launch_values.evaluate(lambda meta: meta["BLOCK"], "grid", avals, "here", meta=meta) == 256
+  assert launch_values.evaluate(lambda meta, x: x.size // meta["BLOCK"], "grid", avals, "here", meta=meta) == 4
+  with pytest.raises(jmf.LaunchError, match=r"here: grid, a callable of \(meta, \*input avals\) .*KeyError"):
+    launch_values.evaluate(lambda meta, x: meta["BM"], "grid", avals, "here", meta=meta)
+  with pytest.raises(jmf.LaunchError, match="here: grid, a callable of the input avals, raised ZeroDivisionError"):
+    launch_values.evaluate(lambda x: 1 // 0, "grid", avals, "here")
+
+
+def test_a_config_meta_reaches_a_cuda_kernels_callables(isolated_disk_cache):
+  kernel = jmf.cuda_kernel(kernel_sources.ADD, "add")
+  tuned = jmf.mosaic_kernel(kernel, X, grid=lambda meta, x, y: x.size // meta["B"], block=lambda meta: meta["B"],
+                            scalars=(np.int32(1024),), configs=[{"B": 128}, {"B": 256}])
+  spec = spec_of(tuned.factory({"B": 256}), X, X)
+  assert spec.grid == (4, 1, 1) and spec.block == (256, 1, 1)
