@@ -222,8 +222,10 @@ def test_aliases_pytrees_and_absent_inputs(isolated_disk_cache):
 
 def test_errors_name_what_to_fix(isolated_disk_cache):
   x = jax.ShapeDtypeStruct((256,), jnp.float32)
-  with pytest.raises(jmf.CompileError, match=r"(?s)could not compile 'broken'.*test_cute_compile.py"):
+  with pytest.raises(jmf.CompileError, match=r"(?s)^CuTe DSL could not compile 'broken' for sm_90a.*"
+                     r"test_cute_compile.py.*nope") as failed:
     one_call(jmf.cute_call(K.broken, output_shape_dtype=x), x)
+  assert failed.value.compiler == "CuTe DSL" and failed.value.kernel == "broken" and "nope" in failed.value.log
   with pytest.raises(ValueError, match="output_shape_dtype"):
     jmf.cute_call(K.add_one)
   with pytest.raises(jmf.LaunchError, match="ffi_call_target"):
@@ -357,3 +359,24 @@ def test_runtime_library_is_found_without_importing_the_dsl():
   result = fresh_process.run(code).result
   assert result["library"].endswith("nvidia_cutlass_dsl/cu13/lib/libcute_dsl_runtime.so")
   assert not result["imported"]
+
+
+def test_the_first_lowering_tells_the_runtime_where_the_library_is():
+  # A process that only deserializes a CuTe DSL export calls no jmf.register(): the registration at its first
+  # lowering (before XLA compiles, so before any instantiate) hands the runtime the library's path, without
+  # importing the DSL. Here jax has no CUDA device, so nothing is registered, but the path is handed over.
+  code = '''
+  import json, sys
+  import jax
+  import jax_mosaic_ffi as jmf
+  from jax_mosaic_ffi.base.native import core
+  before = core.cute_dsl_runtime_library()
+  jax.jit(lambda v: v + 1)(1.0)  # no mosaic_kernel in it: what a deserialized artifact's call does
+  print(json.dumps({"before": before, "after": core.cute_dsl_runtime_library(),
+                    "registration": jmf.registration.status()["message"],
+                    "imported": any(m == "cutlass" or m.startswith("cutlass.") for m in sys.modules)}))
+  '''
+  from jax_mosaic_ffi.base import cute_package
+  result = fresh_process.run(code, env={"JAX_PLATFORMS": "cpu"}).result
+  assert result["before"] == "" and result["after"] == str(cute_package.runtime().library), result
+  assert result["registration"] == "not registered: JAX has no CUDA device here" and not result["imported"], result

@@ -83,17 +83,20 @@ EXPORTED = '''
   import json, sys
   import jax, numpy as np
   import jax_mosaic_ffi as jmf
-  jmf.register()  # a process that only runs exported programs
   exported = jax.export.deserialize(open(sys.argv[1], "rb").read())
+  if sys.argv[3] == "by_hand":
+    jmf.register()  # as earlier versions asked; otherwise the first lowering registers and finds the library
   x = np.load(sys.argv[2])
   out = [np.asarray(exported.call(x[:n])) for n in (256, 512, 1024)]
   print(json.dumps({"max_error": max(float(np.max(np.abs(o - (x[:o.size] + 1)))) for o in out),
                     "dsl_imported": any(m == "cutlass" or m.startswith("cutlass.") for m in sys.modules),
-                    "compiles": jmf.kernel_cache_stats().cute_compiles}))
+                    "compiles": jmf.kernel_cache_stats().cute_compiles,
+                    "registered": jmf.registration.status()["done"]}))
 '''
 
 
-def test_export_runs_in_a_fresh_process_without_the_compiler(rng, tmp_path, isolated_disk_cache):
+@pytest.mark.parametrize("registration", ["by_hand", "at_first_lowering"])
+def test_export_runs_in_a_fresh_process_without_the_compiler(rng, tmp_path, isolated_disk_cache, registration):
   (n,) = jax.export.symbolic_shape("256*n")
   x = jax.ShapeDtypeStruct((n,), jnp.float32)
   spec = jmf.cute.dsl.tensor_spec_class()(divisibility=(256,))
@@ -102,8 +105,9 @@ def test_export_runs_in_a_fresh_process_without_the_compiler(rng, tmp_path, isol
   (tmp_path / "add.bin").write_bytes(exported.serialize())
   data = rng.standard_normal(1024).astype(np.float32)
   np.save(tmp_path / "x.npy", data)
-  result = fresh_process.run(EXPORTED, str(tmp_path / "add.bin"), str(tmp_path / "x.npy")).result
-  assert result["max_error"] < 1e-6 and not result["dsl_imported"] and result["compiles"] == 0
+  result = fresh_process.run(EXPORTED, str(tmp_path / "add.bin"), str(tmp_path / "x.npy"), registration).result
+  assert result["max_error"] < 1e-6 and not result["dsl_imported"] and result["compiles"] == 0, result
+  assert result["registered"], result
 
 
 def test_vmap_runs_once_per_element(rng, isolated_disk_cache):

@@ -44,13 +44,20 @@ bool SetCuteDslRuntimeLibrary(const std::string& path, const std::string& releas
   return true;
 }
 
+std::string CuteDslRuntimeLibraryPath() {
+  std::lock_guard<std::mutex> lock(mutex);
+  return wanted_path;
+}
+
 const CuteDslRuntime* GetCuteDslRuntime(std::string* error) {
   if (const CuteDslRuntime* runtime = opened.load(std::memory_order_acquire)) return runtime;
   std::lock_guard<std::mutex> lock(mutex);
   if (const CuteDslRuntime* runtime = opened.load()) return runtime;
   if (wanted_path.empty()) {
-    *error = std::string("no CuTe DSL runtime library was found in this process. ") + kInstall +
-             "; a process that only runs exported programs calls jmf.register() first, which finds it";
+    *error = std::string(
+                 "no CuTe DSL runtime library was found in this process (jax_mosaic_ffi looks for it when it "
+                 "registers its kernel targets, at the first program jax lowers or at jmf.register()). ") +
+             kInstall;
     return nullptr;
   }
   // RTLD_LOCAL: nothing else in the process should bind to its symbols; the objects it loads name it

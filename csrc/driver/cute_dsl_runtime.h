@@ -4,8 +4,10 @@
 // function plus the cubin) that this library loads and runs. The library is
 // under NVIDIA's EULA, so it is never linked, shipped or vendored: it is the
 // user's installed nvidia-cutlass-dsl's, whose path and release Python finds
-// (jax_mosaic_ffi/base/cute_package.py) and hands over once; it is opened on
-// first use and its entry points resolved with dlsym. The few declarations we
+// (jax_mosaic_ffi/base/cute_package.py) and hands over when the process
+// registers the kernel targets (at its first lowering of any program, before
+// any executable is compiled, so before a CuTe call's instantiate); it is
+// opened on first use and its entry points resolved with dlsym. The few declarations we
 // use mirror its public header, CuteDSLRuntime.h.
 #ifndef JAX_MOSAIC_FFI_CUTE_DSL_RUNTIME_H_
 #define JAX_MOSAIC_FFI_CUTE_DSL_RUNTIME_H_
@@ -38,6 +40,9 @@ struct CuteDslRuntime {
 // again with the same values. False with `*error` when it names another
 // library than the one already opened.
 bool SetCuteDslRuntimeLibrary(const std::string& path, const std::string& release, std::string* error);
+
+// Where Python said the library is: its path, empty until told.
+std::string CuteDslRuntimeLibraryPath();
 
 // The library, opened on the first call, or nullptr with `*error` saying
 // why (never told where it is, missing, or lacking an entry point).

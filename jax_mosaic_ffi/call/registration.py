@@ -7,7 +7,9 @@ device, or when `register()` is called. A process that only runs a
 deserialized ``jax.export`` artifact lowers no ``mosaic_kernel``: for it, the
 first program jax lowers at all registers them (a jax.monitoring listener of
 jax's "jaxpr to MLIR module" event, which comes after a lowering and before
-its compile), once, where jax has CUDA devices.
+its compile), once, where jax has CUDA devices. Registering also tells the
+runtime where NVIDIA's CuTe DSL runtime library is (base/cute_package.py), so
+a deserialized CuTe DSL call finds it at its instantiate, which comes later.
 
 Why a bootstrap: XLA calls a record handler (which lets a kernel join a CUDA
 graph as a kernel node) only for bundles registered through the plugin's own
@@ -111,7 +113,9 @@ def _run_bootstrap(device) -> None:
 
 def publish_cute_runtime() -> bool:
   """Tells the runtime where NVIDIA's CuTe DSL runtime library is (it opens it when a CuTe DSL call is first
-  made); False where nvidia-cutlass-dsl's cu13 libraries are not installed."""
+  instantiated); False where nvidia-cutlass-dsl's cu13 libraries are not installed. `register` calls it first,
+  so every path that registers (a mosaic_kernel's lowering, the first lowering of any program, jmf.register())
+  tells it, also where jax has no CUDA device."""
   found = cute_package.runtime()
   if found is not None:
     core.set_cute_dsl_runtime(str(found.library), found.release)

@@ -71,9 +71,8 @@ def _compile_one(launcher, plan: Plan, target: Arch, options: str | None, name: 
                               plan=plan, options=_options(target, options))
       data = compiled.dump_to_object(PREFIX)
     except Exception as e:  # the DSL's errors are many types; each says what it found and where
-      raise CompileError(name, f"{type(e).__name__}: {e}", "", "", message=(
-          f"CuTe DSL could not compile '{name}' for {target.sm} (called at {where}):\n{type(e).__name__}: "
-          f"{str(e).rstrip()}")) from None
+      raise CompileError(name, f"{type(e).__name__}: {str(e).rstrip()}", "", "", compiler="CuTe DSL",
+                         what=f"'{name}' for {target.sm} (called at {where})") from None
   compile_cache.count_compiles("cute", 1)
   return Image(ImageKind.CUTE, target, bytes(data), cute_package.compiler_release() or "", plan.host_arg_kinds())
 

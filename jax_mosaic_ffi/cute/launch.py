@@ -12,7 +12,9 @@ runs the host function once per batch element (the runtime moves each buffer and
 dimensions), unless the launcher takes a batch mode (``batch_mode=``): then every call has a leading batch
 axis on each array (of one in a plain call), the launcher's tensors take it at that mode, and vmap (nested
 ones merged) makes one call over the whole batch. Aliases, ``zero_outputs``, ``fallback``, ``sharding`` and
-autotuning ``configs`` work as for every kernel.
+autotuning ``configs`` work as for every kernel; every other option is refused by name. The launch this
+resolves goes to the call layer as a `HostLaunch` (a `CheckedLaunch`) in checked form: the user's options are
+checked once, when the launcher is made.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from jax_mosaic_ffi.base import source_location
-from jax_mosaic_ffi.base.errors import LaunchError, who
+from jax_mosaic_ffi.base.errors import LaunchError
 from jax_mosaic_ffi.base.module_format import Arch
 from jax_mosaic_ffi.call import fallback as fallback_lib
 from jax_mosaic_ffi.call import launch_values
@@ -38,7 +40,8 @@ from jax_mosaic_ffi.toolchain.kernel import default_targets, parse_targets
 
 @dataclasses.dataclass(frozen=True)
 class HostLaunch(CheckedLaunch):
-  """A checked launch whose kernel's host function launches: its spec carries the host arguments."""
+  """A CuTe DSL launch, resolved by this front end and handed to call/ in checked form: no kernel parameters,
+  a [1, 1, 1] launch (the host function picks its own), and the host function's arguments (`host_args`)."""
 
   host_args: tuple[int, ...] = ()
   host_graph: bool = True
@@ -50,19 +53,23 @@ class HostLaunch(CheckedLaunch):
             out_avals, single)
 
 
-# The options a CuTe DSL launch does not take, each with why.
+# The options a CuTe DSL launch takes. Every other field of LaunchOptions must be left at its default: refused by
+# name, with why and what instead where _REFUSED says, so an option added to LaunchOptions is refused here until
+# this front end gives it a meaning (CONTRIBUTING.md).
+_TAKEN = ("input_output_aliases", "fallback", "sharding", "zero_outputs")
 _REFUSED = {
-    "block": "block: the launcher picks its own launch",
-    "cluster": "cluster: the launcher picks its own launch",
-    "smem_bytes": "smem_bytes: the launcher picks its own shared memory",
+    "grid": "grid: it picks its own launch",
+    "block": "block: it picks its own launch",
+    "cluster": "cluster: it picks its own launch",
+    "smem_bytes": "smem_bytes: it picks its own shared memory",
+    "uses_pdl": "uses_pdl: it launches its kernels itself",
     "scalars": "scalars: pass non-tensor values as constexpr keyword arguments of jmf.cute_kernel (or configs=)",
-    "param_order": "param_order: the launcher takes (stream, *inputs, *outputs, **constexprs)",
+    "param_order": "param_order: it takes (stream, *inputs, *outputs, **constexprs)",
     "collective": "collective: CuTe DSL kernels are not collective here",
     "batch_grid_axis": "batch_grid_axis: under vmap the host function runs once per batch element, or once on "
                        "the whole batch for a launcher whose tensors take a batch mode (cute_kernel(batch_mode=))",
     "scratch_bytes": "scratch_bytes: add an output instead (zero_outputs= zeroes it)",
     "zero_scratch": "zero_scratch: add an output and name it in zero_outputs=",
-    "uses_pdl": "uses_pdl: the launcher launches its kernels itself",
 }
 
 
@@ -90,14 +97,17 @@ def _with_batch(t: TensorArg, batch, batch_mode: int, index: int, what: str, whe
 def launcher(target: CuteFunction, out_shape, options: LaunchOptions):
   """The function of arrays that compiles and launches a CuTe DSL launcher (see module doc)."""
   name = target.name
-  for key, why in _REFUSED.items():
-    value = getattr(options, key)
-    if value is not None and value is not False and value != () and not (key.endswith("bytes") and value == 0):
-      raise LaunchError(f"mosaic_kernel '{name}': a CuTe DSL launcher takes no {why}")
-  if options.grid is not None:
-    raise LaunchError(f"mosaic_kernel '{name}': a CuTe DSL launcher takes no grid: it picks its own launch")
-  aliases = dict(options.input_output_aliases or {})
-  fallback = fallback_lib.create(options.fallback, f"mosaic_kernel '{name}'")
+  made = f"mosaic_kernel '{name}'"
+  for field in dataclasses.fields(LaunchOptions):
+    value = getattr(options, field.name)
+    if field.name not in _TAKEN and not launch_values.left_out(value, field.default):
+      why = _REFUSED.get(field.name, f"{field.name}: it has no meaning for a CuTe DSL launcher yet")
+      raise LaunchError(f"{made}: a CuTe DSL launcher takes no {why}")
+  # The options it takes, checked once, when the launcher is made.
+  checked_aliases = launch_values.aliases(options.input_output_aliases, made)
+  aliases = dict(checked_aliases)
+  zero_outputs = launch_values.zero_outputs_option(options.zero_outputs, made)
+  fallback = fallback_lib.create(options.fallback, made)
   targets = cute_targets(target.targets)
   batch_mode = target.batch_mode
 
@@ -110,7 +120,7 @@ def launcher(target: CuteFunction, out_shape, options: LaunchOptions):
     where = f"mosaic_kernel '{name}' at {site}"
     in_avals = tuple(jax.typeof(a) for a in args)
     element_avals = tuple(a.update(shape=a.shape[1:]) for a in in_avals) if batched else in_avals
-    shapes = out_shape(*element_avals) if callable(out_shape) else out_shape
+    shapes = launch_values.evaluate(out_shape, "out_shape", element_avals, where, follows_shapes=True)
     out_avals, single = launch_values.out_avals(shapes, where)
     present = tuple(input_present) if input_present is not None else (True,) * len(in_avals)
     in_specs = specs_lib.flat_specs(target.input_spec, len(in_avals), present, "input_spec", where)
@@ -141,10 +151,12 @@ def launcher(target: CuteFunction, out_shape, options: LaunchOptions):
                 present, tuple(sorted(aliases.values())), target.constexprs)
     kernel = compile_plan(target.fn, plan, name=name, targets=targets, options=target.compile_options,
                           compile_key=target.compile_key, where=site)
-    launch = LaunchOptions(grid=1, block=1, input_output_aliases=aliases, zero_outputs=options.zero_outputs)
-    checked = CheckedLaunch.create(kernel, shapes, launch, who(kernel, site))
-    host = HostLaunch(**{f.name: getattr(checked, f.name) for f in dataclasses.fields(CheckedLaunch)},
-                      host_args=kernel.host_args, host_graph=target.allow_cuda_graph)
+    # What the compiled specialization and the options checked above make, in checked form: handed on, not
+    # checked again (the runtime's validator checks the attributes, as for every launch).
+    host = HostLaunch(kernel=kernel, out_shape=shapes, grid=(1, 1, 1), block=(1, 1, 1), cluster=(1, 1, 1),
+                      smem_bytes=0, uses_pdl=False, scalars=(), aliases=checked_aliases, param_order=None,
+                      collective=None, zero_outputs=zero_outputs, host_args=kernel.host_args,
+                      host_graph=target.allow_cuda_graph)
     element_fallback = fallback.vmapped((0,) * len(args)) if batched and fallback is not None else fallback
     return primitive.kernel_call(host, element_fallback)(*args)
 
