@@ -83,11 +83,9 @@ def environment(with_torch: bool = True) -> dict:
   torch = None
   if with_torch:
     import torch
-  if KERNELS not in sys.path:
-    sys.path.insert(0, KERNELS)
-  import cute_elementwise
-  import cute_gemm
-  import cute_rmsnorm
+  from benchmarks.kernels import cute_elementwise
+  from benchmarks.kernels import cute_gemm
+  from benchmarks.kernels import cute_rmsnorm
   return {"np": np, "jax": jax, "jnp": jnp, "jmf": jmf, "torch": torch, "cuda": cuda, "cutlass": cutlass,
           "cute": cute, "cjax": cjax, "from_dlpack": from_dlpack, "ew": cute_elementwise, "gemm": cute_gemm,
           "norm": cute_rmsnorm}

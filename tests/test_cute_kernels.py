@@ -8,8 +8,6 @@ launcher (`cute.compile`'s function on torch tensors, outputs filled with NaN fi
 random inputs: a wrong kernel fails both, a wrong front end only the first.
 """
 
-import os
-import sys
 import time
 
 import jax
@@ -25,12 +23,11 @@ from cutlass.cute.runtime import from_dlpack, make_fake_compact_tensor
 
 import jax_mosaic_ffi as jmf
 
-KERNELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "kernels")
-if KERNELS not in sys.path:
-  sys.path.insert(0, KERNELS)
-import cute_elementwise as ew
-import cute_gemm as gemm
-import cute_rmsnorm as norm
+import benchmarks_package
+
+ew = benchmarks_package.kernels("cute_elementwise")
+gemm = benchmarks_package.kernels("cute_gemm")
+norm = benchmarks_package.kernels("cute_rmsnorm")
 
 gpu = pytest.mark.gpu
 SM90 = "--gpu-arch sm_90a"
@@ -128,8 +125,8 @@ import json, sys, warnings
 import jax, jax.numpy as jnp
 import jax_mosaic_ffi as jmf
 from hlo_inspect import custom_calls
-sys.path.insert(0, sys.argv[1])
-import cute_elementwise as ew, cute_gemm as gemm, cute_rmsnorm as norm
+import benchmarks_package
+ew, gemm, norm = (benchmarks_package.kernels(f"cute_{k}") for k in ("elementwise", "gemm", "rmsnorm"))
 bf16 = jnp.bfloat16
 a, b = jax.ShapeDtypeStruct((512, 256), bf16), jax.ShapeDtypeStruct((384, 256), bf16)
 x, w = jax.ShapeDtypeStruct((64, 1024), bf16), jax.ShapeDtypeStruct((1024,), bf16)
@@ -152,7 +149,7 @@ print(json.dumps(found))
 @needs_cute_call
 def test_each_kernel_lowers_to_one_of_our_custom_calls(tmp_path):
   import fresh_process
-  found = fresh_process.run(LOWER_EACH_KERNEL, KERNELS, timeout=600, env={
+  found = fresh_process.run(LOWER_EACH_KERNEL, timeout=600, env={
       "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_CACHE_DIR": str(tmp_path / "dsl"),
       "JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "jmf")}).result
   for name, calls in found.items():
