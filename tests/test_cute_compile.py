@@ -77,8 +77,7 @@ def test_compiled_once_per_specialization(isolated_disk_cache):
 
 
 WARM = '''
-  import json, sys, time
-  sys.path.insert(0, sys.argv[1])
+  import json, time
   import jax, jax.numpy as jnp
   import jax_mosaic_ffi as jmf
   import cute_kernels as K
@@ -94,9 +93,8 @@ WARM = '''
 
 def test_a_second_process_compiles_nothing(tmp_path):
   env = {"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache")}
-  tests = str(__import__("pathlib").Path(__file__).parent)
-  cold = fresh_process.run(WARM, tests, env=env).result
-  warm = fresh_process.run(WARM, tests, env=env).result
+  cold = fresh_process.run(WARM, env=env).result
+  warm = fresh_process.run(WARM, env=env).result
   assert cold["compiles"] == 1 and cold["lowered"]
   assert warm["compiles"] == 0 and warm["disk_hits"] == 1 and warm["lowered"]
 
@@ -116,7 +114,7 @@ def test_fingerprint_follows_code_closures_and_constants():
 
 
 FIRST_COMPILE = '''
-  import json, sys
+  import json
   import jax, jax.numpy as jnp
   import jax_mosaic_ffi as jmf
   from jax_mosaic_ffi.cute import fingerprint
@@ -245,6 +243,30 @@ def test_mosaic_kernel_takes_a_cute_kernel(isolated_disk_cache):
   assert one_call(f, x)["target"] == contract.CUTE_TARGET
   # Off CUDA the fallback runs.
   np.testing.assert_allclose(jax.jit(f)(jnp.arange(300, dtype=jnp.float32)), np.arange(300) + 1)
+
+
+def test_autotuning_over_constexprs_times_each_config_and_keeps_a_compile_failure(isolated_disk_cache, monkeypatch,
+                                                                                   rng):
+  # The autotuner's machinery on the CPU (the configs' fallbacks timed): each config is the launcher with its
+  # constexprs, compiled on its own; one the launcher does not take fails to compile, a failure kept as lasting.
+  from jax_mosaic_ffi.transforms import autotune as autotuning
+  from jax_mosaic_ffi.transforms import tuning_failures
+  monkeypatch.setenv(autotuning.CPU_ENV, "1")
+  a, b = (rng.standard_normal((32, 128)).astype(np.float32) for _ in range(2))
+  before = jmf.kernel_cache_stats()
+  f = jmf.mosaic_kernel(jmf.cute_kernel(K.axpy, alpha=2.0), jax.ShapeDtypeStruct(a.shape, jnp.float32),
+                        fallback=lambda x, y: 2 * x + y, configs=[{"threads": 64}, {"threads": 256}, {"nope": 1}])
+  np.testing.assert_allclose(np.asarray(jax.jit(f)(a, b)), 2 * a + b, rtol=1e-6)
+  report = f.last_report
+  assert report["source"] == "tuned" and report["winner"] in (0, 1), report
+  assert all(report["table"][k]["us"] > 0 for k in (0, 1)), report
+  error = report["table"][2]["error"]
+  assert report["table"][2]["us"] is None and "CuTe DSL could not compile 'axpy'" in error, error
+  assert tuning_failures.lasting(error), error
+  assert jmf.kernel_cache_stats().cute_compiles - before.cute_compiles == 2
+  # Each config's call is its own launch: another kernel, so the autotuner keys their timings apart.
+  launches = [f._launches(k, (a, a)) for k in (0, 1)]  # noqa: SLF001
+  assert launches[0] != launches[1] and all(len(found) == 1 for found in launches), launches
 
 
 def test_vmap_lowers_one_call_that_runs_per_element(isolated_disk_cache):

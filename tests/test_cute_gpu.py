@@ -2,8 +2,6 @@
 suite's default), with command buffers on and off, exported and run in a fresh process, under vmap,
 differentiated, sharded, autotuned; and the runtime's refusals (another DSL release, a corrupt object)."""
 
-import pathlib
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,7 +14,6 @@ import cute_kernels as K
 import fresh_process
 
 pytestmark = pytest.mark.gpu
-TESTS = str(pathlib.Path(__file__).parent)
 
 
 def test_add_one_matches_numpy(rng, isolated_disk_cache):
@@ -46,7 +43,6 @@ def test_in_place_alias(rng, isolated_disk_cache):
 
 CHAIN = '''
   import json, sys
-  sys.path.insert(0, sys.argv[1])
   import jax, jax.numpy as jnp, numpy as np
   import jax_mosaic_ffi as jmf
   import cute_kernels as K
@@ -56,7 +52,7 @@ CHAIN = '''
     for _ in range(12):
       x = step(x, y)
     return x
-  rng = np.random.default_rng(int(sys.argv[2]))
+  rng = np.random.default_rng(int(sys.argv[1]))
   f = jax.jit(chain)
   results = []
   for k in (1, 2, 3, 1):  # buffers at new addresses each time: a captured graph must follow them
@@ -75,7 +71,7 @@ def test_a_chain_inside_and_outside_command_buffers(rng, tmp_path, command_buffe
   env = {"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache")}
   if not command_buffers:
     env["XLA_FLAGS"] = "--xla_gpu_enable_command_buffer="
-  result = fresh_process.run(CHAIN, TESTS, str(int(rng.integers(1 << 30))), env=env).result
+  result = fresh_process.run(CHAIN, str(int(rng.integers(1 << 30))), env=env).result
   assert max(result["errors"]) < 1e-4, result
 
 
@@ -183,18 +179,17 @@ def test_autotuning_over_constexprs_persists_the_winner(rng, isolated_disk_cache
   # A fresh process finds the winner and its object on disk: it times and compiles nothing.
   inputs = isolated_disk_cache.parent / "ab.npy"
   np.save(inputs, np.stack([a, b]))
-  result = fresh_process.run(TUNED, TESTS, inputs, env={"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)}).result
+  result = fresh_process.run(TUNED, inputs, env={"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)}).result
   assert result["max_error"] < 1e-5 * np.max(np.abs(2 * a + b)), result
   assert (result["tunings"], result["autotune_disk_hits"], result["compiles"]) == (0, 1, 0), result
 
 
 TUNED = '''
   import json, sys
-  sys.path.insert(0, sys.argv[1])
   import jax, jax.numpy as jnp, numpy as np
   import jax_mosaic_ffi as jmf
   import cute_kernels as K
-  a, b = np.load(sys.argv[2])
+  a, b = np.load(sys.argv[1])
   f = jmf.mosaic_kernel(jmf.cute_kernel(K.axpy, alpha=2.0), jax.ShapeDtypeStruct(a.shape, jnp.float32),
                         configs=[{"threads": 64}, {"threads": 256}])
   got = np.asarray(jax.jit(f)(a, b))
@@ -205,8 +200,7 @@ TUNED = '''
 
 
 MISMATCH = '''
-  import json, sys
-  sys.path.insert(0, sys.argv[1])
+  import json
   import jax, jax.numpy as jnp, numpy as np
   import jax_mosaic_ffi as jmf
   from jax_mosaic_ffi.base import cute_package
@@ -227,7 +221,7 @@ MISMATCH = '''
 
 def test_an_object_of_another_release_is_refused_naming_both(tmp_path):
   env = {"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache")}
-  message = fresh_process.run(MISMATCH, TESTS, env=env).result["message"]
+  message = fresh_process.run(MISMATCH, env=env).result["message"]
   assert "4.7.0" in message and "compiled by CuTe DSL" in message, message
 
 
