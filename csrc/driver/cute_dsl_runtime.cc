@@ -6,6 +6,8 @@
 #include <mutex>
 #include <string>
 
+#include "driver/dl_symbols.h"
+
 namespace jmf {
 namespace {
 
@@ -16,12 +18,6 @@ constexpr char kInstall[] =
 std::mutex mutex;
 std::string wanted_path, wanted_release;  // under mutex
 std::atomic<const CuteDslRuntime*> opened{nullptr};
-
-template <typename Fn>
-void Resolve(void* library, const char* name, Fn* fn, std::string* missing) {
-  *fn = reinterpret_cast<Fn>(dlsym(library, name));
-  if (*fn == nullptr) *missing += std::string(missing->empty() ? "" : ", ") + name;
-}
 
 }  // namespace
 
@@ -71,12 +67,12 @@ const CuteDslRuntime* GetCuteDslRuntime(std::string* error) {
   }
   auto* runtime = new CuteDslRuntime();  // process-wide, like the library itself
   std::string missing;
-  Resolve(library, "CuteDSLRT_Module_Create_From_Bytes", &runtime->module_create_from_bytes, &missing);
-  Resolve(library, "CuteDSLRT_Module_Get_Function", &runtime->module_get_function, &missing);
-  Resolve(library, "CuteDSLRT_Function_Run", &runtime->function_run, &missing);
-  Resolve(library, "CuteDSLRT_Module_Destroy", &runtime->module_destroy, &missing);
-  Resolve(library, "CuteDSLRT_GetErrorName", &runtime->get_error_name, &missing);
-  Resolve(library, "CuteDSLRT_GetErrorString", &runtime->get_error_string, &missing);
+  ResolveSymbol(library, "CuteDSLRT_Module_Create_From_Bytes", &runtime->module_create_from_bytes, &missing);
+  ResolveSymbol(library, "CuteDSLRT_Module_Get_Function", &runtime->module_get_function, &missing);
+  ResolveSymbol(library, "CuteDSLRT_Function_Run", &runtime->function_run, &missing);
+  ResolveSymbol(library, "CuteDSLRT_Module_Destroy", &runtime->module_destroy, &missing);
+  ResolveSymbol(library, "CuteDSLRT_GetErrorName", &runtime->get_error_name, &missing);
+  ResolveSymbol(library, "CuteDSLRT_GetErrorString", &runtime->get_error_string, &missing);
   if (!missing.empty()) {
     *error = "the CuTe DSL runtime library (" + wanted_path + ") lacks entry points jax_mosaic_ffi needs (" + missing +
              "). " + kInstall;
