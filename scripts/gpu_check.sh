@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build and install, run the tests (GPU ones
 # included), then the benchmarks. Logs go to $OUT when it is set.
-#   bash scripts/gpu_check.sh [tests|gpu-tests|bench|all] [pytest args or test files...]
+#   bash scripts/gpu_check.sh [tests|gpu-tests|bench|all|stash] [pytest args or test files...]
 #   bash scripts/gpu_check.sh wheel [pytest args or test files...]
 # gpu-tests: only the tests marked gpu or multi_gpu (CI runs the CPU ones); the same as JMF_GPU_ONLY=1 tests.
 # wheel: nothing is built. The release wheel (JMF_WHEEL, else the one in dist/
@@ -13,18 +13,23 @@
 #
 # In parts (one call holds 10 minutes; the whole suite took about 600 s on the H200, its GPU tests about 290 s):
 #   JMF_PART=2/3 bash scripts/gpu_check.sh gpu-tests
+# or in parallel on the one GPU: JMF_JOBS=4 bash scripts/gpu_check.sh gpu-tests (pytest-xdist, by test file; the
+# tests marked exclusive, which measure the whole GPU's memory or wall time, run alone after the rest).
 # runs the second of three parts: whole test files, shared out by scripts/test_parts.py from this tree's
 # collection (most tests first, to the part with the fewest), so the parts of one tree cover every selected
 # test once. Make the calls back to back: a warm machine keeps the build (build/venv-gpu). In `all` mode the
 # benchmarks run with the last part only. Test files given as arguments replace the parts.
 #
-# The newest jax (the machine has 0.11.2 and no network): JMF_CARRIED=.carry/jax12 joins the parts that
-# ../shared/tools/carry-split made in that ignored folder (DIR/part-NN/stream.NN, carried one call each, back to
-# back), installs the wheels with --no-deps into build/carried-site and puts it first on PYTHONPATH for the
-# tests and the benchmarks. The extension is built before, against the machine's jaxlib: the oldest supported
-# one, whose FFI headers it must be built with (docs/compatibility.md); the script checks that, and prints the
-# jax that runs (versions.txt, and the tests' header).
-#   JMF_CARRIED=.carry/jax12 JMF_PART=1/2 bash scripts/gpu_check.sh gpu-tests
+# Packages the machine lacks (it has jax 0.11.2 and no network; one call carries at most 64 MiB): bundles that
+# scripts/carry_pack.sh made here in the ignored .carry/ (NAME.part-NN of at most 59 MiB and NAME.sha256).
+# Carry the parts one call each, back to back, each with NAME.sha256: every call of this script, any mode, first
+# moves the parts it finds in .carry/ to a stash outside the tree (JMF_CARRY_STASH, /tmp/jmf-carried), since the
+# next call replaces the tree's carried folders; `stash` mode does only that. Then
+#   JMF_CARRIED="jax12 cute" JMF_PART=1/2 bash scripts/gpu_check.sh gpu-tests
+# unpacks those bundles once (all parts there, checksum right, or it says what is missing) and puts them first on
+# the tests' and the benchmarks' path, .pth files honoured. The extension is built before, against the machine's
+# jaxlib: the oldest supported one, whose FFI headers it must be built with (docs/compatibility.md); the script
+# checks that, and prints the jax that runs (versions.txt, and the tests' header).
 #
 # The tests run through the README's test command (scripts/test.sh) in its
 # offline mode: that machine has no network, and its python3 already has jax
@@ -44,6 +49,10 @@ export JMF_PYTHON="${JMF_PYTHON:-python3}" JMF_SYSTEM_SITE_PACKAGES=1 JMF_CUDA=1
 export JMF_VENV="${JMF_VENV:-$repo/build/venv-gpu}"
 export JMF_CMAKE_DEFINES="${JMF_CMAKE_DEFINES:-JMF_BENCHMARK_TARGETS=ON}"
 cd "$repo"
+stash="${JMF_CARRY_STASH:-/tmp/jmf-carried}"
+source scripts/carried.sh
+carried_stash "$repo" "$stash"
+[ "$what" != stash ] || { ls -l "$stash" 2>/dev/null; exit 0; }
 part="" parts=""
 if [ -n "${JMF_PART:-}" ]; then
   if ! [[ "$JMF_PART" =~ ^([0-9]+)/([0-9]+)$ ]] || [ "${BASH_REMATCH[1]}" -lt 1 ] ||
@@ -81,34 +90,9 @@ with_carried() {  # runs "$@" with the carried packages first on the path, if an
   if [ -n "$carried" ]; then PYTHONPATH="$carried${PYTHONPATH:+:$PYTHONPATH}" "$@"; else "$@"; fi
 }
 if [ -n "${JMF_CARRIED:-}" ]; then
-  streams=("$JMF_CARRIED"/part-*/stream.*)
-  if [ ! -e "${streams[0]}" ]; then
-    echo "error: JMF_CARRIED=$JMF_CARRIED holds no part-NN/stream.NN (../shared/tools/carry-split makes them)" >&2
-    exit 1
-  fi
-  last="$(basename "$(dirname "${streams[-1]}")")"
-  want=$((10#${last#part-} + 1))
-  if [ "${#streams[@]}" -ne "$want" ]; then
-    echo "error: ${#streams[@]} of the $want parts of $JMF_CARRIED are here; a machine that went cold keeps" \
-         "none of what earlier calls carried: carry them again, one call each, back to back" >&2
-    exit 1
-  fi
-  site="$repo/build/carried-site"
-  stamp="$(stat -c '%n %s' "${streams[@]}" | sha256sum | cut -d' ' -f1)"
-  if [ "$(cat "$site/.jmf-carried-stamp" 2>/dev/null)" != "$stamp" ]; then
-    echo "== installing the carried packages of $JMF_CARRIED into $site (--no-deps, offline)"
-    joined="$repo/build/carried-joined"
-    rm -rf "$site" "$joined" && mkdir -p "$joined"
-    if ! cat "${streams[@]}" | tar -C "$joined" -xf - ||
-       ! "$JMF_PYTHON" -m pip install -q --no-deps --no-index --target "$site" "$joined"/wheels/*.whl; then
-      echo "error: joining or installing $JMF_CARRIED failed" >&2
-      exit 1
-    fi
-    rm -rf "$joined"
-    echo "$stamp" > "$site/.jmf-carried-stamp"
-  fi
-  carried="$site"
-  export JMF_TEST_PYTHONPATH="$site"
+  # shellcheck disable=SC2086  # a list of names
+  carried="$(carried_path "$stash" $JMF_CARRIED)" || exit 1
+  export JMF_TEST_PYTHONPATH="$carried"
   oldest="$(sed -n 's/^ *"jaxlib==\([0-9.]*\)",.*/\1/p' pyproject.toml | head -1)"
   built="$("$JMF_VENV/bin/python" -P -c 'from jax_mosaic_ffi.base.native import core; print(core.BUILT_AGAINST["jaxlib"])')"
   if [ "$built" != "$oldest" ]; then
@@ -143,8 +127,21 @@ if [ "$what" = tests ] || [ "$what" = all ] || [ "$what" = wheel ]; then
     echo "== tests (-m \"$marks\")"
   fi
   if [ "${#where[@]}" -gt 0 ] || [ -z "$part" ]; then
-    bash scripts/test.sh -q -rs -p no:cacheprovider -m "$marks" "$@" "${where[@]}" 2>&1 | tee "$log" | tail -60
-    status=${PIPESTATUS[0]}
+    if [ "${JMF_JOBS:-1}" -gt 1 ]; then
+      # Test files share the one GPU among JMF_JOBS processes (pytest-xdist; JAX takes memory as it needs it,
+      # not 75% up front); the tests that measure the whole GPU or wall time run alone afterwards.
+      XLA_PYTHON_CLIENT_PREALLOCATE=false bash scripts/test.sh -q -rs -p no:cacheprovider -n "$JMF_JOBS" \
+        --dist loadfile -m "($marks) and not exclusive" "$@" "${where[@]}" 2>&1 | tee "$log" | tail -60
+      status=${PIPESTATUS[0]}
+      echo "== the tests that run alone (-m exclusive)" | tee -a "$log"
+      bash scripts/test.sh -q -rs -p no:cacheprovider -m "($marks) and exclusive" "$@" "${where[@]}" 2>&1 |
+        tee -a "$log" | tail -20
+      # pytest's 5: nothing selected (a part without such tests)
+      alone=${PIPESTATUS[0]}; [ "$alone" = 0 ] || [ "$alone" = 5 ] || status=$alone
+    else
+      bash scripts/test.sh -q -rs -p no:cacheprovider -m "$marks" "$@" "${where[@]}" 2>&1 | tee "$log" | tail -60
+      status=${PIPESTATUS[0]}
+    fi
   fi
 fi
 if [ "$what" = bench ] || { [ "$what" = all ] && [ "$part" = "$parts" ]; }; then

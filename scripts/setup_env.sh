@@ -26,18 +26,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 extras="${1:-test}"
 
-find_python() {
-  local candidates=("${JMF_PYTHON:-}" python3.13 python3.12 python3)
-  candidates+=(/root/.pyenv/versions/3.1[2-9]*/bin/python "$HOME"/.pyenv/versions/3.1[2-9]*/bin/python)
-  for c in "${candidates[@]}"; do
-    [ -n "$c" ] || continue
-    command -v "$c" >/dev/null 2>&1 || [ -x "$c" ] || continue
-    if "$c" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' 2>/dev/null; then
-      echo "$c"; return 0
-    fi
-  done
-  return 1
-}
+source "$repo/scripts/find_python.sh"
 
 # Everything the compiled extension and the installed metadata come from.
 build_stamp() {

@@ -52,6 +52,7 @@ def test_eight_call_sites_compile_once_and_a_new_jit_compiles_nothing(rng, isola
   assert after.module_loads == mid.module_loads
 
 
+@pytest.mark.exclusive
 def test_no_growth_over_200_compile_delete_clear_cycles(rng, isolated_disk_cache):
   from cuda.bindings import driver
   n = 4096

@@ -319,6 +319,7 @@ def test_all_reduce_and_all_gather_across_two_processes(xla_flags):
 
 
 @pytest.mark.gpu
+@pytest.mark.exclusive
 def test_a_stalled_peer_gives_an_error_naming_it_and_the_call_recovers_once_it_is_back():
   stalled = outcomes("stall", env={**GPU, "JAX_MOSAIC_FFI_PEER_TIMEOUT_S": "3"}, timeout=240)
   waiting, sleeper = stalled

@@ -37,3 +37,54 @@ def test_the_parts_cover_every_file_once_and_balance_the_tests():
 def test_a_part_that_does_not_exist_is_refused(args):
   done = subprocess.run([sys.executable, SCRIPT, *args], input="", capture_output=True, text=True)
   assert done.returncode == 2 and ("does not exist" in done.stderr or "usage" in done.stderr), done.stderr
+
+
+CARRIED = os.path.join(os.path.dirname(SCRIPT), "carried.sh")
+
+
+def make_bundle(tmp_path, parts=2):
+  """A bundle as scripts/carry_pack.sh makes one: a site folder, xz'd, cut in parts, with its sha256."""
+  site = tmp_path / "site"
+  (site / "fakepkg" / "extra").mkdir(parents=True)
+  (site / "fakepkg" / "__init__.py").write_text("")
+  (site / "fakepkg.pth").write_text(
+      "import sys, os, fakepkg; sys.path.insert(0, os.path.join(fakepkg.__path__[0], 'extra'))\n")
+  carry = tmp_path / "repo" / ".carry"
+  carry.mkdir(parents=True)
+  blob = subprocess.run(f"tar -C {site} -cf - . | xz -0", shell=True, capture_output=True, check=True).stdout
+  size = -(-len(blob) // parts)
+  for k in range(parts):
+    (carry / f"fake.part-{k:02d}").write_bytes(blob[k * size:(k + 1) * size])
+  digest = subprocess.run(["sha256sum"], input=blob, capture_output=True, check=True).stdout.split()[0]
+  (carry / "fake.sha256").write_bytes(digest + b"\n")
+  return tmp_path / "repo", carry
+
+
+def carried(*commands, **env):
+  script = f"source {CARRIED}; " + "; ".join(commands)
+  return subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                        env={**os.environ, "JMF_PYTHON": sys.executable, **env})
+
+
+def test_carried_parts_are_stashed_then_unpacked_with_their_pth_paths(tmp_path):
+  repo, _ = make_bundle(tmp_path)
+  stash = tmp_path / "stash"
+  done = carried(f"carried_stash {repo} {stash}", f"carried_path {stash} fake")
+  assert done.returncode == 0, done.stderr
+  *said, last = done.stdout.strip().splitlines()
+  assert said == ["== stashed fake.part-00", "== stashed fake.part-01", "== stashed fake.sha256"], said
+  paths = last.split(":")
+  assert paths == [str(stash / "fake.site" / "fakepkg" / "extra"), str(stash / "fake.site")], paths
+  again = carried(f"carried_path {stash} fake")  # unpacked once: the stamp holds
+  assert again.returncode == 0 and "unpacking" not in again.stderr, again.stderr
+
+
+def test_a_missing_or_foreign_part_is_named_not_unpacked(tmp_path):
+  repo, carry = make_bundle(tmp_path, parts=3)
+  (carry / "fake.part-01").unlink()  # a call that went to a cold machine: this part never arrived
+  stash = tmp_path / "stash"
+  done = carried(f"carried_stash {repo} {stash}", f"carried_path {stash} fake")
+  assert done.returncode != 0 and "fake.part-00 fake.part-02" in done.stderr and "carry them again" in done.stderr
+  assert not (stash / "fake.site").exists()
+  nothing = carried(f"carried_path {stash} other")
+  assert nothing.returncode != 0 and "no carried bundle other" in nothing.stderr

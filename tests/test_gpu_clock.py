@@ -58,6 +58,7 @@ def test_a_function_without_array_results_is_refused(isolated_disk_cache):
 
 
 @pytest.mark.gpu
+@pytest.mark.exclusive
 @pytest.mark.parametrize("calls", [1, 3])
 def test_the_gpu_time_of_kernels_of_known_length(rng, isolated_disk_cache, calls):
   """Kernels that hold the GPU for 200 us each read as 200 us each plus the gaps between kernels (about 20 us

@@ -137,6 +137,7 @@ CHAIN = '''
 
 
 @pytest.mark.gpu
+@pytest.mark.exclusive
 @pytest.mark.parametrize("command_buffers", [True, False], ids=["command-buffers", "stream"])
 def test_a_chain_of_pdl_launches_reads_only_finished_results(tmp_path, command_buffers):
   result = fresh_process.run(CHAIN, "wait", 20, cwd=tmp_path, timeout=600, env={
@@ -148,6 +149,7 @@ def test_a_chain_of_pdl_launches_reads_only_finished_results(tmp_path, command_b
 
 @pytest.mark.gpu
 @pytest.mark.slow
+@pytest.mark.exclusive
 def test_the_chain_detects_the_race_when_a_kernel_does_not_wait(tmp_path):
   # The negative control of the test above: without griddepcontrol.wait the
   # same chain must read unfinished results, or that test could not fail.

@@ -1,0 +1,47 @@
+# Sourced by scripts/gpu_check.sh: packages carried to the GPU machine in parts (scripts/carry_pack.sh).
+#   carried_stash REPO STASH     moves the parts found in REPO/.carry/ (NAME.part-NN, NAME.sha256) into STASH,
+#                                which outlives the call (the next call replaces the tree's carried folders)
+#   carried_path STASH NAME...   unpacks each bundle once (all parts there, checksum right) and prints the
+#                                path entries it adds (the folder, plus what its .pth files add), ':'-joined
+# Needs JMF_PYTHON (a Python to honour the .pth files with).
+carried_stash() {
+  local repo=$1 stash=$2 f
+  compgen -G "$repo/.carry/*.part-*" >/dev/null || return 0
+  mkdir -p "$stash"
+  for f in "$repo"/.carry/*.part-* "$repo"/.carry/*.sha256; do
+    [ -f "$f" ] || continue
+    cmp -s "$f" "$stash/${f##*/}" || { cp "$f" "$stash/" && echo "== stashed ${f##*/}"; }
+  done
+}
+
+carried_path() {
+  local stash=$1 name site want added path="" parts_here
+  shift
+  for name in "$@"; do
+    parts_here=("$stash/$name".part-*)
+    if [ ! -f "$stash/$name.sha256" ] || [ ! -e "${parts_here[0]}" ]; then
+      echo "error: no carried bundle $name in $stash: carry .carry/$name.part-NN and .carry/$name.sha256" \
+           "(scripts/carry_pack.sh makes them), one part per call, back to back" >&2
+      return 1
+    fi
+    site="$stash/$name.site"
+    want="$(cat "$stash/$name.sha256")"
+    if [ "$(cat "$site/.jmf-carried-stamp" 2>/dev/null)" != "$want" ]; then
+      if [ "$(cat "${parts_here[@]}" | sha256sum | cut -d' ' -f1)" != "$want" ]; then
+        echo "error: the ${#parts_here[@]} parts of $name here (${parts_here[*]##*/}) do not make the bundle" \
+             ".carry/$name.sha256 describes: a part is missing (a machine that went cold keeps none of them)" \
+             "or comes from another pack: carry them again, back to back" >&2
+        return 1
+      fi
+      echo "== unpacking the carried bundle $name into $site" >&2
+      rm -rf "$site" && mkdir -p "$site"
+      cat "${parts_here[@]}" | xz -d | tar -C "$site" -xf - || { echo "error: unpacking $name failed" >&2; return 1; }
+      echo "$want" > "$site/.jmf-carried-stamp"
+    fi
+    # The CuTe DSL puts its packages on the path through a .pth file, which PYTHONPATH alone would skip.
+    added="$("$JMF_PYTHON" -S -c 'import site, sys; before = list(sys.path); site.addsitedir(sys.argv[1])
+print(":".join(p for p in sys.path if p not in before))' "$site")" || return 1
+    path="$path${path:+:}$added"
+  done
+  echo "$path"
+}
