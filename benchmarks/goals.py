@@ -98,6 +98,19 @@ GOALS = (
     Goal("Triton kernel launches: a call inside jit costs the host no more than Triton's eager launch",
          metric="triton_native/launch/us_per_call/ours", baseline="triton_native/launch/us_per_call/triton_eager",
          compare="<=", threshold=1.0, unit="us"),
+    *(Goal(f"CuTe DSL kernel as users write it, {label}: at least 0.98x the DSL's own launch (GPU time)",
+           metric=f"cute_native/{run}/speed/{case}", compare=">=", threshold=0.98,
+           explain_unmet=("GPU time per call: ours {ours} us, the DSL's launcher (cute.compile on torch tensors) "
+                          "{dsl} us."),
+           context={"ours": f"cute_native/{run}/cases/{case}/us/ours", "dsl": f"cute_native/{run}/cases/{case}/us/dsl"})
+      for run, case, label in (("rowwise", "axpy", "axpy"), ("rowwise", "rmsnorm", "RMSNorm"),
+                               ("gemm", "gemm_4096", "Hopper GEMM 4096"), ("gemm", "gemm_8192", "Hopper GEMM 8192"))),
+    Goal("CuTe DSL kernel launches: a call inside jit costs the host no more than cutlass_call's",
+         metric="cute_native/launch/us_per_call/ours", baseline="cute_native/launch/us_per_call/cutlass_call",
+         compare="<=", threshold=1.0, unit="us"),
+    Goal("CuTe Hopper GEMM, warm in a fresh process: first result in at most 5% of a cold process's time",
+         metric="cute_native/warm_start/warm_s/ours", baseline="cute_native/warm_start/cold_s/ours",
+         compare="<=", threshold=0.05, unit="s"),
 )
 
 

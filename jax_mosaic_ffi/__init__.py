@@ -21,7 +21,8 @@ from jax_mosaic_ffi.base.native import core as _core
 _versions.check(_core.BUILT_AGAINST["jaxlib"])
 
 from jax_mosaic_ffi.base import contract  # noqa: F401  (jmf.contract: the target names)
-from jax_mosaic_ffi.base.errors import AutotuneError, CompileError, LaunchError, NvshmemUnavailable, TritonUnavailable
+from jax_mosaic_ffi.base.errors import (AutotuneError, CompileError, CuteUnavailable, LaunchError, NvshmemUnavailable,
+                                       TritonUnavailable)
 from jax_mosaic_ffi.toolchain.kernel import Kernel, cubin_kernel, cuda_kernel, ptx_kernel
 from jax_mosaic_ffi.call import lowering as _lowering  # noqa: F401  (registers the CUDA lowering)
 from jax_mosaic_ffi.call import registration  # noqa: F401  (jmf.registration.status(), as the docs say)
@@ -30,6 +31,8 @@ from jax_mosaic_ffi.call.launch_programs import dim_scalar
 from jax_mosaic_ffi.call.launch_values import cdiv
 from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
 from jax_mosaic_ffi.call.tensor_map import TensorMap
+from jax_mosaic_ffi.cute.call import cute_call, cute_kernel
+from jax_mosaic_ffi.cute.kernel import CuteFunction, CuteKernel
 from jax_mosaic_ffi.transforms.autodiff import differentiable
 from jax_mosaic_ffi.transforms.autotune import Autotuned, autotune
 from jax_mosaic_ffi.transforms.autotune import report as autotune_report
@@ -64,5 +67,6 @@ __all__ = [
     "differentiable", "dim_scalar", "export_disabled_checks", "kernel_cache_stats", "mosaic_kernel", "mosaic_kernel_p",
     "ops", "ptx_kernel", "register", "sharded", "AutotuneError", "Autotuned", "TritonFunction", "TritonKernel",
     "TritonUnavailable", "NvshmemUnavailable", "autotune", "autotune_report", "triton_kernel", "TuningFileIgnored",
-    "load_tuning", "save_tuning", "triton_call",
+    "load_tuning", "save_tuning", "triton_call", "CuteFunction", "CuteKernel", "CuteUnavailable", "cute_call",
+    "cute_kernel",
 ]

@@ -21,6 +21,8 @@ from jax_mosaic_ffi.call import fallback as fallback_lib
 from jax_mosaic_ffi.call import primitive
 from jax_mosaic_ffi.call.collective import Collective
 from jax_mosaic_ffi.call.launch_options import CheckedLaunch, LaunchOptions
+from jax_mosaic_ffi.cute import launch as cute_launch
+from jax_mosaic_ffi.cute.kernel import CuteFunction
 from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain.kernel import Kernel
 from jax_mosaic_ffi.transforms import autotune as autotune_lib
@@ -32,7 +34,7 @@ from jax_mosaic_ffi.triton.compile import TritonKernel
 from jax_mosaic_ffi.triton.kernel import TritonFunction
 
 
-def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block=None, cluster=None, smem_bytes=0,
+def mosaic_kernel(kernel: Kernel, out_shape, *, grid=None, block=None, cluster=None, smem_bytes=0,
                   uses_pdl: bool | None = None, scalars=(),
                   input_output_aliases: Mapping[int, int] | None = None,
                   param_order: Sequence[str] | None = None,
@@ -50,7 +52,7 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block=None, cluster=None, 
   are one buffer, so either name passes it once.
 
   Args:
-    kernel: from `cuda_kernel`, `ptx_kernel` or `cubin_kernel`.
+    kernel: from `cuda_kernel`, `ptx_kernel`, `cubin_kernel`, `triton_kernel` or `cute_kernel`.
     out_shape: a `jax.ShapeDtypeStruct`, or a sequence of them.
     grid, block, cluster: launch dimensions, an int or up to 3 ints.
     smem_bytes: dynamic shared memory per block.
@@ -96,6 +98,9 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block=None, cluster=None, 
   Under ``@triton.autotune`` / ``@triton.heuristics`` they apply per call
   (triton/decorated.py).
 
+  A CuTe DSL launcher (`cute_kernel`) picks its own launch: it takes no grid,
+  block, shared memory or scalars (cute/launch.py).
+
   ``configs=[{...}, ...]`` autotunes the call (transforms/autotune.py): each config's
   values reach the callables as ``meta`` (and a Triton kernel's
   constexprs, num_warps and num_stages); ``autotune_key`` and
@@ -130,6 +135,11 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid, block=None, cluster=None, 
 def _launcher(kernel, out_shape, options: LaunchOptions, meta: Mapping[str, Any] | None = None) -> Callable[..., Any]:
   """The call of one kernel, by its type; without the sharding, which `mosaic_kernel` applies. ``meta``: an
   autotuning config's values, which a CUDA kernel's launch callables get first."""
+  if isinstance(kernel, CuteFunction):  # compiled per specialization; its host function launches
+    return cute_launch.launcher(kernel, out_shape, options)
+  if options.grid is None:
+    raise LaunchError(f"mosaic_kernel '{getattr(kernel, 'name', kernel)}': grid= is required (only a CuTe DSL "
+                      "launcher picks its own)")
   if isinstance(kernel, (TritonKernel, TritonFunction)):  # launch options from Triton's compiled metadata
     return triton_launch.launcher(kernel, out_shape, options)
   where = who(kernel, source_location.current()) if isinstance(kernel, Kernel) else ""
@@ -158,6 +168,8 @@ def _tuned(kernel, out_shape, configs, key, default, options: LaunchOptions) -> 
   per_config = dataclasses.replace(options, sharding=None)
 
   def factory(meta):
+    if isinstance(kernel, CuteFunction):  # a config is constexprs of the launcher
+      return _launcher(kernel.with_meta(meta), out_shape, per_config)
     if isinstance(kernel, TritonFunction):
       return _launcher(kernel.with_meta(meta), out_shape, per_config)
     return _launcher(kernel, out_shape, per_config, meta)
@@ -182,7 +194,9 @@ class KernelCacheStats:
   collective_initializes: prepare and initialize stages run by collective
   call sites (XLA runs them on every execution). triton_compiles: Triton
   compiles (one per target arch; cache hits count as memory_hits /
-  disk_hits). autotune_tunings: config spaces timed; autotune_disk_hits /
+  disk_hits). cute_compiles: CuTe DSL compiles (``cute.compile``, one per
+  target arch); a CuTe DSL object's runtime module counts as a module_load.
+  autotune_tunings: config spaces timed; autotune_disk_hits /
   autotune_memory_hits: winners found on disk / in this process instead;
   autotune_skipped: calls left untuned for want of a GPU. tensor_map_encodes:
   TMA descriptors built (at a call site's first run on a device, then only
@@ -203,6 +217,7 @@ class KernelCacheStats:
   collective_prepares: int
   collective_initializes: int
   triton_compiles: int = 0
+  cute_compiles: int = 0
   autotune_tunings: int = 0
   autotune_disk_hits: int = 0
   autotune_memory_hits: int = 0
@@ -229,6 +244,7 @@ def kernel_cache_stats() -> KernelCacheStats:
       disk_hits=compile_stats.disk_hits,
       **core.cache_stats(),
       triton_compiles=compile_stats.triton_compiles,
+      cute_compiles=compile_stats.cute_compiles,
       autotune_tunings=tune.tunings,
       autotune_disk_hits=tune.disk_hits,
       autotune_memory_hits=tune.memory_hits,

@@ -79,7 +79,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 echo "== build (wheel mode: install)"
 start=$(date +%s)
 # The extras scripts/test.sh asks for: the same install, so the tests find it up to date and build nothing.
-bash -c 'source scripts/setup_env.sh test,triton,nvshmem' > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
+bash -c 'source scripts/setup_env.sh test,triton,nvshmem,cute' > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
 grep '^!!!' "$out/build.log"  # a venv whose jax cannot see the GPU says so here
 echo "built in $(( $(date +%s) - start )) s"
 

@@ -3,7 +3,7 @@
 # the tests. GPU tests skip without a GPU. Arguments go to pytest.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$repo/scripts/setup_env.sh" test,triton,nvshmem
+source "$repo/scripts/setup_env.sh" test,triton,nvshmem,cute
 cd "$repo"
 # The console script of the venv: its editable install maps jax_mosaic_ffi to
 # this checkout's Python files plus the extension built into the venv. An

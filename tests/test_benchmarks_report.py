@@ -40,7 +40,7 @@ def test_every_benchmark_is_found_in_order_with_unique_runs():
   modules = suite.discover()
   names = [m.NAME for m in modules]
   assert names == ["launch", "bandwidth", "inplace", "sites", "compile", "vmap", "allreduce", "cross_process",
-                   "autotune", "triton_native", "vs_jax_triton", "corpus", "gemm"]
+                   "autotune", "triton_native", "cute_native", "vs_jax_triton", "corpus", "gemm"]
   for module in modules:
     runs = [r.name for r in module.RUNS]
     assert runs and len(set(runs)) == len(runs) and all("/" not in r for r in runs)

@@ -49,7 +49,7 @@ def collective(**changes):
 
 def test_a_valid_launch_gives_the_kernel_signature():
   assert _core.validate_launch(attributes(), False) == {"param_sizes": [8, 8, 8, 4], "num_buffers": 3,
-                                                        "batch_size": 1}
+                                                        "batch_size": 1, "host_launch": False}
   assert _core.validate_launch(collective(), True)["param_sizes"] == [8, 8, 8, 4, 8]
   assert _core.validate_launch(attributes(cost_estimate_json='{"flops": 1}' + " " * 4084), False)["num_buffers"] == 3
 

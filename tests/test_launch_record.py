@@ -70,6 +70,25 @@ def test_a_triton_kernel_refuses_each_option_it_does_not_take(isolated_disk_cach
       jmf.mosaic_kernel(kernel, X, grid=1, **{field.name: given.get(field.name, object())})
 
 
+def test_a_cute_launcher_refuses_each_option_it_does_not_take(isolated_disk_cache):
+  import cute_required  # noqa: F401  (skips without nvidia-cutlass-dsl)
+  import cute_kernels
+  kernel = jmf.cute_kernel(cute_kernels.add_one)
+  given = {"grid": 4, "block": 128, "cluster": 2, "smem_bytes": 16, "uses_pdl": True, "scalars": (np.int32(1),),
+           "param_order": ("in0", "out0"), "collective": jmf.Collective("x"), "batch_grid_axis": "x",
+           "scratch_bytes": 8, "zero_scratch": True}
+  taken = {"input_output_aliases", "fallback", "sharding", "zero_outputs"}
+  for field in dataclasses.fields(LaunchOptions):
+    if field.name in taken:
+      continue
+    # An option without a value here (a new one) is refused all the same, by its name.
+    with pytest.raises(jmf.LaunchError, match=f"a CuTe DSL launcher takes no {field.name}"):
+      jmf.mosaic_kernel(kernel, X, **{field.name: given.get(field.name, object())})
+  # What it takes reaches the launch it resolves: its host function's arguments are in the identity.
+  spec = spec_of(jmf.mosaic_kernel(kernel, X, zero_outputs=True), X)
+  assert spec.host_args and spec.identity()["host_args"] == spec.host_args and spec.zero_outputs == (0,)
+
+
 def test_one_normaliser_for_a_value_or_a_callable():
   avals = (X,)
   assert launch_values.evaluate(7, "grid", avals, "here") == 7

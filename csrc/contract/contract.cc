@@ -346,6 +346,43 @@ bool CheckPrograms(const LaunchAttributes& a, bool collective, LaunchSpec* spec,
   return true;
 }
 
+// The CuTe target: the module's host function chooses the grid, block and shared memory and launches, so
+// the call carries none of them (grid, block and cluster all 1, no parameters) but its host_args.
+bool CheckHostLaunch(const LaunchAttributes& a, bool collective, LaunchSpec* spec, Checker& check) {
+  if (a.host_args.empty()) return true;
+  spec->host_launch = true;
+  if (collective || spec->nvshmem) return check.Fail("host_args is for the CuTe target alone");
+  const bool ones = spec->grid == std::array<uint32_t, 3>{1, 1, 1} && spec->block == std::array<uint32_t, 3>{1, 1, 1} &&
+                    spec->cluster == std::array<uint32_t, 3>{1, 1, 1};
+  if (!ones || spec->smem_bytes != 0 || spec->uses_pdl || !spec->params.empty() || !spec->tensor_maps.empty() ||
+      spec->programs != nullptr) {
+    return check.Fail(
+        "a call with host_args launches through its module's host function: grid, block and cluster must be "
+        "[1, 1, 1], and smem_bytes, uses_pdl, param_order, scalars, tensor_maps and launch_programs empty");
+  }
+  if (a.host_args.size() % kHostArgFields != 0 || a.host_args.size() > size_t{kHostArgFields} * kMaxParams) {
+    return check.Fail("host_args holds " + Num(static_cast<int64_t>(a.host_args.size())) + " values; it must hold " +
+                      Num(kHostArgFields) + " per argument, for at most " + Num(kMaxParams) + " arguments");
+  }
+  for (size_t i = 0; i < a.host_args.size(); i += kHostArgFields) {
+    const int64_t kind = a.host_args[i], buffer = a.host_args[i + 1], dimension = a.host_args[i + 2];
+    const std::string which = "host_args entry " + Num(static_cast<int64_t>(i / kHostArgFields));
+    if (kind != kHostArgAddress && kind != kHostArgDimension) {
+      return check.Fail(which + " has kind " + Num(kind) + "; 1 is a buffer's address, 2 one of its dimensions");
+    }
+    if (buffer < 0 || buffer >= spec->num_buffers) {
+      return check.Fail(which + " names buffer " + Num(buffer) + ", but the call has " + Num(spec->num_buffers));
+    }
+    if (dimension < 0 || dimension > kMaxHostArgDimension || (kind == kHostArgAddress && dimension != 0)) {
+      return check.Fail(which + " names dimension " + Num(dimension) + "; dimensions are 0.." +
+                        Num(kMaxHostArgDimension) + " (0 for an address)");
+    }
+    spec->host_args.push_back(
+        HostArg{static_cast<uint8_t>(kind), static_cast<uint8_t>(dimension), static_cast<uint16_t>(buffer)});
+  }
+  return true;
+}
+
 }  // namespace
 
 bool ValidateLaunch(const LaunchAttributes& a, bool collective, LaunchSpec* spec, std::string* error) {
@@ -356,7 +393,8 @@ bool ValidateLaunch(const LaunchAttributes& a, bool collective, LaunchSpec* spec
   return CheckHeader(a, collective, check) && CheckLaunchShape(a, spec, check) && CheckScalars(a, spec, check) &&
          CheckParams(a, collective, spec, check) && CheckTensorMaps(a, spec, check) &&
          CheckPerBuffer(a, collective, spec, check) && CheckNvshmem(a, collective, spec, check) &&
-         (!collective || CheckCollective(a, spec, check, error)) && CheckPrograms(a, collective, spec, error);
+         (!collective || CheckCollective(a, spec, check, error)) && CheckPrograms(a, collective, spec, error) &&
+         CheckHostLaunch(a, collective, spec, check);
 }
 
 }  // namespace jmf

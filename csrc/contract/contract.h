@@ -58,6 +58,13 @@ inline constexpr int kTensorMapFields = 26;         // i64 values per map in `te
 inline constexpr int kTensorMapBytes = 128;         // sizeof(CUtensorMap)
 inline constexpr int kMaxTensorRank = 5;
 inline constexpr int kMaxTensorMapDataType = 12;  // CU_TENSOR_MAP_DATA_TYPE_TFLOAT32_FTZ
+// The CuTe target's `host_args`: per argument of the module's host function (after the stream) three
+// values, (kind, buffer, dimension). kind 1: buffer's device address; kind 2: dimension `dimension` of
+// buffer's shape (int64; with vmap, of the element: a batched buffer's leading dimension is skipped).
+inline constexpr int kHostArgFields = 3;
+inline constexpr int kHostArgAddress = 1;
+inline constexpr int kHostArgDimension = 2;
+inline constexpr int kMaxHostArgDimension = 63;
 
 // ------------------------------------------------------------- attributes
 
@@ -92,6 +99,8 @@ struct LaunchAttributes {
   std::string nvshmem_symmetric;
   // The call's cost for profilers (JSON, as jax-triton writes it): bounded, never read by the runtime.
   std::string cost_estimate_json;
+  // The CuTe target only: the host function's arguments after the stream (kHostArgFields values each).
+  std::vector<int64_t> host_args;
 };
 
 // How a lookup of one attribute went.
@@ -157,6 +166,7 @@ bool DecodeLaunchAttributes(Source& source, LaunchAttributes* a, std::string* er
         "a string of 0/1 flags");
   check(source.Bytes("cost_estimate_json", &a->cost_estimate_json, kMaxCostEstimateBytes), "cost_estimate_json",
         kOptional, "a string of at most 4096 bytes");
+  check(source.Ints("host_args", &a->host_args), "host_args", kOptional, "array<i32>");
   return ok;
 }
 
@@ -190,6 +200,13 @@ struct TensorMapSpec {
 
 struct LaunchPrograms;  // launch_programs.h
 
+// One argument of a CuTe DSL host function (after the stream): a buffer's address or one of its dimensions.
+struct HostArg {
+  uint8_t kind;       // kHostArgAddress or kHostArgDimension
+  uint8_t dimension;  // kHostArgDimension: 0..kMaxHostArgDimension
+  uint16_t buffer;
+};
+
 // A validated launch: everything the runtime needs, all in range.
 struct LaunchSpec {
   std::string who;  // "mosaic_kernel 'add' at model.py:12 (f)", for messages
@@ -220,6 +237,9 @@ struct LaunchSpec {
   // buffers (per buffer) are copied through the symmetric heap.
   bool nvshmem = false;
   std::vector<bool> nvshmem_symmetric;
+  // The CuTe target: the module's host function launches; these are its arguments.
+  bool host_launch = false;
+  std::vector<HostArg> host_args;
 };
 
 // "mosaic_kernel 'add' at model.py:12 (f)": how messages name a call site.

@@ -46,6 +46,45 @@ bool Fail(std::string* error, std::string message) {
   return false;
 }
 
+// A CuTe DSL object's payload (module_format.h): the DSL release, the host function's arguments, the ELF object.
+bool ParseCuteObject(std::string_view payload, uint32_t i, Image* image, std::string* error) {
+  const std::string which = "CuTe DSL object " + std::to_string(i);
+  Reader reader(payload);
+  uint32_t version_length, num_args;
+  std::string_view version;
+  if (!reader.U32(&version_length)) return Fail(error, which + " is truncated before its DSL version");
+  if (version_length == 0 || version_length > kMaxCuteVersionLength || !reader.Bytes(version_length, &version)) {
+    return Fail(error, which + " declares a DSL version of " + std::to_string(version_length) + " bytes (1.." +
+                           std::to_string(kMaxCuteVersionLength) + ", within the image)");
+  }
+  for (char c : version) {
+    if (c < 0x21 || c > 0x7e) return Fail(error, which + "'s DSL version is not printable ASCII");
+  }
+  if (!reader.U32(&num_args) || num_args > kMaxHostArgs) {
+    return Fail(error, which + " declares " + std::to_string(num_args) + " host arguments (0.." +
+                           std::to_string(kMaxHostArgs) + ")");
+  }
+  image->host_arg_kinds.resize(num_args);
+  for (uint32_t k = 0; k < num_args; ++k) {
+    uint32_t kind;
+    if (!reader.U32(&kind)) return Fail(error, which + "'s host arguments are truncated");
+    if (kind != kHostArgPointer && kind != kHostArgInt64) {
+      return Fail(error, which + "'s host argument " + std::to_string(k) + " has unknown kind " + std::to_string(kind));
+    }
+    image->host_arg_kinds[k] = kind;
+  }
+  std::string_view object;
+  reader.Bytes(reader.remaining(), &object);
+  if (object.size() < 4 || object.substr(0, 4) != std::string_view("\x7f"
+                                                                   "ELF",
+                                                                   4)) {
+    return Fail(error, which + " does not hold an ELF object after its header");
+  }
+  image->dsl_version.assign(version);
+  image->data.assign(object);
+  return true;
+}
+
 // Image `i`'s header and bytes, checked, appended to `module`.
 bool ParseImage(Reader& reader, uint32_t i, ParsedModule* module, std::string* error) {
   uint32_t kind, arch, suffix, reserved;
@@ -55,7 +94,8 @@ bool ParseImage(Reader& reader, uint32_t i, ParsedModule* module, std::string* e
       !reader.U64(&size)) {
     return Fail(error, "the header of image " + std::to_string(i) + " is truncated");
   }
-  if (kind != static_cast<uint32_t>(ImageKind::kCubin) && kind != static_cast<uint32_t>(ImageKind::kPtx)) {
+  if (kind != static_cast<uint32_t>(ImageKind::kCubin) && kind != static_cast<uint32_t>(ImageKind::kPtx) &&
+      kind != static_cast<uint32_t>(ImageKind::kCuteObject)) {
     return Fail(error, "image " + std::to_string(i) + " has unknown kind " + std::to_string(kind));
   }
   if (suffix >= std::size(kArchSuffixes) || arch < kMinArch || arch > kMaxArch) {
@@ -78,7 +118,9 @@ bool ParseImage(Reader& reader, uint32_t i, ParsedModule* module, std::string* e
   if (kind == static_cast<uint32_t>(ImageKind::kPtx) && data.find('\0') != std::string_view::npos) {
     return Fail(error, "image " + std::to_string(i) + " is PTX text with a NUL byte inside");
   }
-  module->images.push_back(Image{static_cast<ImageKind>(kind), arch, suffix, std::string(data)});
+  Image image{static_cast<ImageKind>(kind), arch, suffix, std::string(data), {}, {}};
+  if (kind == static_cast<uint32_t>(ImageKind::kCuteObject) && !ParseCuteObject(data, i, &image, error)) return false;
+  module->images.push_back(std::move(image));
   return true;
 }
 
@@ -121,6 +163,13 @@ bool ParseModule(std::string_view bytes, ParsedModule* module, std::string* erro
   if (reader.remaining() != 0) {
     return Fail(error, std::to_string(reader.remaining()) + " trailing bytes after the last image");
   }
+  size_t cute = 0;
+  for (const Image& image : module->images) cute += image.kind == ImageKind::kCuteObject;
+  if (cute != 0 && cute != module->images.size()) {
+    return Fail(error, "it mixes CuTe DSL objects with cubins or PTX; a module holds one or the other");
+  }
+  module->cute = cute != 0;
+  if (module->cute && module->flags != 0) return Fail(error, "a module of CuTe DSL objects takes no flags");
   return true;
 }
 
@@ -130,7 +179,7 @@ std::string DescribeImages(const ParsedModule& module) {
   std::string out;
   for (const Image& image : module.images) {
     if (!out.empty()) out += ", ";
-    out += image.kind == ImageKind::kCubin ? "cubin:sm_" : "ptx:compute_";
+    out += image.kind == ImageKind::kCubin ? "cubin:sm_" : image.kind == ImageKind::kPtx ? "ptx:compute_" : "cute:sm_";
     out += ArchName(image);
   }
   return out;

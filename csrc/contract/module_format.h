@@ -30,19 +30,36 @@ inline constexpr uint32_t kKnownFlags = kFlagPdlWait | kFlagNvshmem;
 // arch_suffix values: index 0 none, 1 'a' (arch-specific), 2 'f' (family).
 inline constexpr const char* kArchSuffixes[] = {"", "a", "f"};
 
-enum class ImageKind : uint32_t { kCubin = 1, kPtx = 2 };
+// kCuteObject: a CuTe DSL object (`JitCompiledFunction.dump_to_object`): an ELF
+// relocatable holding the host launch function and the cubin, run through
+// NVIDIA's CuTe DSL runtime library (driver/cute_dsl_runtime.h). Its payload:
+//   u32 version_length (1..kMaxCuteVersionLength) | the DSL release that made it (printable ASCII)
+//   u32 num_args (0..kMaxHostArgs) | u32 kind per argument after the stream (kHostArg*)
+//   the object (an ELF file): the rest
+// A module holds either CuTe objects only or cubins and PTX only.
+enum class ImageKind : uint32_t { kCubin = 1, kPtx = 2, kCuteObject = 3 };
+
+inline constexpr uint32_t kMaxCuteVersionLength = 64;
+inline constexpr uint32_t kMaxHostArgs = 256;
+// What the host function takes after the stream, each by pointer to an 8-byte value.
+inline constexpr uint32_t kHostArgPointer = 1;  // a device pointer (void*)
+inline constexpr uint32_t kHostArgInt64 = 2;    // an int64_t
 
 struct Image {
   ImageKind kind;
   uint32_t arch;     // compute capability, major * 10 + minor
   uint32_t suffix;   // index into kArchSuffixes
-  std::string data;  // std::string keeps PTX NUL-terminated for the driver
+  std::string data;  // std::string keeps PTX NUL-terminated for the driver; the ELF object for kCuteObject
+  // kCuteObject only.
+  std::string dsl_version;
+  std::vector<uint32_t> host_arg_kinds;
 };
 
 struct ParsedModule {
   uint32_t flags = 0;
   std::string symbol;
   std::vector<Image> images;
+  bool cute = false;  // its images are CuTe DSL objects
 };
 
 // Parses `bytes`; on failure returns false and says why in `*error`.

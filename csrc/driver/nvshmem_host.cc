@@ -6,18 +6,13 @@
 #include <mutex>
 #include <string>
 
+#include "driver/dl_symbols.h"
+
 namespace jmf {
 namespace {
 
 std::mutex load_mutex;
 std::atomic<const NvshmemHost*> loaded{nullptr};
-
-template <typename Fn>
-bool Resolve(void* library, const char* name, Fn* fn, std::string* missing) {
-  *fn = reinterpret_cast<Fn>(dlsym(library, name));
-  if (*fn == nullptr) *missing += std::string(missing->empty() ? "" : ", ") + name;
-  return *fn != nullptr;
-}
 
 }  // namespace
 
@@ -38,18 +33,18 @@ const NvshmemHost* LoadNvshmemHost(const std::string& path, std::string* error) 
   }
   auto* host = new NvshmemHost();  // process-wide, like the library itself
   std::string missing;
-  Resolve(library, "nvshmemx_vendor_get_version_info", &host->vendor_get_version_info, &missing);
-  Resolve(library, "nvshmemx_get_uniqueid", &host->get_uniqueid, &missing);
-  Resolve(library, "nvshmemx_set_attr_uniqueid_args", &host->set_attr_uniqueid_args, &missing);
-  Resolve(library, "nvshmemx_hostlib_init_attr", &host->hostlib_init_attr, &missing);
-  Resolve(library, "nvshmemx_init_status", &host->init_status, &missing);
-  Resolve(library, "nvshmemx_hostlib_finalize", &host->hostlib_finalize, &missing);
-  Resolve(library, "nvshmem_malloc", &host->malloc, &missing);
-  Resolve(library, "nvshmem_free", &host->free, &missing);
-  Resolve(library, "nvshmemx_cumodule_init", &host->cumodule_init, &missing);
-  Resolve(library, "nvshmemx_cumodule_finalize", &host->cumodule_finalize, &missing);
-  Resolve(library, "nvshmem_my_pe", &host->my_pe, &missing);
-  Resolve(library, "nvshmem_n_pes", &host->n_pes, &missing);
+  ResolveSymbol(library, "nvshmemx_vendor_get_version_info", &host->vendor_get_version_info, &missing);
+  ResolveSymbol(library, "nvshmemx_get_uniqueid", &host->get_uniqueid, &missing);
+  ResolveSymbol(library, "nvshmemx_set_attr_uniqueid_args", &host->set_attr_uniqueid_args, &missing);
+  ResolveSymbol(library, "nvshmemx_hostlib_init_attr", &host->hostlib_init_attr, &missing);
+  ResolveSymbol(library, "nvshmemx_init_status", &host->init_status, &missing);
+  ResolveSymbol(library, "nvshmemx_hostlib_finalize", &host->hostlib_finalize, &missing);
+  ResolveSymbol(library, "nvshmem_malloc", &host->malloc, &missing);
+  ResolveSymbol(library, "nvshmem_free", &host->free, &missing);
+  ResolveSymbol(library, "nvshmemx_cumodule_init", &host->cumodule_init, &missing);
+  ResolveSymbol(library, "nvshmemx_cumodule_finalize", &host->cumodule_finalize, &missing);
+  ResolveSymbol(library, "nvshmem_my_pe", &host->my_pe, &missing);
+  ResolveSymbol(library, "nvshmem_n_pes", &host->n_pes, &missing);
   if (!missing.empty()) {
     *error = "NVSHMEM's host library (" + path + ") lacks entry points jax_mosaic_ffi needs (" + missing +
              "); install NVSHMEM 3.x: pip install 'jax_mosaic_ffi[nvshmem]'";

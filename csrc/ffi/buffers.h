@@ -5,6 +5,7 @@
 #define JAX_MOSAIC_FFI_BUFFERS_H_
 
 #include <cstddef>
+#include <cstdint>
 
 #include "contract/contract.h"
 
@@ -15,6 +16,9 @@ namespace jmf {
 struct Buffers {
   void* ptrs[kMaxBuffers + 1];
   size_t bytes[kMaxBuffers];  // filled only when outputs are filled, tensor maps are built or a clique spans processes
+  // Each buffer's shape as XLA passes it: filled only for CuTe calls, whose host function takes dimensions.
+  const int64_t* dims[kMaxBuffers];
+  int64_t ranks[kMaxBuffers];
   int count = 0;
 };
 

@@ -27,6 +27,7 @@
 #include "contract/contract.h"
 #include "contract/launch_programs.h"
 #include "contract/module_format.h"
+#include "driver/cute_dsl_runtime.h"
 #include "peers/collective.h"
 #include "runtime/call_site.h"
 #include "runtime/handlers.h"
@@ -137,6 +138,7 @@ nb::dict ValidateLaunchForPython(nb::dict attrs, bool collective) {
   result["param_sizes"] = spec.param_sizes;
   result["num_buffers"] = spec.num_buffers;
   result["batch_size"] = spec.batch_size;
+  result["host_launch"] = spec.host_launch;
   return result;
 }
 
@@ -176,8 +178,13 @@ nb::tuple ParseModuleForPython(nb::bytes data) {
   if (!ok) throw nb::value_error(error.c_str());
   nb::list images;
   for (const Image& image : module.images) {
-    images.append(nb::make_tuple(static_cast<int>(image.kind), image.arch, image.suffix,
-                                 nb::bytes(image.data.data(), image.data.size())));
+    nb::bytes data(image.data.data(), image.data.size());
+    if (image.kind == ImageKind::kCuteObject) {  // and the DSL release and host argument kinds
+      images.append(nb::make_tuple(static_cast<int>(image.kind), image.arch, image.suffix, data, image.dsl_version,
+                                   image.host_arg_kinds));
+    } else {
+      images.append(nb::make_tuple(static_cast<int>(image.kind), image.arch, image.suffix, data));
+    }
   }
   return nb::make_tuple(module.symbol, images, module.flags);
 }
@@ -207,6 +214,15 @@ nb::dict Limits() {
   d["max_arch"] = kMaxArch;
   d["module_flag_pdl_wait"] = kFlagPdlWait;
   d["module_flag_nvshmem"] = kFlagNvshmem;
+  d["image_kind_cute"] = static_cast<int>(ImageKind::kCuteObject);
+  d["max_cute_version_length"] = kMaxCuteVersionLength;
+  d["max_host_args"] = kMaxHostArgs;
+  d["host_arg_pointer"] = kHostArgPointer;
+  d["host_arg_int64"] = kHostArgInt64;
+  d["host_arg_fields"] = kHostArgFields;
+  d["host_arg_address"] = kHostArgAddress;
+  d["host_arg_dimension"] = kHostArgDimension;
+  d["max_host_arg_dimension"] = kMaxHostArgDimension;
   nb::list suffixes;
   for (const char* suffix : kArchSuffixes) suffixes.append(suffix);
   d["arch_suffixes"] = nb::tuple(suffixes);
@@ -290,6 +306,23 @@ NB_MODULE(_core, m) {
     for (const TargetBundle& t : Targets()) names.push_back(t.name);
     return names;
   });
+  m.def("command_buffer_targets", [] {
+    std::vector<std::string> names;
+    for (const TargetBundle& t : Targets()) {
+      if (t.command_buffer) names.push_back(t.name);
+    }
+    return names;
+  });
+  m.def(
+      "set_cute_dsl_runtime",
+      [](const std::string& path, const std::string& release) {
+        std::string error;
+        if (!SetCuteDslRuntimeLibrary(path, release, &error)) throw nb::value_error(error.c_str());
+      },
+      nb::arg("path"), nb::arg("release"),
+      "Where NVIDIA's CuTe DSL runtime library is (jax_mosaic_ffi/base/cute_package.py); opened at first use.");
+  m.def("cute_dsl_runtime_library", &CuteDslRuntimeLibraryPath,
+        "The CuTe DSL runtime library's path the runtime was told (empty until registration found it).");
   m.def("handlers", &HandlerCapsules, nb::arg("name"), nb::arg("with_record") = false,
         "Capsules of one target's stage handlers, for jax.ffi.register_ffi_target.");
   m.def("bootstrap_handler", [] { return Capsule(reinterpret_cast<void*>(BootstrapHandler())); });
@@ -327,7 +360,8 @@ NB_MODULE(_core, m) {
         "Checks a launch's contract attributes as XLA's instantiate stage does; raises ValueError naming the "
         "attribute. Returns the parameter sizes the kernel must take and the buffer count.");
   m.def("parse_module", &ParseModuleForPython, nb::arg("data"),
-        "Parses a serialized kernel module with the runtime's parser: (symbol, [(kind, arch, suffix, data)], flags).");
+        "Parses a serialized kernel module with the runtime's parser: (symbol, [(kind, arch, suffix, data)], flags); "
+        "a CuTe DSL object's tuple adds its DSL release and host argument kinds.");
   m.def("visible_gpus", &VisibleGpus, "The visible GPUs and their launch limits; empty without a driver.");
   BindCrossProcess(m);
   BindNvshmem(m);

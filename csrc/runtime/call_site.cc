@@ -137,7 +137,15 @@ ffi::ErrorOr<std::unique_ptr<CallSite>> CallSite::Create(ffi::Dictionary attrs, 
         "mosaic_kernel(..., collective=jmf.Collective(axis, transport=\"nvshmem\")) inside shard_map");
   }
 
+  if (site->kernel_->module.cute != spec.host_launch) {
+    return ffi::Error::InvalidArgument(
+        who + (spec.host_launch ? ": host_args is for a module of CuTe DSL objects; this module holds " +
+                                      DescribeImages(site->kernel_->module)
+                                : ": the module holds CuTe DSL objects, which only the CuTe target (with host_args) "
+                                  "launches; lower the call again with this jax_mosaic_ffi"));
+  }
   site->ConfigureLaunch(collective);
+  if (spec.host_launch) JMF_RETURN_IF_ERROR(site->CreateHostModule());
   if (spec.nvshmem) {
     // The copies through the symmetric heap are stream work the record API
     // cannot express, and XLA's own copy of a recorded module would not be
@@ -237,6 +245,10 @@ ffi::Error CallSite::GatherBuffers(const ffi::RemainingArgs& args, const ffi::Re
     out->ptrs[i] = buffer->untyped_data();
     if (needs_bytes_) [[unlikely]]
       out->bytes[i] = buffer->size_bytes();
+    if (spec_.host_launch) {
+      out->dims[i] = buffer->dimensions().begin();
+      out->ranks[i] = static_cast<int64_t>(buffer->dimensions().size());
+    }
     misaligned |= reinterpret_cast<uintptr_t>(out->ptrs[i]);
   }
   for (size_t i = 0; i < rets.size(); ++i) {
@@ -247,6 +259,10 @@ ffi::Error CallSite::GatherBuffers(const ffi::RemainingArgs& args, const ffi::Re
     out->ptrs[args.size() + i] = (*buffer)->untyped_data();
     if (needs_bytes_) [[unlikely]]
       out->bytes[args.size() + i] = (*buffer)->size_bytes();
+    if (spec_.host_launch) {
+      out->dims[args.size() + i] = (*buffer)->dimensions().begin();
+      out->ranks[args.size() + i] = static_cast<int64_t>((*buffer)->dimensions().size());
+    }
     misaligned |= reinterpret_cast<uintptr_t>(out->ptrs[args.size() + i]);
   }
   out->count = spec_.num_buffers;

@@ -12,6 +12,7 @@
 //   call_site_tensor_maps.cc  its TMA descriptors encoded, again only when their buffer moved
 //   call_site_launch.cc  execute and record: the launch, on the stream or as command-buffer nodes
 //   call_site_programs.cc  a grid and scalars computed from the buffers' shapes (contract v2)
+//   call_site_cute.cc    CuTe DSL calls: the object's module made at instantiate, its host function run
 // A collective call site also owns a CollectiveState (peers/collective.h), and an
 // NVSHMEM call site an NvshmemStaging (peers/nvshmem_staging.h), each built from
 // what it needs, not from the call site.
@@ -32,6 +33,7 @@
 #include "ffi/record.h"
 #include "peers/collective.h"
 #include "peers/nvshmem_staging.h"
+#include "runtime/cute_module.h"
 #include "runtime/kernel_cache.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -70,6 +72,9 @@ class CallSite {
   ffi::Error ResolveLaunchPrograms(const ffi::RemainingArgs& args, const ffi::RemainingRets& rets);
 
   ffi::Error Launch(CUstream stream, int32_t device, Buffers& buffers);
+  // CuTe DSL calls (the CuTe target): the object's host function, run on the stream (call_site_cute.cc).
+  bool host_launch() const { return spec_.host_launch; }
+  ffi::Error LaunchHost(CUstream stream, int32_t device, Buffers& buffers);
   // The record stage.
   ffi::Error Record(const RecordFrame& record, int32_t device, const Buffers& buffers);
 
@@ -93,6 +98,7 @@ class CallSite {
     // The call's tensor maps on this device, allocated before `ready` is set;
     // re-encoded by the device's own thread when their buffer moved.
     std::unique_ptr<EncodedTensorMap[]> tensor_maps;
+    std::atomic<bool> host_checked{false};  // CuTe calls: this device runs the object's arch
   };
 
   // Calls visit(index, value_address, size) for each kernel parameter in
@@ -124,6 +130,10 @@ class CallSite {
   ffi::Error LaunchError(CUresult result, int32_t device, const LoadedModule& module) const;
   ffi::Error CheckFits(const LoadedModule& module, int32_t device) const;
   std::string LaunchDescription() const;
+  // CuTe DSL calls (call_site_cute.cc): the module at instantiate; per device, its arch checked once.
+  ffi::Error CreateHostModule();
+  ffi::Error CheckHostDevice(int32_t device);
+  ffi::Error HostRunError(int code, int32_t result, int32_t device) const;
 
   LaunchSpec spec_;
   const Driver* driver_ = nullptr;
@@ -139,6 +149,9 @@ class CallSite {
   // Launch programs: computed once (under mutex_), and the dimensions they read then.
   std::atomic<bool> programs_resolved_{false};
   std::vector<int64_t> program_dims_;
+  // CuTe DSL calls: the object's module, and per buffer how many leading dimensions of its shape are vmap's batch.
+  std::shared_ptr<CuteModule> host_module_;
+  std::vector<uint8_t> batch_dims_;
   std::mutex mutex_;
   std::array<DeviceSlot, kMaxDevices> slots_;
 };

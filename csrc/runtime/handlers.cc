@@ -48,6 +48,19 @@ ffi::ErrorOr<std::unique_ptr<CallSite>> InstantiatePlainTarget(ffi::Dictionary a
     return ffi::Error::InvalidArgument((*site)->who() + ": an NVSHMEM call (nvshmem_symmetric) must use target " +
                                        kNvshmemTarget + ", not " + target);
   }
+  if (site.has_value() && (*site)->host_launch()) {
+    return ffi::Error::InvalidArgument((*site)->who() + ": a CuTe DSL call (host_args) must use target " + kCuteTarget +
+                                       ", not " + target);
+  }
+  return site;
+}
+
+ffi::ErrorOr<std::unique_ptr<CallSite>> InstantiateCute(ffi::Dictionary attrs) {
+  auto site = Instantiate(attrs, /*collective=*/false);
+  if (site.has_value() && !(*site)->host_launch()) {
+    return ffi::Error::InvalidArgument((*site)->who() + ": target " + kCuteTarget +
+                                       " needs the host_args attribute (the CuTe DSL host function's arguments)");
+  }
   return site;
 }
 
@@ -85,6 +98,13 @@ ffi::Error Execute(CUstream stream, int32_t device, CallSite* site, ffi::Remaini
     JMF_RETURN_IF_ERROR(site->ResolveLaunchPrograms(args, rets));
   }
   return site->Launch(stream, device, buffers);
+}
+
+ffi::Error ExecuteCute(CUstream stream, int32_t device, CallSite* site, ffi::RemainingArgs args,
+                       ffi::RemainingRets rets) {
+  Buffers buffers;
+  JMF_RETURN_IF_ERROR(site->GatherBuffers(args, rets, &buffers));
+  return site->LaunchHost(stream, device, buffers);
 }
 
 ffi::Error Record(RecordFrame record, int32_t device, CallSite* site, ffi::RemainingArgs args,
@@ -145,6 +165,14 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
     ffi::Ffi::BindInitialize().Ctx<ffi::DeviceOrdinal>().Ctx<SiteState>().RemainingArgs().RemainingRets(),
     {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_instantiate_plain, InstantiatePlain, ffi::Ffi::BindInstantiate().Attrs());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_instantiate_cute, InstantiateCute, ffi::Ffi::BindInstantiate().Attrs());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    jmf_execute_cute, ExecuteCute,
+    ffi::Ffi::BindExecute().Ctx<Stream>().Ctx<ffi::DeviceOrdinal>().Ctx<SiteState>().RemainingArgs().RemainingRets(),
+    {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    jmf_execute_cute_nograph, ExecuteCute,
+    ffi::Ffi::BindExecute().Ctx<Stream>().Ctx<ffi::DeviceOrdinal>().Ctx<SiteState>().RemainingArgs().RemainingRets());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_instantiate_plain_v2, InstantiatePlainV2, ffi::Ffi::BindInstantiate().Attrs());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_instantiate_collective, InstantiateCollective, ffi::Ffi::BindInstantiate().Attrs());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
@@ -182,6 +210,8 @@ std::vector<TargetBundle> Targets() {
        {jmf_instantiate_collective, jmf_collective_prepare, jmf_collective_initialize, jmf_collective_execute,
         jmf_record}},
       {kNvshmemTarget, {jmf_instantiate_nvshmem, jmf_nvshmem_prepare, jmf_nvshmem_initialize, jmf_execute, jmf_record}},
+      {kCuteTarget, {jmf_instantiate_cute, nullptr, nullptr, jmf_execute_cute, jmf_record}},
+      {kCuteNoGraphTarget, {jmf_instantiate_cute, nullptr, nullptr, jmf_execute_cute_nograph, nullptr}, false},
   };
 }
 
@@ -206,8 +236,8 @@ ffi::Error Bootstrap(const XLA_FFI_Api* api, ffi::Result<ffi::AnyBuffer>) {
     return ffi::Error::Success();
   }
   for (const TargetBundle& target : Targets()) {
-    if (XLA_FFI_Error* error = ffi::Ffi::RegisterStaticHandler(api, target.name, "CUDA", target.bundle,
-                                                               XLA_FFI_HANDLER_TRAITS_COMMAND_BUFFER_COMPATIBLE)) {
+    const XLA_FFI_Handler_Traits traits = target.command_buffer ? XLA_FFI_HANDLER_TRAITS_COMMAND_BUFFER_COMPATIBLE : 0;
+    if (XLA_FFI_Error* error = ffi::Ffi::RegisterStaticHandler(api, target.name, "CUDA", target.bundle, traits)) {
       registration.message =
           std::string("registering ") + target.name + ": " + ffi::internal::GetErrorMessage(api, error);
       ffi::internal::DestroyError(api, error);

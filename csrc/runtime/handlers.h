@@ -27,11 +27,16 @@ inline constexpr char kCollectiveTarget[] = "jax_mosaic_ffi_collective_v1";
 inline constexpr char kNvshmemTarget[] = "jax_mosaic_ffi_nvshmem_v1";
 // Contract v2: the v1 launch plus launch programs (a grid and scalars from symbolic shapes).
 inline constexpr char kLaunchTargetV2[] = "jax_mosaic_ffi_launch_v2";
+// CuTe DSL kernels: the module's host function launches (host_args). The nograph target is the same
+// without the command-buffer trait, so XLA never puts it in a CUDA graph (cute_call's allow_cuda_graph=False).
+inline constexpr char kCuteTarget[] = "jax_mosaic_ffi_cute_v1";
+inline constexpr char kCuteNoGraphTarget[] = "jax_mosaic_ffi_cute_nograph_v1";
 inline constexpr char kBootstrapTarget[] = "jax_mosaic_ffi_bootstrap";
 
 struct TargetBundle {
   const char* name;
   XLA_FFI_Handler_Bundle bundle;  // with the record handler
+  bool command_buffer = true;     // registered command-buffer compatible
 };
 
 // Every target this runtime serves.

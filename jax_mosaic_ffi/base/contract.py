@@ -23,10 +23,18 @@ NVSHMEM_TARGET = "jax_mosaic_ffi_nvshmem_v1"
 # and launching the placeholders.
 LAUNCH_TARGET_V2 = "jax_mosaic_ffi_launch_v2"
 
-ALL_TARGETS = (LAUNCH_TARGET, COLLECTIVE_TARGET, NVSHMEM_TARGET, LAUNCH_TARGET_V2)
+# CuTe DSL kernels: a module of CuTe DSL objects whose host function launches, given `host_args` (the
+# object's arguments). The nograph target is the same call kept out of CUDA graphs (allow_cuda_graph=False).
+CUTE_TARGET = "jax_mosaic_ffi_cute_v1"
+CUTE_NOGRAPH_TARGET = "jax_mosaic_ffi_cute_nograph_v1"
+
+ALL_TARGETS = (LAUNCH_TARGET, COLLECTIVE_TARGET, NVSHMEM_TARGET, LAUNCH_TARGET_V2, CUTE_TARGET, CUTE_NOGRAPH_TARGET)
 
 
-def target_name(*, collective: bool, nvshmem: bool = False, programs: bool = False) -> str:
+def target_name(*, collective: bool, nvshmem: bool = False, programs: bool = False, host: bool = False,
+                graph: bool = True) -> str:
+  if host:
+    return CUTE_TARGET if graph else CUTE_NOGRAPH_TARGET
   if nvshmem:
     return NVSHMEM_TARGET  # NVSHMEM calls with programs are refused before lowering (launch_options.py)
   if programs:

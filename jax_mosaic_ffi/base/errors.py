@@ -14,7 +14,7 @@ class LaunchError(ValueError):
 
 
 class CompileError(RuntimeError):
-  """NVRTC (or Triton) refused the source. The message carries its log with line numbers.
+  """NVRTC (or Triton, or CuTe DSL) refused the source. The message carries its log with line numbers.
 
   ``advice`` is what the compiler's caller knows about the log (nvcc habits NVRTC does not share).
   ``message``, when the caller knows the mistake exactly (a misspelt kernel name), replaces the log in
@@ -49,6 +49,10 @@ class AutotuneError(RuntimeError):
 
 class TritonUnavailable(ImportError):
   """Triton is not installed, or not a supported version."""
+
+
+class CuteUnavailable(ImportError):
+  """CuTe DSL (nvidia-cutlass-dsl) is missing or of an unsupported release: ``pip install 'jax_mosaic_ffi[cute]'``."""
 
 
 class NvshmemUnavailable(ImportError):

@@ -10,9 +10,12 @@ integers are little-endian.
              (bit 0: every image's entry waits for the prerequisite grid: PDL-safe;
               bit 1: linked with NVSHMEM's device library: the runtime starts NVSHMEM for it)
              | u32 num_images | u32 symbol_length | symbol (UTF-8, no NUL)
-    image    u32 kind (1 cubin, 2 ptx) | u32 arch (e.g. 90)
+    image    u32 kind (1 cubin, 2 ptx, 3 CuTe DSL object) | u32 arch (e.g. 90)
              | u32 arch_suffix (0 none, 1 'a', 2 'f') | u32 reserved (0)
              | u64 size | size bytes
+    CuTe DSL object payload (kind 3): u32 version_length | the DSL release that made it
+             | u32 num_args | u32 per host-function argument after the stream (1 pointer, 2 int64)
+             | the object (ELF: the host launch function and the cubin)
 """
 
 from __future__ import annotations
@@ -40,6 +43,12 @@ _ARCH_RE = re.compile(r"^(?:sm_|compute_)?(\d{1,6})([a-z]?)$")
 class ImageKind(enum.IntEnum):
   CUBIN = 1
   PTX = 2
+  CUTE = 3  # a CuTe DSL object (`dump_to_object`), run through NVIDIA's CuTe DSL runtime library
+
+
+# What a CuTe DSL object's host function takes after the stream, each as an 8-byte value.
+HOST_ARG_POINTER = LIMITS["host_arg_pointer"]
+HOST_ARG_INT64 = LIMITS["host_arg_int64"]
 
 
 class ModuleFormatError(ValueError):
@@ -77,11 +86,21 @@ class Arch:
 
 @dataclasses.dataclass(frozen=True)
 class Image:
-  """One compiled form of a kernel: a cubin for one arch, or PTX."""
+  """One compiled form of a kernel: a cubin for one arch, PTX, or a CuTe DSL object (with the DSL release
+  that made it and the kinds of its host function's arguments)."""
 
   kind: ImageKind
   arch: Arch
   data: bytes
+  dsl_version: str = ""
+  host_arg_kinds: tuple[int, ...] = ()
+
+  def payload(self) -> bytes:
+    if self.kind != ImageKind.CUTE:
+      return self.data
+    version = self.dsl_version.encode("ascii")
+    return b"".join([struct.pack("<I", len(version)), version, struct.pack("<I", len(self.host_arg_kinds)),
+                     struct.pack(f"<{len(self.host_arg_kinds)}I", *self.host_arg_kinds), self.data])
 
   def __repr__(self) -> str:
     return f"Image({self.kind.name.lower()}, {self.arch}, {len(self.data)} bytes)"
@@ -101,6 +120,11 @@ class ParsedModule:
     return bool(self.flags & FLAG_PDL_WAIT)
 
   @property
+  def cute(self) -> bool:
+    """Its images are CuTe DSL objects, launched by their own host function."""
+    return any(i.kind == ImageKind.CUTE for i in self.images)
+
+  @property
   def nvshmem(self) -> bool:
     """The kernel calls NVSHMEM: launched only by NVSHMEM calls, after the runtime started NVSHMEM."""
     return bool(self.flags & FLAG_NVSHMEM)
@@ -111,9 +135,10 @@ def serialize(module: ParsedModule) -> bytes:
   symbol = module.symbol.encode("utf-8")
   parts = [_HEADER.pack(MAGIC, FORMAT_VERSION, module.flags, len(module.images), len(symbol)), symbol]
   for image in module.images:
+    payload = image.payload()
     parts.append(_IMAGE.pack(int(image.kind), image.arch.number, _SUFFIXES.index(image.arch.suffix), 0,
-                             len(image.data)))
-    parts.append(image.data)
+                             len(payload)))
+    parts.append(payload)
   data = b"".join(parts)
   parse(data)  # the runtime would refuse it later, on a GPU: refuse it now
   return data
@@ -125,8 +150,11 @@ def parse(data: bytes) -> ParsedModule:
     symbol, images, flags = core.parse_module(bytes(data))
   except ValueError as e:
     raise ModuleFormatError(str(e)) from None
-  return ParsedModule(symbol, tuple(Image(ImageKind(kind), Arch(arch, _SUFFIXES[suffix]), blob)
-                                    for kind, arch, suffix, blob in images), flags)
+  return ParsedModule(symbol, tuple(_image(*image) for image in images), flags)
+
+
+def _image(kind, arch, suffix, blob, version="", kinds=()) -> Image:
+  return Image(ImageKind(kind), Arch(arch, _SUFFIXES[suffix]), blob, version, tuple(kinds))
 
 
 def kernel_hash(module_bytes: bytes) -> bytes:

@@ -65,6 +65,10 @@ class LaunchSpec:
   # jax.export with shape polymorphism: the grid axes and integer scalars computed at run time from the
   # buffers' shapes (launch_programs.py; contract v2). `grid` and `scalar_data` then hold placeholders.
   launch_programs: tuple[int, ...] = ()
+  # A CuTe DSL kernel (the CuTe target): its host function's arguments after the stream, (kind, buffer,
+  # dimension) each, and whether XLA may put the call in a CUDA graph (cute_call's allow_cuda_graph).
+  host_args: tuple[int, ...] = ()
+  host_graph: bool = True
   # Not part of the launch: the jax.numpy function lowered instead of the
   # kernel off CUDA (fallback.py). Compared by identity.
   fallback: Any = _not_launched(default=None)
@@ -140,6 +144,8 @@ class LaunchSpec:
       attributes["launch_programs"] = list(self.launch_programs)
     if self.cost_estimate is not None:
       attributes["cost_estimate_json"] = self.cost_estimate
+    if self.host_args:
+      attributes["host_args"] = list(self.host_args)
     if self.batch_size > 1 and self.batch_grid_axis is None:
       attributes["batch_size"] = self.batch_size
       attributes["batch_strides"] = list(self.batch_strides)

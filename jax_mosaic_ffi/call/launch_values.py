@@ -218,6 +218,17 @@ def scratch_bytes(value, where: str) -> int:
   return nbytes
 
 
+def left_out(value, default) -> bool:
+  """Whether an option is at its default (None, False, nothing for a sequence, 0 for a size): what a front end
+  that does not take it lets pass, refusing any other value by the option's name."""
+  if value is None or value is False:
+    return True
+  if isinstance(default, tuple) and isinstance(value, (tuple, list)):
+    return not value
+  return (isinstance(default, int) and not isinstance(value, (bool, np.bool_)) and isinstance(value, numbers.Number)
+          and value == default)
+
+
 def flag(value, what: str, where: str) -> bool:
   if not isinstance(value, (bool, np.bool_)):
     raise LaunchError(f"{where}: {what} must be True or False, got {value!r}")

@@ -115,7 +115,8 @@ def _cuda_lowering(ctx, *operands, kernel: Kernel, out_avals, spec: LaunchSpec):
   op = mlir.custom_call(
       contract.target_name(collective=spec.collective_target,
                            nvshmem=spec.collective is not None and spec.collective.nvshmem,
-                           programs=bool(spec.launch_programs)),
+                           programs=bool(spec.launch_programs), host=bool(spec.host_args),
+                           graph=spec.host_graph),
       result_types=[mlir.aval_to_ir_type(ctx.module_context, a) for a in out_avals],
       operands=list(operands),
       backend_config={name: _ir_attribute(name, value) for name, value in attributes.items()},

@@ -132,6 +132,15 @@ def _batching_rule(args, dims, *, kernel, out_avals, spec):
   strides = [0 if (d is None and not b and i not in aliased) else _element_bytes(a, total)
              for i, (a, d, b) in enumerate(zip(new_args, dims, inner_batched))]
   strides += [_element_bytes(a, total) for a in new_out_avals]
+  if spec.host_args:  # a CuTe DSL kernel was compiled taking each buffer as aligned as XLA aligns it
+    misaligned = [b for b, s in enumerate(strides) if s % kernel.buffer_alignment]
+    if misaligned:
+      b = misaligned[0]
+      what = f"input {b}" if b < len(args) else f"output {b - len(args)}"
+      raise LaunchError(
+          f"{where}: under vmap each batch element of {what} starts {strides[b]} bytes after the last, not a "
+          f"multiple of the {kernel.buffer_alignment} bytes the CuTe DSL kernel assumes its buffers are aligned "
+          "to (TensorSpec.ptr_assumed_align). Lower it in the spec, or call the kernel in a lax.map")
   for k in kernel.aligned_params:
     buffer = spec.param_order[k] if k < len(spec.param_order) else -1
     if buffer >= 0 and strides[buffer] % ASSUMED_ALIGNMENT:

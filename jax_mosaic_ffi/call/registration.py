@@ -7,7 +7,9 @@ device, or when `register()` is called. A process that only runs a
 deserialized ``jax.export`` artifact lowers no ``mosaic_kernel``: for it, the
 first program jax lowers at all registers them (a jax.monitoring listener of
 jax's "jaxpr to MLIR module" event, which comes after a lowering and before
-its compile), once, where jax has CUDA devices.
+its compile), once, where jax has CUDA devices. Registering also tells the
+runtime where NVIDIA's CuTe DSL runtime library is (base/cute_package.py), so
+a deserialized CuTe DSL call finds it at its instantiate, which comes later.
 
 Why a bootstrap: XLA calls a record handler (which lets a kernel join a CUDA
 graph as a kernel node) only for bundles registered through the plugin's own
@@ -31,6 +33,7 @@ import numpy as np
 from jax._src.lib import xla_client
 
 from jax_mosaic_ffi.base import contract
+from jax_mosaic_ffi.base import cute_package
 from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.base import versions
 from jax_mosaic_ffi.base.native import core
@@ -79,10 +82,11 @@ def _cuda_devices():
 
 
 def _register_without_record(reason: str) -> None:
+  graph_targets = set(core.command_buffer_targets())
   for name in contract.ALL_TARGETS:
-    jax.ffi.register_ffi_target(
-        name, core.handlers(name), platform="CUDA", api_version=1,
-        traits=xla_client.CustomCallTargetTraits.COMMAND_BUFFER_COMPATIBLE)
+    traits = (xla_client.CustomCallTargetTraits.COMMAND_BUFFER_COMPATIBLE if name in graph_targets
+              else xla_client.CustomCallTargetTraits.DEFAULT)
+    jax.ffi.register_ffi_target(name, core.handlers(name), platform="CUDA", api_version=1, traits=traits)
   _state.update(done=True, record=False, message=f"registered without record handlers: {reason}")
 
 
@@ -107,6 +111,17 @@ def _run_bootstrap(device) -> None:
     raise errors.pop()  # out of the list the thread's frame holds: no cycle through it
 
 
+def publish_cute_runtime() -> bool:
+  """Tells the runtime where NVIDIA's CuTe DSL runtime library is (it opens it when a CuTe DSL call is first
+  instantiated); False where nvidia-cutlass-dsl's cu13 libraries are not installed. `register` calls it first,
+  so every path that registers (a mosaic_kernel's lowering, the first lowering of any program, jmf.register())
+  tells it, also where jax has no CUDA device."""
+  found = cute_package.runtime()
+  if found is not None:
+    core.set_cute_dsl_runtime(str(found.library), found.release)
+  return found is not None
+
+
 def register() -> bool:
   """Registers the kernel targets with the CUDA plugin, once per process.
 
@@ -114,6 +129,7 @@ def register() -> bool:
   False when there is none, in which case nothing needs registering.
   """
   global _no_cuda
+  publish_cute_runtime()
   with _lock:
     if _state["done"]:
       return True

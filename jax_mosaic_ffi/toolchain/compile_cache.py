@@ -24,6 +24,7 @@ _T = TypeVar("_T")
 class CompileStats:
   nvrtc_compiles: int = 0   # NVRTC invocations, one per target arch
   triton_compiles: int = 0  # Triton compiles, one per target arch
+  cute_compiles: int = 0    # CuTe DSL compiles (cute.compile), one per target arch
   memory_hits: int = 0      # compiles served by this cache
   disk_hits: int = 0        # compiles served by the disk cache
 
@@ -44,7 +45,7 @@ def clear_memory_cache() -> None:
 
 
 def count_compiles(compiler: str, n: int) -> None:
-  """``n`` compiles run by ``compiler`` ("nvrtc" or "triton")."""
+  """``n`` compiles run by ``compiler`` ("nvrtc", "triton" or "cute")."""
   with _lock:
     setattr(_stats, f"{compiler}_compiles", getattr(_stats, f"{compiler}_compiles") + n)
 

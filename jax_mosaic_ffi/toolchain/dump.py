@@ -59,6 +59,9 @@ def maybe_dump(kernel) -> list[pathlib.Path]:
       if image.kind == ImageKind.PTX:
         written.append(_write(folder / f"{stem}.ptx", image.data))
         continue
+      if image.kind == ImageKind.CUTE:  # an ELF object: the host launch function with the cubin inside
+        written.append(_write(folder / f"{stem}.{image.arch.sm}.o", image.data))
+        continue
       cubin = _write(folder / f"{stem}.{image.arch.sm}.cubin", image.data)
       written.append(cubin)
       tool = _cuobjdump()

@@ -83,6 +83,12 @@ class Kernel:
     hints). vmap refuses to offset them by a batch stride that breaks that."""
     return ()
 
+  @property
+  def buffer_alignment(self) -> int:
+    """The alignment (bytes) the compiled code assumes of every buffer's address (a CuTe DSL kernel's
+    assumed pointer alignment); vmap refuses batch strides that break it."""
+    return 1
+
   def __repr__(self) -> str:
     images = ", ".join(f"{i.kind.name.lower()}:{i.arch}" for i in self.images)
     return f"Kernel({self.name!r}, images=[{images}])"

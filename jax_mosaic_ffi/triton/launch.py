@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 
 import jax
 import jax.numpy as jnp
@@ -86,20 +85,12 @@ _REFUSED = {
 }
 
 
-def _left_out(value, default) -> bool:
-  """Whether an option is at its default (None, False, or 0 for a size)."""
-  if value is None or value is False:
-    return True
-  return (isinstance(default, int) and not isinstance(value, (bool, np.bool_)) and isinstance(value, numbers.Number)
-          and value == default)
-
-
 def launcher(target: TritonKernel | TritonFunction, out_shape, options: LaunchOptions):
   """The function of arrays that launches a Triton kernel (see module doc); sharding is the caller's."""
   name = target.name
   made = f"mosaic_kernel '{name}'"
   for field in dataclasses.fields(LaunchOptions):
-    if field.name not in _TAKEN and not _left_out(getattr(options, field.name), field.default):
+    if field.name not in _TAKEN and not launch_values.left_out(getattr(options, field.name), field.default):
       why = _REFUSED.get(field.name, f"{field.name}: it has no meaning for a Triton kernel yet")
       raise LaunchError(f"{made}: a Triton kernel takes no {why}")
   if options.uses_pdl not in (None, True, False):

@@ -98,7 +98,7 @@ std::string Describe(const jmf::LaunchAttributes& a) {
          "\n  scalar_sizes " + Join(a.scalar_sizes) + " scalar_data " + std::to_string(a.scalar_data.size()) +
          " bytes, poison_outputs " + Join(a.poison_outputs) + "\n  xla_replica_ids '" + Escape(a.xla_replica_ids) +
          "' symmetric '" + Escape(a.symmetric_memory_parameters) + "' hash " + std::to_string(a.kernel_hash.size()) +
-         " bytes\n";
+         " bytes\n  host_args " + Join(a.host_args) + "\n";
 }
 
 [[noreturn]] void Violation(const char* what, int line, const std::string& detail) {
@@ -713,6 +713,26 @@ void BuildLaunch(Input& in, bool collective, Attributes* attrs) {
     for (int64_t b = 0; b < num_buffers; ++b) flags += std::string(b > 0 ? "," : "") + (in.Bool() ? '1' : '0');
     attrs->SetBytes("nvshmem_symmetric", flags);
   }
+  // The CuTe target: the module's host function launches, so the call has a [1, 1, 1] launch, no parameters,
+  // scalars, tensor maps, programs or shared memory, and per host-function argument (after the stream) a
+  // buffer's address or one of its dimensions. Decided last, so that the choices above keep their meaning.
+  if (!collective && num_buffers > 0 && in.OneIn(4)) {
+    for (const char* name : {"grid", "block", "cluster"}) attrs->SetInts(name, {1, 1, 1});
+    for (const char* name : {"smem_bytes", "uses_pdl", "scalar_sizes", "scalar_data", "tensor_maps", "launch_programs",
+                             "nvshmem_symmetric"}) {
+      attrs->Named(name) = Attr();
+    }
+    attrs->SetInts("param_order", {});
+    std::vector<int64_t> host_args;
+    const int64_t args = 1 + Count(in, jmf::kMaxParams - 1);
+    for (int64_t k = 0; k < args; ++k) {
+      const bool address = in.Bool();
+      host_args.push_back(address ? jmf::kHostArgAddress : jmf::kHostArgDimension);
+      host_args.push_back(k < num_buffers && !in.OneIn(4) ? k : static_cast<int64_t>(in.Below(num_buffers)));
+      host_args.push_back(address ? 0 : in.OneIn(8) ? jmf::kMaxHostArgDimension : in.Below(5));
+    }
+    attrs->SetInts("host_args", host_args);
+  }
 }
 
 // Replaces one attribute with a value of another type, or edits its value.
@@ -997,6 +1017,26 @@ void CheckSpec(const jmf::LaunchAttributes& a, bool collective, const jmf::Launc
     }
   }
 
+  // A host launch (the CuTe target): LaunchHost fills kMaxParams slots, reading buffers.ptrs[buffer] and, for
+  // a dimension, buffers.dims[buffer][dimension] once it has checked the buffer's rank.
+  FUZZ_CHECK(s.host_launch == !a.host_args.empty());
+  FUZZ_CHECK(s.host_args.size() * jmf::kHostArgFields == (s.host_launch ? a.host_args.size() : 0));
+  if (s.host_launch) {
+    FUZZ_CHECK(!collective && !s.nvshmem && s.params.empty() && s.tensor_maps.empty() && s.programs == nullptr);
+    FUZZ_CHECK(s.grid == (std::array<uint32_t, 3>{1, 1, 1}) && s.block == s.grid && s.cluster == s.grid);
+    FUZZ_CHECK(s.smem_bytes == 0 && !s.uses_pdl);
+    FUZZ_CHECK(s.host_args.size() <= static_cast<size_t>(jmf::kMaxParams));
+    for (size_t i = 0; i < s.host_args.size(); ++i) {
+      const jmf::HostArg& h = s.host_args[i];
+      auto where = [i] { return "host_args entry " + std::to_string(i); };  // built only for a message
+      FUZZ_CHECK(h.kind == jmf::kHostArgAddress || h.kind == jmf::kHostArgDimension, where());
+      FUZZ_CHECK(h.buffer < s.num_buffers && h.dimension <= jmf::kMaxHostArgDimension, where());
+      FUZZ_CHECK(h.kind == jmf::kHostArgDimension || h.dimension == 0, where());
+      const int64_t* written = a.host_args.data() + jmf::kHostArgFields * i;
+      FUZZ_CHECK(written[0] == h.kind && written[1] == h.buffer && written[2] == h.dimension, where());
+    }
+  }
+
   FUZZ_CHECK(s.collective == collective);
   // An NVSHMEM call: plain target, one launch, one flag per buffer as written.
   FUZZ_CHECK(s.nvshmem == !a.nvshmem_symmetric.empty());
@@ -1162,7 +1202,22 @@ Layout Serialize(const jmf::ParsedModule& module) {
       PutU32(&out.bytes, v);
     }
     out.u64_fields.push_back(out.bytes.size());
-    PutU64(&out.bytes, image.data.size());
+    if (image.kind != jmf::ImageKind::kCuteObject) {
+      PutU64(&out.bytes, image.data.size());
+      out.bytes += image.data;
+      continue;
+    }
+    // A CuTe DSL object's payload: its release, its host function's argument kinds, the object.
+    PutU64(&out.bytes, 8 + image.dsl_version.size() + 4 * image.host_arg_kinds.size() + image.data.size());
+    out.u32_fields.push_back(out.bytes.size());
+    PutU32(&out.bytes, static_cast<uint32_t>(image.dsl_version.size()));
+    out.bytes += image.dsl_version;
+    out.u32_fields.push_back(out.bytes.size());
+    PutU32(&out.bytes, static_cast<uint32_t>(image.host_arg_kinds.size()));
+    for (uint32_t kind : image.host_arg_kinds) {
+      out.u32_fields.push_back(out.bytes.size());
+      PutU32(&out.bytes, kind);
+    }
     out.bytes += image.data;
   }
   return out;
@@ -1181,8 +1236,23 @@ jmf::ParsedModule BuildModule(Input& in) {
   for (size_t i = 0; i < symbol_length; ++i) module.symbol += kSymbolChars[in.Below(sizeof(kSymbolChars) - 1)];
   const size_t num_images = in.OneIn(16) ? jmf::kMaxImages - 1 + in.Below(3) : 1 + in.Below(4);
   static constexpr uint32_t kArchs[] = {90, 80, 100, 120, 89, jmf::kMinArch, jmf::kMaxArch, 75, 86, 103};
+  const bool cute = in.OneIn(3);  // a module of CuTe DSL objects (flagless), else cubins and PTX
+  if (cute) module.flags = 0;
   for (size_t i = 0; i < num_images; ++i) {
     jmf::Image image;
+    if (cute) {
+      image.kind = jmf::ImageKind::kCuteObject;
+      image.arch = Pick(in, kArchs);
+      image.suffix = static_cast<uint32_t>(in.Below(std::size(jmf::kArchSuffixes)));
+      static constexpr std::string_view kVersions[] = {"4.8.1", "4.8.0", "10.20.300rc1", "x"};
+      image.dsl_version = std::string(Pick(in, kVersions));
+      const size_t args = in.OneIn(16) ? jmf::kMaxHostArgs : in.Below(8);
+      for (size_t k = 0; k < args; ++k)
+        image.host_arg_kinds.push_back(in.Bool() ? jmf::kHostArgPointer : jmf::kHostArgInt64);
+      image.data = std::string(kElfMagic) + in.Pattern(in.Below(64));
+      module.images.push_back(std::move(image));
+      continue;
+    }
     image.kind = in.Bool() ? jmf::ImageKind::kPtx : jmf::ImageKind::kCubin;
     image.arch = in.Bool() ? static_cast<uint32_t>(jmf::kMinArch + in.Below(jmf::kMaxArch - jmf::kMinArch + 1))
                            : Pick(in, kArchs);
@@ -1268,9 +1338,15 @@ void CheckModule(const jmf::ParsedModule& module, std::string_view bytes) {
     FUZZ_CHECK(!image.data.empty());
     FUZZ_CHECK(image.arch >= jmf::kMinArch && image.arch <= jmf::kMaxArch);
     FUZZ_CHECK(image.suffix < std::size(jmf::kArchSuffixes));
-    if (image.kind == jmf::ImageKind::kCubin) {
-      FUZZ_CHECK(image.data.starts_with(kElfMagic));  // the driver reads an ELF header
-    } else {
+    FUZZ_CHECK((image.kind == jmf::ImageKind::kCuteObject) == module.cute);  // one kind of module or the other
+    if (image.kind == jmf::ImageKind::kCubin || image.kind == jmf::ImageKind::kCuteObject) {
+      FUZZ_CHECK(image.data.starts_with(kElfMagic));  // the driver (or the CuTe runtime) reads an ELF header
+    }
+    if (image.kind == jmf::ImageKind::kCuteObject) {
+      FUZZ_CHECK(!image.dsl_version.empty() && image.dsl_version.size() <= jmf::kMaxCuteVersionLength);
+      FUZZ_CHECK(image.host_arg_kinds.size() <= jmf::kMaxHostArgs);
+      for (uint32_t kind : image.host_arg_kinds) FUZZ_CHECK(kind == jmf::kHostArgPointer || kind == jmf::kHostArgInt64);
+    } else if (image.kind != jmf::ImageKind::kCubin) {
       FUZZ_CHECK(image.kind == jmf::ImageKind::kPtx);
       FUZZ_CHECK(image.data.find('\0') == std::string::npos);  // the driver reads a C string
     }
@@ -1326,7 +1402,9 @@ bool FuzzParser(Input& in, Input& edits) {
                module.images.size() == built.images.size());
     for (size_t i = 0; i < built.images.size(); ++i) {
       FUZZ_CHECK(module.images[i].kind == built.images[i].kind && module.images[i].arch == built.images[i].arch &&
-                 module.images[i].suffix == built.images[i].suffix && module.images[i].data == built.images[i].data);
+                 module.images[i].suffix == built.images[i].suffix && module.images[i].data == built.images[i].data &&
+                 module.images[i].dsl_version == built.images[i].dsl_version &&
+                 module.images[i].host_arg_kinds == built.images[i].host_arg_kinds);
     }
   }
   return ok;

@@ -1,0 +1,177 @@
+"""`cute_kernel` and `cute_call`: CuTe DSL launchers inside `jax.jit`.
+
+`cute_call` has ``cutlass.jax.cutlass_call``'s signature and behaviour, so that
+``from jax_mosaic_ffi import cute_call as cutlass_call`` is all a user changes; underneath it is a
+`mosaic_kernel` launch (cute/launch.py): compiled once ever, launched by our runtime, with vmap, autodiff
+(`jmf.differentiable`), sharding and export.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+
+from jax_mosaic_ffi.base import cute_package
+from jax_mosaic_ffi.base.errors import LaunchError
+from jax_mosaic_ffi.call.launch_options import LaunchOptions
+from jax_mosaic_ffi.cute import dsl
+from jax_mosaic_ffi.cute import launch as cute_launch
+from jax_mosaic_ffi.cute.kernel import CuteFunction
+
+
+def _name(fn) -> str:
+  name = getattr(fn, "__name__", None) or type(fn).__name__
+  return "lambda" if name == "<lambda>" else name
+
+
+def cute_kernel(fn: Callable[..., None], *, input_spec=None, output_spec=None, use_static_tensors: bool = False,
+                compile_options: str | None = None, compile_key=None, targets=None, allow_cuda_graph: bool = True,
+                batch_mode: int | None = None, **constexprs) -> CuteFunction:
+  """A CuTe DSL launcher for `mosaic_kernel`.
+
+  ``fn`` is a ``@cute.jit`` function (or any callable that calls one) taking ``(stream, *inputs, *outputs,
+  **constexprs)``: each array arrives as a ``cute.Tensor``. It is compiled with ``cute.compile`` per
+  specialization when a call is traced, once ever (the compile cache keeps the object on disk)::
+
+      @cute.jit
+      def add_one(stream, x: cute.Tensor, y: cute.Tensor, *, BLOCK: cutlass.Constexpr):
+        ...  # add_one_kernel(x, y).launch(grid=..., block=(BLOCK, 1, 1), stream=stream)
+
+      f = jmf.mosaic_kernel(jmf.cute_kernel(add_one, BLOCK=256), jax.ShapeDtypeStruct(x.shape, x.dtype))
+      y = jax.jit(f)(x)
+
+  Args:
+    fn: the launcher.
+    input_spec, output_spec: ``cutlass.jax.TensorSpec`` per tensor (mode, static, divisibility,
+      ptr_assumed_align), as `cute_call` takes them.
+    use_static_tensors: compile every tensor's shape and strides in.
+    compile_options: more ``cute.compile`` options (``"--opt-level 3"``).
+    compile_key: a stable value that identifies the launcher's code and state: the cache then keys on it
+      instead of reading the code (cute/fingerprint.py).
+    targets: archs to compile for (default: the visible GPUs', arch-specific: ``sm_90a``).
+    allow_cuda_graph: False keeps the call out of XLA's CUDA graphs.
+    batch_mode: for a launcher whose tensors take a batch mode (as the DSL's GEMM examples take (M, K, L)): the
+      mode position of that batch in every tensor (``2``, or ``-1`` for the last). Each tensor then has it: of
+      extent 1 in a plain call, and the whole batch under ``jax.vmap``, which makes one call (inputs vmap does
+      not batch are broadcast to the batch). The arrays keep their own shapes: ``(M, K)`` arrays reach the
+      launcher as ``(M, K, 1)`` tensors. Without it, ``vmap`` runs the launcher once per batch element.
+    **constexprs: keyword arguments passed to ``fn`` as compile-time constants.
+
+  Raises:
+    CuteUnavailable: nvidia-cutlass-dsl is missing or of an unsupported release.
+  """
+  dsl.check_release(cute_package.compiler_release())
+  if not callable(fn):
+    raise TypeError(f"cute_kernel needs a @cute.jit launcher (a callable), got {type(fn).__name__}")
+  if batch_mode is not None and (isinstance(batch_mode, bool) or not isinstance(batch_mode, int)):
+    raise TypeError(f"cute_kernel: batch_mode is a mode position (an int, -1 for the last), got {batch_mode!r}")
+  return CuteFunction(fn, _name(fn), input_spec, output_spec, bool(use_static_tensors), tuple(constexprs.items()),
+                      compile_options, compile_key, None if targets is None else tuple(targets),
+                      bool(allow_cuda_graph), batch_mode=batch_mode)
+
+
+def _aliases(aliases) -> tuple[tuple[int, int], ...]:
+  if aliases is None:
+    return ()
+  if not isinstance(aliases, Mapping):
+    raise TypeError("input_output_aliases must be a mapping")
+  out = []
+  for i, o in aliases.items():
+    if isinstance(i, tuple) or isinstance(o, tuple):
+      raise NotImplementedError("input_output_aliases by jax KeyPath is not supported by jax_mosaic_ffi's cute_call "
+                                "yet; alias top-level inputs and outputs that are single arrays by index")
+    try:
+      i, o = operator.index(i), operator.index(o)
+    except TypeError:
+      raise TypeError("input_output_aliases maps input indices to output indices (ints)") from None
+    if i < 0 or o < 0:
+      raise ValueError(f"input_output_aliases indices must be nonnegative; got {i}: {o}")
+    out.append((i, o))
+  if len({i for i, _ in out}) != len(out) or len({o for _, o in out}) != len(out):
+    raise ValueError("input_output_aliases names an input or an output twice")
+  return tuple(sorted(out))
+
+
+def cute_call(fn: Callable[..., None], *, output_shape_dtype: Any = None, input_spec: Any = None,
+              output_spec: Any = None, input_mode: Any = None, output_mode: Any = None,
+              input_output_aliases: Mapping[Any, Any] | None = None, allow_cuda_graph: bool = True,
+              ffi_call_target: str | None = None, compile_options: str | None = None, compile_key=None,
+              use_static_tensors: bool = False, batch_mode: int | None = None, **kwargs: Any) -> Callable[..., Any]:
+  """Calls a ``@cute.jit`` launcher ``(stream, *inputs, *outputs, **kwargs)`` from JAX: ``cutlass_call``'s
+  signature and behaviour, on jax_mosaic_ffi's runtime.
+
+      @jax.jit
+      def run(a, b):
+        return jmf.cute_call(launch, output_shape_dtype=jax.ShapeDtypeStruct(a.shape, a.dtype))(a, b)
+
+  Args:
+    fn: the launcher. Inputs may be pytrees with None leaves (absent tensors).
+    output_shape_dtype: a pytree of ``jax.ShapeDtypeStruct`` (a sequence at the root: several outputs).
+    input_spec, output_spec: ``cutlass.jax.TensorSpec`` per tensor, or a pytree mirroring the inputs
+      (``input_mode`` / ``output_mode``: their deprecated names).
+    input_output_aliases: ``{input index: output index}`` of top-level single arrays.
+    allow_cuda_graph: False keeps the call out of XLA's CUDA graphs.
+    ffi_call_target: not supported (it names a target of NVIDIA's own runtime); must be None.
+    compile_options: more ``cute.compile`` options.
+    compile_key: a stable identity of the launcher's code and state, used as the cache key's.
+    use_static_tensors: compile every tensor's shape and strides in.
+    batch_mode: the mode position of a batch every tensor of the launcher takes: ``vmap`` then makes one call
+      (see `cute_kernel`). Not part of cutlass_call's signature.
+    **kwargs: compile-time constants passed to ``fn``.
+
+  Returns:
+    A jitted callable ``(*arrays) -> outputs``.
+  """
+  if output_shape_dtype is None:
+    raise ValueError("'output_shape_dtype' must be specified.")
+  if input_spec and input_mode:
+    raise ValueError("input_spec and input_mode can not both be set. Use input_spec only as input_mode is deprecated.")
+  if output_spec and output_mode:
+    raise ValueError("output_spec and output_mode can not both be set. Use output_spec only as output_mode is "
+                     "deprecated.")
+  if ffi_call_target is not None:
+    raise LaunchError(f"cute_call: ffi_call_target={ffi_call_target!r} names a custom call of NVIDIA's cutlass_call "
+                      "runtime; jax_mosaic_ffi launches through its own targets. Leave ffi_call_target out")
+  input_spec = input_spec or input_mode
+  output_spec = output_spec or output_mode
+  aliases = _aliases(input_output_aliases)
+  kernel = cute_kernel(fn, input_spec=input_spec, output_spec=output_spec, use_static_tensors=use_static_tensors,
+                       compile_options=compile_options, compile_key=compile_key, allow_cuda_graph=allow_cuda_graph,
+                       batch_mode=batch_mode, **kwargs)
+  output_shape_dtype = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype), output_shape_dtype)
+  multiple = isinstance(output_shape_dtype, Sequence)
+  outputs = tuple(output_shape_dtype) if multiple else (output_shape_dtype,)
+  out_leaves, out_tree = jax.tree_util.tree_flatten(outputs)
+
+  @jax.jit
+  def call_wrapper(*args):
+    leaves, in_tree = jax.tree_util.tree_flatten(args, is_leaf=lambda x: x is None)
+    present = tuple(x is not None for x in leaves)
+    arrays = [x for x in leaves if x is not None]
+    flat_aliases = {}
+    for i, o in aliases:
+      if i >= len(args) or o >= len(outputs):
+        raise ValueError(f"input_output_aliases {i}: {o} is outside the {len(args)} inputs and {len(outputs)} "
+                         "outputs")
+      if not isinstance(args[i], jax.Array) or not isinstance(outputs[o], jax.ShapeDtypeStruct):
+        raise NotImplementedError("jax_mosaic_ffi's cute_call aliases top-level inputs and outputs that are single "
+                                  f"arrays; input {i} or output {o} is a pytree")
+      flat_aliases[sum(present[:_leaf_index(args, i)])] = sum(
+          len(jax.tree_util.tree_leaves(x)) for x in outputs[:o])
+    kept = tuple(x for k, x in enumerate(outputs) if k not in {o for _, o in aliases})
+    target = dataclasses.replace(kernel, input_tree=in_tree, input_present=present,
+                                 output_tree=jax.tree_util.tree_structure(kept))
+    options = LaunchOptions(grid=None, input_output_aliases=flat_aliases)
+    results = cute_launch.launcher(target, list(out_leaves), options)(*arrays)
+    output = jax.tree_util.tree_unflatten(out_tree, list(results) if isinstance(results, (tuple, list)) else [results])
+    return output if multiple else output[0]
+
+  return call_wrapper
+
+
+def _leaf_index(args, i: int) -> int:
+  """The position of input ``i``'s first leaf among all leaves (None leaves counted)."""
+  return sum(len(jax.tree_util.tree_leaves(a, is_leaf=lambda x: x is None)) for a in args[:i])

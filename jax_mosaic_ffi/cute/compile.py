@@ -1,0 +1,120 @@
+"""CuTe DSL kernels compiled once ever: `cute.compile` per specialization, through the compile cache.
+
+A specialization is a launcher and a `Plan` (cute/plan.py) for one target. It is compiled around our host
+function (cute/wrapper.py) for an explicit ``--gpu-arch`` (which needs no GPU), and the object
+``dump_to_object`` makes (host launch function plus cubin) becomes one image of a module of our format
+(kind 3, with the DSL release and the kinds of the host function's arguments). The module goes through the
+compile cache, memory then disk, keyed by: the DSL release, the target, the compile options, the plan, and
+the launcher as `fingerprint.py` reads it without tracing (or, where it cannot, the IR a trace of it
+produces, as the DSL's own cache keys it; or the caller's ``compile_key``). A warm process therefore neither
+traces nor compiles, and imports no DSL; `jax.export` carries the module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import struct
+import threading
+
+from jax_mosaic_ffi.base import cute_package
+from jax_mosaic_ffi.base import disk_cache
+from jax_mosaic_ffi.base import module_format
+from jax_mosaic_ffi.base.errors import CompileError
+from jax_mosaic_ffi.base.module_format import Arch, Image, ImageKind, ParsedModule
+from jax_mosaic_ffi.cute import dsl
+from jax_mosaic_ffi.cute import fingerprint as fingerprint_lib
+from jax_mosaic_ffi.cute.kernel import CuteKernel
+from jax_mosaic_ffi.cute.plan import Plan
+from jax_mosaic_ffi.toolchain import compile_cache
+from jax_mosaic_ffi.toolchain import dump
+from jax_mosaic_ffi.toolchain.compiled import Compiled
+
+# The object's function prefix (its symbol in our module): objects load apart, so one name serves all.
+PREFIX = "jmf_cute"
+_CACHE_FORMAT = "cute-1"
+_lock = threading.Lock()  # the DSL traces into process-wide state
+
+
+def _options(target: Arch, options: str | None) -> str:
+  return f"--gpu-arch {target.sm}" + (f" {options}" if options else "")
+
+
+def _trace_key(launcher, plan: Plan, target: Arch, options: str | None) -> str:
+  """The DSL's own identity of the launcher: the IR of a trace (as cute.compile and cutlass_call key it)."""
+  cutlass, cute, cuda = dsl.modules()
+  from cutlass import compiler as cutlass_compiler  # noqa: PLC0415  (optional dependency: CuTe DSL)
+  from jax_mosaic_ffi.cute import wrapper  # noqa: PLC0415  (imports the DSL)
+  with _lock, dsl.runtime_arch(target.sm):
+    artifact = cute.compile_to(cutlass_compiler.ArtifactType.PreCompiledMlir, wrapper.host_entry, cuda.CUstream(0),
+                               *wrapper.placeholders(plan), launcher=launcher, plan=plan,
+                               options=_options(target, options))
+    return hashlib.sha256(bytes(cutlass_compiler.serialize_compilation_artifact(artifact))).hexdigest()
+
+
+def launcher_identity(launcher, plan: Plan, target: Arch, options: str | None, compile_key=None) -> str:
+  if compile_key is not None:
+    return "key:" + hashlib.sha256(repr(compile_key).encode()).hexdigest()
+  found = fingerprint_lib.fingerprint(launcher)
+  if found is not None:
+    return "code:" + found
+  return "ir:" + _trace_key(launcher, plan, target, options)
+
+
+def _compile_one(launcher, plan: Plan, target: Arch, options: str | None, name: str, where: str) -> Image:
+  cutlass, cute, cuda = dsl.modules()
+  from jax_mosaic_ffi.cute import wrapper  # noqa: PLC0415  (imports the DSL)
+  with _lock, dsl.runtime_arch(target.sm):
+    try:
+      compiled = cute.compile(wrapper.host_entry, cuda.CUstream(0), *wrapper.placeholders(plan), launcher=launcher,
+                              plan=plan, options=_options(target, options))
+      data = compiled.dump_to_object(PREFIX)
+    except Exception as e:  # the DSL's errors are many types; each says what it found and where
+      raise CompileError(name, f"{type(e).__name__}: {str(e).rstrip()}", "", "", compiler="CuTe DSL",
+                         what=f"'{name}' for {target.sm} (called at {where})") from None
+  compile_cache.count_compiles("cute", 1)
+  return Image(ImageKind.CUTE, target, bytes(data), cute_package.compiler_release() or "", plan.host_arg_kinds())
+
+
+def _to_bytes(kernel: CuteKernel) -> bytes:
+  header = json.dumps({"host_args": list(kernel.host_args), "alignment": kernel.alignment}).encode()
+  return struct.pack("<I", len(header)) + header + kernel.compiled.to_bytes()
+
+
+def _from_bytes(name: str, data: bytes) -> CuteKernel:
+  (length,) = struct.unpack_from("<I", data)
+  header = json.loads(data[4:4 + length])
+  host_args, alignment = header["host_args"], header["alignment"]
+  if not (isinstance(host_args, list) and all(type(v) is int for v in host_args) and type(alignment) is int):
+    raise ValueError("bad host_args")
+  compiled = Compiled.from_bytes(data[4 + length:])
+  if not compiled.parsed.cute:
+    raise ValueError("not a CuTe DSL module")
+  return CuteKernel(name, compiled, tuple(host_args), alignment)
+
+
+def compile_plan(launcher, plan: Plan, *, name: str, targets: tuple[Arch, ...], options: str | None,
+                 compile_key=None, where: str = "") -> CuteKernel:
+  """The kernel of this specialization: from memory, from disk, or compiled (once per target)."""
+  release = cute_package.compiler_release()
+  dsl.check_release(release)
+  identity = launcher_identity(launcher, plan, targets[0], options, compile_key)
+  entry_key = disk_cache.key(_CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"nvidia-cutlass-dsl {release}",
+                             identity, plan.describe(), options or "", *(t.sm for t in targets))
+
+  def decode(data: bytes) -> CuteKernel:
+    return _from_bytes(name, data)
+
+  def compile():
+    images = tuple(_compile_one(launcher, plan, t, options, name, where) for t in targets)
+    compiled = Compiled.of(ParsedModule(PREFIX, images), None)
+    return CuteKernel(name, compiled, plan.host_args(), max(t.align for t in plan.tensors)), True
+
+  found = compile_cache.cached(entry_key, compile=compile, encode=_to_bytes, decode=decode)
+  kernel = found.value
+  if kernel.name != name:  # the same code under another name (a cache hit of a twin launcher)
+    kernel = dataclasses.replace(kernel, name=name)
+  if found.source != "memory":
+    dump.maybe_dump(kernel)
+  return kernel

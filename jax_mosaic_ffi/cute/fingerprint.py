@@ -1,0 +1,187 @@
+"""A launcher's identity for the disk cache, without tracing it: its code and everything its code reaches.
+
+The DSL keys its own cache on the IR a trace produces, which costs a trace per lookup (0.1-0.2 s for a Hopper
+GEMM, as much as a quarter of its compile). This hashes instead what the trace would read: the bytecode of
+the launcher and of every function, method and class it reaches through its closure, defaults and globals
+(attribute chains on modules included), and the values of the data it reaches (numbers, strings, tuples,
+dicts, instances' attributes). The DSL itself, jax, numpy and the CUDA bindings are named, not walked: their
+releases are in the key. Anything else it cannot read (an object without attributes, a C extension's value)
+makes the fingerprint None, and the caller keys on a trace instead.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import hashlib
+import sys
+import types
+
+# Named, not walked: their release is part of every key (cute/compile.py).
+_LIBRARIES = frozenset({"cutlass", "cuda", "jax", "jaxlib", "numpy", "ml_dtypes", "builtins", "typing", "math",
+                        "functools", "operator", "dataclasses", "enum", "abc", "collections", "itertools", "inspect"})
+_MAX_DEPTH = 24
+_MAX_NODES = 20000
+
+
+class _Opaque(Exception):
+  pass
+
+
+def _user_code(fn: types.FunctionType) -> types.CodeType:
+  """The function's own code. The DSL's preprocessor replaces the ``__code__`` of each function it compiles with
+  its rewrite, keeping the user's in ``_original_code`` (which it restores from): hashing that keeps a launcher's
+  fingerprint the same before and after its first compile, so a process does not key, and compile, the same
+  specialization twice (tests/test_cute_compile.py fails if a DSL release moves it)."""
+  original = getattr(fn, "_original_code", None)
+  return original if isinstance(original, types.CodeType) else fn.__code__
+
+
+def _library(module_name: str | None) -> bool:
+  return (module_name or "").split(".")[0] in _LIBRARIES or (module_name or "") in sys.stdlib_module_names
+
+
+class _Hasher:
+  def __init__(self):
+    self.h = hashlib.sha256()
+    self.seen: dict[int, int] = {}
+    self.nodes = 0
+
+  def put(self, *parts) -> None:
+    for p in parts:
+      self.h.update(repr(p).encode())
+      self.h.update(b"\0")
+
+  def code_names(self, code: types.CodeType) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+      if isinstance(const, types.CodeType):
+        names |= self.code_names(const)
+    return names
+
+  def code(self, code: types.CodeType) -> None:
+    self.put("code", code.co_code, code.co_names, code.co_varnames, code.co_freevars, code.co_argcount,
+             code.co_kwonlyargcount, code.co_flags)
+    for const in code.co_consts:
+      if isinstance(const, types.CodeType):
+        self.code(const)
+      else:
+        self.put(type(const).__name__, const)
+
+  def visit(self, obj, depth: int = 0, names: frozenset[str] = frozenset()) -> None:
+    self.nodes += 1
+    if depth > _MAX_DEPTH or self.nodes > _MAX_NODES:
+      raise _Opaque("too deep")
+    if obj is None or isinstance(obj, (bool, int, float, complex, str, bytes)):
+      self.put(type(obj).__name__, obj)
+      return
+    if isinstance(obj, enum.Enum):
+      self.put("enum", type(obj).__module__, type(obj).__qualname__, obj.name)
+      return
+    if id(obj) in self.seen:
+      self.put("seen", self.seen[id(obj)])
+      return
+    self.seen[id(obj)] = len(self.seen)
+    if isinstance(obj, (tuple, list)):
+      self.put(type(obj).__name__, len(obj))
+      for item in obj:
+        self.visit(item, depth + 1)
+      return
+    if isinstance(obj, (set, frozenset)):
+      self.put("set", sorted(repr(x) for x in obj))
+      return
+    if isinstance(obj, dict):
+      self.put("dict", len(obj))
+      for k in sorted(obj, key=repr):
+        self.put(k)
+        self.visit(obj[k], depth + 1)
+      return
+    if isinstance(obj, types.ModuleType):
+      self.put("module", obj.__name__)
+      if _library(obj.__name__):
+        return
+      for name in sorted(names):  # mod.helper: the attributes the code names
+        if name in vars(obj):
+          self.put(name)
+          self.visit(vars(obj)[name], depth + 1, names)
+      return
+    if isinstance(obj, functools.partial):
+      self.put("partial")
+      self.visit(obj.func, depth + 1)
+      self.visit(obj.args, depth + 1)
+      self.visit(obj.keywords, depth + 1)
+      return
+    if isinstance(obj, types.MethodType):
+      self.put("method")
+      self.visit(obj.__func__, depth + 1)
+      self.visit(obj.__self__, depth + 1)
+      return
+    module = getattr(obj, "__module__", None) if isinstance(obj, (type, types.FunctionType)) else None
+    if isinstance(obj, type):
+      self.put("class", obj.__module__, obj.__qualname__)
+      if _library(obj.__module__):
+        return
+      for base in obj.__bases__:
+        self.visit(base, depth + 1)
+      for k, v in sorted(vars(obj).items()):
+        if k in ("__dict__", "__weakref__", "__doc__"):
+          continue
+        self.put(k)
+        self.visit(v.__func__ if isinstance(v, (staticmethod, classmethod)) else v, depth + 1)
+      return
+    if isinstance(obj, property):
+      self.visit(obj.fget, depth + 1)
+      return
+    if isinstance(obj, types.FunctionType):
+      self.put("function", module, obj.__qualname__)
+      wrapped = getattr(obj, "__wrapped__", None)
+      if _library(module) and wrapped is None:
+        return
+      if wrapped is not None:  # @cute.jit / @cute.kernel keep the user's function here
+        self.visit(wrapped, depth + 1)
+        if _library(module):
+          return
+      code = _user_code(obj)
+      self.code(code)
+      self.visit(obj.__defaults__, depth + 1)
+      self.visit(obj.__kwdefaults__, depth + 1)
+      for cell in obj.__closure__ or ():
+        try:
+          self.visit(cell.cell_contents, depth + 1)
+        except ValueError:  # an empty cell
+          self.put("empty cell")
+      referenced = self.code_names(code)
+      for name in sorted(referenced):
+        if name in obj.__globals__:
+          self.put("global", name)
+          self.visit(obj.__globals__[name], depth + 1, frozenset(referenced))
+      return
+    cls = type(obj)
+    if _library(cls.__module__):
+      # A DSL value (a numeric type's instance, a layout constant): its repr is its value, unless it is an address.
+      text = repr(obj)
+      if " at 0x" in text:
+        raise _Opaque(f"{cls.__module__}.{cls.__qualname__}")
+      self.put("value", cls.__module__, cls.__qualname__, text)
+      return
+    if hasattr(obj, "__dict__"):
+      self.put("instance")
+      self.visit(cls, depth + 1)
+      self.visit(dict(vars(obj)), depth + 1)
+      return
+    wrapped = getattr(obj, "__wrapped__", None)
+    if wrapped is not None:
+      self.visit(wrapped, depth + 1)
+      return
+    raise _Opaque(f"{cls.__module__}.{cls.__qualname__}")
+
+
+def fingerprint(*objects) -> str | None:
+  """A hex digest of the objects and all they reach, or None where something cannot be read."""
+  hasher = _Hasher()
+  try:
+    for obj in objects:
+      hasher.visit(obj)
+  except (_Opaque, RecursionError, TypeError):
+    return None
+  return hasher.h.hexdigest()

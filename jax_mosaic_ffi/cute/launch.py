@@ -1,0 +1,185 @@
+"""Launching a CuTe DSL launcher with `mosaic_kernel`: compiled per specialization, launched by its host function.
+
+    kernel = jmf.cute_kernel(launch)                 # @cute.jit launch(stream, a, b, c)
+    add = jmf.mosaic_kernel(kernel, jax.ShapeDtypeStruct(x.shape, x.dtype))
+    y = jax.jit(add)(x, x)
+
+No grid, block or scalars: the launcher picks its launch, and its non-tensor arguments are compile-time
+constants (``cute_kernel(launch, BLOCK=128)``, or an autotuning config's). Each traced call builds the
+`Plan` of its avals (cute/plan.py), gets the kernel from the compile cache (cute/compile.py) and binds the
+`mosaic_kernel` primitive with the plan's ``host_args``, which the lowering sends to the CuTe target. vmap
+runs the host function once per batch element (the runtime moves each buffer and reads each element's
+dimensions), unless the launcher takes a batch mode (``batch_mode=``): then every call has a leading batch
+axis on each array (of one in a plain call), the launcher's tensors take it at that mode, and vmap (nested
+ones merged) makes one call over the whole batch. Aliases, ``zero_outputs``, ``fallback``, ``sharding`` and
+autotuning ``configs`` work as for every kernel; every other option is refused by name. The launch this
+resolves goes to the call layer as a `HostLaunch` (a `CheckedLaunch`) in checked form: the user's options are
+checked once, when the launcher is made.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from jax_mosaic_ffi.base import source_location
+from jax_mosaic_ffi.base.errors import LaunchError
+from jax_mosaic_ffi.base.module_format import Arch
+from jax_mosaic_ffi.call import fallback as fallback_lib
+from jax_mosaic_ffi.call import launch_values
+from jax_mosaic_ffi.call import primitive
+from jax_mosaic_ffi.call.launch_options import CheckedLaunch, LaunchOptions
+from jax_mosaic_ffi.cute import specs as specs_lib
+from jax_mosaic_ffi.cute.compile import compile_plan
+from jax_mosaic_ffi.cute.kernel import CuteFunction
+from jax_mosaic_ffi.cute.plan import BATCH, Plan, TensorArg
+from jax_mosaic_ffi.toolchain.kernel import default_targets, parse_targets
+
+
+@dataclasses.dataclass(frozen=True)
+class HostLaunch(CheckedLaunch):
+  """A CuTe DSL launch, resolved by this front end and handed to call/ in checked form: no kernel parameters,
+  a [1, 1, 1] launch (the host function picks its own), and the host function's arguments (`host_args`)."""
+
+  host_args: tuple[int, ...] = ()
+  host_graph: bool = True
+
+  def spec(self, in_avals, call_site: str):
+    spec, out_avals, single = super().spec(in_avals, call_site)
+    # No kernel parameters: the host function takes the buffers (host_args) and launches.
+    return (dataclasses.replace(spec, param_order=(), host_args=self.host_args, host_graph=self.host_graph),
+            out_avals, single)
+
+
+# The options a CuTe DSL launch takes. Every other field of LaunchOptions must be left at its default: refused by
+# name, with why and what instead where _REFUSED says, so an option added to LaunchOptions is refused here until
+# this front end gives it a meaning (CONTRIBUTING.md).
+_TAKEN = ("input_output_aliases", "fallback", "sharding", "zero_outputs")
+_REFUSED = {
+    "grid": "grid: it picks its own launch",
+    "block": "block: it picks its own launch",
+    "cluster": "cluster: it picks its own launch",
+    "smem_bytes": "smem_bytes: it picks its own shared memory",
+    "uses_pdl": "uses_pdl: it launches its kernels itself",
+    "scalars": "scalars: pass non-tensor values as constexpr keyword arguments of jmf.cute_kernel (or configs=)",
+    "param_order": "param_order: it takes (stream, *inputs, *outputs, **constexprs)",
+    "collective": "collective: CuTe DSL kernels are not collective here",
+    "batch_grid_axis": "batch_grid_axis: under vmap the host function runs once per batch element, or once on "
+                       "the whole batch for a launcher whose tensors take a batch mode (cute_kernel(batch_mode=))",
+    "scratch_bytes": "scratch_bytes: add an output instead (zero_outputs= zeroes it)",
+    "zero_scratch": "zero_scratch: add an output and name it in zero_outputs=",
+}
+
+
+def cute_targets(targets) -> tuple[Arch, ...]:
+  """The archs to compile for: given, else the visible GPUs' (arch-specific, sm_90a, from Hopper on, as the
+  DSL compiles by default), else sm_90a."""
+  archs = parse_targets(targets) if targets is not None else default_targets()
+  return tuple(Arch(a.number, "a") if a.suffix == "" and a.number >= 90 and targets is None else a for a in archs)
+
+
+def _with_batch(t: TensorArg, batch, batch_mode: int, index: int, what: str, where: str) -> TensorArg:
+  """``t`` with a leading batch axis of extent ``batch`` in the buffer, at mode position ``batch_mode`` of the
+  launcher's view (row-major buffers: the batch is the outermost stride). A dynamic tensor reads the extent at
+  run time (plan.BATCH), so one compile serves every batch size; a static one compiles it in."""
+  rank = t.rank + 1
+  if not -rank <= batch_mode < rank:
+    raise LaunchError(f"{where}: batch_mode={batch_mode} is no mode position of {what} #{index}, whose tensor "
+                      f"has {rank} modes with the batch")
+  mode = [m + 1 for m in t.mode]
+  mode.insert(batch_mode % rank, 0)
+  return dataclasses.replace(t, shape=(batch if t.static else BATCH, *t.shape), order=tuple(reversed(range(rank))),
+                             mode=tuple(mode), divisibility=(None, *t.divisibility))
+
+
+def launcher(target: CuteFunction, out_shape, options: LaunchOptions):
+  """The function of arrays that compiles and launches a CuTe DSL launcher (see module doc)."""
+  name = target.name
+  made = f"mosaic_kernel '{name}'"
+  for field in dataclasses.fields(LaunchOptions):
+    value = getattr(options, field.name)
+    if field.name not in _TAKEN and not launch_values.left_out(value, field.default):
+      why = _REFUSED.get(field.name, f"{field.name}: it has no meaning for a CuTe DSL launcher yet")
+      raise LaunchError(f"{made}: a CuTe DSL launcher takes no {why}")
+  # The options it takes, checked once, when the launcher is made.
+  checked_aliases = launch_values.aliases(options.input_output_aliases, made)
+  aliases = dict(checked_aliases)
+  zero_outputs = launch_values.zero_outputs_option(options.zero_outputs, made)
+  fallback = fallback_lib.create(options.fallback, made)
+  targets = cute_targets(target.targets)
+  batch_mode = target.batch_mode
+
+  input_tree, input_present, output_tree = target.input_tree, target.input_present, target.output_tree
+
+  def bind(args, batched: bool):
+    """One mosaic_kernel call on ``args``; ``batched``: each has a leading batch axis, which the launcher's
+    tensors take at mode ``batch_mode``."""
+    site = source_location.current()
+    where = f"mosaic_kernel '{name}' at {site}"
+    in_avals = tuple(jax.typeof(a) for a in args)
+    element_avals = tuple(a.update(shape=a.shape[1:]) for a in in_avals) if batched else in_avals
+    shapes = launch_values.evaluate(out_shape, "out_shape", element_avals, where, follows_shapes=True)
+    out_avals, single = launch_values.out_avals(shapes, where)
+    present = tuple(input_present) if input_present is not None else (True,) * len(in_avals)
+    in_specs = specs_lib.flat_specs(target.input_spec, len(in_avals), present, "input_spec", where)
+    out_specs = specs_lib.flat_specs(target.output_spec, len(out_avals), (True,) * len(out_avals), "output_spec",
+                                     where)
+    tensors = tuple(specs_lib.tensor_arg(s, a, target.use_static_tensors, k, "input_spec", where)
+                    for k, (s, a) in enumerate(zip(in_specs, element_avals))) + tuple(
+        specs_lib.tensor_arg(s, a, target.use_static_tensors, k, "output_spec", where)
+        for k, (s, a) in enumerate(zip(out_specs, out_avals)))
+    if batched:
+      batch = in_avals[0].shape[0]
+      tensors = tuple(_with_batch(t, batch, batch_mode, k if k < len(in_avals) else k - len(in_avals),
+                                  "input_spec" if k < len(in_avals) else "output_spec", where)
+                      for k, t in enumerate(tensors))
+      out_avals = tuple(jax.core.ShapedArray((batch, *a.shape), a.dtype) for a in out_avals)
+      shapes = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in out_avals)
+      shapes = shapes[0] if single else shapes
+    for i, o in aliases.items():
+      if not (0 <= i < len(in_avals) and 0 <= o < len(out_avals)):
+        continue  # CheckedLaunch names the bad index
+      if tensors[i] != tensors[len(in_avals) + o]:
+        raise LaunchError(f"{where}: input {i} and output {o} alias, so they need the same shape, dtype and tensor "
+                          "spec")
+    kept = len(out_avals) - len(aliases)
+    plan = Plan(tensors, len(in_avals),
+                input_tree if input_tree is not None else jax.tree_util.tree_structure((0,) * len(in_avals)),
+                output_tree if output_tree is not None else jax.tree_util.tree_structure((0,) * kept),
+                present, tuple(sorted(aliases.values())), target.constexprs)
+    kernel = compile_plan(target.fn, plan, name=name, targets=targets, options=target.compile_options,
+                          compile_key=target.compile_key, where=site)
+    # What the compiled specialization and the options checked above make, in checked form: handed on, not
+    # checked again (the runtime's validator checks the attributes, as for every launch).
+    host = HostLaunch(kernel=kernel, out_shape=shapes, grid=(1, 1, 1), block=(1, 1, 1), cluster=(1, 1, 1),
+                      smem_bytes=0, uses_pdl=False, scalars=(), aliases=checked_aliases, param_order=None,
+                      collective=None, zero_outputs=zero_outputs, host_args=kernel.host_args,
+                      host_graph=target.allow_cuda_graph)
+    element_fallback = fallback.vmapped((0,) * len(args)) if batched and fallback is not None else fallback
+    return primitive.kernel_call(host, element_fallback)(*args)
+
+  if batch_mode is None:
+    return lambda *args: bind(args, False)
+
+  @jax.custom_batching.custom_vmap
+  def batched(*args):  # every array with one leading batch axis, the same for all
+    return bind(args, True)
+
+  @batched.def_vmap
+  def merged(axis_size, in_batched, *args):
+    # A batch of batches (vmap of this call, or nested vmaps): one batch, outer axis first.
+    args = [a if b else jnp.broadcast_to(a, (axis_size, *a.shape)) for a, b in zip(args, in_batched)]
+    inner = args[0].shape[1]
+    out = batched(*(a.reshape((axis_size * inner, *a.shape[2:])) for a in args))
+    out = jax.tree.map(lambda o: o.reshape((axis_size, inner, *o.shape[1:])), out)
+    return out, jax.tree.map(lambda _: True, out)
+
+  def call(*args):
+    if not args:
+      raise LaunchError(f"mosaic_kernel '{name}': a launcher with batch_mode= needs at least one input array")
+    out = batched(*(a[None] for a in args))  # one call is a batch of one
+    return jax.tree.map(lambda o: o[0], out)
+
+  return call

@@ -1,0 +1,76 @@
+"""Small CuTe DSL launchers for the CuTe tests (the DSL reads their source, so they live in a file)."""
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+
+
+@cute.kernel
+def _add_one_kernel(x: cute.Tensor, y: cute.Tensor):
+  tidx, _, _ = cute.arch.thread_idx()
+  bidx, _, _ = cute.arch.block_idx()
+  bdim, _, _ = cute.arch.block_dim()
+  i = bidx * bdim + tidx
+  if i < cute.size(x):
+    y[i] = x[i] + cutlass.Float32(1.0)
+
+
+@cute.jit
+def add_one(stream: cuda.CUstream, x: cute.Tensor, y: cute.Tensor):
+  """y = x + 1 over a 1-D float32 tensor."""
+  n = cute.size(x)
+  _add_one_kernel(x, y).launch(grid=((n + 255) // 256, 1, 1), block=(256, 1, 1), stream=stream)
+
+
+@cute.kernel
+def _axpy_kernel(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, alpha: cutlass.Float32):
+  tidx, _, _ = cute.arch.thread_idx()
+  bidx, _, _ = cute.arch.block_idx()
+  bdim, _, _ = cute.arch.block_dim()
+  i = bidx * bdim + tidx
+  m, n = a.shape
+  if i < m * n:
+    c[i // n, i % n] = alpha * a[i // n, i % n] + b[i // n, i % n]
+
+
+@cute.jit
+def axpy(stream: cuda.CUstream, a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, *, alpha: cutlass.Constexpr = 2.0,
+         threads: cutlass.Constexpr = 128):
+  """c = alpha * a + b over 2-D float32 tensors; alpha and the block size are compile-time constants."""
+  m, n = a.shape
+  _axpy_kernel(a, b, c, cutlass.Float32(alpha)).launch(grid=((m * n + threads - 1) // threads, 1, 1),
+                                                      block=(threads, 1, 1), stream=stream)
+
+
+@cute.kernel
+def _axpy_batched_kernel(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, alpha: cutlass.Float32):
+  tidx, _, _ = cute.arch.thread_idx()
+  bidx, _, _ = cute.arch.block_idx()
+  bdim, _, _ = cute.arch.block_dim()
+  i = bidx * bdim + tidx
+  m, n, batch = a.shape
+  if i < m * n * batch:
+    k, r = i // (m * n), i % (m * n)
+    c[r // n, r % n, k] = alpha * a[r // n, r % n, k] + b[r // n, r % n, k]
+
+
+@cute.jit
+def axpy_batched(stream: cuda.CUstream, a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, *,
+                 alpha: cutlass.Constexpr = 2.0, threads: cutlass.Constexpr = 128):
+  """c = alpha * a + b over (M, N, L) float32 tensors: a batch mode L last, as the DSL's GEMM examples take."""
+  m, n, batch = a.shape
+  _axpy_batched_kernel(a, b, c, cutlass.Float32(alpha)).launch(
+      grid=((m * n * batch + threads - 1) // threads, 1, 1), block=(threads, 1, 1), stream=stream)
+
+
+@cute.jit
+def scale_in_place(stream: cuda.CUstream, x: cute.Tensor):
+  """x = x + 1 in place (an aliased output: the launcher gets only the input)."""
+  n = cute.size(x)
+  _add_one_kernel(x, x).launch(grid=((n + 255) // 256, 1, 1), block=(256, 1, 1), stream=stream)
+
+
+@cute.jit
+def broken(stream: cuda.CUstream, x: cute.Tensor, y: cute.Tensor):
+  """Does not compile: a tensor has no attribute 'nope'."""
+  x.nope()

@@ -1,0 +1,404 @@
+"""CuTe DSL kernels on a machine without a GPU: compiled once ever, lowered to the CuTe target, exported.
+
+The DSL compiles for an explicit arch without a GPU (sm_90a here), so everything up to the launch runs in CI.
+"""
+
+import hashlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import cute_required  # noqa: F401  (skips without nvidia-cutlass-dsl)
+import jax_mosaic_ffi as jmf
+from jax_mosaic_ffi.base import contract
+from jax_mosaic_ffi.base import module_format
+from jax_mosaic_ffi.base.native import core
+from jax_mosaic_ffi.cute import fingerprint
+
+import cute_kernels as K
+import fresh_process
+from hlo_inspect import custom_calls
+
+from cutlass.jax import TensorSpec  # noqa: E402  (after the guard)
+
+
+def lower(fn, *avals):
+  return jax.jit(fn).trace(*avals).lower(lowering_platforms=("cuda",))
+
+
+def one_call(fn, *avals):
+  (cc,) = custom_calls(lower(fn, *avals))
+  return cc
+
+
+def test_cute_call_lowers_to_the_cute_target_with_its_object(isolated_disk_cache):
+  x = jax.ShapeDtypeStruct((1000,), jnp.float32)
+  before = jmf.kernel_cache_stats().cute_compiles
+  cc = one_call(jmf.cute_call(K.add_one, output_shape_dtype=x), x)
+  assert cc["target"] == contract.CUTE_TARGET == "jax_mosaic_ffi_cute_v1"
+  config = cc["config"]
+  assert config["kernel_hash"] == hashlib.sha256(config["module"]).digest()
+  parsed = module_format.parse(config["module"])
+  assert parsed.cute and parsed.symbol == "jmf_cute"
+  (image,) = parsed.images
+  assert image.kind == module_format.ImageKind.CUTE and image.arch.sm == "sm_90a"
+  assert image.data[:4] == b"\x7fELF"
+  assert image.dsl_version == __import__("importlib.metadata").metadata.version("nvidia-cutlass-dsl")
+  # Per buffer: its address, then each dimension (dynamic tensors, as cutlass_call's default).
+  assert config["host_args"] == [1, 0, 0, 2, 0, 0, 1, 1, 0, 2, 1, 0]
+  assert image.host_arg_kinds == (1, 2, 1, 2)
+  assert config["grid"] == config["block"] == config["cluster"] == [1, 1, 1] and config["param_order"] == []
+  assert config["kernel_name"] == b"add_one" and config["call_site"].startswith(b"test_cute_compile.py:")
+  assert jmf.kernel_cache_stats().cute_compiles - before == 1
+
+
+def test_static_tensors_take_only_their_address(isolated_disk_cache):
+  a = jax.ShapeDtypeStruct((8, 32), jnp.float32)
+  cc = one_call(jmf.cute_call(K.axpy, output_shape_dtype=a, use_static_tensors=True, alpha=3.0), a, a)
+  assert cc["config"]["host_args"] == [1, 0, 0, 1, 1, 0, 1, 2, 0]
+
+
+def test_allow_cuda_graph_false_uses_the_target_outside_graphs(isolated_disk_cache):
+  x = jax.ShapeDtypeStruct((256,), jnp.float32)
+  cc = one_call(jmf.cute_call(K.add_one, output_shape_dtype=x, allow_cuda_graph=False), x)
+  assert cc["target"] == contract.CUTE_NOGRAPH_TARGET
+  assert contract.CUTE_NOGRAPH_TARGET not in core.command_buffer_targets()
+  assert contract.CUTE_TARGET in core.command_buffer_targets()
+
+
+def test_compiled_once_per_specialization(isolated_disk_cache):
+  a = jax.ShapeDtypeStruct((8, 32), jnp.float32)
+  before = jmf.kernel_cache_stats().cute_compiles
+  for alpha in (2.0, 2.0, 5.0):
+    one_call(jmf.cute_call(K.axpy, output_shape_dtype=a, alpha=alpha), a, a)
+  assert jmf.kernel_cache_stats().cute_compiles - before == 2  # alpha 2.0 once, 5.0 once
+
+
+WARM = '''
+  import json, time
+  import jax, jax.numpy as jnp
+  import jax_mosaic_ffi as jmf
+  import cute_kernels as K
+  a = jax.ShapeDtypeStruct((64, 128), jnp.float32)
+  start = time.perf_counter()
+  f = jmf.cute_call(K.axpy, output_shape_dtype=a, alpha=1.5)
+  text = jax.jit(f).trace(a, a).lower(lowering_platforms=("cuda",)).as_text()
+  stats = jmf.kernel_cache_stats()
+  print(json.dumps({"compiles": stats.cute_compiles, "disk_hits": stats.disk_hits,
+                    "seconds": time.perf_counter() - start, "lowered": "jax_mosaic_ffi_cute_v1" in text}))
+'''
+
+
+def test_a_second_process_compiles_nothing(tmp_path):
+  env = {"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache")}
+  cold = fresh_process.run(WARM, env=env).result
+  warm = fresh_process.run(WARM, env=env).result
+  assert cold["compiles"] == 1 and cold["lowered"]
+  assert warm["compiles"] == 0 and warm["disk_hits"] == 1 and warm["lowered"]
+
+
+def test_fingerprint_follows_code_closures_and_constants():
+  def make(k):
+    return lambda stream, x, y: K.add_one(stream, x, y) if k else None
+  assert fingerprint.fingerprint(make(1)) == fingerprint.fingerprint(make(1))
+  assert fingerprint.fingerprint(make(1)) != fingerprint.fingerprint(make(2))
+  assert fingerprint.fingerprint(K.add_one) != fingerprint.fingerprint(K.axpy)
+  assert fingerprint.fingerprint(K.add_one) is not None
+
+  class Opaque:
+    __slots__ = ()
+  assert fingerprint.fingerprint(lambda s: Opaque()) is not None  # a class is read by its code
+  assert fingerprint.fingerprint(object()) is None  # nothing to read: keyed by a trace instead
+
+
+FIRST_COMPILE = '''
+  import json
+  import jax, jax.numpy as jnp
+  import jax_mosaic_ffi as jmf
+  from jax_mosaic_ffi.cute import fingerprint
+  import cute_kernels as K
+  before = fingerprint.fingerprint(K.axpy)
+  a = jax.ShapeDtypeStruct((8, 32), jnp.float32)
+  for alpha in (2.0, 2.0, 3.0):  # the DSL rewrites the launcher's code when it first compiles it
+    jax.jit(jmf.cute_call(K.axpy, output_shape_dtype=a, alpha=alpha)).trace(a, a).lower(lowering_platforms=("cuda",))
+  print(json.dumps({"same": fingerprint.fingerprint(K.axpy) == before,
+                    "compiles": jmf.kernel_cache_stats().cute_compiles}))
+'''
+
+
+def test_a_launcher_keeps_its_fingerprint_once_the_dsl_compiled_it(tmp_path):
+  # A fresh process: the first compile of K.axpy in it (the DSL rewrites a function's code in place).
+  result = fresh_process.run(FIRST_COMPILE, env={"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache")}).result
+  assert result == {"same": True, "compiles": 2}
+
+
+def test_launchers_that_cannot_be_read_are_keyed_by_a_trace(isolated_disk_cache):
+  x = jax.ShapeDtypeStruct((256,), jnp.float32)
+  opaque = object()
+
+  def launch(stream, a, b):
+    assert opaque is not None
+    K.add_one(stream, a, b)
+
+  assert fingerprint.fingerprint(launch) is None
+  cc = one_call(jmf.cute_call(launch, output_shape_dtype=x), x)
+  assert cc["target"] == contract.CUTE_TARGET
+
+
+def test_the_tensors_the_launcher_sees_are_cutlass_calls(isolated_disk_cache):
+  """Each spec gives the launcher a tensor of the very type cutlass_call's own wrapper builds."""
+  from cutlass.jax import compile as cutlass_compile
+  from cutlass.jax.primitive import _resolve_spec_flat
+  import cutlass.cute as cute
+  from jax_mosaic_ffi.cute import compile as ours, specs
+  from jax_mosaic_ffi.cute.plan import Plan
+
+  seen = []
+
+  @cute.jit
+  def launcher(stream, a, b):
+    seen.append(str(a.type))
+    seen.append(str(b.type))
+
+  cases = [((8, 16, 32), None, False), ((8, 16, 32), TensorSpec(mode=(1, 2, 0)), False),
+           ((8, 16, 32), TensorSpec(divisibility=(None, 4, 8)), False),
+           ((8, 16, 32), TensorSpec(static=True, mode=(2, 0, 1)), False), ((64,), None, True),
+           ((6, 10), TensorSpec(divisibility=2, ptr_assumed_align=16), False)]
+  for shape, spec, static in cases:
+    a, o = jnp.zeros(shape, jnp.float32), jax.ShapeDtypeStruct(shape, jnp.float32)
+    theirs_spec = cutlass_compile.build_function_spec(
+        [a], jax.tree.structure((0,)), [o], jax.tree.structure((0,)),
+        _resolve_spec_flat(None if spec is None else (spec,), [a]), _resolve_spec_flat(None, [o]), {}, None, static, {})
+    seen.clear()
+    cutlass_compile._generate_precompiled_mlir(launcher, theirs_spec)
+    theirs = list(seen)
+    tensors = (specs.tensor_arg(spec, a, static, 0, "input_spec", "t"), specs.tensor_arg(None, o, static, 0, "o", "t"))
+    plan = Plan(tensors, 1, jax.tree.structure((0,)), jax.tree.structure((0,)), (True,), (), ())
+    seen.clear()
+    ours._trace_key(launcher, plan, module_format.Arch(90, "a"), None)
+    assert seen == theirs, (shape, spec)
+  assert "div=2" in "".join(theirs)  # the types carry what the comparison must see
+
+
+def test_export_carries_the_object(isolated_disk_cache):
+  x = jax.ShapeDtypeStruct((512,), jnp.float32)
+  f = jax.jit(jmf.cute_call(K.add_one, output_shape_dtype=x))
+  exported = jax.export.export(f, platforms=["cuda"], disabled_checks=jmf.export_disabled_checks())(x)
+  back = jax.export.deserialize(exported.serialize())
+  text = back.mlir_module()
+  assert "jax_mosaic_ffi_cute_v1" in text and "host_args" in text
+
+
+def test_symbolic_shapes_export_once_for_every_size(isolated_disk_cache):
+  n, m = jax.export.symbolic_shape("32*n, 16*m")
+  a = jax.ShapeDtypeStruct((n, m), jnp.float32)
+  spec = TensorSpec(divisibility=(32, 16))
+  f = jax.jit(jmf.cute_call(K.axpy, output_shape_dtype=a, input_spec=(spec, spec), output_spec=spec))
+  exported = jax.export.export(f, platforms=["cuda"], disabled_checks=jmf.export_disabled_checks())(a, a)
+  assert "jax_mosaic_ffi_cute_v1" in exported.mlir_module()
+  with pytest.raises(jmf.LaunchError, match="symbolic"):
+    jax.export.export(jax.jit(jmf.cute_call(K.axpy, output_shape_dtype=a, use_static_tensors=True)),
+                      platforms=["cuda"], disabled_checks=jmf.export_disabled_checks())(a, a)
+
+
+def test_aliases_pytrees_and_absent_inputs(isolated_disk_cache):
+  x = jax.ShapeDtypeStruct((256,), jnp.float32)
+  cc = one_call(jmf.cute_call(K.scale_in_place, output_shape_dtype=x, input_output_aliases={0: 0}), x)
+  assert cc["config"]["host_args"][:3] == [1, 0, 0] and cc["config"]["num_outputs"] == 1
+
+  def launch(stream, pair, absent, out):
+    assert absent is None
+    K.add_one(stream, pair["a"], out)
+
+  f = jmf.cute_call(launch, output_shape_dtype=x)
+  lowered = jax.jit(lambda a, b: f({"a": a, "b": b}, None)).trace(x, x).lower(lowering_platforms=("cuda",))
+  (cc,) = custom_calls(lowered)
+  assert cc["config"]["num_inputs"] == 2
+
+
+def test_errors_name_what_to_fix(isolated_disk_cache):
+  x = jax.ShapeDtypeStruct((256,), jnp.float32)
+  with pytest.raises(jmf.CompileError, match=r"(?s)^CuTe DSL could not compile 'broken' for sm_90a.*"
+                     r"test_cute_compile.py.*nope") as failed:
+    one_call(jmf.cute_call(K.broken, output_shape_dtype=x), x)
+  assert failed.value.compiler == "CuTe DSL" and failed.value.kernel == "broken" and "nope" in failed.value.log
+  with pytest.raises(ValueError, match="output_shape_dtype"):
+    jmf.cute_call(K.add_one)
+  with pytest.raises(jmf.LaunchError, match="ffi_call_target"):
+    jmf.cute_call(K.add_one, output_shape_dtype=x, ffi_call_target="cutlass_call")
+  m = jax.ShapeDtypeStruct((4, 8), jnp.float32)
+  with pytest.raises(jmf.LaunchError, match="row-major"):
+    one_call(jmf.cute_call(K.axpy, output_shape_dtype=m, input_spec=(TensorSpec(layout=(0, 1)), None)), m, m)
+  with pytest.raises(jmf.LaunchError, match="does not divide"):
+    one_call(jmf.cute_call(K.add_one, output_shape_dtype=x, input_spec=TensorSpec(divisibility=(3,))), x)
+  with pytest.raises(jmf.LaunchError, match="takes no grid"):
+    jmf.mosaic_kernel(jmf.cute_kernel(K.add_one), x, grid=4)
+
+
+def test_mosaic_kernel_takes_a_cute_kernel(isolated_disk_cache):
+  x = jax.ShapeDtypeStruct((300,), jnp.float32)
+  f = jmf.mosaic_kernel(jmf.cute_kernel(K.add_one), x, fallback=lambda v: v + 1)
+  assert one_call(f, x)["target"] == contract.CUTE_TARGET
+  # Off CUDA the fallback runs.
+  np.testing.assert_allclose(jax.jit(f)(jnp.arange(300, dtype=jnp.float32)), np.arange(300) + 1)
+
+
+def test_autotuning_over_constexprs_times_each_config_and_keeps_a_compile_failure(isolated_disk_cache, monkeypatch,
+                                                                                   rng):
+  # The autotuner's machinery on the CPU (the configs' fallbacks timed): each config is the launcher with its
+  # constexprs, compiled on its own; one the launcher does not take fails to compile, a failure kept as lasting.
+  from jax_mosaic_ffi.transforms import autotune as autotuning
+  from jax_mosaic_ffi.transforms import tuning_failures
+  monkeypatch.setenv(autotuning.CPU_ENV, "1")
+  a, b = (rng.standard_normal((32, 128)).astype(np.float32) for _ in range(2))
+  before = jmf.kernel_cache_stats()
+  f = jmf.mosaic_kernel(jmf.cute_kernel(K.axpy, alpha=2.0), jax.ShapeDtypeStruct(a.shape, jnp.float32),
+                        fallback=lambda x, y: 2 * x + y, configs=[{"threads": 64}, {"threads": 256}, {"nope": 1}])
+  np.testing.assert_allclose(np.asarray(jax.jit(f)(a, b)), 2 * a + b, rtol=1e-6)
+  report = f.last_report
+  assert report["source"] == "tuned" and report["winner"] in (0, 1), report
+  assert all(report["table"][k]["us"] > 0 for k in (0, 1)), report
+  error = report["table"][2]["error"]
+  assert report["table"][2]["us"] is None and "CuTe DSL could not compile 'axpy'" in error, error
+  assert tuning_failures.lasting(error), error
+  assert jmf.kernel_cache_stats().cute_compiles - before.cute_compiles == 2
+  # Each config's call is its own launch: another kernel, so the autotuner keys their timings apart.
+  launches = [f._launches(k, (a, a)) for k in (0, 1)]  # noqa: SLF001
+  assert launches[0] != launches[1] and all(len(found) == 1 for found in launches), launches
+
+
+def test_vmap_lowers_one_call_that_runs_per_element(isolated_disk_cache):
+  x = jax.ShapeDtypeStruct((4, 256), jnp.float32)
+  f = jmf.cute_call(K.add_one, output_shape_dtype=jax.ShapeDtypeStruct((256,), jnp.float32))
+  (cc,) = custom_calls(jax.jit(jax.vmap(f)).trace(x).lower(lowering_platforms=("cuda",)))
+  assert cc["config"]["batch_size"] == 4 and cc["config"]["batch_strides"] == [1024, 1024]
+  odd = jmf.cute_call(K.add_one, output_shape_dtype=jax.ShapeDtypeStruct((100,), jnp.float32))
+  with pytest.raises(jmf.LaunchError, match="multiple of the 256 bytes"):
+    jax.jit(jax.vmap(odd)).trace(jax.ShapeDtypeStruct((4, 100), jnp.float32)).lower(lowering_platforms=("cuda",))
+
+
+def test_a_launcher_with_a_batch_mode_is_vmapped_into_one_call(isolated_disk_cache):
+  a = jax.ShapeDtypeStruct((8, 32), jnp.float32)
+  f = jmf.cute_call(K.axpy_batched, output_shape_dtype=a, batch_mode=-1, alpha=2.0)
+  before = jmf.kernel_cache_stats().cute_compiles
+
+  def host_args(buffers):  # per buffer (2 inputs, 1 output): its address, then 3 dimensions, the batch first
+    return [v for b in range(buffers) for v in (1, b, 0, 2, b, 0, 2, b, 1, 2, b, 2)]
+  plain = one_call(f, a, a)  # a batch of one: (8, 32) arrays are (8, 32, 1) tensors
+  assert plain["config"]["host_args"] == host_args(3) and plain["config"].get("batch_size", 1) == 1
+  for shape, in_axes in (((4, 8, 32), (0, 0)), ((7, 8, 32), (0, None))):
+    batch = jax.ShapeDtypeStruct(shape, jnp.float32)
+    (cc,) = custom_calls(lower(jax.vmap(f, in_axes=in_axes), batch, batch if in_axes[1] == 0 else a))
+    assert cc["config"]["host_args"] == host_args(3) and cc["config"].get("batch_size", 1) == 1
+  nested = jax.ShapeDtypeStruct((3, 4, 8, 32), jnp.float32)
+  (cc,) = custom_calls(lower(jax.vmap(jax.vmap(f)), nested, nested))
+  assert cc["config"].get("batch_size", 1) == 1
+  # Dynamic tensors read the batch at run time: one compile for every batch size.
+  assert jmf.kernel_cache_stats().cute_compiles - before == 1
+  with pytest.raises(jmf.LaunchError, match="batch_mode=3 is no mode position of input_spec #0"):
+    lower(jmf.cute_call(K.axpy_batched, output_shape_dtype=a, batch_mode=3), a, a)
+  with pytest.raises(TypeError, match="batch_mode is a mode position"):
+    jmf.cute_call(K.axpy_batched, output_shape_dtype=a, batch_mode="last")
+
+
+def test_a_batched_launcher_falls_back_per_batch_off_cuda(isolated_disk_cache, rng):
+  a, b = (rng.standard_normal((5, 8, 32)).astype(np.float32) for _ in range(2))
+  f = jmf.mosaic_kernel(jmf.cute_kernel(K.axpy_batched, batch_mode=2, alpha=2.0),
+                        lambda x, y: jax.ShapeDtypeStruct(x.shape, x.dtype), fallback=lambda x, y: 2 * x + y)
+  np.testing.assert_allclose(np.asarray(jax.jit(jax.vmap(f))(a, b)), 2 * a + b, rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(jax.jit(f)(a[0], b[0])), 2 * a[0] + b[0], rtol=1e-6)
+
+
+def test_each_target_compiles_whatever_arch_the_dsl_believes_it_runs_on(isolated_disk_cache):
+  # dump_to_object works only for the DSL's runtime arch (CUTE_DSL_ARCH, this GPU's, or sm_100a without one):
+  # cute/dsl.py sets it per compile. One of these two targets differs from it on any machine.
+  from cutlass.cutlass_dsl.cutlass import CuTeDSL
+  env = CuTeDSL._get_dsl().envar  # the DSL's private name that cute/dsl.py relies on: this test fails with it
+  arch = getattr(type(env), "arch", None)
+  assert isinstance(arch, property) and arch.fset and arch.fdel, "the DSL's runtime arch is no settable property"
+  runtime = env.arch
+  x = jax.ShapeDtypeStruct((512,), jnp.float32)
+  f = jmf.mosaic_kernel(jmf.cute_kernel(K.add_one, targets=["sm_90a", "sm_100a"]), x)
+  images = module_format.parse(one_call(f, x)["config"]["module"]).images
+  assert [(i.kind, i.arch.sm) for i in images] == [(module_format.ImageKind.CUTE, "sm_90a"),
+                                                   (module_format.ImageKind.CUTE, "sm_100a")]
+  assert all(i.data[:4] == b"\x7fELF" for i in images)
+  assert env.arch == runtime  # restored
+
+
+def test_the_contract_refuses_crafted_cute_calls():
+  base = {"kernel_hash": bytes(32), "grid": [1, 1, 1], "block": [1, 1, 1], "cluster": [1, 1, 1], "num_inputs": 1,
+          "num_outputs": 1, "param_order": [], "host_args": [1, 0, 0, 1, 1, 0]}
+  assert core.validate_launch(base, False)["host_launch"] is True
+  for change, message in [({"host_args": [1, 0, 0, 3, 1, 0]}, "kind 3"), ({"host_args": [1, 5, 0]}, "buffer 5"),
+                          ({"host_args": [2, 0, 64]}, "dimension 64"), ({"host_args": [1, 0]}, "3 per argument"),
+                          ({"grid": [2, 1, 1]}, "grid, block and cluster must be"),
+                          ({"param_order": [0]}, "param_order")]:
+    with pytest.raises(ValueError, match=message):
+      core.validate_launch({**base, **change}, False)
+  with pytest.raises(ValueError, match="CuTe target alone"):
+    core.validate_launch({**base, "uses_xla_collective_metadata": True, "xla_replica_ids": "0"}, True)
+
+
+def test_the_module_parser_bounds_cute_objects():
+  image = module_format.Image(module_format.ImageKind.CUTE, module_format.Arch(90, "a"), b"\x7fELF" + bytes(60),
+                              "4.8.1", (1, 2))
+  data = module_format.serialize(module_format.ParsedModule("jmf_cute", (image,)))
+  assert module_format.parse(data).images[0] == image
+  header = 8 + 16 + len(b"jmf_cute") + 24  # module header, symbol, image header
+  for cut in range(1, len(data) - header):
+    with pytest.raises(module_format.ModuleFormatError):
+      module_format.parse(data[:-cut])
+  payload = bytearray(data)
+  payload[header:header + 4] = (65).to_bytes(4, "little")  # a version longer than allowed
+  with pytest.raises(module_format.ModuleFormatError, match="DSL version"):
+    module_format.parse(bytes(payload))
+  cubin = module_format.Image(module_format.ImageKind.CUBIN, module_format.Arch(90), b"\x7fELF" + bytes(8))
+  with pytest.raises(module_format.ModuleFormatError, match="mixes"):
+    module_format.serialize(module_format.ParsedModule("jmf_cute", (image, cubin)))
+
+
+def test_missing_dsl_names_the_extra(monkeypatch):
+  from jax_mosaic_ffi.base import cute_package
+  from jax_mosaic_ffi.cute import dsl
+  monkeypatch.setattr(cute_package, "compiler_release", lambda: None)
+  with pytest.raises(jmf.CuteUnavailable, match=r"jax_mosaic_ffi\[cute\]"):
+    jmf.cute_kernel(K.add_one)
+  with pytest.raises(jmf.CuteUnavailable, match="4.9.0 is installed"):
+    dsl.check_release("4.9.0")
+
+
+def test_runtime_library_is_found_without_importing_the_dsl():
+  code = '''
+  import json, sys
+  from jax_mosaic_ffi.base import cute_package
+  found = cute_package.runtime()
+  print(json.dumps({"library": str(found.library), "release": found.release,
+                    "imported": any(m == "cutlass" or m.startswith("cutlass.") for m in sys.modules)}))
+  '''
+  result = fresh_process.run(code).result
+  assert result["library"].endswith("nvidia_cutlass_dsl/cu13/lib/libcute_dsl_runtime.so")
+  assert not result["imported"]
+
+
+def test_the_first_lowering_tells_the_runtime_where_the_library_is():
+  # A process that only deserializes a CuTe DSL export calls no jmf.register(): the registration at its first
+  # lowering (before XLA compiles, so before any instantiate) hands the runtime the library's path, without
+  # importing the DSL. Here jax has no CUDA device, so nothing is registered, but the path is handed over.
+  code = '''
+  import json, sys
+  import jax
+  import jax_mosaic_ffi as jmf
+  from jax_mosaic_ffi.base.native import core
+  before = core.cute_dsl_runtime_library()
+  jax.jit(lambda v: v + 1)(1.0)  # no mosaic_kernel in it: what a deserialized artifact's call does
+  print(json.dumps({"before": before, "after": core.cute_dsl_runtime_library(),
+                    "registration": jmf.registration.status()["message"],
+                    "imported": any(m == "cutlass" or m.startswith("cutlass.") for m in sys.modules)}))
+  '''
+  from jax_mosaic_ffi.base import cute_package
+  result = fresh_process.run(code, env={"JAX_PLATFORMS": "cpu"}).result
+  assert result["before"] == "" and result["after"] == str(cute_package.runtime().library), result
+  assert result["registration"] == "not registered: JAX has no CUDA device here" and not result["imported"], result
