@@ -36,6 +36,8 @@ myst_heading_anchors = 3
 autosummary_generate = True
 autosummary_imported_members = True
 autodoc_default_options = {"members": True, "member-order": "bysource"}
+# `mosaic_kernel(kernel, ...)`, not `jax_mosaic_ffi.mosaic_kernel(kernel, ...)`: the page says where it lives.
+add_module_names = False
 # Types of parameters go into their descriptions, where the docstring has one; signatures stay short.
 autodoc_typehints = "description"
 autodoc_typehints_description_target = "documented"
@@ -47,7 +49,7 @@ napoleon_use_rtype = False
 default_role = "py:obj"
 
 html_theme = "furo"
-html_title = f"jax_mosaic_ffi {release}"
+html_title = "jax_mosaic_ffi"
 html_static_path = ["_static"]
 html_css_files = ["custom.css"]
 html_theme_options = {
