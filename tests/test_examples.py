@@ -1,7 +1,6 @@
 """The demo runs: on the CPU through the fallbacks, on a GPU the kernel too. (The README's and the docs' code blocks:
 tests/test_docs_examples.py.)"""
 
-import os
 import re
 
 import fresh_process
