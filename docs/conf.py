@@ -64,3 +64,20 @@ pygments_dark_style = "monokai"
 # Prompts and output are not copied with the code.
 copybutton_prompt_text = r">>> |\.\.\. |\$ "
 copybutton_prompt_is_regexp = True
+
+
+def setup(app):
+  """Napoleon reads the first line of a property's or attribute's docstring as ``type: description``, which our prose
+  ("The serialized module: the bytes the custom call carries.") is not: those docstrings skip napoleon."""
+  originals = {}
+
+  def keep(app, what, name, obj, options, lines):
+    if what in ("property", "attribute", "data"):
+      originals[name] = list(lines)
+
+  def restore(app, what, name, obj, options, lines):
+    if name in originals:
+      lines[:] = originals.pop(name)
+
+  app.connect("autodoc-process-docstring", keep, priority=100)  # before napoleon (500)
+  app.connect("autodoc-process-docstring", restore, priority=900)
