@@ -236,6 +236,18 @@ class KernelCacheStats:
 
 
 def kernel_cache_stats() -> KernelCacheStats:
+  """What the caches did so far in this process: compiles, hits, parsed and loaded modules, graph nodes.
+
+  Counts since the process started (`clear_kernel_cache` empties the caches,
+  not the counts), so compare two readings around the calls of interest::
+
+    before = jmf.kernel_cache_stats()
+    y = jax.jit(call)(x)
+    compiled = jmf.kernel_cache_stats().nvrtc_compiles - before.nvrtc_compiles
+
+  Returns:
+    A `KernelCacheStats`; its docstring says what each field counts.
+  """
   compile_stats = compile_cache.stats()
   tune = autotune_lib.stats()
   return KernelCacheStats(

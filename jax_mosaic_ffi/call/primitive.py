@@ -79,6 +79,13 @@ def kernel_call(launch: CheckedLaunch, fallback: fallback_lib.Fallback | None) -
 
 mosaic_kernel_p = jax.extend.core.Primitive("mosaic_kernel")
 mosaic_kernel_p.multiple_results = True
+mosaic_kernel_p.__doc__ = """The JAX primitive of one kernel launch, bound by every `mosaic_kernel` call.
+
+It shows in jaxprs as ``mosaic_kernel``; its parameters are the kernel, the
+output avals and the checked launch. Look for it in a jaxpr
+(``jax.make_jaxpr``) or register rules for it; to launch a kernel, call
+`mosaic_kernel` instead of binding it.
+"""
 # Outside jit, a call compiles the primitive alone (jax.grad runs the forward eagerly).
 mosaic_kernel_p.def_impl(functools.partial(dispatch.apply_primitive, mosaic_kernel_p))
 

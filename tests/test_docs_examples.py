@@ -1,0 +1,234 @@
+"""Every Python code block of the README and of docs/ runs, so that no snippet rots.
+
+The blocks of one page run as a reader runs them: in order, in one namespace, in a fresh process, each from a file
+of its own whose line numbers are the page's (a traceback names the page and its line; `@triton.jit`, which reads
+its function's source, works). On the CPU, CUDA kernels run through their `fallback=` or are only lowered, as the
+pages show; where jax has a GPU, the kernels run on it.
+
+A block is marked by an HTML comment on the line before its fence (GitHub and the docs site show nothing of it):
+
+    <!-- gpu -->                  runs only where there is a GPU (a kernel without a fallback)
+    <!-- no-run: why -->          never runs: a fragment that cannot run alone (use sparingly; say why)
+
+`test_code_block_markers` lists every block not run on the CPU, as a warning in the test summary. Pages with
+expected results (`EXPECTED`) have them checked after their blocks ran.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import re
+import textwrap
+import warnings
+
+import pytest
+
+import conftest
+import fresh_process
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MARKS = ("gpu", "no-run")
+_FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
+_COMMENT = re.compile(r"^<!--(?P<body>.*)-->$")
+_PYTHON_INFO = re.compile(r"^\s*(?:python|py|\{code-block\}\s+python|\{code\}\s+python)\s*$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+  """One Python code block of a page."""
+  page: str   # relative to the repository, e.g. "docs/guides/triton_kernels.md"
+  line: int   # the first line of the code, counted from 1
+  code: str   # dedented
+  mark: str | None = None  # None: runs everywhere; "gpu"; "no-run"
+  why: str = ""
+
+  @property
+  def where(self) -> str:
+    return f"{self.page}:{self.line}"
+
+
+class MarkerError(ValueError):
+  """A comment before a Python block that is not a marker this test knows."""
+
+
+def pages() -> list[str]:
+  """The README and every Markdown page of docs/ (not autosummary's generated pages), relative to the repository."""
+  found = ["README.md"] + sorted(
+      os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "docs", "**", "*.md"), recursive=True))
+  return [p for p in found if not p.startswith(("docs/_build/", "docs/reference/generated/"))]
+
+
+def code_blocks(text: str, page: str) -> list[Block]:
+  """The Python code blocks of Markdown ``text``, with the marker of each (``page`` names it in errors)."""
+  lines = text.split("\n")
+  blocks = []
+  i = 0
+  while i < len(lines):
+    opening = _FENCE.match(lines[i])
+    if not opening:
+      i += 1
+      continue
+    indent, fence, info = opening["indent"], opening["fence"], opening["info"]
+    end = i + 1
+    while end < len(lines):
+      closing = _FENCE.match(lines[end])
+      if (closing and closing["fence"][0] == fence[0] and len(closing["fence"]) >= len(fence) and
+          not closing["info"].strip()):
+        break
+      end += 1
+    if _PYTHON_INFO.match(info):
+      body = [line[len(indent):] if line.startswith(indent) else line.lstrip() for line in lines[i + 1:end]]
+      mark, why = _marker(lines, i, page)
+      blocks.append(Block(page, i + 2, textwrap.dedent("\n".join(body)), mark, why))
+    i = end + 1
+  return blocks
+
+
+def _marker(lines: list[str], fence_index: int, page: str) -> tuple[str | None, str]:
+  """The marker on the nearest non-blank line above a fence, if that line is an HTML comment."""
+  above = fence_index - 1
+  while above >= 0 and not lines[above].strip():
+    above -= 1
+  comment = _COMMENT.match(lines[above].strip()) if above >= 0 else None
+  if not comment:
+    return None, ""
+  mark, _, why = comment["body"].strip().partition(":")
+  mark, why = mark.strip(), why.strip()
+  if mark not in MARKS:
+    raise MarkerError(f"{page}:{above + 1}: the comment before a Python block is not a marker: {lines[above].strip()}"
+                      f" (known: {', '.join(f'<!-- {m} -->' for m in MARKS)})")
+  if mark == "no-run" and not why:
+    raise MarkerError(f"{page}:{above + 1}: <!-- no-run --> needs its reason: <!-- no-run: why it cannot run -->")
+  return mark, why
+
+
+def all_blocks() -> list[Block]:
+  blocks = []
+  for page in pages():
+    with open(os.path.join(REPO, page), encoding="utf-8") as f:
+      blocks += code_blocks(f.read(), page)
+  return blocks
+
+
+# What some pages compute, checked after their blocks ran: {page: (expression over the page's namespace, giving a
+# dict of booleans that must all be True)}. A page rewritten under other names updates its line here.
+EXPECTED = {
+    "README.md": '''{
+        "y": np.array_equal(np.asarray(ns["y"]), 3 * np.asarray(ns["x"]) + 1),
+        "y_cpu": np.array_equal(np.asarray(ns["y_cpu"]), 3 * np.asarray(ns["x"]) + 1),
+        "grads": np.allclose(ns["dx"], 12 * np.asarray(ns["x"]), rtol=1e-6) and
+                 np.allclose(ns["dy"], 6 * np.asarray(ns["x"]), rtol=1e-6),
+        "jvp": np.array_equal(np.asarray(ns["t"]), np.full(ns["n"], 2, np.float32)),
+        "vmap": np.array_equal(np.asarray(ns["scaled"]), np.full((7, 1000), 3, np.float32)),
+        "sharded": np.array_equal(np.asarray(ns["ys"]), 3 * np.asarray(ns["x"])),
+        "exported for cuda": ns["exported"].platforms == ("cuda",),
+        "symbolic": np.array_equal(np.asarray(ns["z"]), 3 * np.asarray(ns["x"])[:1000]) and
+                    str(ns["exported_any_size"].out_avals[0]) == "float32[m]",
+        "custom call": ns["custom_call"].lstrip().startswith(
+                           "%0 = stablehlo.custom_call @jax_mosaic_ffi_launch_v1(%arg0, %arg1)") and
+                       all(a in ns["custom_call"] for a in ("block = array<i32: 256, 1, 1>",
+                           "grid = array<i32: 4096, 1, 1>", 'kernel_name = "axpy"')),
+    }''',
+    "docs/index.md": '''{"y": np.array_equal(np.asarray(ns["y"]), 3 * np.asarray(ns["x"]) + 1)}''',
+}
+
+RUN_PAGE = '''
+    import json, os, sys, traceback
+    import numpy as np
+    page, blocks, expected = json.loads(open(sys.argv[1]).read())
+    ns = {"__name__": "__main__"}
+    for block in blocks:
+      # A file per block, its code on the page's line numbers: tracebacks and inspect.getsource see the page.
+      path = os.path.join(os.getcwd(), page.replace("/", "-") + f"-line{block['line']}.py")
+      with open(path, "w") as f:
+        f.write("\\n" * (block["line"] - 1) + block["code"])
+      try:
+        exec(compile(open(path).read(), path, "exec"), ns)
+      except BaseException:
+        sys.stderr.write(f"\\n{page}: the block at line {block['line']} failed:\\n{traceback.format_exc()}")
+        sys.exit(1)
+    results = {k: bool(v) for k, v in eval(expected, {"np": np, "ns": ns}).items()} if expected else {}
+    print(json.dumps(results))
+'''
+
+
+def _runnable_pages() -> list[str]:
+  return sorted({b.page for b in all_blocks() if b.mark != "no-run"})
+
+
+@pytest.mark.parametrize("page", _runnable_pages())
+def test_the_code_blocks_of_the_page_run(page, tmp_path):
+  """The page's blocks, in order, in one namespace: GPU-marked ones too where jax has a GPU."""
+  has_gpu = conftest._cuda_devices()[0] > 0
+  blocks = [b for b in all_blocks() if b.page == page]
+  runs = [b for b in blocks if b.mark is None or (b.mark == "gpu" and has_gpu)]
+  script = tmp_path / "blocks.json"
+  script.write_text(json.dumps([page, [dataclasses.asdict(b) for b in runs], EXPECTED.get(page)]))
+  work = tmp_path / "work"
+  work.mkdir()
+  results = fresh_process.run(RUN_PAGE, script, cwd=work, timeout=600,
+                              env={"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache")}).result
+  assert results == dict.fromkeys(results, True), f"{page}: these results are wrong: " + ", ".join(
+      k for k, v in results.items() if not v)
+
+
+def test_code_block_markers():
+  """Every marker is one this test knows, every no-run says why; the blocks not run on the CPU are listed."""
+  blocks = all_blocks()  # raises MarkerError on an unknown marker
+  assert blocks, "no Python code block found: has the README moved?"
+  assert set(EXPECTED) <= set(_runnable_pages()), "EXPECTED names a page without runnable blocks"
+  marked = [b for b in blocks if b.mark]
+  if marked:
+    counts = ", ".join(f"{sum(b.mark == m for b in marked)} {m}" for m in MARKS)
+    warnings.warn(f"{len(marked)} of {len(blocks)} Python code blocks of the docs are not run on the CPU ({counts}): "
+                  + "; ".join(f"{b.where} {b.mark}{': ' + b.why if b.why else ''}" for b in marked), stacklevel=1)
+
+
+PAGE = '''\
+Text.
+
+```python
+a = 1
+```
+
+<!-- gpu -->
+```python
+b = a + 1
+```
+
+- a list item:
+
+  <!-- no-run: needs c -->
+  ```python
+  if True:
+    d = c
+  ```
+
+````markdown
+```python
+not_a_block()
+```
+````
+
+```bash
+echo not python
+```
+'''
+
+
+def test_code_blocks_are_found_with_their_markers_lines_and_indentation():
+  blocks = code_blocks(PAGE, "page.md")
+  assert [(b.line, b.code.strip(), b.mark, b.why) for b in blocks] == [
+      (4, "a = 1", None, ""),
+      (9, "b = a + 1", "gpu", ""),
+      (16, "if True:\n  d = c", "no-run", "needs c"),
+  ]
+
+
+@pytest.mark.parametrize("comment", ["<!-- no run: typo -->", "<!-- gpu-only -->", "<!-- no-run -->"])
+def test_a_misspelt_marker_or_a_no_run_without_reason_is_an_error(comment):
+  with pytest.raises(MarkerError, match="page.md:1"):
+    code_blocks(f"{comment}\n```python\nx = 1\n```\n", "page.md")
