@@ -88,7 +88,8 @@ print("\n".join(r for extra in sys.argv[2].split(",") for r in extras[extra]))' 
   extra_pins=()
   [ -z "${JMF_JAX:-}" ] || extra_pins=("jax==$JMF_JAX" "jaxlib==$JMF_JAX")
   [ -z "${JMF_TRITON:-}" ] || extra_pins+=("triton==$JMF_TRITON")
-  echo "== jax_mosaic_ffi is up to date in $venv; installing what the extras [$missing_extras] need (nothing is rebuilt)"
+  echo "== jax_mosaic_ffi is up to date in $venv, but this script needs the extras [$missing_extras], which the"
+  echo "   earlier install (extras [$installed_extras]) left out: installing ${requirements[*]} (nothing is rebuilt)"
   if "$venv/bin/python" -m pip install -q "${requirements[@]}" "${extra_pins[@]}"; then
     echo "$extras_union" > "$extras_file"
     installed_extras="$extras_union"

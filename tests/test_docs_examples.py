@@ -132,6 +132,11 @@ EXPECTED = {
                        all(a in ns["custom_call"] for a in ("block = array<i32: 256, 1, 1>",
                            "grid = array<i32: 4096, 1, 1>", 'kernel_name = "axpy"')),
     }''',
+    "docs/coming_from_jax_triton.md": '''{
+        "add": np.array_equal(np.asarray(ns["z"]), np.asarray(ns["x"]) + 1),
+        "grad": np.array_equal(np.asarray(ns["gx"]), np.ones(4096)) and
+                np.array_equal(np.asarray(ns["gy"]), np.ones(4096)),
+    }''',
     "docs/index.md": '''{"y": np.array_equal(np.asarray(ns["y"]), 3 * np.asarray(ns["x"]) + 1)}''',
 }
 

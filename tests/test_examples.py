@@ -22,3 +22,5 @@ def test_demo_runs(tmp_path):
     assert re.search(r"^ran on .+: matches numpy \(and the fallback\)", finished.stdout, re.M), finished.stdout
   else:
     assert "did not run the kernel" in finished.stdout and "\nran on " not in finished.stdout
+    # Said once, by the demo's last line: not also by the package's NoGpuWarning.
+    assert "NoGpuWarning" not in finished.stderr, finished.stderr

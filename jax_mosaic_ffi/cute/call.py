@@ -101,7 +101,7 @@ def cute_call(fn: Callable[..., None], *, output_shape_dtype: Any = None, input_
               ffi_call_target: str | None = None, compile_options: str | None = None, compile_key=None,
               use_static_tensors: bool = False, batch_mode: int | None = None, **kwargs: Any) -> Callable[..., Any]:
   """Calls a ``@cute.jit`` launcher ``(stream, *inputs, *outputs, **kwargs)`` from JAX: ``cutlass_call``'s
-  signature and behaviour, on jax_mosaic_ffi's runtime.
+  signature and behaviour, on jax_mosaic_ffi's runtime::
 
       @jax.jit
       def run(a, b):
