@@ -43,73 +43,89 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid=None, block=None, cluster=N
                   sharding=None, scratch_bytes=0, zero_scratch: bool = False, zero_outputs=(),
                   configs=None, autotune_key=None, autotune_default=None, has_side_effect: bool = False,
                   cost_estimate: Mapping[str, Any] | None = None) -> Callable[..., Any]:
-  """Returns a function that launches ``kernel`` on its input arrays.
+  """Returns a function that launches ``kernel`` on its input arrays, inside ``jax.jit`` or outside.
 
   The kernel's parameters are, in order: one pointer per input, one pointer
   per output, then each scalar by value (and, for a collective kernel, the
   collective metadata pointer last). ``param_order=("out0", "in0",
   "scalar0", ...)`` names another order; an input and the output it aliases
-  are one buffer, so either name passes it once.
-
-  Args:
-    kernel: from `cuda_kernel`, `ptx_kernel`, `cubin_kernel`, `triton_kernel` or `cute_kernel`.
-    out_shape: a `jax.ShapeDtypeStruct`, or a sequence of them.
-    grid, block, cluster: launch dimensions, an int or up to 3 ints.
-    smem_bytes: dynamic shared memory per block.
-    uses_pdl: launch with programmatic dependent launch (PDL) allowed. By
-      default, kernels that are safe for it (`Kernel.pdl_safe`: compiled or
-      wrapped by jax_mosaic_ffi for sm_90+) use it; False opts out. True on
-      a kernel that reads memory before ``griddepcontrol.wait`` is a race.
-    scalars: numpy scalars (any int or float width, or bool), passed by value.
-    input_output_aliases: ``{input_index: output_index}`` for in-place updates.
-    param_order: an explicit parameter order, by names ``inN``, ``outN``, ``scalarN``.
-    collective: a `Collective` for kernels that talk to their peers.
-    batch_grid_axis: ``"x"``, ``"y"`` or ``"z"`` for a kernel written to take
-      a vmap batch on that grid axis in one launch (README: vmap). By default
-      a vmapped call launches the kernel once per batch element, unchanged.
-    fallback: a jax.numpy function of the same inputs returning the same
-      outputs, run instead of the kernel off CUDA (call/fallback.py).
-    sharding: how the call may be partitioned under ``jit``:
-      `Elementwise()`, `BatchDims(...)`, `ShardingRule(...)` (transforms/sharding.py).
-    scratch_bytes: a scratch buffer of this many bytes for the kernel (split-K
-      partials, grid-wide counters): an extra output XLA allocates and the
-      call does not return, passed after the outputs or where ``param_order``
-      names ``"scratch"``. Its contents are undefined unless ``zero_scratch``.
-    zero_scratch: zero the scratch buffer before every launch.
-
-  ``param_order`` may hold `TensorMap` declarations: the kernel then gets a
-  TMA descriptor (``CUtensorMap``, 128 bytes, by value) of that input or
-  output there, built by the runtime (call/tensor_map.py).
+  are one buffer, so either name passes it once. When the call is traced,
+  each parameter's declared C++ type is checked against the array or scalar
+  passed there. :doc:`CUDA C++, PTX and cubin kernels </guides/cuda_kernels>`
+  explains each option at length.
 
   ``out_shape``, ``grid``, ``block``, ``smem_bytes`` and ``scalars`` may also
   be callables of the input avals (``grid=lambda x, y: jmf.cdiv(x.size, 256)``),
   evaluated when the call is traced, so one wrapper serves every shape.
   Under `jax.export` with symbolic shapes, ``out_shape``, ``grid`` and
   integer ``scalars`` (``jmf.dim_scalar(x.shape[0], np.int32)``) may follow
-  the symbolic sizes: the runtime computes them when the shapes are known
-  (call/launch_programs.py); ``block`` and ``smem_bytes`` stay constants.
+  the symbolic sizes: the runtime computes them when the shapes are known;
+  ``block`` and ``smem_bytes`` stay constants (:doc:`JAX transformations </guides/transformations>`).
 
-  ``zero_outputs`` (output indices, or True for all) are zeroed by the
-  runtime before every launch, for kernels that accumulate into them
-  (atomics, split-K); an aliased output cannot be zeroed.
+  Example (without a GPU, the fallback runs)::
 
-  A Triton kernel (`triton_kernel`) takes its block, shared memory and
-  cluster from Triton's metadata; its callables get ``(meta, *avals)``.
-  Under ``@triton.autotune`` / ``@triton.heuristics`` they apply per call
-  (triton/decorated.py).
+    >>> kernel = jmf.cuda_kernel(
+    ...     'extern "C" __global__ void scale(const float* x, float* y, float a, int n) {'
+    ...     '  int i = blockIdx.x * blockDim.x + threadIdx.x;'
+    ...     '  if (i < n) y[i] = a * x[i];'
+    ...     '}', "scale")
+    >>> scale = jmf.mosaic_kernel(kernel, lambda x: x, block=256,
+    ...                           grid=lambda x: jmf.cdiv(x.size, 256),
+    ...                           scalars=lambda x: (np.float32(3.0), np.int32(x.size)),
+    ...                           fallback=lambda x: 3.0 * x)
+    >>> jax.jit(scale)(jnp.ones(1000))[:3].tolist()
+    [3.0, 3.0, 3.0]
 
-  A CuTe DSL launcher (`cute_kernel`) picks its own launch: it takes no grid,
-  block, shared memory or scalars (cute/launch.py).
+  Args:
+    kernel: from `cuda_kernel`, `ptx_kernel`, `cubin_kernel`, `triton_kernel` or `cute_kernel`.
+    out_shape: a `jax.ShapeDtypeStruct`, or a sequence of them (a tuple of outputs then comes back).
+    grid, block, cluster: launch dimensions, an int or up to 3 ints. A Triton kernel takes its block,
+      shared memory and cluster from Triton's metadata, and its callables get ``(meta, *avals)``; a CuTe
+      DSL launcher picks its own launch (no grid, block, shared memory or scalars).
+    smem_bytes: dynamic shared memory per block (above 48 KiB is fine: the runtime raises the limit).
+    uses_pdl: launch with programmatic dependent launch (PDL) allowed. By
+      default, kernels that are safe for it (`Kernel.pdl_safe`: compiled or
+      wrapped by jax_mosaic_ffi for sm_90+) use it; False opts out. True on
+      a kernel that reads memory before ``griddepcontrol.wait`` is a race.
+    scalars: numpy scalars (any int or float width, or bool), passed by value; a Python number is refused
+      (its width is ambiguous).
+    input_output_aliases: ``{input_index: output_index}`` for in-place updates; donate the input
+      (``jax.jit(f, donate_argnums=...)``) and nothing is copied.
+    param_order: an explicit parameter order, by names ``inN``, ``outN``, ``scalarN`` and ``"scratch"``. It
+      may hold `TensorMap` declarations (the kernel gets a TMA descriptor, ``CUtensorMap``, of that input or
+      output, built by the runtime) and, for Triton, `TensorDescriptor` ones.
+    collective: a `Collective` for kernels that talk to their peers
+      (:doc:`collectives </guides/collectives>`).
+    batch_grid_axis: ``"x"``, ``"y"`` or ``"z"`` for a kernel written to take a vmap batch on that grid axis
+      in one launch (:doc:`vmap </guides/transformations>`). By default a vmapped call launches the kernel
+      once per batch element, unchanged.
+    fallback: a jax.numpy function of the same inputs returning the same outputs, run instead of the
+      kernel wherever the call is lowered for something other than CUDA (a CPU).
+    sharding: how the call may be partitioned under ``jit``: `Elementwise()`, `BatchDims(...)`,
+      `ShardingRule(...)`, or a callable of the input avals returning one.
+    scratch_bytes: a scratch buffer of this many bytes for the kernel (split-K
+      partials, grid-wide counters): an extra output XLA allocates and the
+      call does not return, passed after the outputs or where ``param_order``
+      names ``"scratch"``. Its contents are undefined unless ``zero_scratch``.
+    zero_scratch: zero the scratch buffer before every launch.
+    zero_outputs: output indices (or True for every unaliased one) the runtime zeroes before every launch,
+      for kernels that accumulate into them (atomics, split-K); an aliased output cannot be zeroed.
+    configs: ``[{...}, ...]`` autotunes the call (:doc:`autotuning </guides/autotuning>`): each config's
+      values reach the callables as ``meta`` (and a Triton kernel's constexprs, ``num_warps`` and
+      ``num_stages``, a CuTe DSL launcher's constexprs). A kernel under ``@triton.autotune`` /
+      ``@triton.heuristics`` brings its own.
+    autotune_key, autotune_default: `autotune`'s ``key`` and ``default``.
+    has_side_effect: keep the call when its results are unused (a kernel that prints, or writes what XLA
+      does not see).
+    cost_estimate: ``{"flops": ..., "bytes_accessed": ...}``, carried with the custom call as
+      ``cost_estimate_json``, for profilers, as jax-triton writes it.
 
-  ``configs=[{...}, ...]`` autotunes the call (transforms/autotune.py): each config's
-  values reach the callables as ``meta`` (and a Triton kernel's
-  constexprs, num_warps and num_stages); ``autotune_key`` and
-  ``autotune_default`` are `jmf.autotune`'s ``key`` and ``default``.
+  Returns:
+    A function of the input arrays returning the output array (or a tuple of them).
 
-  ``has_side_effect=True`` keeps the call when its results are unused (a
-  kernel that prints, or writes what XLA does not see); ``cost_estimate``
-  (``{"flops": ..., "bytes_accessed": ...}``) travels with the custom call as
-  ``cost_estimate_json``, for profilers, as jax-triton writes it.
+  Raises:
+    LaunchError: an option out of range or a parameter that does not match, naming the call site, the
+      kernel and what to change (at this call for fixed values, when the call is traced for callables).
   """
   options = LaunchOptions(
       grid=grid, block=block, cluster=cluster, smem_bytes=smem_bytes, uses_pdl=uses_pdl, scalars=scalars,
@@ -179,28 +195,34 @@ def _tuned(kernel, out_shape, configs, key, default, options: LaunchOptions) -> 
 
 @dataclasses.dataclass(frozen=True)
 class KernelCacheStats:
-  """What the caches did so far in this process.
+  """What the caches did so far in this process (`kernel_cache_stats` returns one).
 
-  nvrtc_compiles: NVRTC invocations (one per target arch). memory_hits /
-  disk_hits: compiles served by the in-memory or on-disk cache.
-  module_parses / parse_cache_hits: instantiate stages that parsed a module
-  or found it parsed in the runtime's cache (``kernel_builds`` and
-  ``kernel_hits`` are their old, deprecated names). cached_kernels: parsed
-  modules in that cache now. module_loads: cuModuleLoadData
-  calls. loaded_modules: CUmodules alive now, across all devices.
-  records_created: kernel launches recorded as CUDA-graph nodes by the record
-  stage (command buffers). instantiations / instantiate_seconds: instantiate
-  stages run, and the time spent in them. collective_prepares /
-  collective_initializes: prepare and initialize stages run by collective
-  call sites (XLA runs them on every execution). triton_compiles: Triton
-  compiles (one per target arch; cache hits count as memory_hits /
-  disk_hits). cute_compiles: CuTe DSL compiles (``cute.compile``, one per
-  target arch); a CuTe DSL object's runtime module counts as a module_load.
-  autotune_tunings: config spaces timed; autotune_disk_hits /
-  autotune_memory_hits: winners found on disk / in this process instead;
-  autotune_skipped: calls left untuned for want of a GPU. tensor_map_encodes:
-  TMA descriptors built (at a call site's first run on a device, then only
-  when the buffer a descriptor describes moved).
+  Counts are since the process started; compare two readings around the calls of interest.
+
+  Attributes:
+    nvrtc_compiles: NVRTC invocations (one per target arch).
+    memory_hits: compiles served by the in-memory cache.
+    disk_hits: compiles served by the on-disk cache.
+    module_parses: instantiate stages that parsed a module (``kernel_builds``: its old, deprecated name).
+    parse_cache_hits: instantiate stages that found the module parsed in the runtime's cache
+      (``kernel_hits``: its old, deprecated name).
+    cached_kernels: parsed modules in that cache now.
+    module_loads: ``cuModuleLoadData`` calls.
+    loaded_modules: CUmodules alive now, across all devices.
+    records_created: kernel launches recorded as CUDA-graph nodes by the record stage (command buffers).
+    instantiations: instantiate stages run.
+    instantiate_seconds: the time spent in them.
+    collective_prepares: prepare stages run by collective call sites (XLA runs them on every execution).
+    collective_initializes: initialize stages run by collective call sites.
+    triton_compiles: Triton compiles (one per target arch; cache hits count as memory_hits / disk_hits).
+    cute_compiles: CuTe DSL compiles (``cute.compile``, one per target arch); a CuTe DSL object's runtime
+      module counts as a module_load.
+    autotune_tunings: config spaces timed.
+    autotune_disk_hits: autotuning winners found on disk instead of timed.
+    autotune_memory_hits: autotuning winners found in this process instead of timed.
+    autotune_skipped: calls left untuned for want of a GPU.
+    tensor_map_encodes: TMA descriptors built (at a call site's first run on a device, then only when the
+      buffer a descriptor describes moved).
   """
 
   nvrtc_compiles: int
@@ -241,9 +263,11 @@ def kernel_cache_stats() -> KernelCacheStats:
   Counts since the process started (`clear_kernel_cache` empties the caches,
   not the counts), so compare two readings around the calls of interest::
 
-    before = jmf.kernel_cache_stats()
-    y = jax.jit(call)(x)
-    compiled = jmf.kernel_cache_stats().nvrtc_compiles - before.nvrtc_compiles
+    >>> source = 'extern "C" __global__ void noop(float* y) {}'
+    >>> before = jmf.kernel_cache_stats()
+    >>> kernels = [jmf.cuda_kernel(source, "noop") for _ in range(3)]
+    >>> jmf.kernel_cache_stats().memory_hits - before.memory_hits   # compiled (or read from disk) once
+    2
 
   Returns:
     A `KernelCacheStats`; its docstring says what each field counts.
@@ -267,8 +291,11 @@ def kernel_cache_stats() -> KernelCacheStats:
 def clear_kernel_cache(*, disk: bool = False) -> None:
   """Empties the in-memory caches (and the on-disk one with ``disk=True``).
 
-  Modules stay loaded on the GPU while a live executable uses them; they are
-  unloaded when the last such executable is destroyed.
+  The compile caches (NVRTC, Triton, CuTe DSL), the autotuning timings (loaded tuning files too) and the
+  runtime's parsed modules. Modules stay loaded on the GPU while a live executable uses them; they are
+  unloaded when the last such executable is destroyed. The counts of `kernel_cache_stats` are kept::
+
+    >>> jmf.clear_kernel_cache()   # the next compile reads the disk cache; disk=True empties that too
   """
   compile_cache.clear_memory_cache()
   autotune_lib.clear_memory_cache()
@@ -281,7 +308,7 @@ def export_disabled_checks() -> list:
   """The ``disabled_checks`` to pass to ``jax.export.export``.
 
   Our custom-call targets are not on JAX's list of stable custom calls;
-  their stability is ours to keep (docs/contract.md)::
+  their stability is ours to keep (:doc:`the contract </contract>`)::
 
       exported = jax.export.export(jax.jit(f), platforms=["cuda"],
                                    disabled_checks=jmf.export_disabled_checks())(x)

@@ -7,7 +7,7 @@ It holds what jax-triton 0.4's ``__all__`` holds: `triton_call` (also ``jax_mosa
 `strides_from_shape`, `TensorDescriptor` (jax-triton's, with an array for ``base``; ``jax_mosaic_ffi``'s own
 `TensorDescriptor` names an operand of ``mosaic_kernel``), ``CUSTOM_CALL_TARGET_NAME`` (the custom call these
 calls lower to), and ``__version__`` / ``__version_info__``: the jax-triton release whose API this mirrors.
-docs/coming_from_jax_triton.md has the mapping and the differences.
+:doc:`Coming from jax-triton </coming_from_jax_triton>` has the mapping and the differences.
 """
 
 from jax_mosaic_ffi.triton.call import CUSTOM_CALL_TARGET_NAME, triton_call

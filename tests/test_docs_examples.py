@@ -118,15 +118,6 @@ def all_blocks() -> list[Block]:
 EXPECTED = {
     "README.md": '''{
         "y": np.array_equal(np.asarray(ns["y"]), 3 * np.asarray(ns["x"]) + 1),
-        "y_cpu": np.array_equal(np.asarray(ns["y_cpu"]), 3 * np.asarray(ns["x"]) + 1),
-        "grads": np.allclose(ns["dx"], 12 * np.asarray(ns["x"]), rtol=1e-6) and
-                 np.allclose(ns["dy"], 6 * np.asarray(ns["x"]), rtol=1e-6),
-        "jvp": np.array_equal(np.asarray(ns["t"]), np.full(ns["n"], 2, np.float32)),
-        "vmap": np.array_equal(np.asarray(ns["scaled"]), np.full((7, 1000), 3, np.float32)),
-        "sharded": np.array_equal(np.asarray(ns["ys"]), 3 * np.asarray(ns["x"])),
-        "exported for cuda": ns["exported"].platforms == ("cuda",),
-        "symbolic": np.array_equal(np.asarray(ns["z"]), 3 * np.asarray(ns["x"])[:1000]) and
-                    str(ns["exported_any_size"].out_avals[0]) == "float32[m]",
         "custom call": ns["custom_call"].lstrip().startswith(
                            "%0 = stablehlo.custom_call @jax_mosaic_ffi_launch_v1(%arg0, %arg1)") and
                        all(a in ns["custom_call"] for a in ("block = array<i32: 256, 1, 1>",
@@ -136,6 +127,56 @@ EXPECTED = {
         "add": np.array_equal(np.asarray(ns["z"]), np.asarray(ns["x"]) + 1),
         "grad": np.array_equal(np.asarray(ns["gx"]), np.ones(4096)) and
                 np.array_equal(np.asarray(ns["gy"]), np.ones(4096)),
+    }''',
+    "docs/guides/getting_started.md": '''{
+        "y": np.array_equal(np.asarray(ns["y"]), 3 * np.asarray(ns["x"]) + 1),
+        "y_cpu": np.array_equal(np.asarray(ns["y_cpu"]), 3 * np.asarray(ns["x"]) + 1),
+        "custom call": ns["custom_call"].lstrip().startswith(
+                           "%0 = stablehlo.custom_call @jax_mosaic_ffi_launch_v1(%arg0, %arg1)") and
+                       all(a in ns["custom_call"] for a in ("block = array<i32: 256, 1, 1>",
+                           "grid = array<i32: 4096, 1, 1>", 'kernel_name = "axpy"')),
+    }''',
+    "docs/guides/cuda_kernels.md": '''{
+        "axpy": np.array_equal(np.asarray(ns["out"]), 3 * np.asarray(ns["x"])),
+        "ptx and cubin": [str(t.text) for t in ns["axpy_ptx"].param_types] == ns["signature"] and
+                         ns["axpy_cubin"].param_types == ns["axpy_ptx"].param_types,
+        "sgd": np.allclose(ns["p"], -0.1) and np.allclose(ns["v"], 1.0),
+        "count": np.asarray(ns["positives"]).tolist() == [500],
+        "tma": np.array_equal(np.asarray(ns["y"]), np.full((200, 72), 3, np.float32)),
+        "nvcc style": ns["softmax_rows"].param_types is not None,
+    }''',
+    "docs/guides/triton_kernels.md": '''{
+        "add": np.array_equal(np.asarray(ns["z"]), np.asarray(ns["x"]) + 1),
+        "decorated": np.asarray(ns["s"]).tolist() == [5000.0],
+        "descriptors": np.array_equal(np.asarray(ns["c"]), np.full((256, 384), 512, np.float16)),
+        "triton_call": np.allclose(np.asarray(ns["doubled"]), 2.5 * np.asarray(ns["x"])),
+    }''',
+    "docs/guides/transformations.md": '''{
+        "vmap": np.array_equal(np.asarray(ns["scaled"]), np.full((7, 1000), 3, np.float32)),
+        "grads": np.allclose(ns["dx"], 12 * np.asarray(ns["x"]), rtol=1e-6) and
+                 np.allclose(ns["dy"], 6 * np.asarray(ns["x"]), rtol=1e-6),
+        "jvp": np.array_equal(np.asarray(ns["t"]), np.full(ns["n"], 2, np.float32)),
+        "sharded": np.array_equal(np.asarray(ns["ys"]), 3 * np.asarray(ns["x"])),
+        "y_cpu": np.array_equal(np.asarray(ns["y_cpu"]), 3 * np.asarray(ns["x"]) + 1),
+        "exported for cuda": ns["exported"].platforms == ("cuda",),
+        "symbolic": np.array_equal(np.asarray(ns["z"]), 3 * np.asarray(ns["x"])[:1000]) and
+                    str(ns["exported_any_size"].out_avals[0]) == "float32[m]",
+    }''',
+    "docs/guides/autotuning.md": '''{
+        "y": np.array_equal(np.asarray(ns["y"]), 2 * np.asarray(ns["x"])),
+        "the first config, untimed, where there is no GPU": ns["report"]["config"] == {"BLOCK": 128, "ITEMS": 1}
+            if ns["jax"].default_backend() == "cpu" else len(ns["report"]["timed"]) == 3,
+        "tuning file": __import__("json").load(open("tuning.json"))["format"] == "jax_mosaic_ffi tuning",
+    }''',
+    "docs/guides/collectives.md": '''{
+        "all_reduce lowers": "jax_mosaic_ffi_collective_v1" in ns["lowered"].as_text(),
+        "a collective kernel": "@jax_mosaic_ffi_collective_v1" in ns["custom_call"] and
+                               "uses_xla_collective_metadata = true" in ns["custom_call"],
+        "an NVSHMEM kernel": "jax_mosaic_ffi_nvshmem_v1" in ns["lowered_nvshmem"].as_text(),
+    }''',
+    "docs/guides/errors.md": '''{
+        "the mistake's message": "scalars[1] is a Python int, whose width the kernel's parameter cannot be guessed"
+                                 in ns["message"] and "mosaic_kernel 'scale' at " in ns["message"],
     }''',
     "docs/index.md": '''{"y": np.array_equal(np.asarray(ns["y"]), 3 * np.asarray(ns["x"]) + 1)}''',
 }
@@ -178,6 +219,36 @@ def test_the_code_blocks_of_the_page_run(page, tmp_path):
                               env={"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache")}).result
   assert results == dict.fromkeys(results, True), f"{page}: these results are wrong: " + ", ".join(
       k for k, v in results.items() if not v)
+
+
+RUN_DOCSTRINGS = '''
+    import doctest, io, json
+    import jax, jax.numpy as jnp, numpy as np
+    import jax_mosaic_ffi as jmf
+    import jax_mosaic_ffi.jax_triton as jt
+    objects = [(name, getattr(jmf, name)) for name in jmf.__all__]
+    objects += [("jax_triton", jt)] + [(f"jax_triton.{name}", getattr(jt, name)) for name in jt.__all__]
+    finder = doctest.DocTestFinder()
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    report, ran = io.StringIO(), set()
+    for name, obj in objects:
+      for test in finder.find(obj, name, globs={"jax": jax, "jnp": jnp, "np": np, "jmf": jmf, "jt": jt}):
+        if test.examples and test.name not in ran:
+          ran.add(test.name)
+          runner.run(test, out=report.write)
+    failed, attempted = runner.summarize(verbose=False)
+    print(json.dumps({"failed": failed, "attempted": attempted, "ran": sorted(ran), "report": report.getvalue()}))
+'''
+
+
+def test_the_docstring_examples_run(tmp_path):
+  """Every ``>>>`` example of a public name's docstring (the reference's pages) runs and prints what it shows:
+  on the CPU through the fallbacks, the kernels too where there is a GPU."""
+  result = fresh_process.run(RUN_DOCSTRINGS, cwd=tmp_path, timeout=600,
+                             env={"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache")}).result
+  assert result["failed"] == 0, result["report"]
+  assert {"mosaic_kernel", "cuda_kernel", "differentiable", "autotune", "jax_triton.strides_from_shape"} <= set(
+      result["ran"]), result["ran"]
 
 
 def test_code_block_markers():

@@ -488,7 +488,7 @@ def test_an_exported_nvshmem_call_starts_nvshmem_in_a_fresh_process(put_kernel, 
   import jax_mosaic_ffi as jmf
   from jax_mosaic_ffi.call import nvshmem
   call = jax.export.deserialize(open(sys.argv[1] + "/put.jax_export", "rb").read())
-  jmf.register()  # a process that only deserializes registers the targets itself (README)
+  jmf.register()  # a process that only deserializes registers the targets itself (docs/guides/transformations.md)
   out, copy = call.call(np.load(sys.argv[1] + "/x.npy"))
   print(json.dumps({"out": np.asarray(out).tolist(), "copy": np.asarray(copy).tolist(), "job": nvshmem.job(),
                     "compiles": jmf.kernel_cache_stats().nvrtc_compiles}))

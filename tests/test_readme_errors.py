@@ -1,5 +1,6 @@
-"""The README's errors table, row by row: each mistake made here, on the CPU, gives exactly the message the
-table shows (the call site written as the README writes it, `model.py:12 (forward)`)."""
+"""The errors table of the docs (docs/guides/errors.md, "What each mistake says"), row by row: each mistake made
+here, on the CPU, gives exactly the message the table shows (the call site written as the table writes it,
+`model.py:12 (forward)`)."""
 
 import os
 import re
@@ -14,7 +15,7 @@ import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.base import gpu_info
 from jax_mosaic_ffi.transforms import autotune as autotuning
 
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+ERRORS_GUIDE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "guides", "errors.md")
 SITE = re.compile(r"at [\w.<>-]+:\d+ \([^)]*\)")
 
 AXPY = r'''
@@ -31,10 +32,10 @@ N = 1024
 
 
 def table_rows() -> dict[str, str]:
-  """{mistake: message} from the README's errors table."""
-  with open(README) as f:
+  """{mistake: message} from the errors guide's table."""
+  with open(ERRORS_GUIDE) as f:
     text = f.read()
-  section = text.split("\n## Errors\n", 1)[1].split("\n## ", 1)[0]
+  section = text.split("\n## What each mistake says\n", 1)[1].split("\n## ", 1)[0]
   return dict(re.findall(r"^\| (.+?) \| `(.+)` \|$", section, re.MULTILINE))
 
 
@@ -100,7 +101,7 @@ MISTAKES = {
 def message_of(mistake) -> str:
   try:
     result = mistake()
-  except Exception as e:  # noqa: BLE001  (each row's own error type is the README's business, not this test's)
+  except Exception as e:  # noqa: BLE001  (each row's own error type is the table's business, not this test's)
     result = str(e)
   assert isinstance(result, str), "the mistake raised nothing"
   return SITE.sub("at model.py:12 (forward)", result)

@@ -259,7 +259,7 @@ POISON_AND_SIZES = """
     import jax, jax.numpy as jnp, numpy as np
     import jax_mosaic_ffi as jmf
     restored = jax.export.deserialize(open(sys.argv[1], "rb").read())
-    jmf.register()  # a process that only deserializes registers the targets itself (README)
+    jmf.register()  # a process that only deserializes registers the targets itself (docs/guides/transformations.md)
     rng = np.random.default_rng(int(sys.argv[2]))
     def chain(x, y):  # six calls in a row: XLA puts them in one command buffer
       outs = []

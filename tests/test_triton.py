@@ -304,7 +304,7 @@ def test_a_warm_process_and_an_exported_artifact_run_without_triton(rng, isolate
     import jax, numpy as np
     import jax_mosaic_ffi as jmf
     x = np.load(sys.argv[1] + "/x.npy")
-    jmf.register()  # what a process that only runs artifacts does (README: jax.export)
+    jmf.register()  # what a process that only runs artifacts does (docs/guides/transformations.md, jax.export)
     exported = jax.export.deserialize(open(sys.argv[1] + "/add.jax_export", "rb").read())
     ok_export = bool(np.allclose(np.asarray(exported.call(x, x)), 2 * x))
     loaded_triton = "triton" in sys.modules

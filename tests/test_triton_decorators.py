@@ -344,25 +344,26 @@ def test_mistakes_in_decorated_calls_are_named(isolated_disk_cache):
                             scalars=lambda meta, x: (np.int32(x.size // meta["BLOCK"]), np.float32(1))), f32(1000))
 
 
-def readme_example(tmp_path, run: bool):
-  """The README's decorated-kernel example as a module (@triton.jit reads its source from a file); without a GPU
-  its last line, which runs the call, is left out."""
-  readme = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")).read()
-  section = readme.split("#### Decorated Triton kernels")[1]
+def docs_example(tmp_path, run: bool):
+  """The decorated-kernel example of docs/guides/triton_kernels.md as a module (@triton.jit reads its source from a
+  file); without a GPU its last line, which runs the call, is left out."""
+  guide = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "guides",
+                       "triton_kernels.md")
+  section = open(guide).read().split("\n## Decorated Triton kernels\n")[1]
   block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
   assert block.rstrip().splitlines()[-1].startswith("s = jax.jit(total)(")
   if not run:
     block = "\n".join(block.rstrip().splitlines()[:-1])
-  path = tmp_path / "readme_decorated.py"
+  path = tmp_path / "docs_decorated.py"
   path.write_text("import jax, jax.numpy as jnp, numpy as np\nimport jax_mosaic_ffi as jmf\n" + block + "\n")
-  spec = importlib.util.spec_from_file_location("readme_decorated", path)
+  spec = importlib.util.spec_from_file_location("docs_decorated", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
 
 
-def test_the_readme_example_compiles_and_lowers(tmp_path, isolated_disk_cache):
-  example = readme_example(tmp_path, run=False)
+def test_the_docs_example_compiles_and_lowers(tmp_path, isolated_disk_cache):
+  example = docs_example(tmp_path, run=False)
   (cc,) = custom_calls(untuned(example.total, f32(5000)))
   assert cc["config"]["zero_outputs"] == [0] and cc["config"]["grid"] == [20, 1, 1]   # the first config: 256
   assert last_decision()["config"]["EVEN"] is False
@@ -441,7 +442,7 @@ def test_restore_value_timing_never_writes_the_callers_arrays(rng, isolated_disk
 
 
 @gpu
-def test_the_readme_example_runs(tmp_path, isolated_disk_cache):
-  example = readme_example(tmp_path, run=True)
+def test_the_docs_example_runs(tmp_path, isolated_disk_cache):
+  example = docs_example(tmp_path, run=True)
   np.testing.assert_array_equal(np.asarray(example.s), [5000.0])
   assert timed(decision("sum_all", np.ones(5000, np.float32)), 2)

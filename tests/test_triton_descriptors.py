@@ -464,31 +464,32 @@ def test_descriptors_follow_moving_buffers_in_and_out_of_command_buffers(rng, tm
   assert result["encodes"] >= 36  # each of the twelve calls' three maps at least once
 
 
-def _readme_example(tmp_path, a, b, run: bool):
-  """The README's descriptor example, written to a file (Triton reads a kernel's source from its file)."""
+def _docs_example(tmp_path, a, b, run: bool):
+  """The descriptor example of docs/guides/triton_kernels.md (its block that defines matmul_call; the block before
+  it makes the docs' own a and b), written to a file (Triton reads a kernel's source from its file)."""
   import re
   import runpy
-  text = open(os.path.join(os.path.dirname(TESTS), "README.md")).read()
-  section = text.split("### Triton tensor descriptors")[1].split("\n### ")[0]
-  (block,) = re.findall(r"```python\n(.*?)```", section, re.S)
+  text = open(os.path.join(os.path.dirname(TESTS), "docs", "guides", "triton_kernels.md")).read()
+  section = text.split("\n## Tensor descriptors\n")[1].split("\n## ")[0]
+  (block,) = [b for b in re.findall(r"```python\n(.*?)```", section, re.S) if "matmul_call = " in b]
   if not run:
     block = block.replace("c = jax.jit(matmul_call)(a, b)", "")
-  path = tmp_path / "readme_descriptors.py"
+  path = tmp_path / "docs_descriptors.py"
   path.write_text("import jax, jax.numpy as jnp, numpy as np, triton, triton.language as tl\n"
                   "import jax_mosaic_ffi as jmf\n" + block)
   return runpy.run_path(str(path), init_globals={"a": a, "b": b})
 
 
-def test_the_readme_example_lowers(isolated_disk_cache, tmp_path):
-  namespace = _readme_example(tmp_path, None, None, run=False)
+def test_the_docs_example_lowers(isolated_disk_cache, tmp_path):
+  namespace = _docs_example(tmp_path, None, None, run=False)
   cfg = config(namespace["matmul_call"], f16(256, 512), f16(512, 384))
   winner = jmf.autotune_report()[-1]["config"]  # the first config without a GPU; the faster one with
   assert len(maps(cfg)) == 3 and cfg["block"] == [32 * winner["num_warps"], 1, 1]
 
 
 @gpu
-def test_the_readme_example_runs(isolated_disk_cache, tmp_path, rng):
+def test_the_docs_example_runs(isolated_disk_cache, tmp_path, rng):
   a, b = _rand(rng, (300, 256), np.float16), _rand(rng, (256, 200), np.float16)
-  c = _readme_example(tmp_path, a, b, run=True)["c"]
+  c = _docs_example(tmp_path, a, b, run=True)["c"]
   np.testing.assert_allclose(np.asarray(c).astype(np.float32), a.astype(np.float32) @ b.astype(np.float32),
                              rtol=2e-2, atol=0.25)

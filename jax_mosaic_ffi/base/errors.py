@@ -10,16 +10,41 @@ import re
 
 
 class LaunchError(ValueError):
-  """A `mosaic_kernel` call that cannot launch as written."""
+  """A `mosaic_kernel` call that cannot launch as written.
+
+  A dtype or width that does not match the kernel's parameter, an option out of range, a value the runtime
+  refuses: the message names the call site, the kernel and what to change (:doc:`errors </guides/errors>`
+  shows each). Fixed values are checked when the call is made, callables of the avals when it is traced::
+
+    >>> kernel = jmf.cuda_kernel('extern "C" __global__ void fill(float* y, int n) {}', "fill")
+    >>> try:
+    ...   jmf.mosaic_kernel(kernel, jax.ShapeDtypeStruct((8,), jnp.float32), grid=1, block=8, scalars=(8,))
+    ... except jmf.LaunchError as e:
+    ...   print(e)
+    mosaic_kernel 'fill' at ...: scalars[0] is a Python int, ...; pass np.int32(...) or np.int64(...)
+  """
 
 
 class CompileError(RuntimeError):
-  """NVRTC (or Triton, or CuTe DSL) refused the source. The message carries its log with line numbers.
+  """A compiler (NVRTC, Triton or the CuTe DSL) refused a kernel's source.
 
-  ``advice`` is what the compiler's caller knows about the log (nvcc habits NVRTC does not share).
-  ``message``, when the caller knows the mistake exactly (a misspelt kernel name), replaces the log in
-  the message; ``log`` keeps it. ``compiler`` names the compiler that refused it; ``what`` says what was
-  compiled (default: "kernel '<kernel>'"), e.g. with the config it was compiled with.
+  The message names the kernel and carries the compiler's log, the source lines the log names and, for
+  habits of nvcc code that NVRTC does not share, one line of advice::
+
+    >>> try:
+    ...   jmf.cuda_kernel('extern "C" __global__ void broken(float* y) { y[0] = undefined; }', "broken")
+    ... except jmf.CompileError as e:
+    ...   print(str(e).splitlines()[0])
+    NVRTC could not compile kernel 'broken':
+
+  Attributes:
+    kernel: the kernel's name.
+    log: the compiler's whole log.
+    compiler: the compiler that refused it: ``"NVRTC"``, ``"Triton"`` or ``"CuTe DSL"``.
+
+  The compilers construct it: ``advice`` is what the caller knows about the log; ``message``, when the
+  caller knows the mistake exactly (a misspelt kernel name), replaces the log in the message; ``what``
+  says what was compiled (default: "kernel '<kernel>'"), e.g. with the config it was compiled with.
   """
 
   def __init__(self, kernel: str, log: str, source: str, filename: str, advice: str | None = None,
@@ -44,19 +69,37 @@ class CompileError(RuntimeError):
 
 
 class AutotuneError(RuntimeError):
-  """No config of an autotuned call could be compiled and run."""
+  """No config of an autotuned call could be compiled and run.
+
+  Raised by `autotune` (and ``mosaic_kernel(..., configs=...)``) when every config failed to compile, lower
+  or launch; the message lists each config with its error (:doc:`autotuning </guides/autotuning>`). A
+  config that fails while others work is only skipped and reported.
+  """
 
 
 class TritonUnavailable(ImportError):
-  """Triton is not installed, or not a supported version."""
+  """Triton is not installed, or not a supported version.
+
+  Raised by `triton_kernel` and `triton_call`; the message names the supported range (``>=3.6,<3.10``).
+  ``pip install 'jax_mosaic_ffi[triton]'`` installs a supported Triton.
+  """
 
 
 class CuteUnavailable(ImportError):
-  """CuTe DSL (nvidia-cutlass-dsl) is missing or of an unsupported release: ``pip install 'jax_mosaic_ffi[cute]'``."""
+  """The CuTe DSL (nvidia-cutlass-dsl) is missing or of an unsupported release.
+
+  Raised by `cute_kernel` and `cute_call`. ``pip install 'jax_mosaic_ffi[cute]'`` installs a supported
+  release.
+  """
 
 
 class NvshmemUnavailable(ImportError):
-  """NVSHMEM is not installed (or not a supported release), or could not be started."""
+  """NVSHMEM is not installed (or not a supported release), or could not be started.
+
+  Raised when a kernel that calls NVSHMEM is compiled without it (``pip install 'jax_mosaic_ffi[nvshmem]'``
+  installs a supported release), or when NVSHMEM fails to start at the first launch
+  (:doc:`collectives and NVSHMEM </guides/collectives>`).
+  """
 
 
 def who(kernel, call_site: str) -> str:

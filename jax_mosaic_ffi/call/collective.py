@@ -37,7 +37,15 @@ class Collective:
       host or many: the PEs are the processes of the ``jax.distributed`` job
       (one GPU each), the ``symmetric`` buffers (default: every one) are
       staged through NVSHMEM's symmetric heap, and the kernel takes no
-      metadata pointer. docs/collectives.md, "NVSHMEM".
+      metadata pointer.
+
+  The kernel includes ``<jax_mosaic_ffi/collective.cuh>`` and takes ``const jmf::CollectiveMetadata*
+  meta`` last (``jmf::rank``, ``jmf::num_peers``, ``jmf::peer_ptr``, ``jmf::exit_barrier``); the call
+  runs inside ``shard_map`` (:doc:`collectives and NVSHMEM </guides/collectives>`)::
+
+    call = jmf.mosaic_kernel(kernel, jax.ShapeDtypeStruct(x.shape, x.dtype), grid=128, block=256,
+                             scalars=(np.int64(x.size),), collective=jmf.Collective("x"))
+    summed = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
   """
 
   axis_name: str | tuple[str, ...]

@@ -45,7 +45,14 @@ def dim_scalar(value, dtype=np.int32):
 
   On concrete shapes it is ``np.int32(x.shape[0])``. On symbolic ones (`jax.export` with shape
   polymorphism), where ``np.int32(...)`` cannot be computed, the runtime computes it when the exported
-  function is called, and refuses a value that does not fit the dtype.
+  function is called, and refuses a value that does not fit the dtype
+  (:doc:`symbolic shapes </guides/transformations>`)::
+
+    >>> jmf.dim_scalar(1000, np.int32)
+    np.int32(1000)
+    >>> (m,) = jax.export.symbolic_shape("m")
+    >>> jmf.dim_scalar(m, np.int32)     # computed by the runtime when the size is known
+    DimScalar(value=m, dtype=dtype('int32'))
   """
   dtype = np.dtype(dtype)
   if dtype.kind not in "iu":

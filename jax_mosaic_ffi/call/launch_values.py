@@ -23,7 +23,11 @@ from jax_mosaic_ffi.call.launch_programs import DimScalar, placeholder_scalar
 
 def cdiv(a: int, b: int) -> int:
   """Ceiling division, for grids: ``cdiv(n, 256)`` blocks of 256 cover n. A symbolic size
-  (jax.export with shape polymorphism) gives a symbolic expression, computed by the runtime."""
+  (jax.export with shape polymorphism) gives a symbolic expression, computed by the runtime.
+
+    >>> jmf.cdiv(1000, 256)
+    4
+  """
   if is_symbolic_dim(a) or is_symbolic_dim(b):
     return (a + b - 1) // b if isinstance(b, (int, np.integer)) and b > 0 else -(-a // b)
   return -(-int(a) // int(b))

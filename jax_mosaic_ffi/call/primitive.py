@@ -84,7 +84,12 @@ mosaic_kernel_p.__doc__ = """The JAX primitive of one kernel launch, bound by ev
 It shows in jaxprs as ``mosaic_kernel``; its parameters are the kernel, the
 output avals and the checked launch. Look for it in a jaxpr
 (``jax.make_jaxpr``) or register rules for it; to launch a kernel, call
-`mosaic_kernel` instead of binding it.
+`mosaic_kernel` instead of binding it::
+
+  >>> kernel = jmf.cuda_kernel('extern "C" __global__ void copy(const float* x, float* y) {}', "copy")
+  >>> copy = jmf.mosaic_kernel(kernel, lambda x: x, grid=1, block=8)
+  >>> [e.primitive for e in jax.make_jaxpr(copy)(jnp.ones(8)).eqns] == [jmf.mosaic_kernel_p]
+  True
 """
 # Outside jit, a call compiles the primitive alone (jax.grad runs the forward eagerly).
 mosaic_kernel_p.def_impl(functools.partial(dispatch.apply_primitive, mosaic_kernel_p))
@@ -199,7 +204,7 @@ def _no_derivative(primals, tangents, *, kernel, spec, **_):
   raise TypeError(
       f"{who(kernel, spec.call_site)} has no derivative: JAX cannot see inside a hand-written "
       "kernel. Attach one with jmf.differentiable(forward, bwd=..., residuals=(...)), whose backward (and "
-      "jvp) can be other mosaic_kernel calls; the README's Transformations section shows how.")
+      "jvp) can be other mosaic_kernel calls; docs/guides/transformations.md (grad and jvp) shows how.")
 
 
 ad.primitive_jvps[mosaic_kernel_p] = _no_derivative

@@ -125,8 +125,14 @@ def publish_cute_runtime() -> bool:
 def register() -> bool:
   """Registers the kernel targets with the CUDA plugin, once per process.
 
-  Returns True when a CUDA backend exists (and the targets are registered),
-  False when there is none, in which case nothing needs registering.
+  Rarely needed: the first program jax lowers registers them, also in a process that only deserializes
+  and runs a `jax.export` artifact. Calling it does that at once::
+
+    >>> registered = jmf.register()   # False where there is no CUDA backend: nothing needs registering
+
+  Returns:
+    True when a CUDA backend exists (and the targets are registered), False when there is none.
+    ``jmf.registration.status()`` says whether CUDA-graph record handlers were registered, and why not.
   """
   global _no_cuda
   publish_cute_runtime()

@@ -94,6 +94,18 @@ class TensorMap:
       must be 1); both or neither. The view must lie inside the buffer.
     round_f32_to_tf32: a float32 operand is read as TF32 (the copy rounds
       each element), for TF32 tensor-core math.
+
+  Declared in ``param_order``, where the kernel takes a ``const __grid_constant__ CUtensorMap``
+  (``jmf::TensorMap`` of ``<jax_mosaic_ffi/tma.cuh>``) by value; the runtime encodes it when the call
+  first runs on a device, and again only when the buffer moved::
+
+    scale_tiles = jmf.mosaic_kernel(
+        kernel, lambda x: x, grid=lambda x: (jmf.cdiv(x.shape[1], 32), jmf.cdiv(x.shape[0], 32)), block=128,
+        param_order=(jmf.TensorMap("in0", box=(32, 32), swizzle=128),   # 32 floats: the swizzle span
+                     jmf.TensorMap("out0", box=(32, 32), swizzle=128), "scalar0"),
+        scalars=(np.float32(3.0),))
+
+  :doc:`TMA descriptors </guides/cuda_kernels>` has the whole kernel.
   """
 
   operand: str
@@ -132,7 +144,7 @@ class TensorMap:
     return f"TensorMap({self.operand!r}, box={self.box})"
 
   def record(self, buffer: int, aval, where: str) -> list[int]:
-    """The `tensor_maps` attribute's fields for this map over `aval` (docs/contract.md)."""
+    """The ``tensor_maps`` attribute's fields for this map over ``aval`` (:doc:`the contract </contract>`)."""
     name = f"{where}: param_order entry {self}"
     shape, rank = tuple(aval.shape), len(aval.shape)
     if self.shape is not None:

@@ -50,7 +50,7 @@ def cute_kernel(fn: Callable[..., None], *, input_spec=None, output_spec=None, u
     use_static_tensors: compile every tensor's shape and strides in.
     compile_options: more ``cute.compile`` options (``"--opt-level 3"``).
     compile_key: a stable value that identifies the launcher's code and state: the cache then keys on it
-      instead of reading the code (cute/fingerprint.py).
+      instead of reading the code.
     targets: archs to compile for (default: the visible GPUs', arch-specific: ``sm_90a``).
     allow_cuda_graph: False keeps the call out of XLA's CUDA graphs.
     batch_mode: for a launcher whose tensors take a batch mode (as the DSL's GEMM examples take (M, K, L)): the

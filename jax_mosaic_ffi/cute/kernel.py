@@ -10,8 +10,9 @@ from jax_mosaic_ffi.toolchain.kernel import Kernel
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class CuteKernel(Kernel):
-  """A `Kernel` whose module holds CuTe DSL objects; ``host_args`` are its host function's arguments after
-  the stream, as the contract's (kind, buffer, dimension) triples (cute/plan.py)."""
+  """A `Kernel` whose module holds CuTe DSL objects (``cute.compile``'s output, one per target), made when a
+  `CuteFunction`'s call is traced; ``host_args`` are its host function's arguments after the stream, as
+  the contract's (kind, buffer, dimension) triples."""
 
   host_args: tuple[int, ...] = ()
   alignment: int = 256  # the largest address alignment its tensors assume (TensorSpec.ptr_assumed_align)
@@ -24,7 +25,9 @@ class CuteKernel(Kernel):
 @dataclasses.dataclass(frozen=True, eq=False)
 class CuteFunction:
   """A ``@cute.jit`` launcher ``(stream, *inputs, *outputs, **constexprs)`` with how to compile it; compiled
-  per specialization (shapes, dtypes, tensor specs, constexprs, target) when a call is traced."""
+  per specialization (shapes, dtypes, tensor specs, constexprs, target) when a call is traced.
+
+  `cute_kernel` returns one; pass it to `mosaic_kernel` (:doc:`CuTe DSL kernels </guides/cute_kernels>`)."""
 
   fn: Callable[..., None]
   name: str

@@ -23,11 +23,17 @@ DEFAULT_ARCH = Arch(90)
 class Kernel:
   """A kernel ready to launch: its module (as bytes and parsed), hash and signature.
 
-  ``name`` is what the user asked for (``"add<float>"``); ``symbol`` the
-  entry in the binary (``"_Z3addIfEvPKT_S2_PS0_i"``). ``param_sizes`` is the
-  size in bytes of each kernel parameter when the module has PTX to read it
-  from, else None; ``param_types`` each one's C++ type when known (from
-  NVRTC, a mangled symbol, or ``signature=``), else None.
+  `cuda_kernel`, `ptx_kernel` and `cubin_kernel` make one (`triton_kernel` with ``signature=`` too);
+  `mosaic_kernel` launches it. ``name`` is what the user asked for (``"add<float>"``); ``symbol`` the
+  entry in the binary (``"_Z3addIfEvPKT_S2_PS0_i"``). ``param_sizes`` is the size in bytes of each kernel
+  parameter when the module has PTX to read it from, else None; ``param_types`` each one's C++ type when
+  known (from NVRTC, a mangled symbol, or ``signature=``), else None::
+
+    >>> kernel = jmf.cuda_kernel('extern "C" __global__ void add(const float* x, float* y, int n) {}', "add")
+    >>> kernel.images          # a cubin per target, and the PTX of the first
+    (Image(cubin, sm_90, ... bytes), Image(ptx, sm_90, ... bytes))
+    >>> kernel.param_sizes, [t.text for t in kernel.param_types]
+    ((8, 8, 4), ['const float*', 'float*', 'int'])
   """
 
   name: str
@@ -141,7 +147,23 @@ def cuda_kernel(source: str, name: str, *, options: Sequence[str] = (),
                 headers: Mapping[str, str] | None = None,
                 targets: Sequence[str | int] | str | None = None, pdl: bool = True,
                 nvshmem: bool | None = None) -> Kernel:
-  """Compiles CUDA C++ with NVRTC.
+  """Compiles CUDA C++ with NVRTC, in this process: no GPU, nvcc or host compiler needed.
+
+  The compile is cached in memory and on disk (the same source, options and targets never compile twice),
+  and each parameter's C++ type is kept for `mosaic_kernel`'s checks. Templates are instantiated by name::
+
+    >>> source = '''
+    ... template <typename T, int ITEMS>
+    ... __global__ void scale(const T* x, T* y, T a, int n) {
+    ...   int i = (blockIdx.x * blockDim.x + threadIdx.x) * ITEMS;
+    ...   for (int k = 0; k < ITEMS && i + k < n; ++k) y[i + k] = a * x[i + k];
+    ... }'''
+    >>> kernel = jmf.cuda_kernel(source, "scale<float, 4>", options=["--use_fast_math"])
+    >>> [t.text for t in kernel.param_types]
+    ['const float*', 'float*', 'float', 'int']
+
+  :doc:`CUDA C++, PTX and cubin kernels </guides/cuda_kernels>` has more: the headers on the include
+  path, kernels written for nvcc, TMA descriptors.
 
   Args:
     source: the CUDA C++ text.
@@ -213,6 +235,12 @@ def ptx_kernel(ptx: str | bytes, name: str, *, pdl: bool = True, signature=None)
   ``"bfloat16*"`` and dtypes for scalars), checked against each call's
   arrays and scalars as `cuda_kernel`'s are; without it only sizes are
   checked (unless ``name`` is a mangled C++ symbol, which carries them).
+  Here the PTX NVRTC made stands in for PTX from elsewhere::
+
+    >>> made = jmf.cuda_kernel('extern "C" __global__ void add(const float* x, float* y, int n) {}', "add")
+    >>> ptx = next(image.data for image in made.images if image.kind.name == "PTX")
+    >>> jmf.ptx_kernel(ptx, "add", signature=["const float*", "float*", np.int32])
+    Kernel('add', images=[ptx:sm_90])
   """
   name = _check_name(name, "ptx_kernel")
   if not isinstance(ptx, (str, bytes)):
@@ -243,6 +271,13 @@ def cubin_kernel(images: Mapping[str | int, bytes] | bytes, name: str, *,
     signature: each parameter's type, as for `ptx_kernel`; a cubin has no
       PTX to check sizes against at trace time, so this is the only
       trace-time check of its parameters (a mangled ``name`` gives them too).
+
+  Here the cubins NVRTC made stand in for ``nvcc -cubin`` output::
+
+    >>> made = jmf.cuda_kernel('extern "C" __global__ void add(const float* x, float* y, int n) {}', "add")
+    >>> cubins = {image.arch.sm: image.data for image in made.images if image.kind.name == "CUBIN"}
+    >>> jmf.cubin_kernel(cubins, "add", signature=["const float*", "float*", "int"])
+    Kernel('add', images=[cubin:sm_90])
   """
   name = _check_name(name, "cubin_kernel")
   types = _signature(signature, name, None, "cubin_kernel")

@@ -62,6 +62,19 @@ def differentiable(fwd: Callable, *, bwd: Callable, residuals: Sequence[str] = (
                    linear: bool = False) -> Callable:
   """``fwd`` with derivatives: ``bwd`` for reverse mode, ``jvp`` (or ``linear=True``) for forward mode.
 
+  JAX cannot see inside a hand-written kernel, so its derivatives are given, as other kernel calls or any
+  JAX functions of a few saved values, the residuals (:doc:`grad and jvp </guides/transformations>`)::
+
+    >>> kernel = jmf.cuda_kernel(
+    ...     'extern "C" __global__ void square(const float* x, float* y, int n) {'
+    ...     '  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = x[i] * x[i]; }', "square")
+    >>> square = jmf.mosaic_kernel(kernel, lambda x: x, grid=lambda x: jmf.cdiv(x.size, 256), block=256,
+    ...                            scalars=lambda x: (np.int32(x.size),), fallback=lambda x: x * x)
+    >>> square_d = jmf.differentiable(square, bwd=lambda x, g: 2 * x * g, jvp=lambda x, t: 2 * x * t,
+    ...                               residuals=("in0",))        # d(x^2) = 2 x dx: keeps x
+    >>> jax.grad(lambda x: square_d(x).sum())(jnp.arange(3.0)).tolist()
+    [0.0, 2.0, 4.0]
+
   Args:
     fwd: arrays in, one array or a tuple of arrays out; typically a
       `mosaic_kernel` call.
@@ -72,6 +85,10 @@ def differentiable(fwd: Callable, *, bwd: Callable, residuals: Sequence[str] = (
     jvp: ``jvp(*residuals, *tangents)`` -> the tangents of the
       floating-point outputs. Makes `jax.jvp` work.
     linear: ``fwd`` is linear in its inputs, so its JVP is ``fwd`` itself.
+
+  Returns:
+    A function like ``fwd`` that `jax.grad`, `jax.vjp`, `jax.jvp` (with ``jvp`` or ``linear``), `jax.vmap`
+    and `jax.checkpoint` accept in any nesting; second derivatives are refused.
   """
   where = f"jmf.differentiable({getattr(fwd, '__qualname__', fwd)!r})"
   if not callable(fwd) or not callable(bwd) or (jvp is not None and not callable(jvp)):

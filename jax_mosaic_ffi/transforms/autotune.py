@@ -101,12 +101,23 @@ def clear_memory_cache() -> None:
 
 
 def report() -> list[dict]:
-  """Every autotuning decision of this process, oldest first: {"name", "shapes",
-  "source", "winner", "config", "table", "timed"}. source: "tuned" (some configs
-  were timed now), "disk", "file" (`load_tuning`) or "memory" (every timing was
-  stored already), "untuned" (no GPU), "only config" (one config: nothing to
-  time); timed: the indices timed now; each table
-  row is {"config", "us" (median per call, or None), "error"}."""
+  """Every autotuning decision of this process, oldest first (``jmf.autotune_report``).
+
+  Each is a dict:
+
+  - ``"name"``: the autotuned call's name; ``"shapes"``: its inputs' dtypes and shapes;
+  - ``"winner"`` and ``"config"``: the chosen config's index and values;
+  - ``"source"``: ``"tuned"`` (some configs were timed now), ``"disk"``, ``"file"`` (`load_tuning`) or
+    ``"memory"`` (every timing was stored already), ``"untuned"`` (no GPU), ``"only config"`` (one config:
+    nothing to time);
+  - ``"timed"``: the indices of the configs timed now;
+  - ``"table"``: one row per config, ``{"config", "us" (median GPU time per call, or None), "error"}``.
+
+  For example, where each decision came from and what it chose::
+
+    >>> [(d["name"], d["source"], d["config"]) for d in jmf.autotune_report()]
+    [...]
+  """
   with _lock:
     return [dict(r) for r in _reports]
 
@@ -161,7 +172,18 @@ def _log(entry: dict) -> None:
 
 
 class Autotuned:
-  """A call that picks the fastest of ``configs`` for each set of input avals."""
+  """A call that picks the fastest of ``configs`` for each set of input avals; `autotune` makes one.
+
+  Call it like the kernel call it wraps (inside ``jax.jit`` or outside). The first call for some input
+  shapes builds and times the configs (on a GPU); later calls reuse the winner.
+
+  Attributes:
+    factory: the function of one config that returns the kernel call: ``factory(best_config)`` is the
+      winner's call, e.g. to export it.
+    configs: the configs, as dicts, in order.
+    name: names the call in reports and in the timings' cache key.
+    last_report: the last decision's report (as `autotune_report` gives them), or None before any.
+  """
 
   def __init__(self, factory: Callable[[dict], Callable], configs: Sequence[Mapping[str, Any]], *,
                key: Callable | None = None, default: int | Mapping | None = None, name: str | None = None,
@@ -204,7 +226,7 @@ class Autotuned:
     return self._call_for(self.choose(*avals))(*args)
 
   def best_config(self, *avals) -> dict:
-    """The config chosen for inputs of these avals (tuning now if needed)."""
+    """The config chosen for inputs of these avals (tuning now if needed): ``tuned.best_config(*avals)``."""
     return dict(self.configs[self.choose(*avals)])
 
   def choose(self, *avals) -> int:
@@ -380,7 +402,32 @@ class Autotuned:
 def autotune(factory: Callable[[dict], Callable] | None = None, *, configs: Sequence[Mapping[str, Any]],
              key: Callable | None = None, default: int | Mapping | None = None, name: str | None = None,
              warmup: int = 2, rounds: int = 7):
-  """Picks the fastest config of a kernel call per input shapes (module doc).
+  """Picks the fastest config of a kernel call per input shapes, timed on the GPU and kept on disk.
+
+  The first time the call is traced for some input avals, every config is built (compiles in parallel) and
+  timed on random inputs of those shapes, on the GPU's own clock; the fastest is used from then on. Each
+  config's timing is kept in memory and in the disk cache (keyed by the config, its kernels' code and launch
+  values, the shapes, the device, driver and versions), so adding a config times that config alone and a
+  second process times nothing; `save_tuning` / `load_tuning` carry timings to another machine. A config
+  that fails is skipped and reported (`AutotuneError` when all do). Without a GPU nothing is timed: the
+  ``default`` config is used, with an ``AutotuneSkipped`` warning. ``JAX_MOSAIC_FFI_AUTOTUNE_LOG=1`` prints
+  each decision's table; `autotune_report` returns them (:doc:`autotuning </guides/autotuning>`)::
+
+    >>> source = '''
+    ... extern "C" __global__ void double_items(const float* x, float* y, int n) {
+    ...   int first = (blockIdx.x * blockDim.x + threadIdx.x) * ITEMS;
+    ...   for (int k = 0; k < ITEMS; ++k) if (first + k < n) y[first + k] = 2.0f * x[first + k];
+    ... }'''
+    >>> @jmf.autotune(configs=[dict(BLOCK=128, ITEMS=1), dict(BLOCK=256, ITEMS=4)])
+    ... def double_items(meta):     # the call for one config
+    ...   kernel = jmf.cuda_kernel(source, "double_items", options=[f"-DITEMS={meta['ITEMS']}"])
+    ...   return jmf.mosaic_kernel(kernel, lambda x: x, block=meta["BLOCK"],
+    ...                            grid=lambda x: jmf.cdiv(x.size, meta["BLOCK"] * meta["ITEMS"]),
+    ...                            scalars=lambda x: (np.int32(x.size),), fallback=lambda x: 2 * x)
+    >>> jax.jit(double_items)(jnp.ones(4096))[:2].tolist()    # on a GPU: both configs timed first
+    [2.0, 2.0]
+
+  ``mosaic_kernel(..., configs=[...])`` does the same for one kernel, without a factory.
 
   Args:
     factory: a function of one config (a dict) returning the kernel call for
@@ -393,6 +440,9 @@ def autotune(factory: Callable[[dict], Callable] | None = None, *, configs: Sequ
     default: the config (or its index) used where nothing can be timed.
     name: names the call in reports and in the winner's cache key (default:
       the factory's qualified name).
+
+  Returns:
+    An `Autotuned` call (or, without ``factory``, a decorator that makes one).
   """
   if factory is None:
     return lambda f: Autotuned(f, configs, key=key, default=default, name=name, warmup=warmup, rounds=rounds)

@@ -45,7 +45,14 @@ from jax_mosaic_ffi.base.errors import LaunchError
 
 @dataclasses.dataclass(frozen=True)
 class Elementwise:
-  """Every input and output has one shape (rank-0 inputs are broadcast); any dimension may be split."""
+  """Every input and output has one shape (rank-0 inputs are broadcast); any dimension may be split.
+
+  A rule for ``mosaic_kernel(..., sharding=...)`` or `sharded`::
+
+    >>> double = jmf.sharded(lambda x: 2 * x, jmf.Elementwise())
+    >>> jax.jit(double)(jnp.arange(4.0)).tolist()
+    [0.0, 2.0, 4.0, 6.0]
+  """
 
 
 def _dim_entries(value, what: str) -> Any:
@@ -68,7 +75,11 @@ class BatchDims:
   every array is one factor), or, for inputs only, None: not batched
   (weights), so replicated. ``BatchDims(0, 0)``: everything is batched along
   dimension 0; ``BatchDims(inputs=(0, None), outputs=(0,))``: a batch and a
-  shared weight.
+  shared weight::
+
+    >>> scale_rows = jmf.sharded(lambda x, w: x * w, jmf.BatchDims(inputs=(0, None), outputs=(0,)))
+    >>> jax.jit(scale_rows)(jnp.ones((8, 4)), jnp.full(4, 2.0))[0].tolist()   # rows may be split, w not
+    [2.0, 2.0, 2.0, 2.0]
   """
 
   inputs: Any = 0
@@ -92,7 +103,11 @@ class ShardingRule:
   ``ShardingRule("m k, k n -> m n", replicated=("k",))``: m and n may be
   split; k may not (the kernel would need a reduction across devices). A
   factor that is in no input, or not in every output, is never split.
-  A rank-0 array has an empty entry (``"i, -> i"``).
+  A rank-0 array has an empty entry (``"i, -> i"``)::
+
+    >>> matmul = jmf.sharded(lambda a, b: a @ b, jmf.ShardingRule("m k, k n -> m n", replicated=("k",)))
+    >>> jax.jit(matmul)(jnp.ones((8, 4)), jnp.ones((4, 2))).shape
+    (8, 2)
   """
 
   rule: str
@@ -248,7 +263,17 @@ def sharded(fn: Callable, rule, *, name: str | None = None) -> Callable:
 
   ``fn`` must compute each shard's outputs from that shard's inputs alone
   (what the rule declares), with any sizes it needs taken from its inputs'
-  shapes: under sharding it is traced again with per-shard shapes.
+  shapes: under sharding it is traced again with per-shard shapes. It is
+  what ``mosaic_kernel(..., sharding=rule)`` does for a kernel call, for any
+  function of arrays (:doc:`sharding under jit </guides/transformations>`)::
+
+    >>> from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+    >>> mesh = jax.make_mesh((jax.device_count(),), ("x",), axis_types=(AxisType.Auto,))
+    >>> x = jax.device_put(jnp.ones(1024), NamedSharding(mesh, P("x")))
+    >>> add_one = jmf.sharded(lambda x: x + 1, jmf.Elementwise())
+    >>> y = jax.jit(add_one)(x)            # each device adds one to its own shard
+    >>> y.sharding.spec == P("x"), y[:2].tolist()
+    (True, [2.0, 2.0])
   """
   if isinstance(rule, type):
     raise TypeError(f"sharding=jmf.{rule.__name__} is the class; make a rule: jmf.{rule.__name__}(...)")

@@ -55,7 +55,12 @@ _ENV_FIELDS = (("device", "device"), ("compute_capability", "compute capability"
 
 
 class TuningFileIgnored(UserWarning):
-  """A tuning file was not loaded: not ours, malformed, or from another machine or version."""
+  """A tuning file was not loaded: not ours, malformed, or from another machine or version.
+
+  `load_tuning` warns with it, saying why (e.g. ``it was tuned with device 'NVIDIA H100 80GB HBM3', and
+  this process has 'NVIDIA H200'``), and loads nothing: autotuning then times the configs itself. To make
+  it an error: ``warnings.simplefilter("error", jmf.TuningFileIgnored)``.
+  """
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,7 +217,10 @@ def _decode_entry(data: bytes) -> Timing | None:
 def save_tuning(path: str | os.PathLike, device=None) -> int:
   """Writes this process's autotuning timings for ``device`` (jax's first device by default) to
   ``path``, replacing it atomically; returns how many. `load_tuning` reads the file on another
-  machine of the same GPU, driver, jax_mosaic_ffi and Triton."""
+  machine of the same GPU, driver, jax_mosaic_ffi and Triton: a cluster tunes once and ships the file::
+
+    jmf.save_tuning("tuning.json")   # after tuning: the timings this process used (measured, from disk, loaded)
+  """
   import jax  # noqa: PLC0415  (the device, only when saving)
   env = environment(device if device is not None else jax.devices()[0])
   with _lock:
@@ -244,7 +252,11 @@ def load_tuning(path: str | os.PathLike, device=None) -> int:
   """Reads a `save_tuning` file into this process's timings for ``device`` (jax's first device by
   default); returns how many were loaded. A file that is not ours, malformed, or from another device,
   compute capability, driver, jax_mosaic_ffi or Triton is ignored with a `TuningFileIgnored`
-  warning saying which, and 0 comes back."""
+  warning saying which, and 0 comes back. Every value is type-checked and bounded before use; a file over
+  16 MiB, not a regular file, owned by another user or writable by others is refused::
+
+    jmf.load_tuning("tuning.json")   # before the first call: autotuning picks winners without timing
+  """
   import jax  # noqa: PLC0415
   env = environment(device if device is not None else jax.devices()[0])
   path = os.fspath(path)

@@ -48,7 +48,7 @@ class TensorDescriptor:
       y = jax_triton.triton_call(desc, kernel=copy_tile, out_type=x, grid=1, M=64, N=64)
 
   It becomes a `jmf.TensorDescriptor` of the array's input in ``param_order``, so the kernel gets exactly what
-  Triton's launcher passes (README, "Triton tensor descriptors"). ``shape`` and ``strides`` (elements,
+  Triton's launcher passes (:doc:`tensor descriptors </guides/triton_kernels>`). ``shape`` and ``strides`` (elements,
   outermost first, the last stride 1) describe a view of ``base``. A pytree: ``base`` is its one leaf.
   """
 

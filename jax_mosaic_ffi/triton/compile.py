@@ -103,7 +103,9 @@ class TritonInfo:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class TritonKernel(Kernel):
-  """A `Kernel` compiled by Triton; `mosaic_kernel` reads its launch from `info`."""
+  """A `Kernel` compiled by Triton; `mosaic_kernel` reads its launch (block, shared memory, cluster) from
+  ``info``, Triton's metadata of the compile. `triton_kernel` with ``signature=`` returns one, compiled at
+  once for every target."""
 
   info: TritonInfo | None = None
 

@@ -15,12 +15,19 @@ from jax_mosaic_ffi.triton.options import LAUNCH_OPTIONS, TritonOptions, backend
 
 
 class TritonFunction:
-  """A ``@triton.jit`` function with its constexprs and options (`TritonOptions`), compiled per
-  call signature (the Triton types of its parameters, from the call's avals).
+  """A ``@triton.jit`` function with its constexprs and options, compiled per call signature (the Triton
+  types of its parameters, from the call's avals) when a call is traced.
 
-  ``decorators``: the ``@triton.autotune`` / ``@triton.heuristics`` layers it
-  came with, outermost first (decorators.py), which `mosaic_kernel` applies per
-  call (decorated.py)."""
+  `triton_kernel` without ``signature=`` returns one; pass it to `mosaic_kernel`.
+
+  Attributes:
+    fn: the ``@triton.jit`` function.
+    constexprs: the values of its ``tl.constexpr`` parameters given to `triton_kernel`.
+    options: its compile and launch options (``num_warps``, ``num_stages``, ``num_ctas``, ``maxnreg`` and
+      Triton's other options).
+    decorators: the ``@triton.autotune`` / ``@triton.heuristics`` layers it came with, outermost first,
+      which `mosaic_kernel` applies per call.
+  """
 
   def __init__(self, fn, constexprs: Mapping[str, Any], options: TritonOptions, targets, decorators: tuple = ()):
     self.fn, self.constexprs, self.options, self.targets = fn, dict(constexprs), options, targets
@@ -63,7 +70,8 @@ def triton_kernel(fn, *, signature: Mapping[str, str] | Sequence[str] | None = N
 
   Args:
     fn: a ``@triton.jit`` function, bare or under ``@triton.autotune`` and
-      ``@triton.heuristics`` (triton/decorated.py says how they apply).
+      ``@triton.heuristics`` (:doc:`decorated Triton kernels </guides/triton_kernels>` says how they
+      apply).
     signature: the Triton types of its non-constexpr parameters (``{"x_ptr":
       "*fp32", "n": "i32"}`` or ``["*fp32", "i32"]``). Given, the kernel is
       compiled now and a `Kernel` (a `TritonKernel`) comes back; left out, the
@@ -78,6 +86,24 @@ def triton_kernel(fn, *, signature: Mapping[str, str] | Sequence[str] | None = N
       would change the launch (``launch_cooperative_grid``, ``arch``, ...)
       are refused, saying what to use instead. With ``debug``, each compile
       prints Triton's intermediate forms (TTIR, TTGIR, LLVM IR, PTX).
+
+  The function must live in a file (``@triton.jit`` reads its source)::
+
+    @triton.jit
+    def add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+      offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+      mask = offsets < n
+      x = tl.load(x_ptr + offsets, mask=mask)
+      tl.store(out_ptr + offsets, x + tl.load(y_ptr + offsets, mask=mask), mask=mask)
+
+    add_call = jmf.mosaic_kernel(
+        jmf.triton_kernel(add, constexprs={"BLOCK": 1024}), out_shape=lambda x, y: x,
+        grid=lambda meta, x, y: jmf.cdiv(x.size, meta["BLOCK"]),
+        scalars=lambda meta, x, y: (np.int32(x.size),), fallback=lambda x, y: x + y)
+    z = jax.jit(add_call)(x, y)
+
+  :doc:`Triton kernels </guides/triton_kernels>` says how the kernel is specialized, autotuned and
+  launched.
 
   Raises:
     TritonUnavailable: Triton is missing or of an unsupported version.

@@ -50,7 +50,20 @@ class TensorDescriptor:
     round_f32_to_tf32: a float32 operand is loaded rounded to TF32 (Triton >= 3.7's field of that name).
 
   ``shape``, ``strides`` and ``block_shape`` may be callables of ``meta`` (the constexprs and launch options
-  of the config being compiled) or of ``(meta, *input avals)``.
+  of the config being compiled) or of ``(meta, *input avals)``. In a Triton kernel's ``param_order``::
+
+    TD = jmf.TensorDescriptor
+    matmul_call = jmf.mosaic_kernel(
+        jmf.triton_kernel(matmul), lambda a, b: jax.ShapeDtypeStruct((a.shape[0], b.shape[1]), a.dtype),
+        grid=lambda meta, a, b: (jmf.cdiv(a.shape[0], meta["BM"]), jmf.cdiv(b.shape[1], meta["BN"])),
+        scalars=lambda meta, a, b: (np.int32(a.shape[0]), np.int32(b.shape[1]), np.int32(a.shape[1])),
+        param_order=(TD.from_tensor("in0", lambda meta: [meta["BM"], meta["BK"]]),
+                     TD.from_tensor("in1", lambda meta: [meta["BK"], meta["BN"]]),
+                     TD.from_tensor("out0", lambda meta: [meta["BM"], meta["BN"]]),
+                     "scalar0", "scalar1", "scalar2"),
+        configs=[dict(BM=128, BN=128, BK=64, num_warps=8), dict(BM=64, BN=64, BK=32, num_warps=4)])
+
+  :doc:`Triton kernels </guides/triton_kernels>` has the kernel, and what it receives.
   """
 
   operand: str
