@@ -45,6 +45,9 @@ autodoc_typehints_description_target = "documented"
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 napoleon_use_rtype = False
+# "Attributes:" sections as one compact list (a dataclass's twenty counters read as a table, not twenty entries
+# in the page's table of contents).
+napoleon_use_ivar = True
 # The docstrings write `cuda_kernel` for a name of ours: a link where Sphinx knows the name, code otherwise.
 default_role = "py:obj"
 

@@ -7,8 +7,9 @@
                             grid=blocks, block=256, scalars=(np.int32(n),))
     y = jax.jit(add)(x, x)
 
-See README.md for the whole API, and docs/architecture.md for the layers
-(base <- toolchain <- call <- transforms <- triton <- api <- ops) this file re-exports from.
+Each public name is documented in its docstring (the docs site's API reference: ``bash scripts/docs.sh``);
+the guides are in docs/guides/, and docs/architecture.md has the layers this file re-exports from
+(base <- toolchain <- call <- transforms <- triton | cute <- api <- ops).
 """
 
 from __future__ import annotations

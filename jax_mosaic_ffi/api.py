@@ -79,9 +79,11 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid=None, block=None, cluster=N
   Args:
     kernel: from `cuda_kernel`, `ptx_kernel`, `cubin_kernel`, `triton_kernel` or `cute_kernel`.
     out_shape: a `jax.ShapeDtypeStruct`, or a sequence of them (a tuple of outputs then comes back).
-    grid, block, cluster: launch dimensions, an int or up to 3 ints. A Triton kernel takes its block,
-      shared memory and cluster from Triton's metadata, and its callables get ``(meta, *avals)``; a CuTe
+    grid: the grid, an int or up to 3 ints. A Triton kernel's callables get ``(meta, *avals)``; a CuTe
       DSL launcher picks its own launch (no grid, block, shared memory or scalars).
+    block: the block, an int or up to 3 ints. A Triton kernel takes its block, shared memory and cluster
+      from Triton's metadata.
+    cluster: thread-block clusters, up to 3 ints (sm_90 and newer).
     smem_bytes: dynamic shared memory per block (above 48 KiB is fine: the runtime raises the limit).
     uses_pdl: launch with programmatic dependent launch (PDL) allowed. By
       default, kernels that are safe for it (`Kernel.pdl_safe`: compiled or
@@ -114,7 +116,8 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid=None, block=None, cluster=N
       values reach the callables as ``meta`` (and a Triton kernel's constexprs, ``num_warps`` and
       ``num_stages``, a CuTe DSL launcher's constexprs). A kernel under ``@triton.autotune`` /
       ``@triton.heuristics`` brings its own.
-    autotune_key, autotune_default: `autotune`'s ``key`` and ``default``.
+    autotune_key: `autotune`'s ``key``: a function of the input avals that scopes the winner.
+    autotune_default: `autotune`'s ``default``: the config (or its index) used where nothing is timed.
     has_side_effect: keep the call when its results are unused (a kernel that prints, or writes what XLA
       does not see).
     cost_estimate: ``{"flops": ..., "bytes_accessed": ...}``, carried with the custom call as
