@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import importlib.util
 import json
 import os
 import re
@@ -121,6 +122,7 @@ _AXPY_AND_ITS_CUSTOM_CALL = '''
                        all(a in ns["custom_call"] for a in ("block = array<i32: 256, 1, 1>",
                            "grid = array<i32: 4096, 1, 1>", 'kernel_name = "axpy"')),
 '''
+
 # What some pages compute, checked after their blocks ran: {page: (expression over the page's namespace, giving a
 # dict of booleans that must all be True)}. A page rewritten under other names updates its line here.
 EXPECTED = {
@@ -198,6 +200,17 @@ RUN_PAGE = '''
 '''
 
 
+# Optional packages a page may import (the extras scripts/test.sh installs): without one, its page is skipped, saying
+# which, as the tests of that front end skip.
+_OPTIONAL = {"triton": "triton", "cutlass": "nvidia-cutlass-dsl (the cute extra)"}
+_IMPORTS = re.compile(r"^\s*(?:import|from)\s+(\w+)", re.MULTILINE)
+
+
+def _missing_packages(blocks: list[Block]) -> list[str]:
+  wanted = {m for b in blocks for m in _IMPORTS.findall(b.code)} & set(_OPTIONAL)
+  return [_OPTIONAL[m] for m in sorted(wanted) if importlib.util.find_spec(m) is None]
+
+
 def _runnable_pages() -> list[str]:
   return sorted({b.page for b in all_blocks() if b.mark != "no-run"})
 
@@ -208,6 +221,9 @@ def test_the_code_blocks_of_the_page_run(page, tmp_path):
   has_gpu = conftest._cuda_devices()[0] > 0
   blocks = [b for b in all_blocks() if b.page == page]
   runs = [b for b in blocks if b.mark is None or (b.mark == "gpu" and has_gpu)]
+  missing = _missing_packages(runs)
+  if missing:
+    pytest.skip(f"{page} imports what is not installed here: {', '.join(missing)}")
   script = tmp_path / "blocks.json"
   script.write_text(json.dumps([page, [dataclasses.asdict(b) for b in runs], EXPECTED.get(page)]))
   work = tmp_path / "work"
@@ -305,3 +321,10 @@ def test_code_blocks_are_found_with_their_markers_lines_and_indentation():
 def test_a_misspelt_marker_or_a_no_run_without_reason_is_an_error(comment):
   with pytest.raises(MarkerError, match="page.md:1"):
     code_blocks(f"{comment}\n```python\nx = 1\n```\n", "page.md")
+
+
+def test_a_page_that_imports_a_missing_optional_package_says_which(monkeypatch):
+  monkeypatch.setitem(_OPTIONAL, "no_such_package_jmf", "no-such-package (an extra)")
+  assert _missing_packages([Block("p.md", 1, "import json\nfrom no_such_package_jmf import x\n")]) == [
+      "no-such-package (an extra)"]
+  assert _missing_packages([Block("p.md", 1, "import json\n")]) == []
