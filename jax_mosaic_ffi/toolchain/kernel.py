@@ -29,7 +29,8 @@ class Kernel:
   parameter when the module has PTX to read it from, else None; ``param_types`` each one's C++ type when
   known (from NVRTC, a mangled symbol, or ``signature=``), else None::
 
-    >>> kernel = jmf.cuda_kernel('extern "C" __global__ void add(const float* x, float* y, int n) {}', "add")
+    >>> source = 'extern "C" __global__ void add(const float* x, float* y, int n) {}'
+    >>> kernel = jmf.cuda_kernel(source, "add", targets=["sm_90"])
     >>> kernel.images          # a cubin per target, and the PTX of the first
     (Image(cubin, sm_90, ... bytes), Image(ptx, sm_90, ... bytes))
     >>> kernel.param_sizes, [t.text for t in kernel.param_types]
@@ -237,7 +238,8 @@ def ptx_kernel(ptx: str | bytes, name: str, *, pdl: bool = True, signature=None)
   checked (unless ``name`` is a mangled C++ symbol, which carries them).
   Here the PTX NVRTC made stands in for PTX from elsewhere::
 
-    >>> made = jmf.cuda_kernel('extern "C" __global__ void add(const float* x, float* y, int n) {}', "add")
+    >>> source = 'extern "C" __global__ void add(const float* x, float* y, int n) {}'
+    >>> made = jmf.cuda_kernel(source, "add", targets=["sm_90"])
     >>> ptx = next(image.data for image in made.images if image.kind.name == "PTX")
     >>> jmf.ptx_kernel(ptx, "add", signature=["const float*", "float*", np.int32])
     Kernel('add', images=[ptx:sm_90])
@@ -274,7 +276,8 @@ def cubin_kernel(images: Mapping[str | int, bytes] | bytes, name: str, *,
 
   Here the cubins NVRTC made stand in for ``nvcc -cubin`` output::
 
-    >>> made = jmf.cuda_kernel('extern "C" __global__ void add(const float* x, float* y, int n) {}', "add")
+    >>> source = 'extern "C" __global__ void add(const float* x, float* y, int n) {}'
+    >>> made = jmf.cuda_kernel(source, "add", targets=["sm_90"])
     >>> cubins = {image.arch.sm: image.data for image in made.images if image.kind.name == "CUBIN"}
     >>> jmf.cubin_kernel(cubins, "add", signature=["const float*", "float*", "int"])
     Kernel('add', images=[cubin:sm_90])
