@@ -53,7 +53,6 @@ LAUNCH_N = 256
 SLEEP_CYCLES = 20_000_000  # ~10 ms at the H200's clock: longer than the host takes to enqueue a chain
 WARM_START_SIZE = 8192
 WARM_START_PAIRS = 2
-NO_CUTE_CALL = "jax_mosaic_ffi has no cute_call"
 
 CASES = {
     "axpy": "axpy (0.5 x + y), 16384x8192 bf16",
@@ -89,11 +88,6 @@ def environment(with_torch: bool = True) -> dict:
   return {"np": np, "jax": jax, "jnp": jnp, "jmf": jmf, "torch": torch, "cuda": cuda, "cutlass": cutlass,
           "cute": cute, "cjax": cjax, "from_dlpack": from_dlpack, "ew": cute_elementwise, "gemm": cute_gemm,
           "norm": cute_rmsnorm}
-
-
-def cute_call_of(jmf):
-  """jmf.cute_call, or None where this version of the package has none."""
-  return getattr(jmf, "cute_call", None)
 
 
 def max_clusters(env, cluster_m: int) -> int:
@@ -156,9 +150,7 @@ def jax_paths(case: dict, env: dict) -> dict:
   fn, out, constexprs = case["fn"], case["out"], case["constexprs"]
   options = {"output_shape_dtype": out, "use_static_tensors": True}
   paths = {"cutlass_call": env["cjax"].cutlass_call(fn, **options, **constexprs)}
-  cute_call = cute_call_of(env["jmf"])
-  if cute_call is not None:
-    paths["ours"] = cute_call(fn, **options, **constexprs)
+  paths["ours"] = env["jmf"].cute_call(fn, **options, **constexprs)
   if "cublas" in case:
     paths["cublas"] = case["cublas"]
   return paths
@@ -281,9 +273,7 @@ def _measure_launch(env: dict, rounds: int) -> dict:
   calls = {"cutlass_call": env["cjax"].cutlass_call(env["ew"].add_one, output_shape_dtype=aval),
            "mosaic_cuda": jmf.mosaic_kernel(jmf.cuda_kernel(ADD_ONE_CUDA, "add_one"), aval, grid=1, block=LAUNCH_N,
                                             scalars=(np.int32(LAUNCH_N),))}
-  cute_call = cute_call_of(jmf)
-  if cute_call is not None:
-    calls["ours"] = cute_call(env["ew"].add_one, output_shape_dtype=aval)
+  calls["ours"] = jmf.cute_call(env["ew"].add_one, output_shape_dtype=aval)
   x = jnp.zeros((LAUNCH_N,), jnp.float32)
   programs = {}
   for key, call in calls.items():
@@ -298,8 +288,6 @@ def _measure_launch(env: dict, rounds: int) -> dict:
   seconds = timing.interleaved({key: (lambda p=p: p(x).block_until_ready()) for key, p in programs.items()}, rounds)
   result = {"chain": LAUNCH_CHAIN, "rounds": rounds, "xla_flags": os.environ.get("XLA_FLAGS", ""),
             "us_per_call": {key: s / LAUNCH_CHAIN * 1e6 for key, s in seconds.items()}}
-  if cute_call is None:
-    result["errors"] = {"ours": f"n/a: {NO_CUTE_CALL}"}
   return result
 
 
@@ -393,10 +381,7 @@ def _measure_warm_start(env: dict) -> dict:
   keys = ("cold_s", "warm_s", "warm_over_cold", "process_cold_s", "process_warm_s", "process_warm_over_cold",
           "stages", "cute_compiles")
   result = {"size": WARM_START_SIZE, "pairs": WARM_START_PAIRS, **{k: {} for k in keys}, "errors": {}}
-  sides = [s for s in WARM_SIDES if WARM_SIDES[s][0] != "ours" or cute_call_of(env["jmf"]) is not None]
-  if "ours" not in sides:
-    result["errors"]["ours"] = f"n/a: {NO_CUTE_CALL}"
-  for side in sides:
+  for side in WARM_SIDES:
     which, jax_cache = WARM_SIDES[side]
     pairs = []
     try:
@@ -434,9 +419,6 @@ def run(cases=(), rounds: int = ROUNDS, launch: bool = False, warm_start: bool =
   versions = {"cutlass_dsl": getattr(env["cutlass"], "__version__", "?"), "jax": env["jax"].__version__,
               **({"torch": env["torch"].__version__} if with_torch else {})}
   result = {"versions": versions, "cases": {}, "speed": {}, "errors": {}}
-  missing = cute_call_of(env["jmf"]) is None
-  if missing:
-    result["errors"]["ours"] = f"n/a: {NO_CUTE_CALL}"
   if launch:
     try:
       result.update(_measure_launch(env, max(rounds, 30)))
@@ -451,10 +433,7 @@ def run(cases=(), rounds: int = ROUNDS, launch: bool = False, warm_start: bool =
   for name in cases:
     try:
       result["cases"][name] = _measure_case(name, env, rounds)
-      if missing:  # the DSL's launchers were measured; ours, the goal's side, was not
-        result["errors"][name] = f"n/a: {NO_CUTE_CALL}"
-      else:
-        result["speed"][name] = result["cases"][name]["over_dsl"]["ours"]
+      result["speed"][name] = result["cases"][name]["over_dsl"]["ours"]
     except Exception as e:  # one case's failure is its row, not the run's
       result["errors"][name] = f"{type(e).__name__}: {str(e)[:2000]}"
     gc.collect()
@@ -523,7 +502,7 @@ def _launch_block(results: dict) -> str:
       continue
     us = r["us_per_call"]
     ratio = us["ours"] / us["cutlass_call"] if "ours" in us else None
-    rows.append([label, sig(us.get("ours")) if "ours" in us else f"n/a ({NO_CUTE_CALL})", sig(us["cutlass_call"]),
+    rows.append([label, sig(us.get("ours")) if "ours" in us else "n/a", sig(us["cutlass_call"]),
                  f"**{fmt(ratio)}x**" if ratio is not None else "n/a", sig(us.get("mosaic_cuda"))])
   return (f"Host cost per call inside `jit`: a chain of {LAUNCH_CHAIN} calls of a trivial kernel (`add_one`, "
           f"{LAUNCH_N} floats), wall time per call, medians of interleaved rounds. The CUDA C++ column is the same "

@@ -31,8 +31,6 @@ norm = benchmarks_package.kernels("cute_rmsnorm")
 
 gpu = pytest.mark.gpu
 SM90 = "--gpu-arch sm_90a"
-CUTE_CALL = getattr(jmf, "cute_call", None)
-needs_cute_call = pytest.mark.skipif(CUTE_CALL is None, reason="jax_mosaic_ffi has no cute_call yet")
 DTYPES = {"bf16": (cutlass.BFloat16, jnp.bfloat16), "f32": (cutlass.Float32, np.float32)}
 
 
@@ -146,7 +144,6 @@ print(json.dumps(found))
 """
 
 
-@needs_cute_call
 def test_each_kernel_lowers_to_one_of_our_custom_calls(tmp_path):
   import fresh_process
   found = fresh_process.run(LOWER_EACH_KERNEL, timeout=600, env={
@@ -159,22 +156,20 @@ def test_each_kernel_lowers_to_one_of_our_custom_calls(tmp_path):
 # ---------------------------------------------------------------- GPU: through jmf.cute_call
 
 @gpu
-@needs_cute_call
 @pytest.mark.parametrize("dtype", ["bf16", "f32"])
 @pytest.mark.parametrize("shape", [(1000, 776), (64, 8192)], ids=["ragged", "wide"])
 def test_axpy_through_cute_call(rng, dtype, shape):
   x, y = (rows(rng, shape, DTYPES[dtype][1]) for _ in "xy")
-  call = CUTE_CALL(ew.axpy, output_shape_dtype=jax.ShapeDtypeStruct(shape, x.dtype), alpha=0.5)
+  call = jmf.cute_call(ew.axpy, output_shape_dtype=jax.ShapeDtypeStruct(shape, x.dtype), alpha=0.5)
   got = np.asarray(jax.jit(call)(x, y))
   np.testing.assert_allclose(got.astype(np.float32), ew.axpy_reference(x, y, 0.5).astype(np.float32),
                              rtol=1e-2, atol=1e-2)
 
 
 @gpu
-@needs_cute_call
 def test_add_one_chain_through_cute_call(rng):
   x = rows(rng, (256,), np.float32)
-  call = CUTE_CALL(ew.add_one, output_shape_dtype=jax.ShapeDtypeStruct(x.shape, x.dtype))
+  call = jmf.cute_call(ew.add_one, output_shape_dtype=jax.ShapeDtypeStruct(x.shape, x.dtype))
 
   def chain(v):
     for _ in range(20):
@@ -187,11 +182,10 @@ def test_add_one_chain_through_cute_call(rng):
 
 
 @gpu
-@needs_cute_call
 @pytest.mark.parametrize("shape,threads", [((300, 4096), 256), ((77, 1000), 128)], ids=["4096", "ragged"])
 def test_rmsnorm_through_cute_call(rng, shape, threads):
   x, w = rows(rng, shape, jnp.bfloat16), rows(rng, shape[1:], jnp.bfloat16)
-  call = CUTE_CALL(norm.rmsnorm, output_shape_dtype=jax.ShapeDtypeStruct(shape, x.dtype), use_static_tensors=True,
+  call = jmf.cute_call(norm.rmsnorm, output_shape_dtype=jax.ShapeDtypeStruct(shape, x.dtype), use_static_tensors=True,
                    threads=threads)
   got = np.asarray(jax.jit(call)(x, w))
   assert relative_error(got, norm.rmsnorm_reference(x, w)) < 2e-2
@@ -218,12 +212,11 @@ def gemm_id(case):
 
 
 @gpu
-@needs_cute_call
 @pytest.mark.parametrize("case", GEMM_CASES, ids=[gemm_id(c) for c in GEMM_CASES])
 def test_gemm_through_cute_call(rng, case):
   m, n, k, constexprs = case
   a, b = rows(rng, (m, k), jnp.bfloat16), rows(rng, (n, k), jnp.bfloat16, 1 / np.sqrt(k))
-  call = CUTE_CALL(gemm.hopper_gemm, output_shape_dtype=jax.ShapeDtypeStruct((m, n), jnp.bfloat16), **constexprs)
+  call = jmf.cute_call(gemm.hopper_gemm, output_shape_dtype=jax.ShapeDtypeStruct((m, n), jnp.bfloat16), **constexprs)
   got = np.asarray(jax.jit(call)(a, b))
   assert relative_error(got, a.astype(np.float32) @ b.astype(np.float32).T) < 1e-2
 
