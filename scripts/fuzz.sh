@@ -9,7 +9,7 @@ seconds="${1:-600}"
 out="$repo/build/fuzz"
 mkdir -p "$out/corpus" "$out/artifacts"
 sources=("$repo/tests/fuzz/contract_fuzz.cc" "$repo/csrc/contract/contract.cc" "$repo/csrc/contract/tensor_maps.cc" "$repo/csrc/contract/launch_programs.cc"
-         "$repo/csrc/contract/module_format.cc")
+         "$repo/csrc/contract/module_format.cc" "$repo/csrc/driver/zlib_inflate.cc")
 flags=(-std=c++20 -O1 -g -fno-sanitize-recover=all -fno-omit-frame-pointer -D_GLIBCXX_ASSERTIONS -I"$repo/csrc")
 
 # The first clang that links a libFuzzer target (Debian installs clang++-NN).
@@ -25,7 +25,7 @@ done
 
 if [[ -n "$clang" ]]; then
   echo "fuzz.sh: libFuzzer ($clang), $seconds s" >&2
-  "$clang" "${flags[@]}" -fsanitize=fuzzer,address,undefined -DJMF_LIBFUZZER "${sources[@]}" \
+  "$clang" "${flags[@]}" -fsanitize=fuzzer,address,undefined -DJMF_LIBFUZZER "${sources[@]}" -ldl \
     -o "$out/contract_fuzz_libfuzzer"
   # New inputs go to build/fuzz/corpus; the committed ones are read as seeds.
   # -max_len: the driver grows long strings and arrays from a few bytes.
@@ -34,6 +34,6 @@ if [[ -n "$clang" ]]; then
 fi
 
 echo "fuzz.sh: no clang with libFuzzer; the g++ driver's own loop, $seconds s" >&2
-g++ "${flags[@]}" -fsanitize=address,undefined "${sources[@]}" -o "$out/contract_fuzz"
+g++ "${flags[@]}" -fsanitize=address,undefined "${sources[@]}" -ldl -o "$out/contract_fuzz"
 "$out/contract_fuzz" "$repo/tests/fuzz/corpus"
 exec "$out/contract_fuzz" --seconds "$seconds" --artifacts "$out/artifacts" ${FUZZ_SEED:+--seed "$FUZZ_SEED"}

@@ -166,6 +166,87 @@ def test_a_header_that_shadows_the_one_compiled_is_compiled_again_in_the_same_pr
   assert jmf.kernel_cache_stats().nvrtc_compiles == before.nvrtc_compiles + 2
 
 
+PROBING = r'''
+#if __has_include("probe_params.h")
+#include "probe_params.h"
+#else
+#define VALUE 6220097
+#endif
+extern "C" __global__ void store_value(int* out) { out[0] = VALUE; }
+'''
+# A probe through a macro, as CCCL's _CCCL_HAS_INCLUDE wraps __has_include, with brackets.
+WRAPPED_PROBE = r'''
+#include "has_include.h"
+#if MY_HAS_INCLUDE(<probe_params.h>)
+#include <probe_params.h>
+#else
+#define VALUE 6220097
+#endif
+extern "C" __global__ void store_value(int* out) { out[0] = VALUE; }
+'''
+
+
+def test_a_header_that_a_has_include_probe_finds_later_is_compiled_in(isolated_disk_cache, tmp_path, monkeypatch):
+  # __has_include reads nothing, so NVRTC's trace does not show what it searched; the answer still changes the
+  # code. Each change below flips or moves what the probe finds, and each is compiled again.
+  for folder in ("a", "b"):
+    (tmp_path / folder).mkdir()
+  monkeypatch.chdir(tmp_path)
+  options = ["-Ia", "-Ib"]
+  assert V1 in ptx_of(jmf.cuda_kernel(PROBING, "store_value", options=options))
+  before = jmf.kernel_cache_stats()
+  assert V1 in ptx_of(jmf.cuda_kernel(PROBING, "store_value", options=options))
+  assert jmf.kernel_cache_stats().memory_hits == before.memory_hits + 1
+  steps = [("b", V2), ("a", V3), (".", "6220100")]  # the later -I folder, the earlier, then the working directory
+  for folder, value in steps:
+    (tmp_path / folder / "probe_params.h").write_text(f"#define VALUE {value}\n")
+    assert value in ptx_of(jmf.cuda_kernel(PROBING, "store_value", options=options)), folder
+  assert jmf.kernel_cache_stats().nvrtc_compiles == before.nvrtc_compiles + len(steps)
+  for folder in (".", "a", "b"):  # every one gone: the probe is false again, as for the first compile
+    (tmp_path / folder / "probe_params.h").unlink()
+  hits = jmf.kernel_cache_stats().memory_hits
+  assert V1 in ptx_of(jmf.cuda_kernel(PROBING, "store_value", options=options))
+  after = jmf.kernel_cache_stats()
+  assert (after.nvrtc_compiles, after.memory_hits) == (before.nvrtc_compiles + len(steps), hits + 1)
+
+
+def test_a_probe_through_a_macro_is_followed_in_a_fresh_process(isolated_disk_cache, tmp_path):
+  for folder in ("a", "b", "inc"):
+    (tmp_path / folder).mkdir()
+  (tmp_path / "inc" / "has_include.h").write_text("#define MY_HAS_INCLUDE(X) __has_include(X)\n")
+  script = """
+      import json
+      import jax_mosaic_ffi as jmf, test_disk_cache as t
+      k = jmf.cuda_kernel(t.WRAPPED_PROBE, "store_value", options=("-I inc", "-I a", "-I b"))
+      s = jmf.kernel_cache_stats()
+      print(json.dumps({"compiles": s.nvrtc_compiles, "disk": s.disk_hits, "ptx": t.ptx_of(k)}))
+  """
+  env = {"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)}
+  time.sleep(0.1)  # a file changed while it compiled is not cached: this one changed before
+  runs = [fresh_process.run(script, cwd=tmp_path, timeout=120, env=env).result for _ in range(2)]
+  (tmp_path / "b" / "probe_params.h").write_text(f"#define VALUE {V2}\n")  # the probe finds it now
+  runs.append(fresh_process.run(script, cwd=tmp_path, timeout=120, env=env).result)
+  (tmp_path / "b" / "probe_params.h").unlink()
+  runs.append(fresh_process.run(script, cwd=tmp_path, timeout=120, env=env).result)
+  assert [(r["compiles"], r["disk"]) for r in runs] == [(1, 0), (0, 1), (1, 0), (1, 0)]
+  assert [next(v for v in (V1, V2) if v in r["ptx"]) for r in runs] == [V1, V1, V2, V1]
+
+
+def test_probes_are_listed_up_to_the_file_they_find(tmp_path, monkeypatch):
+  from jax_mosaic_ffi.toolchain.nvrtc import include_search
+  for folder in ("a", "b", "c"):
+    (tmp_path / folder).mkdir()
+  (tmp_path / "b" / "found.h").write_text("")
+  (tmp_path / "a" / "folder.h").mkdir()  # a folder of a header's name is not a header: the search passes it
+  (tmp_path / "c" / "wrap.h").write_text('#define HAS(x) __has_include(x)\n#if HAS("near.h")\n#endif\n')
+  monkeypatch.chdir(tmp_path)
+  source = ('#if __has_include(<found.h>) && __has_include("missing.h") && __has_include(<folder.h>)\n'
+            '#endif\n#if __has_include("mem.h") || __has_include(MACRO_NAME)\n#endif\n')
+  paths = include_search.probed([("c/wrap.h", None)], ["a", "b"], source, in_memory={"mem.h": ""})
+  assert paths == ["a/found.h", "a/missing.h", "a/near.h", "b/folder.h", "b/found.h", "b/missing.h", "b/near.h",
+                   "c/near.h", "missing.h"]
+
+
 def test_the_packaged_and_cuda_headers_read_are_recorded(isolated_disk_cache):
   kernel = jmf.cuda_kernel(kernel_sources.AXPB, "ops::axpb<float>")
   read = {path for path, digest in kernel.compiled.deps if digest is not None}

@@ -1,6 +1,6 @@
 """The contract fuzzer (tests/fuzz/contract_fuzz.cc), briefly, under ASAN and UBSAN.
 
-It builds the driver with g++ from csrc/contract/{contract,tensor_maps,module_format}.cc
+It builds the driver with g++ from csrc/contract/ and csrc/driver/zlib_inflate.cc
 alone: no jaxlib, CUDA or the package's own build. docs/fuzzing.md has the
 long run. JMF_FUZZ_SECONDS lengthens this one; JMF_FUZZ_SEED replays a seed.
 """
@@ -23,7 +23,7 @@ FLAGS = ["-std=c++20", "-O1", "-g", "-fsanitize=address,undefined", "-fno-saniti
          "-fno-omit-frame-pointer", "-D_GLIBCXX_ASSERTIONS"]
 SOURCES = ["tests/fuzz/contract_fuzz.cc", "csrc/contract/contract.cc", "csrc/contract/tensor_maps.cc",
            "csrc/contract/launch_programs.cc",
-           "csrc/contract/module_format.cc"]
+           "csrc/contract/module_format.cc", "csrc/driver/zlib_inflate.cc"]
 CORPUS = os.path.join(ROOT, "tests", "fuzz", "corpus")
 SECONDS = float(os.environ.get("JMF_FUZZ_SECONDS", "10"))
 # Far below what a slow 2-core machine runs in SECONDS (tens of thousands of
@@ -71,7 +71,8 @@ def fuzzer(tmp_path_factory):
     output, _ = job.communicate(timeout=600)
     assert job.returncode == 0, f"compiling {source} failed:\n{_tail(output)}"
   binary = work / "contract_fuzz"
-  linked = subprocess.run([cxx, *FLAGS, *map(str, objects), "-o", str(binary)], capture_output=True, text=True)
+  linked = subprocess.run([cxx, *FLAGS, *map(str, objects), "-ldl", "-o", str(binary)], capture_output=True,
+                          text=True)
   assert linked.returncode == 0, f"linking the fuzzer failed:\n{_tail(linked.stderr)}"
   return binary, env, work
 

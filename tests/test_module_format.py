@@ -1,5 +1,8 @@
 """The serialized module: both parsers agree, and bad bytes never crash."""
 
+import struct
+import zlib
+
 import numpy as np
 import pytest
 
@@ -58,9 +61,13 @@ def test_lengths_past_the_end_and_trailing_bytes_are_refused():
   with pytest.raises(ValueError, match="trailing"):
     _core.parse_module(bytes(data) + b"x")
   newer = bytearray(data)
-  newer[8:12] = (2).to_bytes(4, "little")
-  with pytest.raises(ValueError, match="version 2"):
+  newer[8:12] = (module_format.FORMAT_VERSION + 1).to_bytes(4, "little")
+  with pytest.raises(ValueError, match=f"version {module_format.FORMAT_VERSION + 1} is newer"):
     _core.parse_module(bytes(newer))
+  never = bytearray(data)
+  never[8:12] = (0).to_bytes(4, "little")
+  with pytest.raises(ValueError, match="version 0 was never written"):
+    _core.parse_module(bytes(never))
 
 
 def test_random_garbage_and_bit_flips_never_crash_the_parser(rng):
@@ -77,3 +84,133 @@ def test_random_garbage_and_bit_flips_never_crash_the_parser(rng):
     garbage = b"JMFFIMOD" + rng.integers(0, 256, size=rng.integers(0, 64), dtype=np.uint8).tobytes()
     with pytest.raises(ValueError):
       _core.parse_module(garbage)
+
+
+# --- compressed images -------------------------------------------------------------------------------------
+
+_PTX = b"".join(b".reg .f32 %%f%d;\nadd.f32 %%f%d, %%f%d, 0f3F800000;\n" % (i, i, i) for i in range(400))
+
+
+def _compressible():
+  return ParsedModule("add", (Image(ImageKind.CUBIN, Arch(90), b"\x7fELF" + bytes(300)),
+                              Image(ImageKind.PTX, Arch(90), b".version 8.0\n.target sm_90\n" + _PTX),
+                              Image(ImageKind.CUBIN, Arch(80), b"\x7fELF-tiny")))
+
+
+def _headers(data: bytes) -> list[dict]:
+  """Where each image's encoding, size and payload sit in `data` (module_format's layout)."""
+  (symbol_length,) = struct.unpack_from("<I", data, 20)
+  offset, out = 24 + symbol_length, []
+  for _ in range(struct.unpack_from("<I", data, 16)[0]):
+    encoding, size = struct.unpack_from("<IQ", data, offset + 12)
+    out.append({"encoding_at": offset + 12, "encoding": encoding, "size_at": offset + 16, "payload": offset + 24,
+                "size": size})
+    offset += 24 + size
+  return out
+
+
+def test_images_are_compressed_where_that_makes_them_smaller():
+  module = _compressible()
+  data, plain = module_format.serialize(module), module_format.serialize(module, compress=False)
+  assert [h["encoding"] for h in _headers(data)] == [module_format.ENCODING_ZLIB] * 2 + [0]
+  assert [h["encoding"] for h in _headers(plain)] == [0, 0, 0]
+  assert len(data) < len(plain) / 4
+  assert module_format.parse(data) == module_format.parse(plain) == module
+  symbol, images, flags = _core.parse_module(data)
+  assert [d for *_, d in images] == [i.data for i in module.images]
+
+
+def test_a_compiled_kernel_travels_compressed(isolated_disk_cache):
+  kernel = jmf.cuda_kernel(kernel_sources.SUM, "block_sum")
+  raw = sum(len(image.data) for image in kernel.images)
+  assert all(h["encoding"] == module_format.ENCODING_ZLIB for h in _headers(kernel.module))
+  assert len(kernel.module) < raw / 2
+  assert module_format.parse(kernel.module) == kernel.parsed
+
+
+def test_format_1_modules_still_parse():
+  """Artifacts exported before compression: version 1, every encoding field 0."""
+  module = _compressible()
+  old = bytearray(module_format.serialize(module, compress=False))
+  old[8:12] = (1).to_bytes(4, "little")
+  assert module_format.parse(bytes(old)) == module
+  header = _headers(bytes(old))[0]
+  old[header["encoding_at"]:header["encoding_at"] + 4] = module_format.ENCODING_ZLIB.to_bytes(4, "little")
+  with pytest.raises(ValueError, match="image 0 has a nonzero reserved field"):
+    _core.parse_module(bytes(old))
+
+
+def _with_payload(data: bytes, index: int, payload: bytes, encoding: int | None = None) -> bytes:
+  header = _headers(data)[index]
+  out = bytearray(data[:header["payload"]]) + payload + data[header["payload"] + header["size"]:]
+  out[header["size_at"]:header["size_at"] + 8] = len(payload).to_bytes(8, "little")
+  if encoding is not None:
+    out[header["encoding_at"]:header["encoding_at"] + 4] = encoding.to_bytes(4, "little")
+  return bytes(out)
+
+
+@pytest.mark.parametrize("case, match", [
+    ("declares more", "inflates to 2.* bytes, not the 2.* it declares"),
+    ("declares less", "inflates to more than the"),
+    ("declares one less", "inflates to 2.* bytes, not the 2.* it declares"),
+    ("declares zero", "declares 0 bytes"),
+    ("past deflate's ratio", "declares 1099511627776 bytes inflated from"),
+    ("no stream", "declares 2.* bytes inflated from 0"),
+    ("too short for its size", "too short to say its inflated size"),
+    ("cut short", "not a complete zlib stream"),
+    ("checksum broken", "not a complete zlib stream"),
+    ("bytes after the stream", "3 bytes follow the end of its zlib stream"),
+    ("unknown encoding", "image 1 has unknown encoding 7"),
+    ("inflates to a broken image", "image 0 is declared a cubin but is not an ELF file"),
+])
+def test_compressed_images_that_lie_are_refused(case, match):
+  data = module_format.serialize(_compressible())
+  ptx = _compressible().images[1].data
+  stream = zlib.compress(ptx)
+  size = struct.pack("<Q", len(ptx))
+  crafted = {
+      "declares more": lambda: _with_payload(data, 1, struct.pack("<Q", len(ptx) + 1) + stream),
+      "declares less": lambda: _with_payload(data, 1, struct.pack("<Q", len(ptx) - 100) + stream),
+      "declares one less": lambda: _with_payload(data, 1, struct.pack("<Q", len(ptx) - 1) + stream),
+      "declares zero": lambda: _with_payload(data, 1, struct.pack("<Q", 0) + stream),
+      "past deflate's ratio": lambda: _with_payload(data, 1, struct.pack("<Q", 1 << 40) + stream),
+      "no stream": lambda: _with_payload(data, 1, size),
+      "too short for its size": lambda: _with_payload(data, 1, size[:5]),
+      "cut short": lambda: _with_payload(data, 1, size + stream[:-9]),
+      "checksum broken": lambda: _with_payload(data, 1, size + stream[:-1] + bytes([stream[-1] ^ 1])),
+      "bytes after the stream": lambda: _with_payload(data, 1, size + stream + b"abc"),
+      "unknown encoding": lambda: _with_payload(data, 1, size + stream, encoding=7),
+      "inflates to a broken image": lambda: _with_payload(
+          data, 0, struct.pack("<Q", 304) + zlib.compress(b"\x00ELF" + bytes(300))),
+  }[case]()
+  with pytest.raises(ValueError, match=match):
+    _core.parse_module(crafted)
+  with pytest.raises(module_format.ModuleFormatError):
+    module_format.parse(crafted)
+
+
+def test_bit_flips_in_compressed_images_never_crash_the_parser(rng):
+  data = module_format.serialize(_compressible())
+  start = _headers(data)[0]["payload"]
+  accepted = 0
+  for _ in range(2000):
+    mutated = bytearray(data)
+    for position in rng.integers(start, len(mutated), size=rng.integers(1, 3)):
+      mutated[position] = int(rng.integers(0, 256))
+    try:
+      _core.parse_module(bytes(mutated))
+      accepted += bytes(mutated) == data
+    except ValueError:
+      pass
+  assert accepted < 2000  # the flips reached the parser as changes, and it refused the bad ones
+
+
+def test_a_compressed_cute_object_keeps_its_release_and_host_arguments():
+  kinds = (module_format.HOST_ARG_POINTER, module_format.HOST_ARG_INT64)
+  obj = Image(ImageKind.CUTE, Arch(90, "a"), b"\x7fELF" + bytes(4000), "4.8.1", kinds)
+  module = ParsedModule("cutlass_kernel", (obj,))
+  data = module_format.serialize(module)
+  assert _headers(data)[0]["encoding"] == module_format.ENCODING_ZLIB and len(data) < 400
+  assert module_format.parse(data) == module
+  symbol, ((kind, arch, suffix, blob, release, arg_kinds),), flags = _core.parse_module(data)
+  assert (blob, release, tuple(arg_kinds)) == (obj.data, "4.8.1", kinds)

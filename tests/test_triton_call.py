@@ -20,6 +20,7 @@ from triton_required import import_triton
 triton = import_triton()
 
 import jax_mosaic_ffi as jmf
+from jax_mosaic_ffi.base import module_format
 import jax_mosaic_ffi.jax_triton as jt
 from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
 from jax_mosaic_ffi.triton.decorators import NotSupported
@@ -50,7 +51,8 @@ def add(x, y, **kwargs):
 
 
 def module(cc) -> bytes:
-  return cc["config"]["module"]
+  """The code the custom call carries, inflated: its cubin and PTX."""
+  return b"".join(image.data for image in module_format.parse(cc["config"]["module"]).images)
 
 
 # ---------------------------------------------------------------- binding

@@ -85,12 +85,36 @@ bool ParseCuteObject(std::string_view payload, uint32_t i, Image* image, std::st
   return true;
 }
 
-// Image `i`'s header and bytes, checked, appended to `module`.
-bool ParseImage(Reader& reader, uint32_t i, ParsedModule* module, std::string* error) {
-  uint32_t kind, arch, suffix, reserved;
+// A zlib image's payload (module_format.h): the declared size bounded, then inflated.
+bool Inflate(std::string_view payload, uint32_t i, InflateFn inflate, uint64_t* inflated_total, std::string* out,
+             std::string* error) {
+  const std::string which = "image " + std::to_string(i);
+  Reader reader(payload);
   uint64_t size;
-  std::string_view data;
-  if (!reader.U32(&kind) || !reader.U32(&arch) || !reader.U32(&suffix) || !reader.U32(&reserved) ||
+  std::string_view stream;
+  if (!reader.U64(&size)) return Fail(error, which + " is compressed but too short to say its inflated size");
+  reader.Bytes(reader.remaining(), &stream);
+  if (size == 0 || stream.empty() || size / kMaxDeflateRatio > stream.size() ||
+      size > kMaxInflatedModuleBytes - *inflated_total) {
+    return Fail(error, which + " declares " + std::to_string(size) + " bytes inflated from " +
+                           std::to_string(stream.size()) + " (1 to " + std::to_string(kMaxDeflateRatio) +
+                           " times as many, and " + std::to_string(kMaxInflatedModuleBytes) +
+                           " for all of a module's compressed images)");
+  }
+  if (inflate == nullptr) return Fail(error, which + " is compressed, and this reader was given no zlib");
+  std::string why;
+  if (!inflate(stream, size, out, &why)) return Fail(error, which + " does not inflate: " + why);
+  *inflated_total += size;
+  return true;
+}
+
+// Image `i`'s header and bytes, checked, appended to `module`.
+bool ParseImage(Reader& reader, uint32_t i, InflateFn inflate, uint64_t* inflated_total, ParsedModule* module,
+                std::string* error) {
+  uint32_t kind, arch, suffix, encoding;
+  uint64_t size;
+  std::string_view payload;
+  if (!reader.U32(&kind) || !reader.U32(&arch) || !reader.U32(&suffix) || !reader.U32(&encoding) ||
       !reader.U64(&size)) {
     return Fail(error, "the header of image " + std::to_string(i) + " is truncated");
   }
@@ -104,11 +128,24 @@ bool ParseImage(Reader& reader, uint32_t i, ParsedModule* module, std::string* e
                            std::to_string(kMaxArch) + " with a suffix below " +
                            std::to_string(std::size(kArchSuffixes)));
   }
-  if (reserved != 0) return Fail(error, "image " + std::to_string(i) + " has a nonzero reserved field");
-  if (size == 0 || !reader.Bytes(size, &data)) {
+  if (module->version == 1 && encoding != kEncodingStored) {
+    return Fail(error, "image " + std::to_string(i) + " has a nonzero reserved field");
+  }
+  if (encoding != kEncodingStored && encoding != kEncodingZlib) {
+    return Fail(error, "image " + std::to_string(i) + " has unknown encoding " + std::to_string(encoding) +
+                           "; upgrade jax_mosaic_ffi");
+  }
+  if (size == 0 || !reader.Bytes(size, &payload)) {
     return Fail(error, "image " + std::to_string(i) + " declares " + std::to_string(size) +
                            " bytes but the module has " + std::to_string(reader.remaining()) + " left");
   }
+  Image image{static_cast<ImageKind>(kind), arch, suffix, {}, {}, {}, encoding};
+  if (encoding == kEncodingZlib) {
+    if (!Inflate(payload, i, inflate, inflated_total, &image.data, error)) return false;
+  } else {
+    image.data.assign(payload);
+  }
+  const std::string_view data = image.data;
   // The driver reads a cubin as an ELF file and PTX as a C string.
   if (kind == static_cast<uint32_t>(ImageKind::kCubin) && data.substr(0, 4) != std::string_view("\x7f"
                                                                                                 "ELF",
@@ -118,15 +155,17 @@ bool ParseImage(Reader& reader, uint32_t i, ParsedModule* module, std::string* e
   if (kind == static_cast<uint32_t>(ImageKind::kPtx) && data.find('\0') != std::string_view::npos) {
     return Fail(error, "image " + std::to_string(i) + " is PTX text with a NUL byte inside");
   }
-  Image image{static_cast<ImageKind>(kind), arch, suffix, std::string(data), {}, {}};
-  if (kind == static_cast<uint32_t>(ImageKind::kCuteObject) && !ParseCuteObject(data, i, &image, error)) return false;
+  if (kind == static_cast<uint32_t>(ImageKind::kCuteObject)) {
+    const std::string whole = std::move(image.data);
+    if (!ParseCuteObject(whole, i, &image, error)) return false;
+  }
   module->images.push_back(std::move(image));
   return true;
 }
 
 }  // namespace
 
-bool ParseModule(std::string_view bytes, ParsedModule* module, std::string* error) {
+bool ParseModule(std::string_view bytes, InflateFn inflate, ParsedModule* module, std::string* error) {
   Reader reader(bytes);
   std::string_view magic;
   if (!reader.Bytes(sizeof(kMagic), &magic) || std::memcmp(magic.data(), kMagic, sizeof(kMagic)) != 0) {
@@ -136,10 +175,15 @@ bool ParseModule(std::string_view bytes, ParsedModule* module, std::string* erro
   if (!reader.U32(&version) || !reader.U32(&flags) || !reader.U32(&num_images) || !reader.U32(&symbol_length)) {
     return Fail(error, "the header is truncated");
   }
-  if (version != kModuleFormatVersion) {
+  if (version > kModuleFormatVersion) {
     return Fail(error, "format version " + std::to_string(version) + " is newer than this runtime reads (" +
                            std::to_string(kModuleFormatVersion) + "); upgrade jax_mosaic_ffi");
   }
+  if (version < kOldestModuleFormatVersion) {
+    return Fail(error, "format version " + std::to_string(version) + " was never written (the first is " +
+                           std::to_string(kOldestModuleFormatVersion) + ")");
+  }
+  module->version = version;
   if ((flags & ~kKnownFlags) != 0) {
     return Fail(error, "unknown flags " + std::to_string(flags) + "; upgrade jax_mosaic_ffi");
   }
@@ -157,8 +201,9 @@ bool ParseModule(std::string_view bytes, ParsedModule* module, std::string* erro
   module->symbol.assign(symbol);
   module->images.clear();
   module->images.reserve(num_images);
+  uint64_t inflated_total = 0;
   for (uint32_t i = 0; i < num_images; ++i) {
-    if (!ParseImage(reader, i, module, error)) return false;
+    if (!ParseImage(reader, i, inflate, &inflated_total, module, error)) return false;
   }
   if (reader.remaining() != 0) {
     return Fail(error, std::to_string(reader.remaining()) + " trailing bytes after the last image");

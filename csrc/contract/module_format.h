@@ -12,7 +12,10 @@
 
 namespace jmf {
 
-inline constexpr uint32_t kModuleFormatVersion = 1;
+// The version written. Version 1 (an image's encoding field was reserved, 0) is
+// still read: artifacts exported before compression keep running.
+inline constexpr uint32_t kModuleFormatVersion = 2;
+inline constexpr uint32_t kOldestModuleFormatVersion = 1;
 inline constexpr uint32_t kMaxSymbolLength = 4096;
 inline constexpr uint32_t kMaxImages = 64;
 // Compute capability as major * 10 + minor: sm_10 .. sm_999.
@@ -39,6 +42,19 @@ inline constexpr const char* kArchSuffixes[] = {"", "a", "f"};
 // A module holds either CuTe objects only or cubins and PTX only.
 enum class ImageKind : uint32_t { kCubin = 1, kPtx = 2, kCuteObject = 3 };
 
+// How an image's payload is stored (format 2). kEncodingZlib: u64 inflated
+// size | a zlib stream (RFC 1950) that inflates to exactly that many bytes,
+// with nothing after it. Kernels are compressed because they travel in every
+// StableHLO text, jax.export artifact and cache entry: PTX shrinks about 7x,
+// cubins about 4x.
+inline constexpr uint32_t kEncodingStored = 0;
+inline constexpr uint32_t kEncodingZlib = 1;
+// Checked before anything is allocated: a crafted size cannot make the runtime
+// reserve memory that the stream does not fill. Deflate cannot expand data
+// more than 1032-fold, so a larger claim is a lie.
+inline constexpr uint64_t kMaxInflatedModuleBytes = uint64_t{1} << 30;  // all of a module's inflated images
+inline constexpr uint64_t kMaxDeflateRatio = 1032;
+
 inline constexpr uint32_t kMaxCuteVersionLength = 64;
 inline constexpr uint32_t kMaxHostArgs = 256;
 // What the host function takes after the stream, each by pointer to an 8-byte value.
@@ -53,17 +69,26 @@ struct Image {
   // kCuteObject only.
   std::string dsl_version;
   std::vector<uint32_t> host_arg_kinds;
+  uint32_t encoding = kEncodingStored;  // how the module carried it; `data` is always the inflated bytes
 };
 
 struct ParsedModule {
+  uint32_t version = kModuleFormatVersion;
   uint32_t flags = 0;
   std::string symbol;
   std::vector<Image> images;
   bool cute = false;  // its images are CuTe DSL objects
 };
 
-// Parses `bytes`; on failure returns false and says why in `*error`.
-bool ParseModule(std::string_view bytes, ParsedModule* module, std::string* error);
+// Inflates `stream` (zlib, RFC 1950) into `*out`, which must come out exactly
+// `size` bytes long with the whole stream read; on failure returns false and
+// says why in `*error`. The contract links no library, so the caller brings
+// one (driver/zlib_inflate.h).
+using InflateFn = bool (*)(std::string_view stream, uint64_t size, std::string* out, std::string* error);
+
+// Parses `bytes`, inflating compressed images with `inflate` (nullptr: a
+// compressed image is refused); on failure returns false and says why in `*error`.
+bool ParseModule(std::string_view bytes, InflateFn inflate, ParsedModule* module, std::string* error);
 
 // "cubin:sm_90, ptx:compute_90"
 std::string DescribeImages(const ParsedModule& module);

@@ -28,6 +28,7 @@
 #include "contract/launch_programs.h"
 #include "contract/module_format.h"
 #include "driver/cute_dsl_runtime.h"
+#include "driver/zlib_inflate.h"
 #include "peers/collective.h"
 #include "runtime/call_site.h"
 #include "runtime/handlers.h"
@@ -173,7 +174,7 @@ nb::tuple ParseModuleForPython(nb::bytes data) {
   bool ok;
   {
     nb::gil_scoped_release release;
-    ok = ParseModule(std::string_view(data.c_str(), data.size()), &module, &error);
+    ok = ParseModule(std::string_view(data.c_str(), data.size()), &InflateZlib, &module, &error);
   }
   if (!ok) throw nb::value_error(error.c_str());
   nb::list images;
@@ -208,6 +209,10 @@ nb::dict Limits() {
   d["tensor_map_code"] = kTensorMapCode;
   d["tensor_map_fields"] = kTensorMapFields;
   d["module_format_version"] = kModuleFormatVersion;
+  d["oldest_module_format_version"] = kOldestModuleFormatVersion;
+  d["encoding_zlib"] = kEncodingZlib;
+  d["max_inflated_module_bytes"] = kMaxInflatedModuleBytes;
+  d["max_deflate_ratio"] = kMaxDeflateRatio;
   d["max_symbol_length"] = kMaxSymbolLength;
   d["max_images"] = kMaxImages;
   d["min_arch"] = kMinArch;

@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "driver/zlib_inflate.h"
 #include "ffi/status.h"
 #include "peers/nvshmem_runtime.h"
 
@@ -51,7 +52,7 @@ ffi::ErrorOr<std::shared_ptr<const ParsedKernel>> GetOrParseKernel(const KernelH
   auto kernel = std::make_shared<ParsedKernel>();
   kernel->hash = hash;
   std::string error;
-  if (!ParseModule(module_bytes, &kernel->module, &error)) {
+  if (!ParseModule(module_bytes, &InflateZlib, &kernel->module, &error)) {
     return ffi::Error::InvalidArgument(error);
   }
   GetCacheStats().module_parses++;

@@ -5,13 +5,15 @@
 // accept must satisfy every assumption the launch path makes. The sanitizers
 // catch the first; the invariant checks below, which abort, the second.
 //
-// A test tool, not part of the extension: it links the three contract sources
+// A test tool, not part of the extension: it links the contract sources and
+// driver/zlib_inflate.cc (zlib, opened at run time, for compressed images)
 // directly and needs no XLA, CUDA or Python headers. tests/test_fuzz.py and
 // scripts/fuzz.sh build it as
 //
 //   g++ -std=c++20 -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 //       -D_GLIBCXX_ASSERTIONS -Icsrc tests/fuzz/contract_fuzz.cc csrc/contract/contract.cc
-//       csrc/contract/tensor_maps.cc csrc/contract/module_format.cc
+//       csrc/contract/tensor_maps.cc csrc/contract/launch_programs.cc csrc/contract/module_format.cc
+//       csrc/driver/zlib_inflate.cc -ldl
 //
 // (_GLIBCXX_ASSERTIONS checks every operator[] of std::string, vector and
 // array against size(): ASAN alone misses an index past size() that stays
@@ -56,6 +58,7 @@
 #include "contract/contract.h"
 #include "contract/launch_programs.h"
 #include "contract/module_format.h"
+#include "driver/zlib_inflate.h"
 
 // Provided by the sanitizer runtimes; null without them.
 extern "C" void __sanitizer_set_death_callback(void (*callback)(void)) __attribute__((weak));
@@ -1176,8 +1179,8 @@ bool FuzzValidator(Input& in, Input& edits) {
 // Module images and the serialized layout, with where each field sits.
 struct Layout {
   std::string bytes;
-  std::vector<size_t> u32_fields;  // version, flags, counts, and each image's kind/arch/suffix/reserved
-  std::vector<size_t> u64_fields;  // each image's size
+  std::vector<size_t> u32_fields;  // version, flags, counts, each image's kind/arch/suffix/encoding, CuTe fields
+  std::vector<size_t> u64_fields;  // each image's size, and a compressed one's inflated size
 };
 
 void PutU32(std::string* out, uint32_t v) {
@@ -1187,38 +1190,74 @@ void PutU64(std::string* out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
 }
 
+// A zlib stream (RFC 1950) of stored deflate blocks: valid for any zlib, and
+// one encoding per input, so that parse-then-serialize can be compared byte
+// for byte.
+std::string StoredZlib(std::string_view data) {
+  std::string out = "\x78\x01";  // deflate, 32K window; no preset dictionary; header % 31 == 0
+  size_t at = 0;
+  do {
+    const size_t length = std::min<size_t>(data.size() - at, 65535);
+    out.push_back(at + length == data.size() ? 1 : 0);  // BFINAL, BTYPE 00 (stored)
+    for (uint32_t v : {static_cast<uint32_t>(length), static_cast<uint32_t>(~length & 0xffff)}) {
+      out.push_back(static_cast<char>(v & 0xff));
+      out.push_back(static_cast<char>((v >> 8) & 0xff));
+    }
+    out.append(data.substr(at, length));
+    at += length;
+  } while (at < data.size());
+  uint32_t a = 1, b = 0;
+  for (unsigned char c : data) {
+    a = (a + c) % 65521;
+    b = (b + a) % 65521;
+  }
+  const uint32_t adler = (b << 16) | a;
+  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>((adler >> shift) & 0xff));
+  return out;
+}
+
 Layout Serialize(const jmf::ParsedModule& module) {
   Layout out;
   out.bytes = "JMFFIMOD";
-  for (uint32_t v : {jmf::kModuleFormatVersion, module.flags, static_cast<uint32_t>(module.images.size()),
+  for (uint32_t v : {module.version, module.flags, static_cast<uint32_t>(module.images.size()),
                      static_cast<uint32_t>(module.symbol.size())}) {
     out.u32_fields.push_back(out.bytes.size());
     PutU32(&out.bytes, v);
   }
   out.bytes += module.symbol;
   for (const jmf::Image& image : module.images) {
-    for (uint32_t v : {static_cast<uint32_t>(image.kind), image.arch, image.suffix, 0u}) {
+    for (uint32_t v : {static_cast<uint32_t>(image.kind), image.arch, image.suffix, image.encoding}) {
       out.u32_fields.push_back(out.bytes.size());
       PutU32(&out.bytes, v);
     }
-    out.u64_fields.push_back(out.bytes.size());
+    // The payload, with where its fields sit relative to its start.
+    Layout payload;
     if (image.kind != jmf::ImageKind::kCuteObject) {
-      PutU64(&out.bytes, image.data.size());
-      out.bytes += image.data;
-      continue;
+      payload.bytes = image.data;
+    } else {
+      // A CuTe DSL object's payload: its release, its host function's argument kinds, the object.
+      payload.u32_fields.push_back(payload.bytes.size());
+      PutU32(&payload.bytes, static_cast<uint32_t>(image.dsl_version.size()));
+      payload.bytes += image.dsl_version;
+      payload.u32_fields.push_back(payload.bytes.size());
+      PutU32(&payload.bytes, static_cast<uint32_t>(image.host_arg_kinds.size()));
+      for (uint32_t kind : image.host_arg_kinds) {
+        payload.u32_fields.push_back(payload.bytes.size());
+        PutU32(&payload.bytes, kind);
+      }
+      payload.bytes += image.data;
     }
-    // A CuTe DSL object's payload: its release, its host function's argument kinds, the object.
-    PutU64(&out.bytes, 8 + image.dsl_version.size() + 4 * image.host_arg_kinds.size() + image.data.size());
-    out.u32_fields.push_back(out.bytes.size());
-    PutU32(&out.bytes, static_cast<uint32_t>(image.dsl_version.size()));
-    out.bytes += image.dsl_version;
-    out.u32_fields.push_back(out.bytes.size());
-    PutU32(&out.bytes, static_cast<uint32_t>(image.host_arg_kinds.size()));
-    for (uint32_t kind : image.host_arg_kinds) {
-      out.u32_fields.push_back(out.bytes.size());
-      PutU32(&out.bytes, kind);
+    if (image.encoding == jmf::kEncodingZlib) {  // u64 inflated size | the stream; its fields are inside it
+      std::string packed;
+      PutU64(&packed, payload.bytes.size());
+      packed += StoredZlib(payload.bytes);
+      payload = Layout{std::move(packed), {}, {0}};
     }
-    out.bytes += image.data;
+    out.u64_fields.push_back(out.bytes.size());
+    PutU64(&out.bytes, payload.bytes.size());
+    for (size_t at : payload.u32_fields) out.u32_fields.push_back(out.bytes.size() + at);
+    for (size_t at : payload.u64_fields) out.u64_fields.push_back(out.bytes.size() + at);
+    out.bytes += payload.bytes;
   }
   return out;
 }
@@ -1229,6 +1268,7 @@ constexpr std::string_view kElfMagic = "\177ELF";
 // sometimes one past their limit.
 jmf::ParsedModule BuildModule(Input& in) {
   jmf::ParsedModule module;
+  module.version = in.OneIn(4) ? jmf::kOldestModuleFormatVersion : jmf::kModuleFormatVersion;
   module.flags = in.Bool() ? jmf::kKnownFlags : 0;
   static constexpr char kSymbolChars[] = "_Z3fooPfaddkernel0123456789$.";
   const size_t symbol_length =
@@ -1250,6 +1290,7 @@ jmf::ParsedModule BuildModule(Input& in) {
       for (size_t k = 0; k < args; ++k)
         image.host_arg_kinds.push_back(in.Bool() ? jmf::kHostArgPointer : jmf::kHostArgInt64);
       image.data = std::string(kElfMagic) + in.Pattern(in.Below(64));
+      if (module.version > 1 && in.Bool()) image.encoding = jmf::kEncodingZlib;
       module.images.push_back(std::move(image));
       continue;
     }
@@ -1264,6 +1305,7 @@ jmf::ParsedModule BuildModule(Input& in) {
       image.data = ".version 8.0\n" + std::string(size, ' ');
       for (char& c : image.data) c = c == ' ' ? static_cast<char>(0x20 + in.Below(0x5f)) : c;
     }
+    if (module.version > 1 && in.Bool()) image.encoding = jmf::kEncodingZlib;
     module.images.push_back(std::move(image));
   }
   return module;
@@ -1330,12 +1372,14 @@ void MutateModule(Input& in, Layout* layout) {
 }
 
 void CheckModule(const jmf::ParsedModule& module, std::string_view bytes) {
+  FUZZ_CHECK(module.version >= jmf::kOldestModuleFormatVersion && module.version <= jmf::kModuleFormatVersion);
   FUZZ_CHECK((module.flags & ~jmf::kKnownFlags) == 0);
   FUZZ_CHECK(!module.images.empty() && module.images.size() <= jmf::kMaxImages);
   FUZZ_CHECK(!module.symbol.empty() && module.symbol.size() <= jmf::kMaxSymbolLength);
   FUZZ_CHECK(module.symbol.find('\0') == std::string::npos);
   for (const jmf::Image& image : module.images) {
     FUZZ_CHECK(!image.data.empty());
+    FUZZ_CHECK(image.encoding == jmf::kEncodingStored || (image.encoding == jmf::kEncodingZlib && module.version > 1));
     FUZZ_CHECK(image.arch >= jmf::kMinArch && image.arch <= jmf::kMaxArch);
     FUZZ_CHECK(image.suffix < std::size(jmf::kArchSuffixes));
     FUZZ_CHECK((image.kind == jmf::ImageKind::kCuteObject) == module.cute);  // one kind of module or the other
@@ -1353,9 +1397,25 @@ void CheckModule(const jmf::ParsedModule& module, std::string_view bytes) {
     FUZZ_CHECK(!jmf::ArchName(image).empty());
   }
   FUZZ_CHECK(!jmf::DescribeImages(module).empty());
-  // The format has one encoding of a module: what parses must be exactly the
-  // bytes it would serialize to.
-  FUZZ_CHECK(Serialize(module).bytes == bytes, "parse then serialize changed the bytes");
+  // The format has one encoding of a module, but for its zlib streams (zlib
+  // ignores a stored block's padding bits and the header's FLEVEL): what parses
+  // must be exactly the bytes it would serialize to, where nothing is compressed.
+  const std::string again = Serialize(module).bytes;
+  if (std::none_of(module.images.begin(), module.images.end(),
+                   [](const jmf::Image& image) { return image.encoding == jmf::kEncodingZlib; })) {
+    FUZZ_CHECK(again == bytes, "parse then serialize changed the bytes");
+  } else {  // the same module, read back from our own encoding of it
+    jmf::ParsedModule reread;
+    std::string error;
+    FUZZ_CHECK(jmf::ParseModule(again, &jmf::InflateZlib, &reread, &error), "re-encoded module refused: " + error);
+    FUZZ_CHECK(reread.version == module.version && reread.flags == module.flags && reread.symbol == module.symbol &&
+               reread.images.size() == module.images.size());
+    for (size_t i = 0; i < module.images.size(); ++i) {
+      const jmf::Image &a = module.images[i], &b = reread.images[i];
+      FUZZ_CHECK(a.kind == b.kind && a.arch == b.arch && a.suffix == b.suffix && a.encoding == b.encoding &&
+                 a.data == b.data && a.dsl_version == b.dsl_version && a.host_arg_kinds == b.host_arg_kinds);
+    }
+  }
 }
 
 bool FuzzParser(Input& in, Input& edits) {
@@ -1379,7 +1439,7 @@ bool FuzzParser(Input& in, Input& edits) {
     case 2: {
       // Past the magic, so that random bytes reach the header checks.
       bytes = "JMFFIMOD";
-      PutU32(&bytes, in.Bool() ? jmf::kModuleFormatVersion : in.U32());
+      PutU32(&bytes, in.Bool() ? jmf::kModuleFormatVersion - in.Below(2) : in.U32());
       PutU32(&bytes, in.Bool() ? 0 : in.U32());
       bytes += in.Rest();
       break;
@@ -1389,7 +1449,7 @@ bool FuzzParser(Input& in, Input& edits) {
   }
   jmf::ParsedModule module;
   std::string error;
-  const bool ok = jmf::ParseModule(Exact(bytes).view(), &module, &error);
+  const bool ok = jmf::ParseModule(Exact(bytes).view(), &jmf::InflateZlib, &module, &error);
   if (ok) {
     CheckModule(module, bytes);
   } else {
@@ -1403,6 +1463,7 @@ bool FuzzParser(Input& in, Input& edits) {
     for (size_t i = 0; i < built.images.size(); ++i) {
       FUZZ_CHECK(module.images[i].kind == built.images[i].kind && module.images[i].arch == built.images[i].arch &&
                  module.images[i].suffix == built.images[i].suffix && module.images[i].data == built.images[i].data &&
+                 module.images[i].encoding == built.images[i].encoding &&
                  module.images[i].dsl_version == built.images[i].dsl_version &&
                  module.images[i].host_arg_kinds == built.images[i].host_arg_kinds);
     }

@@ -77,8 +77,9 @@ def _has_option(options, *prefixes) -> bool:
 # Bumped whenever the code we add to a kernel changes (program.wait_at_entry).
 _INSTRUMENTATION = "pdl-wait-1"
 # Entries before deps-1 did not list the headers they read; before param-types-1, the parameter types; before
-# include-search-1, the paths NVRTC tried before each header (include_search.py).
-_ENTRY_FORMAT = "include-search-1"
+# include-search-1, the paths NVRTC tried before each header; before include-search-2, the paths its
+# __has_include probes searched (include_search.py).
+_ENTRY_FORMAT = "include-search-2"
 
 
 def cache_key(source: str, name: str, options, headers: dict, targets, compiler: str, pdl: bool = True,
@@ -200,9 +201,9 @@ def _compile_with_nvrtc(source, name, options, headers, targets, timeout, pdl,
     types = param_types.of_symbol(parsed.symbol)
   read = result.get("deps")
   if read is not None:
-    tried = include_search.tried_before(result.get("includes") or (), include_search.search_folders(all_options),
-                                        source)
-    read = [*read, *tried]
+    includes, folders = result.get("includes") or (), include_search.search_folders(all_options)
+    read = [*read, *include_search.tried_before(includes, folders, source),
+            *include_search.probed(includes, folders, source, in_memory=headers or {})]
   return parsed, sizes, read, types
 
 

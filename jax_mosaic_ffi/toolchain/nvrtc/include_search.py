@@ -15,8 +15,14 @@ NVRTC's search (measured with NVRTC 13.0; tests/test_disk_cache.py checks it):
 NVRTC's time trace names the files read and, by nesting, which file included which (program.py); how the
 includer wrote its ``#include`` (the name, quotes or brackets) is read from its text. Where that text does not
 say (a name built by a macro, an includer that cannot be read), every path either form could have tried is
-listed: a superset costs at most a needless compile once such a path appears, never a stale kernel. Not
-covered: a name an ``#include`` did not find at all (``__has_include``), since nothing was read for it.
+listed: a superset costs at most a needless compile once such a path appears, never a stale kernel.
+
+``__has_include`` reads nothing, so the trace does not show it, yet its answer changes the code compiled: a
+header made at a path the probe searched turns it true, deleting the one it found turns it false. So every
+file read is searched for probes (``__has_include``, ``__has_include_next`` and macros defined as one, like
+CCCL's ``_CCCL_HAS_INCLUDE``), and for each name the search's paths up to the first file found are listed too:
+those before it must stay absent, the one found must stay the same (``probed``). A probe whose name a macro
+builds is not followed.
 """
 
 from __future__ import annotations
@@ -27,6 +33,10 @@ import re
 _LONG = "--include-path"
 _DIRECTIVE = re.compile(rb'^[ \t]*#[ \t]*include(?:_next)?[ \t]*([<"])([^>"\n]+)[>"]', re.MULTILINE)
 _MAX_TEXT_BYTES = 64 << 20
+_PROBES = (b"__has_include", b"__has_include_next")
+# "#define _CCCL_HAS_INCLUDE(_X) __has_include(_X)": a macro that is a probe of its argument.
+_PROBE_MACRO = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+(\w+)\([ \t]*(\w+)[ \t]*\)[ \t]*(?:__has_include|__has_include_next)"
+                          rb"[ \t]*\([ \t]*\2[ \t]*\)", re.MULTILINE)
 
 
 def search_folders(options) -> list[str]:
@@ -102,3 +112,36 @@ def tried_before(includes, folders, source: str = "") -> list[str]:
         tried.update(_joined(earlier, name) for earlier in order[1:at])
   tried.difference_update(path for path, _ in includes)
   return sorted(tried)
+
+
+def probed(includes, folders, source: str = "", in_memory=()) -> list[str]:
+  """Every path whose presence decided a ``__has_include`` in ``source`` or a header of ``includes`` (as for
+  `tried_before`): per name probed, the paths its search tries up to and including the first file there.
+  Names of ``in_memory`` headers are answered without a search."""
+  texts = {None: source.encode()}
+  for path, _ in includes:
+    if path not in texts:
+      texts[path] = _read(path)
+  wrappers = set(_PROBES)
+  for text in texts.values():
+    wrappers.update(name for name, _ in _PROBE_MACRO.findall(text or b""))
+  probe = re.compile(rb"(?<![\w])(?:" + b"|".join(re.escape(w) for w in sorted(wrappers)) +
+                     rb')[ \t]*\([ \t]*([<"])([^>"\n]+)[>"]')
+  paths = set()
+  for path, text in texts.items():
+    for quote, raw in set(probe.findall(text or b"")):
+      name = raw.decode(errors="replace").strip()
+      if not name or name in in_memory:
+        continue
+      if os.path.isabs(name):
+        paths.add(name)
+        continue
+      order = ([os.path.dirname(path) if path else ""] if quote == b'"' else []) + list(folders)
+      for folder in order:
+        candidate = _joined(folder, name)
+        if os.path.isdir(candidate):
+          continue  # not a header: the search goes on past it
+        paths.add(candidate)
+        if os.path.exists(candidate):
+          break
+  return sorted(paths)
