@@ -35,8 +35,8 @@ _DIRECTIVE = re.compile(rb'^[ \t]*#[ \t]*include(?:_next)?[ \t]*([<"])([^>"\n]+)
 _MAX_TEXT_BYTES = 64 << 20
 _PROBES = (b"__has_include", b"__has_include_next")
 # "#define _CCCL_HAS_INCLUDE(_X) __has_include(_X)": a macro that is a probe of its argument.
-_PROBE_MACRO = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+(\w+)\([ \t]*(\w+)[ \t]*\)[ \t]*(?:__has_include|__has_include_next)"
-                          rb"[ \t]*\([ \t]*\2[ \t]*\)", re.MULTILINE)
+_PROBE_MACRO = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+(\w+)\([ \t]*(\w+)[ \t]*\)[ \t]*"
+                          rb"(?:__has_include|__has_include_next)[ \t]*\([ \t]*\2[ \t]*\)", re.MULTILINE)
 
 
 def search_folders(options) -> list[str]:
