@@ -214,3 +214,34 @@ def test_a_compressed_cute_object_keeps_its_release_and_host_arguments():
   assert module_format.parse(data) == module
   symbol, ((kind, arch, suffix, blob, release, arg_kinds),), flags = _core.parse_module(data)
   assert (blob, release, tuple(arg_kinds)) == (obj.data, "4.8.1", kinds)
+
+
+# --- which image a GPU loads (runtime/kernel_cache.cc: SelectImage, docs/contract.md) -------------------------
+
+def _pick(images, arch):
+  module = ParsedModule("k", tuple(Image(ImageKind.CUBIN if kind == "cubin" else ImageKind.PTX, Arch.parse(sm),
+                                         b"\x7fELF" if kind == "cubin" else b".version 8.0\n") for kind, sm in images))
+  index = _core._testing.select_image(module_format.serialize(module), arch)
+  return None if index < 0 else images[index]
+
+
+@pytest.mark.parametrize("images, arch, picked", [
+    # An exact cubin first, whatever its suffix.
+    ([("cubin", "sm_80"), ("cubin", "sm_90a"), ("ptx", "sm_80")], 90, ("cubin", "sm_90a")),
+    # Else a generic cubin of the same major version, the newest below the GPU's.
+    ([("cubin", "sm_80"), ("cubin", "sm_86"), ("ptx", "sm_80")], 89, ("cubin", "sm_86")),
+    # A family cubin runs on later minor versions of its major one (sm_100f on sm_103), not on another major.
+    ([("cubin", "sm_100f"), ("ptx", "sm_90")], 103, ("cubin", "sm_100f")),
+    ([("cubin", "sm_100f"), ("ptx", "sm_90")], 120, ("ptx", "sm_90")),
+    # An arch-specific cubin runs on its own arch only: sm_90a is no cubin for sm_100, whose driver JITs PTX.
+    ([("cubin", "sm_90a"), ("ptx", "sm_80")], 100, ("ptx", "sm_80")),
+    # Generic PTX for any later arch (the newest that fits), family PTX within its major, arch-specific for its own.
+    ([("ptx", "sm_70"), ("ptx", "sm_80"), ("ptx", "sm_120")], 100, ("ptx", "sm_80")),
+    ([("ptx", "sm_100f")], 103, ("ptx", "sm_100f")),
+    ([("ptx", "sm_100f")], 120, None),
+    ([("ptx", "sm_90a")], 90, ("ptx", "sm_90a")),
+    ([("ptx", "sm_90a")], 100, None),
+    ([("cubin", "sm_90"), ("cubin", "sm_100")], 80, None),
+])
+def test_each_gpu_loads_the_image_the_contract_names(images, arch, picked):
+  assert _pick(images, arch) == picked

@@ -32,6 +32,8 @@ inline constexpr uint32_t kFlagNvshmem = 2;
 inline constexpr uint32_t kKnownFlags = kFlagPdlWait | kFlagNvshmem;
 // arch_suffix values: index 0 none, 1 'a' (arch-specific), 2 'f' (family).
 inline constexpr const char* kArchSuffixes[] = {"", "a", "f"};
+inline constexpr uint32_t kSuffixArchSpecific = 1;  // runs on its own arch only
+inline constexpr uint32_t kSuffixFamily = 2;        // runs on its arch and later minor ones of its major version
 
 // kCuteObject: a CuTe DSL object (`JitCompiledFunction.dump_to_object`): an ELF
 // relocatable holding the host launch function and the cubin, run through

@@ -168,6 +168,17 @@ nb::tuple EvaluateLaunchForPython(nb::dict attrs, std::vector<std::vector<int64_
   return nb::make_tuple(grid, spec.scalars);
 }
 
+// The index of the image a GPU of compute capability `arch` would load, or -1.
+int SelectImageForPython(nb::bytes data, int arch) {
+  ParsedModule module;
+  std::string error;
+  if (!ParseModule(std::string_view(data.c_str(), data.size()), &InflateZlib, &module, &error)) {
+    throw nb::value_error(error.c_str());
+  }
+  const Image* image = SelectImage(module, arch);
+  return image == nullptr ? -1 : static_cast<int>(image - module.images.data());
+}
+
 nb::tuple ParseModuleForPython(nb::bytes data) {
   ParsedModule module;
   std::string error;
@@ -374,6 +385,8 @@ NB_MODULE(_core, m) {
   nb::module_ testing = m.def_submodule("_testing", "Hooks for the test suite only; not API.");
   testing.def("rendezvous_probe", &RendezvousProbe, nb::arg("participants"), nb::arg("arriving"), nb::arg("timeout_s"),
               "Runs the collective rendezvous with threads as ranks.");
+  testing.def("select_image", &SelectImageForPython, nb::arg("module"), nb::arg("arch"),
+              "The index of the image the runtime loads on a GPU of compute capability `arch` (90), or -1.");
   testing.def("evaluate_launch", &EvaluateLaunchForPython, nb::arg("attributes"), nb::arg("shapes"),
               "Validates a plain launch and runs its launch programs on these buffer shapes: (grid, scalar slots).");
 

@@ -79,17 +79,25 @@ const Image* SelectImage(const ParsedModule& module, int arch) {
   for (const Image& image : module.images) {
     if (image.kind == ImageKind::kCubin && static_cast<int>(image.arch) == arch) return &image;
   }
-  // 2. A generic cubin of the same major version and a lower minor one.
+  // 2. A generic or family cubin (sm_100f runs on sm_103) of the same major
+  // version and a lower minor one. An arch-specific one (sm_90a) runs on its
+  // own arch only.
   for (const Image& image : module.images) {
-    if (image.kind == ImageKind::kCubin && image.suffix == 0 && static_cast<int>(image.arch) / 10 == arch / 10 &&
-        static_cast<int>(image.arch) < arch && (best == nullptr || image.arch > best->arch)) {
+    if (image.kind == ImageKind::kCubin && image.suffix != kSuffixArchSpecific &&
+        static_cast<int>(image.arch) / 10 == arch / 10 && static_cast<int>(image.arch) < arch &&
+        (best == nullptr || image.arch > best->arch)) {
       best = &image;
     }
   }
   if (best != nullptr) return best;
-  // 3. PTX the driver can compile for this arch.
+  // 3. PTX the driver can compile for this arch: generic PTX for any arch at
+  // or above its own, family PTX within its major version, arch-specific PTX
+  // for its own arch only.
   for (const Image& image : module.images) {
-    bool fits = image.suffix == 0 ? static_cast<int>(image.arch) <= arch : static_cast<int>(image.arch) == arch;
+    const int own = static_cast<int>(image.arch);
+    const bool fits = image.suffix == kSuffixArchSpecific ? own == arch
+                      : image.suffix == kSuffixFamily     ? own / 10 == arch / 10 && own <= arch
+                                                          : own <= arch;
     if (image.kind == ImageKind::kPtx && fits && (best == nullptr || image.arch > best->arch)) {
       best = &image;
     }
