@@ -1,6 +1,8 @@
 """Runs the benchmarks, each process in turn, then writes the report.
 
-    python -m benchmarks [--only launch,bandwidth | --only launch/cb_on] [--out DIR] [--doc PATH] [--list]
+    python -m benchmarks [--only launch,bandwidth | --only launch/cb_on] [--out DIR] [--doc PATH] [--splice] [--list]
+
+With --splice (for --only), the page keeps every other section as the run that wrote it left them.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ def _parse(argv, modules):
                       help="where the raw results (benchmarks.json), a copy of the page and figures go "
                            "(default: %(default)s)")
   parser.add_argument("--doc", default=report.DOC, help="the Markdown page to write (default: %(default)s)")
+  parser.add_argument("--splice", action="store_true",
+                      help="replace only the sections of the benchmarks run in the page at --doc, keeping the rest")
   parser.add_argument("--list", action="store_true", help="list the benchmarks and their runs, run nothing")
   args = parser.parse_args(argv)
   try:
@@ -98,7 +102,7 @@ def main(argv=None) -> int:
   raw = os.path.join(args.out, "benchmarks.json")
   with open(raw, "w") as f:  # first: whatever the rendering does, the numbers are kept
     json.dump(results, f, indent=1)
-  text = report.write(results, args.doc)
+  text = report.write(results, args.doc, splice=args.splice and os.path.exists(args.doc))
   for name in [args.doc] + [os.path.join(os.path.dirname(args.doc), n) for n in _figures(modules)]:
     fresh = os.path.exists(name) and os.path.getmtime(name) >= started_at  # not a figure left from an older run
     if fresh and os.path.dirname(os.path.abspath(name)) != os.path.abspath(args.out):

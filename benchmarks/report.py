@@ -1,7 +1,11 @@
 """The report: docs/benchmarks.md (and figures) from the results, and the
 same again from a saved JSON, on any machine (no jax, no GPU):
 
-    python -m benchmarks.report results.json [--doc PATH]
+    python -m benchmarks.report results.json [--doc PATH] [--splice]
+
+``--splice`` replaces only the sections of the benchmarks in the JSON (a run
+of some of them, as a GPU call's budget allows), each saying which run it
+came from, and keeps the rest of the page as the full run wrote it.
 """
 
 from __future__ import annotations
@@ -60,8 +64,9 @@ def _runs(runs: dict) -> str:
           table(["run", "seconds", "outcome"], rows, "lrl"))
 
 
-def write(results: dict, doc: str = DOC, *, figures: bool = True) -> str:
-  """Writes the page (and the figures beside it); returns its text."""
+def write(results: dict, doc: str = DOC, *, figures: bool = True, splice: bool = False) -> str:
+  """Writes the page (and the figures beside it); returns its text. ``splice``: into the page already at
+  `doc`, replacing only the sections of the benchmarks in `results` (`spliced`)."""
   directory = os.path.dirname(os.path.abspath(doc))
   os.makedirs(directory, exist_ok=True)
   images = {}
@@ -73,10 +78,40 @@ def write(results: dict, doc: str = DOC, *, figures: bool = True) -> str:
           images[module.NAME] = name
       except Exception as e:  # the tables matter more than the picture
         print(f"figure {name}: {e}", file=sys.stderr)
-  text = render(results, images)
+  if splice:
+    with open(doc) as f:
+      text = spliced(f.read(), results, images)
+  else:
+    text = render(results, images)
   with open(doc, "w") as f:
     f.write(text)
   return text
+
+
+def spliced(page: str, results: dict, figures: dict[str, str] | None = None) -> str:
+  """`page` with the section of each benchmark in `results` replaced by one rendered from them, saying which
+  run it came from (a section the page lacks goes before its Runs). The header, the goals and the other
+  sections stay as the run that wrote the page left them."""
+  figures = figures or {}
+  measured = results.get("results", {})
+  origin = (f"*This section alone is from a later run of its benchmark, on {results.get('date', '?')}: "
+            f"{machine.summary(results.get('machine', {}))}. The header above names the run of the rest.*")
+  for module in suite.discover():
+    if module.NAME not in measured:
+      continue
+    title, _, body = _section(module, measured[module.NAME], figures.get(module.NAME)).partition("\n\n")
+    section = f"{title}\n\n{origin}\n\n{body}"
+    start = page.find(f"\n{title}\n")
+    if start < 0:
+      runs = page.find("\n## Runs\n")
+      if runs < 0:
+        page = f"{page.rstrip()}\n\n{section}"
+      else:
+        page = f"{page[:runs + 1]}{section}\n\n{page[runs + 1:]}"
+      continue
+    end = page.find("\n## ", start + 1)
+    page = f"{page[:start + 1]}{section}\n{page[end:] if end >= 0 else ''}"
+  return page.rstrip("\n") + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -85,10 +120,12 @@ def main(argv: list[str] | None = None) -> None:
   parser.add_argument("results", help="a JSON file written by python -m benchmarks --out DIR")
   parser.add_argument("--doc", default=DOC, help="where to write the Markdown (default: %(default)s)")
   parser.add_argument("--no-figures", action="store_true", help="write no images (and link none)")
+  parser.add_argument("--splice", action="store_true",
+                      help="replace only these benchmarks' sections of the page at --doc, keeping the rest")
   args = parser.parse_args(argv)
   with open(args.results) as f:
     results = json.load(f)
-  print(write(results, args.doc, figures=not args.no_figures))
+  print(write(results, args.doc, figures=not args.no_figures, splice=args.splice))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@
 # installed with --no-deps into a venv of its own on top of python3's packages,
 # and the tests run from that installed copy: conftest.py refuses to run if
 # they would import this checkout's package instead (JMF_EXPECT_INSTALLED_UNDER).
-# JMF_BENCH_ONLY=triton_native (python -m benchmarks --only's syntax) runs some benchmarks only.
+# JMF_BENCH_ONLY=triton_native (python -m benchmarks --only's syntax) runs some benchmarks only, and replaces only
+# their sections of docs/benchmarks.md (--splice; the copy in $OUT is the whole page).
 #
 # In parts (one call holds 10 minutes; the whole suite took about 600 s on the H200, its GPU tests about 290 s):
 #   JMF_PART=2/3 bash scripts/gpu_check.sh gpu-tests
@@ -146,7 +147,8 @@ if [ "$what" = tests ] || [ "$what" = all ] || [ "$what" = wheel ]; then
 fi
 if [ "$what" = bench ] || { [ "$what" = all ] && [ "$part" = "$parts" ]; }; then
   echo "== benchmarks"
-  with_carried "$JMF_VENV/bin/python" -m benchmarks --out "$out" ${JMF_BENCH_ONLY:+--only "$JMF_BENCH_ONLY"} 2>&1 |
+  # A run of some benchmarks replaces only their sections of the page (--splice): $out gets the whole page.
+  with_carried "$JMF_VENV/bin/python" -m benchmarks --out "$out" ${JMF_BENCH_ONLY:+--only "$JMF_BENCH_ONLY" --splice} 2>&1 |
     tee "$out/bench.log" | tail -150
 fi
 exit $status

@@ -280,3 +280,31 @@ def test_the_vs_jax_triton_rows_say_na_where_jax_triton_is_absent():
   assert "| grouped matmul 4096^3 fp16, @triton.autotune (6 configs) | n/a | 410 | n/a |" in page
   assert "| host cost per call, jitted chain of 200 adds (wall us) | n/a | 2 | n/a |" in page
   assert "- jax_triton: n/a: ModuleNotFoundError" in page
+
+
+def test_a_run_of_some_benchmarks_is_spliced_into_the_page(tmp_path, results):
+  page = report.render(results)
+  assert "## jax-triton's triton_call" not in page  # the full run had no such section: it goes before Runs
+  later = {"date": "2026-12-05 10:00 UTC", "machine": results["machine"], "results": {
+      "bandwidth": {"main": {"ratio": 0.5}},  # a section the page has, rendered from broken results
+      "vs_jax_triton": {"lowering": {"jax_triton": {"error": "ModuleNotFoundError: no jax_triton"},
+                                     "jmf": {"error": "boom"}}, "gpu": {"skipped": "no GPU"}}}}
+  doc, raw = tmp_path / "benchmarks.md", tmp_path / "later.json"
+  doc.write_text(page)
+  raw.write_text(json.dumps(later))
+  done = _python("-m", "benchmarks.report", str(raw), "--doc", str(doc), "--splice", "--no-figures", cwd=tmp_path)
+  assert done.returncode == 0, done.stderr
+  new = doc.read_text()
+  origin = "*This section alone is from a later run of its benchmark, on 2026-12-05 10:00 UTC:"
+  assert new.count(origin) == 2
+  assert "## Memory-bound kernel\n\n" + origin in new and "Could not render these results: KeyError" in new
+  assert new.index("## jax-triton's triton_call") < new.index("## Runs\n")
+  # Everything else is the full run's, byte for byte: its header, goals and the other sections.
+  sections = lambda text: {s.split("\n", 1)[0]: s for s in ("\n" + text).split("\n## ")[1:]}  # noqa: E731
+  before, after = sections(page), sections(new)
+  assert new.startswith(page.split("\n## ")[0])
+  for title, text in before.items():
+    if title != "Memory-bound kernel":
+      assert after[title] == text, title
+  assert set(after) - set(before) == {"jax-triton's triton_call, through jax-triton and through jax_mosaic_ffi"}
+  assert new.endswith("\n") and "\n\n\n" not in new
