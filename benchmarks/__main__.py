@@ -102,7 +102,7 @@ def main(argv=None) -> int:
   raw = os.path.join(args.out, "benchmarks.json")
   with open(raw, "w") as f:  # first: whatever the rendering does, the numbers are kept
     json.dump(results, f, indent=1)
-  text = report.write(results, args.doc, splice=args.splice and os.path.exists(args.doc))
+  text = report.write(results, args.doc, splice=args.splice)
   for name in [args.doc] + [os.path.join(os.path.dirname(args.doc), n) for n in _figures(modules)]:
     fresh = os.path.exists(name) and os.path.getmtime(name) >= started_at  # not a figure left from an older run
     if fresh and os.path.dirname(os.path.abspath(name)) != os.path.abspath(args.out):

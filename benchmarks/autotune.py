@@ -14,13 +14,11 @@ cache warm).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import tempfile
 
 from benchmarks.markdown import failure, fmt, last_line, sig, table
-from benchmarks.suite import Run
+from benchmarks.suite import Run, json_child
+from benchmarks.vs_jax_triton import jax_triton_versions
 
 NAME = "autotune"
 TITLE = "Autotuning: a Triton and a CUDA C++ matmul"
@@ -185,26 +183,7 @@ def jax_triton_call(jt, config):
 
 
 def _child(args, env) -> dict:
-  from benchmarks import REPO
-  environment = dict(os.environ, **env)
-  environment["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, environment.get("PYTHONPATH")) if p)
-  done = subprocess.run([sys.executable, "-c", CHILD, *args], env=environment, capture_output=True, text=True,
-                        timeout=240, cwd=tempfile.gettempdir())
-  lines = [line for line in done.stdout.splitlines() if line.startswith("CHILD ")]
-  if done.returncode != 0 or not lines:
-    raise RuntimeError((done.stderr.strip() or done.stdout.strip())[-6000:])
-  return json.loads(lines[-1][len("CHILD "):])
-
-
-def _jax_triton_versions() -> str:
-  """What jax-triton asks of Triton, and what is installed: the usual reason it cannot run."""
-  from importlib import metadata
-  try:
-    wanted = [r.split(";")[0].strip() for r in metadata.requires("jax-triton") or () if r.startswith("triton")]
-    return (f" (jax-triton {metadata.version('jax-triton')} requires {', '.join(wanted) or 'any triton'}; "
-            f"triton {metadata.version('triton')} is installed)")
-  except metadata.PackageNotFoundError as e:
-    return f" ({e.name} is not installed)"
+  return json_child(CHILD, args, env, 240, tail=6000)
 
 
 def run() -> dict:
@@ -223,7 +202,7 @@ def run() -> dict:
     result["jax_triton"] = {"cold": _child(["jax_triton", json.dumps(winner), "time"], jt_env),
                             "warm": _child(["jax_triton", json.dumps(winner), "first-only"], jt_env)}
   except Exception as e:  # reported in the table: jax-triton could not run here
-    result["jax_triton"] = {"error": last_line(str(e)) + _jax_triton_versions()}
+    result["jax_triton"] = {"error": last_line(str(e)) + jax_triton_versions()}
   return result
 
 

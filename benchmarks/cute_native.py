@@ -24,17 +24,14 @@ compile with our instantiate stage inside it, the first execution), so the page 
 from __future__ import annotations
 
 import gc
-import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 
 from benchmarks import timing
 from benchmarks.markdown import failure, fmt, last_line, sig, table
-from benchmarks.suite import Run
+from benchmarks.suite import Run, json_child
 
 NAME = "cute_native"
 TITLE = "CuTe DSL kernels as users write them: our runtime against the DSL's own launchers"
@@ -297,8 +294,6 @@ def _measure_launch(env: dict, rounds: int) -> dict:
 # stages: jax's trace (ours: the plan, the cache lookup and the kernel; cutlass_call: its compile), jax's lowering,
 # XLA's compile of the program (it runs the instantiate stage, where the CuTe DSL runtime loads the object:
 # "instantiate" is that part of it), and the first execution up to the result on the device.
-PROCESS_STAGES = ("import_jax", "backend", "import_dsl", "import_front_end", "inputs")
-CALL_STAGES = ("trace", "lower", "compile", "run")
 # Warm-start variants: the side's call, and whether JAX's own persistent compilation cache is on (cold: empty).
 WARM_SIDES = {"ours": ("ours", False), "cutlass_call": ("cutlass_call", False), "ours_jax_cache": ("ours", True)}
 
@@ -352,16 +347,14 @@ print("CHILD " + json.dumps({
 
 
 def _warm_child(which: str, cache_dir: str, jax_cache: bool) -> dict:
-  env = dict(os.environ, JAX_MOSAIC_FFI_CACHE_DIR=os.path.join(cache_dir, "jmf"),
-             CUTE_DSL_CACHE_DIR=os.path.join(cache_dir, "cute_dsl"))
+  env = {"JAX_MOSAIC_FFI_CACHE_DIR": os.path.join(cache_dir, "jmf"),
+         "CUTE_DSL_CACHE_DIR": os.path.join(cache_dir, "cute_dsl")}
   launched = time.time()
-  done = subprocess.run([sys.executable, "-c", WARM_CHILD, KERNELS, which, str(WARM_START_SIZE),
-                         os.path.join(cache_dir, "jax") if jax_cache else ""], env=env,
-                        capture_output=True, text=True, timeout=200, cwd=tempfile.gettempdir())
-  lines = [line for line in done.stdout.splitlines() if line.startswith("CHILD ")]
-  if done.returncode != 0 or not lines:
-    raise RuntimeError(f"{which}: exit code {done.returncode}\n{(done.stderr or done.stdout)[-1500:]}")
-  result = json.loads(lines[-1][len("CHILD "):])
+  try:
+    result = json_child(WARM_CHILD, [KERNELS, which, str(WARM_START_SIZE),
+                                     os.path.join(cache_dir, "jax") if jax_cache else ""], env, 200, tail=1500)
+  except RuntimeError as e:
+    raise RuntimeError(f"{which}: {e}") from None
   if abs(result["value"] - 1.0) > 1e-2 or abs(result["value_max"] - 1.0) > 1e-2:
     raise AssertionError(f"{which}: the first result holds {result['value']}..{result['value_max']}, not 1")
   result["process_s"] = result["first_result_wall"] - launched  # the interpreter's own start included

@@ -78,7 +78,7 @@ def write(results: dict, doc: str = DOC, *, figures: bool = True, splice: bool =
           images[module.NAME] = name
       except Exception as e:  # the tables matter more than the picture
         print(f"figure {name}: {e}", file=sys.stderr)
-  if splice:
+  if splice and os.path.exists(doc):  # no page yet: the whole one
     with open(doc) as f:
       text = spliced(f.read(), results, images)
   else:

@@ -24,6 +24,7 @@ import types
 import benchmarks
 
 RESULT_PREFIX = "RESULT "
+CHILD_PREFIX = "CHILD "  # what a benchmark's own child processes print their JSON after (json_child)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +71,20 @@ def run_in_child(module: types.ModuleType, run: Run, env: dict[str, str]) -> dic
     tail = (done.stderr.strip() or done.stdout.strip())[-1500:]
     return {"error": f"exit code {done.returncode}\n{tail}"}
   return json.loads(lines[-1][len(RESULT_PREFIX):])
+
+
+def json_child(code: str, args, env: dict[str, str], timeout: float, *, tail: int = 3000) -> dict:
+  """Runs ``python -c code *args`` (this repository on its path, `env` added, in the temp folder) and returns
+  the JSON of the last line it prints after "CHILD "; raises RuntimeError with the end of its output otherwise.
+  -c, not -m: Triton reads its kernels' module, which must not be __main__."""
+  environment = {**os.environ, **env}
+  environment["PYTHONPATH"] = os.pathsep.join(p for p in (benchmarks.REPO, environment.get("PYTHONPATH")) if p)
+  done = subprocess.run([sys.executable, "-c", code, *args], env=environment, capture_output=True, text=True,
+                        timeout=timeout, cwd=tempfile.gettempdir())
+  lines = [line for line in done.stdout.splitlines() if line.startswith(CHILD_PREFIX)]
+  if done.returncode != 0 or not lines:
+    raise RuntimeError(f"exit code {done.returncode}\n{(done.stderr.strip() or done.stdout.strip())[-tail:]}")
+  return json.loads(lines[-1][len(CHILD_PREFIX):])
 
 
 def _text(data) -> str:

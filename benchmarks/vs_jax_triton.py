@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +32,7 @@ import warnings
 import zlib
 
 from benchmarks.markdown import failure, fmt, last_line, sig, table
-from benchmarks.suite import Run
+from benchmarks.suite import Run, json_child
 
 NAME = "vs_jax_triton"
 TITLE = "jax-triton's triton_call, through jax-triton and through jax_mosaic_ffi"
@@ -159,17 +158,8 @@ def lower_side(side: str, name: str) -> dict:
 
 
 def _child(args, env) -> dict:
-  from benchmarks import REPO
-  environment = dict(os.environ, **env)
-  environment["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, environment.get("PYTHONPATH")) if p)
-  # -c, not -m: Triton reads its kernels' module, which must not be __main__.
-  done = subprocess.run([sys.executable, "-c", "import sys; from benchmarks import vs_jax_triton as b; "
-                         "sys.exit(b.main(sys.argv[1:]))", *args], env=environment,
-                        capture_output=True, text=True, timeout=280, cwd=tempfile.gettempdir())
-  lines = [line for line in done.stdout.splitlines() if line.startswith("CHILD ")]
-  if done.returncode != 0 or not lines:
-    raise RuntimeError((done.stderr.strip() or done.stdout.strip())[-3000:])
-  return json.loads(lines[-1][len("CHILD "):])
+  return json_child("import sys; from benchmarks import vs_jax_triton as b; sys.exit(b.main(sys.argv[1:]))", args,
+                    env, 280)
 
 
 def _lowering() -> dict:
@@ -179,18 +169,22 @@ def _lowering() -> dict:
     for name in LOWERED:
       # Per case, a first process with empty caches (ours, and Triton's: our compile goes through triton.compile),
       # then a second one with the first one's.
-      env = {"JAX_MOSAIC_FFI_CACHE_DIR": tempfile.mkdtemp(prefix="jmf-vs-jt-"),
-             "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="jmf-vs-jt-triton-"), "JAX_PLATFORMS": "cpu"}
-      try:
-        result[side][name] = {"first": _child(["lowering", side, name], env),
-                              "second": _child(["lowering", side, name], env)}
-      except Exception as e:  # a side that cannot run here is its columns' n/a
-        result[side] = {"error": last_line(str(e)) + (_jax_triton_versions() if side == "jax_triton" else "")}
-        break
+      with tempfile.TemporaryDirectory(prefix="jmf-vs-jt-") as ours, \
+           tempfile.TemporaryDirectory(prefix="jmf-vs-jt-triton-") as tritons:
+        env = {"JAX_MOSAIC_FFI_CACHE_DIR": ours, "TRITON_CACHE_DIR": tritons, "JAX_PLATFORMS": "cpu"}
+        try:
+          result[side][name] = {"first": _child(["lowering", side, name], env),
+                                "second": _child(["lowering", side, name], env)}
+          continue
+        except Exception as e:  # a side that cannot run here is its columns' n/a
+          error = last_line(str(e)) + (jax_triton_versions() if side == "jax_triton" else "")
+      result[side] = {"error": error}
+      break
   return result
 
 
-def _jax_triton_versions() -> str:
+def jax_triton_versions() -> str:
+  """What jax-triton asks of jax and Triton, and what is installed: the usual reason it cannot run."""
   from importlib import metadata
   try:
     wanted = [r.split(";")[0].strip() for r in metadata.requires("jax-triton") or () if r.startswith(("triton", "jax"))]
@@ -215,7 +209,7 @@ def _gpu() -> dict:
     try:
       sides[side] = jt_module(side)
     except Exception as e:
-      errors[side] = f"{type(e).__name__}: {e}" + (_jax_triton_versions() if side == "jax_triton" else "")
+      errors[side] = f"{type(e).__name__}: {e}" + (jax_triton_versions() if side == "jax_triton" else "")
   rng = np.random.default_rng()
   inputs = {"matmul": [rng.standard_normal((MATMUL, MATMUL), np.float32).astype(np.float16),
                        (rng.standard_normal((MATMUL, MATMUL), np.float32) / np.sqrt(MATMUL)).astype(np.float16)],
@@ -232,13 +226,12 @@ def _gpu() -> dict:
   result = {"cases": {}, "errors": errors, "versions": versions}
   for name in ("matmul", "softmax", "add"):
     arrays = [jax.device_put(a) for a in inputs[name]]
+    want = references[name](*inputs[name])
     timed, checked = {}, {}
     for side, jt in sides.items():
       try:
         fn, _ = call(name, jt)
-        got = np.asarray(jax.jit(fn)(*arrays), np.float32)  # compiles (and autotunes) first
-        want = references[name](*inputs[name])
-        got = got[:want.shape[0]]
+        got = np.asarray(jax.jit(fn)(*arrays), np.float32)[:want.shape[0]]  # compiles (and autotunes) first
         checked[side] = float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
         if not checked[side] <= 2e-2:
           raise AssertionError(f"{name} through {side} is off by {checked[side]:.1e}")

@@ -187,9 +187,7 @@ def _tuned(kernel, out_shape, configs, key, default, options: LaunchOptions) -> 
   per_config = dataclasses.replace(options, sharding=None)
 
   def factory(meta):
-    if isinstance(kernel, CuteFunction):  # a config is constexprs of the launcher
-      return _launcher(kernel.with_meta(meta), out_shape, per_config)
-    if isinstance(kernel, TritonFunction):
+    if isinstance(kernel, (CuteFunction, TritonFunction)):  # a config is constexprs (and options) of the kernel
       return _launcher(kernel.with_meta(meta), out_shape, per_config)
     return _launcher(kernel, out_shape, per_config, meta)
 

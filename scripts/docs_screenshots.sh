@@ -27,10 +27,14 @@ flags=()
 for page in "${pages[@]}"; do
   [ -f "$site/$page" ] || { echo "error: no page $page in $site" >&2; exit 1; }
   png="$out/$(echo "${page%.html}" | tr / -).png"
-  # --no-sandbox: Chromium refuses to run as root otherwise; the pages are our own build, read from disk.
+  rm -f "$png"  # a screenshot of an earlier run must not pass for this one  # --no-sandbox: Chromium refuses to run as root otherwise; the pages are our own build, read from disk.
   "$browser" --headless --no-sandbox --disable-gpu --hide-scrollbars --user-data-dir="$profile" \
     --window-size="${JMF_SCREENSHOT_WIDTH:-1440},${JMF_SCREENSHOT_HEIGHT:-2000}" "${flags[@]}" \
-    --screenshot="$png" "file://$site/$page" >/dev/null 2>&1
-  [ -s "$png" ] || { echo "error: chromium wrote no screenshot of $page" >&2; exit 1; }
+    --screenshot="$png" "file://$site/$page" >"$profile/chromium.log" 2>&1
+  if [ ! -s "$png" ]; then
+    echo "error: chromium wrote no screenshot of $page; it said:" >&2
+    tail -20 "$profile/chromium.log" >&2
+    exit 1
+  fi
   echo "$png"
 done

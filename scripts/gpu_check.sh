@@ -94,11 +94,13 @@ if [ -n "${JMF_CARRIED:-}" ]; then
   # shellcheck disable=SC2086  # a list of names
   carried="$(carried_path "$stash" $JMF_CARRIED)" || exit 1
   export JMF_TEST_PYTHONPATH="$carried"
-  oldest="$(sed -n 's/^ *"jaxlib==\([0-9.]*\)",.*/\1/p' pyproject.toml | head -1)"
-  built="$("$JMF_VENV/bin/python" -P -c 'from jax_mosaic_ffi.base.native import core; print(core.BUILT_AGAINST["jaxlib"])')"
-  if [ "$built" != "$oldest" ]; then
+  read -r built oldest < <("$JMF_VENV/bin/python" -P -c '
+from jax_mosaic_ffi.base import versions
+from jax_mosaic_ffi.base.native import core
+print(core.BUILT_AGAINST["jaxlib"], ".".join(map(str, versions.OLDEST)))')
+  if [ -z "$oldest" ] || [ "$built" != "$oldest" ]; then
     echo "error: the extension in $JMF_VENV was built against jaxlib ${built:-other than the installed one}, not" \
-         "the oldest supported $oldest (pyproject.toml), whose FFI headers every jax in the range accepts:" \
+         "the oldest supported ${oldest:-(unknown)} (versions.OLDEST), whose FFI headers every jax in the range accepts:" \
          "remove $JMF_VENV and run again" >&2
     exit 1
   fi
@@ -121,8 +123,16 @@ if [ "$what" = tests ] || [ "$what" = all ] || [ "$what" = wheel ]; then
   log="$out/pytest.log"
   if [ -n "$part" ]; then
     log="$out/pytest-part$part-of-$parts.log"
-    mapfile -t where < <(bash scripts/test.sh -q --collect-only -p no:cacheprovider -m "$marks" tests 2>/dev/null |
-                         grep '::' | "$JMF_VENV/bin/python" scripts/test_parts.py "$part" "$parts")
+    # A file that fails to import must fail the run, not drop out of every part.
+    collected="$out/collect-part$part-of-$parts.txt"
+    bash scripts/test.sh -q --collect-only -p no:cacheprovider -m "$marks" tests > "$collected" 2>&1
+    collect_status=$?
+    if [ "$collect_status" != 0 ] && [ "$collect_status" != 5 ]; then
+      echo "error: collecting the tests failed (exit $collect_status); the end of $collected:" >&2
+      tail -30 "$collected" >&2
+      exit "$collect_status"
+    fi
+    mapfile -t where < <("$JMF_VENV/bin/python" scripts/test_parts.py "$part" "$parts" < "$collected")
     echo "== tests, part $part of $parts (-m \"$marks\"): ${where[*]:-no file}" | tee "$out/part.txt"
   else
     echo "== tests (-m \"$marks\")"

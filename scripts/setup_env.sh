@@ -77,6 +77,10 @@ installed_extras="$(cat "$extras_file" 2>/dev/null || true)"
 extras_union="$(echo "$installed_extras,$extras" | tr ',' '\n' | sed '/^$/d' | LC_ALL=C sort -u | paste -sd, -)"
 # Up to date but for some extras (the docs after the tests, the tests after the demo): install what those extras
 # need, as pyproject.toml lists them, and build nothing. Offline nothing can be downloaded: the full path below.
+# The versions asked for (JMF_JAX, JMF_TRITON), pinned in every install below.
+pins=()
+[ -z "${JMF_JAX:-}" ] || pins=("jax==$JMF_JAX" "jaxlib==$JMF_JAX")
+[ -z "${JMF_TRITON:-}" ] || pins+=("triton==$JMF_TRITON")
 if [ "$offline" = 0 ] && [ -x "$venv/bin/python" ] && [ "$(cat "$stamp_file" 2>/dev/null)" = "$stamp" ] &&
    [ -n "$installed_extras" ] && [ "$extras_union" != "$installed_extras" ]; then
   missing_extras="$(comm -13 <(echo "$installed_extras" | tr ',' '\n' | LC_ALL=C sort) \
@@ -85,12 +89,9 @@ if [ "$offline" = 0 ] && [ -x "$venv/bin/python" ] && [ "$(cat "$stamp_file" 2>/
 import sys, tomllib
 extras = tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]
 print("\n".join(r for extra in sys.argv[2].split(",") for r in extras[extra]))' "$repo/pyproject.toml" "$missing_extras")
-  extra_pins=()
-  [ -z "${JMF_JAX:-}" ] || extra_pins=("jax==$JMF_JAX" "jaxlib==$JMF_JAX")
-  [ -z "${JMF_TRITON:-}" ] || extra_pins+=("triton==$JMF_TRITON")
   echo "== jax_mosaic_ffi is up to date in $venv, but this script needs the extras [$missing_extras], which the"
   echo "   earlier install (extras [$installed_extras]) left out: installing ${requirements[*]} (nothing is rebuilt)"
-  if "$venv/bin/python" -m pip install -q "${requirements[@]}" "${extra_pins[@]}"; then
+  if "$venv/bin/python" -m pip install -q "${requirements[@]}" "${pins[@]}"; then
     echo "$extras_union" > "$extras_file"
     installed_extras="$extras_union"
   fi
@@ -122,9 +123,6 @@ else
     echo "error: JMF_SYSTEM_SITE_PACKAGES=1, but $venv was made without them: remove it or set JMF_VENV." >&2
     exit 1
   fi
-  pins=()
-  [ -z "${JMF_JAX:-}" ] || pins=("jax==$JMF_JAX" "jaxlib==$JMF_JAX")
-  [ -z "${JMF_TRITON:-}" ] || pins+=("triton==$JMF_TRITON")
   rm -f "$stamp_file"
   extras="$extras_union"
   if [ "$offline" = 1 ] && [ -n "${JMF_WHEEL:-}" ]; then

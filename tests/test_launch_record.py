@@ -49,8 +49,9 @@ def test_side_effects_and_a_cost_estimate_are_part_of_the_lowered_call(isolated_
   assert json.loads(spec.attributes(kernel)["cost_estimate_json"]) == {"flops": 1024, "bytes_accessed": 12288}
   text = jax.jit(call).trace(X, X).lower(lowering_platforms=("cuda",)).as_text()
   assert "has_side_effect = true" in text and "cost_estimate_json" in text
-  with pytest.raises(jmf.LaunchError, match="cost_estimate must map names"):
-    jmf.mosaic_kernel(kernel, X, grid=4, block=256, cost_estimate={"flops": float("nan")})
+  for absurd in (float("nan"), -1, True, 10**400, np.int64(-3), "1"):  # 10**400: past float's range
+    with pytest.raises(jmf.LaunchError, match="cost_estimate must map names"):
+      jmf.mosaic_kernel(kernel, X, grid=4, block=256, cost_estimate={"flops": absurd})
 
 
 def test_a_triton_kernel_refuses_each_option_it_does_not_take(isolated_disk_cache):

@@ -214,6 +214,8 @@ def test_declaration_errors(affine):
   with pytest.raises(TypeError, match="box must be a tuple of ints"):
     jmf.TensorMap("in0", box=(8.0, 8))
   # The driver ignores an innermost element stride without interleave: refused, not silently dropped.
+  with pytest.raises(ValueError, match="round_f32_to_tf32 must be True or False, got 'no'"):
+    jmf.TensorMap("in0", box=(8, 8), round_f32_to_tf32="no")  # truthy: it would read float32 as TF32
   with pytest.raises(ValueError, match="element_strides ends in 2, but without interleave"):
     jmf.TensorMap("in0", box=(8, 16), element_strides=(1, 2))
   assert jmf.TensorMap("in0", box=(8, 16), element_strides=(2, 1)).element_strides == (2, 1)

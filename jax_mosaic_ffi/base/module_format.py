@@ -36,6 +36,7 @@ _SUFFIXES = LIMITS["arch_suffixes"]  # index = the arch_suffix field
 FLAG_PDL_WAIT = LIMITS["module_flag_pdl_wait"]
 FLAG_NVSHMEM = LIMITS["module_flag_nvshmem"]
 ENCODING_ZLIB = LIMITS["encoding_zlib"]
+MAX_INFLATED_BYTES = LIMITS["max_inflated_module_bytes"]  # all of a module's compressed images, inflated
 # zlib's default: within 1% of its best on cubins and PTX, at a quarter of the time.
 _ZLIB_LEVEL = 6
 
@@ -145,7 +146,7 @@ def serialize(module: ParsedModule, compress: bool = True) -> bytes:
   inflated = 0  # what the reader will inflate: bounded by the runtime, so past the bound images stay stored
   for image in module.images:
     payload, encoding = image.payload(), 0
-    if compress and inflated + len(payload) <= LIMITS["max_inflated_module_bytes"]:
+    if compress and inflated + len(payload) <= MAX_INFLATED_BYTES:
       packed = struct.pack("<Q", len(payload)) + zlib.compress(payload, _ZLIB_LEVEL)
       if len(packed) < len(payload):
         inflated += len(payload)

@@ -12,9 +12,12 @@ import contextlib
 import os
 import sys
 import tempfile
+import threading
 
 # The most kept for a message: the end of the output, where a failure's reason is.
 MAX_KEPT_CHARS = 16000
+# Descriptor 2 is the process's: one block catches it at a time (the same thread may nest blocks).
+_lock = threading.RLock()
 
 
 class Captured:
@@ -25,8 +28,15 @@ class Captured:
 
 @contextlib.contextmanager
 def captured():
-  """Catches descriptor 2 during the block (`Captured.text` afterwards: its last `MAX_KEPT_CHARS` characters).
-  Not reentrant across threads: callers hold a lock around it."""
+  """Catches descriptor 2 during the block (`Captured.text` afterwards: its last `MAX_KEPT_CHARS` characters);
+  blocks of other threads wait for it."""
+  with _lock:
+    with _redirected() as result:
+      yield result
+
+
+@contextlib.contextmanager
+def _redirected():
   result = Captured()
   for stream in (sys.stdout, sys.stderr):
     with contextlib.suppress(Exception):
@@ -46,9 +56,13 @@ def captured():
       os.dup2(saved, 2)
       os.close(saved)
       sink.seek(0)
-      data = sink.read()
-      with contextlib.suppress(OSError):
-        view = memoryview(data)
-        while view:
-          view = view[os.write(2, view):]
-      result.text = data.decode(errors="replace")[-MAX_KEPT_CHARS:]
+      tail, passing_on = b"", True
+      while chunk := sink.read(1 << 20):  # passed on in pieces: a dump of hundreds of MB is never held whole
+        try:
+          view = memoryview(chunk)
+          while passing_on and view:
+            view = view[os.write(2, view):]
+        except OSError:
+          passing_on = False
+        tail = (tail + chunk)[-4 * MAX_KEPT_CHARS:]  # UTF-8: at most 4 bytes a character
+      result.text = tail.decode(errors="replace")[-MAX_KEPT_CHARS:]

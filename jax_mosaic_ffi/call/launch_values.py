@@ -6,8 +6,10 @@ caller says where (`errors.who`) for the message.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
+import math
 import numbers
 from typing import Any, Mapping, NamedTuple, Sequence
 
@@ -233,6 +235,16 @@ def left_out(value, default) -> bool:
           and value == default)
 
 
+def refuse_untaken(options, taken, refused: Mapping[str, str], made: str, front_end: str) -> None:
+  """Refuses, by name, every field of the launch `options` (a LaunchOptions) that a front end does not take
+  (`taken`) and that is not left at its default: with why and what instead where `refused` says, so an option
+  added to LaunchOptions is refused by each front end until it gives it a meaning (CONTRIBUTING.md)."""
+  for field in dataclasses.fields(options):
+    if field.name not in taken and not left_out(getattr(options, field.name), field.default):
+      why = refused.get(field.name, f"{field.name}: it has no meaning for {front_end} yet")
+      raise LaunchError(f"{made}: {front_end} takes no {why}")
+
+
 def flag(value, what: str, where: str) -> bool:
   if not isinstance(value, (bool, np.bool_)):
     raise LaunchError(f"{where}: {what} must be True or False, got {value!r}")
@@ -244,12 +256,22 @@ def cost_estimate(value, where: str) -> str | None:
   a mapping of names (``flops``, ``bytes_accessed``, ...) to finite non-negative numbers, or None."""
   if value is None:
     return None
-  if not isinstance(value, Mapping) or not all(
-      isinstance(k, str) and isinstance(v, (numbers.Real, np.integer, np.floating)) and not isinstance(v, bool)
-      and np.isfinite(v) and v >= 0 for k, v in value.items()):
+
+  def number(v) -> float | None:  # as a float, or None where it is no finite non-negative number
+    if not isinstance(v, numbers.Real) or isinstance(v, (bool, np.bool_)):
+      return None
+    try:
+      f = float(v)
+    except (OverflowError, ValueError):  # an int past float's range
+      return None
+    return f if math.isfinite(f) and f >= 0 else None
+
+  numbers_ = {k: number(v) for k, v in value.items()} if isinstance(value, Mapping) else None
+  if numbers_ is None or not all(isinstance(k, str) and f is not None for k, f in numbers_.items()):
     raise LaunchError(f"{where}: cost_estimate must map names such as 'flops' and 'bytes_accessed' to finite "
                       f"non-negative numbers, got {value!r}")
-  return json.dumps({k: int(v) if float(v).is_integer() else float(v) for k, v in value.items()})
+  return json.dumps({k: int(value[k]) if isinstance(value[k], numbers.Integral) else int(f) if f.is_integer() else f
+                     for k, f in numbers_.items()})
 
 
 def zero_outputs_option(value, where: str):

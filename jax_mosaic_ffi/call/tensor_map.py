@@ -135,6 +135,9 @@ class TensorMap:
     _choice(self.interleave, _INTERLEAVES, "interleave", where)
     _choice(self.l2_promotion, _L2, "l2_promotion", where)
     _choice(self.oob_fill, _OOB, "oob_fill", where)
+    if not isinstance(self.round_f32_to_tf32, (bool, np.bool_)):  # "no" would be truthy: TF32 by accident
+      raise ValueError(f"{where}: round_f32_to_tf32 must be True or False, got {self.round_f32_to_tf32!r}")
+    object.__setattr__(self, "round_f32_to_tf32", bool(self.round_f32_to_tf32))
     if self.element_strides and self.interleave in (None, 0) and self.element_strides[-1] != 1:
       # The driver ignores it without interleave: the kernel would get every element, not every n-th.
       raise ValueError(f"{where}: element_strides ends in {self.element_strides[-1]}, but without interleave "

@@ -98,11 +98,7 @@ def launcher(target: CuteFunction, out_shape, options: LaunchOptions):
   """The function of arrays that compiles and launches a CuTe DSL launcher (see module doc)."""
   name = target.name
   made = f"mosaic_kernel '{name}'"
-  for field in dataclasses.fields(LaunchOptions):
-    value = getattr(options, field.name)
-    if field.name not in _TAKEN and not launch_values.left_out(value, field.default):
-      why = _REFUSED.get(field.name, f"{field.name}: it has no meaning for a CuTe DSL launcher yet")
-      raise LaunchError(f"{made}: a CuTe DSL launcher takes no {why}")
+  launch_values.refuse_untaken(options, _TAKEN, _REFUSED, made, "a CuTe DSL launcher")
   # The options it takes, checked once, when the launcher is made.
   checked_aliases = launch_values.aliases(options.input_output_aliases, made)
   aliases = dict(checked_aliases)

@@ -15,6 +15,7 @@ output whose result is written back into it, which is what jax-triton's discharg
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import warnings
@@ -40,8 +41,6 @@ from jax_mosaic_ffi.triton.options import LAUNCH_OPTIONS
 # The custom call a `triton_call` lowers to (jax-triton's is "triton_kernel_call_ffi").
 CUSTOM_CALL_TARGET_NAME = contract.target_name(collective=False, nvshmem=False, programs=False)
 
-# jax-triton's defaults of the launch options.
-_DEFAULTS = {"num_warps": 4, "num_stages": 3, "num_ctas": 1}
 _MIN_CLUSTER_ARCH = 90
 
 
@@ -53,7 +52,7 @@ def _options(backend_options, num_warps, num_stages, num_ctas, debug) -> dict:
   conflicts = explicit.keys() & backend_options.keys()
   if conflicts:
     raise ValueError(f"Cannot specify {conflicts} both as explicit arguments and in ``backend_options``")
-  merged = {**_DEFAULTS, **backend_options, **explicit}
+  merged = {**backend_options, **explicit}  # the rest at triton_kernel's defaults, jax-triton's (4, 3, 1)
   for key, value in merged.items():
     try:
       hash(value)
@@ -268,10 +267,7 @@ def triton_call(*args, kernel, out_type: Any = None, grid, name: str = "", num_w
       fallback=None if fallback is None else _fallback(fallback, fn, bound, operands, n_out, where))
   make = triton_decorated.launcher if function.decorators else triton_launch.launcher
   call = make(function, tuple(out_avals), launch)
-  if name:
-    with jax.named_scope(name):
-      results = call(*operands.inputs)
-  else:
+  with jax.named_scope(name) if name else contextlib.nullcontext():
     results = call(*operands.inputs)
   for (_, ref), value in zip(operands.refs, results[n_out:]):
     ref[...] = value

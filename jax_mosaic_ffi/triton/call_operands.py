@@ -119,7 +119,6 @@ class Operands:
   scalars: list = dataclasses.field(default_factory=list)
   refs: list = dataclasses.field(default_factory=list)            # (input index, the Ref)
   slots: list = dataclasses.field(default_factory=list)           # per operand leaf: ("in"|"scalar"|"ref"|"desc", k)
-  structure: dict = dataclasses.field(default_factory=dict)       # parameter -> its operand, leaves as slot indices
 
   def add(self, value, param: str, where: str):
     """The param_order entry of one operand (a tuple for a tuple); its leaves recorded in order."""

@@ -137,7 +137,7 @@ def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: Triton
                      f"{', '.join(missing)}; pass constexprs={{...}} or a config that sets them")
   for ty in signature:
     nested = isinstance(ty, tuple)
-    for leaf in triton_specialize.flat_types([ty]) if nested else [ty]:
+    for leaf in triton_specialize.flat_types([ty]):
       if not isinstance(leaf, str) or leaf == "constexpr" or (triton_descriptors.is_descriptor(leaf) and (
           nested or triton_descriptors.parse_type(leaf) is None)):
         raise ValueError(f"triton_kernel '{fn.__name__}': parameter type {ty!r} is not supported; parameters are "

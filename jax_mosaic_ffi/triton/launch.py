@@ -27,7 +27,7 @@ metadata needs no checking.
 
 from __future__ import annotations
 
-import dataclasses
+import itertools
 import math
 
 import jax
@@ -43,7 +43,7 @@ from jax_mosaic_ffi.call.launch_options import CheckedLaunch, LaunchOptions
 from jax_mosaic_ffi.triton import tensor_descriptor
 from jax_mosaic_ffi.triton.compile import TritonKernel
 from jax_mosaic_ffi.triton.kernel import TritonFunction, runtime_params
-from jax_mosaic_ffi.triton.specialize import XLA_BUFFER_ALIGN
+from jax_mosaic_ffi.triton.specialize import XLA_BUFFER_ALIGN, flat_types
 
 
 _DTYPES = {
@@ -89,10 +89,7 @@ def launcher(target: TritonKernel | TritonFunction, out_shape, options: LaunchOp
   """The function of arrays that launches a Triton kernel (see module doc); sharding is the caller's."""
   name = target.name
   made = f"mosaic_kernel '{name}'"
-  for field in dataclasses.fields(LaunchOptions):
-    if field.name not in _TAKEN and not launch_values.left_out(getattr(options, field.name), field.default):
-      why = _REFUSED.get(field.name, f"{field.name}: it has no meaning for a Triton kernel yet")
-      raise LaunchError(f"{made}: a Triton kernel takes no {why}")
+  launch_values.refuse_untaken(options, _TAKEN, _REFUSED, made, "a Triton kernel")
   if options.uses_pdl not in (None, True, False):
     raise LaunchError(f"{made}: uses_pdl must be True, False or None (PDL when the kernel waits "
                       f"with tl.extra.cuda.gdc_wait()), got {options.uses_pdl!r}")
@@ -179,19 +176,11 @@ def _with_triton_scratch(fallback, in_avals, out_avals, scratch_avals, single: b
   return fallback_lib.Fallback(fn)
 
 
-def flat_order(order) -> list:
-  """``param_order`` with its tuples (a Triton tuple parameter's elements) flattened, in order."""
-  flat = []
-  for entry in order:
-    flat.extend(flat_order(entry) if isinstance(entry, (tuple, list)) else [entry])
-  return flat
-
-
 def _passed(order, values, dropped):
   """The parameters the compiled kernel takes, as (param_order, scalars): Triton compiled the integers
   its launcher specializes to constexprs (those equal to 1) into the kernel, so they are not passed."""
   names, scalar_list = [], []
-  for k, entry in enumerate(flat_order(order)):
+  for k, entry in enumerate(flat_types(order)):
     if k in dropped:
       continue
     if isinstance(entry, str) and entry.startswith("scalar"):
@@ -210,11 +199,11 @@ def _user_outputs(zero_outputs, n_out: int, aliases):
 
 def _specialize(target, order, in_avals, out_avals, values, where, descriptors=()) -> TritonKernel:
   """The kernel compiled for the Triton types of ``order``'s entries; a tuple of entries is a Triton tuple
-  parameter (its type a tuple), and scalars are known by their index among the leaves (flat_order)."""
+  parameter (its type a tuple), and scalars are known by their index among the leaves (flat_types)."""
   n_in, n_out = len(in_avals), len(out_avals)
   scalar_values = {}
   descriptor_types = iter(d.signature_type for d in descriptors)
-  leaf = iter(range(1 << 30))
+  leaf = itertools.count()
 
   def typed(entry, nested: bool):
     if isinstance(entry, (tuple, list)):

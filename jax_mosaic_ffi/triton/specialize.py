@@ -30,6 +30,7 @@ a process whose kernels are all cache hits should not pay.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import threading
 import weakref
@@ -98,11 +99,12 @@ def _python_number(value):
   return float(array)
 
 
-def flat_types(types) -> list[str]:
-  """The leaves of a signature whose tuple parameters (Triton's tuple arguments) are nested tuples of types."""
+def flat_types(types) -> list:
+  """The leaves of a signature whose tuple parameters (Triton's tuple arguments) are nested tuples (or lists) of
+  types, in order; the same for a ``param_order`` with such parameters."""
   leaves = []
   for ty in types:
-    leaves.extend(flat_types(ty) if isinstance(ty, tuple) else [ty])
+    leaves.extend(flat_types(ty) if isinstance(ty, (tuple, list)) else [ty])
   return leaves
 
 
@@ -118,7 +120,7 @@ def specialize(fn, types: Sequence[Any], values: Mapping[int, Any], constexprs: 
   ``dropped`` and ``aligned`` count leaves too."""
   names = list(fn.arg_names)
   runtime = [p for p in fn.params if not p.is_constexpr]
-  leaf = iter(range(1 << 30))
+  leaf = itertools.count()
 
   def argument(ty):
     if isinstance(ty, tuple):
@@ -136,7 +138,7 @@ def specialize(fn, types: Sequence[Any], values: Mapping[int, Any], constexprs: 
   bound, specialization, _ = _binder(fn, backend)(**arguments)
   specialization = list(specialization)
   dropped, pointers = [], []
-  leaf = iter(range(1 << 30))
+  leaf = itertools.count()
 
   def ours(ty, got, path):
     """Triton's (type, attribute) of one argument, with our types; tuples element by element."""

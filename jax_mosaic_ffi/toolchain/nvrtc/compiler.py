@@ -202,8 +202,9 @@ def _compile_with_nvrtc(source, name, options, headers, targets, timeout, pdl,
   read = result.get("deps")
   if read is not None:
     includes, folders = result.get("includes") or (), include_search.search_folders(all_options)
-    read = [*read, *include_search.tried_before(includes, folders, source),
-            *include_search.probed(includes, folders, source, in_memory=headers or {})]
+    texts = include_search.read_texts(includes, source)  # each file read once for both
+    read = [*read, *include_search.tried_before(includes, folders, source, texts),
+            *include_search.probed(includes, folders, source, in_memory=headers or {}, texts=texts)]
   return parsed, sizes, read, types
 
 

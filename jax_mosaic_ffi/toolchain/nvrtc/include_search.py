@@ -90,14 +90,27 @@ def _read(path: str) -> bytes | None:
     return None
 
 
-def tried_before(includes, folders, source: str = "") -> list[str]:
+def read_texts(includes, source: str = "") -> dict[str | None, bytes | None]:
+  """The text of ``source`` (key None) and of every file of ``includes`` (None: unreadable), read once for
+  `tried_before` and `probed`."""
+  texts: dict[str | None, bytes | None] = {None: source.encode()}
+  for path, includer in includes:
+    for name in (path, includer):
+      if name not in texts:
+        texts[name] = _read(name)
+  return texts
+
+
+def tried_before(includes, folders, source: str = "", texts=None) -> list[str]:
   """Every path NVRTC's search may have tried, before finding each header of ``includes`` ((path read, path of
-  the file that included it, None for ``source`` itself)), with include folders ``folders``."""
-  directives: dict[str | None, dict[str, set[str]] | None] = {None: _directives(source.encode())}
+  the file that included it, None for ``source`` itself)), with include folders ``folders``; ``texts``: what
+  `read_texts` gives, when the caller has it."""
+  texts = read_texts(includes, source) if texts is None else texts
+  directives: dict[str | None, dict[str, set[str]] | None] = {}
   tried = set()
   for path, includer in includes:
     if includer not in directives:
-      text = _read(includer)
+      text = texts[includer]
       directives[includer] = None if text is None else _directives(text)
     written = directives[includer] or {}
     # Quoted includes start in the includer's folder; the search then goes on through the -I folders.
@@ -114,14 +127,11 @@ def tried_before(includes, folders, source: str = "") -> list[str]:
   return sorted(tried)
 
 
-def probed(includes, folders, source: str = "", in_memory=()) -> list[str]:
+def probed(includes, folders, source: str = "", in_memory=(), texts=None) -> list[str]:
   """Every path whose presence decided a ``__has_include`` in ``source`` or a header of ``includes`` (as for
   `tried_before`): per name probed, the paths its search tries up to and including the first file there.
   Names of ``in_memory`` headers are answered without a search."""
-  texts = {None: source.encode()}
-  for path, _ in includes:
-    if path not in texts:
-      texts[path] = _read(path)
+  texts = read_texts(includes, source) if texts is None else texts
   wrappers = set(_PROBES)
   for text in texts.values():
     wrappers.update(name for name, _ in _PROBE_MACRO.findall(text or b""))
