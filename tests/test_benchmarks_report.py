@@ -40,7 +40,7 @@ def test_every_benchmark_is_found_in_order_with_unique_runs():
   modules = suite.discover()
   names = [m.NAME for m in modules]
   assert names == ["launch", "bandwidth", "inplace", "sites", "compile", "vmap", "allreduce", "cross_process",
-                   "autotune", "triton_native", "cute_native", "vs_jax_triton", "corpus", "gemm"]
+                   "autotune", "triton_native", "cute_native", "vs_jax_triton", "vs_quack_jax", "corpus", "gemm"]
   for module in modules:
     runs = [r.name for r in module.RUNS]
     assert runs and len(set(runs)) == len(runs) and all("/" not in r for r in runs)
@@ -280,6 +280,35 @@ def test_the_vs_jax_triton_rows_say_na_where_jax_triton_is_absent():
   assert "| grouped matmul 4096^3 fp16, @triton.autotune (6 configs) | n/a | 410 | n/a |" in page
   assert "| host cost per call, jitted chain of 200 adds (wall us) | n/a | 2 | n/a |" in page
   assert "- jax_triton: n/a: ModuleNotFoundError" in page
+
+
+def test_the_vs_quack_jax_rows_show_each_sides_outcome():
+  def side(target, code):
+    fwd = {"lower_s": [0.3, 0.01], "targets": [target], "attribute_bytes": code}
+    return {"forward": fwd, "grad": {"lower_s": [0.25, 0.01], "targets": [target], "attribute_bytes": code},
+            "export_bytes": 1600 + code, "vmap": {"targets": [target], "attribute_bytes": code}}
+  first = {"quack": side("quack_softmax_fwd_bf16_8192", 0), "jmf": side("jax_mosaic_ffi_cute_v1", 7200)}
+  results = {"results": {"vs_quack_jax": {
+      "lowering": {"versions": {"quack-kernels": "0.6.5"},
+                   **{s: {"first": first[s], "second": first[s]} for s in ("quack", "jmf")}},
+      "gpu": {"cases": {"forward": {"us": {"quack": 120.0, "jmf": 119.0}, "max_error": {}},
+                        "grad": {"us": {"jmf": 300.0}, "max_error": {}}},
+              "checks": {"vmap": {"quack": {"error": "ValueError: expected a 2-D tensor"},
+                                  "jmf": {"max_error": 0.0039}},
+                         "exported": {"quack": {"error": "XlaRuntimeError: no handler for quack_softmax_fwd"},
+                                      "jmf": {"first_call_s": 0.2, "max_error": 0.0039}}},
+              "errors": {"grad/quack": "TypeError: boom"}, "host": {"us_per_call": {"quack": 6.0, "jmf": 3.0}},
+              "versions": {"jax": "0.11.2"}}}}}
+  page = report.render(results)
+  assert "| jax_mosaic_ffi | 0.30 / 0.01 | 0.30 | 0.25 / 0.25 | 8.8 kB | 7.2 kB in `jax_mosaic_ffi_cute_v1` |" in page
+  assert "| quack.softmax_jax | 0.30 / 0.01 | 0.30 | 0.25 / 0.25 | 1.6 kB | 0.0 kB in `quack_softmax_fwd" in page
+  assert "| softmax 16384x8192 bf16 | 120 | 119 | **1.01x** |" in page
+  assert "| softmax forward + backward (`jax.grad`) 16384x8192 bf16 | n/a | 300 | n/a |" in page
+  assert "| host cost per call, jitted chain of 200 softmaxes 256x1024 (wall us) | 6 | 3 | **2.00x** |" in page
+  assert ("| `jax.vmap` over 4 softmaxes | fails: ValueError: expected a 2-D tensor | matches numpy (max error "
+          "3.9e-03) |  |") in page
+  assert "| exported forward, called in a fresh process | fails: XlaRuntimeError" in page
+  assert "- grad/quack: n/a: TypeError: boom" in page
 
 
 def test_a_run_of_some_benchmarks_is_spliced_into_the_page(tmp_path, results):

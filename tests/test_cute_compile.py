@@ -3,6 +3,7 @@
 The DSL compiles for an explicit arch without a GPU (sm_90a here), so everything up to the launch runs in CI.
 """
 
+import functools
 import hashlib
 
 import jax
@@ -111,6 +112,24 @@ def test_fingerprint_follows_code_closures_and_constants():
     __slots__ = ()
   assert fingerprint.fingerprint(lambda s: Opaque()) is not None  # a class is read by its code
   assert fingerprint.fingerprint(object()) is None  # nothing to read: keyed by a trace instead
+
+
+def test_fingerprint_reads_through_functools_caches():
+  # Libraries of kernels (quack's Softmax.compile, under its jit_cache and lru_cache) cache functions that a
+  # launcher reaches: the cache's code is the wrapped function's, whatever the cache holds.
+  def make(k):
+    @functools.lru_cache
+    def tile(n):
+      return n * k
+
+    @functools.cache
+    def threads(n):
+      return tile(n) + k
+    return lambda stream, x, y: K.add_one(stream, x, y) if threads(k) else None
+
+  assert fingerprint.fingerprint(make(1)) is not None
+  assert fingerprint.fingerprint(make(1)) == fingerprint.fingerprint(make(1))
+  assert fingerprint.fingerprint(make(1)) != fingerprint.fingerprint(make(2))
 
 
 FIRST_COMPILE = '''

@@ -157,6 +157,13 @@ class _Hasher:
           self.visit(obj.__globals__[name], depth + 1, frozenset(referenced))
       return
     cls = type(obj)
+    wrapped = getattr(obj, "__wrapped__", None)
+    if wrapped is not None and _library(cls.__module__):
+      # functools.cache / lru_cache around a function (libraries of kernels cache their compiles so): its code
+      # is the wrapped function's, and what the cache holds says nothing about it.
+      self.put("wrapper", cls.__module__, cls.__qualname__)
+      self.visit(wrapped, depth + 1)
+      return
     if _library(cls.__module__):
       # A DSL value (a numeric type's instance, a layout constant): its repr is its value, unless it is an address.
       text = repr(obj)
