@@ -243,6 +243,16 @@ def test_a_layout_is_asked_of_xla_and_compiled_into_the_tensor(isolated_disk_cac
   g = jmf.cute_call(K.add_one, output_shape_dtype=cube, input_spec=TensorSpec(layout=(1, 2, 0)))
   (cc,) = custom_calls(lower(lambda x: g(x), cube))
   assert cc["operand_layouts"] == [[2, 0, 1]] and cc["result_layouts"] == [[2, 1, 0]]
+  # An export with symbolic shapes carries the layouts (jax adds the result shapes' operands after ours).
+  n, k = jax.export.symbolic_shape("32*n, 16*k")
+  sym = jax.ShapeDtypeStruct((n, k), jnp.float32)
+  spec = TensorSpec(layout=(0, 1), divisibility=(32, 16))
+  f = jax.jit(jmf.cute_call(K.axpy, output_shape_dtype=sym, input_spec=(spec, TensorSpec(divisibility=(32, 16))),
+                            output_spec=spec))
+  exported = jax.export.export(f, platforms=["cuda"], disabled_checks=jmf.export_disabled_checks())(sym, sym)
+  text = jax.export.deserialize(exported.serialize()).mlir_module()
+  assert "operand_layouts = [dense<[0, 1]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<0>" in text
+  assert "result_layouts = [dense<[0, 1]> : tensor<2xindex>]" in text
 
 
 def test_a_layout_under_vmap_keeps_the_batch_major_most(isolated_disk_cache):
