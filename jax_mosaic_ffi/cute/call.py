@@ -100,9 +100,9 @@ def cute_call(fn: Callable[..., None], *, output_shape_dtype: Any = None, input_
       ``{input key path: output key path}`` one tensor leaf to another; an input path is rooted at the tuple
       of positional arguments, an output path at the outer output sequence::
 
-        state = (jax.tree_util.SequenceKey(0), jax.tree_util.DictKey("m"))
+        m_path = (jax.tree_util.SequenceKey(0), jax.tree_util.DictKey("m"))  # state["m"] of f(state)
         f = jmf.cute_call(update, output_shape_dtype=({"m": m_shape, "v": v_shape},),
-                          input_output_aliases={state: state})
+                          input_output_aliases={m_path: m_path})
 
       Aliased leaves need the same shape, dtype and layout. The launcher does not get an aliased output (it
       writes the input): a top-level output aliased by index is left out, a leaf aliased by path is None.
