@@ -282,6 +282,39 @@ def test_the_tensor_of_a_layout_with_a_batch_mode_is_compact_in_that_order():
   assert batched.order == (2, 0, 1) and batched.minor_to_major() == (1, 2, 0) and batched.mode == (1, 2, 0)
 
 
+SHARDED_LAYOUT = '''
+  import glob, json, os, sys
+  import jax, jax.numpy as jnp, numpy as np
+  from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+  import jax_mosaic_ffi as jmf
+  import cute_kernels as K
+  from cutlass.jax import TensorSpec
+  f = jmf.mosaic_kernel(jmf.cute_kernel(K.add_one, input_spec=TensorSpec(layout=(0, 1))),
+                        lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype), sharding=jmf.Elementwise())
+  mesh = Mesh(np.array(jax.devices("cpu")[:8]), ("x",))
+  x = jax.ShapeDtypeStruct((64, 32), jnp.float32, sharding=NamedSharding(mesh, P("x")))
+  lowered = jax.jit(lambda a: f(a) * 2).trace(x).lower(lowering_platforms=("cuda",))
+  error = ""
+  try:
+    lowered.compile()  # the CPU compiler partitions, then finds no CPU handler for a CUDA kernel
+  except Exception as e:
+    error = str(e)
+  (dump,) = glob.glob(os.path.join(sys.argv[1], "*after_spmd-partitioning*"))
+  print(json.dumps({"calls": [line for line in open(dump).read().splitlines() if "jax_mosaic_ffi_cute" in line],
+                    "error": error}))
+'''
+
+
+def test_a_sharded_call_asks_each_shard_for_the_layout(tmp_path):
+  dump = tmp_path / "dump"
+  flags = f"--xla_force_host_platform_device_count=8 --xla_dump_to={dump} --xla_dump_hlo_pass_re=spmd-partitioning"
+  result = fresh_process.run(SHARDED_LAYOUT, dump, env={
+      "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu", "JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache")}).result
+  (call,) = result["calls"]  # each device's (8, 32) shard, column-major for the kernel
+  assert "f32[8,32]{1,0} custom-call(" in call and "operand_layout_constraints={f32[8,32]{0,1}}" in call, call
+  assert "jax_mosaic_ffi_cute_v1" in result["error"]  # only the missing CPU handler stopped it
+
+
 def test_aliased_buffers_need_one_layout(isolated_disk_cache):
   x = jax.ShapeDtypeStruct((16, 16), jnp.float32)
   f = jmf.cute_call(K.scale_in_place, output_shape_dtype=x, input_output_aliases={0: 0}, input_spec=COLUMN_MAJOR)
