@@ -14,8 +14,16 @@ def _value(attr):
   return attr
 
 
+def _layouts(attrs, name: str):
+  from jax._src.lib.mlir import ir
+  if name not in attrs:
+    return None
+  return [[int(v) for v in ir.DenseIntElementsAttr(layout)] for layout in ir.ArrayAttr(attrs[name])]
+
+
 def custom_calls(lowered) -> list[dict]:
-  """Each stablehlo.custom_call of a lowered function: its target, attributes and config."""
+  """Each stablehlo.custom_call of a lowered function: its target, attributes, config and the layouts (XLA's
+  minor-to-major) it asks of its operands and results."""
   from jax._src.lib.mlir import ir
   module = lowered.compiler_ir("stablehlo")
   found = []
@@ -32,6 +40,8 @@ def custom_calls(lowered) -> list[dict]:
                 "api_version": ir.IntegerAttr(attrs["api_version"]).value if "api_version" in attrs else 1,
                 "attributes": {name: attrs[name] for name in attrs},
                 "config": {config[i].name: _value(config[i].attr) for i in range(len(config))},
+                "operand_layouts": _layouts(attrs, "operand_layouts"),
+                "result_layouts": _layouts(attrs, "result_layouts"),
                 "operands": len(op.operation.operands),
                 "results": len(op.operation.results),
             })

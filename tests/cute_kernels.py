@@ -62,3 +62,11 @@ def scale_in_place(stream: cuda.CUstream, x: cute.Tensor):
 def broken(stream: cuda.CUstream, x: cute.Tensor, y: cute.Tensor):
   """Does not compile: a tensor has no attribute 'nope'."""
   x.nope()
+
+
+@cute.jit
+def step_state(stream: cuda.CUstream, state, new_state):
+  """A pytree in place: state["m"] = state["m"] + 1 (aliased by key path: its output leaf is None here), and
+  new_state["v"] = state["v"] + 1."""
+  add_one(stream, state["m"], state["m"])
+  add_one(stream, state["v"], new_state["v"])

@@ -182,9 +182,13 @@ def test_the_tensors_the_launcher_sees_are_cutlass_calls(isolated_disk_cache):
     seen.append(str(b.type))
 
   cases = [((8, 16, 32), None, False), ((8, 16, 32), TensorSpec(mode=(1, 2, 0)), False),
+           ((8, 16, 32), TensorSpec(layout=(1, 2, 0)), False), ((6, 10), TensorSpec(layout=(0, 1), mode=(1, 0)), False),
+           ((8, 16, 32), TensorSpec(layout=(0, 2, 1), divisibility=(8, None, 4)), False),
+           ((6, 10), TensorSpec(layout=(0, 1), divisibility=2), False), ((6, 10), TensorSpec(layout=(0, 1)), True),
            ((8, 16, 32), TensorSpec(divisibility=(None, 4, 8)), False),
            ((8, 16, 32), TensorSpec(static=True, mode=(2, 0, 1)), False), ((64,), None, True),
            ((6, 10), TensorSpec(divisibility=2, ptr_assumed_align=16), False)]
+  every = []
   for shape, spec, static in cases:
     a, o = jnp.zeros(shape, jnp.float32), jax.ShapeDtypeStruct(shape, jnp.float32)
     theirs_spec = cutlass_compile.build_function_spec(
@@ -198,7 +202,9 @@ def test_the_tensors_the_launcher_sees_are_cutlass_calls(isolated_disk_cache):
     seen.clear()
     ours._trace_key(launcher, plan, module_format.Arch(90, "a"), None)
     assert seen == theirs, (shape, spec)
+    every += theirs
   assert "div=2" in "".join(theirs)  # the types carry what the comparison must see
+  assert '"(6,10):(1,6)"' in " ".join(every)  # and the strides: the static column-major tensor's
 
 
 def test_export_carries_the_object(isolated_disk_cache):
@@ -237,6 +243,174 @@ def test_aliases_pytrees_and_absent_inputs(isolated_disk_cache):
   assert cc["config"]["num_inputs"] == 2
 
 
+COLUMN_MAJOR = TensorSpec(layout=(0, 1))
+
+
+def test_a_layout_is_asked_of_xla_and_compiled_into_the_tensor(isolated_disk_cache):
+  # CuTe's (0, 1) (dimension 0 innermost) is XLA's minor-to-major [0, 1]; no layout is row-major, [1, 0].
+  m = jax.ShapeDtypeStruct((8, 32), jnp.float32)
+  plain = one_call(jmf.cute_call(K.axpy, output_shape_dtype=m), m, m)
+  assert plain["operand_layouts"] == [[1, 0], [1, 0]] and plain["result_layouts"] == [[1, 0]]
+  before = jmf.kernel_cache_stats().cute_compiles
+  f = jmf.cute_call(K.axpy, output_shape_dtype=m, input_spec=(COLUMN_MAJOR, None), output_spec=COLUMN_MAJOR)
+  cc = one_call(f, m, m)
+  assert cc["operand_layouts"] == [[0, 1], [1, 0]] and cc["result_layouts"] == [[0, 1]]
+  assert cc["config"]["host_args"] == plain["config"]["host_args"]  # the contract's attributes are unchanged
+  assert cc["config"]["kernel_hash"] != plain["config"]["kernel_hash"]  # compiled for the layout: its own key
+  assert jmf.kernel_cache_stats().cute_compiles - before == 1
+  cube = jax.ShapeDtypeStruct((4, 8, 16), jnp.float32)
+  g = jmf.cute_call(K.add_one, output_shape_dtype=cube, input_spec=TensorSpec(layout=(1, 2, 0)))
+  (cc,) = custom_calls(lower(lambda x: g(x), cube))
+  assert cc["operand_layouts"] == [[2, 0, 1]] and cc["result_layouts"] == [[2, 1, 0]]
+  # An export with symbolic shapes carries the layouts (jax adds the result shapes' operands after ours).
+  n, k = jax.export.symbolic_shape("32*n, 16*k")
+  sym = jax.ShapeDtypeStruct((n, k), jnp.float32)
+  spec = TensorSpec(layout=(0, 1), divisibility=(32, 16))
+  f = jax.jit(jmf.cute_call(K.axpy, output_shape_dtype=sym, input_spec=(spec, TensorSpec(divisibility=(32, 16))),
+                            output_spec=spec))
+  exported = jax.export.export(f, platforms=["cuda"], disabled_checks=jmf.export_disabled_checks())(sym, sym)
+  text = jax.export.deserialize(exported.serialize()).mlir_module()
+  assert "operand_layouts = [dense<[0, 1]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<0>" in text
+  assert "result_layouts = [dense<[0, 1]> : tensor<2xindex>]" in text
+
+
+def test_a_layout_under_vmap_keeps_the_batch_major_most(isolated_disk_cache):
+  m = jax.ShapeDtypeStruct((8, 32), jnp.float32)
+  batch = jax.ShapeDtypeStruct((3, 8, 32), jnp.float32)
+  f = jmf.cute_call(K.axpy, output_shape_dtype=m, input_spec=(COLUMN_MAJOR, COLUMN_MAJOR), output_spec=COLUMN_MAJOR)
+  (cc,) = custom_calls(lower(jax.vmap(f, in_axes=(0, None)), batch, m))
+  # Each batch element stays one compact block: batch_strides are the element's bytes.
+  assert cc["operand_layouts"] == [[1, 2, 0], [0, 1]] and cc["result_layouts"] == [[1, 2, 0]]
+  assert cc["config"]["batch_size"] == 3 and cc["config"]["batch_strides"] == [1024, 0, 1024]
+  nested = jax.ShapeDtypeStruct((2, 3, 8, 32), jnp.float32)
+  (cc,) = custom_calls(lower(jax.vmap(jax.vmap(f)), nested, nested))  # nested vmaps: one leading axis
+  assert cc["operand_layouts"] == [[1, 2, 0]] * 2 and cc["config"]["batch_size"] == 6
+  # A launcher with a batch mode takes the batch as the outermost stride of its (M, N, L) tensors.
+  h = jmf.cute_call(K.axpy_batched, output_shape_dtype=m, input_spec=(COLUMN_MAJOR, None), batch_mode=-1)
+  for args in ((m, m), (batch, batch)):
+    (cc,) = custom_calls(lower(h if args[0] is m else jax.vmap(h), *args))
+    assert cc["operand_layouts"] == [[1, 2, 0], [2, 1, 0]] and cc["result_layouts"] == [[2, 1, 0]]
+
+
+def test_the_tensor_of_a_layout_with_a_batch_mode_is_compact_in_that_order():
+  from jax_mosaic_ffi.cute import launch, specs
+  t = specs.tensor_arg(COLUMN_MAJOR, jax.ShapeDtypeStruct((8, 32), jnp.float32), False, 0, "input_spec", "t")
+  assert t.order == (0, 1) and t.minor_to_major() == (0, 1) and not t.row_major
+  batched = launch._with_batch(t, 5, -1, 0, "input_spec", "t")  # noqa: SLF001
+  # The buffer is (L, M, N): L outermost, M innermost; the launcher sees (M, N, L).
+  assert batched.order == (2, 0, 1) and batched.minor_to_major() == (1, 2, 0) and batched.mode == (1, 2, 0)
+
+
+SHARDED_LAYOUT = '''
+  import glob, json, os, sys
+  import jax, jax.numpy as jnp, numpy as np
+  from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+  import jax_mosaic_ffi as jmf
+  import cute_kernels as K
+  from cutlass.jax import TensorSpec
+  f = jmf.mosaic_kernel(jmf.cute_kernel(K.add_one, input_spec=TensorSpec(layout=(0, 1))),
+                        lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype), sharding=jmf.Elementwise())
+  mesh = Mesh(np.array(jax.devices("cpu")[:8]), ("x",))
+  x = jax.ShapeDtypeStruct((64, 32), jnp.float32, sharding=NamedSharding(mesh, P("x")))
+  lowered = jax.jit(lambda a: f(a) * 2).trace(x).lower(lowering_platforms=("cuda",))
+  error = ""
+  try:
+    lowered.compile()  # the CPU compiler partitions, then finds no CPU handler for a CUDA kernel
+  except Exception as e:
+    error = str(e)
+  (dump,) = glob.glob(os.path.join(sys.argv[1], "*after_spmd-partitioning*"))
+  print(json.dumps({"calls": [line for line in open(dump).read().splitlines() if "jax_mosaic_ffi_cute" in line],
+                    "error": error}))
+'''
+
+
+def test_a_sharded_call_asks_each_shard_for_the_layout(tmp_path):
+  dump = tmp_path / "dump"
+  flags = f"--xla_force_host_platform_device_count=8 --xla_dump_to={dump} --xla_dump_hlo_pass_re=spmd-partitioning"
+  result = fresh_process.run(SHARDED_LAYOUT, dump, env={
+      "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu", "JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache")}).result
+  (call,) = result["calls"]  # each device's (8, 32) shard, column-major for the kernel
+  assert "f32[8,32]{1,0} custom-call(" in call and "operand_layout_constraints={f32[8,32]{0,1}}" in call, call
+  assert "jax_mosaic_ffi_cute_v1" in result["error"]  # only the missing CPU handler stopped it
+
+
+def test_aliased_buffers_need_one_layout(isolated_disk_cache):
+  x = jax.ShapeDtypeStruct((16, 16), jnp.float32)
+  f = jmf.cute_call(K.scale_in_place, output_shape_dtype=x, input_output_aliases={0: 0}, input_spec=COLUMN_MAJOR)
+  with pytest.raises(jmf.LaunchError, match=r"input 0 \(TensorSpec layout=\(0, 1\)\) and output 0 "
+                     r"\(layout=\(1, 0\)\) alias.*give both specs the same layout="):
+    one_call(f, x)
+  same = jmf.cute_call(K.scale_in_place, output_shape_dtype=x, input_output_aliases={0: 0}, input_spec=COLUMN_MAJOR,
+                       output_spec=COLUMN_MAJOR)
+  cc = one_call(same, x)
+  assert cc["operand_layouts"] == cc["result_layouts"] == [[0, 1]]
+  assert "operand_index = 0" in str(cc["attributes"]["output_operand_aliases"])
+
+
+def _path(*keys):
+  return tuple(jax.tree_util.SequenceKey(k) if isinstance(k, int) else jax.tree_util.DictKey(k) for k in keys)
+
+
+def in_place(stream, state, *outputs):
+  """Adds one to every leaf of ``state`` in place; its outputs (aliased, so absent or None) are not written."""
+  assert all(o is None for o in jax.tree.leaves(outputs, is_leaf=lambda o: o is None)), outputs
+  for leaf in jax.tree.leaves(state):
+    K.add_one(stream, leaf, leaf)
+
+
+def test_key_path_aliases_lower_as_their_index_aliases(isolated_disk_cache):
+  x = jax.ShapeDtypeStruct((256,), jnp.float32)
+
+  def lowered(aliases, out=x, arg=x):
+    (cc,) = custom_calls(lower(jmf.cute_call(in_place, output_shape_dtype=out, input_output_aliases=aliases), arg))
+    return cc["config"]["host_args"], str(cc["attributes"]["output_operand_aliases"]), cc["results"]
+
+  assert lowered({_path(0): _path(0)}) == lowered({0: 0})
+  # An index alias of a pytree aliases it leaf by leaf.
+  state = {"m": x, "v": x}
+  both = {_path(0, "m"): _path(0, "m"), _path(0, "v"): _path(0, "v")}
+  assert lowered(both, (state,), state) == lowered({0: 0}, (state,), state)
+  # One leaf of a pytree: the launcher gets None for it among its outputs, and writes the input instead.
+  f = jmf.cute_call(K.step_state, output_shape_dtype=(state,), input_output_aliases={_path(0, "m"): _path(0, "m")})
+  (cc,) = custom_calls(lower(f, state))
+  assert cc["operands"] == 2 and cc["results"] == 2 and cc["config"]["num_outputs"] == 2
+  assert "output_tuple_indices = [0], operand_index = 0" in str(cc["attributes"]["output_operand_aliases"])
+  with pytest.raises(jmf.CompileError, match="NoneType"):  # new_state["v"] is None for it now: the alias reached it
+    lower(jmf.cute_call(K.step_state, output_shape_dtype=(state,), input_output_aliases=both), state)
+
+
+def test_bad_key_path_aliases_are_refused_by_name(isolated_disk_cache):
+  x = jax.ShapeDtypeStruct((256,), jnp.float32)
+  y = jax.ShapeDtypeStruct((128,), jnp.float32)
+  state = {"m": x, "v": x}
+
+  def call(aliases, out=(state,), arg=state):
+    return lower(jmf.cute_call(K.step_state, output_shape_dtype=out, input_output_aliases=aliases), arg)
+
+  with pytest.raises(jmf.LaunchError, match=r"step_state' at test_cute_compile.py:\d+.*input path \[0\]\['w'\] "
+                     r"names no tensor leaf of the inputs; their leaves are at \[0\]\['m'\], \[0\]\['v'\]"):
+    call({_path(0, "w"): _path(0, "m")})
+  with pytest.raises(jmf.LaunchError, match=r"output path \[1\]\['m'\] names no tensor leaf of the outputs"):
+    call({_path(0, "m"): _path(1, "m")})
+  with pytest.raises(jmf.LaunchError, match=r"input path \[0\] names no tensor leaf"):  # a subtree, not a leaf
+    call({_path(0): _path(0, "m")})
+  with pytest.raises(jmf.LaunchError, match=r"\[0\]\['m'\]: \[0\]\['m'\] aliases an input of float32\[256\] "
+                     r"with an output of float32\[128\]"):
+    call({_path(0, "m"): _path(0, "m")}, out=({"m": y, "v": x},))
+  with pytest.raises(jmf.LaunchError, match="reuses an input buffer"):
+    call({0: 0, _path(0, "m"): _path(1)}, out=(state, x))
+  with pytest.raises(jmf.LaunchError, match=r"0: 0 must map pytrees of the same structure"):
+    call({0: 0}, out=({"m": x},))
+  with pytest.raises(TypeError, match="an integer to an integer or a JAX KeyPath to a JAX KeyPath"):
+    jmf.cute_call(K.step_state, output_shape_dtype=(state,), input_output_aliases={0: _path(0)})
+  with pytest.raises(TypeError, match="must be JAX key entries"):
+    jmf.cute_call(K.step_state, output_shape_dtype=(state,), input_output_aliases={("m",): ("m",)})
+  with pytest.raises(ValueError, match="maps several inputs to output"):
+    jmf.cute_call(K.step_state, output_shape_dtype=(state,), input_output_aliases={0: 0, np.int64(1): 0})
+  with pytest.raises(ValueError, match="must be nonnegative"):
+    jmf.cute_call(K.step_state, output_shape_dtype=(state,), input_output_aliases={-1: 0})
+
+
 def test_errors_name_what_to_fix(isolated_disk_cache):
   x = jax.ShapeDtypeStruct((256,), jnp.float32)
   with pytest.raises(jmf.CompileError, match=r"(?s)^CuTe DSL could not compile 'broken' for sm_90a.*"
@@ -248,8 +422,10 @@ def test_errors_name_what_to_fix(isolated_disk_cache):
   with pytest.raises(jmf.LaunchError, match="ffi_call_target"):
     jmf.cute_call(K.add_one, output_shape_dtype=x, ffi_call_target="cutlass_call")
   m = jax.ShapeDtypeStruct((4, 8), jnp.float32)
-  with pytest.raises(jmf.LaunchError, match="row-major"):
-    one_call(jmf.cute_call(K.axpy, output_shape_dtype=m, input_spec=(TensorSpec(layout=(0, 1)), None)), m, m)
+  with pytest.raises(jmf.LaunchError, match=r"input_spec #0 has layout=\(0, 0\), which is not a permutation of 0..1"):
+    one_call(jmf.cute_call(K.axpy, output_shape_dtype=m, input_spec=(TensorSpec(layout=(0, 0)), None)), m, m)
+  with pytest.raises(jmf.LaunchError, match=r"output_spec #0 has layout=\(2, 1, 0\), which is not a permutation"):
+    one_call(jmf.cute_call(K.axpy, output_shape_dtype=m, output_spec=TensorSpec(layout=(2, 1, 0))), m, m)
   with pytest.raises(jmf.LaunchError, match="does not divide"):
     one_call(jmf.cute_call(K.add_one, output_shape_dtype=x, input_spec=TensorSpec(divisibility=(3,))), x)
   with pytest.raises(jmf.LaunchError, match="takes no grid"):

@@ -69,6 +69,10 @@ class LaunchSpec:
   # dimension) each, and whether XLA may put the call in a CUDA graph (cute_call's allow_cuda_graph).
   host_args: tuple[int, ...] = ()
   host_graph: bool = True
+  # Each buffer's physical layout (inputs, then outputs) as XLA's minor-to-major dimension list, of the buffer
+  # as bound (a CuTe DSL tensor's TensorSpec.layout); the lowering asks XLA for it, which inserts any copies.
+  # None: every buffer row-major, the common case. Part of the lowered call, not of the contract's attributes.
+  layouts: tuple[tuple[int, ...], ...] | None = None
   # Not part of the launch: the jax.numpy function lowered instead of the
   # kernel off CUDA (fallback.py). Compared by identity.
   fallback: Any = _not_launched(default=None)
@@ -91,6 +95,18 @@ class LaunchSpec:
         value = getattr(self, field.name)
         launch[field.name] = value.hex() if isinstance(value, bytes) else value
     return launch
+
+  def minor_to_major(self, ranks) -> list[list[int]]:
+    """The layout of each buffer of these ranks (inputs, then outputs), as the lowering asks XLA for it:
+    `layouts`, or row-major. A buffer with more dimensions than its layout has leading batch axes (vmap's,
+    `_batching_rule` in primitive.py): they are the major-most, so each batch element stays one compact block,
+    `batch_strides` apart."""
+    out = []
+    for b, rank in enumerate(ranks):
+      layout = self.layouts[b] if self.layouts is not None else tuple(reversed(range(rank)))
+      extra = rank - len(layout)
+      out.append([d + extra for d in layout] + list(reversed(range(extra))))
+    return out
 
   @property
   def collective_target(self) -> bool:

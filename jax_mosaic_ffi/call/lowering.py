@@ -112,6 +112,7 @@ def _cuda_lowering(ctx, *operands, kernel: Kernel, out_avals, spec: LaunchSpec):
     # called (a grid or scalars that depend on them are launch programs, computed by the runtime).
     result_shapes = [mlir.shape_tensor(ctx.module_context, mlir.eval_dynamic_shape_as_ivals(ctx, a.shape))
                      for a in out_avals]
+  layouts = spec.minor_to_major([len(a.shape) for a in (*ctx.avals_in, *out_avals)])
   op = mlir.custom_call(
       contract.target_name(collective=spec.collective_target,
                            nvshmem=spec.collective is not None and spec.collective.nvshmem,
@@ -123,8 +124,8 @@ def _cuda_lowering(ctx, *operands, kernel: Kernel, out_avals, spec: LaunchSpec):
       api_version=4,
       operand_output_aliases=dict(spec.aliases) or None,
       result_shapes=result_shapes,
-      operand_layouts=[list(reversed(range(len(a.shape)))) for a in ctx.avals_in],
-      result_layouts=[list(reversed(range(len(a.shape)))) for a in out_avals],
+      operand_layouts=layouts[:len(operands)],
+      result_layouts=layouts[len(operands):],
       has_side_effect=spec.has_side_effect,
   )
   return op.results

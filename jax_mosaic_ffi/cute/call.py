@@ -9,14 +9,15 @@
 from __future__ import annotations
 
 import dataclasses
-import operator
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
 
 from jax_mosaic_ffi.base import cute_package
+from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base.errors import LaunchError
 from jax_mosaic_ffi.call.launch_options import LaunchOptions
+from jax_mosaic_ffi.cute import aliases as aliases_lib
 from jax_mosaic_ffi.cute import dsl
 from jax_mosaic_ffi.cute import launch as cute_launch
 from jax_mosaic_ffi.cute.kernel import CuteFunction
@@ -45,8 +46,11 @@ def cute_kernel(fn: Callable[..., None], *, input_spec=None, output_spec=None, u
 
   Args:
     fn: the launcher.
-    input_spec, output_spec: ``cutlass.jax.TensorSpec`` per tensor (mode, static, divisibility,
-      ptr_assumed_align), as `cute_call` takes them.
+    input_spec, output_spec: ``cutlass.jax.TensorSpec`` per tensor (layout, mode, static, divisibility,
+      ptr_assumed_align), as `cute_call` takes them. ``layout`` is the buffer's physical stride order (CuTe's
+      minor-to-major: ``(0, 1)`` is column-major): XLA lays the array out so (copying it where it is laid out
+      otherwise), and the launcher's tensor is compact in that order. An input and output that alias need the
+      same layout.
     use_static_tensors: compile every tensor's shape and strides in.
     compile_options: more ``cute.compile`` options (``"--opt-level 3"``).
     compile_key: a stable value that identifies the launcher's code and state: the cache then keys on it
@@ -73,28 +77,6 @@ def cute_kernel(fn: Callable[..., None], *, input_spec=None, output_spec=None, u
                       bool(allow_cuda_graph), batch_mode=batch_mode)
 
 
-def _aliases(aliases) -> tuple[tuple[int, int], ...]:
-  if aliases is None:
-    return ()
-  if not isinstance(aliases, Mapping):
-    raise TypeError("input_output_aliases must be a mapping")
-  out = []
-  for i, o in aliases.items():
-    if isinstance(i, tuple) or isinstance(o, tuple):
-      raise NotImplementedError("input_output_aliases by jax KeyPath is not supported by jax_mosaic_ffi's cute_call "
-                                "yet; alias top-level inputs and outputs that are single arrays by index")
-    try:
-      i, o = operator.index(i), operator.index(o)
-    except TypeError:
-      raise TypeError("input_output_aliases maps input indices to output indices (ints)") from None
-    if i < 0 or o < 0:
-      raise ValueError(f"input_output_aliases indices must be nonnegative; got {i}: {o}")
-    out.append((i, o))
-  if len({i for i, _ in out}) != len(out) or len({o for _, o in out}) != len(out):
-    raise ValueError("input_output_aliases names an input or an output twice")
-  return tuple(sorted(out))
-
-
 def cute_call(fn: Callable[..., None], *, output_shape_dtype: Any = None, input_spec: Any = None,
               output_spec: Any = None, input_mode: Any = None, output_mode: Any = None,
               input_output_aliases: Mapping[Any, Any] | None = None, allow_cuda_graph: bool = True,
@@ -111,8 +93,19 @@ def cute_call(fn: Callable[..., None], *, output_shape_dtype: Any = None, input_
     fn: the launcher. Inputs may be pytrees with None leaves (absent tensors).
     output_shape_dtype: a pytree of ``jax.ShapeDtypeStruct`` (a sequence at the root: several outputs).
     input_spec, output_spec: ``cutlass.jax.TensorSpec`` per tensor, or a pytree mirroring the inputs
-      (``input_mode`` / ``output_mode``: their deprecated names).
-    input_output_aliases: ``{input index: output index}`` of top-level single arrays.
+      (``input_mode`` / ``output_mode``: their deprecated names). ``TensorSpec(layout=(0, 1))`` makes a 2-D
+      buffer column-major: XLA lays it out so, and the tensor is compact in that order (see `cute_kernel`).
+    input_output_aliases: inputs and outputs that share a buffer: ``{input index: output index}`` maps a
+      whole top-level input to a whole output (pytrees of the same structure, leaf by leaf), and
+      ``{input key path: output key path}`` one tensor leaf to another; an input path is rooted at the tuple
+      of positional arguments, an output path at the outer output sequence::
+
+        m_path = (jax.tree_util.SequenceKey(0), jax.tree_util.DictKey("m"))  # state["m"] of f(state)
+        f = jmf.cute_call(update, output_shape_dtype=({"m": m_shape, "v": v_shape},),
+                          input_output_aliases={m_path: m_path})
+
+      Aliased leaves need the same shape, dtype and layout. The launcher does not get an aliased output (it
+      writes the input): a top-level output aliased by index is left out, a leaf aliased by path is None.
     allow_cuda_graph: False keeps the call out of XLA's CUDA graphs.
     ffi_call_target: not supported (it names a target of NVIDIA's own runtime); must be None.
     compile_options: more ``cute.compile`` options.
@@ -137,7 +130,7 @@ def cute_call(fn: Callable[..., None], *, output_shape_dtype: Any = None, input_
                       "runtime; jax_mosaic_ffi launches through its own targets. Leave ffi_call_target out")
   input_spec = input_spec or input_mode
   output_spec = output_spec or output_mode
-  aliases = _aliases(input_output_aliases)
+  aliases = aliases_lib.normalize(input_output_aliases)
   kernel = cute_kernel(fn, input_spec=input_spec, output_spec=output_spec, use_static_tensors=use_static_tensors,
                        compile_options=compile_options, compile_key=compile_key, allow_cuda_graph=allow_cuda_graph,
                        batch_mode=batch_mode, **kwargs)
@@ -151,27 +144,13 @@ def cute_call(fn: Callable[..., None], *, output_shape_dtype: Any = None, input_
     leaves, in_tree = jax.tree_util.tree_flatten(args, is_leaf=lambda x: x is None)
     present = tuple(x is not None for x in leaves)
     arrays = [x for x in leaves if x is not None]
-    flat_aliases = {}
-    for i, o in aliases:
-      if i >= len(args) or o >= len(outputs):
-        raise ValueError(f"input_output_aliases {i}: {o} is outside the {len(args)} inputs and {len(outputs)} "
-                         "outputs")
-      if not isinstance(args[i], jax.Array) or not isinstance(outputs[o], jax.ShapeDtypeStruct):
-        raise NotImplementedError("jax_mosaic_ffi's cute_call aliases top-level inputs and outputs that are single "
-                                  f"arrays; input {i} or output {o} is a pytree")
-      flat_aliases[sum(present[:_leaf_index(args, i)])] = sum(
-          len(jax.tree_util.tree_leaves(x)) for x in outputs[:o])
-    kept = tuple(x for k, x in enumerate(outputs) if k not in {o for _, o in aliases})
+    resolved = aliases_lib.resolve(aliases, args, outputs, f"mosaic_kernel '{kernel.name}' at "
+                                   f"{source_location.current()}")
     target = dataclasses.replace(kernel, input_tree=in_tree, input_present=present,
-                                 output_tree=jax.tree_util.tree_structure(kept))
-    options = LaunchOptions(grid=None, input_output_aliases=flat_aliases)
+                                 output_tree=jax.tree_util.tree_structure(resolved.launcher_outputs))
+    options = LaunchOptions(grid=None, input_output_aliases=resolved.flat)
     results = cute_launch.launcher(target, list(out_leaves), options)(*arrays)
     output = jax.tree_util.tree_unflatten(out_tree, list(results) if isinstance(results, (tuple, list)) else [results])
     return output if multiple else output[0]
 
   return call_wrapper
-
-
-def _leaf_index(args, i: int) -> int:
-  """The position of input ``i``'s first leaf among all leaves (None leaves counted)."""
-  return sum(len(jax.tree_util.tree_leaves(a, is_leaf=lambda x: x is None)) for a in args[:i])

@@ -45,12 +45,13 @@ class HostLaunch(CheckedLaunch):
 
   host_args: tuple[int, ...] = ()
   host_graph: bool = True
+  layouts: tuple[tuple[int, ...], ...] | None = None  # LaunchSpec.layouts: the tensors' TensorSpec.layout
 
   def spec(self, in_avals, call_site: str):
     spec, out_avals, single = super().spec(in_avals, call_site)
     # No kernel parameters: the host function takes the buffers (host_args) and launches.
-    return (dataclasses.replace(spec, param_order=(), host_args=self.host_args, host_graph=self.host_graph),
-            out_avals, single)
+    return (dataclasses.replace(spec, param_order=(), host_args=self.host_args, host_graph=self.host_graph,
+                                layouts=self.layouts), out_avals, single)
 
 
 # The options a CuTe DSL launch takes. Every other field of LaunchOptions must be left at its default: refused by
@@ -82,15 +83,16 @@ def cute_targets(targets) -> tuple[Arch, ...]:
 
 def _with_batch(t: TensorArg, batch, batch_mode: int, index: int, what: str, where: str) -> TensorArg:
   """``t`` with a leading batch axis of extent ``batch`` in the buffer, at mode position ``batch_mode`` of the
-  launcher's view (row-major buffers: the batch is the outermost stride). A dynamic tensor reads the extent at
-  run time (plan.BATCH), so one compile serves every batch size; a static one compiles it in."""
+  launcher's view (the batch is the outermost stride, whatever the element's layout: each element is one
+  compact block). A dynamic tensor reads the extent at run time (plan.BATCH), so one compile serves every batch
+  size; a static one compiles it in."""
   rank = t.rank + 1
   if not -rank <= batch_mode < rank:
     raise LaunchError(f"{where}: batch_mode={batch_mode} is no mode position of {what} #{index}, whose tensor "
                       f"has {rank} modes with the batch")
   mode = [m + 1 for m in t.mode]
   mode.insert(batch_mode % rank, 0)
-  return dataclasses.replace(t, shape=(batch if t.static else BATCH, *t.shape), order=tuple(reversed(range(rank))),
+  return dataclasses.replace(t, shape=(batch if t.static else BATCH, *t.shape), order=(t.rank, *t.order),
                              mode=tuple(mode), divisibility=(None, *t.divisibility))
 
 
@@ -137,9 +139,14 @@ def launcher(target: CuteFunction, out_shape, options: LaunchOptions):
     for i, o in aliases.items():
       if not (0 <= i < len(in_avals) and 0 <= o < len(out_avals)):
         continue  # CheckedLaunch names the bad index
-      if tensors[i] != tensors[len(in_avals) + o]:
-        raise LaunchError(f"{where}: input {i} and output {o} alias, so they need the same shape, dtype and tensor "
-                          "spec")
+      a, b = tensors[i], tensors[len(in_avals) + o]
+      if (a.shape, a.dtype) != (b.shape, b.dtype):
+        raise LaunchError(f"{where}: input {i} ({a.dtype}{list(a.shape)}) cannot alias output {o} "
+                          f"({b.dtype}{list(b.shape)}); aliased buffers need the same shape and dtype")
+      if a.order != b.order:
+        raise LaunchError(f"{where}: input {i} (TensorSpec layout={a.order}) and output {o} (layout={b.order}) "
+                          "alias, so they are one buffer with one physical layout; give both specs the same "
+                          "layout=")
     kept = len(out_avals) - len(aliases)
     plan = Plan(tensors, len(in_avals),
                 input_tree if input_tree is not None else jax.tree_util.tree_structure((0,) * len(in_avals)),
@@ -152,7 +159,8 @@ def launcher(target: CuteFunction, out_shape, options: LaunchOptions):
     host = HostLaunch(kernel=kernel, out_shape=shapes, grid=(1, 1, 1), block=(1, 1, 1), cluster=(1, 1, 1),
                       smem_bytes=0, uses_pdl=False, scalars=(), aliases=checked_aliases, param_order=None,
                       collective=None, zero_outputs=zero_outputs, host_args=kernel.host_args,
-                      host_graph=target.allow_cuda_graph)
+                      host_graph=target.allow_cuda_graph,
+                      layouts=None if all(t.row_major for t in tensors) else tuple(t.minor_to_major() for t in tensors))
     element_fallback = fallback.vmapped((0,) * len(args)) if batched and fallback is not None else fallback
     return primitive.kernel_call(host, element_fallback)(*args)
 

@@ -50,6 +50,14 @@ class TensorArg:
   def rank(self) -> int:
     return len(self.shape)
 
+  @property
+  def row_major(self) -> bool:
+    return self.order == tuple(reversed(range(self.rank)))
+
+  def minor_to_major(self) -> tuple[int, ...]:
+    """``order`` as XLA writes a layout: the dimensions from the innermost (stride 1) out."""
+    return tuple(sorted(range(self.rank), key=lambda d: self.order[d]))
+
   def describe(self) -> str:
     shape = [d if isinstance(d, int) else str(d) for d in self.shape]
     return json.dumps([shape, self.dtype, self.order, self.mode, self.static, self.divisibility, self.align])

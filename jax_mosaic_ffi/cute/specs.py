@@ -1,7 +1,8 @@
 """cutlass_call's ``input_spec`` / ``output_spec`` (``cutlass.jax.TensorSpec``) read into `TensorArg`s.
 
 The same rules as cutlass_call: no spec is a row-major tensor of the array's own shape, its divisibility the
-concrete extents; a spec's ``layout`` is its compact stride order (CuTe's minor-to-major), ``mode`` the
+concrete extents; a spec's ``layout`` is its compact stride order (CuTe's minor-to-major; XLA lays the buffer
+out so, copying where the array is laid out otherwise), ``mode`` the
 dimensions the kernel sees, ``static`` compiles shape and strides in (``use_static_tensors`` is the
 default), ``divisibility`` the known divisors (an int: of the stride-1 dimension), ``ptr_assumed_align``.
 A bare tuple of ints is a ``mode`` (cutlass_call's legacy shorthand). Specs may list the present tensors, or
@@ -64,10 +65,6 @@ def tensor_arg(spec, aval, use_static: bool, index: int, what: str, where: str) 
   row_major = tuple(reversed(range(rank)))
   order = row_major if spec is None or spec.layout is None else _permutation("layout", spec.layout, rank, index, what,
                                                                               where)
-  if order != row_major:
-    raise LaunchError(
-        f"{where}: {what} #{index} asks for layout={order}, a physical order other than row-major; jax_mosaic_ffi "
-        "passes row-major buffers. Transpose the array in jax and describe the kernel's view with mode= instead")
   mode = tuple(range(rank)) if spec is None or spec.mode is None else _permutation("mode", spec.mode, rank, index,
                                                                                     what, where)
   static = use_static if spec is None or spec.static is None else bool(spec.static)
