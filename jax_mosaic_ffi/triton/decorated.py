@@ -159,7 +159,7 @@ def launcher(function: TritonFunction, out_shape, options: LaunchOptions):
   lock = threading.Lock()
 
   def arguments(in_avals, where) -> _Arguments:
-    shapes = out_shape(*in_avals) if callable(out_shape) else out_shape
+    shapes = launch_values.evaluate(out_shape, "out_shape", in_avals, where, follows_shapes=True)
     out_avals, _ = launch_values.out_avals(shapes, where)
     try:
       values = launch_values.evaluate(options.scalars, "scalars", in_avals, where, meta=base.meta)
