@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build and install, run the tests (GPU ones
-# included), then the benchmarks. Logs go to $OUT when it is set.
+# included), then the benchmarks. Logs go to $OUT when it is set. It exits non-zero when the tests fail (pytest's
+# status) or, after they have written what they measured, the benchmarks do (named at the end).
 #   bash scripts/gpu_check.sh [tests|gpu-tests|bench|all|stash] [pytest args or test files...]
 #   bash scripts/gpu_check.sh wheel [pytest args or test files...]
 # gpu-tests: only the tests marked gpu or multi_gpu (CI runs the CPU ones); the same as JMF_GPU_ONLY=1 tests.
@@ -52,6 +53,7 @@ export JMF_CMAKE_DEFINES="${JMF_CMAKE_DEFINES:-JMF_BENCHMARK_TARGETS=ON}"
 cd "$repo"
 stash="${JMF_CARRY_STASH:-/tmp/jmf-carried}"
 source scripts/carried.sh
+source scripts/benchmarks_step.sh
 carried_stash "$repo" "$stash"
 [ "$what" != stash ] || { ls -l "$stash" 2>/dev/null; exit 0; }
 part="" parts=""
@@ -158,7 +160,11 @@ fi
 if [ "$what" = bench ] || { [ "$what" = all ] && [ "$part" = "$parts" ]; }; then
   echo "== benchmarks"
   # A run of some benchmarks replaces only their sections of the page (--splice): $out gets the whole page.
-  with_carried "$JMF_VENV/bin/python" -m benchmarks --out "$out" ${JMF_BENCH_ONLY:+--only "$JMF_BENCH_ONLY" --splice} 2>&1 |
-    tee "$out/bench.log" | tail -150
+  # Its failure fails the script, after the benchmarks have written what they measured (a failed test run's
+  # status wins: it is the first thing to fix).
+  benchmarks_step "$out" with_carried "$JMF_VENV/bin/python" -m benchmarks --out "$out" \
+    ${JMF_BENCH_ONLY:+--only "$JMF_BENCH_ONLY" --splice}
+  bench_status=$?
+  [ "$bench_status" = 0 ] || [ "$status" != 0 ] || status=$bench_status
 fi
 exit $status

@@ -167,6 +167,46 @@ def test_the_first_lowering_of_any_program_registers_the_kernel_targets(tmp_path
                "event": True}, r
 
 
+def test_a_failed_registration_is_not_retried_and_each_kernel_lowering_raises_its_error_again(tmp_path):
+  # This machine's registration cannot fail (and without a GPU it stops at "no CUDA device"), so its first step,
+  # finding the CuTe DSL runtime, fails here as a damaged install would make it fail, counting its calls.
+  script = """
+      import json
+      import jax, numpy as np
+      import jax_mosaic_ffi as jmf
+      from jax_mosaic_ffi.base import cute_package
+      calls = []
+
+      def damaged():
+        calls.append(1)
+        raise OSError("the CuTe DSL package cannot be read")
+
+      cute_package.runtime = damaged
+      x = jax.ShapeDtypeStruct((256,), np.float32)
+      call = jmf.mosaic_kernel(jmf.cuda_kernel('extern "C" __global__ void k(float* out) {}', "k"), x, grid=1,
+                               block=256)
+      errors = []
+      for attempt in range(3):
+        try:
+          if attempt == 1:
+            jmf.register()
+          else:
+            jax.jit(call).trace().lower(lowering_platforms=("cuda",))
+          errors.append(None)
+        except RuntimeError as e:
+          errors.append(str(e))
+      other = float(jax.jit(lambda v: v + 1)(1.0))  # any other program lowers, and retries nothing
+      print(json.dumps({"errors": errors, "calls": len(calls), "other": other,
+                        "status": jmf.registration.status()["message"]}))
+  """
+  r = fresh_process.run(script, cwd=tmp_path, env={"JAX_PLATFORMS": "cpu",
+                                                    "JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "kernels")}).result
+  first = ("jax_mosaic_ffi could not register its kernel targets with XLA's CUDA plugin: OSError: the CuTe DSL "
+           "package cannot be read. No mosaic_kernel can run in this process, and registering is not tried again "
+           "in it: fix the cause, then start a new process")
+  assert r == {"errors": [first] * 3, "calls": 1, "other": 2.0, "status": f"not registered: {first}"}, r
+
+
 @pytest.mark.gpu
 def test_persistent_compilation_cache_second_process_calls_no_nvrtc(tmp_path):
   cache = tmp_path / "xla-cache"

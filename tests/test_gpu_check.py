@@ -1,10 +1,13 @@
-"""scripts/gpu_check.sh's parts (scripts/test_parts.py): whole files, every selected test in exactly one part."""
+"""scripts/gpu_check.sh's parts (scripts/test_parts.py): whole files, every selected test in exactly one part; its
+carried packages (scripts/carried.sh); its benchmarks step (scripts/benchmarks_step.sh), whose failure fails it."""
 
 import os
 import subprocess
 import sys
 
 import pytest
+
+from jax_mosaic_ffi.base import gpu_info
 
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "test_parts.py")
 
@@ -88,3 +91,40 @@ def test_a_missing_or_foreign_part_is_named_not_unpacked(tmp_path):
   assert not (stash / "fake.site").exists()
   nothing = carried(f"carried_path {stash} other")
   assert nothing.returncode != 0 and "no carried bundle other" in nothing.stderr
+
+
+STEP = os.path.join(os.path.dirname(SCRIPT), "benchmarks_step.sh")
+
+
+def benchmarks_step(out, *command):
+  # TMPDIR: what the command leaves in the temporary folder (the benchmarks' kernel cache) is the test's own.
+  return subprocess.run(["bash", "-c", f'source {STEP}; benchmarks_step "$@"', "-", str(out), *command],
+                        capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(SCRIPT)),
+                        env={**os.environ, "TMPDIR": str(out)})
+
+
+def test_a_benchmark_run_that_succeeds_passes_and_its_output_is_kept(tmp_path):
+  done = benchmarks_step(tmp_path, "bash", "-c", "echo '| a table |'; echo 'raw results: here'")
+  assert done.returncode == 0 and done.stderr == "", done.stderr
+  assert "| a table |" in done.stdout and (tmp_path / "bench.log").read_text().endswith("raw results: here\n")
+
+
+def test_a_benchmark_process_that_dies_fails_the_step_with_its_last_words(tmp_path):
+  done = benchmarks_step(tmp_path, sys.executable, "-c", "print('half a table'); raise SystemExit('killed here')")
+  assert done.returncode == 1, done
+  assert done.stderr.strip() == (f"error: the benchmarks failed (exit 1): no run reported as failed; the output ends "
+                                 f"with: killed here (all of it in {tmp_path}/bench.log)"), done.stderr
+  assert "half a table" in (tmp_path / "bench.log").read_text()
+
+
+def test_failed_benchmarks_fail_the_step_and_are_named_after_the_report_is_written(tmp_path):
+  # The real benchmarks, which cannot measure without a GPU: the page and the raw results are written all the same.
+  if gpu_info.has_gpu():
+    pytest.skip("on a GPU the benchmark measures instead of failing")
+  page = tmp_path / "page.md"
+  done = benchmarks_step(tmp_path, sys.executable, "-m", "benchmarks", "--only", "sites", "--out", str(tmp_path),
+                         "--doc", str(page))
+  assert done.returncode == 1, done
+  assert done.stderr.startswith("error: the benchmarks failed (exit 1): sites/main: run failed"), done.stderr
+  assert done.stderr.rstrip().endswith(f"(all of it in {tmp_path}/bench.log)"), done.stderr
+  assert (tmp_path / "benchmarks.json").is_file() and "sites/main" in page.read_text()

@@ -1,6 +1,7 @@
 """Triton kernels through our runtime: compile (any machine), lower, cache, export, run (GPU)."""
 
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -200,6 +201,30 @@ def test_mistakes_are_named(isolated_disk_cache):
   fixed = jmf.triton_kernel(ts.add, signature=["*fp16", "*fp16", "*fp16", "i32"], constexprs={"BLOCK": 256})
   with pytest.raises(jmf.LaunchError, match="compiled for"):
     lower(add_call(fixed), x, x)
+
+
+def test_clusters_before_hopper_are_refused_by_name_for_every_front_end(isolated_disk_cache):
+  # num_ctas > 1 launches clusters, which GPUs before sm_90 have not: refused before Triton compiles anything.
+  refusal = ("triton_kernel 'add': num_ctas > 1 unsupported before Hopper (compute capability 90); the target is "
+             "sm_80: pass num_ctas=1 (or a config without num_ctas), or compile for sm_90 or newer (triton_kernel's "
+             "targets=, triton_call's compute_capability=)")
+  before = stats().triton_compiles
+  with pytest.raises(ValueError, match=re.escape(refusal)):  # compiled now
+    jmf.triton_kernel(ts.add, signature=["*fp32", "*fp32", "*fp32", "i32"], constexprs={"BLOCK": 256}, num_ctas=2,
+                      targets=["sm_80"])
+  x = jax.ShapeDtypeStruct((256,), jnp.float32)
+  with pytest.raises(ValueError, match=re.escape(refusal)):  # compiled when the call is traced
+    lower(add_call(jmf.triton_kernel(ts.add, constexprs={"BLOCK": 256}, num_ctas=2, targets=["sm_80"])), x, x)
+  with pytest.raises(ValueError, match=re.escape(refusal.replace("sm_80", "sm_80, sm_90"))):  # one target of two
+    lower(add_call(jmf.triton_kernel(ts.add, constexprs={"BLOCK": 256}, num_ctas=2, targets=["sm_80", "sm_90"])),
+          x, x)
+  one_config = triton.autotune(configs=[triton.Config({"BLOCK": 256}, num_ctas=2)], key=["n"])(ts.add)
+  with pytest.raises(ValueError, match=re.escape(refusal)):  # a config's num_ctas
+    lower(add_call(jmf.triton_kernel(one_config, targets=["sm_80"])), x, x)
+  assert stats().triton_compiles == before
+  clustered = jmf.triton_kernel(ts.add, signature=["*fp32", "*fp32", "*fp32", "i32"], constexprs={"BLOCK": 256},
+                                num_ctas=2, targets=["sm_90"])
+  assert clustered.info.num_ctas == 2
 
 
 def test_a_triton_compile_failure_names_triton_its_message_and_the_config(isolated_disk_cache):

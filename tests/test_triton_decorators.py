@@ -342,6 +342,11 @@ def test_mistakes_in_decorated_calls_are_named(isolated_disk_cache):
       "a decorated kernel's scalars are its arguments, computed before its configs and heuristics")):
     lower(jmf.mosaic_kernel(jmf.triton_kernel(ds.scaled_copy), lambda x: x, grid=1,
                             scalars=lambda meta, x: (np.int32(x.size // meta["BLOCK"]), np.float32(1))), f32(1000))
+  # out_shape is evaluated as an undecorated kernel's is (launch_values.evaluate): its error names the call.
+  with pytest.raises(jmf.LaunchError, match=r"mosaic_kernel 'softmax_rows' at test_triton_decorators.py:\d+ \(.*\): "
+                     + re.escape("out_shape, a callable of the input avals, raised IndexError")):
+    lower(jmf.mosaic_kernel(jmf.triton_kernel(ds.softmax_rows), lambda x: x.shape[5], grid=1,
+                            scalars=lambda meta, x: ints(4, 4, 4)), f32(4, 4))
 
 
 def docs_example(tmp_path, run: bool):

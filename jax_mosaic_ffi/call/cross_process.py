@@ -110,8 +110,7 @@ def exchange(key: str, rank: int, device_ids, mine: bytes, timeout_s: float, who
     except Exception:  # noqa: BLE001 - tidying only
       pass
   got = kv_store.gather(
-      client, base, rank, len(device_ids), lambda r: f"{base}/{r}", client.blocking_key_value_get_bytes, timeout_s,
-      who,
+      client, base, rank, len(device_ids), f"{base}/", timeout_s, who, as_bytes=True,
       late=lambda r: TimeoutError(
           f"{who}: rank {rank} waited {timeout_s:g} s for peer {_peer_name(r, device_ids)} to set up its "
           "collective workspace; it never did. Did that process die, or does it not run this kernel? "

@@ -61,13 +61,15 @@ def settle_quietly(client, base: str, verdict: str) -> None:
     pass
 
 
-def gather(client, base: str, me: int, count: int, key, read, timeout_s: float, who: str, *, late, unreadable,
-           abandoned) -> dict:
-  """Every peer's value of one attempt, by peer: ``read(key(peer), milliseconds)`` for each of the ``count``
-  processes but ``me``, within one deadline, then the attempt's verdict, followed. Raises ``late(peer)`` where
-  this process gave up waiting for ``peer``, ``abandoned(verdict)`` where a peer gave up first (the attempt fails
-  everywhere), ``unreadable(peer, error)`` where the store failed otherwise. (The errors are made as they are
-  raised: one kept in a local would be held by the traceback of its own frame, a cycle.)"""
+def gather(client, base: str, me: int, count: int, prefix: str, timeout_s: float, who: str, *, as_bytes: bool,
+           late, unreadable, abandoned) -> dict:
+  """Every peer's value of one attempt, by peer: the key ``f"{prefix}{peer}"`` of each of the ``count`` processes
+  but ``me`` (as bytes or as text), within one deadline, then the attempt's verdict, followed. Raises
+  ``late(peer)`` where this process gave up waiting for ``peer``, ``abandoned(verdict)`` where a peer gave up
+  first (the attempt fails everywhere), ``unreadable(peer, error)`` where the store failed otherwise. (The
+  errors are made as they are raised: one kept in a local would be held by the traceback of its own frame, a
+  cycle.)"""
+  read = client.blocking_key_value_get_bytes if as_bytes else client.blocking_key_value_get
   deadline = time.monotonic() + timeout_s
   got: dict = {}
   gave_up = None
@@ -75,7 +77,7 @@ def gather(client, base: str, me: int, count: int, key, read, timeout_s: float, 
     if peer == me:
       continue
     try:
-      got[peer] = read(key(peer), max(1, int((deadline - time.monotonic()) * 1000)))
+      got[peer] = read(f"{prefix}{peer}", max(1, int((deadline - time.monotonic()) * 1000)))
     except Exception as err:  # noqa: BLE001 - jax's error type is private
       if not timed_out(err):
         settle_quietly(client, base, f"abandoned/{me}/{timeout_s:g}")
@@ -88,7 +90,7 @@ def gather(client, base: str, me: int, count: int, key, read, timeout_s: float, 
   for peer in range(count):  # a peer settled `go`: every value is in the store, not all read here yet
     if peer != me and peer not in got:
       try:
-        got[peer] = read(key(peer), SETTLED_WAIT_MS)
+        got[peer] = read(f"{prefix}{peer}", SETTLED_WAIT_MS)
       except Exception as err:  # noqa: BLE001 - jax's error type is private
         raise unreadable(peer, err) from None
   return got

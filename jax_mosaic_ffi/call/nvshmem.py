@@ -106,7 +106,7 @@ def _agree(client, base: str, pe: int, npes: int, mine: str, timeout_s: float, w
                         f"({flags.PEER_TIMEOUT_S} sets the timeout)")
 
   theirs = kv_store.gather(
-      client, base, pe, npes, lambda peer: f"{base}/joined/{peer}", client.blocking_key_value_get, timeout_s, who,
+      client, base, pe, npes, f"{base}/joined/", timeout_s, who, as_bytes=False,
       late=lambda peer: TimeoutError(
           f"{who}: PE {pe} waited {timeout_s:g} s for PE {peer} (process {peer} of the jax.distributed job) to "
           "start NVSHMEM; it never did. Did that process die, or does it not run this program? "

@@ -45,6 +45,9 @@ _lock = threading.Lock()
 _state = {"done": False, "record": False, "message": "not registered yet"}
 # Set where jax has no CUDA device: nothing will ever need registering (jax's backends do not change).
 _no_cuda = False
+# Why registering failed, once it has: raised again by every later attempt, which is not made. A retry could not
+# succeed: jax's backends are fixed for the process, and what was registered before the failure stays registered.
+_failure: str | None = None
 # Set in the bootstrap's own thread, whose lowering must not register (it is the registration).
 _bootstrapping = threading.local()
 # jax's event after a program is lowered to MLIR, before XLA compiles it (jax._src.dispatch, 0.11 and 0.12).
@@ -133,7 +136,27 @@ def register() -> bool:
   Returns:
     True when a CUDA backend exists (and the targets are registered), False when there is none.
     ``jmf.registration.status()`` says whether CUDA-graph record handlers were registered, and why not.
+
+  Raises:
+    RuntimeError: registering failed; it fails again, at once and with the same message, at every later call
+      and lowering of a kernel in this process.
   """
+  global _failure
+  if _failure is not None:
+    raise RuntimeError(_failure)
+  try:
+    return _register()
+  except Exception as e:
+    with _lock:
+      if _failure is None:
+        _failure = (f"jax_mosaic_ffi could not register its kernel targets with XLA's CUDA plugin: "
+                    f"{type(e).__name__}: {e}. No mosaic_kernel can run in this process, and registering is not "
+                    "tried again in it: fix the cause, then start a new process")
+        _state["message"] = f"not registered: {_failure}"
+    raise RuntimeError(_failure) from e
+
+
+def _register() -> bool:
   global _no_cuda
   publish_cute_runtime()
   with _lock:
@@ -164,18 +187,21 @@ def register() -> bool:
 
 
 def ensure_registered() -> None:
-  if not _state["done"]:
+  """Registers the targets before a kernel's lowering, unless done, needless (no CUDA device) or failed before
+  (then its error again)."""
+  if not _state["done"] and not _no_cuda:
     register()
 
 
 def _on_lowered(event: str, duration: float, **_) -> None:
   """jax lowered a program and is about to compile it: the first time, make sure a deserialized artifact's
   custom calls find their targets (a no-op once registered, or where there is no CUDA device)."""
-  if event == LOWERED_EVENT and not _state["done"] and not _no_cuda and not getattr(_bootstrapping, "active", False):
+  if (event == LOWERED_EVENT and not _state["done"] and not _no_cuda and _failure is None
+      and not getattr(_bootstrapping, "active", False)):
     try:
       register()
-    except Exception as e:  # noqa: BLE001 - jax's lowering of a program that may not be ours must not fail here
-      _state["message"] = f"not registered: registering at a lowering failed: {type(e).__name__}: {e}"
+    except RuntimeError:  # the failure is kept in the status; jax's lowering of a program that may not be ours
+      pass                # must not fail here (a kernel's own lowering raises it, ensure_registered)
 
 
 jax.monitoring.register_event_duration_secs_listener(_on_lowered)

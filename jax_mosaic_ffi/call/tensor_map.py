@@ -57,6 +57,18 @@ def data_type(dtype) -> int | None:
   return _DATA_TYPES.get((kind, dtype.itemsize))
 
 
+def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
+  """The strides, in elements and outermost first, of a row-major (C-order) array of this shape: each the
+  product of the sizes after it (the last 1)."""
+  return tuple(math.prod(shape[k + 1:]) for k in range(len(shape)))
+
+
+def _driver_strides(strides: Sequence[int], itemsize: int) -> list[int]:
+  """Element strides (outermost first) as the driver takes them: in bytes, innermost first, the innermost
+  axis's left out (always one element)."""
+  return [s * itemsize for s in reversed(strides[:-1])]
+
+
 def _ints(value, what: str, where: str) -> tuple[int, ...]:
   if isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, bool):
     value = (value,)
@@ -166,8 +178,7 @@ class TensorMap:
     elements = self.element_strides or (1,) * rank
     if len(elements) != rank:
       raise ValueError(f"{name}: element_strides has {len(elements)} entries; give one per axis ({rank})")
-    # Innermost first, as the driver takes them; strides of axes 1.. in bytes.
-    strides = [math.prod(shape[rank - d:]) * itemsize for d in range(1, rank)]
+    strides = _driver_strides(row_major_strides(shape), itemsize)
     for d, stride in enumerate(strides, start=1):
       if stride % 16:
         axis = rank - d
@@ -220,8 +231,7 @@ class TensorMap:
     if reach > size:
       raise ValueError(f"{name}: {view} reaches {reach} elements, but {self.operand} ({aval.dtype}"
                        f"{list(aval.shape)}) holds {size}")
-    return self._fields(buffer, self._code(code, aval, name), shape,
-                        [strides[rank - 1 - d] * itemsize for d in range(1, rank)])
+    return self._fields(buffer, self._code(code, aval, name), shape, _driver_strides(strides, itemsize))
 
 
 def scratch_aval(nbytes: int):

@@ -46,17 +46,16 @@ def host_time_each(executables: dict, inputs, *, warmup: int = 2, rounds: int = 
     jax.block_until_ready(executable(*inputs))
     once = max(time.perf_counter() - start, 1e-6)
     reps[k] = int(min(max(round_s / once, 1), 200))
-  samples = {k: [] for k in executables}
-  order = list(executables)
-  for r in range(rounds):
-    for k in order[r % len(order):] + order[:r % len(order)]:
-      start = time.perf_counter()
-      out = None
-      for _ in range(reps[k]):
-        out = executables[k](*inputs)
-      jax.block_until_ready(out)
-      samples[k].append((time.perf_counter() - start) / reps[k])
-  return {k: statistics.median(v) for k, v in samples.items()}
+
+  def seconds(k) -> float:
+    start = time.perf_counter()
+    out = None
+    for _ in range(reps[k]):
+      out = executables[k](*inputs)
+    jax.block_until_ready(out)
+    return (time.perf_counter() - start) / reps[k]
+
+  return _median_in_turns(executables, rounds, seconds)
 
 
 # On the GPU, one timed program makes the call enough times for about _REPEAT_TARGET_S of GPU time, at most
@@ -83,10 +82,20 @@ def gpu_time_each(executables: dict, inputs, *, warmup: int, rounds: int) -> dic
   for executable in executables.values():
     for _ in range(warmup):
       jax.block_until_ready(executable(*inputs))
+
+  def seconds(k) -> float:
+    start, stop, _ = executables[k](*inputs)
+    return gpu_clock.elapsed_s(start, stop)
+
+  return _median_in_turns(executables, rounds, seconds)
+
+
+def _median_in_turns(executables: dict, rounds: int, seconds) -> dict:
+  """The median of ``seconds(k)`` for each key of ``executables``, measured in ``rounds`` rounds in which
+  the keys take turns in an order rotated by one each round."""
   samples = {k: [] for k in executables}
   order = list(executables)
   for r in range(rounds):
     for k in order[r % len(order):] + order[:r % len(order)]:
-      start, stop, _ = executables[k](*inputs)
-      samples[k].append(gpu_clock.elapsed_s(start, stop))
+      samples[k].append(seconds(k))
   return {k: statistics.median(v) for k, v in samples.items()}

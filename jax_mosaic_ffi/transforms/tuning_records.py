@@ -36,6 +36,8 @@ import threading
 import warnings
 from typing import Any
 
+import jax
+
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import gpu_info
 from jax_mosaic_ffi.base import module_format
@@ -221,7 +223,6 @@ def save_tuning(path: str | os.PathLike, device=None) -> int:
 
     jmf.save_tuning("tuning.json")   # after tuning: the timings this process used (measured, from disk, loaded)
   """
-  import jax  # noqa: PLC0415  (the device, only when saving)
   env = environment(device if device is not None else jax.devices()[0])
   with _lock:
     records = [s for s in _memory.values() if s.environment == env]
@@ -257,7 +258,6 @@ def load_tuning(path: str | os.PathLike, device=None) -> int:
 
     jmf.load_tuning("tuning.json")   # before the first call: autotuning picks winners without timing
   """
-  import jax  # noqa: PLC0415
   env = environment(device if device is not None else jax.devices()[0])
   path = os.fspath(path)
   try:

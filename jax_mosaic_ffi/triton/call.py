@@ -41,8 +41,6 @@ from jax_mosaic_ffi.triton.options import LAUNCH_OPTIONS
 # The custom call a `triton_call` lowers to (jax-triton's is "triton_kernel_call_ffi").
 CUSTOM_CALL_TARGET_NAME = contract.target_name(collective=False, nvshmem=False, programs=False)
 
-_MIN_CLUSTER_ARCH = 90
-
 
 def _options(backend_options, num_warps, num_stages, num_ctas, debug) -> dict:
   """jax-triton's merge of the explicit options into ``backend_options``, with its errors."""
@@ -240,9 +238,6 @@ def triton_call(*args, kernel, out_type: Any = None, grid, name: str = "", num_w
   # triton_kernel checks the options and constexprs (TritonOptions); the decorators, pruned above, go back on.
   base = triton_kernel(fn, constexprs=constexprs, targets=targets, options=options, **launch_options)
   function = TritonFunction(base.fn, base.constexprs, base.options, base.targets, layers)
-  if base.options.num_ctas > 1 and min(t.number for t in base.targets) < _MIN_CLUSTER_ARCH:
-    raise ValueError(f"{where}: num_ctas > 1 unsupported before Hopper (compute capability 90); the target is "
-                     f"{', '.join(t.sm for t in base.targets)}")
 
   # Refs: an aliased input and output each, written back after the call.
   n_out = len(out_flat)

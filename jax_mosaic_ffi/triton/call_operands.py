@@ -20,22 +20,20 @@ import numpy as np
 from jax import tree_util
 from jax._src.state import types as state_types
 
+from jax_mosaic_ffi.call.tensor_map import row_major_strides
 from jax_mosaic_ffi.triton import tensor_descriptor
 
 
 def strides_from_shape(shape: Sequence[int]) -> tuple[int, ...]:
-  """Row-major strides, in elements, of an array of this shape (jax-triton's helper).
+  """Row-major strides, in elements, of an array of this shape (jax-triton's helper; as jax-triton's, all 0
+  for an array without elements).
 
       >>> import jax_mosaic_ffi.jax_triton as jt
       >>> jt.strides_from_shape((4, 8, 16))
       (128, 16, 1)
   """
-  size = math.prod(shape)
-  strides = []
-  for dim in shape:
-    size = size // dim if dim else 0
-    strides.append(size)
-  return tuple(strides)
+  shape = tuple(shape)
+  return (0,) * len(shape) if 0 in shape else row_major_strides(shape)
 
 
 @tree_util.register_dataclass

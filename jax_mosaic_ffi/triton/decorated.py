@@ -56,6 +56,7 @@ from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base.errors import LaunchError, who
 from jax_mosaic_ffi.call import launch_values
 from jax_mosaic_ffi.call.launch_options import LaunchOptions
+from jax_mosaic_ffi.call.tensor_map import row_major_strides
 from jax_mosaic_ffi.transforms import autotune as autotune_lib
 from jax_mosaic_ffi.triton import decorators as triton_decorators
 from jax_mosaic_ffi.triton import launch as triton_launch
@@ -107,11 +108,7 @@ class ArrayArg:
   def __init__(self, name: str, aval):
     self.name, self.shape, self.dtype = name, tuple(int(d) for d in aval.shape), ArgDtype(aval.dtype)
     self.ndim = len(self.shape)
-    strides, step = [], 1
-    for dim in reversed(self.shape):
-      strides.append(step)
-      step *= dim
-    self._strides = tuple(reversed(strides))
+    self._strides = row_major_strides(self.shape)
 
   def numel(self) -> int:
     return int(np.prod(self.shape, dtype=np.int64))
@@ -159,7 +156,7 @@ def launcher(function: TritonFunction, out_shape, options: LaunchOptions):
   lock = threading.Lock()
 
   def arguments(in_avals, where) -> _Arguments:
-    shapes = out_shape(*in_avals) if callable(out_shape) else out_shape
+    shapes = launch_values.evaluate(out_shape, "out_shape", in_avals, where, follows_shapes=True)
     out_avals, _ = launch_values.out_avals(shapes, where)
     try:
       values = launch_values.evaluate(options.scalars, "scalars", in_avals, where, meta=base.meta)

@@ -12,6 +12,8 @@ from typing import Any, Mapping
 
 # What a config or a heuristic may set besides constexprs: TritonOptions' fields, by name.
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+# num_ctas > 1 launches clusters of CTAs, which GPUs have from Hopper on.
+MIN_CLUSTER_ARCH = 90
 
 # Triton compile options that `triton_kernel(options=)` may not set, each with why and what instead. The rest of
 # the NVIDIA backend's options (enable_fp_fusion, debug, extern_libs, default_dot_input_precision, ...) go to
@@ -50,6 +52,15 @@ class TritonOptions:
       if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"triton_kernel '{name}': {field} must be a positive int, got {value!r}")
     return self
+
+  def check_targets(self, name: str, targets) -> None:
+    """ValueError naming the kernel where these options cannot be compiled for ``targets`` (`Arch` each):
+    clusters (``num_ctas`` > 1) before Hopper."""
+    if self.num_ctas > 1 and min(t.number for t in targets) < MIN_CLUSTER_ARCH:
+      raise ValueError(
+          f"triton_kernel '{name}': num_ctas > 1 unsupported before Hopper (compute capability {MIN_CLUSTER_ARCH}); "
+          f"the target is {', '.join(t.sm for t in targets)}: pass num_ctas=1 (or a config without num_ctas), or "
+          f"compile for sm_{MIN_CLUSTER_ARCH} or newer (triton_kernel's targets=, triton_call's compute_capability=)")
 
   def meta(self) -> dict[str, Any]:
     """The launch options, as a config's meta: maxnreg only where set."""

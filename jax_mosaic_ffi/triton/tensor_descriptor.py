@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from jax_mosaic_ffi.base.errors import LaunchError
-from jax_mosaic_ffi.call.tensor_map import TensorMap, data_type
+from jax_mosaic_ffi.call.tensor_map import TensorMap, data_type, row_major_strides
 from jax_mosaic_ffi.triton import descriptors as triton_descriptors
 from jax_mosaic_ffi.triton.compile import TritonInfo
 
@@ -141,7 +141,7 @@ def bind(decl: TensorDescriptor, evaluate: Callable[[Any, str], Any], in_avals, 
     shape, strides = value("shape"), value("strides")
   else:
     shape = tuple(int(d) for d in aval.shape)
-    strides = tuple(math.prod(shape[k + 1:]) for k in range(len(shape)))
+    strides = row_major_strides(shape)
   if not 1 <= len(shape) <= 5 or len(strides) != len(shape) or len(block) != len(shape):
     raise LaunchError(f"{name}: block_shape {list(block)} has rank {len(block)}, the "
                       f"{'view' if view else decl.operand} ({aval.dtype}{list(shape)}) rank {len(shape)}"
