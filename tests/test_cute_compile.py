@@ -3,6 +3,8 @@
 The DSL compiles for an explicit arch without a GPU (sm_90a here), so everything up to the launch runs in CI.
 """
 
+import dataclasses
+import enum
 import functools
 import hashlib
 
@@ -130,6 +132,51 @@ def test_fingerprint_reads_through_functools_caches():
   assert fingerprint.fingerprint(make(1)) is not None
   assert fingerprint.fingerprint(make(1)) == fingerprint.fingerprint(make(1))
   assert fingerprint.fingerprint(make(1)) != fingerprint.fingerprint(make(2))
+
+
+class _Barrier(enum.IntEnum):  # FlashAttention-4's named barriers are such enums
+  EPILOGUE = 1
+  WARP_SCHEDULER = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class _Info:  # and its helpers dataclasses
+  tile_m: int = 128
+  offsets: tuple = dataclasses.field(default_factory=tuple)
+
+
+def test_fingerprint_reads_enums_and_dataclasses_of_kernel_libraries():
+  def make(barrier_class, info_class):
+    return lambda stream, x, y: K.add_one(stream, x, y) if barrier_class.EPILOGUE and info_class().tile_m else None
+
+  assert fingerprint.fingerprint(make(_Barrier, _Info)) is not None
+  assert fingerprint.fingerprint(make(_Barrier, _Info)) == fingerprint.fingerprint(make(_Barrier, _Info))
+
+  @dataclasses.dataclass(frozen=True)
+  class Other:
+    tile_m: int = 64  # only a default differs
+    offsets: tuple = dataclasses.field(default_factory=tuple)
+  Other.__qualname__ = _Info.__qualname__
+  assert fingerprint.fingerprint(make(_Barrier, Other)) != fingerprint.fingerprint(make(_Barrier, _Info))
+
+
+SET_CONSTANT = '''
+  import json
+  from jax_mosaic_ffi.cute import fingerprint
+  import cute_kernels as K
+
+  def launch(stream, x, y, *, name="tile_m"):
+    if name in {"tile_m", "tile_n", "seqlen_q", "seqlen_k", "offset_q", "offset_k", "swap_AB", "num_splits"}:
+      K.add_one(stream, x, y)
+  print(json.dumps({"fingerprint": fingerprint.fingerprint(launch)}))
+'''
+
+
+def test_fingerprint_is_the_same_in_every_process():
+  # `x in {...}` compiles to a frozenset constant, whose order follows the process's string hashes.
+  found = {fresh_process.run(SET_CONSTANT, env={"PYTHONHASHSEED": seed}).result["fingerprint"]
+           for seed in ("1", "2", "3")}
+  assert len(found) == 1 and None not in found
 
 
 FIRST_COMPILE = '''

@@ -11,6 +11,7 @@ makes the fingerprint None, and the caller keys on a trace instead.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import hashlib
@@ -41,6 +42,16 @@ def _library(module_name: str | None) -> bool:
   return (module_name or "").split(".")[0] in _LIBRARIES or (module_name or "") in sys.stdlib_module_names
 
 
+def _stable_repr(value) -> str:
+  """repr, but a set's elements sorted: its order follows string hashes, which differ from process to process
+  (``x in {"a", "b"}`` compiles to a frozenset constant), and the fingerprint must not."""
+  if isinstance(value, (set, frozenset)):
+    return f"{type(value).__name__}({sorted(_stable_repr(v) for v in value)})"
+  if isinstance(value, tuple):
+    return f"({', '.join(_stable_repr(v) for v in value)},)"
+  return repr(value)
+
+
 class _Hasher:
   def __init__(self):
     self.h = hashlib.sha256()
@@ -49,7 +60,7 @@ class _Hasher:
 
   def put(self, *parts) -> None:
     for p in parts:
-      self.h.update(repr(p).encode())
+      self.h.update(_stable_repr(p).encode())
       self.h.update(b"\0")
 
   def code_names(self, code: types.CodeType) -> set[str]:
@@ -104,6 +115,18 @@ class _Hasher:
         if name in vars(obj):
           self.put(name)
           self.visit(vars(obj)[name], depth + 1, names)
+      return
+    if isinstance(obj, types.BuiltinFunctionType):  # C code: named by where it lives, if that is a library
+      owner = getattr(obj, "__self__", None)
+      where = obj.__module__ or getattr(owner if isinstance(owner, type) else type(owner), "__module__", None)
+      if not _library(where):
+        raise _Opaque(f"{where}.{obj.__qualname__}")
+      self.put("builtin", where, obj.__qualname__)
+      return
+    if isinstance(obj, dataclasses.Field):  # a dataclass's field: what its generated code takes from it
+      self.put("field", obj.name, repr(obj.type), obj.init, obj.kw_only)
+      for value in (obj.default, obj.default_factory):
+        self.visit(None if value is dataclasses.MISSING else value, depth + 1)
       return
     if isinstance(obj, functools.partial):
       self.put("partial")

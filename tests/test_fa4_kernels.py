@@ -1,0 +1,123 @@
+"""FlashAttention-4's Hopper forward kernel (flash-attn-4's `FlashAttentionForwardSm90`, unchanged) through
+`jmf.cute_call`, as benchmarks/kernels/fa4_user.py calls it.
+
+Runs where flash-attn-4 and its torch import (not in CI: torch is GBs; on the GPU machine the `quack` bundle,
+which holds flash-attn-4 too, is carried: docs/compatibility.md). Any such machine: the attention compiles for
+sm_90a and lowers to one of our custom calls; a fresh process with the disk cache neither compiles nor traces
+it again. GPU: output and log-sum-exp match numpy on fresh random inputs, outputs poisoned by the runtime first
+(conftest.py): causal and not, grouped-query heads, head dimensions 64, 128 and 256, a ragged sequence length,
+under vmap, and exported then called in a process that imports neither torch nor FA4.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import cute_required  # noqa: F401  (skips the module without the CuTe DSL)
+
+try:  # flash-attn-4 imports torch, whose import can fail in more ways than ImportError (its CUDA libraries)
+  import flash_attn.cute.flash_fwd_sm90  # noqa: F401
+except Exception as e:  # noqa: BLE001
+  pytest.skip(f"flash-attn-4 does not import here ({type(e).__name__}: {e}); pip install flash-attn-4",
+              allow_module_level=True)
+
+import jax_mosaic_ffi as jmf
+
+import benchmarks_package
+import fresh_process
+
+fa = benchmarks_package.kernels("fa4_user")
+gpu = pytest.mark.gpu
+
+LOWER = """
+import json, time, warnings
+import jax, jax.numpy as jnp
+import jax_mosaic_ffi as jmf
+from hlo_inspect import custom_calls
+import benchmarks_package
+fa = benchmarks_package.kernels("fa4_user")
+q = jax.ShapeDtypeStruct((2, 1024, 8, 128), jnp.bfloat16)
+start = time.perf_counter()
+with warnings.catch_warnings():
+  warnings.simplefilter("ignore")  # no GPU here
+  lowered = jax.jit(lambda q, k, v: fa.flash_attention(q, k, v, causal=True)).trace(q, q, q).lower(
+      lowering_platforms=("cuda",))
+seconds = time.perf_counter() - start
+stats = jmf.kernel_cache_stats()
+calls = [[c["target"], c["operands"], c["results"]] for c in custom_calls(lowered)]
+print(json.dumps({"calls": calls, "compiles": stats.cute_compiles, "disk_hits": stats.disk_hits, "s": seconds}))
+"""
+
+
+def test_attention_compiles_once_ever_and_lowers_to_one_call(tmp_path):
+  env = {"CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_CACHE_DIR": str(tmp_path / "dsl"),
+         "JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "jmf")}
+  cold = fresh_process.run(LOWER, timeout=600, env=env).result
+  warm = fresh_process.run(LOWER, timeout=600, env=env).result
+  (call,) = cold["calls"]
+  assert call[0].startswith("jax_mosaic_ffi_cute") and call[1:] == [3, 2]
+  assert cold["compiles"] == 1 and warm["compiles"] == 0 and warm["disk_hits"] == 1
+  assert warm["calls"] == cold["calls"]
+  # Keyed by the launcher's code, not a trace (which takes FA4 about a quarter of its compile).
+  assert warm["s"] < cold["s"] / 4, (cold["s"], warm["s"])
+
+
+# ---------------------------------------------------------------- GPU
+
+def inputs(rng, b, s, h, hk, d):
+  q = rng.standard_normal((b, s, h, d), np.float32).astype(jnp.bfloat16)
+  k, v = (rng.standard_normal((b, s, hk, d), np.float32).astype(jnp.bfloat16) for _ in "kv")
+  return q, k, v
+
+
+def check(got, want):
+  (o, lse), (o_ref, lse_ref) = got, want
+  o, lse = np.asarray(o, np.float64), np.asarray(lse, np.float64)
+  assert np.max(np.abs(o - o_ref)) < 2e-2 * max(np.max(np.abs(o_ref)), 1.0)
+  assert np.max(np.abs(lse - lse_ref)) < 2e-2
+
+
+CASES = [(2, 1024, 8, 8, 128, True), (2, 1024, 8, 8, 128, False), (1, 1000, 8, 2, 64, True),
+         (1, 512, 4, 4, 256, False), (3, 384, 16, 4, 128, False)]
+
+
+@gpu
+@pytest.mark.parametrize("case", CASES, ids=["causal", "full", "gqa-ragged-64", "d256", "gqa-128"])
+def test_attention_matches_numpy(rng, case):
+  b, s, h, hk, d, causal = case
+  q, k, v = inputs(rng, b, s, h, hk, d)
+  got = jax.jit(lambda q, k, v: fa.flash_attention(q, k, v, causal=causal))(q, k, v)
+  check(got, fa.attention_reference(q, k, v, causal=causal))
+
+
+@gpu
+def test_attention_under_vmap_matches_numpy(rng):
+  q, k, v = (np.stack(x) for x in zip(*(inputs(rng, 1, 256, 4, 4, 128) for _ in range(3))))
+  o, lse = jax.jit(jax.vmap(lambda q, k, v: fa.flash_attention(q, k, v, causal=True)))(q, k, v)
+  for i in range(3):
+    check((o[i], lse[i]), fa.attention_reference(q[i], k[i], v[i], causal=True))
+
+
+@gpu
+def test_exported_attention_runs_without_torch_or_fa4(rng, tmp_path):
+  q, k, v = inputs(rng, 1, 512, 4, 4, 128)
+  avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (q, k, v)]
+  exported = jax.export.export(jax.jit(lambda q, k, v: fa.flash_attention(q, k, v)), platforms=["cuda"],
+                               disabled_checks=jmf.export_disabled_checks())(*avals)
+  (tmp_path / "attention.jax").write_bytes(exported.serialize())
+  for name, a in zip("qkv", (q, k, v)):
+    np.save(tmp_path / f"{name}.npy", a.astype(np.float32))
+  found = fresh_process.run(f"""
+import json, sys
+import jax, jax.numpy as jnp, numpy as np
+import jax_mosaic_ffi
+folder = {str(tmp_path)!r}
+exported = jax.export.deserialize(bytearray(open(folder + "/attention.jax", "rb").read()))
+args = [jnp.asarray(np.load(f"{{folder}}/{{n}}.npy")).astype(jnp.bfloat16) for n in "qkv"]
+o, lse = exported.call(*args)
+np.save(folder + "/o.npy", np.asarray(o, np.float32)); np.save(folder + "/lse.npy", np.asarray(lse))
+print(json.dumps({{"imported": sorted(m for m in ("torch", "flash_attn", "cutlass") if m in sys.modules)}}))
+""", timeout=300, env={"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "jmf")}).result
+  assert found["imported"] == []
+  check((np.load(tmp_path / "o.npy"), np.load(tmp_path / "lse.npy")), fa.attention_reference(q, k, v))
