@@ -40,7 +40,8 @@ def test_every_benchmark_is_found_in_order_with_unique_runs():
   modules = suite.discover()
   names = [m.NAME for m in modules]
   assert names == ["launch", "bandwidth", "inplace", "sites", "compile", "vmap", "allreduce", "cross_process",
-                   "autotune", "triton_native", "cute_native", "vs_jax_triton", "vs_quack_jax", "corpus", "gemm"]
+                   "autotune", "triton_native", "cute_native", "vs_jax_triton", "fa4_attention", "vs_quack_jax",
+                   "corpus", "gemm"]
   for module in modules:
     runs = [r.name for r in module.RUNS]
     assert runs and len(set(runs)) == len(runs) and all("/" not in r for r in runs)
@@ -309,6 +310,20 @@ def test_the_vs_quack_jax_rows_show_each_sides_outcome():
           "3.9e-03) |  |") in page
   assert "| exported forward, called in a fresh process | fails: XlaRuntimeError" in page
   assert "- grad/quack: n/a: TypeError: boom" in page
+
+
+def test_the_fa4_attention_rows_compare_each_side_with_ours():
+  results = {"results": {"fa4_attention": {"gpu": {
+      "cases": {"causal_d128": {"us": {"fa4": 500.0, "ours": 500.0, "cudnn": 600.0},
+                                "tflops": {"fa4": 550.0, "ours": 550.0, "cudnn": 458.3}, "max_error": {}},
+                "causal_d64": {"us": {"ours": 200.0}, "tflops": {"ours": 344.0}, "max_error": {}}},
+      "errors": {"causal_d64/fa4": "ModuleNotFoundError: No module named 'torch'"}, "versions": {"jax": "0.11.2"},
+      "chain": 10, "rounds": 15}}}}
+  page = report.render(results)
+  assert ("| causal, batch 4, seqlen 4096, 16 heads, head dim 128, bf16 | 500 us, 550 TFLOP/s | 500 us, 550 TFLOP/s "
+          "| 600 us, 458 TFLOP/s | **1.00x** | **1.20x** |") in page
+  assert "| causal, batch 8, seqlen 2048, 16 heads, head dim 64, bf16 | n/a | 200 us, 344 TFLOP/s | n/a | n/a |" in page
+  assert "- causal_d64/fa4: n/a: ModuleNotFoundError" in page
 
 
 def test_a_run_of_some_benchmarks_is_spliced_into_the_page(tmp_path, results):
