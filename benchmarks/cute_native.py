@@ -234,14 +234,7 @@ def _measure_case(name: str, env: dict, rounds: int) -> dict:
     start, stop, _ = program(*arrays)
     return gpu_clock.elapsed_s(start, stop) / chain
   samplers = {"dsl": native.sample, **{key: (lambda p=p: jax_sample(p)) for key, p in stamped.items()}}
-  for _ in range(3):  # warm-up: everything compiled, the clocks up
-    for sample in samplers.values():
-      sample()
-  samples = {key: [] for key in samplers}
-  for _ in range(rounds):
-    for key, sample in samplers.items():
-      samples[key].append(sample())
-  seconds = {key: statistics.median(s) for key, s in samples.items()}
+  seconds = timing.interleaved_samples(samplers, rounds)
   scale = 1e12 if case["unit"] == "TFLOP/s" else 1e9
   result = {"chain": chain, "rounds": rounds, "unit": case["unit"], "work": case["work"], "max_error": errors,
             "constexprs": case["constexprs"], "us": {key: s * 1e6 for key, s in seconds.items()},

@@ -16,8 +16,7 @@ the log-sum-exp too for ours); medians of interleaved rounds. By hand: `python -
 
 from __future__ import annotations
 
-import statistics
-
+from benchmarks import timing
 from benchmarks.markdown import failure, fmt, last_line, sig, table
 from benchmarks.suite import Run
 
@@ -141,26 +140,15 @@ def _measure(name: str, errors: dict) -> dict:
   for side, fn in _jax_sides(causal).items():
     try:
       checked[side] = _error(jax.jit(fn)(*arrays), want)
-      program = jax.jit(gpu_clock.timed(gpu_clock.repeated(fn, CHAIN)))
-
-      def sample(program=program):
-        start, stop, _ = program(*arrays)
-        return gpu_clock.elapsed_s(start, stop) / CHAIN
-      samplers[side] = sample
+      samplers[side] = timing.stamped_sampler(jax.jit(gpu_clock.timed(gpu_clock.repeated(fn, CHAIN))), arrays,
+                                              CHAIN)
     except Exception as e:
       errors[f"{name}/{side}"] = f"{type(e).__name__}: {str(e)[:1500]}"
   for side, error in list(checked.items()):
     if not error <= 2e-2:
       errors[f"{name}/{side}"] = f"AssertionError: the output is off by {error:.1e} of its largest element"
       samplers.pop(side, None)
-  for _ in range(3):  # warm-up: everything compiled, the clocks up
-    for sample in samplers.values():
-      sample()
-  samples = {side: [] for side in samplers}
-  for _ in range(ROUNDS):
-    for side, sample in samplers.items():
-      samples[side].append(sample())
-  us = {side: statistics.median(v) * 1e6 for side, v in samples.items()}
+  us = {side: s * 1e6 for side, s in timing.interleaved_samples(samplers, ROUNDS).items()}
   return {"us": us, "tflops": {side: _flops(case) / (t / 1e6) / 1e12 for side, t in us.items()},
           "max_error": checked}
 

@@ -50,6 +50,29 @@ def interleaved(calls: dict[str, Callable[[], object]], rounds: int, *, warmup: 
   return {name: statistics.median(t) for name, t in times.items()}
 
 
+def interleaved_samples(samplers: dict[str, Callable[[], float]], rounds: int, *, warmup: int = 3) -> dict[str, float]:
+  """Median of what each sampler measures itself (GPU seconds between two stamps or events), taken in turn round
+  after round as `interleaved` takes wall times."""
+  for _ in range(warmup):  # everything compiled, the clocks up
+    for sample in samplers.values():
+      sample()
+  samples = {name: [] for name in samplers}
+  for _ in range(rounds):
+    for name, sample in samplers.items():
+      samples[name].append(sample())
+  return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def stamped_sampler(program: Callable, args, calls: int) -> Callable[[], float]:
+  """A sampler of GPU seconds per call of `program`, a jitted ``gpu_clock.timed`` chain of `calls` calls."""
+  from jax_mosaic_ffi.transforms import gpu_clock
+
+  def sample() -> float:
+    start, stop, _ = program(*args)
+    return gpu_clock.elapsed_s(start, stop) / calls
+  return sample
+
+
 def check(result):
   """Unpacks a cuda-python result tuple, raising on an error code."""
   err, *values = result if isinstance(result, tuple) else (result,)

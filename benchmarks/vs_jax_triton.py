@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
 import warnings
 import zlib
 
+from benchmarks import timing
 from benchmarks.markdown import failure, fmt, last_line, sig, table
 from benchmarks.suite import Run, json_child
 
@@ -236,17 +236,12 @@ def _gpu() -> dict:
         if not checked[side] <= 2e-2:
           raise AssertionError(f"{name} through {side} is off by {checked[side]:.1e}")
         calls = 20 if name == "matmul" else 50
-        timed[side] = jax.jit(gpu_clock.timed(gpu_clock.repeated(fn, calls))), calls
+        timed[side] = timing.stamped_sampler(jax.jit(gpu_clock.timed(gpu_clock.repeated(fn, calls))), arrays,
+                                             calls)
       except Exception as e:
         errors[f"{name}/{side}"] = f"{type(e).__name__}: {str(e)[:1500]}"
-    samples = {side: [] for side in timed}
-    for round_ in range(18):
-      for side, (program, calls) in timed.items():
-        start, stop, _ = program(*arrays)
-        if round_ >= 3:  # warm-up rounds
-          samples[side].append(gpu_clock.elapsed_s(start, stop) / calls * 1e6)
-    result["cases"][name] = {"us": {side: statistics.median(s) for side, s in samples.items() if s},
-                             "max_error": checked}
+    seconds = timing.interleaved_samples(timed, 15)
+    result["cases"][name] = {"us": {side: s * 1e6 for side, s in seconds.items()}, "max_error": checked}
   result["host"] = _host_cost(sides, errors)
   return result
 
@@ -256,7 +251,6 @@ def _host_cost(sides, errors) -> dict:
   import jax
   import jax.numpy as jnp
 
-  from benchmarks import timing
   chains = {}
   for side, jt in sides.items():
     fn, _ = call("add", jt)

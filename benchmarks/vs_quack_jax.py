@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
 
+from benchmarks import timing
 from benchmarks.markdown import failure, fmt, last_line, sig, table
 from benchmarks.suite import Run, json_child
 
@@ -48,6 +48,7 @@ SMALL = (256, 1024)             # the host cost's softmax
 BATCH = (4, 1024, 4096)         # jax.vmap
 EXPORTED = (2048, 4096)         # the exported forward
 CHAIN = 200
+CALLS = 20  # per timed program
 CASES = {"forward": f"softmax {ROWS}x{COLS} bf16", "wide": f"softmax {WIDE[0]}x{WIDE[1]} bf16 (2-CTA clusters)",
          "grad": f"softmax forward + backward (`jax.grad`) {ROWS}x{COLS} bf16"}
 
@@ -181,18 +182,12 @@ def _gpu() -> dict:
         checked[side] = float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
         if not checked[side] <= 2e-2:
           raise AssertionError(f"{name} through {side} is off by {checked[side]:.1e}")
-        calls = 20
-        timed[side] = jax.jit(gpu_clock.timed(gpu_clock.repeated(program, calls))), calls
+        timed[side] = timing.stamped_sampler(jax.jit(gpu_clock.timed(gpu_clock.repeated(program, CALLS))), arrays,
+                                             CALLS)
       except Exception as e:
         errors[f"{name}/{side}"] = f"{type(e).__name__}: {str(e)[:1500]}"
-    samples = {side: [] for side in timed}
-    for round_ in range(18):
-      for side, (program, calls) in timed.items():
-        start, stop, _ = program(*arrays)
-        if round_ >= 3:  # warm-up rounds
-          samples[side].append(gpu_clock.elapsed_s(start, stop) / calls * 1e6)
-    result["cases"][name] = {"us": {side: statistics.median(s) for side, s in samples.items() if s},
-                             "max_error": checked}
+    seconds = timing.interleaved_samples(timed, 15)
+    result["cases"][name] = {"us": {side: s * 1e6 for side, s in seconds.items()}, "max_error": checked}
   result["checks"]["vmap"] = _vmap(sides, bf16, reference)
   result["checks"]["exported"] = _exported(sides, bf16)
   result["host"] = _host_cost(sides, errors, bf16)
@@ -263,7 +258,6 @@ def _host_cost(sides, errors, bf16) -> dict:
   """Wall time per call of a jitted chain of CHAIN small softmaxes, both sides interleaved."""
   import jax
 
-  from benchmarks import timing
   chains = {}
   x = jax.device_put(bf16(SMALL))
   for side, fn in sides.items():

@@ -15,12 +15,9 @@ import numpy as np
 import pytest
 
 import cute_required  # noqa: F401  (skips the module without the CuTe DSL)
+import kernel_libraries
 
-try:  # flash-attn-4 imports torch, whose import can fail in more ways than ImportError (its CUDA libraries)
-  import flash_attn.cute.flash_fwd_sm90  # noqa: F401
-except Exception as e:  # noqa: BLE001
-  pytest.skip(f"flash-attn-4 does not import here ({type(e).__name__}: {e}); pip install flash-attn-4",
-              allow_module_level=True)
+kernel_libraries.import_or_skip("flash_attn.cute.flash_fwd_sm90", "flash-attn-4")
 
 import jax_mosaic_ffi as jmf
 

@@ -15,12 +15,9 @@ import numpy as np
 import pytest
 
 import cute_required  # noqa: F401  (skips the module without the CuTe DSL)
+import kernel_libraries
 
-try:  # quack imports torch, whose import can fail in more ways than ImportError (its CUDA libraries)
-  import quack.softmax  # noqa: F401
-except Exception as e:  # noqa: BLE001
-  pytest.skip(f"quack-kernels does not import here ({type(e).__name__}: {e}); pip install quack-kernels",
-              allow_module_level=True)
+kernel_libraries.import_or_skip("quack.softmax", "quack-kernels")
 
 import jax_mosaic_ffi as jmf
 
