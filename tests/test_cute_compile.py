@@ -644,3 +644,49 @@ def test_the_first_lowering_tells_the_runtime_where_the_library_is():
   result = fresh_process.run(code, env={"JAX_PLATFORMS": "cpu"}).result
   assert result["before"] == "" and result["after"] == str(cute_package.runtime().library), result
   assert result["registration"] == "not registered: JAX has no CUDA device here" and not result["imported"], result
+
+
+DAMAGED_RUNTIME = '''
+  import json
+  import jax, jax.numpy as jnp
+  import jax_mosaic_ffi as jmf
+  from jax_mosaic_ffi.base import cute_package
+  from jax_mosaic_ffi.base.native import core
+  import cute_kernels as K
+
+  def damaged():
+    raise OSError("the nvidia-cutlass-dsl package cannot be read")
+
+  cute_package.runtime = damaged
+  x = jax.ShapeDtypeStruct((256,), jnp.float32)
+  cuda = jmf.mosaic_kernel(jmf.cuda_kernel('extern "C" __global__ void k(float* out) {}', "k"), x, grid=1, block=256)
+  cute = jmf.cute_call(K.add_one, output_shape_dtype=x)
+
+  def lower(fn, *avals):
+    try:
+      return "jax_mosaic_ffi_" in jax.jit(fn).trace(*avals).lower(lowering_platforms=("cuda",)).as_text()
+    except Exception as e:
+      return f"{type(e).__name__}: {e}"
+
+  lowered = [lower(cuda), lower(cute, x), lower(cute, x), lower(cuda)]
+  print(json.dumps({"lowered": lowered, "status": jmf.registration.status(),
+                    "runtime_problem": core.cute_dsl_runtime_problem(), "library": core.cute_dsl_runtime_library()}))
+'''
+
+
+def test_a_damaged_runtime_library_stops_cute_kernels_alone(tmp_path):
+  # Finding the CuTe DSL runtime library, a step of registering, fails here as a damaged install makes it fail: the
+  # targets are registered all the same (here: nothing to register without CUDA) and a CUDA C++ kernel lowers,
+  # while each CuTe DSL lowering raises the kept cause, which the runtime reports at a CuTe call's instantiate too.
+  r = fresh_process.run(DAMAGED_RUNTIME, env={"JAX_PLATFORMS": "cpu",
+                                              "JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache")}).result
+  kept = ("jax_mosaic_ffi could not find NVIDIA's CuTe DSL runtime library: OSError: the nvidia-cutlass-dsl package "
+          "cannot be read. CuTe DSL kernels cannot run in this process (every other kernel can): reinstall "
+          "nvidia-cutlass-dsl in the supported range (docs/compatibility.md; pip install 'jax_mosaic_ffi[cute]'")
+  cuda, cute, again, cuda_again = r["lowered"]
+  assert cuda is True and cuda_again is True, r
+  assert cute.startswith("CuteUnavailable: mosaic_kernel 'add_one' at <string>:") and kept in cute, r
+  assert again == cute, r
+  assert r["status"]["message"] == "not registered: JAX has no CUDA device here", r
+  assert r["status"]["cute"].startswith(kept) and r["status"]["cute"] == r["runtime_problem"], r
+  assert r["library"] == "", r

@@ -154,6 +154,45 @@ def test_export_runs_in_a_fresh_process_without_the_compiler(rng, tmp_path, isol
   assert result["registered"], result
 
 
+DAMAGED_RUNTIME = '''
+  import json, sys
+  import jax, jax.numpy as jnp, numpy as np
+  import jax_mosaic_ffi as jmf
+  from jax_mosaic_ffi.base import cute_package
+
+  def damaged():
+    raise OSError("the nvidia-cutlass-dsl package cannot be read")
+
+  cute_package.runtime = damaged
+  exported = jax.export.deserialize(open(sys.argv[1], "rb").read())
+  x = np.load(sys.argv[2])
+  try:
+    exported.call(x).block_until_ready()
+    message = ""
+  except Exception as e:
+    message = str(e)
+  source = 'extern "C" __global__ void add_one(const float* x, float* y) { y[threadIdx.x] = x[threadIdx.x] + 1; }'
+  cuda = jax.jit(jmf.mosaic_kernel(jmf.cuda_kernel(source, "add_one"), jax.ShapeDtypeStruct(x.shape, x.dtype),
+                                   grid=1, block=x.size))
+  print(json.dumps({"message": message, "status": jmf.registration.status(),
+                    "cuda_error": float(np.max(np.abs(np.asarray(cuda(x)) - (x + 1))))}))
+'''
+
+
+def test_a_damaged_runtime_library_fails_a_deserialized_call_by_name_and_other_kernels_run(rng, tmp_path,
+                                                                                          isolated_disk_cache):
+  x = jax.ShapeDtypeStruct((256,), jnp.float32)
+  exported = jax.export.export(jax.jit(jmf.cute_call(K.add_one, output_shape_dtype=x)), platforms=["cuda"],
+                               disabled_checks=jmf.export_disabled_checks())(x)
+  (tmp_path / "add.bin").write_bytes(exported.serialize())
+  np.save(tmp_path / "x.npy", rng.standard_normal(256).astype(np.float32))
+  r = fresh_process.run(DAMAGED_RUNTIME, str(tmp_path / "add.bin"), str(tmp_path / "x.npy")).result
+  # The call's instantiate reports the kept cause (not "not installed", not a crash); a CUDA C++ kernel runs.
+  assert ("could not find NVIDIA's CuTe DSL runtime library: OSError: the nvidia-cutlass-dsl package cannot be read"
+          in r["message"] and "reinstall nvidia-cutlass-dsl in the supported range" in r["message"]), r
+  assert r["status"]["done"] and r["status"]["cute"] and r["cuda_error"] < 1e-6, r
+
+
 def test_vmap_runs_once_per_element(rng, isolated_disk_cache):
   x = rng.standard_normal((5, 256)).astype(np.float32)
   shared = rng.standard_normal(256).astype(np.float32)

@@ -168,20 +168,20 @@ def test_the_first_lowering_of_any_program_registers_the_kernel_targets(tmp_path
 
 
 def test_a_failed_registration_is_not_retried_and_each_kernel_lowering_raises_its_error_again(tmp_path):
-  # This machine's registration cannot fail (and without a GPU it stops at "no CUDA device"), so its first step,
-  # finding the CuTe DSL runtime, fails here as a damaged install would make it fail, counting its calls.
+  # This machine's registration cannot fail (and without a GPU it stops at "no CUDA device"), so its step that asks
+  # jax for the CUDA devices fails here as a broken CUDA plugin would make it fail, counting its calls.
   script = """
       import json
       import jax, numpy as np
       import jax_mosaic_ffi as jmf
-      from jax_mosaic_ffi.base import cute_package
+      from jax_mosaic_ffi.call import registration
       calls = []
 
-      def damaged():
+      def broken():
         calls.append(1)
-        raise OSError("the CuTe DSL package cannot be read")
+        raise OSError("the CUDA plugin cannot be read")
 
-      cute_package.runtime = damaged
+      registration._cuda_devices = broken
       x = jax.ShapeDtypeStruct((256,), np.float32)
       call = jmf.mosaic_kernel(jmf.cuda_kernel('extern "C" __global__ void k(float* out) {}', "k"), x, grid=1,
                                block=256)
@@ -201,8 +201,8 @@ def test_a_failed_registration_is_not_retried_and_each_kernel_lowering_raises_it
   """
   r = fresh_process.run(script, cwd=tmp_path, env={"JAX_PLATFORMS": "cpu",
                                                     "JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "kernels")}).result
-  first = ("jax_mosaic_ffi could not register its kernel targets with XLA's CUDA plugin: OSError: the CuTe DSL "
-           "package cannot be read. No mosaic_kernel can run in this process, and registering is not tried again "
+  first = ("jax_mosaic_ffi could not register its kernel targets with XLA's CUDA plugin: OSError: the CUDA "
+           "plugin cannot be read. No mosaic_kernel can run in this process, and registering is not tried again "
            "in it: fix the cause, then start a new process")
   assert r == {"errors": [first] * 3, "calls": 1, "other": 2.0, "status": f"not registered: {first}"}, r
 

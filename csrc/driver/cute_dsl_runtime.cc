@@ -17,6 +17,7 @@ constexpr char kInstall[] =
 
 std::mutex mutex;
 std::string wanted_path, wanted_release;  // under mutex
+std::string problem;                      // under mutex: why Python could not find the library, if it could not
 std::atomic<const CuteDslRuntime*> opened{nullptr};
 
 }  // namespace
@@ -45,10 +46,24 @@ std::string CuteDslRuntimeLibraryPath() {
   return wanted_path;
 }
 
+void SetCuteDslRuntimeProblem(const std::string& text) {
+  std::lock_guard<std::mutex> lock(mutex);
+  problem = text;
+}
+
+std::string CuteDslRuntimeProblem() {
+  std::lock_guard<std::mutex> lock(mutex);
+  return problem;
+}
+
 const CuteDslRuntime* GetCuteDslRuntime(std::string* error) {
   if (const CuteDslRuntime* runtime = opened.load(std::memory_order_acquire)) return runtime;
   std::lock_guard<std::mutex> lock(mutex);
   if (const CuteDslRuntime* runtime = opened.load()) return runtime;
+  if (wanted_path.empty() && !problem.empty()) {
+    *error = problem;
+    return nullptr;
+  }
   if (wanted_path.empty()) {
     *error = std::string(
                  "no CuTe DSL runtime library was found in this process (jax_mosaic_ffi looks for it when it "

@@ -44,8 +44,13 @@ bool SetCuteDslRuntimeLibrary(const std::string& path, const std::string& releas
 // Where Python said the library is: its path, empty until told.
 std::string CuteDslRuntimeLibraryPath();
 
+// Why Python could not find the library (a damaged nvidia-cutlass-dsl install), with what to do: what
+// GetCuteDslRuntime says while it was never told where the library is, in place of "not installed".
+void SetCuteDslRuntimeProblem(const std::string& problem);
+std::string CuteDslRuntimeProblem();
+
 // The library, opened on the first call, or nullptr with `*error` saying
-// why (never told where it is, missing, or lacking an entry point).
+// why (never told where it is, or why Python could not find it; missing, or lacking an entry point).
 const CuteDslRuntime* GetCuteDslRuntime(std::string* error);
 
 }  // namespace jmf

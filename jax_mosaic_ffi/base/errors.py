@@ -86,10 +86,10 @@ class TritonUnavailable(ImportError):
 
 
 class CuteUnavailable(ImportError):
-  """The CuTe DSL (nvidia-cutlass-dsl) is missing or of an unsupported release.
+  """The CuTe DSL (nvidia-cutlass-dsl) is missing, of an unsupported release or damaged.
 
-  Raised by `cute_kernel` and `cute_call`. ``pip install 'jax_mosaic_ffi[cute]'`` installs a supported
-  release.
+  Raised by `cute_kernel` and `cute_call`, and by a CuTe DSL call's lowering where its runtime library could not
+  be found. ``pip install 'jax_mosaic_ffi[cute]'`` installs a supported release.
   """
 
 

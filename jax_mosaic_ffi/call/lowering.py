@@ -97,6 +97,8 @@ def _cuda_lowering(ctx, *operands, kernel: Kernel, out_avals, spec: LaunchSpec):
       return fallback_lib.lower(ctx, operands, spec.fallback)
     fallback_lib.warn_no_reference(who(kernel, spec.call_site))
   registration.ensure_registered()
+  if kernel.parsed.cute:
+    registration.check_cute_runtime(who(kernel, spec.call_site))
   attributes = spec.attributes(kernel)
   if os.environ.get(POISON_ENV, "") not in ("", "0"):
     aliased = {o for _, o in spec.aliases}
