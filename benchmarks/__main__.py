@@ -71,22 +71,23 @@ def measure(selected) -> dict:
   results = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
              "machine": machine.describe(), "results": {}, "runs": {}}
   print("machine: " + machine.summary(results["machine"]), flush=True)
-  # One kernel disk cache for the whole suite, empty at the start: NVRTC runs once per kernel.
-  env = {"JAX_MOSAIC_FFI_CACHE_DIR": tempfile.mkdtemp(prefix="jmf-bench-cache-"),
-         "JAX_MOSAIC_FFI_POISON_OUTPUTS": "0"}
-  for module, runs in sorted(selected, key=lambda item: item[0].ORDER):
-    for run in runs:
-      start = time.perf_counter()
-      result = suite.run_in_child(module, run, env)
-      seconds = time.perf_counter() - start
-      results["results"].setdefault(module.NAME, {})[run.name] = result
-      why, lost = failure(result), sorted(result.get("errors") or ())
-      outcome = "ok" if not why else ("n/a (optional): " if run.optional else "") + why
-      if not why and lost:  # the process finished, but these parts of it did not measure
-        outcome = f"ok, but n/a: {', '.join(lost)}"
-      results["runs"][f"{module.NAME}/{run.name}"] = {"seconds": seconds, "outcome": outcome,
-                                                      "optional": run.optional}
-      print(f"== {module.NAME}/{run.name}: {seconds:.1f} s, {outcome}", flush=True)
+  # One kernel disk cache for the whole suite, empty at the start (NVRTC runs once per kernel), removed at its end.
+  # Its errors ignored: a child stopped at its timeout may leave files there that we cannot remove.
+  with tempfile.TemporaryDirectory(prefix="jmf-bench-cache-", ignore_cleanup_errors=True) as cache:
+    env = {"JAX_MOSAIC_FFI_CACHE_DIR": cache, "JAX_MOSAIC_FFI_POISON_OUTPUTS": "0"}
+    for module, runs in sorted(selected, key=lambda item: item[0].ORDER):
+      for run in runs:
+        start = time.perf_counter()
+        result = suite.run_in_child(module, run, env)
+        seconds = time.perf_counter() - start
+        results["results"].setdefault(module.NAME, {})[run.name] = result
+        why, lost = failure(result), sorted(result.get("errors") or ())
+        outcome = "ok" if not why else ("n/a (optional): " if run.optional else "") + why
+        if not why and lost:  # the process finished, but these parts of it did not measure
+          outcome = f"ok, but n/a: {', '.join(lost)}"
+        results["runs"][f"{module.NAME}/{run.name}"] = {"seconds": seconds, "outcome": outcome,
+                                                        "optional": run.optional}
+        print(f"== {module.NAME}/{run.name}: {seconds:.1f} s, {outcome}", flush=True)
   return results
 
 

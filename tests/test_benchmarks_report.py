@@ -31,8 +31,8 @@ def results():
     return json.load(f)
 
 
-def _python(*args, cwd):
-  env = {**os.environ, "PYTHONPATH": REPO}
+def _python(*args, cwd, env=None):
+  env = {**os.environ, "PYTHONPATH": REPO, **(env or {})}
   return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=60, cwd=cwd, env=env)
 
 
@@ -159,6 +159,18 @@ def test_benchmarks_command_line_lists_and_refuses_unknown_names(tmp_path):
   assert "launch/cb_off_pdl_off (optional)" in done.stdout and "inplace/main" in done.stdout
   done = _python("-m", "benchmarks", "--only", "launch,nope", cwd=tmp_path)
   assert done.returncode == 2 and "no benchmark 'nope'" in done.stderr
+
+
+def test_a_benchmark_run_leaves_no_kernel_cache_behind(tmp_path):
+  # The suite's kernel disk cache is a temporary folder of the run's own: removed when the run ends. A benchmark
+  # that needs no GPU (it lowers only; n/a where jax-triton is absent) runs here with the temporary folder at tmp.
+  tmp = tmp_path / "tmp"
+  tmp.mkdir()
+  done = _python("-m", "benchmarks", "--only", "vs_jax_triton/lowering", "--out", str(tmp_path / "out"),
+                 "--doc", str(tmp_path / "benchmarks.md"), cwd=tmp_path, env={"TMPDIR": str(tmp)})
+  assert done.returncode == 0 and "== vs_jax_triton/lowering:" in done.stdout, done.stdout + done.stderr
+  assert (tmp_path / "out" / "benchmarks.json").is_file()
+  assert not [p.name for p in tmp.iterdir() if p.name.startswith("jmf-bench-cache-")], list(tmp.iterdir())
 
 
 def test_finding_and_rendering_imports_no_jax(tmp_path):
