@@ -327,15 +327,24 @@ def test_the_vs_quack_jax_rows_show_each_sides_outcome():
 def test_the_fa4_attention_rows_compare_each_side_with_ours():
   results = {"results": {"fa4_attention": {"gpu": {
       "cases": {"causal_d128": {"us": {"fa4": 500.0, "ours": 500.0, "cudnn": 600.0},
-                                "tflops": {"fa4": 550.0, "ours": 550.0, "cudnn": 458.3}, "max_error": {}},
+                                "tflops": {"fa4": 550.0, "ours": 550.0, "cudnn": 458.3}, "max_error": {},
+                                "grad": {"us": {"fa4": 2000.0, "ours": 1600.0, "cudnn": 2400.0},
+                                         "tflops": {"fa4": 481.0, "ours": 601.0, "cudnn": 401.0}, "max_error": {}}},
                 "causal_d64": {"us": {"ours": 200.0}, "tflops": {"ours": 344.0}, "max_error": {}}},
-      "errors": {"causal_d64/fa4": "ModuleNotFoundError: No module named 'torch'"}, "versions": {"jax": "0.11.2"},
-      "chain": 10, "rounds": 15}}}}
+      "errors": {"causal_d64/fa4": "ModuleNotFoundError: No module named 'torch'",
+                 "causal_d64/grad/ours": "AssertionError: the dQ is off by 1.0e+00 of its largest element"},
+      "versions": {"jax": "0.11.2"}, "chain": 10, "rounds": 15}}}}
   page = report.render(results)
+  forward, grad = page.split("Forward and backward (`grad`")
   assert ("| causal, batch 4, seqlen 4096, 16 heads, head dim 128, bf16 | 500 us, 550 TFLOP/s | 500 us, 550 TFLOP/s "
-          "| 600 us, 458 TFLOP/s | **1.00x** | **1.20x** |") in page
-  assert "| causal, batch 8, seqlen 2048, 16 heads, head dim 64, bf16 | n/a | 200 us, 344 TFLOP/s | n/a | n/a |" in page
+          "| 600 us, 458 TFLOP/s | **1.00x** | **1.20x** |") in forward
+  assert ("| causal, batch 8, seqlen 2048, 16 heads, head dim 64, bf16 | n/a | 200 us, 344 TFLOP/s | n/a | n/a |"
+          in forward)
+  assert ("| causal, batch 4, seqlen 4096, 16 heads, head dim 128, bf16 | 2000 us, 481 TFLOP/s | 1600 us, 601 TFLOP/s "
+          "| 2400 us, 401 TFLOP/s | **1.25x** | **1.50x** |") in grad
+  assert "head dim 64" not in grad.split("\n- ")[0]  # no grad results for that case: no row
   assert "- causal_d64/fa4: n/a: ModuleNotFoundError" in page
+  assert "- causal_d64/grad/ours: n/a: AssertionError: the dQ is off" in page
 
 
 def test_a_run_of_some_benchmarks_is_spliced_into_the_page(tmp_path, results):
