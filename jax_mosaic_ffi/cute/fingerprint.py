@@ -147,7 +147,7 @@ class _Hasher:
       for base in obj.__bases__:
         self.visit(base, depth + 1)
       for k, v in sorted(vars(obj).items()):
-        if k in ("__dict__", "__weakref__", "__doc__"):
+        if k in ("__dict__", "__weakref__", "__doc__", "_abc_impl"):  # _abc_impl: ABCMeta's registry and caches
           continue
         self.put(k)
         self.visit(v.__func__ if isinstance(v, (staticmethod, classmethod)) else v, depth + 1)
