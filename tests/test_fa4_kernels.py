@@ -105,6 +105,7 @@ def test_gradient_lowers_to_fa4_backward_calls_compiled_once_ever(tmp_path):
   assert [c[1:] for c in cold["calls"]] == MHA_CALLS
   assert cold["compiles"] == 4 and warm["compiles"] == 0 and warm["disk_hits"] == 4
   assert warm["calls"] == cold["calls"]
+  assert warm["s"] < cold["s"] / 4, (cold["s"], warm["s"])  # no launcher traced again (FA4's backward included)
 
 
 def test_grouped_query_gradient_adds_the_dk_dv_postprocess(tmp_path):
