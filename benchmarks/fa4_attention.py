@@ -101,7 +101,7 @@ class TorchChain:
     import torch
     from flash_attn.cute import flash_attn_func
     self.torch, self.causal = torch, causal
-    cuda = lambda a: torch.from_numpy(np.asarray(a, np.float32)).cuda().to(torch.bfloat16)  # noqa: E731
+    cuda = lambda a: torch.from_numpy(np.asarray(a, np.float32)).cuda().to(torch.bfloat16)
     self.args = [cuda(a).requires_grad_(mode == "grad") for a in (q, k, v)]
     self.do = cuda(do)
 
@@ -153,7 +153,7 @@ def _measure(name: str, mode: str, errors: dict) -> dict:
   k, v = (rng.standard_normal((b, s, hk, d), np.float32).astype(jnp.bfloat16) for _ in "kv")
   want = _reference(q, k, v, do, causal)[mode]
   arrays = [jax.device_put(a) for a in (q, k, v, do)]
-  first = lambda out: out[0] if isinstance(out, (tuple, list)) else out  # noqa: E731  (the output, or dQ)
+  first = lambda out: out[0] if isinstance(out, (tuple, list)) else out  # the output, or dQ
   key = name if mode == "forward" else f"{name}/{mode}"
   samplers, checked = {}, {}
   try:

@@ -101,11 +101,11 @@ def sm90_tiles(head_dim: int, head_dim_v: int, causal: bool) -> dict:
 def attention_forward(q, k, v, *, causal: bool, softmax_scale: float):
   """(output, log-sum-exp): FA4's forward kernel."""
   b, s, h, d = q.shape
-  dv = v.shape[-1]
-  outputs = (jax.ShapeDtypeStruct((b, s, h, dv), q.dtype), jax.ShapeDtypeStruct((b, h, s), F32))
-  return jmf.cute_call(attention_launch, output_shape_dtype=outputs, head_dim=d, head_dim_v=dv,
+  d_v = v.shape[-1]
+  outputs = (jax.ShapeDtypeStruct((b, s, h, d_v), q.dtype), jax.ShapeDtypeStruct((b, h, s), F32))
+  return jmf.cute_call(attention_launch, output_shape_dtype=outputs, head_dim=d, head_dim_v=d_v,
                        qhead_per_kvhead=h // k.shape[2], causal=causal, scale=softmax_scale,
-                       **sm90_tiles(d, dv, causal))(q, k, v)
+                       **sm90_tiles(d, d_v, causal))(q, k, v)
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -115,29 +115,29 @@ def _round_up(n: int, multiple: int) -> int:
 def attention_backward(q, k, v, o, lse, do, dlse, *, causal: bool, softmax_scale: float):
   """(dq, dk, dv) from the forward's inputs, output and log-sum-exp and their cotangents: FA4's three (with
   grouped-query heads, five) backward kernels, as its `_flash_attn_bwd` runs them on sm_90."""
-  (b, s, h, d), (s_k, h_k, dv) = q.shape, v.shape[1:]
-  c = _tile_size_bwd_sm90(d, dv, causal, False)
+  (b, s, h, d), (s_k, h_k, d_v) = q.shape, v.shape[1:]
+  c = _tile_size_bwd_sm90(d, d_v, causal, False)
   multiple = 64 if c.dKV_swapAB else 32  # the accumulators' head dimensions are rounded up to this
-  d_r, dv_r = _round_up(d, multiple), _round_up(dv, multiple)
+  d_r, d_v_r = _round_up(d, multiple), _round_up(d_v, multiple)
   s_r, s_k_r = _round_up(s, c.m_block_size), _round_up(s_k, c.n_block_size)
   mma_threads = c.num_wg * 128
+  f32 = lambda *shape: jax.ShapeDtypeStruct(shape, F32)
 
   dpsum, lse_log2, dq_accum = jmf.cute_call(
-      backward_preprocess_launch,
-      output_shape_dtype=(jax.ShapeDtypeStruct((b, h, s_r), F32), jax.ShapeDtypeStruct((b, h, s_r), F32),
-                          jax.ShapeDtypeStruct((b, h, s_r * d_r), F32)),
-      head_dim=d, head_dim_v=dv, tile_m=c.m_block_size, hdim_multiple_of=multiple)(o, do, lse, dlse)
+      backward_preprocess_launch, output_shape_dtype=(f32(b, h, s_r), f32(b, h, s_r), f32(b, h, s_r * d_r)),
+      head_dim=d, head_dim_v=d_v, tile_m=c.m_block_size, hdim_multiple_of=multiple)(o, do, lse, dlse)
 
-  grouped = h != h_k  # several query heads add into one dK, dV: fp32 accumulators, zeroed
-  dk_dv = ((jnp.zeros((b, h_k, s_k_r * d_r), F32), jnp.zeros((b, h_k, s_k_r * dv_r), F32)) if grouped else
-           (jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)))
-  dq_accum, dk, dv_ = jmf.cute_call(
-      backward_launch,
-      output_shape_dtype=(jax.ShapeDtypeStruct(dq_accum.shape, F32), *(jax.ShapeDtypeStruct(a.shape, a.dtype)
-                                                                        for a in dk_dv)),
+  grouped = h != h_k
+  if grouped:  # several query heads add into each dK and dV: fp32 accumulators, zeroed, aliased through the call
+    dk_dv_in = (jnp.zeros((b, h_k, s_k_r * d_r), F32), jnp.zeros((b, h_k, s_k_r * d_v_r), F32))
+    dk_dv_out = [f32(*a.shape) for a in dk_dv_in]
+  else:
+    dk_dv_in, dk_dv_out = (), [jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)]
+  dq_accum, dk, dv = jmf.cute_call(
+      backward_launch, output_shape_dtype=(f32(*dq_accum.shape), *dk_dv_out),
       input_output_aliases={6: 0, 7: 1, 8: 2} if grouped else {6: 0},
-      config=c, head_dim=d, head_dim_v=dv, qhead_per_kvhead=h // h_k, causal=causal, scale=softmax_scale,
-  )(q, k, v, do, lse_log2, dpsum, dq_accum, *(dk_dv if grouped else ()))
+      config=c, head_dim=d, head_dim_v=d_v, qhead_per_kvhead=h // h_k, causal=causal, scale=softmax_scale,
+  )(q, k, v, do, lse_log2, dpsum, dq_accum, *dk_dv_in)
 
   def to_output(accum, like, head_dim, tile, num_threads, atom_layout, swap_ab, scale):
     return jmf.cute_call(backward_postprocess_launch, output_shape_dtype=jax.ShapeDtypeStruct(like.shape, like.dtype),
@@ -148,8 +148,8 @@ def attention_backward(q, k, v, o, lse, do, dlse, *, causal: bool, softmax_scale
                  c.dQ_swapAB, softmax_scale)
   if grouped:
     dk = to_output(dk, k, d, c.n_block_size, mma_threads, c.AtomLayoutNdKV, c.dKV_swapAB, softmax_scale)
-    dv_ = to_output(dv_, v, dv, c.n_block_size, mma_threads, c.AtomLayoutNdKV, c.dKV_swapAB, 1.0)
-  return dq, dk, dv_
+    dv = to_output(dv, v, d_v, c.n_block_size, mma_threads, c.AtomLayoutNdKV, c.dKV_swapAB, 1.0)
+  return dq, dk, dv
 
 
 @functools.cache
