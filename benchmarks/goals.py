@@ -111,6 +111,20 @@ GOALS = (
     Goal("CuTe Hopper GEMM, warm in a fresh process: first result in at most 5% of a cold process's time",
          metric="cute_native/warm_start/warm_s/ours", baseline="cute_native/warm_start/cold_s/ours",
          compare="<=", threshold=0.05, unit="s"),
+    *(Goal(f"FlashAttention-4's Hopper {label} through jmf.cute_call: at least 0.98x FA4's own launcher (GPU time)",
+           metric=f"fa4_attention/gpu/cases/{case}/us/fa4", baseline=f"fa4_attention/gpu/cases/{case}/us/ours",
+           compare=">=", threshold=0.98, unit="us")
+      for case, label in (("causal_d128", "forward, causal"), ("full_d128", "forward"))),
+    Goal("FlashAttention-4's Hopper forward + backward through jmf.cute_call and jmf.differentiable: at least 0.95x "
+         "FA4's own launcher and torch autograd (GPU time, causal)",
+         metric="fa4_attention/gpu/cases/causal_d128/grad/us/fa4",
+         baseline="fa4_attention/gpu/cases/causal_d128/grad/us/ours", compare=">=", threshold=0.95, unit="us"),
+    Goal("quack's softmax through jmf.cute_call: at least 0.98x quack's own JAX binding (GPU time)",
+         metric="vs_quack_jax/gpu/cases/forward/us/quack", baseline="vs_quack_jax/gpu/cases/forward/us/jmf",
+         compare=">=", threshold=0.98, unit="us"),
+    Goal("quack's softmax through jmf.cute_call: a call inside jit costs the host no more than quack's binding",
+         metric="vs_quack_jax/gpu/host/us_per_call/jmf", baseline="vs_quack_jax/gpu/host/us_per_call/quack",
+         compare="<=", threshold=1.0, unit="us"),
 )
 
 
