@@ -73,6 +73,23 @@ def stamped_sampler(program: Callable, args, calls: int) -> Callable[[], float]:
   return sample
 
 
+def chained(fn: Callable, calls: int) -> Callable:
+  """`fn` applied `calls` times, each call on the last one's result (jit it: a chain inside one program)."""
+  def chain(x):
+    for _ in range(calls):
+      x = fn(x)
+    return x
+  return chain
+
+
+def host_us_per_call(chains: dict[str, Callable[[], object]], calls: int, rounds: int = 30) -> dict:
+  """Wall microseconds per call of each blocking chain of `calls` calls, interleaved (`interleaved`)."""
+  if not chains:
+    return {}
+  seconds = interleaved(chains, rounds)
+  return {"us_per_call": {name: s / calls * 1e6 for name, s in seconds.items()}, "chain": calls}
+
+
 def check(result):
   """Unpacks a cuda-python result tuple, raising on an error code."""
   err, *values = result if isinstance(result, tuple) else (result,)

@@ -254,12 +254,7 @@ def _host_cost(sides, errors) -> dict:
   chains = {}
   for side, jt in sides.items():
     fn, _ = call("add", jt)
-
-    def chain(x, fn=fn):
-      for _ in range(CHAIN):
-        x = fn(x)
-      return x
-    program = jax.jit(chain)
+    program = jax.jit(timing.chained(fn, CHAIN))
     x = jnp.zeros((ADD,), jnp.float32)
     try:
       if float(program(x)[0]) != CHAIN:
@@ -267,10 +262,7 @@ def _host_cost(sides, errors) -> dict:
       chains[side] = lambda program=program, x=x: program(x).block_until_ready()
     except Exception as e:
       errors[f"host/{side}"] = f"{type(e).__name__}: {str(e)[:1500]}"
-  if not chains:
-    return {}
-  seconds = timing.interleaved(chains, 30)
-  return {"us_per_call": {side: s / CHAIN * 1e6 for side, s in seconds.items()}, "chain": CHAIN}
+  return timing.host_us_per_call(chains, CHAIN)
 
 
 def run(which: str) -> dict:

@@ -261,20 +261,13 @@ def _host_cost(sides, errors, bf16) -> dict:
   chains = {}
   x = jax.device_put(bf16(SMALL))
   for side, fn in sides.items():
-    def chain(x, fn=fn):
-      for _ in range(CHAIN):
-        x = fn(x)
-      return x
-    program = jax.jit(chain)
+    program = jax.jit(timing.chained(fn, CHAIN))
     try:
       program(x).block_until_ready()
       chains[side] = lambda program=program: program(x).block_until_ready()
     except Exception as e:
       errors[f"host/{side}"] = f"{type(e).__name__}: {str(e)[:1500]}"
-  if not chains:
-    return {}
-  seconds = timing.interleaved(chains, 30)
-  return {"us_per_call": {side: s / CHAIN * 1e6 for side, s in seconds.items()}, "chain": CHAIN}
+  return timing.host_us_per_call(chains, CHAIN)
 
 
 def run(which: str) -> dict:
