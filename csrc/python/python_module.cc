@@ -168,18 +168,8 @@ nb::tuple EvaluateLaunchForPython(nb::dict attrs, std::vector<std::vector<int64_
   return nb::make_tuple(grid, spec.scalars);
 }
 
-// The index of the image a GPU of compute capability `arch` would load, or -1.
-int SelectImageForPython(nb::bytes data, int arch) {
-  ParsedModule module;
-  std::string error;
-  if (!ParseModule(std::string_view(data.c_str(), data.size()), &InflateZlib, &module, &error)) {
-    throw nb::value_error(error.c_str());
-  }
-  const Image* image = SelectImage(module, arch);
-  return image == nullptr ? -1 : static_cast<int>(image - module.images.data());
-}
-
-nb::tuple ParseModuleForPython(nb::bytes data) {
+// The module `data` holds, parsed (images inflated) without the GIL; ValueError saying why where it is malformed.
+ParsedModule ParseOrRaise(nb::bytes data) {
   ParsedModule module;
   std::string error;
   bool ok;
@@ -188,6 +178,18 @@ nb::tuple ParseModuleForPython(nb::bytes data) {
     ok = ParseModule(std::string_view(data.c_str(), data.size()), &InflateZlib, &module, &error);
   }
   if (!ok) throw nb::value_error(error.c_str());
+  return module;
+}
+
+// The index of the image a GPU of compute capability `arch` would load, or -1.
+int SelectImageForPython(nb::bytes data, int arch) {
+  const ParsedModule module = ParseOrRaise(data);
+  const Image* image = SelectImage(module, arch);
+  return image == nullptr ? -1 : static_cast<int>(image - module.images.data());
+}
+
+nb::tuple ParseModuleForPython(nb::bytes data) {
+  const ParsedModule module = ParseOrRaise(data);
   nb::list images;
   for (const Image& image : module.images) {
     nb::bytes data(image.data.data(), image.data.size());

@@ -199,7 +199,6 @@ class _Hasher:
       self.visit(cls, depth + 1)
       self.visit(dict(vars(obj)), depth + 1)
       return
-    wrapped = getattr(obj, "__wrapped__", None)
     if wrapped is not None:
       self.visit(wrapped, depth + 1)
       return
