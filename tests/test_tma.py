@@ -92,6 +92,38 @@ extern "C" __global__ void tma_sum(float* out, const __grid_constant__ jmf::Tens
 '''
 
 
+# out = x + y, both TMA-loaded, for vmap with an input shared by every element (stride 0).
+ADD = r'''
+#include <jax_mosaic_ffi/tma.cuh>
+extern "C" __global__ void tma_add(const __grid_constant__ jmf::TensorMap x_map,
+                                   const __grid_constant__ jmf::TensorMap y_map,
+                                   const __grid_constant__ jmf::TensorMap out_map) {
+  __shared__ alignas(1024) float xs[32 * 32];
+  __shared__ alignas(1024) float ys[32 * 32];
+  __shared__ alignas(8) unsigned long long bar;
+  const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+  if (threadIdx.x == 0) {
+    jmf::mbarrier_init(&bar, 1);
+    jmf::fence_barrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    jmf::mbarrier_arrive_expect_tx(&bar, sizeof(xs) + sizeof(ys));
+    jmf::tma_load_2d(xs, &x_map, c0, r0, &bar);
+    jmf::tma_load_2d(ys, &y_map, c0, r0, &bar);
+  }
+  jmf::mbarrier_wait(&bar, 0);
+  for (int i = threadIdx.x; i < 32 * 32; i += blockDim.x) xs[i] += ys[i];
+  jmf::fence_async_shared();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    jmf::tma_store_2d(&out_map, c0, r0, xs);
+    jmf::tma_store_commit_and_wait();
+  }
+}
+'''
+
+
 def affine_call(kernel, a=2.0, b=1.0, swizzle=128):
   return jmf.mosaic_kernel(
       kernel, lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
@@ -100,6 +132,15 @@ def affine_call(kernel, a=2.0, b=1.0, swizzle=128):
       param_order=(jmf.TensorMap("in0", box=(32, 32), swizzle=swizzle),
                    jmf.TensorMap("out0", box=(32, 32), swizzle=swizzle), "scalar0", "scalar1"),
       fallback=lambda x: a * x + b)
+
+
+def add_call(kernel):
+  tile = dict(box=(32, 32), swizzle=128)
+  return jmf.mosaic_kernel(
+      kernel, lambda x, y: jax.ShapeDtypeStruct(x.shape, x.dtype),
+      grid=lambda x, y: (jmf.cdiv(x.shape[1], 32), jmf.cdiv(x.shape[0], 32)), block=128,
+      param_order=(jmf.TensorMap("in0", **tile), jmf.TensorMap("in1", **tile), jmf.TensorMap("out0", **tile)),
+      fallback=lambda x, y: x + y)
 
 
 def sum_call(kernel, zero=True):
@@ -236,9 +277,41 @@ def test_a_pointer_where_the_kernel_takes_a_descriptor_is_named(affine):
     jax.eval_shape(call, jax.ShapeDtypeStruct((64, 64), jnp.float32))
 
 
-def test_vmap_of_a_tensor_map_call_is_refused(affine):
-  with pytest.raises(jmf.LaunchError, match="cannot be vmapped yet"):
-    jax.eval_shape(jax.vmap(affine_call(affine)), jax.ShapeDtypeStruct((3, 64, 64), jnp.float32))
+def test_vmap_of_a_tensor_map_call_is_one_call_with_descriptors_per_element(isolated_disk_cache):
+  add = add_call(jmf.cuda_kernel(ADD, "tma_add", targets=("sm_90",)))
+  x, y = jax.ShapeDtypeStruct((3, 200, 72), jnp.float32), jax.ShapeDtypeStruct((200, 72), jnp.float32)
+  (cc,) = custom_calls(lower(jax.vmap(add, in_axes=(0, None)), x, y))
+  config = cc["config"]
+  element = 200 * 72 * 4
+  assert config["batch_size"] == 3 and config["batch_strides"] == [element, 0, element]  # y shared: stride 0
+  maps = np.array(config["tensor_maps"]).reshape(3, _core.LIMITS["tensor_map_fields"])
+  assert maps[:, 0].tolist() == [0, 1, 2] and (maps[:, 7:9] == [72, 200]).all()  # each map describes an element
+  # Off CUDA the fallback runs, vmapped.
+  xs, ys = (np.arange(np.prod(s.shape), dtype=np.float32).reshape(s.shape) for s in (x, y))
+  np.testing.assert_array_equal(jax.jit(jax.vmap(add, in_axes=(0, None)))(xs, ys), xs + ys)
+
+
+def test_vmap_of_a_tensor_map_call_on_a_grid_axis_is_refused(isolated_disk_cache):
+  # A kernel written for batch_grid_axis: after its own parameters, the element's grid length and the strides.
+  source = r'''
+  #include <jax_mosaic_ffi/tma.cuh>
+  extern "C" __global__ void k(const __grid_constant__ jmf::TensorMap in_map,
+                               const __grid_constant__ jmf::TensorMap out_map, float a, float b, unsigned length,
+                               unsigned long long in_stride, unsigned long long out_stride) {}
+  '''
+  kernel = jmf.cuda_kernel(source, "k", targets=("sm_90",))
+  call = jmf.mosaic_kernel(kernel, lambda x: x, grid=(2, 2), block=128, scalars=(np.float32(1), np.float32(0)),
+                           param_order=(jmf.TensorMap("in0", box=(32, 32)), jmf.TensorMap("out0", box=(32, 32)),
+                                        "scalar0", "scalar1"), batch_grid_axis="z")
+  with pytest.raises(jmf.LaunchError, match="cannot be vmapped on a grid axis"):
+    jax.eval_shape(jax.vmap(call), jax.ShapeDtypeStruct((3, 64, 64), jnp.float32))
+
+
+def test_a_batch_past_the_descriptor_bound_is_refused_at_trace_time(affine):
+  limit = _core.LIMITS["max_batched_tensor_maps"]
+  with pytest.raises(jmf.LaunchError, match=f"more than {limit}; vmap over fewer elements"):
+    jax.eval_shape(jax.vmap(affine_call(affine)), jax.ShapeDtypeStruct((limit // 2 + 1, 32, 32), jnp.float32))
+  jax.eval_shape(jax.vmap(affine_call(affine)), jax.ShapeDtypeStruct((limit // 2, 32, 32), jnp.float32))
 
 
 def _attributes(**changes):
@@ -259,7 +332,7 @@ def _attributes(**changes):
     (dict(param_order=[65537, 1]), "names tensor map 1"),
     (dict(zero_outputs=[1]), "zero_outputs names output 1"),
     (dict(zero_outputs=[0, 0]), "names each once"),
-    (dict(batch_size=2, batch_strides=[4, 4]), "cannot be batched"),
+    (dict(batch_size=4097, batch_strides=[256, 256]), "needs a descriptor per element and map, more than 4096"),
 ])
 def test_the_validator_bounds_the_new_attributes(changes, message):
   with pytest.raises(ValueError, match=message):
@@ -279,6 +352,7 @@ def test_the_validator_bounds_every_field():
     with pytest.raises(ValueError, match=message):
       _core.validate_launch(_attributes(tensor_maps=record), False)
   assert _core.validate_launch(_attributes(), False)["param_sizes"] == [128, 8]
+  assert _core.validate_launch(_attributes(batch_size=4096, batch_strides=[0, 256]), False)["param_sizes"] == [128, 8]
 
 
 @pytest.mark.parametrize("index, value, message", [
@@ -408,6 +482,57 @@ def test_descriptors_follow_moving_buffers_in_and_out_of_command_buffers(rng, tm
   else:
     assert result["records"] == 0
   assert result["encodes"] >= 4
+
+
+VMAP = '''
+    import json, sys
+    import jax, jax.numpy as jnp, numpy as np
+    import jax_mosaic_ffi as jmf
+    sys.path.insert(0, sys.argv[3])
+    import test_tma as t
+    affine = jax.vmap(t.affine_call(jmf.cuda_kernel(t.AFFINE, "tma_affine", targets=("sm_90",)), a=0.5, b=1.0))
+    add = jax.vmap(t.add_call(jmf.cuda_kernel(t.ADD, "tma_add", targets=("sm_90",))), in_axes=(0, None))
+    def chain(x, y):  # long enough for XLA to make a command buffer of it
+      sums = []
+      for _ in range(6):
+        x = affine(x)
+        sums.append(add(x, y))
+      return jnp.stack(sums)
+    data = np.load(sys.argv[1])
+    xs, y = data[:-1], jax.device_put(data[-1])
+    f = jax.jit(chain)
+    # Batches alive at once sit at different addresses: every element's descriptors must follow its buffer.
+    inputs = [jax.device_put(xs * k) for k in (1, 2, 1)]
+    kept = [f(x, y) for x in inputs]
+    np.save(sys.argv[2], np.stack([np.asarray(o) for o in kept]))
+    stats = jmf.kernel_cache_stats()
+    print(json.dumps({"records": stats.records_created, "encodes": stats.tensor_map_encodes}))
+'''
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("command_buffers", [True, False], ids=["cb_on", "cb_off"])
+def test_vmap_gives_each_element_descriptors_of_its_own(rng, tmp_path, command_buffers):
+  # Five elements of odd-sized arrays (edge tiles clipped), and an input shared by all of them (stride 0).
+  data = rng.standard_normal((6, 200, 72)).astype(np.float32)
+  paths = [tmp_path / "x.npy", tmp_path / "out.npy"]
+  np.save(paths[0], data)
+  result = fresh_process.run(VMAP, *paths, os.path.dirname(os.path.abspath(__file__)), cwd=tmp_path, env={
+      "XLA_FLAGS": "" if command_buffers else "--xla_gpu_enable_command_buffer=",
+      "JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache")}).result
+  print(result)
+  outs = np.load(paths[1])
+  xs, y = data[:-1].astype(np.float64), data[-1].astype(np.float64)
+  for i, k in enumerate((1, 2, 1)):
+    x = xs * k
+    for step in range(6):
+      x = 0.5 * x + 1.0
+      np.testing.assert_allclose(outs[i, step], x + y, rtol=1e-5, atol=1e-5, err_msg=f"input {i}, step {step}")
+  assert result["encodes"] >= 5 * 4 + 1  # per element the affine's two maps and the add's two; y's once
+  if command_buffers:
+    assert result["records"] >= 12 * 5  # every element's launch a kernel node of the graph
+  else:
+    assert result["records"] == 0
 
 
 def gemm_call(stages=4, cluster=1):

@@ -142,6 +142,14 @@ def test_a_tma_kernel_gets_tritons_descriptor_then_shape_and_strides(isolated_di
   assert cfg["grid"] == [4, 3, 1] and cfg["block"] == [128, 1, 1]
 
 
+def test_vmap_is_one_call_whose_elements_get_descriptors_of_their_own(isolated_disk_cache):
+  a, b = f16(4, 256, 64), f16(64, 128)
+  cfg = config(jax.vmap(matmul_call(), in_axes=(0, None)), a, b)
+  # Four launches: A's and C's descriptors move on by an element each time, B's is shared (stride 0).
+  assert cfg["batch_size"] == 4 and cfg["batch_strides"] == [256 * 64 * 2, 0, 256 * 128 * 2]
+  assert [record[7:9] for record in maps(cfg)] == [[64, 256], [128, 64], [128, 256]]  # an element's shapes
+
+
 def test_the_box_is_tritons_block_size_not_the_block_shape(isolated_disk_cache):
   # B's block is 64 x 128 fp16, but a 128-byte swizzle spans 64 of them: Triton loads it as two 64 x 64 boxes.
   cfg = config(matmul_call(), f16(256, 512), f16(512, 384))
@@ -347,6 +355,19 @@ def test_add_through_descriptors_matches_numpy(rng, isolated_disk_cache, dtype):
     x, y = _rand(rng, shape, dtype), _rand(rng, shape, dtype)
     expected = (x.astype(np.float32) + y.astype(np.float32)).astype(dtype).astype(np.float32)
     np.testing.assert_allclose(np.asarray(call(x, y)).astype(np.float32), expected, rtol=1e-2, atol=1e-2)
+
+
+@gpu
+def test_vmap_of_descriptor_kernels_matches_numpy(rng, isolated_disk_cache):
+  add = jax.jit(jax.vmap(add_call(block=(32, 64))))
+  x, y = _rand(rng, (3, 200, 136), np.float16), _rand(rng, (3, 200, 136), np.float16)
+  expected = (x.astype(np.float32) + y.astype(np.float32)).astype(np.float16).astype(np.float32)
+  np.testing.assert_allclose(np.asarray(add(x, y)).astype(np.float32), expected, rtol=1e-2, atol=1e-2)
+  # A batched GEMM: every element's A and C, one B for all.
+  matmul = jax.jit(jax.vmap(matmul_call(), in_axes=(0, None)))
+  a, b = _rand(rng, (4, 256, 192), np.float16), _rand(rng, (192, 384), np.float16)
+  expected = np.einsum("bmk,kn->bmn", a.astype(np.float32), b.astype(np.float32))
+  np.testing.assert_allclose(np.asarray(matmul(a, b)).astype(np.float32), expected, rtol=2e-2, atol=0.25)
 
 
 @gpu

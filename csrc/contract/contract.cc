@@ -274,10 +274,10 @@ bool CheckPerBuffer(const LaunchAttributes& a, bool collective, LaunchSpec* spec
     return a.batch_strides.empty() || check.Fail("batch_strides is given without a batch_size above 1");
   }
   if (collective) return check.Fail("a collective kernel cannot be batched (vmap) on its own devices");
-  if (!spec->tensor_maps.empty()) {
-    return check.Fail(
-        "a kernel with tensor-map parameters cannot be batched (vmap) by the runtime: each element "
-        "would need its own descriptors");
+  const int64_t maps = static_cast<int64_t>(spec->tensor_maps.size());
+  if (maps * a.batch_size > kMaxBatchedTensorMaps) {
+    return check.Fail("a batch of " + Num(a.batch_size) + " with " + Num(maps) + " tensor maps needs a descriptor " +
+                      "per element and map, more than " + Num(kMaxBatchedTensorMaps) + "; vmap over fewer elements");
   }
   if (a.batch_strides.size() != static_cast<size_t>(spec->num_buffers)) {
     return check.Fail("batch_strides has " + Num(static_cast<int64_t>(a.batch_strides.size())) + " entries for " +

@@ -52,7 +52,10 @@ inline constexpr int64_t kMaxBatch = 1 << 16;                 // launches of one
 inline constexpr int64_t kMaxBatchStride = int64_t{1} << 40;  // bytes between batch elements
 inline constexpr size_t kKernelHashBytes = 32;
 // TMA descriptors (CUtensorMap) the runtime builds for a kernel's parameters.
-inline constexpr int kMaxTensorMaps = 16;           // per call
+inline constexpr int kMaxTensorMaps = 16;  // per call
+// Under vmap each batch element has its own descriptors (one per tensor map
+// and element, 136 bytes each per device): batch_size * tensor maps at most.
+inline constexpr int64_t kMaxBatchedTensorMaps = 4096;
 inline constexpr int64_t kTensorMapCode = 1 << 16;  // param_order code of tensor map m: kTensorMapCode + m
 inline constexpr int kTensorMapFields = 26;         // i64 values per map in `tensor_maps`
 inline constexpr int kTensorMapBytes = 128;         // sizeof(CUtensorMap)

@@ -219,6 +219,7 @@ nb::dict Limits() {
   d["max_batch"] = kMaxBatch;
   d["kernel_hash_bytes"] = kKernelHashBytes;
   d["max_tensor_maps"] = kMaxTensorMaps;
+  d["max_batched_tensor_maps"] = kMaxBatchedTensorMaps;
   d["tensor_map_code"] = kTensorMapCode;
   d["tensor_map_fields"] = kTensorMapFields;
   d["module_format_version"] = kModuleFormatVersion;

@@ -326,7 +326,7 @@ ffi::Error CallSite::Prepare(int32_t device, CUcontext context) {
       (*loaded)->Configure(static_cast<int>(config_.sharedMemBytes), spec_.non_portable_cluster, who()));
   slot.module = std::move(*loaded);
   if (!spec_.tensor_maps.empty() && slot.tensor_maps == nullptr) {
-    slot.tensor_maps.reset(new EncodedTensorMap[spec_.tensor_maps.size()]);
+    slot.tensor_maps.reset(new EncodedTensorMap[spec_.tensor_maps.size() * spec_.batch_size]);
   }
   slot.ready.store(slot.module.get(), std::memory_order_release);
   return ffi::Error::Success();

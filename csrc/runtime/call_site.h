@@ -95,32 +95,41 @@ class CallSite {
     // this call site), the buffer addresses it was last given: an update
     // with the same addresses is skipped. Written by the device's own thread.
     std::vector<std::pair<const XLA_FFI_Command*, std::unique_ptr<void*[]>>> recorded;
-    // The call's tensor maps on this device, allocated before `ready` is set;
-    // re-encoded by the device's own thread when their buffer moved.
+    // The call's tensor maps on this device, one per map and vmap batch
+    // element (TensorMapIndex), allocated before `ready` is set; re-encoded by
+    // the device's own thread when their element's buffer moved.
     std::unique_ptr<EncodedTensorMap[]> tensor_maps;
     std::atomic<bool> host_checked{false};  // CuTe calls: this device runs the object's arch
   };
 
   // Calls visit(index, value_address, size) for each kernel parameter in
   // order: size 0 for a device pointer stored at *value_address, else a
-  // host value of that size. Execute and record both build their arguments
-  // with it.
+  // host value of that size; a tensor map's is vmap batch element `element`'s.
+  // Execute and record both build their arguments with it.
   template <typename Visit>
-  int ForEachParam(const Buffers& buffers, int32_t device, Visit&& visit) const;
+  int ForEachParam(const Buffers& buffers, int32_t device, Visit&& visit, uint32_t element = 0) const;
+  // Where tensor map `m` of batch element `element` is kept in a slot's
+  // tensor_maps: a shared input's (batch stride 0) is element 0's.
+  size_t TensorMapIndex(size_t m, uint32_t element) const {
+    const bool shared = spec_.batch_size == 1 || spec_.batch_strides[spec_.tensor_maps[m].buffer] == 0;
+    return (shared ? 0 : element) * spec_.tensor_maps.size() + m;
+  }
 
   CUresult LaunchOnce(CUstream stream, const LoadedModule& module, void** params) const;
   void* const* MetadataSlot(int32_t device) const;  // the collective metadata pointer's home
   void MoveToNextElement(Buffers& buffers) const;
-  int RecordArgs(const Buffers& buffers, int32_t device, XLA_FFI_KernelArg* args) const;
+  int RecordArgs(const Buffers& buffers, int32_t device, XLA_FFI_KernelArg* args, uint32_t element) const;
   template <typename Fn>
   ffi::Error ForEachElement(const Buffers& buffers, int32_t device, Fn&& fn) const;
   ffi::Error PrepareForStream(int32_t device, CUstream stream);
   ffi::Error LoadForRecord(int32_t device);
   ffi::Error Poison(CUstream stream, const Buffers& buffers) const;
   ffi::Error Zero(CUstream stream, const Buffers& buffers) const;
-  // Encodes each tensor map whose buffer is not where it was last encoded for.
+  // Encodes each tensor map (of each vmap batch element, `buffers` being
+  // element 0's) whose buffer is not where it was last encoded for.
   ffi::Error EncodeTensorMaps(const Buffers& buffers, int32_t device) const;
-  ffi::Error EncodeTensorMap(const TensorMapSpec& t, size_t m, const Buffers& buffers, EncodedTensorMap* encoded) const;
+  ffi::Error EncodeTensorMap(const TensorMapSpec& t, size_t m, uint32_t element, const Buffers& buffers,
+                             EncodedTensorMap* encoded) const;
   void ConfigureLaunch(bool collective);
   ffi::Error CreateFills(const RecordFrame& record, const Buffers& buffers, const XLA_FFI_Command** previous) const;
   ffi::Error CreateCommands(const RecordFrame& record, int32_t device, const Buffers& buffers);
@@ -157,13 +166,14 @@ class CallSite {
 };
 
 template <typename Visit>
-int CallSite::ForEachParam(const Buffers& buffers, int32_t device, Visit&& visit) const {
+int CallSite::ForEachParam(const Buffers& buffers, int32_t device, Visit&& visit, uint32_t element) const {
   int n = 0;
   for (const Param& p : spec_.params) {
     if (p.kind == Param::kBuffer) {
       visit(n++, static_cast<const void*>(&buffers.ptrs[p.index]), size_t{0});
     } else if (p.kind == Param::kTensorMap) {
-      visit(n++, static_cast<const void*>(&slots_[device].tensor_maps[p.index].map), size_t{kTensorMapBytes});
+      visit(n++, static_cast<const void*>(&slots_[device].tensor_maps[TensorMapIndex(p.index, element)].map),
+            size_t{kTensorMapBytes});
     } else {
       visit(n++, static_cast<const void*>(&spec_.scalars[p.index]), size_t{spec_.scalar_sizes[p.index]});
     }

@@ -70,6 +70,9 @@ ffi::Error CallSite::Launch(CUstream stream, int32_t device, Buffers& buffers) {
   // on; the parameters point into `buffers`, so moving them moves the launch.
   for (uint32_t b = 1; b < spec_.batch_size && result == CUDA_SUCCESS; ++b) {
     MoveToNextElement(buffers);
+    if (!spec_.tensor_maps.empty()) {  // and each element has descriptors of its own
+      ForEachParam(buffers, device, [&](int i, const void* value, size_t) { params[i] = const_cast<void*>(value); }, b);
+    }
     result = LaunchOnce(stream, *module, params);
   }
   if (nvshmem_ != nullptr) {
@@ -184,7 +187,7 @@ ffi::Error CallSite::ForEachElement(const Buffers& buffers, int32_t device, Fn&&
   for (uint32_t b = 0; b < spec_.batch_size; ++b) {
     if (b > 0) MoveToNextElement(element);
     XLA_FFI_KernelArg args[kMaxParams];
-    XLA_FFI_KernelArgs kernel_args{args, RecordArgs(element, device, args)};
+    XLA_FFI_KernelArgs kernel_args{args, RecordArgs(element, device, args, b)};
     JMF_RETURN_IF_ERROR(fn(b, &kernel_args));
   }
   return ffi::Error::Success();
@@ -256,11 +259,14 @@ ffi::Error CallSite::CreateCommands(const RecordFrame& record, int32_t device, c
   return ffi::Error::Success();
 }
 
-int CallSite::RecordArgs(const Buffers& buffers, int32_t device, XLA_FFI_KernelArg* args) const {
-  return ForEachParam(buffers, device, [&](int i, const void* value, size_t size) {
-    args[i] = size == 0 ? XLA_FFI_KernelArg{*static_cast<void* const*>(value), 0, XLA_FFI_KernelArgType_DevicePtr}
-                        : XLA_FFI_KernelArg{value, static_cast<int64_t>(size), XLA_FFI_KernelArgType_HostValue};
-  });
+int CallSite::RecordArgs(const Buffers& buffers, int32_t device, XLA_FFI_KernelArg* args, uint32_t element) const {
+  return ForEachParam(
+      buffers, device,
+      [&](int i, const void* value, size_t size) {
+        args[i] = size == 0 ? XLA_FFI_KernelArg{*static_cast<void* const*>(value), 0, XLA_FFI_KernelArgType_DevicePtr}
+                            : XLA_FFI_KernelArg{value, static_cast<int64_t>(size), XLA_FFI_KernelArgType_HostValue};
+      },
+      element);
 }
 
 ffi::Error CallSite::UpdateCommands(const RecordFrame& record, int32_t device, const Buffers& buffers) {

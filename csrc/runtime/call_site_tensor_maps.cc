@@ -23,30 +23,40 @@ ffi::Error CallSite::EncodeTensorMaps(const Buffers& buffers, int32_t device) co
   if (encoded == nullptr) [[unlikely]] {
     return ffi::Error::Internal(who() + ": tensor maps used on device " + std::to_string(device) + " before loading");
   }
-  for (size_t m = 0; m < spec_.tensor_maps.size(); ++m) {
-    const TensorMapSpec& t = spec_.tensor_maps[m];
-    if (encoded[m].address == buffers.ptrs[t.buffer]) continue;
-    JMF_RETURN_IF_ERROR(EncodeTensorMap(t, m, buffers, &encoded[m]));
+  for (uint32_t element = 0; element < spec_.batch_size; ++element) {
+    for (size_t m = 0; m < spec_.tensor_maps.size(); ++m) {
+      const size_t index = TensorMapIndex(m, element);
+      if (element > 0 && index == m) continue;  // a shared input's map: element 0's
+      const TensorMapSpec& t = spec_.tensor_maps[m];
+      const uint64_t offset = element == 0 ? 0 : element * spec_.batch_strides[t.buffer];
+      if (encoded[index].address == static_cast<const char*>(buffers.ptrs[t.buffer]) + offset) continue;
+      JMF_RETURN_IF_ERROR(EncodeTensorMap(t, m, element, buffers, &encoded[index]));
+    }
   }
   return ffi::Error::Success();
 }
 
-ffi::Error CallSite::EncodeTensorMap(const TensorMapSpec& t, size_t m, const Buffers& buffers,
+ffi::Error CallSite::EncodeTensorMap(const TensorMapSpec& t, size_t m, uint32_t element, const Buffers& buffers,
                                      EncodedTensorMap* encoded) const {
-  void* address = buffers.ptrs[t.buffer];
+  // vmap: element `element` of the buffer starts that many batch strides in
+  // (the contract bounds the strides, the batch and so their product).
+  const uint64_t offset = element == 0 ? 0 : element * spec_.batch_strides[t.buffer];
+  const uint64_t bytes = buffers.bytes[t.buffer];
+  void* address = static_cast<char*>(buffers.ptrs[t.buffer]) + (offset <= bytes ? offset : 0);
   const bool input = t.buffer < spec_.num_inputs;
   auto name = [&] {  // built only for an error: encoding itself builds no strings
     return who() + ": the tensor map of parameter " + std::to_string(t.param) + " (" + (input ? "in" : "out") +
-           std::to_string(input ? t.buffer : t.buffer - spec_.num_inputs) + ")";
+           std::to_string(input ? t.buffer : t.buffer - spec_.num_inputs) + ")" +
+           (spec_.batch_size > 1 ? " for vmap batch element " + std::to_string(element) : std::string());
   };
   if (reinterpret_cast<uintptr_t>(address) % t.alignment != 0) {
     return ffi::Error::InvalidArgument(name() + ": the buffer's address " +
                                        std::to_string(reinterpret_cast<uintptr_t>(address)) + " is not " +
                                        std::to_string(t.alignment) + "-byte aligned, as TMA requires");
   }
-  if (buffers.bytes[t.buffer] < t.extent_bytes) {
-    return ffi::Error::InvalidArgument(name() + " reaches " + std::to_string(t.extent_bytes) +
-                                       " bytes, but the buffer holds " + std::to_string(buffers.bytes[t.buffer]));
+  if (offset > bytes || bytes - offset < t.extent_bytes) {
+    return ffi::Error::InvalidArgument(name() + " reaches " + std::to_string(t.extent_bytes) + " bytes from byte " +
+                                       std::to_string(offset) + ", but the buffer holds " + std::to_string(bytes));
   }
   cuuint64_t dims[kMaxTensorRank], strides[kMaxTensorRank];
   cuuint32_t box[kMaxTensorRank], element_strides[kMaxTensorRank];

@@ -103,6 +103,7 @@ def _abstract_eval(*avals, kernel, out_avals, spec):
 def _batching_rule(args, dims, *, kernel, out_avals, spec):
   """vmap as one call: every buffer gets a leading batch axis, and the kernel
   runs once per element (or once, on a longer grid axis, with batch_grid_axis).
+  A TMA descriptor (TensorMap) is encoded per element, at that element's address.
 
   Inputs no element changes stay shared (stride 0). A call that is batched
   already (nested vmap) has its batch axes merged into one: buffers batched
@@ -119,10 +120,11 @@ def _batching_rule(args, dims, *, kernel, out_avals, spec):
         f"{where}: a kernel whose grid or scalars depend on symbolic dimensions (jax.export) cannot be vmapped: "
         "the batch would change the shapes its launch is computed from. Call it in a lax.map, or export once per "
         "concrete size")
-  if spec.tensor_maps:
+  if spec.tensor_maps and spec.batch_grid_axis is not None:
     raise LaunchError(
-        f"{where}: a kernel with TensorMap parameters cannot be vmapped yet: its descriptors describe one "
-        "element's arrays. Call it in a lax.map, or give the kernel the batch as a leading array axis")
+        f"{where}: a kernel with TensorMap parameters cannot be vmapped on a grid axis (batch_grid_axis): its one "
+        "launch would get one element's descriptors. Leave batch_grid_axis out (each element is then launched "
+        "with descriptors of its own), or give the kernel the batch as a leading array axis")
   size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
   inner = spec.batch_size
   inner_batched = [s > 0 for s in spec.batch_strides[:len(args)]] if inner > 1 else [False] * len(args)

@@ -622,11 +622,11 @@ void BuildLaunch(Input& in, bool collective, Attributes* attrs) {
       params.push_back(j < num_buffers && !in.OneIn(8) ? j : static_cast<int64_t>(in.Below(num_buffers)));
     }
   }
-  // TMA descriptors: only on unbatched launches (decided here, honoured below).
+  // TMA descriptors; under vmap, one per element and map (the batch is bounded below).
   const bool batched = !collective && in.OneIn(4);
-  if (!batched && num_buffers > 0 && in.OneIn(4)) {
-    const int64_t maps =
-        std::min<int64_t>(1 + Count(in, jmf::kMaxTensorMaps - 1), max_params - static_cast<int64_t>(params.size()));
+  int64_t maps = 0;
+  if (num_buffers > 0 && in.OneIn(4)) {
+    maps = std::min<int64_t>(1 + Count(in, jmf::kMaxTensorMaps - 1), max_params - static_cast<int64_t>(params.size()));
     std::vector<int64_t> records;
     for (int64_t m = 0; m < maps; ++m) {
       params.push_back(jmf::kTensorMapCode + m);
@@ -665,7 +665,8 @@ void BuildLaunch(Input& in, bool collective, Attributes* attrs) {
   // vmap: more than one element on the plain target only, a stride per
   // buffer, at least 1 byte for an output (each element writes its own).
   if (batched) {
-    attrs->SetInt("batch_size", 2 + Count(in, jmf::kMaxBatch - 2));
+    const int64_t most = maps > 0 ? std::max<int64_t>(2, jmf::kMaxBatchedTensorMaps / maps) : jmf::kMaxBatch;
+    attrs->SetInt("batch_size", 2 + Count(in, most - 2));
     std::vector<int64_t> strides(num_buffers);
     for (int64_t b = 0; b < num_buffers; ++b) {
       const int64_t least = b < num_inputs ? 0 : 1;
@@ -964,7 +965,9 @@ void CheckSpec(const jmf::LaunchAttributes& a, bool collective, const jmf::Launc
   // buffers.ptrs[buffer]; every driver rule the contract states holds.
   FUZZ_CHECK(s.tensor_maps.size() * jmf::kTensorMapFields == a.tensor_maps.size());
   FUZZ_CHECK(s.tensor_maps.size() <= static_cast<size_t>(jmf::kMaxTensorMaps));
-  FUZZ_CHECK(s.tensor_maps.empty() || s.batch_size == 1);
+  // Under vmap, a descriptor per element and map (call_site.h: TensorMapIndex).
+  FUZZ_CHECK(s.tensor_maps.size() * s.batch_size <= static_cast<size_t>(jmf::kMaxBatchedTensorMaps) ||
+             s.tensor_maps.empty());
   for (const jmf::TensorMapSpec& t : s.tensor_maps) {
     FUZZ_CHECK(t.buffer < s.num_buffers);
     FUZZ_CHECK(t.data_type <= jmf::kMaxTensorMapDataType && t.rank >= 1 && t.rank <= jmf::kMaxTensorRank);
