@@ -12,7 +12,8 @@ kernels/triton_user.py's grouped matmul (@triton.autotune, 6 configs, strides as
   StableHLO's size, the serialized `jax.export` artifact's size, and what the custom call carries.
 - `gpu`: in one process, both sides' results checked against numpy, then GPU time per call (the GPU clock
   around a jitted chain of calls, medians of interleaved rounds) and host cost per call (wall time of a jitted
-  chain of 200 small adds).
+  chain of 200 small adds); then, checked only, the tutorial's softmax, whose output parameter comes before its
+  input (jax-triton binds a kernel's pointers as all inputs, then the outputs).
 
 jax-triton 0.4.1 needs Triton >= 3.7 and jax < 0.12 (it cannot lower under jit with 0.12); where it does not
 import, its columns are n/a. By hand, one side at a time, printing JSON:
@@ -49,6 +50,8 @@ CHAIN = 200                  # adds per jitted chain
 CASES = {"matmul": f"grouped matmul {MATMUL}^3 fp16, @triton.autotune (6 configs)",
          "matmul_one": "the same matmul at its first config (constexprs given, no autotune)",
          "softmax": f"fused softmax {ROWS}x{COLS} fp32, @triton.heuristics",
+         "softmax_output_first": "the same softmax with the output parameter first (the tutorial's order), the "
+                                 "input by keyword",
          "add": f"add one, {ADD} floats"}
 
 
@@ -95,10 +98,18 @@ def call(name: str, jt):
   if name == "softmax":
     rows = jax.ShapeDtypeStruct((ROWS, COLS), jnp.float32)
 
-    def softmax(x):  # output_ptr, the first parameter, is left without an argument
+    def softmax(x):  # output_ptr, after input_ptr, is left without an argument
+      return jt.triton_call(x, input_row_stride=COLS, output_row_stride=COLS, n_rows=ROWS, n_cols=COLS,
+                            kernel=K.softmax_kernel_output_last, out_type=rows, compute_capability=90, grid=(ROWS,),
+                            num_warps=8)
+    return softmax, (rows,)
+  if name == "softmax_output_first":  # the tutorial's order: the output parameter before the input
+    rows = jax.ShapeDtypeStruct((ROWS, COLS), jnp.float32)
+
+    def softmax_output_first(x):  # output_ptr, the first parameter, is left without an argument
       return jt.triton_call(input_ptr=x, input_row_stride=COLS, output_row_stride=COLS, n_rows=ROWS, n_cols=COLS,
                             kernel=K.softmax_kernel, out_type=rows, compute_capability=90, grid=(ROWS,), num_warps=8)
-    return softmax, (rows,)
+    return softmax_output_first, (rows,)
   if name == "add":
     vec = jax.ShapeDtypeStruct((ADD,), jnp.float32)
 
@@ -196,7 +207,43 @@ def jax_triton_versions() -> str:
 
 # ------------------------------------------------------------------ GPU time and host cost
 
+def _ptxas_release(path: str | None) -> tuple[int, int] | None:
+  import re
+  import subprocess
+  try:
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout if path else ""
+  except OSError:
+    return None
+  m = re.search(r"release (\d+)\.(\d+)", out)
+  return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def ptxas_for_jax_triton() -> str:
+  """Puts the ptxas Triton writes its PTX for first on PATH where XLA's would be older; says which one runs.
+
+  jax-triton hands Triton's PTX to XLA, and XLA assembles it with the first ptxas on PATH. Triton writes the
+  newest PTX ISA its own ptxas takes (for sm_90, Triton 3.9's `ptxas-blackwell`, CUDA 13.4: ISA 9.4), which an
+  older CUDA's ptxas refuses ("Unsupported .version"). A jax-triton user must do the same; both sides then
+  assemble the same PTX with the same ptxas.
+  """
+  import shutil
+  import tempfile
+
+  from triton.backends.nvidia.compiler import get_ptxas
+  triton_ptxas = get_ptxas(90).path
+  found = shutil.which("ptxas")
+  theirs, ours = _ptxas_release(found), _ptxas_release(triton_ptxas)
+  show = lambda r: "%d.%d" % r if r else "none"
+  if ours and (theirs is None or theirs < ours):
+    folder = tempfile.mkdtemp(prefix="jmf-ptxas-")  # XLA looks for the name `ptxas`
+    os.symlink(triton_ptxas, os.path.join(folder, "ptxas"))
+    os.environ["PATH"] = folder + os.pathsep + os.environ.get("PATH", "")
+    return f"{show(ours)} (Triton's own, put first on PATH for jax-triton; PATH's was {show(theirs)})"
+  return f"{show(theirs)} (from PATH; Triton's own: {show(ours)})"
+
+
 def _gpu() -> dict:
+  ptxas = ptxas_for_jax_triton()  # before XLA looks for it
   import jax
   import numpy as np
 
@@ -223,13 +270,14 @@ def _gpu() -> dict:
   versions = {"jax": jax.__version__, "triton": metadata.version("triton")}
   if "jax_triton" in sides:
     versions["jax-triton"] = metadata.version("jax-triton")
+    versions["ptxas"] = ptxas
   result = {"cases": {}, "errors": errors, "versions": versions}
   for name in ("matmul", "softmax", "add"):
-    arrays = [jax.device_put(a) for a in inputs[name]]
     want = references[name](*inputs[name])
     timed, checked = {}, {}
     for side, jt in sides.items():
-      try:
+      arrays = [jax.device_put(a) for a in inputs[name]]  # each side its own: a kernel that writes an input
+      try:                                                # must not change the other side's
         fn, _ = call(name, jt)
         got = np.asarray(jax.jit(fn)(*arrays), np.float32)[:want.shape[0]]  # compiles (and autotunes) first
         checked[side] = float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
@@ -242,8 +290,28 @@ def _gpu() -> dict:
         errors[f"{name}/{side}"] = f"{type(e).__name__}: {str(e)[:1500]}"
     seconds = timing.interleaved_samples(timed, 15)
     result["cases"][name] = {"us": {side: s * 1e6 for side, s in seconds.items()}, "max_error": checked}
+  result["output_first"] = _output_first(sides, inputs["softmax"][0], references["softmax"], errors)
   result["host"] = _host_cost(sides, errors)
   return result
+
+
+def _output_first(sides, x, reference, errors) -> dict:
+  """Each side's result for a kernel whose output parameter comes before its input, and whether it wrote the input."""
+  import jax
+  import numpy as np
+
+  want = reference(x)
+  outcome = {}
+  for side, jt in sides.items():
+    fn, _ = call("softmax_output_first", jt)
+    try:
+      buffer = jax.device_put(x)
+      got = np.asarray(jax.jit(fn)(buffer))
+      outcome[side] = {"max_error": float(np.abs(got - want).max() / np.abs(want).max()),
+                       "input_written": not np.array_equal(np.asarray(buffer), x)}
+    except Exception as e:
+      errors[f"softmax_output_first/{side}"] = f"{type(e).__name__}: {str(e)[:1500]}"
+  return outcome
 
 
 def _host_cost(sides, errors) -> dict:
@@ -324,6 +392,13 @@ def tables(results: dict) -> list[str]:
     rows.append([f"host cost per call, jitted chain of {CHAIN} adds (wall us)", sig(theirs) if theirs else "n/a",
                  sig(ours) if ours else "n/a", f"**{fmt(theirs / ours)}x**" if ours and theirs else "n/a"])
     notes = "".join(f"\n- {k}: n/a: {last_line(v)[:200]}" for k, v in gpu_.get("errors", {}).items())
+    for side, label in (("jax_triton", "jax-triton"), ("jmf", "jax_mosaic_ffi")):
+      o = gpu_.get("output_first", {}).get(side)
+      if o:
+        verdict = "right" if o["max_error"] <= 2e-2 else "**wrong**"
+        wrote = ", and it wrote its input" if o["input_written"] else ""
+        notes += (f"\n- {CASES['softmax_output_first']}, through {label}: {verdict} (largest error "
+                  f"{o['max_error']:.1e} of the largest element){wrote}")
     versions = ", ".join(f"{k} {v}" for k, v in gpu_.get("versions", {}).items())
     blocks.append(
         "GPU microseconds per call of the same `triton_call` code through each (the GPU clock around a jitted chain "

@@ -136,10 +136,8 @@ def attention_fwd(Q, K, V, sm_scale, LSE, Out,
 
 # ------------------------------------------------------------------ fused softmax over rows (row strides)
 
-@triton.heuristics({"BLOCK_SIZE": lambda args: triton.next_power_of_2(args["n_cols"])})
 @triton.jit
-def softmax_kernel(output_ptr, input_ptr, input_row_stride, output_row_stride, n_rows, n_cols,
-                   BLOCK_SIZE: tl.constexpr):
+def _softmax_row(output_ptr, input_ptr, input_row_stride, output_row_stride, n_cols, BLOCK_SIZE: tl.constexpr):
   """One program per row: the row is read once, kept in registers, and written once."""
   row = tl.program_id(0)
   cols = tl.arange(0, BLOCK_SIZE)
@@ -147,6 +145,22 @@ def softmax_kernel(output_ptr, input_ptr, input_row_stride, output_row_stride, n
   x = tl.load(input_ptr + row * input_row_stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
   e = tl.exp(x - tl.max(x, axis=0))
   tl.store(output_ptr + row * output_row_stride + cols, e / tl.sum(e, axis=0), mask=mask)
+
+
+@triton.heuristics({"BLOCK_SIZE": lambda args: triton.next_power_of_2(args["n_cols"])})
+@triton.jit
+def softmax_kernel(output_ptr, input_ptr, input_row_stride, output_row_stride, n_rows, n_cols,
+                   BLOCK_SIZE: tl.constexpr):
+  """The tutorial's parameter order: the output first."""
+  _softmax_row(output_ptr, input_ptr, input_row_stride, output_row_stride, n_cols, BLOCK_SIZE)
+
+
+@triton.heuristics({"BLOCK_SIZE": lambda args: triton.next_power_of_2(args["n_cols"])})
+@triton.jit
+def softmax_kernel_output_last(input_ptr, output_ptr, input_row_stride, output_row_stride, n_rows, n_cols,
+                               BLOCK_SIZE: tl.constexpr):
+  """The order jax-triton expects: every array input before the outputs."""
+  _softmax_row(output_ptr, input_ptr, input_row_stride, output_row_stride, n_cols, BLOCK_SIZE)
 
 
 # ------------------------------------------------------------------ layer norm forward and backward
