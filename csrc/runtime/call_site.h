@@ -111,8 +111,12 @@ class CallSite {
   // Where tensor map `m` of batch element `element` is kept in a slot's
   // tensor_maps: a shared input's (batch stride 0) is element 0's.
   size_t TensorMapIndex(size_t m, uint32_t element) const {
-    const bool shared = spec_.batch_size == 1 || spec_.batch_strides[spec_.tensor_maps[m].buffer] == 0;
-    return (shared ? 0 : element) * spec_.tensor_maps.size() + m;
+    return (ElementOffset(spec_.tensor_maps[m].buffer, element) == 0 ? 0 : element) * spec_.tensor_maps.size() + m;
+  }
+  // Bytes from a buffer's vmap batch element 0 to `element` (batch_strides is
+  // empty on an unbatched call; the contract bounds the product).
+  uint64_t ElementOffset(int buffer, uint32_t element) const {
+    return element == 0 ? 0 : element * spec_.batch_strides[buffer];
   }
 
   CUresult LaunchOnce(CUstream stream, const LoadedModule& module, void** params) const;

@@ -64,15 +64,14 @@ ffi::Error CallSite::Launch(CUstream stream, int32_t device, Buffers& buffers) {
   void* originals[kMaxBuffers];
   if (nvshmem_ != nullptr) JMF_RETURN_IF_ERROR(nvshmem_->StageIn(stream, buffers, originals));
   void* params[kMaxParams];
-  ForEachParam(buffers, device, [&](int i, const void* value, size_t) { params[i] = const_cast<void*>(value); });
+  auto point_at = [&](int i, const void* value, size_t) { params[i] = const_cast<void*>(value); };
+  ForEachParam(buffers, device, point_at);
   CUresult result = LaunchOnce(stream, *module, params);
   // vmap: the same launch once per batch element, each with its buffers moved
   // on; the parameters point into `buffers`, so moving them moves the launch.
   for (uint32_t b = 1; b < spec_.batch_size && result == CUDA_SUCCESS; ++b) {
     MoveToNextElement(buffers);
-    if (!spec_.tensor_maps.empty()) {  // and each element has descriptors of its own
-      ForEachParam(buffers, device, [&](int i, const void* value, size_t) { params[i] = const_cast<void*>(value); }, b);
-    }
+    if (!spec_.tensor_maps.empty()) ForEachParam(buffers, device, point_at, b);  // its own descriptors
     result = LaunchOnce(stream, *module, params);
   }
   if (nvshmem_ != nullptr) {

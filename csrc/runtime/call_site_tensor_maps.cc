@@ -28,7 +28,7 @@ ffi::Error CallSite::EncodeTensorMaps(const Buffers& buffers, int32_t device) co
       const size_t index = TensorMapIndex(m, element);
       if (element > 0 && index == m) continue;  // a shared input's map: element 0's
       const TensorMapSpec& t = spec_.tensor_maps[m];
-      const uint64_t offset = element == 0 ? 0 : element * spec_.batch_strides[t.buffer];
+      const uint64_t offset = ElementOffset(t.buffer, element);
       if (encoded[index].address == static_cast<const char*>(buffers.ptrs[t.buffer]) + offset) continue;
       JMF_RETURN_IF_ERROR(EncodeTensorMap(t, m, element, buffers, &encoded[index]));
     }
@@ -38,9 +38,7 @@ ffi::Error CallSite::EncodeTensorMaps(const Buffers& buffers, int32_t device) co
 
 ffi::Error CallSite::EncodeTensorMap(const TensorMapSpec& t, size_t m, uint32_t element, const Buffers& buffers,
                                      EncodedTensorMap* encoded) const {
-  // vmap: element `element` of the buffer starts that many batch strides in
-  // (the contract bounds the strides, the batch and so their product).
-  const uint64_t offset = element == 0 ? 0 : element * spec_.batch_strides[t.buffer];
+  const uint64_t offset = ElementOffset(t.buffer, element);
   const uint64_t bytes = buffers.bytes[t.buffer];
   void* address = static_cast<char*>(buffers.ptrs[t.buffer]) + (offset <= bytes ? offset : 0);
   const bool input = t.buffer < spec_.num_inputs;
