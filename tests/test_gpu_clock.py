@@ -1,6 +1,9 @@
 """GPU time read from the GPU's clock inside a jitted program (transforms/gpu_clock.py), as the autotuner and the
 Triton benchmark time kernels."""
 
+import os
+import subprocess
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,6 +12,7 @@ import pytest
 import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.transforms import gpu_clock
 
+from conftest import NO_NVCC, NVCC
 from hlo_inspect import custom_calls
 
 # Holds its block for `ns` nanoseconds of the GPU's clock, then writes x + 1.
@@ -39,6 +43,22 @@ def test_the_stamps_bracket_the_body_in_the_lowered_program(isolated_disk_cache)
   # clock_before reads the first input; clock_after reads the body's last result (four buffer parameters).
   assert [c["operands"] for c in calls] == [1, 1, 1, 4]
   assert [c["results"] for c in calls] == [1, 1, 1, 1]
+
+
+@pytest.mark.skipif(NVCC is None, reason=NO_NVCC)
+@pytest.mark.parametrize("arch", [80, 90, 100])
+def test_the_stamps_are_ptx_that_ptxas_assembles(tmp_path, arch):
+  """The stamps need no compiler (PTX, as the runtime's own kernels): the driver's assembler must take them, for
+  GPUs before Hopper (no PDL) and from Hopper on (a PDL-safe entry)."""
+  ptxas = os.path.join(os.path.dirname(NVCC), "ptxas")
+  for symbol, reads in (("clock_before", 1), ("clock_after", 4)):
+    text = gpu_clock.stamp_ptx(symbol, reads, arch)
+    assert ("griddepcontrol.wait" in text) == (arch >= 90)
+    source = tmp_path / f"{symbol}{arch}.ptx"
+    source.write_text(text)
+    result = subprocess.run([ptxas, f"-arch=sm_{arch}", str(source), "-o", str(source.with_suffix(".cubin"))],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
 
 
 def test_a_call_repeated_in_one_program_is_made_every_time():

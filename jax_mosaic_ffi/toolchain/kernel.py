@@ -17,6 +17,8 @@ from jax_mosaic_ffi.toolchain.nvrtc import compiler
 from jax_mosaic_ffi.toolchain.nvrtc import program
 
 DEFAULT_ARCH = Arch(90)
+# Programmatic dependent launch (griddepcontrol.wait / launch_dependents): Hopper (sm_90) and newer.
+PDL_MIN_ARCH = 90
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
