@@ -23,7 +23,7 @@ def describe() -> dict:
   info.update(_nvidia_smi())
   info.update(_commit())
   try:
-    from jax_mosaic_ffi.toolchain.nvrtc import compiler
+    from jax_mosaic_ffi.cuda.nvrtc import compiler
     from jax_mosaic_ffi.base import gpu_info
     info["nvrtc"] = "%d.%d" % compiler.nvrtc_version()
     gpus = gpu_info.visible_gpus()

@@ -24,7 +24,8 @@ _versions.check(_core.BUILT_AGAINST["jaxlib"])
 from jax_mosaic_ffi.base import contract  # noqa: F401  (jmf.contract: the target names)
 from jax_mosaic_ffi.base.errors import (AutotuneError, CompileError, CuteUnavailable, LaunchError, NvshmemUnavailable,
                                        TritonUnavailable)
-from jax_mosaic_ffi.toolchain.kernel import Kernel, cubin_kernel, cuda_kernel, ptx_kernel
+from jax_mosaic_ffi.toolchain.kernel import Kernel
+from jax_mosaic_ffi.cuda.kernel import cubin_kernel, cuda_kernel, ptx_kernel
 from jax_mosaic_ffi.call import lowering as _lowering  # noqa: F401  (registers the CUDA lowering)
 from jax_mosaic_ffi.call import registration  # noqa: F401  (jmf.registration.status(), as the docs say)
 from jax_mosaic_ffi.call.collective import Collective

@@ -61,21 +61,21 @@ mutate barrier-in-command-buffer jax_mosaic_ffi/include/jax_mosaic_ffi/collectiv
   's/^__device__ inline void exit_barrier(const CollectiveMetadata\* m) {/&\n  return;/' \
   "tests/test_collectives.py::test_collective_kernels_chained_in_and_out_of_a_command_buffer[command-buffers]"
 # PDL-safe entries no longer wait for the previous kernel (they still let the next one in).
-mutate pdl-wait jax_mosaic_ffi/toolchain/nvrtc/program.py \
+mutate pdl-wait jax_mosaic_ffi/cuda/nvrtc/program.py \
   's|"\\n\\tgriddepcontrol.wait;  // jax_mosaic_ffi: PDL-safe entry"|"\\n\\t// no wait"|' \
   "tests/test_pdl.py::test_a_chain_of_pdl_launches_reads_only_finished_results[stream]"
 # Kernels that manage PDL themselves get the wait added anyway: the negative control must notice it sees no race.
-mutate pdl-negative-control jax_mosaic_ffi/toolchain/nvrtc/program.py \
+mutate pdl-negative-control jax_mosaic_ffi/cuda/nvrtc/program.py \
   's/  if "griddepcontrol" in ptx\[start:end\]:/  if False:/' \
   tests/test_pdl.py::test_the_chain_detects_the_race_when_a_kernel_does_not_wait
 # A PTX module labelled for an arch the GPU cannot JIT.
-mutate ptx jax_mosaic_ffi/toolchain/kernel.py 's/  arch = Arch.parse(ptx_info.target_arch(text) or DEFAULT_ARCH.sm)/  arch = Arch.parse("sm_120")/' \
+mutate ptx jax_mosaic_ffi/cuda/kernel.py 's/  arch = Arch.parse(ptx_info.target_arch(text) or DEFAULT_ARCH.sm)/  arch = Arch.parse("sm_120")/' \
   "tests/test_kernel_formats.py::test_a_ptx_kernel_runs_and_matches_numpy[False]"
 # A cubin labelled for another arch.
-mutate cubin jax_mosaic_ffi/toolchain/kernel.py 's/built.append(Image(ImageKind.CUBIN, Arch.parse(target), data))/built.append(Image(ImageKind.CUBIN, Arch.parse("sm_80"), data))/' \
+mutate cubin jax_mosaic_ffi/cuda/kernel.py 's/built.append(Image(ImageKind.CUBIN, Arch.parse(target), data))/built.append(Image(ImageKind.CUBIN, Arch.parse("sm_80"), data))/' \
   tests/test_kernel_formats.py::test_a_cubin_kernel_runs_and_matches_numpy
 # The portable PTX is not kept.
-mutate portable-ptx jax_mosaic_ffi/toolchain/nvrtc/compiler.py 's/  images.append(Image(ImageKind.PTX, targets\[0\], result\["ptx"\]))/  pass/' \
+mutate portable-ptx jax_mosaic_ffi/cuda/nvrtc/compiler.py 's/  images.append(Image(ImageKind.PTX, targets\[0\], result\["ptx"\]))/  pass/' \
   tests/test_kernel_formats.py::test_the_portable_form_runs_through_the_drivers_jit
 # JAX_MOSAIC_FFI_RECORD=0 is ignored.
 mutate record-off jax_mosaic_ffi/call/registration.py 's/    if os.environ.get(RECORD_ENV, "1") in ("0", "false", "off"):/    if False:/' \

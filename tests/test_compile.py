@@ -8,7 +8,7 @@ import pytest
 import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.base import gpu_info
 from jax_mosaic_ffi.base import module_format
-from jax_mosaic_ffi.toolchain.nvrtc import worker as nvrtc_worker
+from jax_mosaic_ffi.cuda.nvrtc import worker as nvrtc_worker
 from jax_mosaic_ffi.base.module_format import ImageKind
 
 import fresh_process
@@ -123,7 +123,7 @@ def test_a_compile_that_never_ends_is_stopped_and_the_next_one_works(isolated_di
   script = """
       import glob, json, os, tempfile, time
       import jax_mosaic_ffi as jmf, kernel_sources, test_compile
-      from jax_mosaic_ffi.toolchain.nvrtc import worker
+      from jax_mosaic_ffi.cuda.nvrtc import worker
       scratch = os.path.join(tempfile.gettempdir(), "jmf-nvrtc-*")
       start = time.monotonic()
       try:

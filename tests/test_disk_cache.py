@@ -10,9 +10,9 @@ import warnings
 import pytest
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi.toolchain.nvrtc import compiler
+from jax_mosaic_ffi.cuda.nvrtc import compiler
 from jax_mosaic_ffi.base import disk_cache
-from jax_mosaic_ffi.toolchain.nvrtc import compat as nvrtc_compat
+from jax_mosaic_ffi.cuda.nvrtc import compat as nvrtc_compat
 from jax_mosaic_ffi.base.module_format import Arch, ImageKind
 
 import fresh_process
@@ -233,7 +233,7 @@ def test_a_probe_through_a_macro_is_followed_in_a_fresh_process(isolated_disk_ca
 
 
 def test_probes_are_listed_up_to_the_file_they_find(tmp_path, monkeypatch):
-  from jax_mosaic_ffi.toolchain.nvrtc import include_search
+  from jax_mosaic_ffi.cuda.nvrtc import include_search
   for folder in ("a", "b", "c"):
     (tmp_path / folder).mkdir()
   (tmp_path / "b" / "found.h").write_text("")

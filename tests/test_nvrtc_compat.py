@@ -13,8 +13,8 @@ import subprocess
 import pytest
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi.toolchain.nvrtc import compiler
-from jax_mosaic_ffi.toolchain.nvrtc import compat as nvrtc_compat
+from jax_mosaic_ffi.cuda.nvrtc import compiler
+from jax_mosaic_ffi.cuda.nvrtc import compat as nvrtc_compat
 from jax_mosaic_ffi.base.module_format import Arch, ImageKind
 
 from conftest import NO_NVCC, NVCC

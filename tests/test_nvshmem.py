@@ -23,7 +23,7 @@ from jax_mosaic_ffi.base import contract
 from jax_mosaic_ffi.base import module_format
 from jax_mosaic_ffi.base import nvshmem_package
 from jax_mosaic_ffi.call import nvshmem as nvshmem_start
-from jax_mosaic_ffi.toolchain.nvrtc import compiler
+from jax_mosaic_ffi.cuda.nvrtc import compiler
 
 import fresh_process
 from hlo_inspect import custom_calls
@@ -130,7 +130,7 @@ def test_declared_nvshmem_links_a_kernel_without_the_include(nvshmem_cache):
 
 
 def test_the_include_is_detected_in_the_source_and_in_headers():
-  from jax_mosaic_ffi.toolchain.kernel import includes_nvshmem
+  from jax_mosaic_ffi.cuda.kernel import includes_nvshmem
   assert includes_nvshmem("#include <nvshmem.h>\n", None)
   assert includes_nvshmem('  #  include "nvshmemx.h"\n', None)
   assert includes_nvshmem('#include "mine.h"\n', {"mine.h": "#include <nvshmemx.h>\n"})

@@ -16,7 +16,7 @@ from jax_mosaic_ffi.base import gpu_info
 from jax_mosaic_ffi.base.module_format import ImageKind
 from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain import param_types
-from jax_mosaic_ffi.toolchain.nvrtc import program
+from jax_mosaic_ffi.cuda.nvrtc import program
 from jax_mosaic_ffi.transforms import autotune as autotuning
 
 import kernel_sources

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi.toolchain.nvrtc import program as nvrtc_program
+from jax_mosaic_ffi.cuda.nvrtc import program as nvrtc_program
 from jax_mosaic_ffi.base.module_format import ImageKind
 
 import fresh_process

@@ -22,7 +22,8 @@ import numpy as np
 from jax_mosaic_ffi.api import mosaic_kernel
 from jax_mosaic_ffi.call.collective import Collective
 from jax_mosaic_ffi.call.launch_values import cdiv
-from jax_mosaic_ffi.toolchain.kernel import Kernel, cuda_kernel
+from jax_mosaic_ffi.cuda.kernel import cuda_kernel
+from jax_mosaic_ffi.toolchain.kernel import Kernel
 
 SOURCE = r'''
 #include <jax_mosaic_ffi/collective.cuh>

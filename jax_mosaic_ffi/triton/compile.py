@@ -35,8 +35,7 @@ from jax_mosaic_ffi.base.module_format import Image, ImageKind, ParsedModule
 from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain import dump
 from jax_mosaic_ffi.toolchain.compiled import Compiled, param_sizes
-from jax_mosaic_ffi.toolchain.kernel import Kernel
-from jax_mosaic_ffi.toolchain.nvrtc.program import PDL_MIN_ARCH
+from jax_mosaic_ffi.toolchain.kernel import PDL_MIN_ARCH, Kernel
 from jax_mosaic_ffi.triton import descriptors as triton_descriptors
 from jax_mosaic_ffi.triton import specialize as triton_specialize
 from jax_mosaic_ffi.triton.options import TritonOptions

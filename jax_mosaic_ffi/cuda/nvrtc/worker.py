@@ -22,8 +22,8 @@ import threading
 import time
 
 from jax_mosaic_ffi.base import flags
-from jax_mosaic_ffi.toolchain.nvrtc import program
-from jax_mosaic_ffi.toolchain.nvrtc.program import LENGTH, NvrtcFailure, compile_here, write_message
+from jax_mosaic_ffi.cuda.nvrtc import program
+from jax_mosaic_ffi.cuda.nvrtc.program import LENGTH, NvrtcFailure, compile_here, write_message
 
 TIMEOUT_ENV = flags.COMPILE_TIMEOUT_S
 DEFAULT_TIMEOUT_S = 300.0

@@ -34,11 +34,11 @@ from jax_mosaic_ffi.base.paths import DEVICE_INCLUDE_DIR
 from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain import param_types
 from jax_mosaic_ffi.toolchain.compiled import Compiled
-from jax_mosaic_ffi.toolchain.nvrtc import compat
-from jax_mosaic_ffi.toolchain.nvrtc import include_search
-from jax_mosaic_ffi.toolchain.nvrtc import kernel_names
-from jax_mosaic_ffi.toolchain.nvrtc import program
-from jax_mosaic_ffi.toolchain.nvrtc import worker
+from jax_mosaic_ffi.cuda.nvrtc import compat
+from jax_mosaic_ffi.cuda.nvrtc import include_search
+from jax_mosaic_ffi.cuda.nvrtc import kernel_names
+from jax_mosaic_ffi.cuda.nvrtc import program
+from jax_mosaic_ffi.cuda.nvrtc import worker
 
 
 @functools.cache
