@@ -1,9 +1,9 @@
-"""Corpus kernels against XLA: tests/corpus/*.cu through mosaic_kernel under
+"""Corpus kernels against XLA: the CUDA C++ corpus (kernels/corpus/*.cu) through mosaic_kernel under
 jax.jit, each against the same operation written in jax.numpy, at sizes
 typical for it. Informational: no goals read this.
 
-The kernels, their launch recipes and their input makers are the corpus
-cases of tests/test_real_kernels.py, imported, not copied. Those recipes
+The kernels, their launch recipes and their input makers are the cases of
+kernels/cuda_corpus.py, which tests/test_real_kernels.py runs too. Those recipes
 are written for the tests' small shapes, held in module constants (GELU_SHAPE,
 SG_M, ...) that the recipes and input makers read when called; the benchmark
 sets those constants while it builds each program, then puts them back.
@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
-import sys
 import traceback
 
-from benchmarks import REPO, timing
+from benchmarks import timing
 from benchmarks.markdown import failure, fmt, last_line, ratio, sig, table
 from benchmarks.suite import Run
 
@@ -35,14 +33,13 @@ RUNS = (Run("main"),)
 
 CHAIN = 10
 ROUNDS = 20
-TESTS = os.path.join(REPO, "tests")
 
 
 @dataclasses.dataclass(frozen=True)
 class Bench:
   """One corpus case at a benchmark size, and its XLA equivalents."""
 
-  case: str        # the Case's name in tests/test_real_kernels.py
+  case: str        # the Case's name in kernels/cuda_corpus.py
   sizes: dict      # that module's size constants, set while the recipe and inputs are made
   label: str
   size: str        # the size, as the table says it
@@ -141,11 +138,9 @@ def _xla_functions(trk) -> dict:
 # ------------------------------------------------------------------ building the programs
 
 def import_corpus():
-  """tests/test_real_kernels.py, the corpus cases (it imports pytest)."""
-  if TESTS not in sys.path:
-    sys.path.insert(0, TESTS)
-  import test_real_kernels
-  return test_real_kernels
+  """kernels/cuda_corpus.py, the corpus cases (it imports jax: only the child imports it)."""
+  from benchmarks.kernels import cuda_corpus
+  return cuda_corpus
 
 
 @contextlib.contextmanager
@@ -221,10 +216,7 @@ def max_relative_difference(ours, xla) -> float | None:
 def run(rounds: int = ROUNDS, chain: int = CHAIN) -> dict:
   import jax
   import numpy as np
-  try:
-    trk = import_corpus()
-  except ImportError as e:  # pytest is a test extra, not a dependency
-    return {"skipped": f"cannot import tests/test_real_kernels.py, whose corpus cases this runs: {e}"}
+  trk = import_corpus()
   result = {"chain": chain, "rounds": rounds, "rows": {}, "errors": {}}
   rng = np.random.default_rng(0)
   for bench in BENCHES:
@@ -287,13 +279,13 @@ def tables(results: dict) -> list[str]:
       rows.append([*kernel, what, fmt(row["ours_us"], 1), fmt(row["xla_us"], 1),
                    fmt(ratio(row["ours_us"], row["xla_us"])),
                    _rates(row), _agreement(row)])
-  method = (f"Each kernel of tests/corpus runs as tests/test_real_kernels.py launches it (its recipe and input "
-            f"maker, at the size shown), inside jax.jit, against the same operation in jax.numpy. Each side is "
-            f"a chain of {r['chain']} calls on the same inputs with an optimization barrier between calls (no "
-            f"CSE, no fusion across calls); per-call time is the host-timed median of {r['rounds']} chains over "
-            f"{r['chain']}, both sides interleaved. ours / XLA above 1: ours is slower. Rate: TFLOP/s for GEMMs "
-            "and attention (causal: unmasked pairs only), else the least traffic (inputs read once, outputs "
-            "written once) per second. Agree: max |ours - XLA| / max |XLA| over the outputs, "
+  method = (f"Each kernel of the CUDA corpus (benchmarks/kernels/corpus) runs as its case launches it (its "
+            f"recipe and input maker, at the size shown), inside jax.jit, against the same operation in "
+            f"jax.numpy. Each side is a chain of {r['chain']} calls on the same inputs with an optimization "
+            f"barrier between calls (no CSE, no fusion across calls); per-call time is the host-timed median of "
+            f"{r['rounds']} chains over {r['chain']}, both sides interleaved. ours / XLA above 1: ours is slower. "
+            "Rate: TFLOP/s for GEMMs and attention (causal: unmasked pairs only), else the least traffic (inputs "
+            "read once, outputs written once) per second. Agree: max |ours - XLA| / max |XLA| over the outputs, "
             "checked once against a loose tolerance.")
   header = ["kernel", "size", "XLA equivalent", "ours (us/call)", "XLA (us/call)", "ours / XLA",
             "rate, ours / XLA", "agree"]
