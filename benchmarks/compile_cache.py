@@ -53,7 +53,9 @@ s = jmf.kernel_cache_stats()
 import dataclasses, gc, statistics
 import jax.numpy as jnp, numpy as np
 from jax_mosaic_ffi.call import param_types as typed_check
-from jax_mosaic_ffi.call.launch_options import CheckedLaunch, LaunchOptions
+from jax_mosaic_ffi.call.launch_options import LaunchOptions
+from jax_mosaic_ffi.cuda import launch as cuda_launch
+from jax_mosaic_ffi.cuda.options import CudaOptions
 from jax_mosaic_ffi.toolchain import param_types
 untyped = dataclasses.replace(kernel, compiled=dataclasses.replace(kernel.compiled, param_types=None))
 def call_for(k, m):
@@ -69,8 +71,8 @@ for m in range(1, 61):
     start = time.perf_counter()
     call_for(k, m).trace(*avals(m))
     times.append(time.perf_counter() - start)
-  options = LaunchOptions(grid=(1, m), block=256, scalars=(np.int32(m), np.int32(64), np.int32(64)))
-  launch = CheckedLaunch.create(kernel, jax.ShapeDtypeStruct((m, 64), jnp.bfloat16), options, "bench")
+  options = CudaOptions(grid=(1, m), block=256, scalars=(np.int32(m), np.int32(64), np.int32(64)))
+  launch = cuda_launch.checked(kernel, jax.ShapeDtypeStruct((m, 64), jnp.bfloat16), LaunchOptions(), options, "bench")
   spec_avals = [jax.core.ShapedArray(a.shape, a.dtype) for a in avals(m)]
   spec, out, _ = launch.spec(spec_avals, "bench")
   param_types.parsed.cache_clear()

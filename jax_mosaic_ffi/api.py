@@ -1,48 +1,56 @@
 """The public entry points: `mosaic_kernel` (one launch path for every kernel type), the caches' stats.
 
-`mosaic_kernel` builds one `LaunchOptions` from its arguments, picks the path by the kernel's type (a
-compiled `Kernel`, a Triton kernel, or a config space to autotune) and applies sharding once, around
-whichever path it took.
+`mosaic_kernel` takes the options every front end takes (`LaunchOptions`) and the kernel's front end's own
+(its options object), picks the front end from `FRONT_ENDS` by the kernel's type (call/front_end.py: the
+protocol), autotunes when given configs, and applies sharding once, around whichever call it made.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 import jax.export
 
 from jax_mosaic_ffi.base import contract
 from jax_mosaic_ffi.base import disk_cache
-from jax_mosaic_ffi.base import source_location
-from jax_mosaic_ffi.base.errors import LaunchError, who
 from jax_mosaic_ffi.base.native import core
-from jax_mosaic_ffi.call import fallback as fallback_lib
-from jax_mosaic_ffi.call import primitive
-from jax_mosaic_ffi.call.collective import Collective
-from jax_mosaic_ffi.call.launch_options import CheckedLaunch, LaunchOptions
-from jax_mosaic_ffi.cute import launch as cute_launch
-from jax_mosaic_ffi.cute.kernel import CuteFunction
+from jax_mosaic_ffi.call.front_end import FrontEnd
+from jax_mosaic_ffi.call.launch_options import LaunchOptions
+from jax_mosaic_ffi.cuda import front_end as cuda_front_end
+from jax_mosaic_ffi.cute import front_end as cute_front_end
 from jax_mosaic_ffi.toolchain import compile_cache
-from jax_mosaic_ffi.toolchain.kernel import Kernel
 from jax_mosaic_ffi.transforms import autotune as autotune_lib
 from jax_mosaic_ffi.transforms import sharding as sharding_lib
-from jax_mosaic_ffi.triton import decorated as triton_decorated
-from jax_mosaic_ffi.triton import launch as triton_launch
-from jax_mosaic_ffi.triton import tensor_descriptor
-from jax_mosaic_ffi.triton.compile import TritonKernel
-from jax_mosaic_ffi.triton.kernel import TritonFunction
+from jax_mosaic_ffi.triton import front_end as triton_front_end
+
+# The front ends, one line each (docs/architecture.md, "The front-end protocol"): a kernel is launched by the one
+# whose kernel types hold its type, the nearest in its class's order (a TritonKernel is a Kernel, and Triton's).
+FRONT_ENDS: tuple[FrontEnd, ...] = (
+    cuda_front_end.FRONT_END,
+    triton_front_end.FRONT_END,
+    cute_front_end.FRONT_END,
+)
+
+_BY_TYPE = {kernel_type: front_end for front_end in FRONT_ENDS for kernel_type in front_end.kernel_types}
+# Each front-end keyword of mosaic_kernel, with its default where a front end takes it: a keyword left at it is
+# not refused by a front end that does not take it.
+_DEFAULTS = {field.name: field.default for front_end in FRONT_ENDS for field in dataclasses.fields(front_end.options)}
 
 
-def mosaic_kernel(kernel: Kernel, out_shape, *, grid=None, block=None, cluster=None, smem_bytes=0,
-                  uses_pdl: bool | None = None, scalars=(),
-                  input_output_aliases: Mapping[int, int] | None = None,
-                  param_order: Sequence[str] | None = None,
-                  collective: Collective | None = None,
-                  batch_grid_axis: str | None = None, fallback: Callable | None = None,
-                  sharding=None, scratch_bytes=0, zero_scratch: bool = False, zero_outputs=(),
-                  configs=None, autotune_key=None, autotune_default=None, has_side_effect: bool = False,
-                  cost_estimate: Mapping[str, Any] | None = None) -> Callable[..., Any]:
+def front_end_of(kernel) -> FrontEnd:
+  """The front end that launches ``kernel``, by its type."""
+  for kernel_type in type(kernel).__mro__:
+    if kernel_type in _BY_TYPE:
+      return _BY_TYPE[kernel_type]
+  makers = ", ".join(maker for front_end in FRONT_ENDS for maker in front_end.makers)
+  raise TypeError(f"mosaic_kernel needs a Kernel from {makers}, got {type(kernel).__name__}")
+
+
+def mosaic_kernel(kernel, out_shape, *, input_output_aliases: Mapping[int, int] | None = None,
+                  fallback: Callable | None = None, sharding=None, zero_outputs=(), has_side_effect: bool = False,
+                  cost_estimate: Mapping[str, Any] | None = None, configs=None, autotune_key=None,
+                  autotune_default=None, **options) -> Callable[..., Any]:
   """Returns a function that launches ``kernel`` on its input arrays, inside ``jax.jit`` or outside.
 
   The kernel's parameters are, in order: one pointer per input, one pointer
@@ -75,6 +83,12 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid=None, block=None, cluster=N
     ...                           fallback=lambda x: 3.0 * x)
     >>> jax.jit(scale)(jnp.ones(1000))[:3].tolist()
     [3.0, 3.0, 3.0]
+
+  Each front end takes, besides the options every front end takes, options of its own (``**options``): a CUDA
+  kernel's are ``grid``, ``block``, ``cluster``, ``smem_bytes``, ``uses_pdl``, ``scalars``, ``param_order``,
+  ``collective``, ``batch_grid_axis``, ``scratch_bytes`` and ``zero_scratch``; a Triton kernel's ``grid``,
+  ``scalars``, ``uses_pdl`` and ``param_order``; a CuTe DSL launcher has none. Another front end's option is
+  refused by name, saying what to do instead.
 
   Args:
     kernel: from `cuda_kernel`, `ptx_kernel`, `cubin_kernel`, `triton_kernel` or `cute_kernel`.
@@ -130,68 +144,26 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid=None, block=None, cluster=N
     LaunchError: an option out of range or a parameter that does not match, naming the call site, the
       kernel and what to change (at this call for fixed values, when the call is traced for callables).
   """
-  options = LaunchOptions(
-      grid=grid, block=block, cluster=cluster, smem_bytes=smem_bytes, uses_pdl=uses_pdl, scalars=scalars,
-      input_output_aliases=input_output_aliases, param_order=param_order, collective=collective,
-      batch_grid_axis=batch_grid_axis, fallback=fallback, sharding=sharding, scratch_bytes=scratch_bytes,
-      zero_scratch=zero_scratch, zero_outputs=zero_outputs, has_side_effect=has_side_effect,
-      cost_estimate=cost_estimate)
-  if isinstance(kernel, TritonFunction) and kernel.decorators:  # @triton.autotune / @triton.heuristics
-    if configs is not None or autotune_key is not None or autotune_default is not None:
-      raise ValueError(f"mosaic_kernel '{kernel.name}': the kernel's @triton.autotune/@triton.heuristics choose its "
-                       "configs; configs=, autotune_key= and autotune_default= are for an undecorated kernel")
-    call = triton_decorated.launcher(kernel, out_shape, dataclasses.replace(options, sharding=None))
-    name = f"mosaic_kernel '{kernel.name}'"
-  elif configs is not None:
-    call = _tuned(kernel, out_shape, configs, autotune_key, autotune_default, options)
-    name = _tuned_name(kernel)
+  front_end = front_end_of(kernel)
+  unknown = sorted(options.keys() - _DEFAULTS.keys())
+  if unknown:
+    raise TypeError(f"mosaic_kernel() got an unexpected keyword argument {unknown[0]!r}")
+  made = f"mosaic_kernel '{getattr(kernel, 'name', kernel)}'"
+  own = front_end.options_of(options, _DEFAULTS, made)
+  launch = LaunchOptions(input_output_aliases=input_output_aliases, fallback=fallback, sharding=sharding,
+                         zero_outputs=zero_outputs, has_side_effect=has_side_effect, cost_estimate=cost_estimate)
+  if configs is not None or autotune_key is not None or autotune_default is not None:
+    front_end.check_tunable(kernel, made, configs)
+  if configs is None:
+    call = front_end.launcher(kernel, out_shape, launch, own)
+    name = made
   else:
-    call = _launcher(kernel, out_shape, options)
-    name = f"mosaic_kernel '{kernel.name}'"
+    # Each config's call without the sharding, which goes around the tuned call.
+    per_config = dataclasses.replace(launch, sharding=None)
+    name = f"mosaic_kernel {getattr(kernel, 'name', kernel)!s}"
+    call = autotune_lib.Autotuned(lambda meta: front_end.launcher(kernel, out_shape, per_config, own, meta), configs,
+                                  key=autotune_key, default=autotune_default, name=name)
   return call if sharding is None else sharding_lib.sharded(call, sharding, name=name)
-
-
-def _launcher(kernel, out_shape, options: LaunchOptions, meta: Mapping[str, Any] | None = None) -> Callable[..., Any]:
-  """The call of one kernel, by its type; without the sharding, which `mosaic_kernel` applies. ``meta``: an
-  autotuning config's values, which a CUDA kernel's launch callables get first."""
-  if isinstance(kernel, CuteFunction):  # compiled per specialization; its host function launches
-    return cute_launch.launcher(kernel, out_shape, options)
-  if options.grid is None:
-    raise LaunchError(f"mosaic_kernel '{getattr(kernel, 'name', kernel)}': grid= is required (only a CuTe DSL "
-                      "launcher picks its own)")
-  if isinstance(kernel, (TritonKernel, TritonFunction)):  # launch options from Triton's compiled metadata
-    return triton_launch.launcher(kernel, out_shape, options)
-  where = who(kernel, source_location.current()) if isinstance(kernel, Kernel) else ""
-  if any(isinstance(e, tensor_descriptor.TensorDescriptor) for e in options.param_order or ()):
-    raise LaunchError(f"{where}: jmf.TensorDescriptor is a Triton kernel's parameter; a CUDA kernel takes a TMA "
-                      "descriptor as jmf.TensorMap(operand, box=...)")
-  if options.block is None and isinstance(kernel, Kernel):
-    raise LaunchError(f"{where}: block (threads per block) is required")
-  launch = CheckedLaunch.create(kernel, out_shape, options, where, meta)
-  fallback = fallback_lib.create(options.fallback, where)
-  if options.sharding is not None:
-    sharding_lib.check_per_shard(launch, where)
-  return primitive.kernel_call(launch, fallback)
-
-
-def _tuned_name(kernel) -> str:
-  return f"mosaic_kernel {getattr(kernel, 'name', kernel)!s}"
-
-
-def _tuned(kernel, out_shape, configs, key, default, options: LaunchOptions) -> autotune_lib.Autotuned:
-  """`mosaic_kernel(kernel, ..., configs=[...])`: an `Autotuned` over the configs, each config's call
-  made by `_launcher` (the sharding goes around the tuned call, not each config's)."""
-  if isinstance(kernel, TritonKernel):
-    raise ValueError(f"mosaic_kernel '{kernel.name}': configs= needs the kernel uncompiled; make it with "
-                     "jmf.triton_kernel(fn) without signature=, so each config compiles its own")
-  per_config = dataclasses.replace(options, sharding=None)
-
-  def factory(meta):
-    if isinstance(kernel, (CuteFunction, TritonFunction)):  # a config is constexprs (and options) of the kernel
-      return _launcher(kernel.with_meta(meta), out_shape, per_config)
-    return _launcher(kernel, out_shape, per_config, meta)
-
-  return autotune_lib.Autotuned(factory, configs, key=key, default=default, name=_tuned_name(kernel))
 
 
 @dataclasses.dataclass(frozen=True)

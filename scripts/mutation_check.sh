@@ -85,15 +85,15 @@ mutate triton-autotune-untimed jax_mosaic_ffi/triton/decorated.py \
   's/    if len(metas) == 1:  # heuristics only, or one config left: nothing to time/    if True:/' \
   tests/test_triton_decorators.py::test_tutorial_grouped_matmul_autotuned_with_strides_matches_numpy
 # reset_to_zero no longer zeroes: the split-K atomics add into the poisoned output.
-mutate triton-reset-to-zero jax_mosaic_ffi/triton/decorated.py 's/        zero.append(index)/        pass/' \
+mutate triton-reset-to-zero jax_mosaic_ffi/triton/decorated.py 's/        zero.append(ref.index)/        pass/' \
   tests/test_triton_decorators.py::test_reset_to_zero_makes_the_atomic_split_k_matmul_right
 # The in-place buffer loses its alias: the kernel writes the caller's input, the output stays poisoned.
 mutate triton-restore-value jax_mosaic_ffi/triton/decorated.py \
-  's/scalars=scalars, zero_outputs=zero_outputs, sharding=None)/scalars=scalars, zero_outputs=zero_outputs, sharding=None, input_output_aliases=None)/' \
+  's/replace(self.launch, zero_outputs=zero_outputs, sharding=None)/replace(self.launch, zero_outputs=zero_outputs, sharding=None, input_output_aliases=None)/' \
   tests/test_triton_decorators.py::test_restore_value_timing_never_writes_the_callers_arrays
 # Heuristics see each scalar halved: BLOCK = next_power_of_2(n_cols / 2) covers part of each row.
 mutate triton-heuristics-args jax_mosaic_ffi/triton/decorated.py \
-  's/        named\[param\] = np.asarray(values\[index\]).item()/&  \/\/ 2/' \
+  's/        return np.asarray(values\[ref.index\]).item()/&  \/\/ 2/' \
   tests/test_triton_decorators.py::test_heuristics_softmax_matches_numpy
 # early_config_prune ignored: the 300-element call times three configs instead of launching the one left.
 mutate triton-prune jax_mosaic_ffi/triton/decorated.py \
@@ -101,7 +101,7 @@ mutate triton-prune jax_mosaic_ffi/triton/decorated.py \
   tests/test_triton_decorators.py::test_heuristics_over_autotune_with_pruning_match_numpy
 # Heuristics below @triton.autotune no longer see the config: the README's EVEN cannot read BLOCK.
 mutate triton-heuristics-order jax_mosaic_ffi/triton/decorated.py \
-  's/_heuristics(layer, args.named, meta, passed, where)/_heuristics(layer, args.named, base.meta, passed, where)/' \
+  's/_heuristics(layer, args.named, meta, passed, where)/_heuristics(layer, args.named, self.base.meta, passed, where)/' \
   tests/test_triton_decorators.py::test_the_readme_example_runs
 # Triton's descriptors encoded without the swizzle its metadata asks for: the dot reads its tiles scrambled.
 mutate descriptor-swizzle jax_mosaic_ffi/triton/tensor_descriptor.py \

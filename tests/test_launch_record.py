@@ -2,6 +2,7 @@
 contract, the C++ reader and the docs" true (CONTRIBUTING.md). No GPU needed."""
 
 import dataclasses
+import inspect
 import json
 
 import jax
@@ -10,8 +11,12 @@ import numpy as np
 import pytest
 
 import jax_mosaic_ffi as jmf
+from jax_mosaic_ffi import api
 from jax_mosaic_ffi.call import launch_values
 from jax_mosaic_ffi.call.launch_options import LaunchOptions
+from jax_mosaic_ffi.cuda.options import CudaOptions
+from jax_mosaic_ffi.cute.options import CuteOptions
+from jax_mosaic_ffi.triton.launch_options import TritonLaunchOptions
 from jax_mosaic_ffi.call.launch_spec import LaunchSpec
 from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
 
@@ -54,6 +59,24 @@ def test_side_effects_and_a_cost_estimate_are_part_of_the_lowered_call(isolated_
       jmf.mosaic_kernel(kernel, X, grid=4, block=256, cost_estimate={"flops": absurd})
 
 
+def front_end_keywords() -> set[str]:
+  """Every keyword of mosaic_kernel that some front end takes beyond the shared ones (its options object's)."""
+  return {field.name for front_end in api.FRONT_ENDS for field in dataclasses.fields(front_end.options)}
+
+
+def test_the_shared_options_are_what_every_front_end_takes():
+  shared = {field.name for field in dataclasses.fields(LaunchOptions)}
+  assert shared == {"input_output_aliases", "fallback", "sharding", "zero_outputs", "has_side_effect",
+                    "cost_estimate"}
+  # mosaic_kernel's own keywords are the shared ones, the autotuning ones and the front ends' (**options).
+  parameters = inspect.signature(jmf.mosaic_kernel).parameters
+  assert set(parameters) - {"kernel", "out_shape", "options"} == shared | {"configs", "autotune_key",
+                                                                            "autotune_default"}
+  assert {f.name for f in dataclasses.fields(CudaOptions)} == front_end_keywords()  # the widest front end
+  with pytest.raises(TypeError, match="unexpected keyword argument 'blok'"):
+    jmf.mosaic_kernel(jmf.cuda_kernel(kernel_sources.ADD, "add"), X, grid=1, blok=128)
+
+
 def test_a_triton_kernel_refuses_each_option_it_does_not_take(isolated_disk_cache):
   import triton_required
   triton_required.import_triton()
@@ -61,14 +84,12 @@ def test_a_triton_kernel_refuses_each_option_it_does_not_take(isolated_disk_cach
   kernel = jmf.triton_kernel(ts.add, constexprs={"BLOCK": 1024})
   given = {"block": 128, "cluster": 2, "smem_bytes": 16, "collective": jmf.Collective("x"),
            "batch_grid_axis": "x", "scratch_bytes": 8, "zero_scratch": True}
-  taken = {"grid", "scalars", "uses_pdl", "input_output_aliases", "param_order", "fallback", "sharding",
-           "zero_outputs", "has_side_effect", "cost_estimate"}
-  for field in dataclasses.fields(LaunchOptions):
-    if field.name in taken:
-      continue
+  taken = {"grid", "scalars", "uses_pdl", "param_order"}
+  assert {f.name for f in dataclasses.fields(TritonLaunchOptions)} == taken
+  for name in front_end_keywords() - taken:
     # An option without a value here (a new one) is refused all the same, by its name.
-    with pytest.raises(jmf.LaunchError, match=f"a Triton kernel takes no {field.name}"):
-      jmf.mosaic_kernel(kernel, X, grid=1, **{field.name: given.get(field.name, object())})
+    with pytest.raises(jmf.LaunchError, match=f"a Triton kernel takes no {name}"):
+      jmf.mosaic_kernel(kernel, X, grid=1, **{name: given.get(name, object())})
 
 
 def test_a_cute_launcher_refuses_each_option_it_does_not_take(isolated_disk_cache):
@@ -78,16 +99,30 @@ def test_a_cute_launcher_refuses_each_option_it_does_not_take(isolated_disk_cach
   given = {"grid": 4, "block": 128, "cluster": 2, "smem_bytes": 16, "uses_pdl": True, "scalars": (np.int32(1),),
            "param_order": ("in0", "out0"), "collective": jmf.Collective("x"), "batch_grid_axis": "x",
            "scratch_bytes": 8, "zero_scratch": True}
-  taken = {"input_output_aliases", "fallback", "sharding", "zero_outputs"}
-  for field in dataclasses.fields(LaunchOptions):
-    if field.name in taken:
-      continue
+  assert not dataclasses.fields(CuteOptions)  # it takes the shared options alone
+  for name in front_end_keywords():
     # An option without a value here (a new one) is refused all the same, by its name.
-    with pytest.raises(jmf.LaunchError, match=f"a CuTe DSL launcher takes no {field.name}"):
-      jmf.mosaic_kernel(kernel, X, **{field.name: given.get(field.name, object())})
-  # What it takes reaches the launch it resolves: its host function's arguments are in the identity.
-  spec = spec_of(jmf.mosaic_kernel(kernel, X, zero_outputs=True), X)
-  assert spec.host_args and spec.identity()["host_args"] == spec.host_args and spec.zero_outputs == (0,)
+    with pytest.raises(jmf.LaunchError, match=f"a CuTe DSL launcher takes no {name}"):
+      jmf.mosaic_kernel(kernel, X, **{name: given.get(name, object())})
+  # What it takes reaches the launch it resolves: its host function's arguments are in the identity, and the
+  # shared options every front end takes are its too.
+  spec = spec_of(jmf.mosaic_kernel(kernel, X, zero_outputs=True, has_side_effect=True,
+                                   cost_estimate={"flops": 1024}), X)
+  assert spec.extension.host_args and spec.identity()["extension"]["host_args"] == spec.extension.host_args
+  assert spec.zero_outputs == (0,) and spec.has_side_effect and spec.cost_estimate == '{"flops": 1024}'
+  assert spec.target == jmf.contract.CUTE_TARGET and spec.param_order == ()
+
+
+def test_each_front_end_is_one_line_of_the_table_and_names_its_image_kinds(isolated_disk_cache):
+  by_name = {front_end.name: front_end for front_end in api.FRONT_ENDS}
+  assert len(by_name) == len(api.FRONT_ENDS)
+  cuda = api.front_end_of(jmf.cuda_kernel(kernel_sources.ADD, "add", targets="sm_90"))
+  assert cuda is by_name["a CUDA kernel"]
+  kernel = jmf.cuda_kernel(kernel_sources.ADD, "add", targets="sm_90")
+  assert {image.kind for image in kernel.images} <= set(cuda.image_kinds)
+  with pytest.raises(TypeError, match=r"needs a Kernel from cuda_kernel, ptx_kernel, cubin_kernel, triton_kernel, "
+                                      r"cute_kernel, got str"):
+    api.front_end_of("add")
 
 
 def test_one_normaliser_for_a_value_or_a_callable():

@@ -31,10 +31,8 @@ CUTE_NOGRAPH_TARGET = "jax_mosaic_ffi_cute_nograph_v1"
 ALL_TARGETS = (LAUNCH_TARGET, COLLECTIVE_TARGET, NVSHMEM_TARGET, LAUNCH_TARGET_V2, CUTE_TARGET, CUTE_NOGRAPH_TARGET)
 
 
-def target_name(*, collective: bool, nvshmem: bool = False, programs: bool = False, host: bool = False,
-                graph: bool = True) -> str:
-  if host:
-    return CUTE_TARGET if graph else CUTE_NOGRAPH_TARGET
+def target_name(*, collective: bool, nvshmem: bool = False, programs: bool = False) -> str:
+  """The target of a kernel launched with its parameters (a launch extension names its own target)."""
   if nvshmem:
     return NVSHMEM_TARGET  # NVSHMEM calls with programs are refused before lowering (launch_options.py)
   if programs:

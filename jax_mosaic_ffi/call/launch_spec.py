@@ -10,11 +10,13 @@ from typing import Any
 
 import numpy as np
 
+from jax_mosaic_ffi.base import contract
 from jax_mosaic_ffi.base import gpu_info
 from jax_mosaic_ffi.base.errors import LaunchError, who
 from jax_mosaic_ffi.base.native import core
 from jax_mosaic_ffi.call import param_types
 from jax_mosaic_ffi.call.collective import Collective
+from jax_mosaic_ffi.call.launch_extension import LaunchExtension
 from jax_mosaic_ffi.call.tensor_map import TensorMap
 from jax_mosaic_ffi.toolchain.kernel import Kernel
 
@@ -65,10 +67,9 @@ class LaunchSpec:
   # jax.export with shape polymorphism: the grid axes and integer scalars computed at run time from the
   # buffers' shapes (launch_programs.py; contract v2). `grid` and `scalar_data` then hold placeholders.
   launch_programs: tuple[int, ...] = ()
-  # A CuTe DSL kernel (the CuTe target): its host function's arguments after the stream, (kind, buffer,
-  # dimension) each, and whether XLA may put the call in a CUDA graph (cute_call's allow_cuda_graph).
-  host_args: tuple[int, ...] = ()
-  host_graph: bool = True
+  # What a front end adds to the launch, for a module whose entry is not a kernel launched with parameters
+  # (launch_extension.py): its custom-call target and the attributes only that target reads. None: a kernel.
+  extension: LaunchExtension | None = None
   # Each buffer's physical layout (inputs, then outputs) as XLA's minor-to-major dimension list, of the buffer
   # as bound (a CuTe DSL tensor's TensorSpec.layout); the lowering asks XLA for it, which inserts any copies.
   # None: every buffer row-major, the common case. Part of the lowered call, not of the contract's attributes.
@@ -93,6 +94,8 @@ class LaunchSpec:
     for field in dataclasses.fields(self):
       if field.metadata.get("launched", True):
         value = getattr(self, field.name)
+        if isinstance(value, LaunchExtension):
+          value = {"kind": type(value).__name__, **value.identity()}
         launch[field.name] = value.hex() if isinstance(value, bytes) else value
     return launch
 
@@ -107,6 +110,15 @@ class LaunchSpec:
       extra = rank - len(layout)
       out.append([d + extra for d in layout] + list(reversed(range(extra))))
     return out
+
+  @property
+  def target(self) -> str:
+    """The custom-call target this call is lowered to (base/contract.py)."""
+    if self.extension is not None:
+      return self.extension.target()
+    return contract.target_name(collective=self.collective_target,
+                                nvshmem=self.collective is not None and self.collective.nvshmem,
+                                programs=bool(self.launch_programs))
 
   @property
   def collective_target(self) -> bool:
@@ -160,8 +172,8 @@ class LaunchSpec:
       attributes["launch_programs"] = list(self.launch_programs)
     if self.cost_estimate is not None:
       attributes["cost_estimate_json"] = self.cost_estimate
-    if self.host_args:
-      attributes["host_args"] = list(self.host_args)
+    if self.extension is not None:
+      attributes.update(self.extension.attributes())
     if self.batch_size > 1 and self.batch_grid_axis is None:
       attributes["batch_size"] = self.batch_size
       attributes["batch_strides"] = list(self.batch_strides)

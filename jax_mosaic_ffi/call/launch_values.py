@@ -6,7 +6,6 @@ caller says where (`errors.who`) for the message.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import json
 import math
@@ -226,23 +225,13 @@ def scratch_bytes(value, where: str) -> int:
 
 def left_out(value, default) -> bool:
   """Whether an option is at its default (None, False, nothing for a sequence, 0 for a size): what a front end
-  that does not take it lets pass, refusing any other value by the option's name."""
+  that does not take it lets pass, refusing any other value by the option's name (call/front_end.py)."""
   if value is None or value is False:
     return True
   if isinstance(default, tuple) and isinstance(value, (tuple, list)):
     return not value
   return (isinstance(default, int) and not isinstance(value, (bool, np.bool_)) and isinstance(value, numbers.Number)
           and value == default)
-
-
-def refuse_untaken(options, taken, refused: Mapping[str, str], made: str, front_end: str) -> None:
-  """Refuses, by name, every field of the launch `options` (a LaunchOptions) that a front end does not take
-  (`taken`) and that is not left at its default: with why and what instead where `refused` says, so an option
-  added to LaunchOptions is refused by each front end until it gives it a meaning (CONTRIBUTING.md)."""
-  for field in dataclasses.fields(options):
-    if field.name not in taken and not left_out(getattr(options, field.name), field.default):
-      why = refused.get(field.name, f"{field.name}: it has no meaning for {front_end} yet")
-      raise LaunchError(f"{made}: {front_end} takes no {why}")
 
 
 def flag(value, what: str, where: str) -> bool:

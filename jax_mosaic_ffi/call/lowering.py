@@ -15,7 +15,6 @@ from jax._src import core
 from jax._src.interpreters import mlir
 from jax._src.lib.mlir import ir
 
-from jax_mosaic_ffi.base import contract
 from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.base.errors import LaunchError, who
 from jax_mosaic_ffi.call import collective as collective_lib
@@ -116,10 +115,7 @@ def _cuda_lowering(ctx, *operands, kernel: Kernel, out_avals, spec: LaunchSpec):
                      for a in out_avals]
   layouts = spec.minor_to_major([len(a.shape) for a in (*ctx.avals_in, *out_avals)])
   op = mlir.custom_call(
-      contract.target_name(collective=spec.collective_target,
-                           nvshmem=spec.collective is not None and spec.collective.nvshmem,
-                           programs=bool(spec.launch_programs), host=bool(spec.host_args),
-                           graph=spec.host_graph),
+      spec.target,
       result_types=[mlir.aval_to_ir_type(ctx.module_context, a) for a in out_avals],
       operands=list(operands),
       backend_config={name: _ir_attribute(name, value) for name, value in attributes.items()},

@@ -146,25 +146,11 @@ def _batching_rule(args, dims, *, kernel, out_avals, spec):
   strides = [0 if (d is None and not b and i not in aliased) else _element_bytes(a, total)
              for i, (a, d, b) in enumerate(zip(new_args, dims, inner_batched))]
   strides += [_element_bytes(a, total) for a in new_out_avals]
-  if spec.host_args:  # a CuTe DSL kernel was compiled taking each buffer as aligned as XLA aligns it
-    misaligned = [b for b, s in enumerate(strides) if s % kernel.buffer_alignment]
-    if misaligned:
-      b = misaligned[0]
-      what = f"input {b}" if b < len(args) else f"output {b - len(args)}"
-      raise LaunchError(
-          f"{where}: under vmap each batch element of {what} starts {strides[b]} bytes after the last, not a "
-          f"multiple of the {kernel.buffer_alignment} bytes the CuTe DSL kernel assumes its buffers are aligned "
-          "to (TensorSpec.ptr_assumed_align). Lower it in the spec, or call the kernel in a lax.map")
-  for k in kernel.aligned_params:
-    buffer = spec.param_order[k] if k < len(spec.param_order) else -1
-    if buffer >= 0 and strides[buffer] % ASSUMED_ALIGNMENT:
-      what = f"input {buffer}" if buffer < len(args) else f"output {buffer - len(args)}"
-      raise LaunchError(
-          f"{where}: under vmap each batch element of {what} starts {strides[buffer]} bytes after the last, not a "
-          f"multiple of {ASSUMED_ALIGNMENT}, but the kernel was compiled taking its parameter {k} as "
-          f"{ASSUMED_ALIGNMENT}-byte aligned (Triton's launcher specializes pointers on alignment). Mark that "
-          "parameter do_not_specialize_on_alignment in @triton.jit, or give each element a multiple of "
-          f"{ASSUMED_ALIGNMENT} bytes")
+  # What the compiled code assumes of its buffers' addresses (a front end's kernel says), which each batch
+  # element's offset must keep.
+  misaligned = kernel.batch_misalignment(tuple(strides), spec.param_order, len(args))
+  if misaligned:
+    raise LaunchError(f"{where}: under vmap {misaligned}")
   if total == 0:
     outs = [jnp.zeros(a.shape, a.dtype) for a in new_out_avals]
   else:
@@ -174,10 +160,6 @@ def _batching_rule(args, dims, *, kernel, out_avals, spec):
     outs = mosaic_kernel_p.bind(*new_args, kernel=kernel, out_avals=new_out_avals, spec=batched)
   outs = [o.reshape((size, inner, *shape)) if inner > 1 else o for o, shape in zip(outs, per_element_out)]
   return outs, [0] * len(outs)
-
-
-# What a Triton alignment hint (tt.divisibility 16 on a pointer) promises.
-ASSUMED_ALIGNMENT = 16
 
 
 def _element_bytes(aval, batch: int) -> int:

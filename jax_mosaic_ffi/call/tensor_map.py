@@ -32,6 +32,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax_mosaic_ffi.call import operands
+from jax_mosaic_ffi.call.operands import Kind, Operand
+
 # CUtensorMapDataType for each element kind and width: (kind, itemsize) -> value.
 _DATA_TYPES = {
     ("u", 1): 0, ("i", 1): 0, ("b", 1): 0, ("f", 1): 0,  # 8-bit ints, bool, fp8: bytes
@@ -130,11 +133,16 @@ class TensorMap:
   shape: tuple[int, ...] | None = None
   strides: tuple[int, ...] | None = None
   round_f32_to_tf32: bool = False
+  # The operand, read once: the input or output the name refers to (an `Operand` given for the name is taken).
+  ref: Operand = dataclasses.field(init=False, repr=False, compare=False)
 
   def __post_init__(self):
-    where = f"TensorMap({self.operand!r})"
-    if not isinstance(self.operand, str) or not self.operand.startswith(("in", "out")):
+    ref = self.operand if isinstance(self.operand, Operand) else operands.parse(self.operand)
+    if ref is None or ref.kind not in (Kind.IN, Kind.OUT):
       raise ValueError(f"TensorMap: operand must name an input or output like 'in0' or 'out0', got {self.operand!r}")
+    object.__setattr__(self, "operand", str(ref))
+    object.__setattr__(self, "ref", ref)
+    where = f"TensorMap({self.operand!r})"
     object.__setattr__(self, "box", _ints(self.box, "box", where))
     if self.element_strides is not None:
       object.__setattr__(self, "element_strides", _ints(self.element_strides, "element_strides", where))

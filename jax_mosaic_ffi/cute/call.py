@@ -21,6 +21,7 @@ from jax_mosaic_ffi.cute import aliases as aliases_lib
 from jax_mosaic_ffi.cute import dsl
 from jax_mosaic_ffi.cute import launch as cute_launch
 from jax_mosaic_ffi.cute.kernel import CuteFunction
+from jax_mosaic_ffi.cute.options import CuteOptions
 
 
 def _name(fn) -> str:
@@ -148,8 +149,8 @@ def cute_call(fn: Callable[..., None], *, output_shape_dtype: Any = None, input_
                                    f"{source_location.current()}")
     target = dataclasses.replace(kernel, input_tree=in_tree, input_present=present,
                                  output_tree=jax.tree_util.tree_structure(resolved.launcher_outputs))
-    options = LaunchOptions(grid=None, input_output_aliases=resolved.flat)
-    results = cute_launch.launcher(target, list(out_leaves), options)(*arrays)
+    options = LaunchOptions(input_output_aliases=resolved.flat)
+    results = cute_launch.launcher(target, list(out_leaves), options, CuteOptions())(*arrays)
     output = jax.tree_util.tree_unflatten(out_tree, list(results) if isinstance(results, (tuple, list)) else [results])
     return output if multiple else output[0]
 

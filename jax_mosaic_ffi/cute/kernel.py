@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from jax_mosaic_ffi.toolchain.kernel import Kernel
+from jax_mosaic_ffi.toolchain.kernel import Kernel, buffer_name
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -17,9 +17,15 @@ class CuteKernel(Kernel):
   host_args: tuple[int, ...] = ()
   alignment: int = 256  # the largest address alignment its tensors assume (TensorSpec.ptr_assumed_align)
 
-  @property
-  def buffer_alignment(self) -> int:
-    return self.alignment
+  def batch_misalignment(self, strides, param_order, num_inputs) -> str | None:
+    # It was compiled taking each buffer as aligned as its TensorSpec says (at most as XLA aligns them).
+    misaligned = [b for b, s in enumerate(strides) if s % self.alignment]
+    if not misaligned:
+      return None
+    b = misaligned[0]
+    return (f"each batch element of {buffer_name(b, num_inputs)} starts {strides[b]} bytes after the last, not a "
+            f"multiple of the {self.alignment} bytes the CuTe DSL kernel assumes its buffers are aligned to "
+            "(TensorSpec.ptr_assumed_align). Lower it in the spec, or call the kernel in a lax.map")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

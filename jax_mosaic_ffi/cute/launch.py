@@ -11,15 +11,17 @@ constants (``cute_kernel(launch, BLOCK=128)``, or an autotuning config's). Each 
 runs the host function once per batch element (the runtime moves each buffer and reads each element's
 dimensions), unless the launcher takes a batch mode (``batch_mode=``): then every call has a leading batch
 axis on each array (of one in a plain call), the launcher's tensors take it at that mode, and vmap (nested
-ones merged) makes one call over the whole batch. Aliases, ``zero_outputs``, ``fallback``, ``sharding`` and
-autotuning ``configs`` work as for every kernel; every other option is refused by name. The launch this
-resolves goes to the call layer as a `HostLaunch` (a `CheckedLaunch`) in checked form: the user's options are
-checked once, when the launcher is made.
+ones merged) makes one call over the whole batch. The options every front end takes (aliases, ``zero_outputs``,
+``fallback``, ``sharding``, ``has_side_effect``, ``cost_estimate``) and autotuning ``configs`` work as for every
+kernel; it has no options of its own (options.py). The launch this resolves goes to the call layer as a
+`CheckedLaunch` in checked form, its host function a launch extension (`HostCall`, host_call.py): the user's
+options are checked once, when the launcher is made.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -33,45 +35,11 @@ from jax_mosaic_ffi.call import primitive
 from jax_mosaic_ffi.call.launch_options import CheckedLaunch, LaunchOptions
 from jax_mosaic_ffi.cute import specs as specs_lib
 from jax_mosaic_ffi.cute.compile import compile_plan
+from jax_mosaic_ffi.cute.host_call import HostCall
 from jax_mosaic_ffi.cute.kernel import CuteFunction
+from jax_mosaic_ffi.cute.options import CuteOptions
 from jax_mosaic_ffi.cute.plan import BATCH, Plan, TensorArg
 from jax_mosaic_ffi.toolchain.kernel import default_targets, parse_targets
-
-
-@dataclasses.dataclass(frozen=True)
-class HostLaunch(CheckedLaunch):
-  """A CuTe DSL launch, resolved by this front end and handed to call/ in checked form: no kernel parameters,
-  a [1, 1, 1] launch (the host function picks its own), and the host function's arguments (`host_args`)."""
-
-  host_args: tuple[int, ...] = ()
-  host_graph: bool = True
-  layouts: tuple[tuple[int, ...], ...] | None = None  # LaunchSpec.layouts: the tensors' TensorSpec.layout
-
-  def spec(self, in_avals, call_site: str):
-    spec, out_avals, single = super().spec(in_avals, call_site)
-    # No kernel parameters: the host function takes the buffers (host_args) and launches.
-    return (dataclasses.replace(spec, param_order=(), host_args=self.host_args, host_graph=self.host_graph,
-                                layouts=self.layouts), out_avals, single)
-
-
-# The options a CuTe DSL launch takes. Every other field of LaunchOptions must be left at its default: refused by
-# name, with why and what instead where _REFUSED says, so an option added to LaunchOptions is refused here until
-# this front end gives it a meaning (CONTRIBUTING.md).
-_TAKEN = ("input_output_aliases", "fallback", "sharding", "zero_outputs")
-_REFUSED = {
-    "grid": "grid: it picks its own launch",
-    "block": "block: it picks its own launch",
-    "cluster": "cluster: it picks its own launch",
-    "smem_bytes": "smem_bytes: it picks its own shared memory",
-    "uses_pdl": "uses_pdl: it launches its kernels itself",
-    "scalars": "scalars: pass non-tensor values as constexpr keyword arguments of jmf.cute_kernel (or configs=)",
-    "param_order": "param_order: it takes (stream, *inputs, *outputs, **constexprs)",
-    "collective": "collective: CuTe DSL kernels are not collective here",
-    "batch_grid_axis": "batch_grid_axis: under vmap the host function runs once per batch element, or once on "
-                       "the whole batch for a launcher whose tensors take a batch mode (cute_kernel(batch_mode=))",
-    "scratch_bytes": "scratch_bytes: add an output instead (zero_outputs= zeroes it)",
-    "zero_scratch": "zero_scratch: add an output and name it in zero_outputs=",
-}
 
 
 def cute_targets(targets) -> tuple[Arch, ...]:
@@ -96,16 +64,20 @@ def _with_batch(t: TensorArg, batch, batch_mode: int, index: int, what: str, whe
                              mode=tuple(mode), divisibility=(None, *t.divisibility))
 
 
-def launcher(target: CuteFunction, out_shape, options: LaunchOptions):
-  """The function of arrays that compiles and launches a CuTe DSL launcher (see module doc)."""
+def launcher(target: CuteFunction, out_shape, launch: LaunchOptions, options: CuteOptions,
+             meta: Mapping[str, Any] | None = None):
+  """The function of arrays that compiles and launches a CuTe DSL launcher (see module doc); ``meta``: an
+  autotuning config's constexprs."""
+  if meta is not None:
+    target = target.with_meta(meta)
   name = target.name
   made = f"mosaic_kernel '{name}'"
-  launch_values.refuse_untaken(options, _TAKEN, _REFUSED, made, "a CuTe DSL launcher")
+  if callable(launch.zero_outputs):
+    launch_values.zero_outputs_option(launch.zero_outputs, made)  # a callable of a compiled kernel's meta: not here
   # The options it takes, checked once, when the launcher is made.
-  checked_aliases = launch_values.aliases(options.input_output_aliases, made)
-  aliases = dict(checked_aliases)
-  zero_outputs = launch_values.zero_outputs_option(options.zero_outputs, made)
-  fallback = fallback_lib.create(options.fallback, made)
+  shared = launch.checked(made)
+  aliases = dict(shared.aliases)
+  fallback = fallback_lib.create(launch.fallback, made)
   targets = cute_targets(target.targets)
   batch_mode = target.batch_mode
 
@@ -156,11 +128,13 @@ def launcher(target: CuteFunction, out_shape, options: LaunchOptions):
                           compile_key=target.compile_key, where=site)
     # What the compiled specialization and the options checked above make, in checked form: handed on, not
     # checked again (the runtime's validator checks the attributes, as for every launch).
-    host = HostLaunch(kernel=kernel, out_shape=shapes, grid=(1, 1, 1), block=(1, 1, 1), cluster=(1, 1, 1),
-                      smem_bytes=0, uses_pdl=False, scalars=(), aliases=checked_aliases, param_order=None,
-                      collective=None, zero_outputs=zero_outputs, host_args=kernel.host_args,
-                      host_graph=target.allow_cuda_graph,
-                      layouts=None if all(t.row_major for t in tensors) else tuple(t.minor_to_major() for t in tensors))
+    host = CheckedLaunch(kernel=kernel, out_shape=shapes, grid=(1, 1, 1), block=(1, 1, 1), cluster=(1, 1, 1),
+                         smem_bytes=0, uses_pdl=False, scalars=(), aliases=shared.aliases, param_order=None,
+                         collective=None, zero_outputs=shared.zero_outputs, has_side_effect=shared.has_side_effect,
+                         cost_estimate=shared.cost_estimate,
+                         extension=HostCall(kernel.host_args, target.allow_cuda_graph),
+                         layouts=None if all(t.row_major for t in tensors) else tuple(t.minor_to_major()
+                                                                                      for t in tensors))
     element_fallback = fallback.vmapped((0,) * len(args)) if batched and fallback is not None else fallback
     return primitive.kernel_call(host, element_fallback)(*args)
 

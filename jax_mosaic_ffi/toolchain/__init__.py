@@ -1,4 +1,5 @@
-"""The toolchain layer: kernels from CUDA C++ (NVRTC), PTX, cubin and Triton, behind one compile cache.
+"""The toolchain layer: what every front end's compile shares: the `Kernel` it makes, the module as the caches keep
+it, the one compile cache, the dumps, the parameters' C++ types.
 
 Imports only from `base`.
 """

@@ -78,18 +78,12 @@ class Kernel:
     dependent launch by default."""
     return self.compiled.parsed.pdl_wait
 
-  @property
-  def aligned_params(self) -> tuple[int, ...]:
-    """The parameters (by position) whose pointers the compiled code takes as
-    16-byte aligned beyond what it was told (a Triton kernel's alignment
-    hints). vmap refuses to offset them by a batch stride that breaks that."""
-    return ()
-
-  @property
-  def buffer_alignment(self) -> int:
-    """The alignment (bytes) the compiled code assumes of every buffer's address (a CuTe DSL kernel's
-    assumed pointer alignment); vmap refuses batch strides that break it."""
-    return 1
+  def batch_misalignment(self, strides: tuple[int, ...], param_order: tuple[int, ...], num_inputs: int) -> str | None:
+    """What batch elements ``strides`` bytes apart (one stride per buffer: inputs, then outputs) break of what the
+    compiled code assumes of its buffers' addresses, as the rest of a message "under vmap ...", or None. A
+    front end whose compiles assume an alignment (Triton's pointer hints, a CuTe DSL tensor's assumed alignment)
+    says so here; vmap refuses such a batch. ``param_order``: the launch's parameter codes."""
+    return None
 
   def __repr__(self) -> str:
     images = ", ".join(f"{i.kind.name.lower()}:{i.arch}" for i in self.images)
@@ -100,6 +94,11 @@ class Kernel:
 
   def __eq__(self, other) -> bool:
     return isinstance(other, Kernel) and self.hash == other.hash and self.name == other.name
+
+
+def buffer_name(buffer: int, num_inputs: int) -> str:
+  """A buffer (inputs, then outputs) as messages name it: "input 1", "output 0"."""
+  return f"input {buffer}" if buffer < num_inputs else f"output {buffer - num_inputs}"
 
 
 def default_targets() -> tuple[Arch, ...]:

@@ -1,4 +1,4 @@
-"""The transforms layer: what wraps a launch (autotuning, sharding, derivatives, Triton's launch from its metadata).
+"""The transforms layer: what wraps a launch (autotuning, sharding, derivatives), for every front end alike.
 
 Imports only from `call`, `toolchain` and `base`.
 """

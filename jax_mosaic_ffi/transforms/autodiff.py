@@ -33,7 +33,6 @@ floating-point outputs and returns those of the floating-point inputs
 from __future__ import annotations
 
 import functools
-import re
 from typing import Callable, Sequence
 
 import jax
@@ -45,10 +44,9 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
 
 from jax_mosaic_ffi.base.errors import LaunchError
+from jax_mosaic_ffi.call import operands
+from jax_mosaic_ffi.call.operands import Kind
 from jax_mosaic_ffi.call.primitive import SECOND_DERIVATIVE_ADVICE, in_derivative_rule
-
-_NAME = re.compile(r"(in|out)(\d+)")
-
 
 def _floating(x) -> bool:
   return jnp.issubdtype(jnp.result_type(x), jnp.inexact)
@@ -95,9 +93,10 @@ def differentiable(fwd: Callable, *, bwd: Callable, residuals: Sequence[str] = (
     raise TypeError(f"{where}: fwd, bwd (and jvp, if given) must be functions of arrays")
   if jvp is not None and linear:
     raise TypeError(f"{where}: give jvp= or linear=True, not both (linear=True means the JVP is fwd itself)")
-  if isinstance(residuals, str) or not all(isinstance(r, str) and _NAME.fullmatch(r) for r in residuals):
+  refs = None if isinstance(residuals, str) else [operands.parse(r) for r in residuals]
+  if refs is None or not all(ref is not None and ref.kind in (Kind.IN, Kind.OUT) for ref in refs):
     raise TypeError(f"{where}: residuals must be a sequence of names like ('in0', 'out0'), got {residuals!r}")
-  residuals = tuple(residuals)
+  residuals = tuple(refs)
   # Made once, so eager calls of the linear map hit JAX's compile cache.
   linear_forward = _drop_residuals(fwd, len(residuals)) if linear else None
 
@@ -111,13 +110,12 @@ def differentiable(fwd: Callable, *, bwd: Callable, residuals: Sequence[str] = (
       outs = fwd(*primals)
     out_leaves = _leaves(outs)
     saved = []
-    for name in residuals:
-      kind, index = _NAME.fullmatch(name).groups()
-      pool = primals if kind == "in" else out_leaves
-      if int(index) >= len(pool):
-        raise LaunchError(f"{where}: residual {name!r} names nothing; the call has {len(primals)} inputs and "
+    for ref in residuals:
+      pool = primals if ref.kind is Kind.IN else out_leaves
+      if ref.index >= len(pool):
+        raise LaunchError(f"{where}: residual {str(ref)!r} names nothing; the call has {len(primals)} inputs and "
                           f"{len(out_leaves)} outputs")
-      saved.append(pool[int(index)])
+      saved.append(pool[ref.index])
     diff_in = [i for i, x in enumerate(primals) if _floating(x)]
     diff_out = [o for o, y in enumerate(out_leaves) if _floating(y)]
     forward = jvp

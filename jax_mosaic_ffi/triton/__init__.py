@@ -1,5 +1,8 @@
-"""The Triton front end: everything that imports Triton, as one layer above the transformations (layers: api ->
-triton -> transforms -> call -> toolchain -> base; docs/architecture.md).
+"""The Triton front end: everything that imports Triton, one wing beside cuda/ and cute/ above the transformations
+(layers: api -> (cuda | triton | cute) -> transforms -> call -> toolchain -> base; docs/architecture.md).
+
+    front_end.py          FRONT_END: this wing as mosaic_kernel picks it (call/front_end.py's protocol)
+    launch_options.py     TritonLaunchOptions: its keywords of mosaic_kernel (grid, scalars, uses_pdl, param_order)
 
     kernel.py             triton_kernel, TritonFunction: a @triton.jit function with its constexprs and options
     options.py            TritonOptions: num_warps, num_stages, num_ctas, maxnreg, Triton's other compile options
@@ -10,6 +13,6 @@ triton -> transforms -> call -> toolchain -> base; docs/architecture.md).
     launch.py             a Triton kernel's launch from its metadata, handed to the call layer resolved
     decorated.py          a decorated kernel's launch: the decorators applied per traced call
     tensor_descriptor.py  jmf.TensorDescriptor: a call's operands as host tensor descriptors
-    call.py               triton_call: jax-triton's call, bound as jax-triton binds it, launched by launch.py
+    call.py               triton_call: jax-triton's call, bound as jax-triton binds it, launched by front_end.py
     call_operands.py      a triton_call's arguments as operands; jax-triton's TensorDescriptor
 """

@@ -28,14 +28,15 @@ from jax import tree_util
 
 from jax_mosaic_ffi.base import contract
 from jax_mosaic_ffi.base import source_location
+from jax_mosaic_ffi.call import operands
 from jax_mosaic_ffi.call.launch_options import LaunchOptions
 from jax_mosaic_ffi.triton import call_operands
-from jax_mosaic_ffi.triton import decorated as triton_decorated
 from jax_mosaic_ffi.triton import decorators as triton_decorators
-from jax_mosaic_ffi.triton import launch as triton_launch
+from jax_mosaic_ffi.triton import front_end
 from jax_mosaic_ffi.triton.call_operands import TensorDescriptor
 from jax_mosaic_ffi.triton.decorators import Heuristics
 from jax_mosaic_ffi.triton.kernel import TritonFunction, triton_kernel
+from jax_mosaic_ffi.triton.launch_options import TritonLaunchOptions
 from jax_mosaic_ffi.triton.options import LAUNCH_OPTIONS
 
 # The custom call a `triton_call` lowers to (jax-triton's is "triton_kernel_call_ffi").
@@ -171,17 +172,62 @@ def triton_call(*args, kernel, out_type: Any = None, grid, name: str = "", num_w
     raise ValueError(f"{where}: serialized_metadata is jax-triton's opaque payload for its runtime, which has no "
                      "place in this call; leave it out")
   options = _options(backend_options, num_warps, num_stages, num_ctas, debug)
+  out_flat, out_tree = _outputs(out_type, kwargs)
+  call_args = _bind(fn, args, kwargs, where)
+  buffer_aliases = _aliases(input_output_aliases, call_args, len(out_flat), where)
+  function, grid_meta, uses_pdl = _function(fn, layers, call_args, options, compute_capability, where)
+  out_avals = _with_refs(out_flat, call_args.operands, buffer_aliases, where)
+
+  def with_grid_meta(meta):
+    return {**grid_meta, **meta}
+
+  n_out = len(out_flat)
+  zero_outputs = _zeroed(zeroed_outputs, function, with_grid_meta, buffer_aliases, call_args.operands, n_out, where)
+  # The options as mosaic_kernel (api.py, a layer above) makes them: the Triton front end's launcher checks them
+  # once and resolves them into the CheckedLaunch the call layer takes.
+  launch = LaunchOptions(
+      input_output_aliases=buffer_aliases or None, zero_outputs=zero_outputs, has_side_effect=has_side_effect,
+      cost_estimate=cost_estimate,
+      fallback=None if fallback is None else _fallback(fallback, fn, call_args.bound, call_args.operands, n_out,
+                                                       where))
+  own = TritonLaunchOptions(grid=(lambda meta: grid(with_grid_meta(meta))) if callable(grid) else grid,
+                            scalars=tuple(call_args.operands.scalars), uses_pdl=uses_pdl,
+                            param_order=tuple(call_args.order))
+  call = front_end.launcher(function, tuple(out_avals), launch, own)
+  with jax.named_scope(name) if name else contextlib.nullcontext():
+    results = call(*call_args.operands.inputs)
+  for (_, ref), value in zip(call_args.operands.refs, results[n_out:]):
+    ref[...] = value
+  return tree_util.tree_unflatten(out_tree, list(results[:n_out]))
+
+
+def _outputs(out_type, kwargs: dict):
+  """``out_type`` (or jax-triton's older ``out_shape``, taken out of ``kwargs``) as flat structs and their tree."""
   if "out_shape" in kwargs:
     if out_type is not None:
       raise TypeError("Cannot specify both out_type= and the deprecated out_shape=")
-    warnings.warn("out_shape= is deprecated in favor of out_type=", DeprecationWarning, stacklevel=2)
+    warnings.warn("out_shape= is deprecated in favor of out_type=", DeprecationWarning, stacklevel=3)
     out_type = kwargs.pop("out_shape")
   elif out_type is None:
     raise TypeError("Either out_type= or the deprecated out_shape= must be provided")
-  out_flat, out_tree = tree_util.tree_flatten(tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
-                                                                 out_type))
+  return tree_util.tree_flatten(tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), out_type))
 
-  # Keywords naming a kernel parameter are bound to it; the rest are metaparameters.
+
+@dataclasses.dataclass
+class _CallArgs:
+  """A call's arguments bound to the kernel's parameters: the operands, each runtime parameter's `param_order`
+  entry (None where an output goes: `outputs_left`), and the metaparameters."""
+
+  bound: dict                   # parameter name -> the argument given
+  operands: call_operands.Operands
+  order: list                   # per runtime parameter: its operand (a tuple for a tuple), or an output
+  outputs_left: list[int]       # positions in order that get the outputs
+  metaparams: dict              # constexprs (given or defaults) and the keywords that name no parameter
+  params: dict                  # parameter name -> Triton's parameter
+
+
+def _bind(fn, args, kwargs, where: str) -> _CallArgs:
+  """Keywords naming a kernel parameter are bound to it, as Python binds them; the rest are metaparameters."""
   params = {p.name: p for p in fn.params}
   metaparams = {p.name: p.default for p in fn.params if p.is_constexpr and p.has_default}
   operand_kwargs = {}
@@ -191,7 +237,7 @@ def triton_call(*args, kernel, out_type: Any = None, grid, name: str = "", num_w
     else:
       metaparams[key] = value
   bound = fn.signature.bind_partial(*args, **operand_kwargs).arguments
-  operands = call_operands.Operands()
+  found = call_operands.Operands()
   order, outputs_left = [], []
   for param in fn.params:
     if param.is_constexpr:
@@ -199,78 +245,74 @@ def triton_call(*args, kernel, out_type: Any = None, grid, name: str = "", num_w
         metaparams[param.name] = bound[param.name]
       continue
     if param.name in bound:
-      order.append(operands.add(bound[param.name], param.name, where))
+      order.append(found.add(bound[param.name], param.name, where))
     else:
       order.append(None)
       outputs_left.append(len(order) - 1)
+  return _CallArgs(bound, found, order, outputs_left, metaparams, params)
 
+
+def _aliases(input_output_aliases, call_args: _CallArgs, n_out: int, where: str) -> dict[int, int]:
+  """jax-triton's operand aliases as buffer aliases (input -> output); the unaliased outputs go to the parameters
+  left without an argument, in order."""
   aliases = dict(input_output_aliases or {})
   if len(set(aliases.values())) != len(aliases):
     raise ValueError("input_output_aliases must be a bijection")
+  slots = call_args.operands.slots
   buffer_aliases = {}
   for operand, output in aliases.items():
-    if not 0 <= operand < len(operands.slots):
+    if not 0 <= operand < len(slots):
       raise ValueError(f"{where}: input_output_aliases key {operand} is not an operand index (the call has "
-                       f"{len(operands.slots)} operands, counted over the leaves of its non-constexpr arguments)")
-    kind, k = operands.slots[operand]
+                       f"{len(slots)} operands, counted over the leaves of its non-constexpr arguments)")
+    kind, k = slots[operand]
     if kind == "ref":
       raise ValueError(f"{where}: input_output_aliases names operand {operand}, a Ref: input_output_aliases cannot "
                        "be combined with Ref arguments for the same operand (a Ref is updated in place already)")
     if kind != "in":
       raise ValueError(f"{where}: input_output_aliases names operand {operand}, a "
                        f"{'scalar' if kind == 'scalar' else 'TensorDescriptor'}; it aliases arrays")
-    if not 0 <= output < len(out_flat):
+    if not 0 <= output < n_out:
       raise ValueError(f"{where}: input_output_aliases value {output} is not an output index (out_type has "
-                       f"{len(out_flat)})")
+                       f"{n_out})")
     buffer_aliases[k] = output
-  unaliased = [o for o in range(len(out_flat)) if o not in aliases.values()]
-  if len(outputs_left) != len(unaliased):
-    raise ValueError(f"out_type has {len(unaliased)} unaliased outputs, but {len(outputs_left)} kernel parameters "
-                     "are missing an argument")
-  for position, output in zip(outputs_left, unaliased):
-    order[position] = f"out{output}"
+  unaliased = [o for o in range(n_out) if o not in aliases.values()]
+  if len(call_args.outputs_left) != len(unaliased):
+    raise ValueError(f"out_type has {len(unaliased)} unaliased outputs, but {len(call_args.outputs_left)} kernel "
+                     "parameters are missing an argument")
+  for position, output in zip(call_args.outputs_left, unaliased):
+    call_args.order[position] = operands.output(output)
+  return buffer_aliases
 
-  layers, constexprs = _metaparams_apart(layers, {k: v for k, v in metaparams.items() if k in params}, where)
-  grid_meta = {k: v for k, v in metaparams.items() if k not in params}  # reach grid and zeroed_outputs only
+
+def _function(fn, layers, call_args: _CallArgs, options: dict, compute_capability, where: str):
+  """(the kernel as a `TritonFunction`, the metaparameters only grid and zeroed_outputs see, uses_pdl): the
+  constexprs and options checked by `triton_kernel`, the decorators pruned to the configs that agree with them."""
+  params = call_args.params
+  layers, constexprs = _metaparams_apart(layers, {k: v for k, v in call_args.metaparams.items() if k in params},
+                                         where)
+  grid_meta = {k: v for k, v in call_args.metaparams.items() if k not in params}
   launch_options = {k: options.pop(k) for k in LAUNCH_OPTIONS if k in options}
   uses_pdl = options.pop("launch_pdl", None)
   targets = None if compute_capability is None else [int(compute_capability)]
   # triton_kernel checks the options and constexprs (TritonOptions); the decorators, pruned above, go back on.
   base = triton_kernel(fn, constexprs=constexprs, targets=targets, options=options, **launch_options)
-  function = TritonFunction(base.fn, base.constexprs, base.options, base.targets, layers)
+  return TritonFunction(base.fn, base.constexprs, base.options, base.targets, layers), grid_meta, uses_pdl
 
-  # Refs: an aliased input and output each, written back after the call.
-  n_out = len(out_flat)
+
+def _with_refs(out_flat, found: call_operands.Operands, buffer_aliases: dict, where: str) -> list:
+  """The outputs, then one per Ref: an aliased input and output each, written back after the call."""
   out_avals = list(out_flat)
-  for k, _ in operands.refs:
+  for k, _ in found.refs:
     buffer_aliases[k] = len(out_avals)
-    out_avals.append(jax.ShapeDtypeStruct(operands.inputs[k].shape, operands.inputs[k].dtype))
+    out_avals.append(jax.ShapeDtypeStruct(found.inputs[k].shape, found.inputs[k].dtype))
   if not out_avals:
     raise ValueError(f"{where}: the call has no outputs and no Ref arguments, so nothing the kernel writes could be "
                      "seen; give out_type, or pass the buffers it writes as Refs")
-
-  def with_grid_meta(meta):
-    return {**grid_meta, **meta}
-
-  zero_outputs = _zeroed(zeroed_outputs, function, with_grid_meta, buffer_aliases, operands, n_out, where)
-  # One LaunchOptions, as mosaic_kernel (api.py, a layer above) makes it: the Triton launch (launch.py) checks it
-  # once and resolves it into the CheckedLaunch the call layer takes.
-  launch = LaunchOptions(
-      grid=(lambda meta: grid(with_grid_meta(meta))) if callable(grid) else grid,
-      scalars=tuple(operands.scalars), input_output_aliases=buffer_aliases or None, param_order=tuple(order),
-      uses_pdl=uses_pdl, zero_outputs=zero_outputs, has_side_effect=has_side_effect, cost_estimate=cost_estimate,
-      fallback=None if fallback is None else _fallback(fallback, fn, bound, operands, n_out, where))
-  make = triton_decorated.launcher if function.decorators else triton_launch.launcher
-  call = make(function, tuple(out_avals), launch)
-  with jax.named_scope(name) if name else contextlib.nullcontext():
-    results = call(*operands.inputs)
-  for (_, ref), value in zip(operands.refs, results[n_out:]):
-    ref[...] = value
-  return tree_util.tree_unflatten(out_tree, list(results[:n_out]))
+  return out_avals
 
 
 def _zeroed(zeroed_outputs, function: TritonFunction, with_grid_meta, buffer_aliases: dict,
-            operands: call_operands.Operands, n_out: int, where: str):
+            found: call_operands.Operands, n_out: int, where: str):
   """``zero_outputs`` for mosaic_kernel. An aliased output's input is replaced by zeros here (the runtime
   zeroes only buffers of their own). A function of ``meta`` on a decorated kernel is evaluated per launch (the
   meta of each config), and may then name unaliased outputs only."""
@@ -295,26 +337,26 @@ def _zeroed(zeroed_outputs, function: TritonFunction, with_grid_meta, buffer_ali
   for o in chosen:
     if o in aliased:
       k = aliased[o]
-      operands.inputs[k] = jnp.zeros(operands.inputs[k].shape, operands.inputs[k].dtype)
+      found.inputs[k] = jnp.zeros(found.inputs[k].shape, found.inputs[k].dtype)
   return tuple(o for o in chosen if o not in aliased)
 
 
-def _fallback(fallback: Callable, fn, bound: Mapping[str, Any], operands: call_operands.Operands, n_out: int,
+def _fallback(fallback: Callable, fn, bound: Mapping[str, Any], found: call_operands.Operands, n_out: int,
               where: str) -> Callable:
   """mosaic_kernel's fallback (flat inputs -> flat outputs) from the user's (the operands in parameter order ->
   what the call returns)."""
-  if operands.refs:
+  if found.refs:
     raise ValueError(f"{where}: a fallback cannot update Ref arguments; pass arrays (aliased with "
                      "input_output_aliases) instead, or leave fallback out")
 
   def flat(*inputs):
-    leaf = iter(range(len(operands.slots)))
+    leaf = iter(range(len(found.slots)))
 
     def rebuild(value):
       if isinstance(value, (tuple, list)):
         return tuple(rebuild(v) for v in value)
       if isinstance(value, TensorDescriptor) or call_operands.is_array(value):
-        kind, k = operands.slots[next(leaf)]
+        kind, k = found.slots[next(leaf)]
         return dataclasses.replace(value, base=inputs[k]) if kind == "desc" else inputs[k]
       next(leaf)
       return value

@@ -1,9 +1,9 @@
 """A `triton_call`'s arguments as one `mosaic_kernel` call's operands, bound as jax-triton binds them.
 
-    an array (or a Ref's value)         ->  an input, "inK" in param_order
-    a scalar (int, float, bool)         ->  a scalar, typed as jax-triton types it, "scalarJ"
+    an array (or a Ref's value)         ->  an input, input K in param_order
+    a scalar (int, float, bool)         ->  a scalar, typed as jax-triton types it, scalar J
     a tuple of them                     ->  a Triton tuple parameter: a tuple in param_order
-    a jax-triton TensorDescriptor       ->  an input, and jmf.TensorDescriptor("inK", ...) in param_order
+    a jax-triton TensorDescriptor       ->  an input, and a jmf.TensorDescriptor of input K in param_order
 
 jax-triton's own `TensorDescriptor` (of an array) and `strides_from_shape` live here too; jax_mosaic_ffi.jax_triton
 re-exports them.
@@ -20,6 +20,7 @@ import numpy as np
 from jax import tree_util
 from jax._src.state import types as state_types
 
+from jax_mosaic_ffi.call import operands as operand_refs
 from jax_mosaic_ffi.call.tensor_map import row_major_strides
 from jax_mosaic_ffi.triton import tensor_descriptor
 
@@ -128,17 +129,17 @@ class Operands:
       self.inputs.append(value[...])
       self.refs.append((len(self.inputs) - 1, value))
       self.slots.append(("ref", len(self.inputs) - 1))
-      return f"in{len(self.inputs) - 1}"
+      return operand_refs.input_(len(self.inputs) - 1)
     if is_array(value):
       self.inputs.append(value)
       self.slots.append(("in", len(self.inputs) - 1))
-      return f"in{len(self.inputs) - 1}"
+      return operand_refs.input_(len(self.inputs) - 1)
     if value is None or isinstance(value, (dict, str, bytes)):
       raise TypeError(f"{where}: parameter {param!r} got {value!r}; triton_call takes arrays, Refs, "
                       "TensorDescriptors, ints, floats and bools, or tuples of them (Triton's tuple parameters)")
     self.scalars.append(_scalar(value, param, where))
     self.slots.append(("scalar", len(self.scalars) - 1))
-    return f"scalar{len(self.scalars) - 1}"
+    return operand_refs.scalar(len(self.scalars) - 1)
 
   def _descriptor(self, desc: TensorDescriptor, param: str, where: str):
     if desc.layout is not None:
@@ -150,7 +151,7 @@ class Operands:
     self.inputs.append(desc.base)
     k = len(self.inputs) - 1
     self.slots.append(("desc", k))
-    operand = f"in{k}"
+    operand = operand_refs.input_(k)
     if tuple(desc.shape) == tuple(desc.base.shape) and tuple(desc.strides) == strides_from_shape(desc.base.shape):
       return tensor_descriptor.TensorDescriptor.from_tensor(operand, tuple(desc.block_shape), desc.padding,
                                                             bool(desc.round_f32_to_tf32))

@@ -35,7 +35,7 @@ from jax_mosaic_ffi.base.module_format import Image, ImageKind, ParsedModule
 from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain import dump
 from jax_mosaic_ffi.toolchain.compiled import Compiled, param_sizes
-from jax_mosaic_ffi.toolchain.kernel import PDL_MIN_ARCH, Kernel
+from jax_mosaic_ffi.toolchain.kernel import PDL_MIN_ARCH, Kernel, buffer_name
 from jax_mosaic_ffi.triton import descriptors as triton_descriptors
 from jax_mosaic_ffi.triton import specialize as triton_specialize
 from jax_mosaic_ffi.triton.options import TritonOptions
@@ -51,6 +51,9 @@ SUPPORTED_TEXT = ("Triton >= 3.6, < 3.10 (tested: 3.6.0 to 3.9.0 compiling and l
                   "3.6.0 on an H200)")
 _CACHE_FORMAT = "triton-3"  # 2: TritonInfo.dropped and .aligned; 3: .tensordesc_meta
 
+
+# What a Triton alignment hint (tt.divisibility 16 on a pointer) promises.
+ASSUMED_ALIGNMENT = 16
 
 _compile_lock = threading.Lock()  # Triton's compiler is not known to be thread-safe
 
@@ -114,7 +117,19 @@ class TritonKernel(Kernel):
 
   @property
   def aligned_params(self) -> tuple[int, ...]:
+    """The parameters (by position) whose pointers it takes as 16-byte aligned (Triton's alignment hints)."""
     return self.info.aligned
+
+  def batch_misalignment(self, strides, param_order, num_inputs) -> str | None:
+    for k in self.aligned_params:
+      buffer = param_order[k] if k < len(param_order) else -1
+      if buffer >= 0 and strides[buffer] % ASSUMED_ALIGNMENT:
+        return (f"each batch element of {buffer_name(buffer, num_inputs)} starts {strides[buffer]} bytes after the "
+                f"last, not a multiple of {ASSUMED_ALIGNMENT}, but the kernel was compiled taking its parameter {k} "
+                f"as {ASSUMED_ALIGNMENT}-byte aligned (Triton's launcher specializes pointers on alignment). Mark "
+                f"that parameter do_not_specialize_on_alignment in @triton.jit, or give each element a multiple of "
+                f"{ASSUMED_ALIGNMENT} bytes")
+    return None
 
 
 # ------------------------------------------------------------------ compile

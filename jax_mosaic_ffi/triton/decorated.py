@@ -55,7 +55,9 @@ import numpy as np
 from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base.errors import LaunchError, who
 from jax_mosaic_ffi.call import launch_values
+from jax_mosaic_ffi.call import operands
 from jax_mosaic_ffi.call.launch_options import LaunchOptions
+from jax_mosaic_ffi.call.operands import Kind
 from jax_mosaic_ffi.call.tensor_map import row_major_strides
 from jax_mosaic_ffi.transforms import autotune as autotune_lib
 from jax_mosaic_ffi.triton import decorators as triton_decorators
@@ -63,6 +65,7 @@ from jax_mosaic_ffi.triton import launch as triton_launch
 from jax_mosaic_ffi.triton import tensor_descriptor
 from jax_mosaic_ffi.triton.decorators import Autotune, Heuristics
 from jax_mosaic_ffi.triton.kernel import TritonFunction, runtime_params
+from jax_mosaic_ffi.triton.launch_options import TritonLaunchOptions
 
 _TUNED_PER_CALL = 32  # config spaces kept per call (one per distinct set of candidates): a bound, not a tuning
 
@@ -143,23 +146,46 @@ class _Arguments:
   """One traced call's Triton arguments: by parameter name, and where each parameter's buffer sits."""
 
   named: dict                 # runtime parameter -> ArrayArg or Python number
-  entries: dict               # runtime parameter -> ("in" / "out" / "scalar", index)
+  entries: dict               # runtime parameter (one buffer or scalar) -> its Operand
 
 
-def launcher(function: TritonFunction, out_shape, options: LaunchOptions):
+def launcher(function: TritonFunction, out_shape, launch: LaunchOptions, options: TritonLaunchOptions):
   """The function of arrays that launches a decorated Triton kernel (module doc); sharding is the caller's."""
-  layers = function.decorators
-  base = function.with_meta({})  # undecorated; its meta is what the scalars see
-  tuners = [layer for layer in layers if isinstance(layer, Autotune)]
-  tuner = tuners[0] if tuners else None
-  tuned: collections.OrderedDict = collections.OrderedDict()
-  lock = threading.Lock()
+  return _Decorated(function, out_shape, launch, options).call
 
-  def arguments(in_avals, where) -> _Arguments:
-    shapes = launch_values.evaluate(out_shape, "out_shape", in_avals, where, follows_shapes=True)
-    out_avals, _ = launch_values.out_avals(shapes, where)
+
+class _Decorated:
+  """A decorated kernel's launch, in the steps of one traced call: its Triton `arguments`, the outputs it
+  zeroes (`zeroed`), the `candidates` the decorators leave, then one `plain` launch, or an autotuned choice
+  among them (`tuned`)."""
+
+  def __init__(self, function: TritonFunction, out_shape, launch: LaunchOptions, options: TritonLaunchOptions):
+    self.layers, self.out_shape, self.launch, self.options = function.decorators, out_shape, launch, options
+    self.function = function
+    self.base = function.with_meta({})  # undecorated; its meta is what the scalars see
+    self.param_order = triton_launch.typed_order(options.param_order, f"mosaic_kernel '{function.name}'")
+    tuners = [layer for layer in self.layers if isinstance(layer, Autotune)]
+    self.tuner = tuners[0] if tuners else None
+    self._tuned: collections.OrderedDict = collections.OrderedDict()
+    self._lock = threading.Lock()
+
+  def call(self, *arrays):
+    where = who(self.function, source_location.current())
+    in_avals = tuple(jax.typeof(a) for a in arrays)
+    args = self.arguments(in_avals, where)
+    zero_outputs = self.zeroed(args, where)
+    metas = self.candidates(args, where)
+    if len(metas) == 1:  # heuristics only, or one config left: nothing to time
+      return self.plain(metas[0], zero_outputs, where)(*arrays)
+    return self.tuned(metas, zero_outputs, args, where)(*arrays)
+
+  def arguments(self, in_avals, where) -> _Arguments:
+    """The call's Triton arguments, as the decorators see them: each runtime parameter's value (a scalar's) or
+    stand-in (an array's), by name."""
+    out_avals, _ = launch_values.out_avals(
+        launch_values.evaluate(self.out_shape, "out_shape", in_avals, where, follows_shapes=True), where)
     try:
-      values = launch_values.evaluate(options.scalars, "scalars", in_avals, where, meta=base.meta)
+      values = launch_values.evaluate(self.options.scalars, "scalars", in_avals, where, meta=self.base.meta)
     except LaunchError as e:
       if not isinstance(e.__cause__, KeyError):
         raise
@@ -168,9 +194,9 @@ def launcher(function: TritonFunction, out_shape, options: LaunchOptions):
                         "the input avals") from e
     values = tuple(values) if isinstance(values, (tuple, list)) else (values,)
     launch_values.scalars(values, where)
-    order = (list(options.param_order) if options.param_order is not None
-             else triton_launch.default_order(len(in_avals), len(out_avals), len(values)))
-    params = runtime_params(base.fn)
+    order = (self.param_order if self.param_order is not None
+             else operands.default_order(len(in_avals), len(out_avals), len(values)))
+    params = runtime_params(self.base.fn)
     if len(order) != len(params):
       raise LaunchError(
           f"{where}: the Triton function takes {len(params)} non-constexpr parameters ({', '.join(params)}) but "
@@ -179,106 +205,99 @@ def launcher(function: TritonFunction, out_shape, options: LaunchOptions):
     named, entries = {}, {}
 
     def argument(param, entry):
-      if isinstance(entry, (tuple, list)):  # a Triton tuple parameter: a tuple of arguments
+      if isinstance(entry, tuple):  # a Triton tuple parameter: a tuple of arguments
         return tuple(argument(f"{param}[{i}]", e) for i, e in enumerate(entry))
       # A descriptor parameter: the decorators see the array it describes.
-      entry = str(entry.operand if isinstance(entry, tensor_descriptor.TensorDescriptor) else entry)
-      kind = entry.rstrip("0123456789")
-      index = int(entry[len(kind):] or -1)
-      avals = {"in": in_avals, "out": out_avals}.get(kind)
-      entries[param] = (kind, index)
-      if avals is not None and 0 <= index < len(avals):
-        return ArrayArg(param, avals[index])
-      if kind == "scalar" and 0 <= index < len(values):
-        return np.asarray(values[index]).item()
-      raise LaunchError(f"{where}: param_order entry {entry!r} names nothing; use in0.., out0.., scalar0..")
+      ref = entry.ref if isinstance(entry, tensor_descriptor.TensorDescriptor) else entry
+      entries[param] = ref
+      avals = {Kind.IN: in_avals, Kind.OUT: out_avals}.get(ref.kind)
+      if avals is not None and ref.index < len(avals):
+        return ArrayArg(param, avals[ref.index])
+      if ref.kind is Kind.SCALAR and ref.index < len(values):
+        return np.asarray(values[ref.index]).item()
+      raise LaunchError(f"{where}: param_order entry {str(ref)!r} names nothing; use in0.., out0.., scalar0..")
 
     for param, entry in zip(params, order):
       named[param] = argument(param, entry)
     return _Arguments(named, entries)
 
-  def zeroed(args: _Arguments, where) -> tuple | bool:
+  def zeroed(self, args: _Arguments, where) -> tuple | bool:
     """``zero_outputs`` plus the outputs ``reset_to_zero`` names; ``restore_value`` checked."""
-    aliases = dict(options.input_output_aliases or {})
+    aliases = dict(self.launch.input_output_aliases or {})
+    zero_outputs, tuner = self.launch.zero_outputs, self.tuner
     if tuner is None:
-      return options.zero_outputs
+      return zero_outputs
     for name in tuner.restore_value + tuner.reset_to_zero:
       if name not in args.entries:
         raise LaunchError(f"{where}: @triton.autotune names {name!r}, a tuple of buffers here; name parameters that "
                           "are one buffer each")
     for name in tuner.restore_value:
-      kind, index = args.entries[name]
-      if not ((kind == "in" and index in aliases) or (kind == "out" and index in aliases.values())):
-        raise LaunchError(f"{where}: @triton.autotune(restore_value=...) names {name!r}, which is {kind}{index} "
+      ref = args.entries[name]
+      in_place = ((ref.kind is Kind.IN and ref.index in aliases) or
+                  (ref.kind is Kind.OUT and ref.index in aliases.values()))
+      if not in_place:
+        raise LaunchError(f"{where}: @triton.autotune(restore_value=...) names {name!r}, which is {ref} "
                           "here, not updated in place: make it an input aliased to an output (input_output_aliases) "
                           "if the kernel writes it, else drop it from restore_value")
     zero = []
     for name in tuner.reset_to_zero:
-      kind, index = args.entries[name]
-      if kind == "out" and index not in aliases.values():
-        zero.append(index)
+      ref = args.entries[name]
+      if ref.kind is Kind.OUT and ref.index not in aliases.values():
+        zero.append(ref.index)
         continue
-      aliased = (kind == "in" and index in aliases) or kind == "out"
+      aliased = (ref.kind is Kind.IN and ref.index in aliases) or ref.kind is Kind.OUT
       what = "updated in place (aliased): its values are the caller's" if aliased else "not an output"
-      raise LaunchError(f"{where}: @triton.autotune(reset_to_zero=...) names {name!r}, which is {kind}{index} here, "
+      raise LaunchError(f"{where}: @triton.autotune(reset_to_zero=...) names {name!r}, which is {ref} here, "
                         f"{what}; the runtime zeroes outputs the kernel accumulates into before every launch: "
                         "make it an output of its own (not aliased), or drop it from reset_to_zero")
-    if options.zero_outputs is True or not zero:
-      return options.zero_outputs
-    if callable(options.zero_outputs):  # a callable of the meta: evaluated per launch, with reset_to_zero's added
-      return _ZeroedPerMeta(options.zero_outputs, tuple(zero), where)
-    return _union(options.zero_outputs, zero)
+    if zero_outputs is True or not zero:
+      return zero_outputs
+    if callable(zero_outputs):  # a callable of the meta: evaluated per launch, with reset_to_zero's added
+      return _ZeroedPerMeta(zero_outputs, tuple(zero), where)
+    return _union(zero_outputs, zero)
 
-  def candidates(args: _Arguments, where) -> list[dict]:
+  def candidates(self, args: _Arguments, where) -> list[dict]:
     """The final meta of each launch to consider: the decorators applied outermost first."""
-    metas = [(base.meta, set(base.constexprs))]  # (meta, the keys Triton would have in its kwargs)
-    for layer in layers:
+    metas = [(self.base.meta, set(self.base.constexprs))]  # (meta, the keys Triton would have in its kwargs)
+    for layer in self.layers:
       if isinstance(layer, Heuristics):
         metas = [_heuristics(layer, args.named, meta, passed, where) for meta, passed in metas]
         continue
       ((meta, passed),) = metas  # one autotune, refused twice by triton_decorators
       kwargs = {k: meta[k] for k in passed}
       metas = [({**meta, **config_meta}, passed | config_meta.keys())
-               for config_meta in _prune(layer, args.named, kwargs, base.fn, where)]
+               for config_meta in _prune(layer, args.named, kwargs, self.base.fn, where)]
     return [meta for meta, _ in metas]
 
-  def plain(meta: dict, zero_outputs, where_scalars):
+  def plain(self, meta: dict, zero_outputs, where_scalars):
     """One candidate's call: the undecorated function with this meta; the scalars as the decorators saw them."""
-    scalars = options.scalars
-    if callable(scalars):
-      scalars = lambda meta_, *avals: launch_values.evaluate(  # noqa: E731
-          options.scalars, "scalars", avals, where_scalars, meta=base.meta)
-    launch = dataclasses.replace(options, scalars=scalars, zero_outputs=zero_outputs, sharding=None)
-    return triton_launch.launcher(base.with_meta(meta), out_shape, launch)
+    options = self.options
+    if callable(options.scalars):
+      given = options.scalars
+      options = dataclasses.replace(options, scalars=lambda meta_, *avals: launch_values.evaluate(
+          given, "scalars", avals, where_scalars, meta=self.base.meta))
+    launch = dataclasses.replace(self.launch, zero_outputs=zero_outputs, sharding=None)
+    return triton_launch.launcher(self.base.with_meta(meta), self.out_shape, launch, options)
 
-  def call(*arrays):
-    site = source_location.current()
-    where = who(function, site)
-    in_avals = tuple(jax.typeof(a) for a in arrays)
-    args = arguments(in_avals, where)
-    zero_outputs = zeroed(args, where)
-    metas = candidates(args, where)
-    if len(metas) == 1:  # heuristics only, or one config left: nothing to time
-      return plain(metas[0], zero_outputs, where)(*arrays)
+  def tuned(self, metas: list[dict], zero_outputs, args: _Arguments, where):
+    """The autotuned call over these candidates: one per distinct set of them, the latest kept."""
     space = json.dumps([sorted((k, repr(v)) for k, v in m.items()) for m in metas]) + repr(zero_outputs)
-    with lock:
-      tuned_call = tuned.get(space)
+    with self._lock:
+      tuned_call = self._tuned.get(space)
       if tuned_call is None:
-        key_names = [n for n in tuner.key if n in args.named and not _holds_array(args.named[n])]
+        key_names = [n for n in self.tuner.key if n in args.named and not _holds_array(args.named[n])]
 
         def key(*avals):
-          named = arguments(avals, where).named
+          named = self.arguments(avals, where).named
           return (tuple((tuple(a.shape), str(a.dtype)) for a in avals), tuple((n, named[n]) for n in key_names))
 
-        tuned_call = autotune_lib.Autotuned(lambda meta: plain(meta, zero_outputs, where), metas, key=key,
-                                            name=f"mosaic_kernel {base.name} @triton.autotune")
-        tuned[space] = tuned_call
-        while len(tuned) > _TUNED_PER_CALL:
-          tuned.popitem(last=False)
-      tuned.move_to_end(space)
-    return tuned_call(*arrays)
-
-  return call
+        tuned_call = autotune_lib.Autotuned(lambda meta: self.plain(meta, zero_outputs, where), metas, key=key,
+                                            name=f"mosaic_kernel {self.base.name} @triton.autotune")
+        self._tuned[space] = tuned_call
+        while len(self._tuned) > _TUNED_PER_CALL:
+          self._tuned.popitem(last=False)
+      self._tuned.move_to_end(space)
+    return tuned_call
 
 
 def _holds_array(value) -> bool:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -38,11 +39,14 @@ from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base.errors import LaunchError, who
 from jax_mosaic_ffi.call import fallback as fallback_lib
 from jax_mosaic_ffi.call import launch_values
+from jax_mosaic_ffi.call import operands
 from jax_mosaic_ffi.call import primitive
 from jax_mosaic_ffi.call.launch_options import CheckedLaunch, LaunchOptions
+from jax_mosaic_ffi.call.operands import Kind, Operand
 from jax_mosaic_ffi.triton import tensor_descriptor
 from jax_mosaic_ffi.triton.compile import TritonKernel
 from jax_mosaic_ffi.triton.kernel import TritonFunction, runtime_params
+from jax_mosaic_ffi.triton.launch_options import TritonLaunchOptions
 from jax_mosaic_ffi.triton.specialize import XLA_BUFFER_ALIGN, flat_types
 
 
@@ -61,104 +65,102 @@ def triton_type(dtype) -> str:
   return _DTYPES[name]
 
 
-def default_order(n_in, n_out, n_scalars):
-  return [f"in{i}" for i in range(n_in)] + [f"out{o}" for o in range(n_out)] + [f"scalar{k}" for k in range(n_scalars)]
+def typed_order(param_order, made: str) -> tuple | None:
+  """``param_order`` read once: each name as the operand it refers to (a tuple of them for a Triton tuple
+  parameter), `TensorDescriptor` declarations as they are."""
+  if param_order is None:
+    return None
+  if isinstance(param_order, str) or not isinstance(param_order, Sequence):
+    raise LaunchError(f"{made}: param_order must be a sequence of names like ('in0', 'out0', 'scalar0'), tuples of "
+                      f"them (Triton tuple parameters) or jmf.TensorDescriptor(...) declarations, got {param_order!r}")
+
+  def typed(entry):
+    if isinstance(entry, (tuple, list)):
+      return tuple(typed(e) for e in entry)
+    if isinstance(entry, (tensor_descriptor.TensorDescriptor, Operand)):
+      return entry
+    ref = operands.parse(entry)
+    if ref is None or ref.kind is Kind.SCRATCH:
+      raise LaunchError(f"{made}: param_order entry {entry!r} names nothing; use in0.., out0.., scalar0.. (a tuple "
+                        "of them for a Triton tuple parameter)")
+    return ref
+  return tuple(typed(entry) for entry in param_order)
 
 
-# The options a Triton launch takes. Every other field of LaunchOptions must be left at its default: refused by
-# name, with why and what instead where _REFUSED says, so an option added to LaunchOptions is refused here until
-# this front end gives it a meaning.
-_TAKEN = ("grid", "scalars", "uses_pdl", "input_output_aliases", "param_order", "fallback", "sharding", "zero_outputs",
-          "has_side_effect", "cost_estimate")
-_REFUSED = {
-    "block": "block: Triton's metadata sets it (32 x num_warps); pass num_warps= to jmf.triton_kernel",
-    "cluster": "cluster: Triton's metadata sets it (num_ctas); pass num_ctas= to jmf.triton_kernel",
-    "smem_bytes": "smem_bytes: Triton's metadata sets its shared memory",
-    "collective": "collective: Triton kernels do not get the collective metadata pointer; write a collective "
-                  "kernel with jmf.cuda_kernel",
-    "batch_grid_axis": "batch_grid_axis: a Triton kernel's program ids are its own, so under vmap it runs once "
-                       "per batch element instead",
-    "scratch_bytes": "scratch_bytes: Triton's metadata sets its scratch; for a buffer of your own add an output "
-                     "(zero_outputs= zeroes it before each launch)",
-    "zero_scratch": "zero_scratch: Triton's metadata sets its scratch; for a zeroed buffer of your own add an "
-                    "output and name it in zero_outputs=",
-}
-
-
-def launcher(target: TritonKernel | TritonFunction, out_shape, options: LaunchOptions):
+def launcher(target: TritonKernel | TritonFunction, out_shape, launch: LaunchOptions, options: TritonLaunchOptions):
   """The function of arrays that launches a Triton kernel (see module doc); sharding is the caller's."""
-  name = target.name
-  made = f"mosaic_kernel '{name}'"
-  launch_values.refuse_untaken(options, _TAKEN, _REFUSED, made, "a Triton kernel")
+  made = f"mosaic_kernel '{target.name}'"
   if options.uses_pdl not in (None, True, False):
     raise LaunchError(f"{made}: uses_pdl must be True, False or None (PDL when the kernel waits "
                       f"with tl.extra.cuda.gdc_wait()), got {options.uses_pdl!r}")
-  grid, scalars, param_order = options.grid, options.scalars, options.param_order
-  aliases = launch_values.aliases(options.input_output_aliases, made)
-  # zero_outputs may also be a callable of the meta (and avals): evaluated per call, as the grid is.
-  zero_outputs = (options.zero_outputs if callable(options.zero_outputs)
-                  else launch_values.zero_outputs_option(options.zero_outputs, made))
-  has_side_effect = launch_values.flag(options.has_side_effect, "has_side_effect", made)
-  cost_estimate = launch_values.cost_estimate(options.cost_estimate, made)
-  fallback = fallback_lib.create(options.fallback, made)
+  param_order = typed_order(options.param_order, made)
+  shared = launch.checked(made)
+  fallback = fallback_lib.create(launch.fallback, made)
 
   def call(*args):
-    site = source_location.current()
-    where = who(target, site)
+    where = who(target, source_location.current())
     in_avals = tuple(jax.typeof(a) for a in args)
     meta = target.meta
-    shapes = launch_values.evaluate(out_shape, "out_shape", in_avals, where, follows_shapes=True)
-    out_avals, single = launch_values.out_avals(shapes, where)
-    values = launch_values.evaluate(scalars, "scalars", in_avals, where, meta=meta)
+    out_avals, single = launch_values.out_avals(
+        launch_values.evaluate(out_shape, "out_shape", in_avals, where, follows_shapes=True), where)
+    values = launch_values.evaluate(options.scalars, "scalars", in_avals, where, meta=meta)
     launch_values.scalars(values, where)  # its checks and messages, before the values are typed for Triton
-    n_in, n_out = len(in_avals), len(out_avals)
-    order = list(param_order) if param_order is not None else default_order(n_in, n_out, len(values))
+    order = param_order if param_order is not None else operands.default_order(len(in_avals), len(out_avals),
+                                                                                len(values))
     descriptors = [tensor_descriptor.bind(e, lambda v, what: launch_values.evaluate(v, what, in_avals, where,
                                                                                     meta=meta),
                                           in_avals, out_avals, where)
                    for e in order if isinstance(e, tensor_descriptor.TensorDescriptor)]
     kernel = _specialize(target, order, in_avals, out_avals, values, where, descriptors)
-    info = kernel.info
-    if options.uses_pdl and not kernel.pdl_safe:
-      raise LaunchError(
-          f"{where}: uses_pdl=True, but the kernel does not wait for the previous kernel: with programmatic "
-          "dependent launch it would read inputs that kernel may still be writing. Call "
-          "tl.extra.cuda.gdc_wait() in it before its first load (it then launches with PDL by default, on "
-          "sm_90 and newer), or leave uses_pdl out")
-    # As our own compiled kernels: PDL when the kernel waits (griddepcontrol.wait), unless uses_pdl=False.
-    pdl = kernel.pdl_safe if options.uses_pdl is None else bool(options.uses_pdl)
-    dims = launch_values.dims(launch_values.evaluate(grid, "grid", in_avals, where, meta=meta), "grid", where)
-    outs = list(out_avals)
-    passed, passed_values = _passed(order, values, info.dropped)
-    names, scalar_list = tensor_descriptor.expand(passed, passed_values, descriptors, info, where)
-    programs = math.prod(dims) * info.num_ctas
-    for k, (size, align) in enumerate(info.scratch):
-      if size == 0:
-        scalar_list.append(np.uint64(0))
-        names.append(f"scalar{len(scalar_list) - 1}")
-        continue
-      if align > XLA_BUFFER_ALIGN:
-        raise LaunchError(f"{where}: Triton asks for {('global', 'profile')[k]} scratch aligned to {align} bytes, "
-                          f"more than the {XLA_BUFFER_ALIGN} XLA gives its buffers")
-      outs.append(jax.ShapeDtypeStruct((programs * size,), jnp.uint8))
-      names.append(f"out{len(outs) - 1}")
-    # What Triton's metadata and the user's checked options make, in checked form: handed on, not checked again.
-    chosen = zero_outputs
-    if callable(chosen):  # a callable of the compiled kernel's meta (triton_call's zeroed_outputs), per call
-      chosen = launch_values.zero_outputs_option(
-          launch_values.evaluate(chosen, "zero_outputs", in_avals, where, meta=meta), where)
-    launch = CheckedLaunch(
-        kernel=kernel, out_shape=tuple(outs), grid=(dims[0] * info.num_ctas, dims[1], dims[2]),
-        block=(32 * info.num_warps, 1, 1), cluster=(info.num_ctas, 1, 1), smem_bytes=info.shared, uses_pdl=pdl,
-        scalars=launch_values.scalars(scalar_list, where), aliases=aliases, param_order=tuple(names),
-        collective=None, zero_outputs=_user_outputs(chosen, n_out, aliases), has_side_effect=has_side_effect,
-        cost_estimate=cost_estimate)
-    inner = primitive.kernel_call(launch,
-                                  _with_triton_scratch(fallback, in_avals, out_avals, outs[n_out:], single, where))
-    results = tuple(inner(*args))[:n_out]
+    record = _resolved(kernel, options, shared, order, values, descriptors, in_avals, out_avals, meta, where)
+    scratch_avals = record.out_shape[len(out_avals):]
+    inner = primitive.kernel_call(record, _with_triton_scratch(fallback, in_avals, out_avals, scratch_avals, single,
+                                                               where))
+    results = tuple(inner(*args))[:len(out_avals)]
     return results[0] if single else results
 
   return call
+
+
+def _resolved(kernel: TritonKernel, options: TritonLaunchOptions, shared, order, values, descriptors, in_avals,
+              out_avals, meta, where: str) -> CheckedLaunch:
+  """The launch record of a compiled kernel, from Triton's metadata and the user's checked options, in checked
+  form: handed on, not checked again. Triton's scratch pointers are extra outputs (null when it needs none);
+  ``meta``: what the grid and zero_outputs callables get."""
+  info = kernel.info
+  if options.uses_pdl and not kernel.pdl_safe:
+    raise LaunchError(
+        f"{where}: uses_pdl=True, but the kernel does not wait for the previous kernel: with programmatic "
+        "dependent launch it would read inputs that kernel may still be writing. Call "
+        "tl.extra.cuda.gdc_wait() in it before its first load (it then launches with PDL by default, on "
+        "sm_90 and newer), or leave uses_pdl out")
+  # As our own compiled kernels: PDL when the kernel waits (griddepcontrol.wait), unless uses_pdl=False.
+  pdl = kernel.pdl_safe if options.uses_pdl is None else bool(options.uses_pdl)
+  dims = launch_values.dims(launch_values.evaluate(options.grid, "grid", in_avals, where, meta=meta), "grid", where)
+  outs = list(out_avals)
+  passed, passed_values = _passed(order, values, info.dropped)
+  names, scalar_list = tensor_descriptor.expand(passed, passed_values, descriptors, info, where)
+  programs = math.prod(dims) * info.num_ctas
+  for k, (size, align) in enumerate(info.scratch):
+    if size == 0:
+      scalar_list.append(np.uint64(0))
+      names.append(operands.scalar(len(scalar_list) - 1))
+      continue
+    if align > XLA_BUFFER_ALIGN:
+      raise LaunchError(f"{where}: Triton asks for {('global', 'profile')[k]} scratch aligned to {align} bytes, "
+                        f"more than the {XLA_BUFFER_ALIGN} XLA gives its buffers")
+    outs.append(jax.ShapeDtypeStruct((programs * size,), jnp.uint8))
+    names.append(operands.output(len(outs) - 1))
+  chosen = shared.zero_outputs
+  if callable(chosen):  # a callable of the compiled kernel's meta (triton_call's zeroed_outputs), per call
+    chosen = launch_values.zero_outputs_option(
+        launch_values.evaluate(chosen, "zero_outputs", in_avals, where, meta=meta), where)
+  return CheckedLaunch(
+      kernel=kernel, out_shape=tuple(outs), grid=(dims[0] * info.num_ctas, dims[1], dims[2]),
+      block=(32 * info.num_warps, 1, 1), cluster=(info.num_ctas, 1, 1), smem_bytes=info.shared, uses_pdl=pdl,
+      scalars=launch_values.scalars(scalar_list, where), aliases=shared.aliases, param_order=tuple(names),
+      collective=None, zero_outputs=_user_outputs(chosen, len(out_avals), shared.aliases),
+      has_side_effect=shared.has_side_effect, cost_estimate=shared.cost_estimate)
 
 
 def _with_triton_scratch(fallback, in_avals, out_avals, scratch_avals, single: bool, where: str):
@@ -183,9 +185,9 @@ def _passed(order, values, dropped):
   for k, entry in enumerate(flat_types(order)):
     if k in dropped:
       continue
-    if isinstance(entry, str) and entry.startswith("scalar"):
-      scalar_list.append(values[int(entry[len("scalar"):])])
-      entry = f"scalar{len(scalar_list) - 1}"
+    if isinstance(entry, Operand) and entry.kind is Kind.SCALAR:
+      scalar_list.append(values[entry.index])
+      entry = operands.scalar(len(scalar_list) - 1)
     names.append(entry)
   return names, scalar_list
 
@@ -214,18 +216,16 @@ def _specialize(target, order, in_avals, out_avals, values, where, descriptors=(
         raise LaunchError(f"{where}: param_order entry {entry} is inside a tuple; a Triton kernel takes host "
                           "tensor descriptors as parameters of their own")
       return next(descriptor_types)
-    entry = str(entry)
-    prefix = entry.rstrip("0123456789")
-    index = int(entry[len(prefix):]) if entry[len(prefix):] else -1
-    if prefix == "in" and 0 <= index < n_in:
+    index = entry.index
+    if entry.kind is Kind.IN and index < n_in:
       return "*" + triton_type(in_avals[index].dtype)
-    if prefix == "out" and 0 <= index < n_out:
+    if entry.kind is Kind.OUT and index < n_out:
       return "*" + triton_type(out_avals[index].dtype)
-    if prefix == "scalar" and 0 <= index < len(values):
+    if entry.kind is Kind.SCALAR and index < len(values):
       scalar_values[k] = values[index]
       return triton_type(np.asarray(values[index]).dtype)
-    raise LaunchError(f"{where}: param_order entry {entry!r} names nothing; use in0.., out0.., scalar0.. (a tuple "
-                      "of them for a Triton tuple parameter)")
+    raise LaunchError(f"{where}: param_order entry {str(entry)!r} names nothing; use in0.., out0.., scalar0.. (a "
+                      "tuple of them for a Triton tuple parameter)")
 
   types = [typed(entry, False) for entry in order]
   if isinstance(target, TritonKernel):

@@ -26,6 +26,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from jax_mosaic_ffi.base.errors import LaunchError
+from jax_mosaic_ffi.call import operands
+from jax_mosaic_ffi.call.operands import Kind, Operand
 from jax_mosaic_ffi.call.tensor_map import TensorMap, data_type, row_major_strides
 from jax_mosaic_ffi.triton import descriptors as triton_descriptors
 from jax_mosaic_ffi.triton.compile import TritonInfo
@@ -72,12 +74,19 @@ class TensorDescriptor:
   block_shape: Sequence[int] | Callable
   padding: str = "zero"
   round_f32_to_tf32: bool = False
+  # The operand, read once: the input or output the name refers to (an `Operand` given for the name is taken).
+  ref: Operand = dataclasses.field(init=False, repr=False, compare=False)
+  # Whose parameter it declares, for another front end's message ("jmf.TensorDescriptor is a Triton kernel's ...").
+  front_end = "a Triton kernel"
 
   def __post_init__(self):
-    where = f"TensorDescriptor({self.operand!r})"
-    if not isinstance(self.operand, str) or not self.operand.startswith(("in", "out")):
+    ref = self.operand if isinstance(self.operand, Operand) else operands.parse(self.operand)
+    if ref is None or ref.kind not in (Kind.IN, Kind.OUT):
       raise ValueError(f"TensorDescriptor: operand must name an input or output like 'in0' or 'out0', got "
                        f"{self.operand!r}")
+    object.__setattr__(self, "operand", str(ref))
+    object.__setattr__(self, "ref", ref)
+    where = f"TensorDescriptor({self.operand!r})"
     if (self.shape is None) != (self.strides is None):
       raise ValueError(f"{where}: give shape and strides together (a view), or neither (from_tensor)")
     if self.padding not in _PADDINGS:
@@ -124,13 +133,11 @@ class Bound:
 def bind(decl: TensorDescriptor, evaluate: Callable[[Any, str], Any], in_avals, out_avals, where: str) -> Bound:
   """``decl`` for a call with these avals; ``evaluate(value, what)`` calls a callable option with the meta."""
   name = f"{where}: param_order entry {decl}"
-  prefix = "in" if decl.operand.startswith("in") else "out"
-  avals = in_avals if prefix == "in" else out_avals
-  suffix = decl.operand[len(prefix):]
-  if not suffix.isdigit() or int(suffix) >= len(avals):
+  avals = in_avals if decl.ref.kind is Kind.IN else out_avals
+  if decl.ref.index >= len(avals):
     raise LaunchError(f"{name} describes {decl.operand!r}, but the call has {len(in_avals)} input(s) and "
                       f"{len(out_avals)} output(s); name one of in0.., out0..")
-  aval = avals[int(suffix)]
+  aval = avals[decl.ref.index]
 
   def value(what):
     return _ints(evaluate(getattr(decl, what), what), what, name)
@@ -185,7 +192,7 @@ def expand(order: Sequence[Any], values: Sequence[Any], bound: Sequence[Bound], 
 
   def scalar(value):
     scalars.append(value)
-    names.append(f"scalar{len(scalars) - 1}")
+    names.append(operands.scalar(len(scalars) - 1))
 
   descriptors = iter(bound)
   metas = iter(info.tensordesc_meta)
@@ -208,13 +215,13 @@ def expand(order: Sequence[Any], values: Sequence[Any], bound: Sequence[Bound], 
         raise LaunchError(f"{name}: TMA moves rows of a multiple of 16 bytes, but a row of the block is "
                           f"{meta.block_size[-1]} x {b.aval.dtype} = {meta.block_size[-1] * meta.elem_size} bytes; "
                           f"make block_shape[-1] a multiple of {16 // math.gcd(16, meta.elem_size)}")
-      names.append(TensorMap(b.decl.operand, box=meta.block_size,
+      names.append(TensorMap(b.decl.ref, box=meta.block_size,
                              swizzle=triton_descriptors.SWIZZLE_BYTES[meta.swizzle], l2_promotion=128,
                              oob_fill="nan" if b.decl.padding == "nan" else "zero",
                              shape=b.shape if b.view else None, strides=b.strides if b.view else None,
                              round_f32_to_tf32=b.decl.round_f32_to_tf32))
     else:
-      names.append(b.decl.operand)  # the base pointer; the view starts at the buffer
+      names.append(b.decl.ref)  # the base pointer; the view starts at the buffer
       for v in b.shape + b.strides:
         scalar(np.int64(v))
       scalar(np.bool_(b.decl.padding == "nan"))

@@ -1,0 +1,57 @@
+"""The front-end protocol: what a wing (cuda/, triton/, cute/) provides, as one `FrontEnd` (docs/architecture.md).
+
+A wing provides its kernel types, its own options object (the keywords of `mosaic_kernel` it takes beyond the
+shared `LaunchOptions`, as Pallas's backends take their own compiler params), the module image kinds it emits,
+and a launcher that resolves one `CheckedLaunch` per traced call and binds it with `primitive.kernel_call`. It
+gets the rest for free: `mosaic_kernel` picks it by kernel type (api.py's table), and the compile cache, export,
+vmap, gradients, sharding, fallback, autotuning and the runtime treat its launches as every other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping
+
+from jax_mosaic_ffi.base.errors import LaunchError
+from jax_mosaic_ffi.base.module_format import ImageKind
+from jax_mosaic_ffi.call import launch_values
+
+
+@dataclasses.dataclass(frozen=True)
+class FrontEnd:
+  """One wing, as `mosaic_kernel` sees it.
+
+  Attributes:
+    name: its kernels, as messages name them ("a Triton kernel").
+    kernel_types: the types of kernel it launches (`mosaic_kernel` picks the front end of the nearest one).
+    makers: the public functions that make its kernels, for messages.
+    options: its options object: a frozen dataclass whose fields are the keywords of `mosaic_kernel` it takes
+      beyond `LaunchOptions`, with their defaults.
+    image_kinds: the module images its kernels hold (base/module_format.py's `ImageKind`).
+    launcher: ``(kernel, out_shape, launch: LaunchOptions, options, meta=None) -> call``: the function of
+      arrays that launches the kernel, resolving one `CheckedLaunch` per traced call; ``meta``: one autotuning
+      config's values (the kernel's constexprs, or what its launch's callables get), None without configs.
+    check_tunable: ``(kernel, made, configs) -> None``: raises ValueError, naming what to do, where
+      ``configs=`` (or ``autotune_key=`` / ``autotune_default=``) cannot apply to the kernel.
+    hints: for keywords of another front end that this one does not take, what to do instead (optional: any
+      other is refused by name all the same).
+  """
+
+  name: str
+  kernel_types: tuple[type, ...]
+  makers: tuple[str, ...]
+  options: type
+  image_kinds: tuple[ImageKind, ...]
+  launcher: Callable[..., Callable]
+  check_tunable: Callable[[Any, str, Any], None] = lambda kernel, made, configs: None
+  hints: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+  def options_of(self, given: Mapping[str, Any], defaults: Mapping[str, Any], made: str):
+    """Its options object from `mosaic_kernel`'s front-end keywords ``given``. A keyword it does not take is
+    refused by name, unless left at its default (``defaults``: each keyword's, where a front end takes it)."""
+    own = {field.name for field in dataclasses.fields(self.options)}
+    for name, value in given.items():
+      if name not in own and not launch_values.left_out(value, defaults.get(name)):
+        why = self.hints.get(name, f"it has no meaning for {self.name} yet")
+        raise LaunchError(f"{made}: {self.name} takes no {name}: {why}")
+    return self.options(**{name: value for name, value in given.items() if name in own})

@@ -1,0 +1,54 @@
+"""The Triton front end as `mosaic_kernel` picks it (call/front_end.py): a `TritonFunction` (compiled per call
+signature, under its decorators if it has any) or a compiled `TritonKernel`, launched with `TritonLaunchOptions`.
+
+Its launcher is also `triton_call`'s, and what a front end built on Triton's compiler (Gluon) would take whole:
+the specialization, the launch from Triton's metadata, the decorators and the scratch.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+from jax_mosaic_ffi.base.errors import LaunchError
+from jax_mosaic_ffi.base.module_format import ImageKind
+from jax_mosaic_ffi.call.front_end import FrontEnd
+from jax_mosaic_ffi.call.launch_options import LaunchOptions
+from jax_mosaic_ffi.triton import decorated
+from jax_mosaic_ffi.triton import launch
+from jax_mosaic_ffi.triton.compile import TritonKernel
+from jax_mosaic_ffi.triton.kernel import TritonFunction
+from jax_mosaic_ffi.triton.launch_options import HINTS, TritonLaunchOptions
+
+
+def launcher(kernel: TritonFunction | TritonKernel, out_shape, launch_options: LaunchOptions,
+             options: TritonLaunchOptions, meta: Mapping[str, Any] | None = None) -> Callable[..., Any]:
+  """The call of a Triton kernel: its decorators applied per traced call if it has any, else one launch from
+  Triton's metadata; ``meta``: an autotuning config's constexprs and launch options."""
+  if options.grid is None:
+    raise LaunchError(f"mosaic_kernel '{kernel.name}': grid= is required")
+  if meta is not None:
+    kernel = kernel.with_meta(meta)
+  if isinstance(kernel, TritonFunction) and kernel.decorators:  # @triton.autotune / @triton.heuristics
+    return decorated.launcher(kernel, out_shape, launch_options, options)
+  return launch.launcher(kernel, out_shape, launch_options, options)
+
+
+def check_tunable(kernel: TritonFunction | TritonKernel, made: str, configs) -> None:
+  if isinstance(kernel, TritonFunction) and kernel.decorators:
+    raise ValueError(f"{made}: the kernel's @triton.autotune/@triton.heuristics choose its configs; configs=, "
+                     "autotune_key= and autotune_default= are for an undecorated kernel")
+  if isinstance(kernel, TritonKernel) and configs is not None:
+    raise ValueError(f"{made}: configs= needs the kernel uncompiled; make it with jmf.triton_kernel(fn) without "
+                     "signature=, so each config compiles its own")
+
+
+FRONT_END = FrontEnd(
+    name="a Triton kernel",
+    kernel_types=(TritonFunction, TritonKernel),
+    makers=("triton_kernel",),
+    options=TritonLaunchOptions,
+    image_kinds=(ImageKind.CUBIN, ImageKind.PTX),
+    launcher=launcher,
+    check_tunable=check_tunable,
+    hints=HINTS,
+)
