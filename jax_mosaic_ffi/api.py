@@ -246,14 +246,15 @@ def kernel_cache_stats() -> KernelCacheStats:
     A `KernelCacheStats`; its docstring says what each field counts.
   """
   compile_stats = compile_cache.stats()
+  compiles = compile_stats.compiles
   tune = autotune_lib.stats()
   return KernelCacheStats(
-      nvrtc_compiles=compile_stats.nvrtc_compiles,
+      nvrtc_compiles=compiles.get("nvrtc", 0),
       memory_hits=compile_stats.memory_hits,
       disk_hits=compile_stats.disk_hits,
       **core.cache_stats(),
-      triton_compiles=compile_stats.triton_compiles,
-      cute_compiles=compile_stats.cute_compiles,
+      triton_compiles=compiles.get("triton", 0),
+      cute_compiles=compiles.get("cute", 0),
       autotune_tunings=tune.tunings,
       autotune_disk_hits=tune.disk_hits,
       autotune_memory_hits=tune.memory_hits,

@@ -22,9 +22,7 @@ _T = TypeVar("_T")
 
 @dataclasses.dataclass
 class CompileStats:
-  nvrtc_compiles: int = 0   # NVRTC invocations, one per target arch
-  triton_compiles: int = 0  # Triton compiles, one per target arch
-  cute_compiles: int = 0    # CuTe DSL compiles (cute.compile), one per target arch
+  compiles: dict[str, int] = dataclasses.field(default_factory=dict)  # by compiler, one per target arch
   memory_hits: int = 0      # compiles served by this cache
   disk_hits: int = 0        # compiles served by the disk cache
 
@@ -36,7 +34,7 @@ _memory: collections.OrderedDict[str, Any] = collections.OrderedDict()
 
 def stats() -> CompileStats:
   with _lock:
-    return dataclasses.replace(_stats)
+    return dataclasses.replace(_stats, compiles=dict(_stats.compiles))
 
 
 def clear_memory_cache() -> None:
@@ -45,9 +43,9 @@ def clear_memory_cache() -> None:
 
 
 def count_compiles(compiler: str, n: int) -> None:
-  """``n`` compiles run by ``compiler`` ("nvrtc", "triton" or "cute")."""
+  """``n`` compiles run by ``compiler`` (a front end's name for it: "nvrtc", "triton", "cute")."""
   with _lock:
-    setattr(_stats, f"{compiler}_compiles", getattr(_stats, f"{compiler}_compiles") + n)
+    _stats.compiles[compiler] = _stats.compiles.get(compiler, 0) + n
 
 
 @dataclasses.dataclass(frozen=True)
