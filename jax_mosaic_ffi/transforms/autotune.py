@@ -56,7 +56,6 @@ from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base.errors import AutotuneError
 from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
-from jax_mosaic_ffi.transforms import gpu_clock
 from jax_mosaic_ffi.transforms import timing as timing_lib
 from jax_mosaic_ffi.transforms import tuning_failures
 from jax_mosaic_ffi.transforms import tuning_records
@@ -151,12 +150,6 @@ def _launch_identities(jaxpr) -> list[str]:
           subs.append(iter(inner.eqns))
     pending.extend(reversed(subs))  # the first sub-jaxpr next, as the order of the launches found
   return found
-
-
-def _error_text(e: BaseException) -> str:
-  """The exception's first two lines (a compiler's "could not compile ...:" and its first reason), bounded."""
-  lines = [line.strip() for line in f"{type(e).__name__}: {e}".splitlines() if line.strip()]
-  return " ".join(lines[:2])[:300] or type(e).__name__
 
 
 def _log(entry: dict) -> None:
@@ -338,64 +331,13 @@ class Autotuned:
     try:
       return tuple(_launch_identities(jax.make_jaxpr(self._call_for(index))(*avals)))
     except Exception as e:
-      return f"compile: {_error_text(e)}"
+      return f"compile: {tuning_failures.error_text(e)}"
 
   def _tune(self, avals, device, indices: list[int]) -> dict[int, tuning_records.Timing]:
     """Times the configs `indices`; a config that fails to build or run gets its error instead."""
-    on_gpu = device.platform in ("gpu", "cuda")
-
-    def build(index, repeats=1):
-      call = gpu_clock.repeated(self._call_for(index), repeats)
-      return jax.jit(gpu_clock.timed(call) if on_gpu else call).lower(*avals).compile()
-
-    def build_all(which, repeats=1):
-      built = {}
-      with concurrent.futures.ThreadPoolExecutor(max(1, min(len(which), os.cpu_count() or 1, 8))) as pool:
-        futures = {k: pool.submit(build, k, repeats) for k in which}
-        for k, future in futures.items():
-          # exception(), not result(): a re-raised exception's traceback would hold this frame, whose
-          # `futures` hold the exception: a cycle keeping every executable built here alive until collected.
-          error = future.exception()
-          if error is None:
-            built[k] = future.result()
-          else:
-            timings[k] = tuning_records.Timing(None, f"{tuning_failures.compile_failure(str(error))}: "
-                                                     f"{_error_text(error)}")
-      return built
-
-    timings: dict[int, tuning_records.Timing] = {}
-    executables = build_all(indices)
-    inputs = timing_lib.random_inputs(avals, device)
-    launched, first_s, output_bytes = [], [], 0
-    for k, executable in executables.items():  # one that fails to launch is left out of the timed rounds
-      try:
-        jax.block_until_ready(executable(*inputs))
-        if on_gpu:
-          start, stop, outputs = executable(*inputs)
-          first_s.append(gpu_clock.elapsed_s(start, stop))
-          output_bytes = max(output_bytes, timing_lib.output_bytes(outputs))
-        launched.append(k)
-      except Exception as e:
-        timings[k] = tuning_records.Timing(None, f"{tuning_failures.launch_failure(str(e))}: {_error_text(e)}")
-    if not launched:
-      return timings
-    # On the GPU a fast kernel is timed as several calls in one program: the stamps' own gaps spread over more work.
-    repeats = timing_lib.repeats(min(first_s), output_bytes) if on_gpu else 1
-    runnable = build_all(launched, repeats) if repeats > 1 else {k: executables[k] for k in launched}
-    if runnable:
-      try:
-        if on_gpu:
-          seconds = timing_lib.gpu_time_each(runnable, inputs, warmup=self.warmup, rounds=self.rounds)
-        else:
-          seconds = timing_lib.host_time_each(runnable, inputs, warmup=self.warmup, rounds=self.rounds)
-      except Exception as e:  # a config that passes alone but fails when timed: none of this round counts
-        seconds = {}
-        for k in runnable:
-          timings[k] = tuning_records.Timing(None, f"launch: {_error_text(e)}")
-      for k, value in seconds.items():
-        timings[k] = tuning_records.Timing(value / repeats * 1e6, None)
-        with _lock:
-          _stats.configs_timed += 1
+    timings = timing_lib.time_configs(self._call_for, avals, device, indices, warmup=self.warmup, rounds=self.rounds)
+    with _lock:
+      _stats.configs_timed += sum(timing.us is not None for timing in timings.values())
     return timings
 
 

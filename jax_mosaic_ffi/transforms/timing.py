@@ -1,17 +1,22 @@
-"""How the autotuner times its configs: compiled calls on random inputs of the call's shapes, in rounds in which
-the executables take turns, on the GPU's own clock (`gpu_clock.py`), or the host's where there is no GPU (the
-machinery's tests, with JAX_MOSAIC_FFI_AUTOTUNE_ON_CPU=1); and how many calls one timed program makes.
+"""How the autotuner times its configs (`time_configs`): compiled calls on random inputs of the call's shapes, in
+rounds in which the executables take turns, on the GPU's own clock (`gpu_clock.py`), or the host's where there is
+no GPU (the machinery's tests, with JAX_MOSAIC_FFI_AUTOTUNE_ON_CPU=1); and how many calls one timed program makes.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import os
 import statistics
 import time
+from typing import Callable
 
 import jax
 import numpy as np
 
 from jax_mosaic_ffi.transforms import gpu_clock
+from jax_mosaic_ffi.transforms import tuning_failures
+from jax_mosaic_ffi.transforms import tuning_records
 
 
 def random_inputs(avals, device):
@@ -99,3 +104,64 @@ def _median_in_turns(executables: dict, rounds: int, seconds) -> dict:
     for k in order[r % len(order):] + order[:r % len(order)]:
       samples[k].append(seconds(k))
   return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def time_configs(call_for: Callable[[int], Callable], avals, device, indices: list[int], *, warmup: int,
+                 rounds: int) -> dict[int, tuning_records.Timing]:
+  """Times the calls of configs ``indices`` (``call_for(k)``) on ``device``, on random inputs of ``avals``: each
+  built (in threads), run once, then timed in rounds; a config that fails to build or run gets its error instead
+  (tuning_failures.py says which will repeat)."""
+  on_gpu = device.platform in ("gpu", "cuda")
+
+  def build(index, repeats=1):
+    call = gpu_clock.repeated(call_for(index), repeats)
+    return jax.jit(gpu_clock.timed(call) if on_gpu else call).lower(*avals).compile()
+
+  def build_all(which, repeats=1):
+    built = {}
+    with concurrent.futures.ThreadPoolExecutor(max(1, min(len(which), os.cpu_count() or 1, 8))) as pool:
+      futures = {k: pool.submit(build, k, repeats) for k in which}
+      for k, future in futures.items():
+        # exception(), not result(): a re-raised exception's traceback would hold this frame, whose
+        # `futures` hold the exception: a cycle keeping every executable built here alive until collected.
+        error = future.exception()
+        if error is None:
+          built[k] = future.result()
+        else:
+          timings[k] = tuning_records.Timing(None, f"{tuning_failures.compile_failure(str(error))}: "
+                                                   f"{tuning_failures.error_text(error)}")
+    return built
+
+  timings: dict[int, tuning_records.Timing] = {}
+  executables = build_all(indices)
+  inputs = random_inputs(avals, device)
+  launched, first_s, output_bytes = [], [], 0
+  for k, executable in executables.items():  # one that fails to launch is left out of the timed rounds
+    try:
+      jax.block_until_ready(executable(*inputs))
+      if on_gpu:
+        start, stop, outputs = executable(*inputs)
+        first_s.append(gpu_clock.elapsed_s(start, stop))
+        output_bytes = max(output_bytes, output_bytes(outputs))
+      launched.append(k)
+    except Exception as e:
+      timings[k] = tuning_records.Timing(None, f"{tuning_failures.launch_failure(str(e))}: "
+                                               f"{tuning_failures.error_text(e)}")
+  if not launched:
+    return timings
+  # On the GPU a fast kernel is timed as several calls in one program: the stamps' own gaps spread over more work.
+  calls = repeats(min(first_s), output_bytes) if on_gpu else 1
+  runnable = build_all(launched, calls) if calls > 1 else {k: executables[k] for k in launched}
+  if runnable:
+    try:
+      if on_gpu:
+        seconds = gpu_time_each(runnable, inputs, warmup=warmup, rounds=rounds)
+      else:
+        seconds = host_time_each(runnable, inputs, warmup=warmup, rounds=rounds)
+    except Exception as e:  # a config that passes alone but fails when timed: none of this round counts
+      seconds = {}
+      for k in runnable:
+        timings[k] = tuning_records.Timing(None, f"launch: {tuning_failures.error_text(e)}")
+    for k, value in seconds.items():
+      timings[k] = tuning_records.Timing(value / calls * 1e6, None)
+  return timings

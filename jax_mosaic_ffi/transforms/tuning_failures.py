@@ -40,3 +40,9 @@ def compile_failure(text: str) -> str:
 def lasting(error: str | None) -> bool:
   """Whether a recorded failure will happen again (and so is kept and trusted)."""
   return error is not None and error.startswith(_LASTING)
+
+
+def error_text(e: BaseException) -> str:
+  """The exception's first two lines (a compiler's "could not compile ...:" and its first reason), bounded."""
+  lines = [line.strip() for line in f"{type(e).__name__}: {e}".splitlines() if line.strip()]
+  return " ".join(lines[:2])[:300] or type(e).__name__
