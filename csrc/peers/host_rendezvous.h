@@ -63,6 +63,10 @@ struct DepositRecord {
   char page[kPageNameBytes];  // the name of the rank's flag page
 };
 
+// "jmf-" and 32 lowercase hex digits: what this runtime names its flag pages
+// (without the leading slash shm_open takes).
+bool IsPageFileName(const char* name);
+
 // This process's identity: random bytes from getrandom(2), new in a forked
 // child; null when the kernel gave none. Tells "same process" where a pid
 // cannot (pid namespaces, reuse).
