@@ -9,7 +9,7 @@
 
 Each public name is documented in its docstring (the docs site's API reference: ``bash scripts/docs.sh``);
 the guides are in docs/guides/, and docs/architecture.md has the layers this file re-exports from
-(base <- toolchain <- call <- transforms <- triton | cute <- api <- ops).
+(base <- toolchain <- call <- transforms <- cuda | triton | cute <- api <- ops).
 """
 
 from __future__ import annotations
