@@ -232,7 +232,7 @@ def test_wheel_holds_the_package_its_device_headers_and_nothing_else(wheel):
   expected = _expected_wheel_files()
   assert not expected - names, f"missing from the wheel: {sorted(expected - names)}"
   assert not names - expected, f"in the wheel but not in the package: {sorted(names - expected)}"
-  # What NVRTC compiles kernels against at run time (toolchain/): our device headers and the compat headers.
+  # What NVRTC compiles kernels against at run time (cuda/nvrtc/): our device headers and the compat headers.
   assert "jax_mosaic_ffi/include/jax_mosaic_ffi/collective.cuh" in names
   assert "jax_mosaic_ffi/include/jmf_compat/jmf_compat_prelude.h" in names
   assert wheel.stat().st_size < 4 << 20, f"{wheel.stat().st_size} bytes: what made the wheel this large?"
