@@ -55,6 +55,7 @@ from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base.errors import AutotuneError
+from jax_mosaic_ffi.call import shadow
 from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
 from jax_mosaic_ffi.transforms import gpu_clock
 from jax_mosaic_ffi.transforms import timing as timing_lib
@@ -346,7 +347,8 @@ class Autotuned:
 
     def build(index, repeats=1):
       call = gpu_clock.repeated(self._call_for(index), repeats)
-      return jax.jit(gpu_clock.timed(call) if on_gpu else call).lower(*avals).compile()
+      with shadow.suspended():  # a timed program runs the kernels alone, whatever the shadow mode
+        return jax.jit(gpu_clock.timed(call) if on_gpu else call).lower(*avals).compile()
 
     def build_all(which, repeats=1):
       built = {}
