@@ -36,6 +36,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax._src import sharding_impls
 from jax._src.interpreters import mlir
 from jax.experimental import io_callback
@@ -101,7 +102,7 @@ class Verification:
       self._checked.move_to_end(key)
       while len(self._checked) > _MAX_CHECKED:
         self._checked.popitem(last=False)
-    return jnp.bool_(first)
+    return np.bool_(first)
 
   def receive(self, site: "_Site", *summaries) -> None:
     """The host callback: the comparison's numbers -> rows; a mismatch warns or raises."""

@@ -180,7 +180,8 @@ class _Checker:
       return [check_report.skipped("outputs", case.describe(), "", None, f"the function refuses these inputs: "
                                    f"{_first_line(e)}")]
     names = _names(out, "out")
-    rows = self._compare("outputs", case, out, want, names) + kernel_rows + self._unchecked(fn, args, kernel_rows)
+    rows = _blamed(self._compare("outputs", case, out, want, names), kernel_rows)
+    rows += kernel_rows + self._unchecked(fn, args, kernel_rows)
     if eager:
       with _highest():
         rows += self._compare("jit vs eager", case, fn(*args), out, names)
@@ -210,7 +211,7 @@ class _Checker:
       return [check_report.skipped("vmap vs loop", case.describe(), "", None, _first_line(e))]
     loop = [compiled(*element) for element in elements]
     looped = jax.tree.map(lambda *xs: jnp.stack(xs), *loop)
-    return self._compare("vmap vs loop", case, batched, looped, names) + kernel_rows
+    return _blamed(self._compare("vmap vs loop", case, batched, looped, names), kernel_rows) + kernel_rows
 
   # ------------------------------------------------------------------ derivatives
 
@@ -265,7 +266,7 @@ class _Checker:
         want = jax.jit(transform(reference))(*operands)
     except (TypeError, NotImplementedError) as e:  # a reference JAX cannot differentiate
       return [check_report.skipped(what, case.describe(), "", None, f"the reference: {_first_line(e)}")] + kernel_rows
-    return self._compare(what, case, got, want, names) + kernel_rows
+    return _blamed(self._compare(what, case, got, want, names), kernel_rows) + kernel_rows
 
   def _rules(self, fn, args) -> list[Comparison]:
     """Each derivative rule around kernels, on the operands it got (in the reference's evaluation), against autodiff
@@ -293,6 +294,14 @@ class _Checker:
         if row.what in ("VJP", "JVP"):
           rows.append(dataclasses.replace(row, what=f"derivative rule ({row.what})", kernel=name))
     return rows
+
+
+def _blamed(rows: list[Comparison], kernel_rows: list[Comparison]) -> list[Comparison]:
+  """A program's failed rows name the first of its kernel calls that differed from its own fallback."""
+  blame = next((r.kernel for r in kernel_rows if r.failed), None)
+  if blame is None:
+    return rows
+  return [dataclasses.replace(r, kernel=f"{blame} (differs from its fallback)") if r.failed else r for r in rows]
 
 
 def _single(outs: list):
