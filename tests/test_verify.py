@@ -8,6 +8,7 @@ lowering does after its custom call (the same `shadow.lower`, the same real kern
 reported, once or every time.
 """
 
+import dataclasses
 import warnings
 
 import jax
@@ -20,6 +21,7 @@ from jax.sharding import Mesh, PartitionSpec as P
 
 import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.base import flags
+from jax_mosaic_ffi.call import fallback as fallback_lib
 from jax_mosaic_ffi.call import shadow
 
 import fresh_process
@@ -58,13 +60,16 @@ def call(source, name, fallback=lambda x: 2 * x):
 
 _stand_in = Primitive("kernel_stand_in")
 _stand_in.multiple_results = True
-_stand_in.def_abstract_eval(lambda x, **_: [jax.core.ShapedArray(x.shape, x.dtype)])
+_SCRATCH = jax.core.ShapedArray((4,), jnp.uint8)
+_stand_in.def_abstract_eval(lambda x, scratch=False, **_: [jax.core.ShapedArray(x.shape, x.dtype)] +
+                            [_SCRATCH] * scratch)
 
 
-def _stand_in_lowering(ctx, x, kernel, spec, wrong):
-  """What the CUDA lowering emits, on the CPU: the 'kernel' (the fallback, one element off when ``wrong``), then
-  the shadow mode's check of it, as lowering.py asks for it after the custom call."""
-  compute = lambda x: [(2 * x).at[3].add(1.0 if wrong else 0.0)]  # noqa: E731  (the fallback is 2 x)
+def _stand_in_lowering(ctx, x, kernel, spec, wrong, scratch=False):
+  """What the CUDA lowering emits, on the CPU: the 'kernel' (the fallback, one element off when ``wrong``; with
+  ``scratch``, a scratch buffer a front end adds, not zeros), then the shadow mode's check of it, as lowering.py
+  asks for it after the custom call."""
+  compute = lambda x: [(2 * x).at[3].add(1.0 if wrong else 0.0)] + [jnp.ones(4, jnp.uint8)] * scratch  # noqa: E731
   results = mlir.lower_fun(compute, multiple_results=True)(ctx, x)
   verification = shadow.active()
   if verification is not None:
@@ -117,6 +122,17 @@ def test_first_mode_lowers_later_programs_plainly_and_gates_earlier_ones(kernel_
     run(fn, times=2)
     assert seen.report.passed and len(seen.report.rows) == 1
     assert cpu_text(lambda x: fn(x) * 2) == plain   # checked already: nothing is added
+
+
+def test_a_front_ends_scratch_outputs_are_not_compared(kernel_and_spec):
+  kernel, spec = kernel_and_spec
+  # As Triton's launch makes it: the user's outputs, then zeros for Triton's scratch buffers.
+  with_scratch = fallback_lib.Fallback(lambda x: (2 * x, jnp.zeros(4, jnp.uint8)), compared=1)
+  spec = dataclasses.replace(spec, fallback=with_scratch)
+  fn = lambda x: _stand_in.bind(x, kernel=kernel, spec=spec, wrong=False, scratch=True)[0]  # noqa: E731
+  with jmf.verify("always", on_mismatch="ignore") as seen:
+    run(fn, times=1)
+  assert [r.output for r in seen.report.rows] == ["out0"] and seen.report.passed
 
 
 def test_always_mode_checks_every_execution(kernel_and_spec):
