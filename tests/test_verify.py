@@ -300,3 +300,31 @@ def test_a_kernel_partitioned_across_devices_runs_unchecked(isolated_disk_cache)
   # check there would call a callback that is not there (a crash: hence a process of its own).
   found = fresh_process.run(PARTITIONED, timeout=300).result
   assert found == {"y": [7.0, 2 * 19.0 + 1], "rows": 0}   # each shard's element 3 is the stand-in's mistake
+
+
+COLLECTIVE = """
+import json
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, PartitionSpec as P
+import dataclasses
+import jax_mosaic_ffi as jmf
+from jax_mosaic_ffi.call import fallback as fallback_lib
+import test_verify as tv
+(eqn,) = jax.make_jaxpr(tv.call(tv.TWICE, "twice"))(jnp.ones(16)).eqns
+# A collective kernel's fallback talks to its peers: here a psum that is 0 (each block minus the blocks' mean).
+talks = fallback_lib.Fallback(lambda x: 2 * x + 0 * jax.lax.psum(x, "x"))
+spec = dataclasses.replace(eqn.params["spec"], collective=jmf.Collective("x"), fallback=talks)
+kernel = lambda x: tv._stand_in.bind(x, kernel=eqn.params["kernel"], spec=spec, wrong=False)[0]
+fn = jax.jit(jax.shard_map(kernel, mesh=Mesh(np.array(jax.devices("cpu")[:8]), ("x",)), in_specs=P("x"),
+                           out_specs=P("x")))
+with jmf.verify("first", on_mismatch="ignore") as seen:
+  for _ in range(2):
+    jax.block_until_ready(fn(jnp.arange(128.0)))
+print(json.dumps({"rows": len(seen.report.rows), "passed": seen.report.passed}))
+"""
+
+
+def test_a_collective_kernels_check_is_run_by_every_device(isolated_disk_cache):
+  # Gated, one device alone would enter the fallback's psum and wait for its peers for ever.
+  found = fresh_process.run(COLLECTIVE, timeout=120).result
+  assert found == {"rows": 16, "passed": True}   # 8 devices, 2 executions: a program lowered before its check

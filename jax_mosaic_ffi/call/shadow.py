@@ -11,7 +11,8 @@ The kernel's own results go on to the rest of the program untouched.
 * a program lowered after its specialization was checked gets no check at all: its lowering is the plain one;
 * a program lowered before (the usual case: one jitted step, run many times) carries the check behind a gate, a
   ``lax.cond`` on a host callback (``io_callback``) that says yes once per specialization; later executions pay
-  that callback and the conditional, not the fallback.
+  that callback and the conditional, not the fallback. (Not a collective kernel's: its fallback talks to its
+  peers, so every device must run it, and its check runs in every execution of such a program.)
 
 Off, nothing here runs: the lowering and the launch path are those of a program without it. The fallback runs under
 ``jax.default_matmul_precision("highest")`` (a float32 matmul fallback in TF32 would differ from any float32
@@ -265,7 +266,9 @@ def lower(ctx, operands, results, kernel, spec, verification: Verification) -> N
     returned = min(returned, spec.fallback.compared)
   outputs = tuple((tuple(a.shape), a.dtype, *numerics.tolerance(a.dtype)) for a in ctx.avals_out[:returned])
   site = _Site(key, where, check_report.describe_avals(ctx.avals_in), outputs)
-  gated = verification.mode == "first" and _gate_supported(ctx)
+  # A collective kernel's fallback talks to its peers: every device must take the same branch, and the gate says
+  # yes on one device only. Its check is not gated (it runs in every execution of a program lowered before it).
+  gated = verification.mode == "first" and spec.collective is None and _gate_supported(ctx)
   check = functools.partial(_check, fallback=spec.fallback, num_inputs=len(operands), site=site,
                             verification=verification, gated=gated)
   sub = ctx.replace(avals_in=[*ctx.avals_in, *ctx.avals_out[:returned]], avals_out=[], tokens_out=None)
