@@ -95,15 +95,19 @@ class Verification:
     with self._lock:
       return self.mode == "always" or key not in self._checked
 
+  def _mark(self, key: str) -> bool:
+    """Marks a specialization checked (the oldest forgotten past the bound); whether it was not yet. Lock held."""
+    first = key not in self._checked
+    self._checked[key] = True
+    self._checked.move_to_end(key)
+    while len(self._checked) > _MAX_CHECKED:
+      self._checked.popitem(last=False)
+    return first
+
   def claim(self, key: str):
     """The gate, at run time: True for the first execution of a specialization, False after."""
     with self._lock:
-      first = key not in self._checked
-      self._checked[key] = True
-      self._checked.move_to_end(key)
-      while len(self._checked) > _MAX_CHECKED:
-        self._checked.popitem(last=False)
-    return np.bool_(first)
+      return np.bool_(self._mark(key))
 
   def receive(self, site: "_Site", *summaries) -> None:
     """The host callback: the comparison's numbers -> rows; a mismatch warns or raises."""
@@ -112,7 +116,7 @@ class Verification:
                                        summaries[5 * k:5 * k + 5])
                  for k, (shape, dtype, rtol, atol) in enumerate(site.outputs))
     with self._lock:
-      self._checked[site.key] = True
+      self._mark(site.key)
       self._rows.extend(rows)
       first_warning = site.key not in self._warned
       if any(r.failed for r in rows):
