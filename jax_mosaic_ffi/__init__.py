@@ -23,19 +23,22 @@ _versions.check(_core.BUILT_AGAINST["jaxlib"])
 
 from jax_mosaic_ffi.base import contract  # noqa: F401  (jmf.contract: the target names)
 from jax_mosaic_ffi.base.errors import (AutotuneError, CompileError, CuteUnavailable, LaunchError, NvshmemUnavailable,
-                                       TritonUnavailable)
+                                       ReferenceMismatch, ReferenceMismatchWarning, TritonUnavailable)
 from jax_mosaic_ffi.toolchain.kernel import Kernel
 from jax_mosaic_ffi.cuda.kernel import cubin_kernel, cuda_kernel, ptx_kernel
 from jax_mosaic_ffi.call import lowering as _lowering  # noqa: F401  (registers the CUDA lowering)
 from jax_mosaic_ffi.call import registration  # noqa: F401  (jmf.registration.status(), as the docs say)
+from jax_mosaic_ffi.call.check_report import CheckReport
 from jax_mosaic_ffi.call.collective import Collective
 from jax_mosaic_ffi.call.launch_programs import dim_scalar
 from jax_mosaic_ffi.call.launch_values import cdiv
 from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
+from jax_mosaic_ffi.call.shadow import verify
 from jax_mosaic_ffi.call.tensor_map import TensorMap
 from jax_mosaic_ffi.cute.call import cute_call, cute_kernel
 from jax_mosaic_ffi.cute.kernel import CuteFunction, CuteKernel
 from jax_mosaic_ffi.transforms.autodiff import differentiable
+from jax_mosaic_ffi.transforms.check import check
 from jax_mosaic_ffi.transforms.autotune import Autotuned, autotune
 from jax_mosaic_ffi.transforms.autotune import report as autotune_report
 from jax_mosaic_ffi.transforms.tuning_records import TuningFileIgnored, load_tuning, save_tuning
@@ -47,6 +50,7 @@ from jax_mosaic_ffi.triton.tensor_descriptor import TensorDescriptor
 from jax_mosaic_ffi.api import (KernelCacheStats, clear_kernel_cache, export_disabled_checks, kernel_cache_stats,
                                 mosaic_kernel)
 from jax_mosaic_ffi import ops
+from jax_mosaic_ffi import testing
 
 register = registration.register
 
@@ -70,5 +74,5 @@ __all__ = [
     "ops", "ptx_kernel", "register", "sharded", "AutotuneError", "Autotuned", "TritonFunction", "TritonKernel",
     "TritonUnavailable", "NvshmemUnavailable", "autotune", "autotune_report", "triton_kernel", "TuningFileIgnored",
     "load_tuning", "save_tuning", "triton_call", "CuteFunction", "CuteKernel", "CuteUnavailable", "cute_call",
-    "cute_kernel",
+    "cute_kernel", "check", "CheckReport", "verify", "ReferenceMismatch", "ReferenceMismatchWarning", "testing",
 ]

@@ -39,7 +39,7 @@ def _python(*args, cwd, env=None):
 def test_every_benchmark_is_found_in_order_with_unique_runs():
   modules = suite.discover()
   names = [m.NAME for m in modules]
-  assert names == ["launch", "bandwidth", "inplace", "sites", "compile", "vmap", "allreduce", "cross_process",
+  assert names == ["launch", "bandwidth", "inplace", "sites", "compile", "vmap", "shadow", "allreduce", "cross_process",
                    "autotune", "triton_native", "cute_native", "vs_jax_triton", "fa4_attention", "vs_quack_jax",
                    "corpus", "gemm"]
   for module in modules:

@@ -102,6 +102,41 @@ class NvshmemUnavailable(ImportError):
   """
 
 
+class ReferenceMismatch(AssertionError):
+  """A kernel (or a function of kernels, or a derivative rule) does not match its reference.
+
+  Raised by `check` with ``raise_on_mismatch=True``, by `testing.assert_matches_reference`, and by the shadow
+  mode with ``on_mismatch="raise"`` (`verify`, ``JAX_MOSAIC_FFI_VERIFY=first:raise``; XLA then fails the execution
+  with this message). An ``AssertionError``, as numpy's and pytest's failed checks are. The message is the
+  report's table; ``report`` is the `CheckReport` itself::
+
+    >>> try:
+    ...   jmf.check(lambda x: x + 1, jnp.ones(4), reference=lambda x: x + 2, shapes=None, raise_on_mismatch=True)
+    ... except jmf.ReferenceMismatch as e:
+    ...   print(e.report.failures[0].describe())
+    outputs, out (float32[4]) for inputs (float32[4]): 4 of 4 elements differ beyond rtol=1e-05, atol=1e-05; worst ...
+
+  Attributes:
+    report: the `CheckReport`; ``report.failures`` are the comparisons that failed.
+  """
+
+  def __init__(self, report):
+    self.report = report
+    super().__init__(f"{report.summary()}\n\n{report}")
+
+
+class ReferenceMismatchWarning(UserWarning):
+  """The shadow mode's warning (`verify`, ``JAX_MOSAIC_FFI_VERIFY``): a kernel call differs from its fallback.
+
+  Given once per kernel specialization; ``warnings.simplefilter("error", jmf.ReferenceMismatchWarning)`` makes it an
+  error. Its ``report`` is the `CheckReport` of that call.
+  """
+
+  def __init__(self, report):
+    self.report = report
+    super().__init__(f"{report.summary()}\n\n{report}")
+
+
 def who(kernel, call_site: str) -> str:
   """A kernel call, as messages name it: "mosaic_kernel 'add' at model.py:42 (forward)"."""
   return f"mosaic_kernel '{kernel.name}' at {call_site}"

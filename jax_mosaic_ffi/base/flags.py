@@ -18,6 +18,9 @@ COMPILE_TIMEOUT_S = "JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S"
 DUMP_DIR = "JAX_MOSAIC_FFI_DUMP_DIR"
 # 1: run the jax.numpy fallbacks instead of the kernels on CUDA, as programs are lowered.
 REFERENCE = "JAX_MOSAIC_FFI_REFERENCE"
+# first | always (with :raise, e.g. first:raise): compare each kernel call with its fallback inside the program
+# (the shadow mode, call/shadow.py), on a specialization's first execution or on every one; off by default.
+VERIFY = "JAX_MOSAIC_FFI_VERIFY"
 # 1: fill outputs with 0xFF bytes before each launch, so elements a kernel forgets read as NaN or -1.
 POISON_OUTPUTS = "JAX_MOSAIC_FFI_POISON_OUTPUTS"
 # 0: no command-buffer record stage (XLA captures the stream launch instead).
@@ -32,5 +35,5 @@ AUTOTUNE_ON_CPU = "JAX_MOSAIC_FFI_AUTOTUNE_ON_CPU"
 PEER_TIMEOUT_S = "JAX_MOSAIC_FFI_PEER_TIMEOUT_S"
 SYNC_LAUNCHES = "JAX_MOSAIC_FFI_SYNC_LAUNCHES"
 
-ALL = (CACHE_DIR, CACHE_MAX_BYTES, COMPILE_TIMEOUT_S, DUMP_DIR, REFERENCE, POISON_OUTPUTS, RECORD,
+ALL = (CACHE_DIR, CACHE_MAX_BYTES, COMPILE_TIMEOUT_S, DUMP_DIR, REFERENCE, VERIFY, POISON_OUTPUTS, RECORD,
        SKIP_VERSION_CHECK, AUTOTUNE_LOG, AUTOTUNE_ON_CPU, PEER_TIMEOUT_S, SYNC_LAUNCHES)

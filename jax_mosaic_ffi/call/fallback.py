@@ -35,11 +35,14 @@ class Fallback:
   `LaunchSpec` holding one stays hashable and two wrappers never share a
   jaxpr cache entry by accident."""
 
-  def __init__(self, fn: Callable, per_element: "Fallback | None" = None):
+  def __init__(self, fn: Callable, per_element: "Fallback | None" = None, compared: int | None = None):
     self.fn = fn
     # None for the user's function itself: a reference to self would be a cycle, which only the cycle
     # collector frees (and with it whatever the function holds).
     self._per_element = per_element
+    # How many leading outputs are the user's function's, when the rest are a front end's scratch buffers filled
+    # with zeros (Triton's): what the shadow mode compares. None: all but the call's scratch_bytes buffer.
+    self.compared = compared
 
   @property
   def per_element(self) -> "Fallback":
@@ -54,7 +57,8 @@ class Fallback:
   def vmapped(self, in_axes, out_axes=0) -> "Fallback":
     """The user's function over one leading batch axis of the operands named
     in ``in_axes`` (0) and shared ones (None): what a batched primitive computes."""
-    return Fallback(jax.vmap(self.per_element.fn, in_axes=in_axes, out_axes=out_axes), self.per_element)
+    return Fallback(jax.vmap(self.per_element.fn, in_axes=in_axes, out_axes=out_axes), self.per_element,
+                    self.compared)
 
   def __repr__(self) -> str:
     return f"Fallback({getattr(self.fn, '__qualname__', self.fn)!r})"

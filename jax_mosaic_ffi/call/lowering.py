@@ -23,6 +23,7 @@ from jax_mosaic_ffi.call import fallback as fallback_lib
 from jax_mosaic_ffi.call import launch_spec
 from jax_mosaic_ffi.call import nvshmem
 from jax_mosaic_ffi.call import registration
+from jax_mosaic_ffi.call import shadow
 from jax_mosaic_ffi.call.launch_spec import LaunchSpec
 from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
 from jax_mosaic_ffi.toolchain.kernel import Kernel
@@ -126,6 +127,9 @@ def _cuda_lowering(ctx, *operands, kernel: Kernel, out_avals, spec: LaunchSpec):
       result_layouts=layouts[len(operands):],
       has_side_effect=spec.has_side_effect,
   )
+  verification = shadow.active()  # JAX_MOSAIC_FFI_VERIFY or jmf.verify: None (nothing more emitted) when off
+  if verification is not None:
+    shadow.lower(ctx, operands, op.results, kernel, spec, verification)
   return op.results
 
 
