@@ -2,6 +2,7 @@
 
 import os
 import re
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -244,6 +245,28 @@ def test_a_triton_compile_failure_names_triton_its_message_and_the_config(isolat
   assert "Not a name of any known instruction: 'bogus'" in message and "NVRTC" not in message
 
 
+def fill_warps_call(kernel, n, **options):
+  return jmf.mosaic_kernel(kernel, jax.ShapeDtypeStruct((n,), jnp.int32), grid=lambda meta: jmf.cdiv(n, meta["BLOCK"]),
+                           scalars=(np.int32(n),), **options)
+
+
+def test_a_constexpr_named_like_a_launch_option_takes_its_value(isolated_disk_cache):
+  def block_of(call):
+    (found,) = custom_calls(jax.jit(call).trace().lower(lowering_platforms=("cuda",)))
+    return found["config"]["block"][0]
+  # As Triton's launcher binds `num_warps=8` to the option and to the parameter: no constexpr to give.
+  kernel = jmf.triton_kernel(ts.fill_warps, constexprs={"BLOCK": 256}, num_warps=8)
+  assert block_of(fill_warps_call(kernel, 1000)) == 256
+  assert block_of(fill_warps_call(jmf.triton_kernel(ts.fill_warps, constexprs={"BLOCK": 256}), 1000)) == 128
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # no GPU: the autotuner takes the first config, and says so
+    configs = [dict(BLOCK=128, num_warps=2), dict(BLOCK=64, num_warps=1)]
+    assert block_of(fill_warps_call(jmf.triton_kernel(ts.fill_warps), 1000, configs=configs)) == 64
+  with pytest.raises(ValueError, match="constexpr parameter 'num_warps' takes the launch option's value.*pass "
+                                       "num_warps= itself"):
+    jmf.triton_kernel(ts.fill_warps, constexprs={"BLOCK": 256, "num_warps": 8})
+
+
 def test_what_native_code_prints_on_stderr_is_kept_and_passed_on(capfd):
   import ctypes
   from jax_mosaic_ffi.base import native_stderr
@@ -345,3 +368,11 @@ def test_a_warm_process_and_an_exported_artifact_run_without_triton(rng, isolate
   result = fresh_process.run(script, tmp_path, timeout=240,
                              env={"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)}).result
   assert result == {"export": True, "triton_imported_by_export": False, "warm": True, "triton": 0, "disk": 1}
+
+
+@gpu
+def test_a_constexpr_named_like_a_launch_option_runs_with_its_value(rng):
+  n = int(rng.integers(300, 3000))
+  for warps in (2, 8):
+    call = fill_warps_call(jmf.triton_kernel(ts.fill_warps, constexprs={"BLOCK": 256}, num_warps=warps), n)
+    np.testing.assert_array_equal(np.asarray(jax.jit(call)()), np.full(n, warps))

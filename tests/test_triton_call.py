@@ -27,6 +27,8 @@ from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
 from jax_mosaic_ffi.triton.decorators import NotSupported
 
 import triton_call_sources as tc
+import triton_descriptor_sources as tds
+import triton_sources as ts
 from hlo_inspect import custom_calls
 
 gpu = pytest.mark.gpu
@@ -458,12 +460,6 @@ def test_pre_hooks_are_refused_as_jax_triton_refuses_them():
   assert issubclass(NotSupported, NotImplementedError) and issubclass(NotSupported, ValueError)
 
 
-@pytest.mark.skipif(tc.gluon_noop is None, reason="this Triton has no Gluon")
-def test_gluon_kernels_are_refused_by_name():
-  with pytest.raises(NotImplementedError, match="Gluon kernel"):
-    jmf.triton_call(jnp.zeros(4), kernel=tc.gluon_noop, out_type=jnp.zeros(4), grid=1)
-
-
 def test_a_jit_function_as_a_constexpr_compiles_once_per_function(isolated_disk_cache):
   def call(x, op):  # unary(x_ptr, out_ptr, n, BLOCK, OP): n by keyword, after the output
     return jmf.triton_call(x, n=x.size, kernel=tc.unary, out_type=jax.typeof(x), grid=4, BLOCK=256, OP=op)
@@ -588,7 +584,9 @@ def test_tensor_descriptors_lower_to_tma_or_to_the_decomposed_form(isolated_disk
   assert tf32["tensor_maps"][1] == 11  # CU_TENSOR_MAP_DATA_TYPE_TFLOAT32: the copy rounds, as in jax-triton
   with pytest.raises(jmf.LaunchError, match="round_f32_to_tf32=True needs a float32 array"):
     lower(lambda x: copy(x, round_f32_to_tf32=True), jax.ShapeDtypeStruct((32, 64), jnp.float16))
-  with pytest.raises(NotImplementedError, match="Gluon layout"):
+  # A layout is a Gluon kernel's (tests/test_gluon.py): a @triton.jit kernel's compiler picks its own.
+  with pytest.raises(jmf.LaunchError, match="has layout='a layout', but a Triton kernel's compiler picks its "
+                                            "descriptors' shared layouts; drop layout="):
     lower(lambda x: copy(x, layout="a layout"), a)
 
 
@@ -604,6 +602,40 @@ def test_a_tensor_descriptor_view(isolated_disk_cache):
 
 
 # ---------------------------------------------------------------- GPU
+
+def written_through(x, y, how: str):
+  """x + y, stored by the kernel through a descriptor of the output: of an array aliased to the output, or of a
+  Ref (jax-triton's two ways to a buffer a TMA kernel writes)."""
+  dx, dy = (jt.TensorDescriptor.from_array(v, block_shape=[32, 64]) for v in (x, y))
+  grid = (jmf.cdiv(x.shape[0], 32), jmf.cdiv(x.shape[1], 64))
+  if how == "aliased":
+    out = jt.TensorDescriptor.from_array(jnp.zeros(x.shape, x.dtype), block_shape=[32, 64])
+    return jmf.triton_call(dx, dy, out, kernel=tds.add, out_type=jax.typeof(x), grid=grid,
+                           input_output_aliases={2: 0}, BM=32, BN=64)
+  ref = jax.new_ref(jnp.zeros(x.shape, x.dtype))
+  jmf.triton_call(dx, dy, jt.TensorDescriptor.from_array(ref, block_shape=[32, 64]), kernel=tds.add, out_type=(),
+                  grid=grid, BM=32, BN=64)
+  return ref[...]
+
+
+@pytest.mark.parametrize("how", ["aliased", "ref"])
+def test_a_kernel_writes_through_a_descriptor_of_an_aliased_array_or_a_ref(isolated_disk_cache, how):
+  cc = the_call(lambda x, y: written_through(x, y, how), f32(100, 136), f32(100, 136))
+  # Three buffers (x, y, the output's), three tensor maps, and the output is the third buffer, updated in place.
+  assert (cc["operands"], cc["results"]) == (3, 1) and len(cc["config"]["tensor_maps"]) == 3 * 26
+  assert "output_operand_aliases" in cc["attributes"]
+  with pytest.raises(ValueError, match="names operand 2, a scalar; it aliases arrays"):
+    x = jnp.zeros(4, jnp.float32)
+    jmf.triton_call(x, x, 4, kernel=tc.add, out_type=x, grid=1, BLOCK=4, input_output_aliases={2: 0})
+
+
+def test_a_constexpr_named_like_a_launch_option_takes_triton_calls_option(isolated_disk_cache):
+  def call(x, **options):
+    return jmf.triton_call(n=x.size, kernel=ts.fill_warps, out_type=jax.ShapeDtypeStruct(x.shape, jnp.int32),
+                           grid=lambda meta: jmf.cdiv(x.size, meta["BLOCK"]), BLOCK=128, **options)
+  assert the_call(lambda x: call(x, num_warps=2), f32(1000))["config"]["block"] == [64, 1, 1]
+  assert the_call(call, f32(1000))["config"]["block"] == [128, 1, 1]  # jax-triton's default, 4
+
 
 @gpu
 def test_add_matches_numpy_for_each_grid_form(rng, isolated_disk_cache):
@@ -709,3 +741,13 @@ def test_vmap_grad_and_clusters_run(rng, isolated_disk_cache):
   x = rng.standard_normal(1024).astype(np.float32)
   out = jmf.triton_call(jnp.asarray(x), kernel=tc.copy4, out_type=jax.typeof(x), grid=(256,), num_ctas=2)
   np.testing.assert_array_equal(np.asarray(out), x)
+
+
+@gpu
+def test_kernels_write_through_descriptors_of_aliased_arrays_and_refs(rng, isolated_disk_cache):
+  x, y = (rng.standard_normal((100, 136)).astype(np.float32) for _ in range(2))
+  for how in ("aliased", "ref"):
+    np.testing.assert_array_equal(np.asarray(jax.jit(lambda a, b: written_through(a, b, how))(x, y)), x + y)
+  out = jmf.triton_call(n=1000, kernel=ts.fill_warps, out_type=jax.ShapeDtypeStruct((1000,), jnp.int32),
+                        grid=lambda meta: jmf.cdiv(1000, meta["BLOCK"]), BLOCK=128, num_warps=8)
+  np.testing.assert_array_equal(np.asarray(out), np.full(1000, 8))

@@ -161,13 +161,3 @@ def increment_size_first(n, x_ptr, BLOCK: tl.constexpr):
   offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
   mask = offsets < n
   tl.store(x_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + 1, mask=mask)
-
-
-try:  # Gluon kernels are refused by name (present in Triton 3.6 to 3.9)
-  from triton.experimental import gluon
-
-  @gluon.jit
-  def gluon_noop(x_ptr):
-    pass
-except ImportError:
-  gluon_noop = None

@@ -122,3 +122,11 @@ def bogus_asm(x_ptr, y_ptr, BLOCK: tl.constexpr):
   y = tl.inline_asm_elementwise("bogus.instr.f32 $0, $1;", "=r,r", [tl.load(x_ptr + offsets)], dtype=tl.float32,
                                 is_pure=True, pack=1)
   tl.store(y_ptr + offsets, y)
+
+
+@triton.jit
+def fill_warps(out_ptr, n, num_warps: tl.constexpr, BLOCK: tl.constexpr):
+  """out[i] = the num_warps it was compiled with: a parameter named like the launch option takes its value, as
+  Triton's launcher binds `kernel[grid](..., num_warps=8)` to both (Gluon's tutorials build layouts of it)."""
+  offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+  tl.store(out_ptr + offsets, tl.full((BLOCK,), num_warps, tl.int32), mask=offsets < n)

@@ -35,7 +35,7 @@ from jax_mosaic_ffi.triton import decorators as triton_decorators
 from jax_mosaic_ffi.triton import front_end
 from jax_mosaic_ffi.triton.call_operands import TensorDescriptor
 from jax_mosaic_ffi.triton.decorators import Heuristics
-from jax_mosaic_ffi.triton.kernel import TritonFunction, triton_kernel
+from jax_mosaic_ffi.triton.kernel import TritonFunction, function_type, make_function
 from jax_mosaic_ffi.triton.launch_options import TritonLaunchOptions
 from jax_mosaic_ffi.triton.options import LAUNCH_OPTIONS
 
@@ -268,9 +268,9 @@ def _aliases(input_output_aliases, call_args: _CallArgs, n_out: int, where: str)
     if kind == "ref":
       raise ValueError(f"{where}: input_output_aliases names operand {operand}, a Ref: input_output_aliases cannot "
                        "be combined with Ref arguments for the same operand (a Ref is updated in place already)")
-    if kind != "in":
-      raise ValueError(f"{where}: input_output_aliases names operand {operand}, a "
-                       f"{'scalar' if kind == 'scalar' else 'TensorDescriptor'}; it aliases arrays")
+    if kind == "scalar":
+      raise ValueError(f"{where}: input_output_aliases names operand {operand}, a scalar; it aliases arrays (and "
+                       "TensorDescriptors: their arrays)")
     if not 0 <= output < n_out:
       raise ValueError(f"{where}: input_output_aliases value {output} is not an output index (out_type has "
                        f"{n_out})")
@@ -294,9 +294,13 @@ def _function(fn, layers, call_args: _CallArgs, options: dict, compute_capabilit
   launch_options = {k: options.pop(k) for k in LAUNCH_OPTIONS if k in options}
   uses_pdl = options.pop("launch_pdl", None)
   targets = None if compute_capability is None else [int(compute_capability)]
-  # triton_kernel checks the options and constexprs (TritonOptions); the decorators, pruned above, go back on.
-  base = triton_kernel(fn, constexprs=constexprs, targets=targets, options=options, **launch_options)
-  return TritonFunction(base.fn, base.constexprs, base.options, base.targets, layers), grid_meta, uses_pdl
+  # A constexpr parameter named like a launch option takes the option (as in Triton's launcher), not its default.
+  constexprs = {k: v for k, v in constexprs.items() if k not in LAUNCH_OPTIONS}
+  # triton_kernel's checks of the options and constexprs (TritonOptions), for a function of the kernel's language
+  # (a @gluon.jit one too); the decorators, pruned above, go back on.
+  function_class = function_type(fn)
+  base = make_function(function_class, fn, constexprs=constexprs, targets=targets, options=options, **launch_options)
+  return function_class(base.fn, base.constexprs, base.options, base.targets, layers), grid_meta, uses_pdl
 
 
 def _with_refs(out_flat, found: call_operands.Operands, buffer_aliases: dict, where: str) -> list:

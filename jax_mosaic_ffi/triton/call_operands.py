@@ -3,7 +3,8 @@
     an array (or a Ref's value)         ->  an input, input K in param_order
     a scalar (int, float, bool)         ->  a scalar, typed as jax-triton types it, scalar J
     a tuple of them                     ->  a Triton tuple parameter: a tuple in param_order
-    a jax-triton TensorDescriptor       ->  an input, and a jmf.TensorDescriptor of input K in param_order
+    a jax-triton TensorDescriptor       ->  an input, and a jmf.TensorDescriptor of input K in param_order (its
+                                            layout too: a Gluon kernel's); of a Ref: updated in place, as a Ref
 
 jax-triton's own `TensorDescriptor` (of an array) and `strides_from_shape` live here too; jax_mosaic_ffi.jax_triton
 re-exports them.
@@ -142,18 +143,21 @@ class Operands:
     return operand_refs.scalar(len(self.scalars) - 1)
 
   def _descriptor(self, desc: TensorDescriptor, param: str, where: str):
-    if desc.layout is not None:
-      raise NotImplementedError(f"{where}: parameter {param!r} is a TensorDescriptor with a Gluon layout; Gluon "
-                                "kernels are not supported yet")
-    if not is_array(desc.base):
+    if is_ref(desc.base):  # a descriptor of a Ref: the kernel writes it through TMA, and the Ref gets the result
+      self.inputs.append(desc.base[...])
+      self.refs.append((len(self.inputs) - 1, desc.base))
+      self.slots.append(("ref", len(self.inputs) - 1))
+    elif is_array(desc.base):
+      self.inputs.append(desc.base)
+      self.slots.append(("desc", len(self.inputs) - 1))
+    else:
       raise TypeError(f"{where}: parameter {param!r} is a TensorDescriptor of {type(desc.base).__name__}, not of "
-                      "an array")
-    self.inputs.append(desc.base)
-    k = len(self.inputs) - 1
-    self.slots.append(("desc", k))
-    operand = operand_refs.input_(k)
+                      "an array or a Ref")
+    operand = operand_refs.input_(len(self.inputs) - 1)
+    # Its layout (a Gluon kernel's descriptors carry one) is checked by the kernel's language when the call is traced.
     if tuple(desc.shape) == tuple(desc.base.shape) and tuple(desc.strides) == strides_from_shape(desc.base.shape):
       return tensor_descriptor.TensorDescriptor.from_tensor(operand, tuple(desc.block_shape), desc.padding,
-                                                            bool(desc.round_f32_to_tf32))
+                                                            bool(desc.round_f32_to_tf32), layout=desc.layout)
     return tensor_descriptor.TensorDescriptor(operand, tuple(desc.shape), tuple(desc.strides),
-                                              tuple(desc.block_shape), desc.padding, bool(desc.round_f32_to_tf32))
+                                              tuple(desc.block_shape), desc.padding, bool(desc.round_f32_to_tf32),
+                                              desc.layout)

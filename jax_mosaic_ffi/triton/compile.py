@@ -24,7 +24,7 @@ import inspect
 import json
 import struct
 import threading
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import module_format
@@ -38,7 +38,8 @@ from jax_mosaic_ffi.toolchain.compiled import Compiled, param_sizes
 from jax_mosaic_ffi.toolchain.kernel import PDL_MIN_ARCH, Kernel, buffer_name
 from jax_mosaic_ffi.triton import descriptors as triton_descriptors
 from jax_mosaic_ffi.triton import specialize as triton_specialize
-from jax_mosaic_ffi.triton.options import TritonOptions
+from jax_mosaic_ffi.triton.languages import TRITON, Language
+from jax_mosaic_ffi.triton.options import LAUNCH_OPTIONS, TritonOptions
 
 # The Triton releases this module is written and tested against: [min, max).
 # Triton's compile API, its specialization code and its kernels' calling
@@ -110,6 +111,7 @@ class TritonKernel(Kernel):
   once for every target."""
 
   info: TritonInfo | None = None
+  language: ClassVar[Language] = TRITON  # what it was written in (a Gluon kernel's subclass names its own)
 
   @property
   def meta(self) -> dict:
@@ -139,31 +141,36 @@ def _key_value(value) -> str:
 
 
 def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: TritonOptions, targets,
-                   scalar_values: Mapping[int, Any]) -> TritonKernel:
+                   scalar_values: Mapping[int, Any], language: Language = TRITON) -> TritonKernel:
   """``fn`` compiled for parameters of Triton types ``signature`` (a tuple parameter's type: a tuple of its
   elements' types) and the scalar values known at trace time (by index among the leaves of the non-constexpr
-  parameters, `specialize.flat_types`), through the compile cache."""
+  parameters, `specialize.flat_types`), through the compile cache; ``language``: what it is written in
+  (languages.py)."""
   triton = require_triton()
+  made = f"{language.maker} '{fn.__name__}'"
   options.check_targets(fn.__name__, targets)  # every front end, every config, before Triton sees them
   missing = [p.name for p in fn.params if p.is_constexpr and p.name not in constexprs
              and p.default is inspect.Parameter.empty]
   if missing:
-    raise ValueError(f"triton_kernel '{fn.__name__}': no value for the constexpr parameter(s) "
-                     f"{', '.join(missing)}; pass constexprs={{...}} or a config that sets them")
+    # A parameter named like a launch option gets the option's value (kernel.py), so only maxnreg can be missing.
+    how = (f"pass {missing[0]}= (the parameter takes the launch option's value)" if missing[0] in LAUNCH_OPTIONS
+           else "pass constexprs={...} or a config that sets them")
+    raise ValueError(f"{made}: no value for the constexpr parameter(s) {', '.join(missing)}; {how}")
   for ty in signature:
     nested = isinstance(ty, tuple)
     for leaf in triton_specialize.flat_types([ty]):
       if not isinstance(leaf, str) or leaf == "constexpr" or (triton_descriptors.is_descriptor(leaf) and (
           nested or triton_descriptors.parse_type(leaf) is None)):
-        raise ValueError(f"triton_kernel '{fn.__name__}': parameter type {ty!r} is not supported; parameters are "
-                         "pointers (*fp32), scalars (i32, fp32, ...), tuples of them, and host tensor descriptors "
-                         "as Triton writes them (tensordesc<fp16[64, 64]>: no Gluon layout, no im2col, not in a "
-                         "tuple)")
+        raise ValueError(f"{made}: parameter type {ty!r} is not supported; parameters are pointers (*fp32), "
+                         "scalars (i32, fp32, ...), tuples of them, and host tensor descriptors as Triton writes "
+                         "them (tensordesc<fp16[64, 64]>, a Gluon kernel's with its shared layout: no im2col, not "
+                         "in a tuple)")
   config = _config_text(signature, constexprs, options)
-  specialization = _specialization(fn, signature, scalar_values, constexprs, targets, config)
-  requests = _requests(fn, specialization, options, targets, config)
+  specialization = _specialization(fn, signature, scalar_values, constexprs, targets, config, language)
+  requests = _requests(fn, specialization, options, targets, config, language)
   entry_key = disk_cache.key(
-      _CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"triton {triton.__version__}", fn.__name__,
+      _CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"triton {triton.__version__}", language.name,
+      fn.__name__,
       *(ty if isinstance(ty, str) else repr(ty) for ty in signature),
       json.dumps(sorted((k, _key_value(v)) for k, v in constexprs.items())), specialization.description,
       options.key, *(t.sm for t in targets), *(r.key for r in requests))
@@ -176,7 +183,7 @@ def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: Triton
 
   def run():
     with _compile_lock:
-      kernel = _run_triton(triton, fn, signature, specialization, requests, meta, config, options.debug)
+      kernel = _run_triton(triton, fn, signature, specialization, requests, meta, config, language, options.debug)
       compile_cache.count_compiles("triton", len(targets))
     return kernel, True
 
@@ -197,7 +204,8 @@ class _Request:
   key: str
 
 
-def _specialization(fn, signature, scalar_values, constexprs, targets, config) -> triton_specialize.Specialization:
+def _specialization(fn, signature, scalar_values, constexprs, targets, config,
+                    language: Language) -> triton_specialize.Specialization:
   """What Triton's launcher would compile for these arguments (specialize.py)."""
   from triton.backends.compiler import GPUTarget  # noqa: PLC0415  (optional dependency: Triton)
   from triton.compiler import make_backend  # noqa: PLC0415  (optional dependency: Triton)
@@ -205,22 +213,22 @@ def _specialization(fn, signature, scalar_values, constexprs, targets, config) -
     return triton_specialize.specialize_cached(fn, signature, scalar_values, constexprs, targets[0].sm,
                                                lambda: make_backend(GPUTarget("cuda", targets[0].number, 32)))
   except Exception as e:
-    raise _triton_failed(fn, targets[0], config, e) from None
+    raise _triton_failed(fn, targets[0], config, language, e) from None
 
 
-def _requests(fn, specialization, options: TritonOptions, targets, config) -> list[_Request]:
+def _requests(fn, specialization, options: TritonOptions, targets, config, language: Language) -> list[_Request]:
   """Each target's compile and Triton's cache key for it, which covers what
   changes Triton's output beyond our inputs: its knobs, ptxas, own code, and
   the specialization (signature, constexprs, attributes)."""
   from triton.backends.compiler import GPUTarget  # noqa: PLC0415  (optional dependency: Triton)
-  from triton.compiler import ASTSource, get_cache_key, make_backend  # noqa: PLC0415  (optional dependency: Triton)
+  from triton.compiler import get_cache_key, make_backend  # noqa: PLC0415  (optional dependency: Triton)
   from triton.compiler.compiler import get_cache_invalidating_env_vars  # noqa: PLC0415  (optional dependency: Triton)
   compile_options = options.compile_options()
   env_vars = get_cache_invalidating_env_vars()
   requests = []
   for target in targets:
-    source = ASTSource(fn, dict(specialization.signature), dict(specialization.constexprs),
-                       attrs=dict(specialization.attrs))
+    source = language.source(fn, dict(specialization.signature), dict(specialization.constexprs),
+                             dict(specialization.attrs))
     gpu_target = GPUTarget("cuda", target.number, 32)
     try:
       backend = make_backend(gpu_target)
@@ -228,7 +236,7 @@ def _requests(fn, specialization, options: TritonOptions, targets, config) -> li
       parsed = backend.parse_options(dict(compile_options, **source.parse_options()))
       key = get_cache_key(source, backend, parsed, env_vars)
     except Exception as e:
-      raise _triton_failed(fn, target, config, e) from None
+      raise _triton_failed(fn, target, config, language, e) from None
     requests.append(_Request(target, gpu_target, source, compile_options, key))
   return requests
 
@@ -240,15 +248,15 @@ def _config_text(signature, constexprs, options: TritonOptions) -> str:
   return f"{launch}{', ' + values if values else ''}; signature ({', '.join(map(str, signature))})"
 
 
-def _triton_failed(fn, target, config: str, e: Exception, diagnostics: str = "") -> CompileError:
-  """Triton's own failure: its message (and what its passes printed, `diagnostics`), for this config."""
+def _triton_failed(fn, target, config: str, language: Language, e: Exception, diagnostics: str = "") -> CompileError:
+  """Triton's own failure: its message (and what its passes printed, `diagnostics`), for this config, with the
+  language's advice."""
   log = f"{type(e).__name__}: {e}".rstrip()
   if diagnostics.strip():
     log += f"\n{diagnostics.rstrip()}"
   return CompileError(fn.__name__, log, "", "", compiler="Triton",
                       what=f"kernel '{fn.__name__}' for {target.sm} with {config}",
-                      advice="this config fails in Triton's own compiler; under autotuning it is skipped, "
-                             "otherwise pick another config (fewer num_stages, smaller blocks) or Triton release")
+                      advice=language.advice(e))
 
 
 def _refused(fn, log: str) -> CompileError:
@@ -256,7 +264,8 @@ def _refused(fn, log: str) -> CompileError:
   return CompileError(fn.__name__, log, "", "", compiler="Triton")
 
 
-def _run_triton(triton, fn, signature, specialization, requests, meta, config, debug=False) -> TritonKernel:
+def _run_triton(triton, fn, signature, specialization, requests, meta, config, language: Language,
+                debug=False) -> TritonKernel:
   images, ptx, first, descriptors = [], None, None, None
   flat = tuple(triton_specialize.flat_types(signature))  # tuple parameters' leaves, as the entry takes them
   waits = True
@@ -269,10 +278,10 @@ def _run_triton(triton, fn, signature, specialization, requests, meta, config, d
       except Exception as e:
         failure = e
     if failure is not None:
-      raise _triton_failed(fn, target, config, failure, printed.text) from None
+      raise _triton_failed(fn, target, config, language, failure, printed.text) from None
     metadata = compiled.metadata
     if debug:  # Triton's debug option: the intermediate forms, as jax-triton's debug=True prints them
-      for stage in ("ttir", "ttgir", "llir", "ptx"):
+      for stage in language.stages:
         if stage in compiled.asm:
           print(f"// ---- {fn.__name__} for {target.sm}: {stage} ----\n{compiled.asm[stage]}")
     # Triton builds for the arch-specific target (sm_90a) where there is one: its PTX says which.

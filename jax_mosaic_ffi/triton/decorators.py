@@ -51,26 +51,25 @@ def config_meta(config) -> dict[str, Any]:
   return {**config.kwargs, **options.meta()}
 
 
-def unwrap(fn) -> tuple[Any, tuple[Autotune | Heuristics, ...]]:
-  """The ``@triton.jit`` function under ``fn`` and its decorators, outermost first (refusals: module doc)."""
+def unwrap(fn, made: str = "jmf.triton_kernel",
+           jit: str = "@triton.jit") -> tuple[Any, tuple[Autotune | Heuristics, ...]]:
+  """The JIT function under ``fn`` (``@triton.jit``, or another language Triton compiles, such as ``@gluon.jit``)
+  and its decorators, outermost first (refusals: module doc); ``made`` and ``jit``: the caller and the decorator
+  it takes, as messages name them."""
   from triton.runtime.autotuner import Autotuner  # noqa: PLC0415  (optional dependency: Triton)
   from triton.runtime.autotuner import Heuristics as TritonHeuristics  # noqa: PLC0415  (optional dependency)
   from triton.runtime.jit import JITFunction  # noqa: PLC0415  (optional dependency: Triton)
-  from triton.experimental.gluon._runtime import GluonJITFunction  # noqa: PLC0415  (optional dependency: Triton)
   layers, outer = [], fn
   while not isinstance(fn, JITFunction):
     if isinstance(fn, (Autotuner, TritonHeuristics)):
       layers.append(fn)
     elif layers:
-      raise TypeError(f"jmf.triton_kernel: {type(outer).__name__} wraps a {type(fn).__name__}, not a @triton.jit "
-                      "function; the decorators it reads are @triton.autotune and @triton.heuristics")
+      raise TypeError(f"{made}: {type(outer).__name__} wraps a {type(fn).__name__}, not a {jit} function; the "
+                      "decorators it reads are @triton.autotune and @triton.heuristics")
     else:
-      raise TypeError(f"jmf.triton_kernel needs a @triton.jit function, got {type(fn).__name__}")
+      raise TypeError(f"{made} needs a {jit} function, got {type(fn).__name__}")
     fn = fn.fn
   name = fn.__name__
-  if isinstance(fn, GluonJITFunction):
-    raise NotSupported(f"triton_kernel '{name}': a Gluon kernel (@gluon.jit) is not supported yet; write it with "
-                       "@triton.jit")
   params = {p.name: p for p in fn.params}
   read = []
   for layer in layers:

@@ -28,7 +28,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-_TYPE = re.compile(r"tensordesc<([A-Za-z0-9]+)\[\s*(\d+(?:\s*,\s*\d+)*)\s*\]>")
+# A host descriptor's type as Triton's specialization writes it: tensordesc<fp16[64, 64]>, and a Gluon kernel's with
+# the block's shared layout after a comma (tensordesc<fp16[64, 64],NVMMASharedLayout(swizzle_byte_width=128, ...)>).
+# Triton evaluates that layout text with its layout classes in scope, so it is taken only as a call of one name with
+# literal ints, bools and lists: no quotes, dots or nested calls.
+_TYPE = re.compile(r"tensordesc<([A-Za-z0-9]+)\[\s*(\d+(?:\s*,\s*\d+)*)\s*\](?:,([A-Za-z][A-Za-z0-9_]*"
+                   r"\([A-Za-z0-9_=,\[\] ]*\)))?>")
 # CUtensorMapSwizzle values our tensor maps encode (none, 32, 64, 128 bytes); the bytes `TensorMap` takes.
 SWIZZLE_BYTES = {0: None, 1: 32, 2: 64, 3: 128}
 
@@ -38,12 +43,18 @@ def is_descriptor(ty) -> bool:
 
 
 def parse_type(ty: str) -> tuple[str, tuple[int, ...]] | None:
-  """(element type, block shape) of a host descriptor type as Triton writes it; None if it is not one
-  (Gluon layouts and im2col descriptors included, which we do not launch)."""
+  """(element type, block shape) of a host descriptor type as Triton writes it, a shared layout after them
+  or not; None if it is not one (im2col descriptors included, which we do not launch)."""
   match = _TYPE.fullmatch(ty)
   if match is None:
     return None
   return match.group(1), tuple(int(d) for d in match.group(2).split(","))
+
+
+def with_layout(ty: str, layout) -> str:
+  """The type ``ty`` (``tensordesc<fp16[64, 64]>``) of a descriptor whose block has this shared layout (a Gluon
+  kernel's), as Triton's specialization writes it: the layout's repr after a comma."""
+  return f"{ty[:-1]},{layout!r}>"
 
 
 def type_string(dtype, block_shape: Sequence[int]) -> str:

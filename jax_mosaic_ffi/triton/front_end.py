@@ -1,8 +1,8 @@
 """The Triton front end as `mosaic_kernel` picks it (call/front_end.py): a `TritonFunction` (compiled per call
 signature, under its decorators if it has any) or a compiled `TritonKernel`, launched with `TritonLaunchOptions`.
 
-Its launcher is also `triton_call`'s, and what a front end built on Triton's compiler (Gluon) would take whole:
-the specialization, the launch from Triton's metadata, the decorators and the scratch.
+Its launcher is also `triton_call`'s, and what a front end built on Triton's compiler takes whole (gluon/: the
+specialization, the launch from Triton's metadata, the decorators and the scratch).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ def check_tunable(kernel: TritonFunction | TritonKernel, made: str, configs) -> 
     raise ValueError(f"{made}: the kernel's @triton.autotune/@triton.heuristics choose its configs; configs=, "
                      "autotune_key= and autotune_default= are for an undecorated kernel")
   if isinstance(kernel, TritonKernel) and configs is not None:
-    raise ValueError(f"{made}: configs= needs the kernel uncompiled; make it with jmf.triton_kernel(fn) without "
-                     "signature=, so each config compiles its own")
+    raise ValueError(f"{made}: configs= needs the kernel uncompiled; make it with jmf.{kernel.language.maker}(fn) "
+                     "without signature=, so each config compiles its own")
 
 
 FRONT_END = FrontEnd(

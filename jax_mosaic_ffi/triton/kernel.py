@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from jax_mosaic_ffi.base.errors import LaunchError
 from jax_mosaic_ffi.toolchain.kernel import parse_targets
 from jax_mosaic_ffi.triton import decorators as decorators_lib
 from jax_mosaic_ffi.triton.compile import TritonKernel, compile_triton, require_triton
+from jax_mosaic_ffi.triton.languages import TRITON, Language
 from jax_mosaic_ffi.triton.options import LAUNCH_OPTIONS, TritonOptions, backend_options
 
 
@@ -29,13 +31,25 @@ class TritonFunction:
       which `mosaic_kernel` applies per call.
   """
 
+  # The language its functions are written in (languages.py). A language built on Triton's compiler subclasses
+  # this class for its functions (gluon/: GluonFunction), naming its own and saying which functions it `takes`;
+  # `function_type` then picks the subclass for a function, so triton_call and the launch serve both.
+  language: Language = TRITON
+
   def __init__(self, fn, constexprs: Mapping[str, Any], options: TritonOptions, targets, decorators: tuple = ()):
     self.fn, self.constexprs, self.options, self.targets = fn, dict(constexprs), options, targets
     self.decorators = tuple(decorators)
     self.name = fn.__name__
 
   def __repr__(self) -> str:
-    return f"TritonFunction({self.name!r}, constexprs={self.constexprs}, num_warps={self.options.num_warps})"
+    return (f"{type(self).__name__}({self.name!r}, constexprs={self.constexprs}, "
+            f"num_warps={self.options.num_warps})")
+
+  @classmethod
+  def takes(cls, fn) -> bool:
+    """Whether ``fn`` (a JIT function) is written in this class's language: any, for Triton's own."""
+    del fn
+    return True
 
   @property
   def meta(self) -> dict:
@@ -46,12 +60,35 @@ class TritonFunction:
     """The same function, undecorated, with constexprs and launch options from an autotuning config."""
     names = _constexpr_names(self.fn)
     constexprs = {**self.constexprs, **{k: v for k, v in meta.items() if k in names and k not in LAUNCH_OPTIONS}}
-    return TritonFunction(self.fn, constexprs, self.options.updated(meta), self.targets)
+    return type(self)(self.fn, constexprs, self.options.updated(meta), self.targets)
 
   def specialize(self, signature: Sequence[Any], scalar_values: Mapping[int, Any] | None = None) -> TritonKernel:
     """Compiled for parameters of these Triton types (a tuple parameter's: a tuple of types) and the scalar
-    values known now, by index among the leaves (specialize.flat_types)."""
-    return compile_triton(self.fn, tuple(signature), self.constexprs, self.options, self.targets, scalar_values or {})
+    values known now, by index among the leaves (specialize.flat_types). A constexpr parameter named like a launch
+    option (``num_warps: gl.constexpr``, as Gluon's tutorials write) gets the option's value, as Triton's launcher
+    binds the launch's ``num_warps=`` to it."""
+    names = _constexpr_names(self.fn)
+    constexprs = {**self.constexprs, **{k: v for k, v in self.options.meta().items() if k in names}}
+    return compile_triton(self.fn, tuple(signature), constexprs, self.options, self.targets, scalar_values or {},
+                          self.language)
+
+  def check_descriptor(self, descriptor, where: str) -> None:
+    """LaunchError where the kernel cannot take this host descriptor (a `tensor_descriptor.Bound`): a
+    ``@triton.jit`` kernel's compiler picks the block's shared layout, so it takes none."""
+    if descriptor.layout is not None:
+      raise LaunchError(f"{where}: param_order entry {descriptor.decl} has layout={descriptor.layout!r}, but a "
+                        f"{self.language.name} kernel's compiler picks its descriptors' shared layouts; drop layout= "
+                        "(a Gluon kernel, @gluon.jit, takes one)")
+
+
+def function_type(fn) -> type[TritonFunction]:
+  """The `TritonFunction` class that compiles the JIT function ``fn``: the most derived one that `takes` it."""
+  found = TritonFunction
+  while True:
+    deeper = [cls for cls in found.__subclasses__() if cls.takes(fn)]
+    if not deeper:
+      return found
+    found = deeper[0]
 
 
 def _constexpr_names(fn) -> list[str]:
@@ -60,6 +97,46 @@ def _constexpr_names(fn) -> list[str]:
 
 def runtime_params(fn) -> list[str]:
   return [p.name for p in fn.params if not p.is_constexpr]
+
+
+def make_function(function_class: type[TritonFunction], fn, decorators=(), *, signature=None, constexprs=None,
+                  num_warps: int = 4, num_stages: int = 3, num_ctas: int = 1, targets=None,
+                  maxnreg: int | None = None, options=None):
+  """`triton_kernel`'s work for a JIT function of ``function_class``'s language, its decorators already read
+  (`decorators.unwrap`): a function of that class, or compiled now for ``signature`` (a `TritonKernel`)."""
+  made = f"{function_class.language.maker} '{fn.__name__}'"
+  constexprs = dict(constexprs or {})
+  names = _constexpr_names(fn)
+  unknown = [k for k in constexprs if k not in names]
+  if unknown:
+    raise ValueError(f"{made}: {unknown[0]!r} is not one of its tl.constexpr parameters "
+                     f"({', '.join(names) or 'none'})")
+  for key in constexprs.keys() & set(LAUNCH_OPTIONS):
+    raise ValueError(f"{made}: its constexpr parameter {key!r} takes the launch option's value, as Triton's "
+                     f"launcher binds it; pass {key}= itself, not in constexprs=")
+  decorators_lib.check_constexprs(decorators, constexprs, fn.__name__)
+  options = TritonOptions(num_warps, num_stages, num_ctas, maxnreg, backend_options(options, fn.__name__)).check(
+      fn.__name__)
+  function = function_class(fn, constexprs, options, parse_targets(targets), decorators)
+  if signature is None:
+    return function
+  if decorators:
+    raise ValueError(f"{made}: signature= compiles one kernel now, but its @triton.autotune/@triton.heuristics "
+                     "choose constexprs per call; leave signature= out")
+  names = runtime_params(fn)
+  if isinstance(signature, Mapping):
+    missing = [n for n in names if n not in signature]
+    extra = [n for n in signature if n not in names]
+    if missing or extra:
+      raise ValueError(f"{made}: signature must give a type for each non-constexpr parameter ({', '.join(names)}); "
+                       f"missing {missing or 'none'}, unknown {extra or 'none'}")
+    types = [signature[n] for n in names]
+  else:
+    types = list(signature)
+    if len(types) != len(names):
+      raise ValueError(f"{made}: signature has {len(types)} types for its {len(names)} non-constexpr parameters "
+                       f"({', '.join(names)})")
+  return function.specialize(types)
 
 
 def triton_kernel(fn, *, signature: Mapping[str, str] | Sequence[str] | None = None,
@@ -110,31 +187,11 @@ def triton_kernel(fn, *, signature: Mapping[str, str] | Sequence[str] | None = N
   """
   require_triton()
   fn, decorators = decorators_lib.unwrap(fn)  # the @triton.jit function, and the decorators read as data
-  constexprs = dict(constexprs or {})
-  unknown = [k for k in constexprs if k not in _constexpr_names(fn)]
-  if unknown:
-    raise ValueError(f"triton_kernel '{fn.__name__}': {unknown[0]!r} is not one of its tl.constexpr parameters "
-                     f"({', '.join(_constexpr_names(fn)) or 'none'})")
-  decorators_lib.check_constexprs(decorators, constexprs, fn.__name__)
-  options = TritonOptions(num_warps, num_stages, num_ctas, maxnreg,
-                          backend_options(options, fn.__name__)).check(fn.__name__)
-  function = TritonFunction(fn, constexprs, options, parse_targets(targets), decorators)
-  if signature is None:
-    return function
-  if decorators:
-    raise ValueError(f"triton_kernel '{fn.__name__}': signature= compiles one kernel now, but its "
-                     "@triton.autotune/@triton.heuristics choose constexprs per call; leave signature= out")
-  names = runtime_params(fn)
-  if isinstance(signature, Mapping):
-    missing = [n for n in names if n not in signature]
-    extra = [n for n in signature if n not in names]
-    if missing or extra:
-      raise ValueError(f"triton_kernel '{fn.__name__}': signature must give a type for each non-constexpr "
-                       f"parameter ({', '.join(names)}); missing {missing or 'none'}, unknown {extra or 'none'}")
-    types = [signature[n] for n in names]
-  else:
-    types = list(signature)
-    if len(types) != len(names):
-      raise ValueError(f"triton_kernel '{fn.__name__}': signature has {len(types)} types for its "
-                       f"{len(names)} non-constexpr parameters ({', '.join(names)})")
-  return function.specialize(types)
+  function_class = function_type(fn)
+  if function_class is not TritonFunction:
+    maker = function_class.language.maker
+    raise TypeError(f"triton_kernel '{fn.__name__}' is a {function_class.language.name} kernel: make it with "
+                    f"jmf.{maker}(...), which takes the same arguments")
+  return make_function(TritonFunction, fn, decorators, signature=signature, constexprs=constexprs,
+                       num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas, targets=targets,
+                       maxnreg=maxnreg, options=options)

@@ -228,6 +228,9 @@ def _specialize(target, order, in_avals, out_avals, values, where, descriptors=(
                       "tuple of them for a Triton tuple parameter)")
 
   types = [typed(entry, False) for entry in order]
+  if isinstance(target, TritonFunction):
+    for descriptor in descriptors:  # what the kernel's language checks of them on the host (a Gluon layout)
+      target.check_descriptor(descriptor, where)
   if isinstance(target, TritonKernel):
     if tuple(types) != target.info.signature:
       raise LaunchError(f"{where}: the call passes parameters of Triton types {types}, but the kernel was "

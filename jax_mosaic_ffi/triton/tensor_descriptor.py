@@ -9,7 +9,9 @@ with the operand's name in place of the tensor::
                  jmf.TensorDescriptor.from_tensor("in1", block_shape=[64, 128]), ..., "scalar0")
 
 The block shape (and a view's shape and strides) may be callables of the config, ``meta`` (or of
-``(meta, *input avals)``), as Triton's tutorials set it in a ``pre_hook``.
+``(meta, *input avals)``), as Triton's tutorials set it in a ``pre_hook``. A Gluon kernel's descriptor also
+names the block's shared layout (``layout=``, as Gluon's own host descriptor does); the kernel's language checks
+it (`kernel.TritonFunction.check_descriptor`) and its repr joins the parameter's type.
 
 The kernel then gets exactly what Triton's launcher passes (descriptors.py): where the
 compile lowered the descriptors to TMA, a `TensorMap` the runtime encodes with Triton's fields, once per
@@ -50,8 +52,11 @@ class TensorDescriptor:
     block_shape: the block one descriptor load or store moves: powers of two, one per axis.
     padding: ``"zero"`` or ``"nan"`` (floats): what reads past the edge give.
     round_f32_to_tf32: a float32 operand is loaded rounded to TF32 (Triton >= 3.7's field of that name).
+    layout: the block's layout in shared memory, which a Gluon kernel's descriptors carry
+      (``gl.NVMMASharedLayout.get_default_for(block_shape, gl.float16)``); None for a ``@triton.jit`` kernel,
+      whose compiler picks it.
 
-  ``shape``, ``strides`` and ``block_shape`` may be callables of ``meta`` (the constexprs and launch options
+  ``shape``, ``strides``, ``block_shape`` and ``layout`` may be callables of ``meta`` (the constexprs and launch options
   of the config being compiled) or of ``(meta, *input avals)``. In a Triton kernel's ``param_order``::
 
     TD = jmf.TensorDescriptor
@@ -74,6 +79,7 @@ class TensorDescriptor:
   block_shape: Sequence[int] | Callable
   padding: str = "zero"
   round_f32_to_tf32: bool = False
+  layout: Any = None
   # The operand, read once: the input or output the name refers to (an `Operand` given for the name is taken).
   ref: Operand = dataclasses.field(init=False, repr=False, compare=False)
   # Whose parameter it declares, for another front end's message ("jmf.TensorDescriptor is a Triton kernel's ...").
@@ -98,10 +104,10 @@ class TensorDescriptor:
       object.__setattr__(self, what, _ints(value, what, where))
 
   @staticmethod
-  def from_tensor(operand: str, block_shape, padding: str = "zero",
-                  round_f32_to_tf32: bool = False) -> "TensorDescriptor":
-    """A descriptor of the whole array ``operand``, as Triton's ``TensorDescriptor.from_tensor``."""
-    return TensorDescriptor(operand, None, None, block_shape, padding, round_f32_to_tf32)
+  def from_tensor(operand: str, block_shape, padding: str = "zero", round_f32_to_tf32: bool = False, *,
+                  layout=None) -> "TensorDescriptor":
+    """A descriptor of the whole array ``operand``, as Triton's (and Gluon's) ``TensorDescriptor.from_tensor``."""
+    return TensorDescriptor(operand, None, None, block_shape, padding, round_f32_to_tf32, layout)
 
   def __str__(self) -> str:
     return f"TensorDescriptor({self.operand!r})"
@@ -124,10 +130,13 @@ class Bound:
   strides: tuple[int, ...]
   block_shape: tuple[int, ...]
   view: bool  # shape and strides were given (not the array's own)
+  layout: Any = None  # the block's shared layout (a Gluon kernel's), evaluated
 
   @property
   def signature_type(self) -> str:
-    return triton_descriptors.type_string(self.aval.dtype, self.block_shape)
+    """The parameter's Triton type, as Triton's specialization writes it (a layout's repr after a comma)."""
+    ty = triton_descriptors.type_string(self.aval.dtype, self.block_shape)
+    return ty if self.layout is None else triton_descriptors.with_layout(ty, self.layout)
 
 
 def bind(decl: TensorDescriptor, evaluate: Callable[[Any, str], Any], in_avals, out_avals, where: str) -> Bound:
@@ -182,7 +191,7 @@ def bind(decl: TensorDescriptor, evaluate: Callable[[Any, str], Any], in_avals, 
     raise LaunchError(f"{name}: padding='nan' needs a floating-point array, not {aval.dtype}")
   if decl.round_f32_to_tf32 and np.dtype(aval.dtype) != np.float32:
     raise LaunchError(f"{name}: round_f32_to_tf32=True needs a float32 array, not {aval.dtype}")
-  return Bound(decl, aval, shape, strides, block, view)
+  return Bound(decl, aval, shape, strides, block, view, evaluate(decl.layout, "layout"))
 
 
 def expand(order: Sequence[Any], values: Sequence[Any], bound: Sequence[Bound], info: TritonInfo,
