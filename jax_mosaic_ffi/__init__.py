@@ -9,7 +9,7 @@
 
 Each public name is documented in its docstring (the docs site's API reference: ``bash scripts/docs.sh``);
 the guides are in docs/guides/, and docs/architecture.md has the layers this file re-exports from
-(base <- toolchain <- call <- transforms <- cuda | triton | cute <- api <- ops).
+(base <- toolchain <- call <- transforms <- cuda | triton | cute <- gluon <- api <- ops).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from jax_mosaic_ffi.triton.call import triton_call
 from jax_mosaic_ffi.triton.compile import TritonKernel
 from jax_mosaic_ffi.triton.kernel import TritonFunction, triton_kernel
 from jax_mosaic_ffi.triton.tensor_descriptor import TensorDescriptor
+from jax_mosaic_ffi.gluon.kernel import GluonFunction, GluonKernel, gluon_kernel
 from jax_mosaic_ffi.api import (KernelCacheStats, clear_kernel_cache, export_disabled_checks, kernel_cache_stats,
                                 mosaic_kernel)
 from jax_mosaic_ffi import ops
@@ -75,4 +76,5 @@ __all__ = [
     "TritonUnavailable", "NvshmemUnavailable", "autotune", "autotune_report", "triton_kernel", "TuningFileIgnored",
     "load_tuning", "save_tuning", "triton_call", "CuteFunction", "CuteKernel", "CuteUnavailable", "cute_call",
     "cute_kernel", "check", "CheckReport", "verify", "ReferenceMismatch", "ReferenceMismatchWarning", "testing",
+    "GluonFunction", "GluonKernel", "gluon_kernel",
 ]

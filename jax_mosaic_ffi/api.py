@@ -19,6 +19,7 @@ from jax_mosaic_ffi.call.front_end import FrontEnd
 from jax_mosaic_ffi.call.launch_options import LaunchOptions
 from jax_mosaic_ffi.cuda import front_end as cuda_front_end
 from jax_mosaic_ffi.cute import front_end as cute_front_end
+from jax_mosaic_ffi.gluon import front_end as gluon_front_end
 from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.transforms import autotune as autotune_lib
 from jax_mosaic_ffi.transforms import sharding as sharding_lib
@@ -30,6 +31,7 @@ FRONT_ENDS: tuple[FrontEnd, ...] = (
     cuda_front_end.FRONT_END,
     triton_front_end.FRONT_END,
     cute_front_end.FRONT_END,
+    gluon_front_end.FRONT_END,
 )
 
 _BY_TYPE = {kernel_type: front_end for front_end in FRONT_ENDS for kernel_type in front_end.kernel_types}
@@ -91,7 +93,7 @@ def mosaic_kernel(kernel, out_shape, *, input_output_aliases: Mapping[int, int] 
   refused by name, saying what to do instead.
 
   Args:
-    kernel: from `cuda_kernel`, `ptx_kernel`, `cubin_kernel`, `triton_kernel` or `cute_kernel`.
+    kernel: from `cuda_kernel`, `ptx_kernel`, `cubin_kernel`, `triton_kernel`, `gluon_kernel` or `cute_kernel`.
     out_shape: a `jax.ShapeDtypeStruct`, or a sequence of them (a tuple of outputs then comes back).
     grid: the grid, an int or up to 3 ints. A Triton kernel's callables get ``(meta, *avals)``; a CuTe
       DSL launcher picks its own launch (no grid, block, shared memory or scalars).
