@@ -5,6 +5,8 @@ The benchmarks import these as `benchmarks.kernels.<name>`, the tests through te
 
   triton_user.py       Triton kernels as Triton users write them (tutorial style: strides as arguments,
                        @triton.autotune / @triton.heuristics): grouped matmul, flash attention, softmax, layer norm
+  gluon_user.py        Gluon kernels as Triton's Gluon tutorials write them: the Hopper wgmma + TMA GEMMs of 05-wgmma
+                       and 07-persistence (an @aggregate MMA as a constexpr), small kernels for the launch cost
   tiled_matmul.py      the CUDA C++ tiled matmul (tiled_matmul.cu) as one autotuning config's mosaic_kernel call
   cuda_corpus.py       real-world CUDA C++ kernels (corpus/*.cu, as llm.c, Apex, vLLM... write them), each with its
                        launch recipe, inputs and reference: tests/test_real_kernels.py runs them, benchmarks/corpus.py
