@@ -21,8 +21,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
-import statistics
-import time
 import types
 from typing import Callable
 
@@ -165,19 +163,10 @@ def _measure_case(name, env, rounds):
           "speed": seconds["triton"] / seconds["ours"]}  # ours relative to Triton's launcher: above 1 is faster
 
 
-def _host_cost(jitted, x, eager, chain: int) -> dict:
-  """Wall time per call: our jitted chain against Triton's eager loop (synchronized at its end), and the eager
-  loop's enqueue alone."""
-  import torch
-  seconds = timing.interleaved({"ours": lambda: jitted(x).block_until_ready(), "triton_eager": eager}, 30)
-  enqueue = []
-  for _ in range(30):
-    start = time.perf_counter()
-    eager(sync=False)
-    enqueue.append(time.perf_counter() - start)
-    torch.cuda.synchronize()
-  return {"ours": seconds["ours"] / chain * 1e6, "triton_eager": seconds["triton_eager"] / chain * 1e6,
-          "triton_enqueue": statistics.median(enqueue) / chain * 1e6}
+def _us_per_call(jitted, x, eager, torch) -> dict:
+  ours, triton_eager, triton_enqueue = timing.host_cost_per_call(lambda: jitted(x).block_until_ready(), eager,
+                                                                 LAUNCH_CHAIN, torch.cuda.synchronize)
+  return {"ours": ours, "triton_eager": triton_eager, "triton_enqueue": triton_enqueue}
 
 
 def _measure_launch(env) -> dict:
@@ -202,7 +191,7 @@ def _measure_launch(env) -> dict:
   eager()
   if not torch.all(xt == LAUNCH_CHAIN):  # an even chain ends in xt
     raise AssertionError("launch chain: Triton's eager chain did not add up")
-  result = {"chain": LAUNCH_CHAIN, "us_per_call": _host_cost(jitted, x, eager, LAUNCH_CHAIN)}
+  result = {"chain": LAUNCH_CHAIN, "us_per_call": _us_per_call(jitted, x, eager, torch)}
 
   m, k = TILE
   layout = gl.NVMMASharedLayout.get_default_for([m, k], gl.float32)
@@ -224,7 +213,7 @@ def _measure_launch(env) -> dict:
   eager_tma()
   if not torch.all(at == LAUNCH_CHAIN):
     raise AssertionError("TMA launch chain: Triton's eager chain did not add up")
-  result["tma"] = {"us_per_call": _host_cost(tiled, v, eager_tma, LAUNCH_CHAIN)}
+  result["tma"] = {"us_per_call": _us_per_call(tiled, v, eager_tma, torch)}
   return result
 
 

@@ -63,6 +63,22 @@ def interleaved_samples(samplers: dict[str, Callable[[], float]], rounds: int, *
   return {name: statistics.median(s) for name, s in samples.items()}
 
 
+def host_cost_per_call(ours: Callable[[], object], eager: Callable[..., object], calls: int,
+                       synchronize: Callable[[], object], rounds: int = 30) -> tuple[float, float, float]:
+  """Microseconds per call on the host, as (ours, eager, enqueue): ``ours()``, a jitted chain of `calls` launches
+  that blocks until done, against ``eager()``, the same launches through a native launcher's eager loop and a
+  synchronize, interleaved; and the eager loop's enqueue alone (``eager(sync=False)``, timed, then
+  ``synchronize()``)."""
+  seconds = interleaved({"ours": ours, "eager": eager}, rounds)
+  enqueue = []
+  for _ in range(rounds):
+    start = time.perf_counter()
+    eager(sync=False)
+    enqueue.append(time.perf_counter() - start)
+    synchronize()
+  return seconds["ours"] / calls * 1e6, seconds["eager"] / calls * 1e6, statistics.median(enqueue) / calls * 1e6
+
+
 def stamped_sampler(program: Callable, args, calls: int) -> Callable[[], float]:
   """A sampler of GPU seconds per call of `program`, a jitted ``gpu_clock.timed`` chain of `calls` calls."""
   from jax_mosaic_ffi.transforms import gpu_clock

@@ -369,8 +369,6 @@ def _measure_case(name, env, rounds):
 def _measure_launch(env) -> dict:
   """Host cost per call: a jitted chain of LAUNCH_CHAIN tiny Triton launches through jmf, against Triton's
   eager loop of the same launches on torch tensors."""
-  import time
-
   from benchmarks import timing
   np, jax, jnp, jmf, torch, K = (env[k] for k in ("np", "jax", "jnp", "jmf", "torch", "K"))
   n = 1024
@@ -400,16 +398,10 @@ def _measure_launch(env) -> dict:
   eager()
   if not torch.all(xt == LAUNCH_CHAIN):  # an even chain ends in xt
     raise AssertionError("Triton's eager chain did not add up")
-  seconds = timing.interleaved({"ours": lambda: jitted(x).block_until_ready(), "triton_eager": eager}, 30)
-  enqueue = []
-  for _ in range(30):  # the host's part alone: the loop without waiting for the GPU
-    start = time.perf_counter()
-    eager(sync=False)
-    enqueue.append(time.perf_counter() - start)
-    torch.cuda.synchronize()
-  return {"chain": LAUNCH_CHAIN, "us_per_call": {"ours": seconds["ours"] / LAUNCH_CHAIN * 1e6,
-                                                 "triton_eager": seconds["triton_eager"] / LAUNCH_CHAIN * 1e6,
-                                                 "triton_enqueue": statistics.median(enqueue) / LAUNCH_CHAIN * 1e6}}
+  ours, triton_eager, triton_enqueue = timing.host_cost_per_call(lambda: jitted(x).block_until_ready(), eager,
+                                                                 LAUNCH_CHAIN, torch.cuda.synchronize)
+  return {"chain": LAUNCH_CHAIN,
+          "us_per_call": {"ours": ours, "triton_eager": triton_eager, "triton_enqueue": triton_enqueue}}
 
 
 def run(cases=(), rounds: int = ROUNDS) -> dict:

@@ -1,19 +1,17 @@
 """Gluon kernels for the tests (Triton's @gluon.jit reads its source, so kernels live in a file), written to compile
-on every Triton we support (3.6 to 3.9): the TMA copies and the barrier through the aliases below, as
-benchmarks/kernels/gluon_user.py (whose GEMMs the tests run too) does."""
+on every Triton we support (3.6 to 3.9): the TMA copies through the corpus's aliases of them
+(benchmarks/kernels/gluon_user.py, whose GEMMs the tests run too)."""
 
 import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
-try:  # Triton 3.8 and newer export it; 3.6 and 3.7 have Triton's own
-  from triton.experimental.gluon import aggregate
-except ImportError:
-  from triton.language.core import _aggregate as aggregate
+import benchmarks_package
 
-tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+_corpus = benchmarks_package.kernels("gluon_user")
+# aggregate too, for a class a test writes (tests/test_gluon.py's edited op).
+aggregate, load_tile, tma_store = _corpus.aggregate, _corpus.load_tile, _corpus.tma_store
 
 
 @gluon.jit
@@ -57,23 +55,9 @@ def add_after_wait(a_ptr, b_ptr, c_ptr, xnumel, XBLOCK: gl.constexpr, num_warps:
   gl.store(c_ptr + offsets, gl.load(a_ptr + offsets, mask=mask) + gl.load(b_ptr + offsets, mask=mask), mask=mask)
 
 
-@aggregate
-class Twice:
-  """An op passed to `apply_op` as a constexpr class (as 07-persistence passes MMAImpl=WGMMA)."""
-
-  value: gl.tensor
-
-  @gluon.constexpr_function
-  def __init__(self, value):
-    self.value = value
-
-  @gluon.jit
-  def apply(x):
-    return x * 2.0
-
-
 @gluon.jit
 def apply_op(x_ptr, out_ptr, n, Op: gl.constexpr, XBLOCK: gl.constexpr, num_warps: gl.constexpr):
+  """Op.apply on each element: Op a class passed as a constexpr (as 07-persistence passes MMAImpl=WGMMA)."""
   layout: gl.constexpr = gl.BlockedLayout([XBLOCK // (32 * num_warps)], [32], [num_warps], [0])
   offsets = gl.program_id(0) * XBLOCK + gl.arange(0, XBLOCK, layout=layout)
   mask = offsets < n
@@ -84,12 +68,7 @@ def apply_op(x_ptr, out_ptr, n, Op: gl.constexpr, XBLOCK: gl.constexpr, num_warp
 def tile_copy(in_desc, out_ptr, M: gl.constexpr, N: gl.constexpr, num_warps: gl.constexpr):
   """A host descriptor's tile in through TMA, out with plain stores: the first M x N of the array."""
   smem = gl.allocate_shared_memory(in_desc.dtype, [M, N], in_desc.layout)
-  bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-  mbarrier.init(bar, count=1)
-  mbarrier.expect(bar, in_desc.block_type.nbytes)
-  tma_load(in_desc, [0, 0], bar, smem)
-  mbarrier.wait(bar, phase=0)
-  mbarrier.invalidate(bar)
+  load_tile(in_desc, smem)
   layout: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [num_warps, 1], [1, 0])
   rows = gl.arange(0, M, layout=gl.SliceLayout(1, layout))[:, None]
   cols = gl.arange(0, N, layout=gl.SliceLayout(0, layout))[None, :]
@@ -104,12 +83,7 @@ def tile_copy_device(in_ptr, out_ptr, M: gl.constexpr, N: gl.constexpr):
   in_desc = tma.make_tensor_descriptor(in_ptr, shape=[M, N], strides=[N, 1], block_shape=[M, N], layout=layout)
   out_desc = tma.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[N, 1], block_shape=[M, N], layout=layout)
   smem = gl.allocate_shared_memory(gl.float32, [M, N], layout)
-  bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-  mbarrier.init(bar, count=1)
-  mbarrier.expect(bar, in_desc.block_type.nbytes)
-  tma_load(in_desc, [0, 0], bar, smem)
-  mbarrier.wait(bar, phase=0)
-  mbarrier.invalidate(bar)
+  load_tile(in_desc, smem)
   fence_async_shared()
   tma_store(out_desc, [0, 0], smem)
   tma.store_wait(0)

@@ -20,19 +20,10 @@ import jax_mosaic_ffi.jax_triton as jt  # noqa: E402
 
 import benchmarks_package  # noqa: E402
 import gluon_sources as gs  # noqa: E402
-from hlo_inspect import custom_calls  # noqa: E402
+from test_gluon import lower, the_call  # noqa: E402
 
 G = benchmarks_package.kernels("gluon_user")
 F16 = gl.NVMMASharedLayout.get_default_for
-
-
-def lower(fn, *avals):
-  return jax.jit(fn).trace(*avals).lower(lowering_platforms=("cuda",))
-
-
-def the_call(fn, *avals) -> dict:
-  (cc,) = custom_calls(lower(fn, *avals))
-  return cc
 
 
 def tile_copy(x, layout, block=None, **kwargs):

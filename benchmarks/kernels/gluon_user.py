@@ -214,18 +214,24 @@ def add_one(in_ptr, out_ptr, n, BLOCK: gl.constexpr, num_warps: gl.constexpr):
 
 
 @gluon.jit
+def load_tile(desc, smem):
+  """The first tile of a descriptor into shared memory, through TMA, waited for."""
+  bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+  mbarrier.init(bar, count=1)
+  mbarrier.expect(bar, desc.block_type.nbytes)
+  tma_load(desc, [0, 0], bar, smem)
+  mbarrier.wait(bar, phase=0)
+  mbarrier.invalidate(bar)
+
+
+@gluon.jit
 def tile_add_one(in_desc, out_ptr, num_warps: gl.constexpr):
   """out = in + 1 for one tile: loaded through a host descriptor (TMA), stored with plain stores. Through Triton's
   launcher each call builds its descriptor (TensorDescriptor.from_tensor), which the launch encodes."""
   M: gl.constexpr = in_desc.block_type.shape[0]
   N: gl.constexpr = in_desc.block_type.shape[1]
   smem = gl.allocate_shared_memory(in_desc.dtype, [M, N], in_desc.layout)
-  bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-  mbarrier.init(bar, count=1)
-  mbarrier.expect(bar, in_desc.block_type.nbytes)
-  tma_load(in_desc, [0, 0], bar, smem)
-  mbarrier.wait(bar, phase=0)
-  mbarrier.invalidate(bar)
+  load_tile(in_desc, smem)
   layout: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [num_warps, 1], [1, 0])
   rows = gl.arange(0, M, layout=gl.SliceLayout(1, layout))[:, None]
   cols = gl.arange(0, N, layout=gl.SliceLayout(0, layout))[None, :]
