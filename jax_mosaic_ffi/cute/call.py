@@ -15,10 +15,11 @@ import jax
 
 from jax_mosaic_ffi.base import cute_package
 from jax_mosaic_ffi.base import source_location
-from jax_mosaic_ffi.base.errors import LaunchError
+from jax_mosaic_ffi.base.errors import LaunchError, ValueKeyError
 from jax_mosaic_ffi.call.launch_options import LaunchOptions
 from jax_mosaic_ffi.cute import aliases as aliases_lib
 from jax_mosaic_ffi.cute import dsl
+from jax_mosaic_ffi.cute import fingerprint
 from jax_mosaic_ffi.cute import launch as cute_launch
 from jax_mosaic_ffi.cute.kernel import CuteFunction
 
@@ -54,7 +55,8 @@ def cute_kernel(fn: Callable[..., None], *, input_spec=None, output_spec=None, u
     use_static_tensors: compile every tensor's shape and strides in.
     compile_options: more ``cute.compile`` options (``"--opt-level 3"``).
     compile_key: a stable value that identifies the launcher's code and state: the cache then keys on it
-      instead of reading the code.
+      instead of reading the code. Keyed by its content (a str, bytes, numbers, tuples of them...); one that
+      cannot be keyed exactly is refused.
     targets: archs to compile for (default: the visible GPUs', arch-specific: ``sm_90a``).
     allow_cuda_graph: False keeps the call out of XLA's CUDA graphs.
     batch_mode: for a launcher whose tensors take a batch mode (as the DSL's GEMM examples take (M, K, L)): the
@@ -72,6 +74,14 @@ def cute_kernel(fn: Callable[..., None], *, input_spec=None, output_spec=None, u
     raise TypeError(f"cute_kernel needs a @cute.jit launcher (a callable), got {type(fn).__name__}")
   if batch_mode is not None and (isinstance(batch_mode, bool) or not isinstance(batch_mode, int)):
     raise TypeError(f"cute_kernel: batch_mode is a mode position (an int, -1 for the last), got {batch_mode!r}")
+  made = f"cute_kernel '{_name(fn)}'"
+  if compile_key is not None:
+    try:
+      fingerprint.exact_key(compile_key)
+    except ValueKeyError as e:
+      raise LaunchError(f"{made}: compile_key={compile_key!r} cannot be keyed exactly ({e}); the cache would take "
+                        "another launcher's kernel for this one. Pass a str, bytes, number, or a tuple of them "
+                        "(a version string of the launcher's code and state)") from None
   return CuteFunction(fn, _name(fn), input_spec, output_spec, bool(use_static_tensors), tuple(constexprs.items()),
                       compile_options, compile_key, None if targets is None else tuple(targets),
                       bool(allow_cuda_graph), batch_mode=batch_mode)

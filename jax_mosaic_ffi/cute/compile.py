@@ -33,7 +33,7 @@ from jax_mosaic_ffi.toolchain.compiled import Compiled
 
 # The object's function prefix (its symbol in our module): objects load apart, so one name serves all.
 PREFIX = "jmf_cute"
-_CACHE_FORMAT = "cute-1"
+_CACHE_FORMAT = "cute-2"  # 2: values keyed by their content (base/value_key.py)
 _lock = threading.Lock()  # the DSL traces into process-wide state
 
 
@@ -53,13 +53,19 @@ def _trace_key(launcher, plan: Plan, target: Arch, options: str | None) -> str:
     return hashlib.sha256(bytes(cutlass_compiler.serialize_compilation_artifact(artifact))).hexdigest()
 
 
-def launcher_identity(launcher, plan: Plan, target: Arch, options: str | None, compile_key=None) -> str:
+def launcher_identity(launcher, plan: Plan, target: Arch, options: str | None, compile_key=None,
+                      exact_plan: bool = True) -> str:
+  """The launcher's part of the key: ``compile_key`` (keyed exactly: `cute_kernel` refuses one that cannot be), else
+  its code and data (`fingerprint.py`), else, or where the plan's constexprs could not all be keyed exactly
+  (``exact_plan``), also the IR of a trace, which holds every value's effect."""
+  parts = []
   if compile_key is not None:
-    return "key:" + hashlib.sha256(repr(compile_key).encode()).hexdigest()
-  found = fingerprint_lib.fingerprint(launcher)
-  if found is not None:
-    return "code:" + found
-  return "ir:" + _trace_key(launcher, plan, target, options)
+    parts.append("key:" + fingerprint_lib.exact_key(compile_key).hex())
+  elif (found := fingerprint_lib.fingerprint(launcher)) is not None:
+    parts.append("code:" + found)
+  if not parts or not exact_plan:
+    parts.append("ir:" + _trace_key(launcher, plan, target, options))
+  return " ".join(parts)
 
 
 def _compile_one(launcher, plan: Plan, target: Arch, options: str | None, name: str, where: str) -> Image:
@@ -99,9 +105,10 @@ def compile_plan(launcher, plan: Plan, *, name: str, targets: tuple[Arch, ...], 
   """The kernel of this specialization: from memory, from disk, or compiled (once per target)."""
   release = cute_package.compiler_release()
   dsl.check_release(release)
-  identity = launcher_identity(launcher, plan, targets[0], options, compile_key)
+  described, exact_plan = plan.describe()
+  identity = launcher_identity(launcher, plan, targets[0], options, compile_key, exact_plan)
   entry_key = disk_cache.key(_CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"nvidia-cutlass-dsl {release}",
-                             identity, plan.describe(), options or "", *(t.sm for t in targets))
+                             identity, described, options or "", *(t.sm for t in targets))
 
   def decode(data: bytes) -> CuteKernel:
     return _from_bytes(name, data)

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import threading
 from typing import Callable
 
@@ -61,6 +60,7 @@ from jax_mosaic_ffi.transforms import autotune as autotune_lib
 from jax_mosaic_ffi.triton import decorators as triton_decorators
 from jax_mosaic_ffi.triton import launch as triton_launch
 from jax_mosaic_ffi.triton import tensor_descriptor
+from jax_mosaic_ffi.triton import value_keys
 from jax_mosaic_ffi.triton.decorators import Autotune, Heuristics
 from jax_mosaic_ffi.triton.kernel import TritonFunction, runtime_params
 
@@ -260,7 +260,8 @@ def launcher(function: TritonFunction, out_shape, options: LaunchOptions):
     metas = candidates(args, where)
     if len(metas) == 1:  # heuristics only, or one config left: nothing to time
       return plain(metas[0], zero_outputs, where)(*arrays)
-    space = json.dumps([sorted((k, repr(v)) for k, v in m.items()) for m in metas]) + repr(zero_outputs)
+    space = value_keys.key(tuple(tuple(sorted(m.items())) for m in metas), "the configs' values", where) + \
+        repr(zero_outputs)
     with lock:
       tuned_call = tuned.get(space)
       if tuned_call is None:
