@@ -487,6 +487,11 @@ def test_errors_name_what_to_fix(isolated_disk_cache):
   assert failed.value.compiler == "CuTe DSL" and failed.value.kernel == "broken" and "nope" in failed.value.log
   with pytest.raises(ValueError, match="output_shape_dtype"):
     jmf.cute_call(K.add_one)
+  for given, shown in ((5, r"output_shape_dtype is 5 \(int\)"), ("f32", r"output_shape_dtype is 'f32' \(str\)"),
+                       ((x, 3), r"output_shape_dtype\[1\] is 3 \(int\)")):
+    with pytest.raises(jmf.LaunchError, match=rf"^cute_call 'add_one': {shown}, not a shape and dtype; pass a "
+                                              r"jax.ShapeDtypeStruct"):
+      jmf.cute_call(K.add_one, output_shape_dtype=given)
   with pytest.raises(jmf.LaunchError, match="ffi_call_target"):
     jmf.cute_call(K.add_one, output_shape_dtype=x, ffi_call_target="cutlass_call")
   m = jax.ShapeDtypeStruct((4, 8), jnp.float32)
@@ -498,6 +503,17 @@ def test_errors_name_what_to_fix(isolated_disk_cache):
     one_call(jmf.cute_call(K.add_one, output_shape_dtype=x, input_spec=TensorSpec(divisibility=(3,))), x)
   with pytest.raises(jmf.LaunchError, match="takes no grid"):
     jmf.mosaic_kernel(jmf.cute_kernel(K.add_one), x, grid=4)
+
+
+@pytest.mark.parametrize("options", ["--gpu-arch sm_100a", "--gpu-arch=sm_80", "--gpu sm_80",
+                                     "--opt-level 3 --host-target linux-aarch64", "--enable-tvm-ffi"])
+def test_compile_options_that_retarget_the_compile_are_refused(options):
+  with pytest.raises(jmf.LaunchError, match=r"cute_kernel 'add_one': compile_options=.* sets --"):
+    jmf.cute_kernel(K.add_one, compile_options=options)
+  with pytest.raises(jmf.LaunchError, match="targets="):
+    jmf.cute_call(K.add_one, output_shape_dtype=jax.ShapeDtypeStruct((256,), jnp.float32),
+                  compile_options="--gpu-arch sm_100a")
+  jmf.cute_kernel(K.add_one, compile_options="--opt-level 3 --generate-line-info")  # the rest are taken
 
 
 def test_mosaic_kernel_takes_a_cute_kernel(isolated_disk_cache):
@@ -631,6 +647,36 @@ def test_missing_dsl_names_the_extra(monkeypatch):
     jmf.cute_kernel(K.add_one)
   with pytest.raises(jmf.CuteUnavailable, match="4.9.0 is installed"):
     dsl.check_release("4.9.0")
+
+
+DAMAGED_DSL = '''
+  import json, os, sys
+  # A cutlass package whose import fails as a damaged install's does (here: an AttributeError of its own code).
+  os.makedirs("damaged/cutlass", exist_ok=True)
+  with open("damaged/cutlass/__init__.py", "w") as f:
+    f.write("import types\\ntypes.NoSuchThing\\n")
+  sys.path.insert(0, os.path.abspath("damaged"))
+  import jax, jax.numpy as jnp
+  import jax_mosaic_ffi as jmf
+
+  def launch(stream, x, y):
+    pass
+
+  x = jax.ShapeDtypeStruct((256,), jnp.float32)
+  try:
+    jax.jit(jmf.cute_call(launch, output_shape_dtype=x)).trace(x)
+    found = "nothing raised"
+  except Exception as e:
+    found = f"{type(e).__name__}: {e}"
+  print(json.dumps({"error": found}))
+'''
+
+
+def test_a_damaged_dsl_import_is_named(tmp_path):
+  r = fresh_process.run(DAMAGED_DSL, cwd=tmp_path, env={"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache")}).result
+  assert r["error"].startswith("CuteUnavailable: CuTe DSL could not be imported: import cutlass raised "
+                               "AttributeError: module 'types' has no attribute 'NoSuchThing'. The "
+                               "nvidia-cutlass-dsl install looks damaged"), r
 
 
 def test_runtime_library_is_found_without_importing_the_dsl():

@@ -15,13 +15,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import shlex
 import struct
 import threading
 
 from jax_mosaic_ffi.base import cute_package
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import module_format
-from jax_mosaic_ffi.base.errors import CompileError
+from jax_mosaic_ffi.base.errors import CompileError, LaunchError
 from jax_mosaic_ffi.base.module_format import Arch, Image, ImageKind, ParsedModule
 from jax_mosaic_ffi.cute import dsl
 from jax_mosaic_ffi.cute import fingerprint as fingerprint_lib
@@ -37,6 +38,36 @@ _CACHE_FORMAT = "cute-2"  # 2: values keyed by their content (base/value_key.py)
 _lock = threading.Lock()  # the DSL traces into process-wide state
 
 
+# cute.compile options a launcher may not set, each with why and what instead: the target is ours to choose per
+# image (the module names it), and the runtime runs x86-64 objects of the DSL's C calling convention.
+_REFUSED_OPTIONS = {
+    "gpu-arch": "the targets come from targets= (each image is labelled with the arch it was compiled for)",
+    "host-target": "the object must be x86-64 host code, which the runtime links into this process",
+    "enable-tvm-ffi": "the runtime calls the object's host function by the DSL's own calling convention",
+}
+
+
+def checked_options(options, made: str) -> str | None:
+  """``compile_options`` as given, or LaunchError naming one that retargets the compile. The DSL reads them with
+  argparse, which takes any unambiguous prefix of a flag (``--gpu`` is ``--gpu-arch``) and ``--flag=value``."""
+  if options is None:
+    return None
+  if not isinstance(options, str):
+    raise LaunchError(f"{made}: compile_options must be a string of cute.compile options, got {options!r}")
+  try:
+    tokens = shlex.split(options)
+  except ValueError as e:
+    raise LaunchError(f"{made}: compile_options={options!r} cannot be read as options ({e})") from None
+  for token in tokens:
+    name = token[2:].split("=", 1)[0] if token.startswith("--") else None
+    for flag, why in _REFUSED_OPTIONS.items():
+      if name and flag.startswith(name):
+        raise LaunchError(f"{made}: compile_options={options!r} sets --{flag}, which jax_mosaic_ffi does not "
+                          f"take: {why}. Leave it out" + (" and pass targets=('sm_100a',) (or the archs you "
+                                                            "need)" if flag == "gpu-arch" else ""))
+  return options
+
+
 def _options(target: Arch, options: str | None) -> str:
   return f"--gpu-arch {target.sm}" + (f" {options}" if options else "")
 
@@ -44,8 +75,9 @@ def _options(target: Arch, options: str | None) -> str:
 def _trace_key(launcher, plan: Plan, target: Arch, options: str | None) -> str:
   """The DSL's own identity of the launcher: the IR of a trace (as cute.compile and cutlass_call key it)."""
   cutlass, cute, cuda = dsl.modules()
-  from cutlass import compiler as cutlass_compiler  # noqa: PLC0415  (optional dependency: CuTe DSL)
-  from jax_mosaic_ffi.cute import wrapper  # noqa: PLC0415  (imports the DSL)
+  with dsl.importing("from cutlass import compiler"):
+    from cutlass import compiler as cutlass_compiler  # noqa: PLC0415  (optional dependency: CuTe DSL)
+    from jax_mosaic_ffi.cute import wrapper  # noqa: PLC0415  (imports the DSL)
   with _lock, dsl.runtime_arch(target.sm):
     artifact = cute.compile_to(cutlass_compiler.ArtifactType.PreCompiledMlir, wrapper.host_entry, cuda.CUstream(0),
                                *wrapper.placeholders(plan), launcher=launcher, plan=plan,
@@ -70,7 +102,8 @@ def launcher_identity(launcher, plan: Plan, target: Arch, options: str | None, c
 
 def _compile_one(launcher, plan: Plan, target: Arch, options: str | None, name: str, where: str) -> Image:
   cutlass, cute, cuda = dsl.modules()
-  from jax_mosaic_ffi.cute import wrapper  # noqa: PLC0415  (imports the DSL)
+  with dsl.importing("the DSL's tensor types"):
+    from jax_mosaic_ffi.cute import wrapper  # noqa: PLC0415  (imports the DSL)
   with _lock, dsl.runtime_arch(target.sm):
     try:
       compiled = cute.compile(wrapper.host_entry, cuda.CUstream(0), *wrapper.placeholders(plan), launcher=launcher,

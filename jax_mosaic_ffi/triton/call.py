@@ -28,6 +28,8 @@ from jax import tree_util
 
 from jax_mosaic_ffi.base import contract
 from jax_mosaic_ffi.base import source_location
+from jax_mosaic_ffi.base.errors import LaunchError
+from jax_mosaic_ffi.call import launch_values
 from jax_mosaic_ffi.call.launch_options import LaunchOptions
 from jax_mosaic_ffi.triton import call_operands
 from jax_mosaic_ffi.triton import decorated as triton_decorated
@@ -178,8 +180,7 @@ def triton_call(*args, kernel, out_type: Any = None, grid, name: str = "", num_w
     out_type = kwargs.pop("out_shape")
   elif out_type is None:
     raise TypeError("Either out_type= or the deprecated out_shape= must be provided")
-  out_flat, out_tree = tree_util.tree_flatten(tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
-                                                                 out_type))
+  out_flat, out_tree = tree_util.tree_flatten(launch_values.shape_dtype_tree(out_type, "out_type", where))
 
   # Keywords naming a kernel parameter are bound to it; the rest are metaparameters.
   params = {p.name: p for p in fn.params}
@@ -204,7 +205,12 @@ def triton_call(*args, kernel, out_type: Any = None, grid, name: str = "", num_w
       order.append(None)
       outputs_left.append(len(order) - 1)
 
-  aliases = dict(input_output_aliases or {})
+  if input_output_aliases is not None and not isinstance(input_output_aliases, Mapping):
+    raise LaunchError(f"{where}: input_output_aliases must be a dict {{operand index: output index}}, got "
+                      f"{input_output_aliases!r}")
+  aliases = {launch_values.integer(i, "an input_output_aliases key (an operand index)", where):
+             launch_values.integer(o, "an input_output_aliases value (an output index)", where)
+             for i, o in (input_output_aliases or {}).items()}
   if len(set(aliases.values())) != len(aliases):
     raise ValueError("input_output_aliases must be a bijection")
   buffer_aliases = {}

@@ -132,7 +132,7 @@ def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: Triton
   elements' types) and the scalar values known at trace time (by index among the leaves of the non-constexpr
   parameters, `specialize.flat_types`), through the compile cache."""
   triton = require_triton()
-  options.check_targets(fn.__name__, targets)  # every front end, every config, before Triton sees them
+  options.check(fn.__name__).check_targets(fn.__name__, targets)  # every front end and config, before Triton
   missing = [p.name for p in fn.params if p.is_constexpr and p.name not in constexprs
              and p.default is inspect.Parameter.empty]
   if missing:
