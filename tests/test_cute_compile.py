@@ -692,6 +692,32 @@ def test_runtime_library_is_found_without_importing_the_dsl():
   assert not result["imported"]
 
 
+FOUND_LIBRARY = '''
+  import json
+  from jax_mosaic_ffi.base import cute_package
+  print(json.dumps({"library": str(cute_package.runtime().library)}))
+'''
+
+
+def test_a_library_planted_in_the_working_directory_or_on_pythonpath_is_not_loaded(tmp_path):
+  # nvidia_cutlass_dsl is a namespace package: a portion of it in the working directory (first on sys.path for
+  # `python -c`) or on PYTHONPATH used to win. The library is found in its distribution's file list instead, and a
+  # planted distribution there is not one either.
+  from jax_mosaic_ffi.base import cute_package
+  installed = str(cute_package.runtime().library)
+  cwd, path = tmp_path / "cwd", tmp_path / "path"
+  for root in (cwd, path):
+    planted = root / "nvidia_cutlass_dsl" / "cu13" / "lib" / "libcute_dsl_runtime.so"
+    planted.parent.mkdir(parents=True)
+    planted.write_bytes(b"\x7fELF planted")
+  record = path / "nvidia_cutlass_dsl_libs_cu13-4.8.1.dist-info"
+  record.mkdir()
+  (record / "METADATA").write_text("Metadata-Version: 2.1\nName: nvidia-cutlass-dsl-libs-cu13\nVersion: 4.8.1\n")
+  (record / "RECORD").write_text("nvidia_cutlass_dsl/cu13/lib/libcute_dsl_runtime.so,,\n")
+  found = fresh_process.run(FOUND_LIBRARY, cwd=cwd, env={"PYTHONPATH": str(path)}).result["library"]
+  assert found == installed and str(tmp_path) not in found
+
+
 def test_the_first_lowering_tells_the_runtime_where_the_library_is():
   # A process that only deserializes a CuTe DSL export calls no jmf.register(): the registration at its first
   # lowering (before XLA compiles, so before any instantiate) hands the runtime the library's path, without
