@@ -22,6 +22,7 @@ from jax_mosaic_ffi.base.native import core
 from jax_mosaic_ffi.cute import fingerprint
 
 import cute_kernels as K
+import cute_objects
 import fresh_process
 from hlo_inspect import custom_calls
 
@@ -622,7 +623,7 @@ def test_the_contract_refuses_crafted_cute_calls():
 
 
 def test_the_module_parser_bounds_cute_objects():
-  image = module_format.Image(module_format.ImageKind.CUTE, module_format.Arch(90, "a"), b"\x7fELF" + bytes(60),
+  image = module_format.Image(module_format.ImageKind.CUTE, module_format.Arch(90, "a"), cute_objects.real_object(),
                               "4.8.1", (1, 2))
   data = module_format.serialize(module_format.ParsedModule("jmf_cute", (image,)), compress=False)
   assert module_format.parse(data).images[0] == image

@@ -313,6 +313,7 @@ nb::list VisibleGpus() {
 
 void BindCrossProcess(nb::module_& m);  // cross_process_python.cc
 void BindNvshmem(nb::module_& m);       // nvshmem_python.cc
+void BindCute(nb::module_& m);          // cute_python.cc (after _testing: it adds hooks there)
 
 }  // namespace jmf
 
@@ -396,6 +397,7 @@ NB_MODULE(_core, m) {
               "The index of the image the runtime loads on a GPU of compute capability `arch` (90), or -1.");
   testing.def("evaluate_launch", &EvaluateLaunchForPython, nb::arg("attributes"), nb::arg("shapes"),
               "Validates a plain launch and runs its launch programs on these buffer shapes: (grid, scalar slots).");
+  BindCute(m);
 
   nb::dict built;
   built["jaxlib"] = JMF_JAXLIB_VERSION;

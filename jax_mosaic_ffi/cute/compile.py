@@ -24,6 +24,7 @@ from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import module_format
 from jax_mosaic_ffi.base.errors import CompileError, LaunchError
 from jax_mosaic_ffi.base.module_format import Arch, Image, ImageKind, ParsedModule
+from jax_mosaic_ffi.base.native import core
 from jax_mosaic_ffi.cute import dsl
 from jax_mosaic_ffi.cute import fingerprint as fingerprint_lib
 from jax_mosaic_ffi.cute.kernel import CuteKernel
@@ -32,8 +33,9 @@ from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain import dump
 from jax_mosaic_ffi.toolchain.compiled import Compiled
 
-# The object's function prefix (its symbol in our module): objects load apart, so one name serves all.
-PREFIX = "jmf_cute"
+# The object's function prefix (its symbol in our module): objects load apart, so one name serves all. The
+# runtime's parser refuses a CuTe DSL module of another symbol, or an object without this prefix's entry points.
+PREFIX = core.CUTE_PREFIX
 _CACHE_FORMAT = "cute-2"  # 2: values keyed by their content (base/value_key.py)
 _lock = threading.Lock()  # the DSL traces into process-wide state
 
