@@ -1,4 +1,5 @@
-// What Python needs of the runtime's trust in CuTe DSL objects (docs/threat_model.md): the object check the
+// What Python tells and asks the runtime about CuTe DSL kernels: where NVIDIA's runtime library is (or why it
+// could not be found), and the runtime's trust in CuTe DSL objects (docs/threat_model.md): the object check the
 // parser runs (contract/cute_object.h), the prefix every object is compiled with, and the host code this
 // process lowered (runtime/cute_module.h), which JAX_MOSAIC_FFI_HOST_CODE=lowered alone lets run. Test hooks
 // run the runtime's own kernel cache and policy without a GPU.
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "contract/cute_object.h"
+#include "driver/cute_dsl_runtime.h"
 #include "runtime/cute_module.h"
 #include "runtime/kernel_cache.h"
 
@@ -52,6 +54,20 @@ std::string HostCodePolicyForTests(nb::bytes hash) {
 }  // namespace
 
 void BindCute(nb::module_& m) {
+  m.def(
+      "set_cute_dsl_runtime",
+      [](const std::string& path, const std::string& release) {
+        std::string error;
+        if (!SetCuteDslRuntimeLibrary(path, release, &error)) throw nb::value_error(error.c_str());
+      },
+      nb::arg("path"), nb::arg("release"),
+      "Where NVIDIA's CuTe DSL runtime library is (jax_mosaic_ffi/base/cute_package.py); opened at first use.");
+  m.def("cute_dsl_runtime_library", &CuteDslRuntimeLibraryPath,
+        "The CuTe DSL runtime library's path the runtime was told (empty until registration found it).");
+  m.def("set_cute_dsl_runtime_problem", &SetCuteDslRuntimeProblem, nb::arg("problem"),
+        "Why the CuTe DSL runtime library could not be found: the error a CuTe DSL call's instantiate then reports.");
+  m.def("cute_dsl_runtime_problem", &CuteDslRuntimeProblem,
+        "What set_cute_dsl_runtime_problem told the runtime (empty unless finding the library failed).");
   m.attr("CUTE_PREFIX") = kCutePrefix;
   m.def("check_cute_object", &CheckCuteObjectForPython, nb::arg("object"), nb::arg("prefix"),
         "Checks a CuTe DSL object (an ELF relocatable) as the module parser does before NVIDIA's runtime may see "

@@ -27,7 +27,6 @@
 #include "contract/contract.h"
 #include "contract/launch_programs.h"
 #include "contract/module_format.h"
-#include "driver/cute_dsl_runtime.h"
 #include "driver/zlib_inflate.h"
 #include "peers/collective.h"
 #include "runtime/call_site.h"
@@ -333,20 +332,6 @@ NB_MODULE(_core, m) {
     }
     return names;
   });
-  m.def(
-      "set_cute_dsl_runtime",
-      [](const std::string& path, const std::string& release) {
-        std::string error;
-        if (!SetCuteDslRuntimeLibrary(path, release, &error)) throw nb::value_error(error.c_str());
-      },
-      nb::arg("path"), nb::arg("release"),
-      "Where NVIDIA's CuTe DSL runtime library is (jax_mosaic_ffi/base/cute_package.py); opened at first use.");
-  m.def("cute_dsl_runtime_library", &CuteDslRuntimeLibraryPath,
-        "The CuTe DSL runtime library's path the runtime was told (empty until registration found it).");
-  m.def("set_cute_dsl_runtime_problem", &SetCuteDslRuntimeProblem, nb::arg("problem"),
-        "Why the CuTe DSL runtime library could not be found: the error a CuTe DSL call's instantiate then reports.");
-  m.def("cute_dsl_runtime_problem", &CuteDslRuntimeProblem,
-        "What set_cute_dsl_runtime_problem told the runtime (empty unless finding the library failed).");
   m.def("handlers", &HandlerCapsules, nb::arg("name"), nb::arg("with_record") = false,
         "Capsules of one target's stage handlers, for jax.ffi.register_ffi_target.");
   m.def("bootstrap_handler", [] { return Capsule(reinterpret_cast<void*>(BootstrapHandler())); });
