@@ -128,8 +128,10 @@ def test_a_compile_key_is_keyed_exactly_or_refused(isolated_disk_cache):
     jmf.cute_call(K.add_one, output_shape_dtype=X, compile_key=object())
 
 
-def test_a_constexpr_that_cannot_be_keyed_is_keyed_by_a_trace(isolated_disk_cache):
-  class Table:  # an object value_key cannot read: the launcher's specialization is keyed by its trace
+def test_a_constexpr_that_cannot_be_read_is_keyed_by_a_trace(isolated_disk_cache):
+  class Table:  # an object neither value_key nor the fingerprint reads (slots, no __dict__): keyed by a trace
+    __slots__ = ("entry",)
+
     def __init__(self, entry):
       self.entry = entry
 
@@ -144,3 +146,19 @@ def test_a_constexpr_that_cannot_be_keyed_is_keyed_by_a_trace(isolated_disk_cach
   assert lowered_kernel(jmf.cute_call(K.add_entry_of, output_shape_dtype=X, table=Table(0.25)))[0] == low[0]
   assert compiles() - before == 2  # the trace keys the same value alike
 
+
+
+def test_a_function_constexpr_is_keyed_by_its_code(isolated_disk_cache):
+  # An epilogue or a mask passed as a constexpr: keyed by the code and data it reaches, as the launcher is.
+  def make(entry):
+    class Table:
+      def __getitem__(self, i):
+        return entry
+    return Table()
+
+  before = compiles()
+  low = lowered_kernel(jmf.cute_call(K.add_entry_of, output_shape_dtype=X, table=make(0.25)))
+  high = lowered_kernel(jmf.cute_call(K.add_entry_of, output_shape_dtype=X, table=make(0.5)))
+  again = lowered_kernel(jmf.cute_call(K.add_entry_of, output_shape_dtype=X, table=make(0.25)))
+  assert low[0] != high[0] and again[0] == low[0] and compiles() - before == 2
+  assert entry_bytes(0.25) in low[1] and entry_bytes(0.5) in high[1]

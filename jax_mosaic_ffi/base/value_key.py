@@ -116,7 +116,11 @@ class _Keyer:
     elif isinstance(v, np.dtype):
       self.tag(b"d", _dtype_key(v))
     elif isinstance(v, type) and issubclass(v, np.generic):
-      self.tag(b"t", _dtype_key(np.dtype(v)))
+      try:
+        dtype = np.dtype(v)
+      except TypeError:  # an abstract one (np.floating): no dtype of its own
+        raise ValueKeyError(f"numpy's {v.__name__} is an abstract scalar type, not a dtype") from None
+      self.tag(b"t", _dtype_key(dtype))
     elif isinstance(v, _jax_scalar_type):
       self.tag(b"j", _dtype_key(np.dtype(v.dtype)))
     elif isinstance(v, jax.core.Tracer):
