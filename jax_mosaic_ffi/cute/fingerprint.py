@@ -214,8 +214,11 @@ class _Hasher:
     its name, as its functions are; a value `exact_key` reads (an array, a dtype, a DSL number) by its content;
     anything else by its class's name and its attributes. One with none of these (a C object) is opaque."""
     if isinstance(obj, _DESCRIPTORS):
-      owner = getattr(obj, "__objclass__", None) or type(getattr(obj, "__self__", None))
-      self.put("descriptor", owner.__module__, owner.__qualname__, obj.__name__)
+      self.put("descriptor", obj.__objclass__.__module__, obj.__objclass__.__qualname__, obj.__name__)
+      return
+    if isinstance(obj, types.MethodWrapperType):  # (5).__add__: the method, and what it is bound to
+      self.put("bound", type(obj.__self__).__module__, type(obj.__self__).__qualname__, obj.__name__)
+      self.visit(obj.__self__, depth + 1)
       return
     try:
       self.put("value", exact_key(obj))
@@ -232,7 +235,7 @@ class _Hasher:
 
 
 _DESCRIPTORS = (types.MethodDescriptorType, types.WrapperDescriptorType, types.ClassMethodDescriptorType,
-                types.GetSetDescriptorType, types.MemberDescriptorType, types.MethodWrapperType)
+                types.GetSetDescriptorType, types.MemberDescriptorType)
 
 
 def _slot_names(cls: type) -> tuple[str, ...]:
