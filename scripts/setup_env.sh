@@ -66,8 +66,15 @@ case "${JMF_CUDA:-auto}" in
     fi ;;
 esac
 [ "$cuda_wanted" = 0 ] || extras="$extras,cuda"
-defines=()
+# Each venv builds in a folder of its own, kept for the next (incremental) build: two installs of one checkout into
+# two venvs at once never share one (the checkout's build/ was shared, and one install broke the other's).
+defines=("--config-settings=build-dir=$venv/build/{wheel_tag}")
 for define in ${JMF_CMAKE_DEFINES:-}; do defines+=("--config-settings=cmake.define.$define"); done
+# Two runs into one venv (two terminals, the tests and the docs) take turns to check and install; the lock is let
+# go once the venv is ready, so their tests run side by side.
+mkdir -p "$venv"
+exec {install_lock}>"$venv/.jax_mosaic_ffi-install.lock"
+command -v flock >/dev/null 2>&1 && flock "$install_lock"
 stamp_file="$venv/.jax_mosaic_ffi-install-stamp"
 stamp="$(build_stamp)"
 # The extras installed so far: the demo (test) and the tests (test,triton)
@@ -174,6 +181,7 @@ else
   echo "$stamp" > "$stamp_file"
   echo "$extras" > "$extras_file"
 fi
+exec {install_lock}>&-  # the lock, let go
 if [ "$cuda_wanted" = 1 ] &&
    ! jax_said="$("$venv/bin/python" -c 'import jax; print(jax.devices("cuda")[0].device_kind)' 2>&1)"; then
   loud "An NVIDIA driver is here but jax in $venv has no CUDA backend: GPU tests will skip and" \

@@ -4,6 +4,7 @@ corpus's add_one."""
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
+import numpy as np
 
 import benchmarks_package
 
@@ -70,3 +71,36 @@ def step_state(stream: cuda.CUstream, state, new_state):
   new_state["v"] = state["v"] + 1."""
   add_one(stream, state["m"], state["m"])
   add_one(stream, state["v"], new_state["v"])
+
+
+# A module-level table a launcher reads while the DSL traces it (tests/test_cute_keys.py edits entries of it):
+# 2000 entries, so numpy prints it shortened, and its floats to 8 digits.
+TABLE = np.linspace(0.0, 1.0, 2000)
+PICK = 1000
+
+
+@cute.kernel
+def _add_constant_kernel(x: cute.Tensor, y: cute.Tensor, c: cutlass.Float32):
+  tidx, _, _ = cute.arch.thread_idx()
+  bidx, _, _ = cute.arch.block_idx()
+  bdim, _, _ = cute.arch.block_dim()
+  i = bidx * bdim + tidx
+  if i < x.shape[0]:
+    y[i] = x[i] + c
+
+
+@cute.jit
+def add_table_entry(stream: cuda.CUstream, x: cute.Tensor, y: cute.Tensor):
+  """y = x + TABLE[PICK] over 1-D float32 tensors: the module-level table's entry compiled in as a constant."""
+  n = x.shape[0]
+  _add_constant_kernel(x, y, cutlass.Float32(float(TABLE[PICK]))).launch(grid=((n + 127) // 128, 1, 1),
+                                                                       block=(128, 1, 1), stream=stream)
+
+
+@cute.jit
+def add_entry_of(stream: cuda.CUstream, x: cute.Tensor, y: cute.Tensor, *, table: cutlass.Constexpr,
+                 index: cutlass.Constexpr = 1000):
+  """y = x + table[index], for a table given as a constexpr (a numpy array)."""
+  n = x.shape[0]
+  _add_constant_kernel(x, y, cutlass.Float32(float(table[index]))).launch(grid=((n + 127) // 128, 1, 1),
+                                                                        block=(128, 1, 1), stream=stream)

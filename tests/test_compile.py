@@ -144,6 +144,69 @@ def test_a_compile_that_never_ends_is_stopped_and_the_next_one_works(isolated_di
   assert r["worker"] and r["worker"].startswith(str(temp)) and r["scratch"] == [r["worker"]], r
 
 
+FORKED = """
+  import json, os, threading, time, traceback
+  import jax_mosaic_ffi as jmf, kernel_sources, test_compile
+  from jax_mosaic_ffi.cuda.nvrtc import worker
+  jmf.cuda_kernel(kernel_sources.ADD, "add")  # the parent's worker, started
+  parent_worker, scratch = worker._worker._process.pid, worker._worker._scratch
+
+  def forked_compile(name):
+    # A child: a compile of its own, then what its exit does. Its exit status, or None where it hung.
+    child = os.fork()
+    if child == 0:
+      code = 1
+      try:
+        jmf.cuda_kernel(kernel_sources.ADD.replace("add", name), name)
+        code = 0 if worker._worker._process.pid != parent_worker else 2
+        worker._worker.close()
+      except BaseException:
+        traceback.print_exc()
+      os._exit(code)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+      done, raw = os.waitpid(child, os.WNOHANG)
+      if done:
+        return os.waitstatus_to_exitcode(raw)
+      time.sleep(0.05)
+    os.kill(child, 9)  # hung: waiting for a lock a thread of the parent held when it forked
+    os.waitpid(child, 0)
+    return None
+
+  in_flight = {}
+
+  def slow_compile():
+    try:
+      in_flight["symbol"] = jmf.cuda_kernel(test_compile.TEMPLATE_BOMB.replace("Bomb<40, 1>", "Bomb<12, 1>"),
+                                            "bomb").symbol
+    except Exception as e:
+      in_flight["error"] = f"{type(e).__name__}: {e}"
+
+  thread = threading.Thread(target=slow_compile)
+  thread.start()
+  time.sleep(0.5)
+  during = forked_compile("child_during")  # while a compile of the parent is in flight, its lock held
+  thread.join()
+  idle = forked_compile("child_idle")
+  alive = worker._worker._process is not None and worker._worker._process.poll() is None
+  same = alive and worker._worker._process.pid == parent_worker
+  scratch_kept = os.path.isdir(scratch)
+  after = jmf.cuda_kernel(kernel_sources.ADD.replace("add", "after_add"), "after_add").symbol
+  print(json.dumps({"children": [during, idle], "in_flight": in_flight, "same_worker": same,
+                    "scratch_kept": scratch_kept, "after": after,
+                    "still_same_worker": worker._worker._process.pid == parent_worker}))
+"""
+
+
+def test_a_forked_child_leaves_the_parents_worker_and_compiles_with_its_own(tmp_path):
+  # Children made by os.fork (multiprocessing's default on Linux) compile, one while a compile of the parent is in
+  # flight: the parent's worker, its scratch folder and its compiles are untouched, and the children's compile.
+  r = fresh_process.run(FORKED, timeout=300, env={"JAX_MOSAIC_FFI_CACHE_DIR": "off", "TMPDIR": str(tmp_path)}).result
+  assert r["children"] == [0, 0], r
+  assert r["in_flight"] == {"symbol": "bomb"}, r
+  assert r["same_worker"] and r["scratch_kept"] and r["still_same_worker"] and r["after"] == "after_add", r
+
+
 @pytest.mark.parametrize("value", ["soon", "-1", "nan", "inf", "-inf"])
 def test_a_bad_compile_timeout_is_named_before_compiling(isolated_disk_cache, monkeypatch, value):
   monkeypatch.setenv("JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S", value)

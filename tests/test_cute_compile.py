@@ -22,6 +22,7 @@ from jax_mosaic_ffi.base.native import core
 from jax_mosaic_ffi.cute import fingerprint
 
 import cute_kernels as K
+import cute_objects
 import fresh_process
 from hlo_inspect import custom_calls
 
@@ -487,6 +488,11 @@ def test_errors_name_what_to_fix(isolated_disk_cache):
   assert failed.value.compiler == "CuTe DSL" and failed.value.kernel == "broken" and "nope" in failed.value.log
   with pytest.raises(ValueError, match="output_shape_dtype"):
     jmf.cute_call(K.add_one)
+  for given, shown in ((5, r"output_shape_dtype is 5 \(int\)"), ("f32", r"output_shape_dtype is 'f32' \(str\)"),
+                       ((x, 3), r"output_shape_dtype\[1\] is 3 \(int\)")):
+    with pytest.raises(jmf.LaunchError, match=rf"^cute_call 'add_one': {shown}, not a shape and dtype; pass a "
+                                              r"jax.ShapeDtypeStruct"):
+      jmf.cute_call(K.add_one, output_shape_dtype=given)
   with pytest.raises(jmf.LaunchError, match="ffi_call_target"):
     jmf.cute_call(K.add_one, output_shape_dtype=x, ffi_call_target="cutlass_call")
   m = jax.ShapeDtypeStruct((4, 8), jnp.float32)
@@ -498,6 +504,17 @@ def test_errors_name_what_to_fix(isolated_disk_cache):
     one_call(jmf.cute_call(K.add_one, output_shape_dtype=x, input_spec=TensorSpec(divisibility=(3,))), x)
   with pytest.raises(jmf.LaunchError, match="takes no grid"):
     jmf.mosaic_kernel(jmf.cute_kernel(K.add_one), x, grid=4)
+
+
+@pytest.mark.parametrize("options", ["--gpu-arch sm_100a", "--gpu-arch=sm_80", "--gpu sm_80",
+                                     "--opt-level 3 --host-target linux-aarch64", "--enable-tvm-ffi"])
+def test_compile_options_that_retarget_the_compile_are_refused(options):
+  with pytest.raises(jmf.LaunchError, match=r"cute_kernel 'add_one': compile_options=.* sets --"):
+    jmf.cute_kernel(K.add_one, compile_options=options)
+  with pytest.raises(jmf.LaunchError, match="targets="):
+    jmf.cute_call(K.add_one, output_shape_dtype=jax.ShapeDtypeStruct((256,), jnp.float32),
+                  compile_options="--gpu-arch sm_100a")
+  jmf.cute_kernel(K.add_one, compile_options="--opt-level 3 --generate-line-info")  # the rest are taken
 
 
 def test_mosaic_kernel_takes_a_cute_kernel(isolated_disk_cache):
@@ -606,7 +623,7 @@ def test_the_contract_refuses_crafted_cute_calls():
 
 
 def test_the_module_parser_bounds_cute_objects():
-  image = module_format.Image(module_format.ImageKind.CUTE, module_format.Arch(90, "a"), b"\x7fELF" + bytes(60),
+  image = module_format.Image(module_format.ImageKind.CUTE, module_format.Arch(90, "a"), cute_objects.real_object(),
                               "4.8.1", (1, 2))
   data = module_format.serialize(module_format.ParsedModule("jmf_cute", (image,)), compress=False)
   assert module_format.parse(data).images[0] == image
@@ -633,6 +650,36 @@ def test_missing_dsl_names_the_extra(monkeypatch):
     dsl.check_release("4.9.0")
 
 
+DAMAGED_DSL = '''
+  import json, os, sys
+  # A cutlass package whose import fails as a damaged install's does (here: an AttributeError of its own code).
+  os.makedirs("damaged/cutlass", exist_ok=True)
+  with open("damaged/cutlass/__init__.py", "w") as f:
+    f.write("import types\\ntypes.NoSuchThing\\n")
+  sys.path.insert(0, os.path.abspath("damaged"))
+  import jax, jax.numpy as jnp
+  import jax_mosaic_ffi as jmf
+
+  def launch(stream, x, y):
+    pass
+
+  x = jax.ShapeDtypeStruct((256,), jnp.float32)
+  try:
+    jax.jit(jmf.cute_call(launch, output_shape_dtype=x)).trace(x)
+    found = "nothing raised"
+  except Exception as e:
+    found = f"{type(e).__name__}: {e}"
+  print(json.dumps({"error": found}))
+'''
+
+
+def test_a_damaged_dsl_import_is_named(tmp_path):
+  r = fresh_process.run(DAMAGED_DSL, cwd=tmp_path, env={"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache")}).result
+  assert r["error"].startswith("CuteUnavailable: CuTe DSL could not be imported: import cutlass raised "
+                               "AttributeError: module 'types' has no attribute 'NoSuchThing'. The "
+                               "nvidia-cutlass-dsl install looks damaged"), r
+
+
 def test_runtime_library_is_found_without_importing_the_dsl():
   code = '''
   import json, sys
@@ -644,6 +691,32 @@ def test_runtime_library_is_found_without_importing_the_dsl():
   result = fresh_process.run(code).result
   assert result["library"].endswith("nvidia_cutlass_dsl/cu13/lib/libcute_dsl_runtime.so")
   assert not result["imported"]
+
+
+FOUND_LIBRARY = '''
+  import json
+  from jax_mosaic_ffi.base import cute_package
+  print(json.dumps({"library": str(cute_package.runtime().library)}))
+'''
+
+
+def test_a_library_planted_in_the_working_directory_or_on_pythonpath_is_not_loaded(tmp_path):
+  # nvidia_cutlass_dsl is a namespace package: a portion of it in the working directory (first on sys.path for
+  # `python -c`) or on PYTHONPATH used to win. The library is found in its distribution's file list instead, and a
+  # planted distribution there is not one either.
+  from jax_mosaic_ffi.base import cute_package
+  installed = str(cute_package.runtime().library)
+  cwd, path = tmp_path / "cwd", tmp_path / "path"
+  for root in (cwd, path):
+    planted = root / "nvidia_cutlass_dsl" / "cu13" / "lib" / "libcute_dsl_runtime.so"
+    planted.parent.mkdir(parents=True)
+    planted.write_bytes(b"\x7fELF planted")
+  record = path / "nvidia_cutlass_dsl_libs_cu13-4.8.1.dist-info"
+  record.mkdir()
+  (record / "METADATA").write_text("Metadata-Version: 2.1\nName: nvidia-cutlass-dsl-libs-cu13\nVersion: 4.8.1\n")
+  (record / "RECORD").write_text("nvidia_cutlass_dsl/cu13/lib/libcute_dsl_runtime.so,,\n")
+  found = fresh_process.run(FOUND_LIBRARY, cwd=cwd, env={"PYTHONPATH": str(path)}).result["library"]
+  assert found == installed and str(tmp_path) not in found
 
 
 def test_the_first_lowering_tells_the_runtime_where_the_library_is():

@@ -1,6 +1,7 @@
 """CuTe DSL kernels on the GPU: real kernels against numpy on fresh random inputs (outputs poisoned first, the
 suite's default), with command buffers on and off, exported and run in a fresh process, under vmap,
-differentiated, sharded, autotuned; and the runtime's refusals (another DSL release, a corrupt object)."""
+differentiated, sharded, autotuned; and the runtime's refusals (another DSL release, a crafted object, host code
+this process did not lower under JAX_MOSAIC_FFI_HOST_CODE=lowered)."""
 
 import jax
 import jax.numpy as jnp
@@ -312,20 +313,29 @@ def test_an_object_of_another_release_is_refused_naming_both(tmp_path):
   assert "4.7.0" in message and "compiled by CuTe DSL" in message, message
 
 
-CORRUPT = '''
+CRAFTED = '''
   import hashlib, json, sys
   import jax, jax.numpy as jnp, numpy as np
   import jax_mosaic_ffi as jmf
-  from jax_mosaic_ffi.base import module_format as mf
+  import cute_objects as objects
+  # A program carrying a crafted CuTe DSL object, as an edited jax.export artifact would: the custom call built by
+  # hand, its module written without the package's writer (which would refuse it). Its instantiate must refuse it
+  # by name before NVIDIA's runtime sees it (which aborts the process on some: a missing entry point throws).
   jmf.register()
-  image = mf.Image(mf.ImageKind.CUTE, mf.Arch(90, "a"), b"\\x7fELF" + bytes(range(256)) * 4, sys.argv[1], (1, 1))
-  module = mf.serialize(mf.ParsedModule("jmf_cute", (image,)))
+  obj = {"gcc": lambda: objects.gcc_object(__import__("pathlib").Path(sys.argv[2])),
+         "zeroed body": lambda: objects.zeroed_body(objects.real_object()),
+         "zeroed data": lambda: objects.zeroed_sections(objects.real_object()),
+         "no kernel table": lambda: objects.renamed(objects.real_object(), "jmf_cute_kernel_info"),
+         "no cuda init": lambda: objects.renamed(objects.real_object(), "_mlir_jmf_cute_cuda_init"),
+         "another hash": objects.real_object}[sys.argv[1]]()
+  module = objects.module(obj, kinds=(1, 2, 1, 2))
+  digest = hashlib.sha256(module + (b"edited" if sys.argv[1] == "another hash" else b"")).digest()
   call = jax.ffi.ffi_call("jax_mosaic_ffi_cute_v1", jax.ShapeDtypeStruct((256,), jnp.float32))
   i32 = lambda *v: np.array(v, np.int32)
   try:
-    jax.jit(lambda x: call(x, module=module, kernel_hash=hashlib.sha256(module).digest(), grid=i32(1, 1, 1),
-                           block=i32(1, 1, 1), cluster=i32(1, 1, 1), num_inputs=np.int32(1), num_outputs=np.int32(1),
-                           param_order=np.zeros(0, np.int32), host_args=i32(1, 0, 0, 1, 1, 0)))(
+    jax.jit(lambda x: call(x, module=module, kernel_hash=digest, grid=i32(1, 1, 1), block=i32(1, 1, 1),
+                           cluster=i32(1, 1, 1), num_inputs=np.int32(1), num_outputs=np.int32(1),
+                           param_order=np.zeros(0, np.int32), host_args=i32(1, 0, 0, 2, 0, 0, 1, 1, 0, 2, 1, 0)))(
         np.zeros(256, np.float32)).block_until_ready()
     message = ""
   except Exception as e:
@@ -334,7 +344,92 @@ CORRUPT = '''
 '''
 
 
-def test_a_corrupt_object_is_an_error_not_a_crash():
-  from jax_mosaic_ffi.base import cute_package
-  result = fresh_process.run(CORRUPT, cute_package.runtime().release).result
-  assert "could not load the kernel's object" in result["message"], result
+@pytest.mark.parametrize("crafted, expected", [
+    ("gcc", "it does not define '_mlir_jmf_cute_cuda_init', which NVIDIA's runtime looks up"),
+    ("zeroed body", "CuTe DSL object 0 is refused before NVIDIA's runtime would link it into this process: "),
+    ("zeroed data", "its object format version is ''; the runtime reads 1.0 and 1.1"),
+    ("no kernel table", "it does not define 'jmf_cute_kernel_info'"),
+    ("no cuda init", "it does not define '_mlir_jmf_cute_cuda_init'"),
+    ("another hash", "kernel_hash is not the sha256 of the module the call carries"),
+])
+def test_a_crafted_object_in_a_jitted_program_is_refused_by_name_not_an_abort(tmp_path, crafted, expected):
+  # In a child process: an abort (SIGABRT in NVIDIA's runtime) fails the run instead of the test session.
+  result = fresh_process.run(CRAFTED, crafted, str(tmp_path),
+                             env={"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache")}).result
+  assert expected in result["message"] and "mosaic_kernel" in result["message"], result
+
+
+EXPORT_ADD_ONE = '''
+  import json, sys
+  import jax, jax.numpy as jnp, numpy as np
+  import jax_mosaic_ffi as jmf
+  import cute_kernels as K
+  x = np.load(sys.argv[2])
+  f = jax.jit(jmf.cute_call(K.add_one, output_shape_dtype=jax.ShapeDtypeStruct(x.shape, x.dtype)))
+  exported = jax.export.export(f, platforms=["cuda"], disabled_checks=jmf.export_disabled_checks())(
+      jax.ShapeDtypeStruct(x.shape, x.dtype))
+  open(sys.argv[1], "wb").write(exported.serialize())
+  print(json.dumps({}))
+'''
+
+RUN_EXPORTED = '''
+  import json, sys
+  import jax, jax.numpy as jnp, numpy as np
+  import jax_mosaic_ffi as jmf
+  import cute_kernels as K
+  x = np.load(sys.argv[2])
+  jmf.register()
+  out = {}
+  if sys.argv[3] == "lowered here too":  # this process lowers (and runs) the same program first
+    f = jax.jit(jmf.cute_call(K.add_one, output_shape_dtype=jax.ShapeDtypeStruct(x.shape, x.dtype)))
+    out["own_error"] = float(np.max(np.abs(np.asarray(f(x)) - (x + 1))))
+  exported = jax.export.deserialize(open(sys.argv[1], "rb").read())
+  try:
+    out["error"] = float(np.max(np.abs(np.asarray(exported.call(x)) - (x + 1))))
+  except Exception as e:
+    out["message"] = str(e)
+  print(json.dumps(out))
+'''
+
+
+@pytest.mark.parametrize("policy", [None, "any", "lowered", "lowered here too"])
+def test_host_code_policy_refuses_objects_this_process_did_not_lower(rng, tmp_path, policy):
+  # The artifact is made by another process, as a downloaded one would be; outputs are poisoned (a kernel that
+  # did not run reads as NaN).
+  x = rng.standard_normal(4096).astype(np.float32)
+  np.save(tmp_path / "x.npy", x)
+  env = {"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache"), "JAX_MOSAIC_FFI_POISON_OUTPUTS": "1"}
+  fresh_process.run(EXPORT_ADD_ONE, str(tmp_path / "add.bin"), str(tmp_path / "x.npy"), env=env)
+  if policy is not None:
+    env["JAX_MOSAIC_FFI_HOST_CODE"] = "lowered" if policy.startswith("lowered") else policy
+  r = fresh_process.run(RUN_EXPORTED, str(tmp_path / "add.bin"), str(tmp_path / "x.npy"), str(policy),
+                        env=env).result
+  if policy == "lowered":
+    assert "HostCodeRefused: the kernel's CuTe DSL object" in r["message"] and "error" not in r, r
+  else:  # the default (any), any, or the same kernel lowered here: its bytes are this process's own
+    assert r.get("error", 1) < 1e-6 and r.get("own_error", 0) < 1e-6, r
+
+
+def test_a_persistent_cache_entry_runs_under_the_policy_once_this_process_lowered_it(rng, tmp_path):
+  # jax lowers a program before it looks it up in its persistent compilation cache, and lowering notes the
+  # kernel: a cached executable of a program this process traced runs with JAX_MOSAIC_FFI_HOST_CODE=lowered.
+  x = rng.standard_normal(4096).astype(np.float32)
+  np.save(tmp_path / "x.npy", x)
+  script = '''
+    import json, sys
+    import jax, numpy as np
+    jax.config.update("jax_compilation_cache_dir", sys.argv[2])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    import jax_mosaic_ffi as jmf
+    import cute_kernels as K
+    x = np.load(sys.argv[1])
+    f = jax.jit(jmf.cute_call(K.add_one, output_shape_dtype=jax.ShapeDtypeStruct(x.shape, x.dtype)))
+    print(json.dumps({"error": float(np.max(np.abs(np.asarray(f(x)) - (x + 1))))}))
+  '''
+  env = {"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache"), "JAX_MOSAIC_FFI_POISON_OUTPUTS": "1"}
+  first = fresh_process.run(script, str(tmp_path / "x.npy"), str(tmp_path / "xla"), env=env).result
+  assert any((tmp_path / "xla").iterdir()), "no persistent cache entry was written"
+  second = fresh_process.run(script, str(tmp_path / "x.npy"), str(tmp_path / "xla"),
+                             env={**env, "JAX_MOSAIC_FFI_HOST_CODE": "lowered"}).result
+  assert first["error"] < 1e-6 and second["error"] < 1e-6, (first, second)

@@ -241,8 +241,9 @@ def test_the_code_of_a_class_passed_as_a_constexpr_is_in_the_key(tmp_path):
   assert edited["compiles"] == 1 and edited["plus5"] and not edited["times3"], edited
 
 
-def test_constexpr_keys_reach_classes_and_objects_but_not_plain_values():
+def test_constexpr_classes_are_keyed_by_their_code_and_layouts_by_their_fields():
   from jax_mosaic_ffi.gluon import keys
+  from jax_mosaic_ffi.triton import value_keys
   assert keys.constexprs_key({(4,): 512, (5,): BLOCKED, (6,): gl.float16}) == ""  # Triton's key holds these
   with_class = keys.constexprs_key({(3,): G.WGMMA})
   assert with_class and with_class == keys.constexprs_key({(3,): G.WGMMA})
@@ -250,7 +251,13 @@ def test_constexpr_keys_reach_classes_and_objects_but_not_plain_values():
 
   class Plain:  # a plain class with a JIT method: keyed by its methods' code too
     apply = gs.copy_scalar
-  assert keys.constexprs_key({(3,): Plain}) and keys.constexprs_key({(3,): Plain()})
+  assert keys.class_key(Plain) not in (None, keys.class_key(G.WGMMA)) and keys.class_key(Plain()) is None
+  # Layouts are dataclasses: keyed by every field (base.value_key), as our compile key takes each constexpr.
+  exact = lambda v: value_keys.exact(v, keys.class_key)  # noqa: E731
+  assert exact(gl.BlockedLayout([4], [32], [4], [0])) == exact(BLOCKED) != exact(gl.BlockedLayout([2], [32], [4], [0]))
+  with pytest.raises(jmf.LaunchError, match=r"the constexpr Op = .*Plain object.* cannot be keyed exactly"):
+    jmf.gluon_kernel(gs.apply_op, signature=["*fp32", "*fp32", "i32"], constexprs={"Op": Plain(), "XBLOCK": 512},
+                     targets=["sm_90"])
 
 
 def test_a_warm_process_compiles_nothing_and_exports(isolated_disk_cache):

@@ -62,6 +62,19 @@ def test_supported_range_is_the_same_in_pyproject_and_at_import():
   assert f"JMF_JAX={oldest}" in (REPO / ".ci" / "run").read_text()
 
 
+@pytest.mark.skipif(not PYPROJECT.exists(), reason="needs the source checkout")
+def test_installs_of_one_checkout_never_share_a_build_folder():
+  # A build folder inside the checkout (build/{wheel_tag}) was shared by every install of it: two at once (two
+  # venvs, or pip install . beside scripts/test.sh) ran CMake in one folder and broke each other.
+  settings = tomllib.loads(PYPROJECT.read_text())["tool"]["scikit-build"]
+  assert "build-dir" not in settings, "a build folder of its own per build: scikit-build-core's temporary one"
+  setup = (REPO / "scripts" / "setup_env.sh").read_text()
+  # The scripts' builds: one folder per venv (kept for incremental rebuilds), and one install per venv at a time.
+  assert 'defines=("--config-settings=build-dir=$venv/build/{wheel_tag}")' in setup
+  locked = setup.index('flock "$install_lock"')
+  assert locked < setup.index("pip install -q") < setup.index("exec {install_lock}>&-")
+
+
 def test_version_range():
   assert versions.parse("0.12.0.1") == (0, 12, 0, 1)
   assert versions.parse("0.13.0.dev20261101") == (0, 13, 0)

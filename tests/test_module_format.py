@@ -11,6 +11,7 @@ from jax_mosaic_ffi import _core
 from jax_mosaic_ffi.base import module_format
 from jax_mosaic_ffi.base.module_format import Arch, Image, ImageKind, ParsedModule
 
+import cute_objects
 import kernel_sources
 
 
@@ -205,12 +206,14 @@ def test_bit_flips_in_compressed_images_never_crash_the_parser(rng):
   assert accepted < 2000  # the flips reached the parser as changes, and it refused the bad ones
 
 
-def test_a_compressed_cute_object_keeps_its_release_and_host_arguments():
+def test_a_compressed_cute_object_keeps_its_release_and_host_arguments(tmp_path):
   kinds = (module_format.HOST_ARG_POINTER, module_format.HOST_ARG_INT64)
-  obj = Image(ImageKind.CUTE, Arch(90, "a"), b"\x7fELF" + bytes(4000), "4.8.1", kinds)
-  module = ParsedModule("cutlass_kernel", (obj,))
+  # An object with the entry points the parser asks of one (tests/cute_objects.py), and 4000 bytes after it.
+  elf = cute_objects.gcc_object(tmp_path, cute_objects.IMPOSTOR) + bytes(4000)
+  obj = Image(ImageKind.CUTE, Arch(90, "a"), elf, "4.8.1", kinds)
+  module = ParsedModule("jmf_cute", (obj,))
   data = module_format.serialize(module)
-  assert _headers(data)[0]["encoding"] == module_format.ENCODING_ZLIB and len(data) < 400
+  assert _headers(data)[0]["encoding"] == module_format.ENCODING_ZLIB and len(data) < len(elf) // 2
   assert module_format.parse(data) == module
   symbol, ((kind, arch, suffix, blob, release, arg_kinds),), flags = _core.parse_module(data)
   assert (blob, release, tuple(arg_kinds)) == (obj.data, "4.8.1", kinds)

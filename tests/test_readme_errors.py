@@ -84,6 +84,40 @@ def autotune_without_gpu():
   return str(warning.message)
 
 
+def cute_retargeted():
+  pytest.importorskip("cutlass", reason="needs nvidia-cutlass-dsl (the cute extra)")
+  import cute_kernels as K
+  jmf.cute_kernel(K.add_one, compile_options="--gpu-arch sm_100a")
+
+
+def cute_unkeyable_compile_key():
+  pytest.importorskip("cutlass", reason="needs nvidia-cutlass-dsl (the cute extra)")
+  import cute_kernels as K
+
+  class Version:  # the launcher's version as an object of the user's: no exact key
+    __module__, __qualname__ = "model", "Version"
+
+    def __repr__(self):
+      return "Version()"
+
+  jmf.cute_kernel(K.add_one, compile_key=Version())
+
+
+def triton_absurd_warps():
+  from triton_required import import_triton
+  import_triton()
+  import triton_sources as ts
+  jmf.triton_kernel(ts.add, num_warps=2**40)
+
+
+def triton_out_type_not_a_shape():
+  from triton_required import import_triton
+  import_triton()
+  import triton_sources as ts
+  x = jnp.zeros(8, jnp.float32)
+  jmf.triton_call(x, x, 8, kernel=ts.add, out_type=5, grid=1, BLOCK=8)
+
+
 MISTAKES = {
     "a bf16 array into `const float*`": lambda: axpy_call(x_dtype=jnp.bfloat16),
     "an int32 array into `const float*`": lambda: axpy_call(x_dtype=jnp.int32),
@@ -95,6 +129,10 @@ MISTAKES = {
     "`jax.grad` of a kernel without derivatives": no_derivative,
     "a second derivative of a `jmf.differentiable` kernel": second_derivative,
     "`jmf.autotune` without a GPU (a warning, at your line)": autotune_without_gpu,
+    "a CuTe DSL compile retargeted by `compile_options`": cute_retargeted,
+    "a `compile_key` that cannot be keyed exactly": cute_unkeyable_compile_key,
+    "a Triton launch option out of range": triton_absurd_warps,
+    "an `out_type` that is no shape and dtype": triton_out_type_not_a_shape,
 }
 
 

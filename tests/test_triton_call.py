@@ -266,6 +266,21 @@ def test_input_output_aliases_count_operands_as_jax_triton_counts_them(isolated_
     jmf.triton_call(x, x, 8, kernel=tc.add, out_type=x, grid=1, BLOCK=8, input_output_aliases={5: 0})
 
 
+def test_aliases_and_outputs_that_are_no_indices_or_shapes_are_named():
+  x = jnp.zeros(8, jnp.float32)
+  for aliases, what in (({"a": 0}, r"input_output_aliases key \(an operand index\) must be an integer, got 'a'"),
+                        ({0: [0]}, r"input_output_aliases value \(an output index\) must be an integer, got \[0\]"),
+                        ({True: 0}, r"input_output_aliases key \(an operand index\) must be an integer, got True"),
+                        ([(0, 0)], r"input_output_aliases must be a dict")):
+    with pytest.raises(jmf.LaunchError, match=r"triton_call 'add' at .*: (an )?" + what):
+      jmf.triton_call(x, x, 8, kernel=tc.add, out_type=x, grid=1, BLOCK=8, input_output_aliases=aliases)
+  for out_type, shown in ((5, r"out_type is 5 \(int\)"), ("f32", r"out_type is 'f32' \(str\)"),
+                          ((x, None, 3), r"out_type\[2\] is 3 \(int\)")):
+    with pytest.raises(jmf.LaunchError, match=rf"triton_call 'add' at .*: {shown}, not a shape and dtype; pass a "
+                                              r"jax.ShapeDtypeStruct"):
+      jmf.triton_call(x, x, 8, kernel=tc.add, out_type=out_type, grid=1, BLOCK=8)
+
+
 def test_refs_are_updated_in_place(isolated_disk_cache):
   def call(x):
     ref = jax.new_ref(x)

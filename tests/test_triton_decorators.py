@@ -217,6 +217,27 @@ def test_maxnreg_of_a_config_and_of_triton_kernel_reaches_the_ptx(isolated_disk_
     jmf.triton_kernel(ds.copy, maxnreg=0)
 
 
+def test_launch_options_are_bounded_before_triton_sees_them(isolated_disk_cache):
+  for given, shown in (({"num_warps": 2**40}, "num_warps=1099511627776 is out of range: num_warps is a power of "
+                                              "two from 1 to 32"),
+                       ({"num_warps": 12}, "num_warps=12 is out of range"),
+                       ({"num_stages": 10**6}, "num_stages=1000000 is out of range: num_stages is from 1 to 32"),
+                       ({"num_ctas": 64}, "num_ctas=64 is out of range"),
+                       ({"maxnreg": 4096}, "maxnreg=4096 is out of range: maxnreg is from 1 to 255")):
+    with pytest.raises(jmf.LaunchError, match=re.escape(f"triton_kernel 'copy': {shown}")):
+      jmf.triton_kernel(ds.copy, constexprs={"BLOCK": 256}, **given)
+  # A heuristic sets them per call, after triton_kernel checked its own: the compile checks again, before Triton.
+  absurd = triton.heuristics({"BLOCK": lambda args: 256, "num_warps": lambda args: 2**40})(ds.copy)
+  before = jmf.kernel_cache_stats().triton_compiles
+  with pytest.raises(jmf.LaunchError, match=re.escape("triton_kernel 'copy': num_warps=1099511627776 is out of")):
+    lower(copy_call(jmf.triton_kernel(absurd)), f32(1000))
+  assert jmf.kernel_cache_stats().triton_compiles == before
+  x = f32(1000)
+  with pytest.raises(jmf.LaunchError, match="num_warps=1099511627776 is out of range"):
+    lower(lambda a: jmf.triton_call(a, kernel=ds.copy, out_type=a, n=a.size, grid=(4,), BLOCK=256,
+                                    num_warps=2**40), x)
+
+
 def test_restore_value_needs_an_aliased_buffer_and_lowers_in_place(isolated_disk_cache):
   (cc,) = custom_calls(untuned(in_place_call(), f32(1000), f32(1000)))
   assert cc["operands"] == 2 and cc["results"] == 1

@@ -27,6 +27,19 @@ def axpy(x_ptr, y_ptr, out_ptr, a, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def add_entry_of(x_ptr, out_ptr, n, TABLE: tl.constexpr, BLOCK: tl.constexpr):
+  """out = x + TABLE[1000], for a table given as a constexpr (a numpy array): the entry is compiled in."""
+  offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+  mask = offsets < n
+  tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + TABLE[1000], mask=mask)
+
+
+# The same under @triton.autotune: each config's meta holds the table too.
+add_entry_of_tuned = triton.autotune(configs=[triton.Config({"BLOCK": 128}), triton.Config({"BLOCK": 256})],
+                                     key=["n"])(add_entry_of)
+
+
+@triton.jit
 def scale_in_place(x_ptr, n, factor, BLOCK: tl.constexpr):
   """x *= factor, for input_output_aliases (one pointer: param_order names out0 only)."""
   offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)

@@ -7,10 +7,7 @@
 #include "contract/launch_programs.h"
 
 namespace jmf {
-namespace {
 
-// Message text from a user-supplied string: bounded, printable, valid UTF-8
-// (it becomes a Python string): control bytes and broken sequences become '?'.
 std::string Label(std::string_view text) {
   std::string out;
   const size_t end = std::min(text.size(), kMaxLabelBytes);
@@ -30,8 +27,6 @@ std::string Label(std::string_view text) {
   if (text.size() > kMaxLabelBytes) out += "...";
   return out;
 }
-
-}  // namespace
 
 bool ParseCliques(std::string_view ids, std::vector<std::vector<int32_t>>* cliques, std::string* error) {
   cliques->clear();

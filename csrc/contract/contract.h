@@ -45,6 +45,9 @@ inline constexpr int kPortableClusterBlocks = 8;
 inline constexpr int64_t kMaxSmemBytes = 1 << 20;  // a bound; the device's own limit is checked at load
 inline constexpr int kMaxScalarBytes = 8;
 inline constexpr size_t kMaxLabelBytes = 512;  // kernel_name, call_site: for messages only
+// Message text from a user-supplied string: bounded (kMaxLabelBytes), printable, valid UTF-8 (it becomes a
+// Python string): control bytes and broken sequences become '?'.
+std::string Label(std::string_view text);
 inline constexpr size_t kMaxReplicaIdsBytes = 64 * 1024;
 inline constexpr size_t kMaxCostEstimateBytes = 4096;  // cost_estimate_json: for profilers only
 inline constexpr uint64_t kBufferAlignment = 256;

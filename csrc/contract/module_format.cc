@@ -4,6 +4,9 @@
 #include <iterator>
 #include <string>
 
+#include "contract/contract.h"
+#include "contract/cute_object.h"
+
 namespace jmf {
 namespace {
 
@@ -46,9 +49,14 @@ bool Fail(std::string* error, std::string message) {
   return false;
 }
 
-// A CuTe DSL object's payload (module_format.h): the DSL release, the host function's arguments, the ELF object.
-bool ParseCuteObject(std::string_view payload, uint32_t i, Image* image, std::string* error) {
+// A CuTe DSL object's payload (module_format.h): the DSL release, the host function's arguments, the ELF object,
+// which must be one the DSL made with the module's symbol as its prefix (contract/cute_object.h).
+bool ParseCuteObject(std::string_view payload, uint32_t i, std::string_view symbol, Image* image, std::string* error) {
   const std::string which = "CuTe DSL object " + std::to_string(i);
+  if (symbol != kCutePrefix) {
+    return Fail(error, which + " is in a module whose symbol is '" + Label(symbol.substr(0, 64)) +
+                           "'; CuTe DSL modules are jax_mosaic_ffi's, of symbol '" + kCutePrefix + "'");
+  }
   Reader reader(payload);
   uint32_t version_length, num_args;
   std::string_view version;
@@ -79,6 +87,10 @@ bool ParseCuteObject(std::string_view payload, uint32_t i, Image* image, std::st
                                                                    "ELF",
                                                                    4)) {
     return Fail(error, which + " does not hold an ELF object after its header");
+  }
+  std::string why;
+  if (!CheckCuteObject(object, symbol, &why)) {
+    return Fail(error, which + " is refused before NVIDIA's runtime would link it into this process: " + why);
   }
   image->dsl_version.assign(version);
   image->data.assign(object);
@@ -157,7 +169,7 @@ bool ParseImage(Reader& reader, uint32_t i, InflateFn inflate, uint64_t* inflate
   }
   if (kind == static_cast<uint32_t>(ImageKind::kCuteObject)) {
     const std::string whole = std::move(image.data);
-    if (!ParseCuteObject(whole, i, &image, error)) return false;
+    if (!ParseCuteObject(whole, i, module->symbol, &image, error)) return false;
   }
   module->images.push_back(std::move(image));
   return true;

@@ -24,7 +24,6 @@
 #include <vector>
 
 #include "contract/contract.h"
-#include "driver/cute_dsl_runtime.h"
 #include "peers/collective.h"
 #include "runtime/call_site.h"
 #include "runtime/handlers.h"
@@ -120,6 +119,7 @@ nb::list VisibleGpus() {
 void BindContract(nb::module_& m, nb::module_& testing);  // contract_python.cc
 void BindCrossProcess(nb::module_& m);                    // cross_process_python.cc
 void BindNvshmem(nb::module_& m);                         // nvshmem_python.cc
+void BindCute(nb::module_& m);                            // cute_python.cc (after _testing: it adds hooks there)
 
 }  // namespace jmf
 
@@ -139,20 +139,6 @@ NB_MODULE(_core, m) {
     }
     return names;
   });
-  m.def(
-      "set_cute_dsl_runtime",
-      [](const std::string& path, const std::string& release) {
-        std::string error;
-        if (!SetCuteDslRuntimeLibrary(path, release, &error)) throw nb::value_error(error.c_str());
-      },
-      nb::arg("path"), nb::arg("release"),
-      "Where NVIDIA's CuTe DSL runtime library is (jax_mosaic_ffi/base/cute_package.py); opened at first use.");
-  m.def("cute_dsl_runtime_library", &CuteDslRuntimeLibraryPath,
-        "The CuTe DSL runtime library's path the runtime was told (empty until registration found it).");
-  m.def("set_cute_dsl_runtime_problem", &SetCuteDslRuntimeProblem, nb::arg("problem"),
-        "Why the CuTe DSL runtime library could not be found: the error a CuTe DSL call's instantiate then reports.");
-  m.def("cute_dsl_runtime_problem", &CuteDslRuntimeProblem,
-        "What set_cute_dsl_runtime_problem told the runtime (empty unless finding the library failed).");
   m.def("handlers", &HandlerCapsules, nb::arg("name"), nb::arg("with_record") = false,
         "Capsules of one target's stage handlers, for jax.ffi.register_ffi_target.");
   m.def("bootstrap_handler", [] { return Capsule(reinterpret_cast<void*>(BootstrapHandler())); });
@@ -193,6 +179,7 @@ NB_MODULE(_core, m) {
   testing.def("rendezvous_probe", &RendezvousProbe, nb::arg("participants"), nb::arg("arriving"), nb::arg("timeout_s"),
               "Runs the collective rendezvous with threads as ranks.");
   BindContract(m, testing);
+  BindCute(m);
 
   nb::dict built;
   built["jaxlib"] = JMF_JAXLIB_VERSION;

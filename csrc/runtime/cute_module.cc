@@ -1,7 +1,9 @@
 #include "runtime/cute_module.h"
 
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -18,7 +20,62 @@ CuteModuleCache& GetCuteModuleCache() {
   return *cache;
 }
 
+struct LoweredHostCode {
+  std::mutex mutex;
+  std::set<KernelHash> hashes;
+};
+
+LoweredHostCode& GetLoweredHostCode() {
+  static auto* lowered = new LoweredHostCode();
+  return *lowered;
+}
+
+constexpr char kHostCodeEnv[] = "JAX_MOSAIC_FFI_HOST_CODE";
+
+std::string Hex(const KernelHash& hash) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (uint8_t b : hash) {
+    out += kDigits[b >> 4];
+    out += kDigits[b & 15];
+  }
+  return out;
+}
+
 }  // namespace
+
+void NoteLoweredHostCode(const KernelHash& hash) {
+  LoweredHostCode& lowered = GetLoweredHostCode();
+  std::lock_guard<std::mutex> lock(lowered.mutex);
+  lowered.hashes.insert(hash);
+}
+
+bool HostCodeLowered(const KernelHash& hash) {
+  LoweredHostCode& lowered = GetLoweredHostCode();
+  std::lock_guard<std::mutex> lock(lowered.mutex);
+  return lowered.hashes.count(hash) != 0;
+}
+
+ffi::Error CheckHostCodePolicy(const KernelHash& hash) {
+  const char* set = std::getenv(kHostCodeEnv);
+  const std::string policy = set != nullptr ? set : "";
+  if (policy.empty() || policy == "any") return ffi::Error::Success();
+  if (policy != "lowered") {
+    return ffi::Error(ffi::ErrorCode::kInvalidArgument,
+                      std::string(kHostCodeEnv) + "=" + policy.substr(0, 64) +
+                          " is neither 'any' nor 'lowered', so no CuTe DSL object runs in this process; set it to "
+                          "'lowered' (only objects this process lowered) or 'any'");
+  }
+  if (HostCodeLowered(hash)) return ffi::Error::Success();
+  return ffi::Error(ffi::ErrorCode::kPermissionDenied,
+                    "HostCodeRefused: the kernel's CuTe DSL object (kernel hash " + Hex(hash).substr(0, 16) +
+                        "...) was not lowered by this process, and " + kHostCodeEnv +
+                        "=lowered runs only host code this process made: a CuTe DSL object is native x86-64 code "
+                        "that would run in this process, so an artifact holding one (a jax.export, a serialized "
+                        "executable, a compilation cache entry) is code, like a pickle. Lower the program in this "
+                        "process (call the function rather than the artifact), or set " +
+                        kHostCodeEnv + "=any where you trust where the artifact came from");
+}
 
 const Image* SelectCuteImage(const ParsedModule& module, int arch) {
   const Image* best = nullptr;
@@ -36,6 +93,7 @@ const Image* SelectCuteImage(const ParsedModule& module, int arch) {
 
 ffi::ErrorOr<std::shared_ptr<CuteModule>> CuteModule::GetOrCreate(std::shared_ptr<const ParsedKernel> kernel,
                                                                   const Image& image) {
+  if (ffi::Error refused = CheckHostCodePolicy(kernel->hash); refused.failure()) return refused;
   std::string error;
   const CuteDslRuntime* runtime = GetCuteDslRuntime(&error);
   if (runtime == nullptr) return ffi::Error(ffi::ErrorCode::kFailedPrecondition, error);

@@ -45,6 +45,17 @@ class CuteModule {
 // The CuTe DSL object of `module` that a GPU of compute capability `arch` runs, or nullptr.
 const Image* SelectCuteImage(const ParsedModule& module, int arch);
 
+// Host code this process made. A CuTe DSL object is native code NVIDIA's runtime links into the process, so
+// JAX_MOSAIC_FFI_HOST_CODE may restrict which run (docs/threat_model.md): "any" (the default) runs every one;
+// "lowered" only those of kernels this process lowered itself, which Python's lowering notes here by kernel hash
+// (the runtime checks each module against its hash when it parses it, so a noted hash names exactly the bytes
+// that were lowered); any other value runs none. A deserialized jax.export artifact or executable whose CuTe DSL
+// object this process did not lower is then refused at instantiate, before the runtime library sees it.
+void NoteLoweredHostCode(const KernelHash& hash);
+bool HostCodeLowered(const KernelHash& hash);
+// Success, or the error refusing the object of kernel `hash` under JAX_MOSAIC_FFI_HOST_CODE (read each time).
+ffi::Error CheckHostCodePolicy(const KernelHash& hash);
+
 }  // namespace jmf
 
 #endif  // JAX_MOSAIC_FFI_CUTE_MODULE_H_

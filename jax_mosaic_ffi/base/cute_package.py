@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.metadata
-import importlib.util
+import os
 import pathlib
 
 INSTALL_HINT = "pip install 'jax_mosaic_ffi[cute]' (nvidia-cutlass-dsl with its cu13 libraries)"
@@ -38,20 +38,42 @@ def _release(*distributions: str) -> str | None:
   return None
 
 
+# The distribution that ships the library, and the library's path in its file list (its RECORD).
+DISTRIBUTION = f"nvidia-cutlass-dsl-libs-{FLAVOR}"
+_LIBRARY_FILE = f"nvidia_cutlass_dsl/{FLAVOR}/lib/{LIBRARY}"
+
+
+def _untrusted_folders() -> set[pathlib.Path]:
+  """Folders of sys.path that are not installations: the working directory (``python -c``, ``-m`` and the REPL
+  put it first) and PYTHONPATH's entries. A file there is whoever wrote it last; the library is native code that
+  runs in this process."""
+  entries = [os.getcwd(), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+  return {pathlib.Path(e or os.getcwd()).resolve() for e in entries}
+
+
 @functools.cache
 def runtime() -> CuteRuntime | None:
-  """The installed runtime library, or None where nvidia-cutlass-dsl's cu13 libraries are missing."""
-  try:
-    spec = importlib.util.find_spec("nvidia_cutlass_dsl")
-  except (ImportError, ValueError):
-    return None
-  folders = list(spec.submodule_search_locations or ()) if spec is not None else []
-  for folder in folders:
-    library = pathlib.Path(folder) / FLAVOR / "lib" / LIBRARY
-    if library.is_file():
-      release = _release(f"nvidia-cutlass-dsl-libs-{FLAVOR}", "nvidia-cutlass-dsl")
-      if release is not None:
-        return CuteRuntime(library.resolve(), release)
+  """The installed runtime library, or None where nvidia-cutlass-dsl's cu13 libraries are missing.
+
+  Found in the file list of the distribution that ships it (nvidia-cutlass-dsl-libs-cu13), at the path its
+  installer wrote, in the first such distribution on sys.path outside the working directory and PYTHONPATH;
+  never by looking up the package ``nvidia_cutlass_dsl``: it is a namespace package, whose portions come from
+  every folder on sys.path, so a ``nvidia_cutlass_dsl/cu13/lib/libcute_dsl_runtime.so`` planted in the working
+  directory or on PYTHONPATH would be found first, and loaded by a process that only runs exported programs."""
+  untrusted = _untrusted_folders()
+  for distribution in importlib.metadata.distributions(name=DISTRIBUTION):
+    try:
+      where = pathlib.Path(distribution.locate_file("")).resolve()
+    except (OSError, TypeError, NotImplementedError):  # not a distribution of files
+      continue
+    if where in untrusted:
+      continue
+    for file in distribution.files or ():
+      if file.as_posix() == _LIBRARY_FILE:
+        library = pathlib.Path(distribution.locate_file(file))
+        if library.is_file():
+          return CuteRuntime(library.resolve(), distribution.version)
+    return None  # the installed distribution, without the library: damaged, nothing else is taken instead
   return None
 
 

@@ -137,6 +137,12 @@ class ReferenceMismatchWarning(UserWarning):
     super().__init__(f"{report.summary()}\n\n{report}")
 
 
+class ValueKeyError(TypeError):
+  """A value that a compile key cannot hold exactly (an arbitrary object, a traced value): raised by
+  `base.value_key`, which never keys a value by its lossy text. Front ends turn it into their own message (a
+  CuTe DSL launcher is then keyed by a trace of it; a ``compile_key=`` must be keyable)."""
+
+
 def who(kernel, call_site: str) -> str:
   """A kernel call, as messages name it: "mosaic_kernel 'add' at model.py:42 (forward)"."""
   return f"mosaic_kernel '{kernel.name}' at {call_site}"

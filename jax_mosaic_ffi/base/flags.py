@@ -1,7 +1,7 @@
 """Every ``JAX_MOSAIC_FFI_*`` environment switch, declared once.
 
 Each is read where it takes effect (most when a kernel is compiled or a program lowered, so a test or a
-user may change them between calls); this module is the list. Two are read by the C++ runtime only.
+user may change them between calls); this module is the list. Three are read by the C++ runtime only.
 `disk_cache` declares its own (it is loaded without the package by a test), and this list names them.
 """
 
@@ -34,6 +34,10 @@ AUTOTUNE_ON_CPU = "JAX_MOSAIC_FFI_AUTOTUNE_ON_CPU"
 # Read by the C++ runtime: seconds to wait for peers in other processes; synchronous launches (debugging).
 PEER_TIMEOUT_S = "JAX_MOSAIC_FFI_PEER_TIMEOUT_S"
 SYNC_LAUNCHES = "JAX_MOSAIC_FFI_SYNC_LAUNCHES"
+# Read by the C++ runtime at each CuTe DSL call's instantiate: which host code (CuTe DSL objects, native x86-64
+# code) may run. "any" (the default): every one; "lowered": only kernels this process lowered, so that a
+# jax.export artifact or a serialized executable from elsewhere cannot run code in this process.
+HOST_CODE = "JAX_MOSAIC_FFI_HOST_CODE"
 
 ALL = (CACHE_DIR, CACHE_MAX_BYTES, COMPILE_TIMEOUT_S, DUMP_DIR, REFERENCE, VERIFY, POISON_OUTPUTS, RECORD,
-       SKIP_VERSION_CHECK, AUTOTUNE_LOG, AUTOTUNE_ON_CPU, PEER_TIMEOUT_S, SYNC_LAUNCHES)
+       SKIP_VERSION_CHECK, AUTOTUNE_LOG, AUTOTUNE_ON_CPU, PEER_TIMEOUT_S, SYNC_LAUNCHES, HOST_CODE)

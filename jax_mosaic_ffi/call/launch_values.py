@@ -129,6 +129,23 @@ def out_avals(out_shape, where: str) -> tuple[tuple[jax.core.ShapedArray, ...], 
   return tuple(avals), single
 
 
+def shape_dtype_tree(tree, what: str, where: str):
+  """A pytree of outputs (each a ``jax.ShapeDtypeStruct``, or anything with ``shape`` and ``dtype``) as
+  ShapeDtypeStructs: jax-triton's ``out_type``, cutlass_call's ``output_shape_dtype``. A leaf that is no shape and
+  dtype is named by its path."""
+  def leaf(path, value):
+    shown = f"{what}{jax.tree_util.keystr(path)}"
+    if not (hasattr(value, "shape") and hasattr(value, "dtype")):
+      raise LaunchError(f"{where}: {shown} is {value!r} ({type(value).__name__}), not a shape and dtype; pass a "
+                        "jax.ShapeDtypeStruct(shape, dtype) (or an array), or a pytree of them")
+    try:
+      return jax.ShapeDtypeStruct(value.shape, value.dtype)
+    except (TypeError, ValueError) as e:
+      raise LaunchError(f"{where}: {shown} has shape {value.shape!r} and dtype {value.dtype!r}, which make no "
+                        f"jax.ShapeDtypeStruct ({e})") from None
+  return jax.tree_util.tree_map_with_path(leaf, tree)
+
+
 def has_symbolic_dim(value) -> bool:
   """Whether a launch value (an int, a tuple of them, numpy scalars) holds a jax.export symbolic dimension."""
   if is_symbolic_dim(value) or isinstance(value, DimScalar):

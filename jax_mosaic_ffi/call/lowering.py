@@ -16,6 +16,7 @@ from jax._src.interpreters import mlir
 from jax._src.lib.mlir import ir
 
 from jax_mosaic_ffi.base import flags
+from jax_mosaic_ffi.base import native
 from jax_mosaic_ffi.base.errors import LaunchError, who
 from jax_mosaic_ffi.call import collective as collective_lib
 from jax_mosaic_ffi.call import cross_process
@@ -99,6 +100,8 @@ def _cuda_lowering(ctx, *operands, kernel: Kernel, out_avals, spec: LaunchSpec):
   registration.ensure_registered()
   if kernel.parsed.cute:
     registration.check_cute_runtime(who(kernel, spec.call_site))
+    # Host code this process made: JAX_MOSAIC_FFI_HOST_CODE=lowered runs only such CuTe DSL objects.
+    native.core.note_lowered_host_code(kernel.hash)
   attributes = spec.attributes(kernel)
   if os.environ.get(POISON_ENV, "") not in ("", "0"):
     aliased = {o for _, o in spec.aliases}

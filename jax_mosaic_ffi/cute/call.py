@@ -15,10 +15,13 @@ import jax
 
 from jax_mosaic_ffi.base import cute_package
 from jax_mosaic_ffi.base import source_location
-from jax_mosaic_ffi.base.errors import LaunchError
+from jax_mosaic_ffi.base.errors import LaunchError, ValueKeyError
+from jax_mosaic_ffi.call import launch_values
 from jax_mosaic_ffi.call.launch_options import LaunchOptions
 from jax_mosaic_ffi.cute import aliases as aliases_lib
+from jax_mosaic_ffi.cute import compile as cute_compile
 from jax_mosaic_ffi.cute import dsl
+from jax_mosaic_ffi.cute import fingerprint
 from jax_mosaic_ffi.cute import launch as cute_launch
 from jax_mosaic_ffi.cute.kernel import CuteFunction
 from jax_mosaic_ffi.cute.options import CuteOptions
@@ -53,9 +56,12 @@ def cute_kernel(fn: Callable[..., None], *, input_spec=None, output_spec=None, u
       otherwise), and the launcher's tensor is compact in that order. An input and output that alias need the
       same layout.
     use_static_tensors: compile every tensor's shape and strides in.
-    compile_options: more ``cute.compile`` options (``"--opt-level 3"``).
+    compile_options: more ``cute.compile`` options (``"--opt-level 3"``); not ``--gpu-arch`` (``targets=`` says
+      what to compile for) nor ``--host-target`` or ``--enable-tvm-ffi`` (the runtime runs x86-64 objects of the
+      DSL's own calling convention).
     compile_key: a stable value that identifies the launcher's code and state: the cache then keys on it
-      instead of reading the code.
+      instead of reading the code. Keyed by its content (a str, bytes, numbers, tuples of them...); one that
+      cannot be keyed exactly is refused.
     targets: archs to compile for (default: the visible GPUs', arch-specific: ``sm_90a``).
     allow_cuda_graph: False keeps the call out of XLA's CUDA graphs.
     batch_mode: for a launcher whose tensors take a batch mode (as the DSL's GEMM examples take (M, K, L)): the
@@ -73,6 +79,15 @@ def cute_kernel(fn: Callable[..., None], *, input_spec=None, output_spec=None, u
     raise TypeError(f"cute_kernel needs a @cute.jit launcher (a callable), got {type(fn).__name__}")
   if batch_mode is not None and (isinstance(batch_mode, bool) or not isinstance(batch_mode, int)):
     raise TypeError(f"cute_kernel: batch_mode is a mode position (an int, -1 for the last), got {batch_mode!r}")
+  made = f"cute_kernel '{_name(fn)}'"
+  if compile_key is not None:
+    try:
+      fingerprint.exact_key(compile_key)
+    except ValueKeyError as e:
+      raise LaunchError(f"{made}: compile_key={compile_key!r} cannot be keyed exactly ({e}); the cache would take "
+                        "another launcher's kernel for this one. Pass a str, bytes, number, or a tuple of them "
+                        "(a version string of the launcher's code and state)") from None
+  compile_options = cute_compile.checked_options(compile_options, made)
   return CuteFunction(fn, _name(fn), input_spec, output_spec, bool(use_static_tensors), tuple(constexprs.items()),
                       compile_options, compile_key, None if targets is None else tuple(targets),
                       bool(allow_cuda_graph), batch_mode=batch_mode)
@@ -135,7 +150,8 @@ def cute_call(fn: Callable[..., None], *, output_shape_dtype: Any = None, input_
   kernel = cute_kernel(fn, input_spec=input_spec, output_spec=output_spec, use_static_tensors=use_static_tensors,
                        compile_options=compile_options, compile_key=compile_key, allow_cuda_graph=allow_cuda_graph,
                        batch_mode=batch_mode, **kwargs)
-  output_shape_dtype = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype), output_shape_dtype)
+  output_shape_dtype = launch_values.shape_dtype_tree(output_shape_dtype, "output_shape_dtype",
+                                                     f"cute_call '{kernel.name}'")
   multiple = isinstance(output_shape_dtype, Sequence)
   outputs = tuple(output_shape_dtype) if multiple else (output_shape_dtype,)
   out_leaves, out_tree = jax.tree_util.tree_flatten(outputs)

@@ -15,14 +15,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import shlex
 import struct
 import threading
 
 from jax_mosaic_ffi.base import cute_package
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import module_format
-from jax_mosaic_ffi.base.errors import CompileError
+from jax_mosaic_ffi.base.errors import CompileError, LaunchError
 from jax_mosaic_ffi.base.module_format import Arch, Image, ImageKind, ParsedModule
+from jax_mosaic_ffi.base.native import core
 from jax_mosaic_ffi.cute import dsl
 from jax_mosaic_ffi.cute import fingerprint as fingerprint_lib
 from jax_mosaic_ffi.cute.kernel import CuteKernel
@@ -31,10 +33,41 @@ from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain import dump
 from jax_mosaic_ffi.toolchain.compiled import Compiled
 
-# The object's function prefix (its symbol in our module): objects load apart, so one name serves all.
-PREFIX = "jmf_cute"
-_CACHE_FORMAT = "cute-1"
+# The object's function prefix (its symbol in our module): objects load apart, so one name serves all. The
+# runtime's parser refuses a CuTe DSL module of another symbol, or an object without this prefix's entry points.
+PREFIX = core.CUTE_PREFIX
+_CACHE_FORMAT = "cute-2"  # 2: values keyed by their content (base/value_key.py)
 _lock = threading.Lock()  # the DSL traces into process-wide state
+
+
+# cute.compile options a launcher may not set, each with why and what instead: the target is ours to choose per
+# image (the module names it), and the runtime runs x86-64 objects of the DSL's C calling convention.
+_REFUSED_OPTIONS = {
+    "gpu-arch": "the targets come from targets= (each image is labelled with the arch it was compiled for)",
+    "host-target": "the object must be x86-64 host code, which the runtime links into this process",
+    "enable-tvm-ffi": "the runtime calls the object's host function by the DSL's own calling convention",
+}
+
+
+def checked_options(options, made: str) -> str | None:
+  """``compile_options`` as given, or LaunchError naming one that retargets the compile. The DSL reads them with
+  argparse, which takes any unambiguous prefix of a flag (``--gpu`` is ``--gpu-arch``) and ``--flag=value``."""
+  if options is None:
+    return None
+  if not isinstance(options, str):
+    raise LaunchError(f"{made}: compile_options must be a string of cute.compile options, got {options!r}")
+  try:
+    tokens = shlex.split(options)
+  except ValueError as e:
+    raise LaunchError(f"{made}: compile_options={options!r} cannot be read as options ({e})") from None
+  for token in tokens:
+    name = token[2:].split("=", 1)[0] if token.startswith("--") else None
+    for flag, why in _REFUSED_OPTIONS.items():
+      if name and flag.startswith(name):
+        raise LaunchError(f"{made}: compile_options={options!r} sets --{flag}, which jax_mosaic_ffi does not "
+                          f"take: {why}. Leave it out" + (" and pass targets=('sm_100a',) (or the archs you "
+                                                            "need)" if flag == "gpu-arch" else ""))
+  return options
 
 
 def _options(target: Arch, options: str | None) -> str:
@@ -44,8 +77,9 @@ def _options(target: Arch, options: str | None) -> str:
 def _trace_key(launcher, plan: Plan, target: Arch, options: str | None) -> str:
   """The DSL's own identity of the launcher: the IR of a trace (as cute.compile and cutlass_call key it)."""
   cutlass, cute, cuda = dsl.modules()
-  from cutlass import compiler as cutlass_compiler  # noqa: PLC0415  (optional dependency: CuTe DSL)
-  from jax_mosaic_ffi.cute import wrapper  # noqa: PLC0415  (imports the DSL)
+  with dsl.importing("from cutlass import compiler"):
+    from cutlass import compiler as cutlass_compiler  # noqa: PLC0415  (optional dependency: CuTe DSL)
+    from jax_mosaic_ffi.cute import wrapper  # noqa: PLC0415  (imports the DSL)
   with _lock, dsl.runtime_arch(target.sm):
     artifact = cute.compile_to(cutlass_compiler.ArtifactType.PreCompiledMlir, wrapper.host_entry, cuda.CUstream(0),
                                *wrapper.placeholders(plan), launcher=launcher, plan=plan,
@@ -53,18 +87,25 @@ def _trace_key(launcher, plan: Plan, target: Arch, options: str | None) -> str:
     return hashlib.sha256(bytes(cutlass_compiler.serialize_compilation_artifact(artifact))).hexdigest()
 
 
-def launcher_identity(launcher, plan: Plan, target: Arch, options: str | None, compile_key=None) -> str:
+def launcher_identity(launcher, plan: Plan, target: Arch, options: str | None, compile_key=None,
+                      exact_plan: bool = True) -> str:
+  """The launcher's part of the key: ``compile_key`` (keyed exactly: `cute_kernel` refuses one that cannot be), else
+  its code and data (`fingerprint.py`), else, or where the plan's constexprs could not all be keyed exactly
+  (``exact_plan``), also the IR of a trace, which holds every value's effect."""
+  parts = []
   if compile_key is not None:
-    return "key:" + hashlib.sha256(repr(compile_key).encode()).hexdigest()
-  found = fingerprint_lib.fingerprint(launcher)
-  if found is not None:
-    return "code:" + found
-  return "ir:" + _trace_key(launcher, plan, target, options)
+    parts.append("key:" + fingerprint_lib.exact_key(compile_key).hex())
+  elif (found := fingerprint_lib.fingerprint(launcher)) is not None:
+    parts.append("code:" + found)
+  if not parts or not exact_plan:
+    parts.append("ir:" + _trace_key(launcher, plan, target, options))
+  return " ".join(parts)
 
 
 def _compile_one(launcher, plan: Plan, target: Arch, options: str | None, name: str, where: str) -> Image:
   cutlass, cute, cuda = dsl.modules()
-  from jax_mosaic_ffi.cute import wrapper  # noqa: PLC0415  (imports the DSL)
+  with dsl.importing("the DSL's tensor types"):
+    from jax_mosaic_ffi.cute import wrapper  # noqa: PLC0415  (imports the DSL)
   with _lock, dsl.runtime_arch(target.sm):
     try:
       compiled = cute.compile(wrapper.host_entry, cuda.CUstream(0), *wrapper.placeholders(plan), launcher=launcher,
@@ -99,9 +140,10 @@ def compile_plan(launcher, plan: Plan, *, name: str, targets: tuple[Arch, ...], 
   """The kernel of this specialization: from memory, from disk, or compiled (once per target)."""
   release = cute_package.compiler_release()
   dsl.check_release(release)
-  identity = launcher_identity(launcher, plan, targets[0], options, compile_key)
+  described, exact_plan = plan.describe()
+  identity = launcher_identity(launcher, plan, targets[0], options, compile_key, exact_plan)
   entry_key = disk_cache.key(_CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"nvidia-cutlass-dsl {release}",
-                             identity, plan.describe(), options or "", *(t.sm for t in targets))
+                             identity, described, options or "", *(t.sm for t in targets))
 
   def decode(data: bytes) -> CuteKernel:
     return _from_bytes(name, data)

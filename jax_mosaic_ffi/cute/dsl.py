@@ -34,30 +34,41 @@ def check_release(version: str | None) -> None:
         f"calling convention and runtime API change between releases: {cute_package.INSTALL_HINT}")
 
 
+@contextlib.contextmanager
+def importing(what: str):
+  """CuteUnavailable for whatever importing ``what`` raises: a damaged install fails in many ways (a module
+  missing, an attribute a file lacks, a binary that does not load), each a bare Python error otherwise."""
+  try:
+    yield
+  except Exception as e:
+    raise CuteUnavailable(f"CuTe DSL could not be imported: {what} raised {type(e).__name__}: {e}. The "
+                          f"nvidia-cutlass-dsl install looks damaged: {cute_package.INSTALL_HINT}") from None
+
+
 @functools.cache
 def modules():
   """(cutlass, cutlass.cute, cuda.bindings.driver), or CuteUnavailable saying what to install."""
   check_release(cute_package.compiler_release())
-  try:
+  with importing("import cutlass"):
     import cuda.bindings.driver as cuda  # noqa: PLC0415  (optional dependency: CuTe DSL)
     import cutlass  # noqa: PLC0415  (optional dependency: CuTe DSL)
     import cutlass.cute as cute  # noqa: PLC0415  (optional dependency: CuTe DSL)
-  except ImportError as e:
-    raise CuteUnavailable(f"CuTe DSL could not be imported ({e}): {cute_package.INSTALL_HINT}") from None
   return cutlass, cute, cuda
 
 
 def tensor_spec_class():
   """cutlass.jax.TensorSpec: what input_spec / output_spec hold, as for cutlass_call."""
   modules()
-  from cutlass.jax import TensorSpec  # noqa: PLC0415  (optional dependency: CuTe DSL)
+  with importing("from cutlass.jax import TensorSpec"):
+    from cutlass.jax import TensorSpec  # noqa: PLC0415  (optional dependency: CuTe DSL)
   return TensorSpec
 
 
 def cutlass_dtype(dtype):
   """The DSL's numeric type of a jax dtype (cutlass.jax's own table)."""
   modules()
-  from cutlass.jax import jax_to_cutlass_dtype  # noqa: PLC0415  (optional dependency: CuTe DSL)
+  with importing("from cutlass.jax import jax_to_cutlass_dtype"):
+    from cutlass.jax import jax_to_cutlass_dtype  # noqa: PLC0415  (optional dependency: CuTe DSL)
   return jax_to_cutlass_dtype(dtype)
 
 

@@ -4,9 +4,10 @@ The DSL keys its own cache on the IR a trace produces, which costs a trace per l
 GEMM, as much as a quarter of its compile). This hashes instead what the trace would read: the bytecode of
 the launcher and of every function, method and class it reaches through its closure, defaults and globals
 (attribute chains on modules included), and the values of the data it reaches (numbers, strings, tuples,
-dicts, instances' attributes). The DSL itself, jax, numpy and the CUDA bindings are named, not walked: their
-releases are in the key. Anything else it cannot read (an object without attributes, a C extension's value)
-makes the fingerprint None, and the caller keys on a trace instead.
+dicts, arrays, instances' attributes), each by its exact content (`base.value_key`: an array by its bytes, never
+by its printed text, which numpy shortens). The DSL itself, jax, numpy and the CUDA bindings are named, not walked:
+their releases are in the key. Anything else it cannot read exactly (an object without attributes, a C
+extension's value) makes the fingerprint None, and the caller keys on a trace instead.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ import functools
 import hashlib
 import sys
 import types
+
+from jax_mosaic_ffi.base import value_key as value_key_lib
+from jax_mosaic_ffi.base.errors import ValueKeyError
 
 # Named, not walked: their release is part of every key (cute/compile.py).
 _LIBRARIES = frozenset({"cutlass", "cuda", "jax", "jaxlib", "numpy", "ml_dtypes", "builtins", "typing", "math",
@@ -42,14 +46,21 @@ def _library(module_name: str | None) -> bool:
   return (module_name or "").split(".")[0] in _LIBRARIES or (module_name or "") in sys.stdlib_module_names
 
 
-def _stable_repr(value) -> str:
-  """repr, but a set's elements sorted: its order follows string hashes, which differ from process to process
-  (``x in {"a", "b"}`` compiles to a frozenset constant), and the fingerprint must not."""
-  if isinstance(value, (set, frozenset)):
-    return f"{type(value).__name__}({sorted(_stable_repr(v) for v in value)})"
-  if isinstance(value, tuple):
-    return f"({', '.join(_stable_repr(v) for v in value)},)"
-  return repr(value)
+def dsl_value(value) -> bytes | None:
+  """The exact key of a library value `base.value_key` does not know (its ``extra``), or None: a class of a library
+  (``cutlass.Float32`` as a constexpr) by its name, which its release pins; a DSL number (``cutlass.Float32(0.5)``)
+  by its class and its Python value."""
+  if isinstance(value, type) and _library(value.__module__):
+    return f"class {value.__module__}.{value.__qualname__}".encode()
+  cls = type(value)
+  if cls.__module__.split(".")[0] == "cutlass" and isinstance(getattr(value, "value", None), (bool, int, float)):
+    return f"{cls.__module__}.{cls.__qualname__}".encode() + b"\0" + value_key_lib.value_key(value.value)
+  return None
+
+
+def exact_key(value) -> bytes:
+  """`base.value_key` with the DSL's values (`dsl_value`): raises ValueKeyError for what neither keys exactly."""
+  return value_key_lib.value_key(value, extra=dsl_value)
 
 
 class _Hasher:
@@ -59,9 +70,7 @@ class _Hasher:
     self.nodes = 0
 
   def put(self, *parts) -> None:
-    for p in parts:
-      self.h.update(_stable_repr(p).encode())
-      self.h.update(b"\0")
+    value_key_lib.update(self.h, parts, extra=dsl_value)
 
   def code_names(self, code: types.CodeType) -> set[str]:
     names = set(code.co_names)
@@ -99,13 +108,13 @@ class _Hasher:
         self.visit(item, depth + 1)
       return
     if isinstance(obj, (set, frozenset)):
-      self.put("set", sorted(repr(x) for x in obj))
+      self.put("set", obj)  # by content, in no order: a set's order differs from process to process
       return
     if isinstance(obj, dict):
       self.put("dict", len(obj))
-      for k in sorted(obj, key=repr):
+      for k, v in obj.items():  # in its order, which code that iterates it sees
         self.put(k)
-        self.visit(obj[k], depth + 1)
+        self.visit(v, depth + 1)
       return
     if isinstance(obj, types.ModuleType):
       self.put("module", obj.__name__)
@@ -124,7 +133,7 @@ class _Hasher:
       self.put("builtin", where, obj.__qualname__)
       return
     if isinstance(obj, dataclasses.Field):  # a dataclass's field: what its generated code takes from it
-      self.put("field", obj.name, repr(obj.type), obj.init, obj.kw_only)
+      self.put("field", obj.name, _annotation(obj.type), obj.init, obj.kw_only)
       for value in (obj.default, obj.default_factory):
         self.visit(None if value is dataclasses.MISSING else value, depth + 1)
       return
@@ -188,11 +197,7 @@ class _Hasher:
       self.visit(wrapped, depth + 1)
       return
     if _library(cls.__module__):
-      # A DSL value (a numeric type's instance, a layout constant): its repr is its value, unless it is an address.
-      text = repr(obj)
-      if " at 0x" in text:
-        raise _Opaque(f"{cls.__module__}.{cls.__qualname__}")
-      self.put("value", cls.__module__, cls.__qualname__, text)
+      self.library_value(obj, cls, depth)
       return
     if hasattr(obj, "__dict__"):
       self.put("instance")
@@ -204,13 +209,57 @@ class _Hasher:
       return
     raise _Opaque(f"{cls.__module__}.{cls.__qualname__}")
 
+  def library_value(self, obj, cls: type, depth: int) -> None:
+    """A library's object, never by its printed text (numpy shortens an array's): a method of a library's type by
+    its name, as its functions are; a value `exact_key` reads (an array, a dtype, a DSL number) by its content;
+    anything else by its class's name and its attributes. One with none of these (a C object) is opaque."""
+    if isinstance(obj, _DESCRIPTORS):
+      self.put("descriptor", obj.__objclass__.__module__, obj.__objclass__.__qualname__, obj.__name__)
+      return
+    if isinstance(obj, types.MethodWrapperType):  # (5).__add__: the method, and what it is bound to
+      self.put("bound", type(obj.__self__).__module__, type(obj.__self__).__qualname__, obj.__name__)
+      self.visit(obj.__self__, depth + 1)
+      return
+    try:
+      self.put("value", exact_key(obj))
+      return
+    except ValueKeyError:
+      pass
+    slots = [name for c in cls.__mro__ for name in _slot_names(c)]
+    if not hasattr(obj, "__dict__") and not slots:
+      raise _Opaque(f"{cls.__module__}.{cls.__qualname__}")
+    state = dict(vars(obj)) if hasattr(obj, "__dict__") else {}
+    state.update((name, getattr(obj, name)) for name in slots if hasattr(obj, name))
+    self.put("library object", cls.__module__, cls.__qualname__)
+    self.visit(state, depth + 1)
+
+
+_DESCRIPTORS = (types.MethodDescriptorType, types.WrapperDescriptorType, types.ClassMethodDescriptorType,
+                types.GetSetDescriptorType, types.MemberDescriptorType)
+
+
+def _slot_names(cls: type) -> tuple[str, ...]:
+  slots = vars(cls).get("__slots__", ())
+  return (slots,) if isinstance(slots, str) else tuple(s for s in slots if isinstance(s, str))
+
+
+def _annotation(annotation) -> str:
+  """A dataclass field's type as its generated code sees it: its name (only ClassVar / InitVar change the code)."""
+  if isinstance(annotation, str):
+    return annotation
+  if isinstance(annotation, type):
+    return f"{annotation.__module__}.{annotation.__qualname__}"
+  if type(annotation).__module__ in ("typing", "types"):  # list[int], Optional[X]: typing spells them whole
+    return repr(annotation)
+  raise _Opaque(f"annotation {type(annotation).__qualname__}")
+
 
 def fingerprint(*objects) -> str | None:
-  """A hex digest of the objects and all they reach, or None where something cannot be read."""
+  """A hex digest of the objects and all they reach, or None where something cannot be read exactly."""
   hasher = _Hasher()
   try:
     for obj in objects:
       hasher.visit(obj)
-  except (_Opaque, RecursionError, TypeError):
+  except (_Opaque, ValueKeyError, RecursionError, TypeError):
     return None
   return hasher.h.hexdigest()

@@ -3,7 +3,8 @@
 The compile is Triton's own (triton/compile.py), from Gluon's source object (``GluonASTSource``: the module gets its
 target, warps and CTAs before codegen, as Gluon checks layouts while it builds them, and Triton runs Gluon's stages,
 not Triton's optimizing ones). Its ``hash()``, Triton's cache key and so ours, also covers the code the kernel
-reaches through its constexprs (keys.py). A failure's advice names what usually fails in Gluon: a layout that does
+reaches through a class passed as a constexpr, and our key of each constexpr keys such a class by that code
+(keys.py). A failure's advice names what usually fails in Gluon: a layout that does
 not fit ``num_warps`` or the block, or a name of Gluon's that the installed Triton calls otherwise.
 """
 
@@ -86,4 +87,4 @@ def _source(fn, signature, constexprs, attrs):
 
 
 GLUON = Language(name="Gluon", maker="gluon_kernel", source=_source, stages=("glir", "ttgir", "llir", "ptx"),
-                 advice=advice)
+                 advice=advice, values=keys.class_key)

@@ -267,10 +267,12 @@ class Autotuned:
           "(tuned.best_config(*concrete_avals)) and export the call it makes (tuned.factory(config)), "
           "or export per concrete size")
     env = tuning_records.environment(device)
-    signature = tuning_records.bounded_text(repr(scope))
+    signature = tuning_records.bounded_text(tuning_records.exact_text(scope))
     workers = max(1, min(len(self.configs), os.cpu_count() or 1, 8))
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
       launches = list(pool.map(lambda k: self._launches(k, avals), range(len(self.configs))))
+    # A config by its JSON text (tuning files show it): a value that prints alike (a long array) is still told
+    # apart, as the timing is keyed by the kernels' hashes and the launch values the config makes too.
     keys = [tuning_records.TimingKey(self.name, _plain_config(c), found, signature) if isinstance(found, tuple)
             else None for c, found in zip(self.configs, launches)]
     decision = disk_cache.key(_FORMAT, repr(env), repr(keys))

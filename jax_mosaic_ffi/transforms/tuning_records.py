@@ -41,6 +41,8 @@ import jax
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import gpu_info
 from jax_mosaic_ffi.base import module_format
+from jax_mosaic_ffi.base import value_key
+from jax_mosaic_ffi.base.errors import ValueKeyError
 from jax_mosaic_ffi.base.paths import PACKAGE_DIR
 
 FILE_FORMAT = "jax_mosaic_ffi tuning"
@@ -136,6 +138,18 @@ def environment(device) -> Environment:
 def bounded_text(text: str) -> str:
   """`text`, or its hash where it is too long to store (a user key's repr may be anything)."""
   return text if len(text) <= MAX_TEXT else "sha256:" + disk_cache.key(text)
+
+
+def exact_text(value) -> str:
+  """A call's signature (its shapes and dtypes, or what the user's ``key=`` returned) in a timing's key: its text,
+  then, where it can be keyed exactly, its content's key (`value_key`): text alone is lossy (numpy prints a long
+  array with "..."). One that cannot be keyed exactly (an object of the user's) keeps its text alone: the timing
+  is still of the same kernels and launch values (keyed too), only perhaps on inputs the user tells apart."""
+  text = repr(value)
+  try:
+    return f"{text} {value_key.value_key(value).hex()[:32]}"
+  except ValueKeyError:
+    return text
 
 
 def _record_id(env: Environment, key: TimingKey) -> str:

@@ -28,6 +28,8 @@ from jax import tree_util
 
 from jax_mosaic_ffi.base import contract
 from jax_mosaic_ffi.base import source_location
+from jax_mosaic_ffi.base.errors import LaunchError
+from jax_mosaic_ffi.call import launch_values
 from jax_mosaic_ffi.call import operands
 from jax_mosaic_ffi.call.launch_options import LaunchOptions
 from jax_mosaic_ffi.triton import call_operands
@@ -172,7 +174,7 @@ def triton_call(*args, kernel, out_type: Any = None, grid, name: str = "", num_w
     raise ValueError(f"{where}: serialized_metadata is jax-triton's opaque payload for its runtime, which has no "
                      "place in this call; leave it out")
   options = _options(backend_options, num_warps, num_stages, num_ctas, debug)
-  out_flat, out_tree = _outputs(out_type, kwargs)
+  out_flat, out_tree = _outputs(out_type, kwargs, where)
   call_args = _bind(fn, args, kwargs, where)
   buffer_aliases = _aliases(input_output_aliases, call_args, len(out_flat), where)
   function, grid_meta, uses_pdl = _function(fn, layers, call_args, options, compute_capability, where)
@@ -201,7 +203,7 @@ def triton_call(*args, kernel, out_type: Any = None, grid, name: str = "", num_w
   return tree_util.tree_unflatten(out_tree, list(results[:n_out]))
 
 
-def _outputs(out_type, kwargs: dict):
+def _outputs(out_type, kwargs: dict, where: str):
   """``out_type`` (or jax-triton's older ``out_shape``, taken out of ``kwargs``) as flat structs and their tree."""
   if "out_shape" in kwargs:
     if out_type is not None:
@@ -210,7 +212,7 @@ def _outputs(out_type, kwargs: dict):
     out_type = kwargs.pop("out_shape")
   elif out_type is None:
     raise TypeError("Either out_type= or the deprecated out_shape= must be provided")
-  return tree_util.tree_flatten(tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), out_type))
+  return tree_util.tree_flatten(launch_values.shape_dtype_tree(out_type, "out_type", where))
 
 
 @dataclasses.dataclass
@@ -255,7 +257,12 @@ def _bind(fn, args, kwargs, where: str) -> _CallArgs:
 def _aliases(input_output_aliases, call_args: _CallArgs, n_out: int, where: str) -> dict[int, int]:
   """jax-triton's operand aliases as buffer aliases (input -> output); the unaliased outputs go to the parameters
   left without an argument, in order."""
-  aliases = dict(input_output_aliases or {})
+  if input_output_aliases is not None and not isinstance(input_output_aliases, Mapping):
+    raise LaunchError(f"{where}: input_output_aliases must be a dict {{operand index: output index}}, got "
+                      f"{input_output_aliases!r}")
+  aliases = {launch_values.integer(i, "an input_output_aliases key (an operand index)", where):
+             launch_values.integer(o, "an input_output_aliases value (an output index)", where)
+             for i, o in (input_output_aliases or {}).items()}
   if len(set(aliases.values())) != len(aliases):
     raise ValueError("input_output_aliases must be a bijection")
   slots = call_args.operands.slots

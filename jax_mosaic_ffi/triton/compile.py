@@ -19,6 +19,7 @@ Triton's own launcher decides (`specialize.py`). `kernel.py` holds the public
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import json
@@ -38,6 +39,7 @@ from jax_mosaic_ffi.toolchain.compiled import Compiled, param_sizes
 from jax_mosaic_ffi.toolchain.kernel import PDL_MIN_ARCH, Kernel, buffer_name
 from jax_mosaic_ffi.triton import descriptors as triton_descriptors
 from jax_mosaic_ffi.triton import specialize as triton_specialize
+from jax_mosaic_ffi.triton import value_keys
 from jax_mosaic_ffi.triton.languages import TRITON, Language
 from jax_mosaic_ffi.triton.options import LAUNCH_OPTIONS, TritonOptions
 
@@ -50,7 +52,7 @@ from jax_mosaic_ffi.triton.options import LAUNCH_OPTIONS, TritonOptions
 SUPPORTED_TRITON = ((3, 6), (3, 10))
 SUPPORTED_TEXT = ("Triton >= 3.6, < 3.10 (tested: 3.6.0 to 3.9.0 compiling and lowering on CPU, "
                   "3.6.0 on an H200)")
-_CACHE_FORMAT = "triton-3"  # 2: TritonInfo.dropped and .aligned; 3: .tensordesc_meta
+_CACHE_FORMAT = "triton-4"  # 2: TritonInfo.dropped and .aligned; 3: .tensordesc_meta; 4: values keyed exactly
 
 
 # What a Triton alignment hint (tt.divisibility 16 on a pointer) promises.
@@ -148,7 +150,7 @@ def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: Triton
   (languages.py)."""
   triton = require_triton()
   made = f"{language.maker} '{fn.__name__}'"
-  options.check_targets(fn.__name__, targets)  # every front end, every config, before Triton sees them
+  options.check(fn.__name__).check_targets(fn.__name__, targets)  # every front end and config, before Triton
   missing = [p.name for p in fn.params if p.is_constexpr and p.name not in constexprs
              and p.default is inspect.Parameter.empty]
   if missing:
@@ -165,6 +167,10 @@ def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: Triton
                          "scalars (i32, fp32, ...), tuples of them, and host tensor descriptors as Triton writes "
                          "them (tensordesc<fp16[64, 64]>, a Gluon kernel's with its shared layout: no im2col, not "
                          "in a tuple)")
+  # Each constexpr by its content (value_keys.py, with the language's own values), refused by name before Triton is
+  # asked anything.
+  constexpr_keys = json.dumps(sorted((k, value_keys.key(v, f"the constexpr {k}", made, language.values))
+                                     for k, v in constexprs.items()))
   config = _config_text(signature, constexprs, options)
   specialization = _specialization(fn, signature, scalar_values, constexprs, targets, config, language)
   requests = _requests(fn, specialization, options, targets, config, language)
@@ -172,7 +178,7 @@ def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: Triton
       _CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"triton {triton.__version__}", language.name,
       fn.__name__,
       *(ty if isinstance(ty, str) else repr(ty) for ty in signature),
-      json.dumps(sorted((k, _key_value(v)) for k, v in constexprs.items())), specialization.description,
+      constexpr_keys, specialization.description,
       options.key, *(t.sm for t in targets), *(r.key for r in requests))
   # The constexprs and launch options, for the launch's callables: this call's, never stored.
   meta = tuple({**constexprs, **options.meta()}.items())
@@ -211,7 +217,8 @@ def _specialization(fn, signature, scalar_values, constexprs, targets, config,
   from triton.compiler import make_backend  # noqa: PLC0415  (optional dependency: Triton)
   try:
     return triton_specialize.specialize_cached(fn, signature, scalar_values, constexprs, targets[0].sm,
-                                               lambda: make_backend(GPUTarget("cuda", targets[0].number, 32)))
+                                               lambda: make_backend(GPUTarget("cuda", targets[0].number, 32)),
+                                               language.values)
   except Exception as e:
     raise _triton_failed(fn, targets[0], config, language, e) from None
 
@@ -273,7 +280,8 @@ def _run_triton(triton, fn, signature, specialization, requests, meta, config, l
     target = request.target
     with native_stderr.captured() as printed:  # Triton's passes say why they failed on stderr only
       try:
-        compiled = triton.compile(request.source, target=request.gpu_target, options=request.options)
+        with _own_cache_only(specialization):
+          compiled = triton.compile(request.source, target=request.gpu_target, options=request.options)
         failure = None
       except Exception as e:
         failure = e
@@ -328,6 +336,20 @@ def _run_triton(triton, fn, signature, specialization, requests, meta, config, l
                     meta=meta,
                     triton_version=triton.__version__, tensordesc_meta=descriptors)
   return TritonKernel(fn.__name__, Compiled.of(parsed, sizes), info)
+
+
+@contextlib.contextmanager
+def _own_cache_only(specialization):
+  """Triton's compile, without Triton's own cache where its key would not hold a constexpr exactly (an array:
+  `value_keys.triton_keys_exactly`): it would hand back a kernel compiled for another value that prints alike.
+  Ours, in front of it, keys the value exactly. The switch is Triton's ``always_compile`` knob, in its scope."""
+  if all(value_keys.triton_keys_exactly(v) for v in specialization.constexprs.values()):
+    yield
+    return
+  from triton import knobs  # noqa: PLC0415  (optional dependency: Triton)
+  with knobs.compilation.scope():
+    knobs.compilation.always_compile = True
+    yield
 
 
 def _to_bytes(kernel: TritonKernel) -> bytes:

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import threading
 from typing import Callable
 
@@ -63,6 +62,7 @@ from jax_mosaic_ffi.transforms import autotune as autotune_lib
 from jax_mosaic_ffi.triton import decorators as triton_decorators
 from jax_mosaic_ffi.triton import launch as triton_launch
 from jax_mosaic_ffi.triton import tensor_descriptor
+from jax_mosaic_ffi.triton import value_keys
 from jax_mosaic_ffi.triton.decorators import Autotune, Heuristics
 from jax_mosaic_ffi.triton.kernel import TritonFunction, runtime_params
 from jax_mosaic_ffi.triton.launch_options import TritonLaunchOptions
@@ -281,7 +281,8 @@ class _Decorated:
 
   def tuned(self, metas: list[dict], zero_outputs, args: _Arguments, where):
     """The autotuned call over these candidates: one per distinct set of them, the latest kept."""
-    space = json.dumps([sorted((k, repr(v)) for k, v in m.items()) for m in metas]) + repr(zero_outputs)
+    space = value_keys.key(tuple(tuple(sorted(m.items())) for m in metas), "the configs' values", where,
+                           self.function.language.values) + repr(zero_outputs)
     with self._lock:
       tuned_call = self._tuned.get(space)
       if tuned_call is None:

@@ -23,6 +23,9 @@ class Language:
       is in Triton's cache key (``get_cache_key``), so in ours too: it must cover everything the compile reads.
     stages: the intermediate forms a compile with Triton's ``debug`` option prints, those it has.
     advice: ``(exception) -> str``: what a compile that failed in Triton's compiler advises.
+    values: the exact key of a kind of constexpr value the language takes beyond Triton's (`base.value_key`'s
+      ``extra``: bytes, or None for a value it does not know), or None: Gluon keys a class passed as a
+      constexpr by its code.
   """
 
   name: str
@@ -30,6 +33,7 @@ class Language:
   source: Callable[..., Any]
   stages: tuple[str, ...]
   advice: Callable[[BaseException], str]
+  values: Callable[[Any], bytes | None] | None = None
 
 
 def _ast_source(fn, signature, constexprs, attrs):

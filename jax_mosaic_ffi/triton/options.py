@@ -10,10 +10,20 @@ import dataclasses
 import json
 from typing import Any, Mapping
 
+from jax_mosaic_ffi.base.errors import LaunchError
+from jax_mosaic_ffi.triton import value_keys
+
 # What a config or a heuristic may set besides constexprs: TritonOptions' fields, by name.
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 # num_ctas > 1 launches clusters of CTAs, which GPUs have from Hopper on.
 MIN_CLUSTER_ARCH = 90
+# The bounds of each launch option, checked before Triton sees them: Triton compiles in this process, where it
+# cannot be stopped, and hands ptxas whatever it is given (num_warps=2**40 runs ptxas for minutes and gigabytes
+# before anything refuses it). num_warps: a block has at most 1024 threads (Triton wants a power of two);
+# num_ctas: a cluster at most 16 blocks (non-portable, Hopper and Blackwell); num_stages: software pipelines of
+# a few stages (shared memory runs out long before 32); maxnreg: PTX's .maxnreg, at most 255 registers a thread.
+BOUNDS = {"num_warps": 32, "num_stages": 32, "num_ctas": 16, "maxnreg": 255}
+_POWERS_OF_TWO = ("num_warps",)
 
 # Triton compile options that `triton_kernel(options=)` may not set, each with why and what instead. The rest of
 # the NVIDIA backend's options (enable_fp_fusion, debug, extern_libs, default_dot_input_precision, ...) go to
@@ -44,13 +54,17 @@ class TritonOptions:
   backend_options: tuple[tuple[str, Any], ...] = ()
 
   def check(self, name: str) -> "TritonOptions":
-    """Itself, each value a positive int (maxnreg may be None); else ValueError naming the kernel."""
+    """Itself, each value a positive int within `BOUNDS` (num_warps a power of two; maxnreg may be None); else
+    LaunchError naming the kernel. `compile_triton` checks again: a config or a heuristic may set them."""
     for field in LAUNCH_OPTIONS:
       value = getattr(self, field)
       if field == "maxnreg" and value is None:
         continue
       if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"triton_kernel '{name}': {field} must be a positive int, got {value!r}")
+        raise LaunchError(f"triton_kernel '{name}': {field} must be a positive int, got {value!r}")
+      if value > BOUNDS[field] or (field in _POWERS_OF_TWO and value & (value - 1)):
+        raise LaunchError(f"triton_kernel '{name}': {field}={value} is out of range: {field} is "
+                          + ("a power of two " if field in _POWERS_OF_TWO else "") + f"from 1 to {BOUNDS[field]}")
     return self
 
   def check_targets(self, name: str, targets) -> None:
@@ -89,7 +103,7 @@ class TritonOptions:
     return (f"w{self.num_warps} s{self.num_stages} c{self.num_ctas}"
             + ("" if self.maxnreg is None else f" r{self.maxnreg}")
             + ("" if not self.backend_options else
-               " " + json.dumps([(k, f"{type(v).__name__}:{v!r}") for k, v in self.backend_options])))
+               " " + json.dumps([(k, value_keys.exact(v).hex()) for k, v in self.backend_options])))
 
 
 def backend_options(options: Mapping[str, Any] | None, name: str) -> tuple[tuple[str, Any], ...]:
@@ -114,4 +128,5 @@ def backend_options(options: Mapping[str, Any] | None, name: str) -> tuple[tuple
     except TypeError:
       raise TypeError(f"triton_kernel '{name}': the Triton option {key!r} must be hashable (a tuple, not a list or "
                       f"dict), got {value!r}") from None
+    value_keys.key(value, f"the Triton option {key!r}", f"triton_kernel '{name}'")  # keyed exactly (TritonOptions.key)
   return tuple(sorted(options.items()))

@@ -40,6 +40,7 @@ import numpy as np
 
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.toolchain import compile_cache
+from jax_mosaic_ffi.triton import value_keys
 
 # XLA aligns the buffers it allocates on the GPU to 256 bytes, and the
 # runtime checks every buffer of every launch against this (contract.h).
@@ -167,20 +168,23 @@ def specialize(fn, types: Sequence[Any], values: Mapping[int, Any], constexprs: 
   return Specialization(dict(signature), dict(packed_constexprs), dict(attrs), tuple(dropped), aligned)
 
 
-_FORMAT = "triton-specialization-1"
+_FORMAT = "triton-specialization-2"  # 2: values keyed exactly
 
 
 def specialize_cached(fn, types: Sequence[Any], values: Mapping[int, Any], constexprs: Mapping[str, Any],
-                      target: str, make_backend) -> Specialization:
+                      target: str, make_backend, language_values=None) -> Specialization:
   """`specialize`, from the compile cache (memory, then disk) when the same question was answered before;
-  ``make_backend()`` gives Triton's backend for ``target`` (only when Triton is asked)."""
+  ``make_backend()`` gives Triton's backend for ``target`` (only when Triton is asked); ``language_values``: the
+  exact keys of the constexprs of the kernel's language beyond Triton's (`languages.Language.values`)."""
   import triton  # noqa: PLC0415  (optional dependency: Triton)
   flags = [(p.name, bool(p.is_constexpr), bool(p.do_not_specialize), bool(p.do_not_specialize_on_alignment))
            for p in fn.params]
+  where = f"triton_kernel '{fn.__name__}'"
   entry_key = disk_cache.key(
       _FORMAT, f"triton {triton.__version__}", target, str(XLA_BUFFER_ALIGN), fn.cache_key, repr(flags),
-      repr(list(types)), repr(sorted((k, type(v).__name__, repr(v)) for k, v in values.items())),
-      repr(sorted((k, type(v).__name__, repr(v)) for k, v in constexprs.items())))
+      repr(list(types)), *(f"{k}:{value_keys.key(v, f'scalar {k}', where)}" for k, v in sorted(values.items())),
+      *(f"{k}:{value_keys.key(v, f'the constexpr {k}', where, language_values)}"
+        for k, v in sorted(constexprs.items())))
   # An entry read back from disk is checked against this call before use; one that does not fit is deleted and
   # rebuilt.
   found = compile_cache.cached(

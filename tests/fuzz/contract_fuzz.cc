@@ -13,7 +13,7 @@
 //   g++ -std=c++20 -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 //       -D_GLIBCXX_ASSERTIONS -Icsrc tests/fuzz/contract_fuzz.cc csrc/contract/contract.cc
 //       csrc/contract/tensor_maps.cc csrc/contract/launch_programs.cc csrc/contract/module_format.cc
-//       csrc/driver/zlib_inflate.cc -ldl
+//       csrc/contract/cute_object.cc csrc/contract/sha256.cc csrc/driver/zlib_inflate.cc -ldl
 //
 // (_GLIBCXX_ASSERTIONS checks every operator[] of std::string, vector and
 // array against size(): ASAN alone misses an index past size() that stays
@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "contract/contract.h"
+#include "contract/cute_object.h"
 #include "contract/launch_programs.h"
 #include "contract/module_format.h"
 #include "driver/zlib_inflate.h"
@@ -1219,6 +1220,23 @@ std::string StoredZlib(std::string_view data) {
   return out;
 }
 
+// Where an ELF object's u64 fields that locate things sit: the section table's offset, each section's offset
+// and size (mutation targets, set to values around their bounds).
+std::vector<size_t> ElfU64Fields(std::string_view elf) {
+  std::vector<size_t> out;
+  if (elf.size() < 64) return out;
+  uint64_t shoff = 0;
+  for (int i = 0; i < 8; ++i) shoff |= uint64_t{static_cast<unsigned char>(elf[40 + i])} << (8 * i);
+  const size_t shnum = static_cast<unsigned char>(elf[60]) | static_cast<size_t>(static_cast<unsigned char>(elf[61]))
+                                                                 << 8;
+  out.push_back(40);
+  for (size_t i = 0; i < shnum && shoff <= elf.size() && (elf.size() - shoff) / 64 > i; ++i) {
+    out.push_back(shoff + 64 * i + 24);
+    out.push_back(shoff + 64 * i + 32);
+  }
+  return out;
+}
+
 Layout Serialize(const jmf::ParsedModule& module) {
   Layout out;
   out.bytes = "JMFFIMOD";
@@ -1248,6 +1266,7 @@ Layout Serialize(const jmf::ParsedModule& module) {
         payload.u32_fields.push_back(payload.bytes.size());
         PutU32(&payload.bytes, kind);
       }
+      for (size_t at : ElfU64Fields(image.data)) payload.u64_fields.push_back(payload.bytes.size() + at);
       payload.bytes += image.data;
     }
     if (image.encoding == jmf::kEncodingZlib) {  // u64 inflated size | the stream; its fields are inside it
@@ -1267,6 +1286,104 @@ Layout Serialize(const jmf::ParsedModule& module) {
 
 constexpr std::string_view kElfMagic = "\177ELF";
 
+// A CuTe DSL object as small as the parser takes (contract/cute_object.h): an x86-64 relocatable of a code
+// section (the entry points and the host function, `ret` each), a data section (the strings the runtime reads),
+// a relocation section, the symbol table and its strings; the section table last.
+std::string CuteObject(Input& in) {
+  const std::string p = jmf::kCutePrefix;
+  const std::string host = "_mlir_" + p + "__mlir_ciface_" + (in.Bool() ? "entry" : "cutlass_host_entry_0x0");
+  const std::vector<std::string> functions = {"_mlir_" + p + "_cuda_init", p + "_cuda_init",
+                                              "_mlir_" + p + "_cuda_load_to_device", p + "_cuda_load_to_device", host};
+  std::string info = "{";
+  for (size_t k = 0, kernels = in.Below(3); k < kernels; ++k) {
+    info += std::string(k ? ", " : "") + "\"kernel_" + std::to_string(k) + "\": {";
+    for (size_t a = 0, attrs = in.Below(3); a < attrs; ++a) {
+      info += std::string(a ? ", " : "") + "\"" + std::to_string(in.Below(100)) +
+              "\": " + std::to_string(static_cast<int64_t>(in.Below(200)) - 100);
+    }
+    info += "}";
+  }
+  info += "}";
+  const std::vector<std::pair<std::string, std::string>> data = {
+      {p + "_function_name", host}, {p + "_kernel_info", info}, {p + "_version", in.Bool() ? "1.1" : "1.0"}};
+  std::string code(16 * functions.size(), '\xc3'), strings(1, '\0'), bytes, symbols(24, '\0');
+  auto name = [&](const std::string& n) {
+    const uint32_t at = static_cast<uint32_t>(strings.size());
+    strings += n + '\0';
+    return at;
+  };
+  auto symbol = [&](uint32_t n, uint8_t type, uint16_t section, uint64_t value, uint64_t size) {
+    PutU32(&symbols, n);
+    symbols.push_back(static_cast<char>(0x10 | type));  // global
+    symbols.push_back(0);
+    symbols.push_back(static_cast<char>(section & 0xff));
+    symbols.push_back(static_cast<char>(section >> 8));
+    PutU64(&symbols, value);
+    PutU64(&symbols, size);
+  };
+  for (size_t i = 0; i < functions.size(); ++i) symbol(name(functions[i]), 2, 1, 16 * i, 16);
+  for (const auto& [n, text] : data) {
+    symbol(name(n), 1, 2, bytes.size(), text.size() + 1);
+    bytes += text + '\0';
+  }
+  std::string rela;  // two relocations of the code against the first symbols
+  for (uint64_t r = 0; r < 2; ++r) {
+    PutU64(&rela, 4 + 16 * r);
+    PutU64(&rela, ((r + 1) << 32) | 2);  // R_X86_64_PC32
+    PutU64(&rela, 0);
+  }
+  std::string object(64, '\0');
+  struct Part {
+    uint32_t type;
+    uint64_t flags;
+    std::string bytes;
+    uint32_t link, info, entsize;
+  };
+  const std::vector<Part> parts = {{1, 6, code, 0, 0, 0},
+                                   {1, 3, bytes, 0, 0, 0},
+                                   {4, 0x40, rela, 4, 1, 24},
+                                   {2, 0, symbols, 5, 1, 24},
+                                   {3, 0, strings, 0, 0, 0}};
+  std::vector<uint64_t> offsets;
+  for (const Part& part : parts) {
+    offsets.push_back(object.size());
+    object += part.bytes;
+    object.append((8 - object.size() % 8) % 8, '\0');
+  }
+  const uint64_t shoff = object.size();
+  object.append(64, '\0');  // section 0: null
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Part& part = parts[i];
+    std::string header;
+    PutU32(&header, 0);
+    PutU32(&header, part.type);
+    PutU64(&header, part.flags);
+    PutU64(&header, 0);
+    PutU64(&header, offsets[i]);
+    PutU64(&header, part.bytes.size());
+    PutU32(&header, part.link);
+    PutU32(&header, part.info);
+    PutU64(&header, 8);
+    PutU64(&header, part.entsize);
+    object += header;
+  }
+  std::string elf = "\177ELF";
+  elf += std::string("\2\1\1", 3) + std::string(9, '\0');
+  for (uint32_t v : {1u, 62u}) elf.append({static_cast<char>(v), 0});  // e_type REL, e_machine x86-64
+  PutU32(&elf, 1);
+  PutU64(&elf, 0);
+  PutU64(&elf, 0);
+  PutU64(&elf, shoff);
+  PutU32(&elf, 0);
+  const uint16_t shnum = static_cast<uint16_t>(parts.size() + 1);
+  for (uint16_t v : {uint16_t{64}, uint16_t{0}, uint16_t{0}, uint16_t{64}, shnum, uint16_t{5}}) {
+    elf.append({static_cast<char>(v & 0xff), static_cast<char>(v >> 8)});
+  }
+  object.replace(0, 64, elf);
+  if (in.OneIn(4)) object += in.Pattern(in.Below(64));  // bytes after the section table: taken
+  return object;
+}
+
 // A module, well-formed but for its symbol length or image count, which are
 // sometimes one past their limit.
 jmf::ParsedModule BuildModule(Input& in) {
@@ -1281,6 +1398,7 @@ jmf::ParsedModule BuildModule(Input& in) {
   static constexpr uint32_t kArchs[] = {90, 80, 100, 120, 89, jmf::kMinArch, jmf::kMaxArch, 75, 86, 103};
   const bool cute = in.OneIn(3);  // a module of CuTe DSL objects (flagless), else cubins and PTX
   if (cute) module.flags = 0;
+  if (cute && !in.OneIn(4)) module.symbol = jmf::kCutePrefix;  // ours, so the parser goes on to the objects
   for (size_t i = 0; i < num_images; ++i) {
     jmf::Image image;
     if (cute) {
@@ -1292,7 +1410,8 @@ jmf::ParsedModule BuildModule(Input& in) {
       const size_t args = in.OneIn(16) ? jmf::kMaxHostArgs : in.Below(8);
       for (size_t k = 0; k < args; ++k)
         image.host_arg_kinds.push_back(in.Bool() ? jmf::kHostArgPointer : jmf::kHostArgInt64);
-      image.data = std::string(kElfMagic) + in.Pattern(in.Below(64));
+      image.data =
+          module.symbol == jmf::kCutePrefix ? CuteObject(in) : std::string(kElfMagic) + in.Pattern(in.Below(64));
       if (module.version > 1 && in.Bool()) image.encoding = jmf::kEncodingZlib;
       module.images.push_back(std::move(image));
       continue;
@@ -1434,8 +1553,10 @@ bool FuzzParser(Input& in, Input& edits) {
       if (mutations == 3) mutations += static_cast<int>(edits.Below(6));
       for (int m = 0; m < mutations; ++m) MutateModule(edits, &layout);
       const bool within_limits = built.symbol.size() <= jmf::kMaxSymbolLength && built.images.size() <= jmf::kMaxImages;
-      must_parse = mutations == 0 && within_limits;
-      must_refuse = mutations == 0 && !within_limits;
+      const bool foreign_cute = !built.images.empty() && built.images[0].kind == jmf::ImageKind::kCuteObject &&
+                                built.symbol != jmf::kCutePrefix;  // refused: CuTe DSL modules are ours
+      must_parse = mutations == 0 && within_limits && !foreign_cute;
+      must_refuse = mutations == 0 && (!within_limits || foreign_cute);
       bytes = std::move(layout.bytes);
       break;
     }

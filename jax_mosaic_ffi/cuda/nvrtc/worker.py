@@ -5,7 +5,9 @@ minutes, and Ctrl-C does not reach it. So by default compiles run in a
 worker process (program.py run as a script), kept alive between compiles and
 killed when one takes longer than ``JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S``
 seconds (default 300, at most a week) or the caller is interrupted. Set it
-to 0 to compile in the calling process, with no bound.
+to 0 to compile in the calling process, with no bound. A child made by
+``os.fork`` (multiprocessing's default on Linux) leaves its parent's worker
+alone and starts its own.
 """
 
 from __future__ import annotations
@@ -115,6 +117,26 @@ class _Worker:
     if scratch is not None:
       shutil.rmtree(scratch, ignore_errors=True)
 
+  def forget_inherited(self) -> None:
+    """In a child made by os.fork: the worker, its pipes and its scratch folder are the parent's, in use by the
+    parent's compiles. They are dropped without being touched (no kill, no wait, no removal, no flush into the
+    parent's request pipe): the child's first compile starts a worker of its own. Our copies of the pipes are
+    pointed at /dev/null, which closes them here (the parent's worker sees its input close when the parent
+    closes it, not when every child has); the objects are kept, so that collecting them never closes a
+    descriptor number the child has reused."""
+    process, answers = self._process, self._answers
+    self._process = self._answers = self._scratch = None
+    self._lock = threading.Lock()  # a thread of the parent may have held it when the process forked
+    if process is None:
+      return
+    _inherited.append((process, answers))
+    with open(os.devnull, "rb") as devnull:
+      for stream in (process.stdin, answers):
+        try:
+          os.dup2(devnull.fileno(), stream.fileno())
+        except (OSError, ValueError):  # already closed
+          pass
+
   def close(self) -> None:
     """Ends the worker: it exits when its input closes."""
     process, self._process = self._process, None
@@ -140,6 +162,9 @@ def _cwd() -> str | None:
 
 _worker = _Worker()
 atexit.register(_worker.close)
+# What a forked child inherited from its parent's worker: kept, never used (_Worker.forget_inherited).
+_inherited: list = []
+os.register_at_fork(after_in_child=_worker.forget_inherited)
 
 
 def compile_bounded(request: dict, seconds: float | None) -> dict:
