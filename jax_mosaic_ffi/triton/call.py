@@ -130,10 +130,10 @@ def triton_call(*args, kernel, out_type: Any = None, grid, name: str = "", num_w
   their defaults. Integers equal to 1 and multiples of 16 are specialized as Triton's launcher does.
 
   Args:
-    kernel: a ``@triton.jit`` function, bare or under ``@triton.autotune`` / ``@triton.heuristics``
-      (stacked in either order). Autotuning runs on the GPU before the call is lowered and keeps the winner
-      on disk (:doc:`autotuning </guides/autotuning>`); only the winner reaches XLA. Configs whose values disagree with
-      metaparameters given here are dropped first, as jax-triton does.
+    kernel: a ``@triton.jit`` (or ``@gluon.jit``) function, bare or under ``@triton.autotune`` /
+      ``@triton.heuristics`` (stacked in either order). Autotuning runs on the GPU before the call is lowered
+      and keeps the winner on disk (:doc:`autotuning </guides/autotuning>`); only the winner reaches XLA. Configs
+      whose values disagree with metaparameters given here are dropped first, as jax-triton does.
     out_type: the outputs (``out_shape``, jax-triton's older name, is taken too, with a DeprecationWarning).
     grid: launch grid, or a function of ``meta`` returning one.
     name: the call's name in profiles (``jax.named_scope``).
