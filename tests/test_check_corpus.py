@@ -1,9 +1,9 @@
 """The kernel corpus passes jmf.check: every kernel of benchmarks/kernels/ against its fallback or a jax.numpy
 reference, on fresh random inputs (outputs poisoned by the runtime first, conftest.py): the CUDA C++ tiled matmul
 and Hopper GEMM, a C++ template in three dtypes, the Triton softmax, grouped matmul, flash attention, layer norm
-(forward and backward, with jmf.differentiable) and add_one, the CuTe DSL axpy, add_one, RMSNorm and Hopper GEMM,
-FlashAttention-4's forward and backward and quack's softmax (both through jmf.cute_call, their gradients by
-jmf.differentiable, against autodiff of jax.numpy).
+(forward and backward, with jmf.differentiable) and add_one, the Gluon tutorials' wgmma + TMA GEMMs and add_one,
+the CuTe DSL axpy, add_one, RMSNorm and Hopper GEMM, FlashAttention-4's forward and backward and quack's softmax
+(both through jmf.cute_call, their gradients by jmf.differentiable, against autodiff of jax.numpy).
 
 Shapes: derived edges where the kernel takes any size, named shapes where it documents what it takes (a kernel
 that reads past a ragged edge it does not support would fault, not mismatch). On the CPU the calls that have
@@ -239,6 +239,66 @@ def test_the_triton_layer_norm_and_its_backward_pass_in_two_dtypes(isolated_disk
   report = passes(jmf.check(triton_layer_norm(tu), jnp.zeros((256, 384)), jnp.zeros(384), jnp.zeros(384),
                             dtypes=[F32, F16]), ["layer_norm_fwd", "layer_norm_bwd_dx", "layer_norm_bwd_dwdb"])
   assert {r.dtype for r in report.rows if r.what == "VJP"} == {"float32", "float16"}
+
+
+# ------------------------------------------------------------------ Gluon
+
+def gluon_corpus():
+  import triton_required
+  triton_required.import_triton()
+  return benchmarks_package.kernels("gluon_user")
+
+
+def gluon_gemm(gu, ring: bool):
+  """The tutorials' wgmma + TMA GEMM (05-wgmma's, or 07-persistence's ring with MMAImpl=WGMMA), 128x128x64 tiles,
+  its output written through a descriptor of out0."""
+  from triton.experimental.gluon import language as gl
+  kernel, constexprs = ((gu.matmul_pipelined, {"MMAImpl": gu.WGMMA, "num_buffers": 4}) if ring else
+                        (gu.blocked_matmul_pipelined, {}))
+  TD = jmf.TensorDescriptor
+
+  def descriptor(operand, block):
+    return TD.from_tensor(operand, block, layout=gl.NVMMASharedLayout.get_default_for(block, gl.float16))
+  return jmf.mosaic_kernel(
+      jmf.gluon_kernel(kernel, constexprs=constexprs, num_warps=4),
+      lambda a, b: jax.ShapeDtypeStruct((a.shape[0], b.shape[1]), a.dtype),
+      grid=lambda meta, a, b: (jmf.cdiv(a.shape[0], 128), jmf.cdiv(b.shape[1], 128)),
+      param_order=(descriptor("in0", [128, 64]), descriptor("in1", [64, 128]), descriptor("out0", [128, 128])),
+      fallback=lambda a, b: jnp.matmul(a.astype(F32), b.astype(F32)).astype(a.dtype))
+
+
+def gluon_add_one(gu):
+  return jmf.mosaic_kernel(jmf.gluon_kernel(gu.add_one, constexprs={"BLOCK": 1024}), lambda x: x,
+                           grid=lambda meta, x: jmf.cdiv(x.size, 1024), scalars=lambda meta, x: (i32(x.size),),
+                           fallback=lambda x: x + 1)
+
+
+# M any; N and K multiples of 8 (TMA's 16-byte rows); K past the ring's prologue or not (TMA reads zeros past it).
+GEMM_SHAPES = [((256, 192), (192, 384)), ((200, 72), (72, 136)), ((1, 64), (64, 8))]
+
+
+def test_the_gluon_corpus_checks_through_its_fallbacks_anywhere(isolated_disk_cache):
+  gu = gluon_corpus()
+  for ring in (False, True):
+    passes(jmf.check(gluon_gemm(gu, ring), jnp.zeros((256, 192), F16), jnp.zeros((192, 384), F16), shapes=None,
+                     grads=False))
+  passes(jmf.check(gluon_add_one(gu), jnp.zeros(100), shapes=None))
+
+
+@gpu
+@pytest.mark.parametrize("ring", [False, True], ids=["double_buffered", "ring"])
+def test_the_gluon_wgmma_gemms_pass_on_every_shape(isolated_disk_cache, ring):
+  if not str(getattr(jax.devices()[0], "compute_capability", "0")).startswith("9"):
+    pytest.skip("the tutorials' wgmma GEMMs are Hopper's (sm_90)")
+  gu = gluon_corpus()
+  name = "matmul_pipelined" if ring else "blocked_matmul_pipelined"
+  passes(jmf.check(gluon_gemm(gu, ring), jnp.zeros((256, 192), F16), jnp.zeros((192, 384), F16),
+                   shapes=GEMM_SHAPES, grads=False), [name])
+
+
+@gpu
+def test_the_gluon_add_one_passes_on_every_edge(isolated_disk_cache):
+  passes(jmf.check(gluon_add_one(gluon_corpus()), jnp.zeros(3000)), ["add_one"])
 
 
 # ------------------------------------------------------------------ CuTe DSL
