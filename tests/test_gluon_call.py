@@ -52,10 +52,15 @@ def gemm(a, b, how: str = "aliased", block=(128, 128, 64)):
   return c[...]
 
 
-def test_scalars_and_copies_bind_as_jax_triton_binds_them(isolated_disk_cache):
-  x = jax.ShapeDtypeStruct((), jnp.float32)
-  cc = the_call(lambda v: jt.triton_call(v, kernel=gs.copy_scalar, out_type=jax.typeof(v), grid=1), x)
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32, jnp.float16, jnp.int64, jnp.int8, jnp.uint64])
+def test_scalars_copy_in_each_dtype_of_gluon_test(isolated_disk_cache, dtype):
+  with jax.enable_x64(True):  # gluon_test.py's module runs with x64 on
+    x = jax.ShapeDtypeStruct((), dtype)
+    cc = the_call(lambda v: jt.triton_call(v, kernel=gs.copy_scalar, out_type=jax.typeof(v), grid=1), x)
   assert cc["config"]["block"] == [128, 1, 1] and cc["operands"] == 1
+
+
+def test_copies_bind_as_jax_triton_binds_them(isolated_disk_cache):
   v = jax.ShapeDtypeStruct((500,), jnp.float32)
   # The size by name after the output the call fills, the constexpr as a metaparameter; a tuple of outputs.
   by_name = the_call(lambda a: jt.triton_call(a, xnumel=500, kernel=gs.memcpy, out_type=jax.typeof(a), grid=(8,),
