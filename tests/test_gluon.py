@@ -77,6 +77,16 @@ def ptx(kernel) -> str:
 
 # ---------------------------------------------------------------- the compile
 
+def test_mosaic_kernel_picks_the_gluon_front_end_by_the_kernels_type(isolated_disk_cache):
+  import triton_sources as ts
+  from jax_mosaic_ffi import api
+  gluon = api.front_end_of(jmf.gluon_kernel(gs.add))
+  assert gluon.name == "a Gluon kernel" and gluon.makers == ("gluon_kernel",)
+  compiled = jmf.gluon_kernel(gs.copy_scalar, signature=["*fp32", "*fp32"], targets=["sm_90"])
+  assert api.front_end_of(compiled) is gluon and {i.kind for i in compiled.images} <= set(gluon.image_kinds)
+  assert api.front_end_of(jmf.triton_kernel(ts.add)).name == "a Triton kernel"
+
+
 def test_a_gluon_kernel_compiles_without_a_gpu(isolated_disk_cache):
   before = jmf.kernel_cache_stats().triton_compiles
   kernel = jmf.gluon_kernel(gs.add, signature=["*fp32", "*fp32", "*fp32", "i32"],

@@ -121,7 +121,7 @@ def test_each_front_end_is_one_line_of_the_table_and_names_its_image_kinds(isola
   kernel = jmf.cuda_kernel(kernel_sources.ADD, "add", targets="sm_90")
   assert {image.kind for image in kernel.images} <= set(cuda.image_kinds)
   with pytest.raises(TypeError, match=r"needs a Kernel from cuda_kernel, ptx_kernel, cubin_kernel, triton_kernel, "
-                                      r"cute_kernel, got str"):
+                                      r"cute_kernel, gluon_kernel, got str"):
     api.front_end_of("add")
 
 
