@@ -306,10 +306,15 @@ def clear_kernel_cache(*, disk: bool = False) -> None:
 
 
 def export_disabled_checks() -> list:
-  """The ``disabled_checks`` to pass to ``jax.export.export``.
+  """The ``disabled_checks`` that let ``jax.export.export`` take our custom calls.
 
-  Our custom-call targets are not on JAX's list of stable custom calls;
-  their stability is ours to keep (:doc:`the contract </contract>`)::
+  Not needed with a supported jax: importing the package puts our targets on jax.export's list of stable
+  custom calls (their stability is ours to keep: :doc:`the contract </contract>`), so the plain call works::
+
+      exported = jax.export.export(jax.jit(f), platforms=["cuda"])(x)
+
+  Passing these as well changes nothing there; a jax that cannot be told says so when the export lowers a
+  kernel, naming this function::
 
       exported = jax.export.export(jax.jit(f), platforms=["cuda"],
                                    disabled_checks=jmf.export_disabled_checks())(x)
