@@ -59,7 +59,7 @@ case "${JMF_CUDA:-auto}" in
   1|yes|on) cuda_wanted=1 ;;
   *)
     probe_py="$venv/bin/python"
-    [ -x "$probe_py" ] || probe_py="$(find_python || command -v python3 || true)"
+    [ -x "$probe_py" ] || probe_py="$(find_python 2>/dev/null || command -v python3 || true)"
     if [ -n "$probe_py" ] && signs="$("$probe_py" "$repo/jax_mosaic_ffi/base/driver_probe.py" 2>/dev/null)"; then
       cuda_wanted=1
       echo "== NVIDIA driver found ($signs): jax's CUDA plugin is wanted"
@@ -102,11 +102,7 @@ if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp_file" 2>/dev/null)" = "$stamp" 
   echo "== jax_mosaic_ffi is up to date in $venv (no change in csrc/, CMakeLists.txt or pyproject.toml)"
 else
   if [ ! -x "$venv/bin/python" ]; then
-    if ! PY="$(find_python)"; then
-      echo "error: jax_mosaic_ffi needs Python >= 3.12 (jax 0.11 does), and none was found." >&2
-      echo "       Install one (e.g. pyenv install 3.12) or point JMF_PYTHON at it." >&2
-      exit 1
-    fi
+    PY="$(find_python)" || exit 1  # it says what it tried, and how to get one
     if [ "$offline" = 1 ]; then
       echo "== creating $venv with $PY ($("$PY" --version)), seeing its packages (offline)"
       "$PY" -m venv --system-site-packages "$venv"
