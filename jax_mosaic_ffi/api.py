@@ -27,6 +27,7 @@ from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain.kernel import Kernel
 from jax_mosaic_ffi.transforms import autotune as autotune_lib
 from jax_mosaic_ffi.transforms import sharding as sharding_lib
+from jax_mosaic_ffi.transforms import untimed
 from jax_mosaic_ffi.triton import decorated as triton_decorated
 from jax_mosaic_ffi.triton import launch as triton_launch
 from jax_mosaic_ffi.triton import tensor_descriptor
@@ -115,7 +116,8 @@ def mosaic_kernel(kernel: Kernel, out_shape, *, grid=None, block=None, cluster=N
     configs: ``[{...}, ...]`` autotunes the call (:doc:`autotuning </guides/autotuning>`): each config's
       values reach the callables as ``meta`` (and a Triton kernel's constexprs, ``num_warps`` and
       ``num_stages``, a CuTe DSL launcher's constexprs). A kernel under ``@triton.autotune`` /
-      ``@triton.heuristics`` brings its own.
+      ``@triton.heuristics`` brings its own. Without a GPU, a call that has a ``fallback`` builds no config: the
+      fallback runs, and only a program lowered for CUDA builds the default config.
     autotune_key: `autotune`'s ``key``: a function of the input avals that scopes the winner.
     autotune_default: `autotune`'s ``default``: the config (or its index) used where nothing is timed.
     has_side_effect: keep the call when its results are unused (a kernel that prints, or writes what XLA
@@ -191,6 +193,9 @@ def _tuned(kernel, out_shape, configs, key, default, options: LaunchOptions) -> 
       return _launcher(kernel.with_meta(meta), out_shape, per_config)
     return _launcher(kernel, out_shape, per_config, meta)
 
+  if options.fallback is not None:  # where nothing can be timed, only a program lowered for CUDA builds a config
+    return untimed.WithFallback(factory, configs, fallback=options.fallback, key=key, default=default,
+                                name=_tuned_name(kernel))
   return autotune_lib.Autotuned(factory, configs, key=key, default=default, name=_tuned_name(kernel))
 
 
