@@ -16,6 +16,8 @@ expected results (`EXPECTED`) have them checked after their blocks ran.
 
 from __future__ import annotations
 
+import ast
+import builtins
 import dataclasses
 import glob
 import importlib.util
@@ -265,6 +267,40 @@ def test_the_docstring_examples_run(tmp_path):
   assert result["failed"] == 0, result["report"]
   assert {"mosaic_kernel", "cuda_kernel", "differentiable", "autotune", "jax_triton.strides_from_shape"} <= set(
       result["ran"]), result["ran"]
+
+
+def undefined_names(code: str) -> set[str]:
+  """The names ``code`` uses that nothing in it defines (an import, an assignment, a def, a parameter...) and
+  that are not builtins: a coarse check that ignores scopes, which is what a missing import needs."""
+  defined, loaded = set(dir(builtins)) | {"__file__", "__name__"}, set()
+  for node in ast.walk(ast.parse(code)):
+    if isinstance(node, ast.Name):
+      (loaded if isinstance(node.ctx, ast.Load) else defined).add(node.id)
+    elif isinstance(node, (ast.Import, ast.ImportFrom)):
+      defined |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+      defined.add(node.name)
+    elif isinstance(node, ast.arg):
+      defined.add(node.arg)
+    elif isinstance(node, ast.ExceptHandler) and node.name:
+      defined.add(node.name)
+  return loaded - defined
+
+
+def test_a_block_that_imports_jax_runs_alone():
+  """A block that imports jax starts a program, and a reader copies it whole: every name it uses is its own (the
+  blocks after it on the page may use its names). The pages run in one namespace, which would hide a missing
+  import; this finds it."""
+  starts = [b for b in all_blocks()
+            if any(isinstance(node, ast.Import) and any(a.name == "jax" for a in node.names)
+                   for node in ast.parse(b.code).body)]
+  assert len(starts) >= 10, [b.where for b in starts]
+  missing = {b.where: sorted(undefined_names(b.code)) for b in starts if undefined_names(b.code)}
+  assert not missing, f"blocks that start a program but use names they do not define: {missing}"
+
+
+def test_the_self_containment_check_finds_a_missing_import():
+  assert undefined_names("import jax\ndef f(x, *, y=1):\n  return jt.triton_call(x, y) + [z for z in x]") == {"jt"}
 
 
 def test_code_block_markers():
