@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sourced by demo.sh and test.sh: makes a venv (Python >= 3.12) and installs
-# jax_mosaic_ffi into it, editable, with the given extras.
+# jax_mosaic_ffi into it, editable, with the given extras (none for the demo).
 #
 # Editable (scikit-build-core's redirect mode): the venv holds the compiled
 # extension, and `import jax_mosaic_ffi` reads the Python files of this
@@ -24,7 +24,7 @@
 #               JMF_BENCHMARK_TARGETS=ON (the benchmarks' baseline targets)
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-extras="${1:-test}"
+extras="${1:-}"
 
 source "$repo/scripts/find_python.sh"
 
@@ -65,14 +65,17 @@ case "${JMF_CUDA:-auto}" in
       echo "== NVIDIA driver found ($signs): jax's CUDA plugin is wanted"
     fi ;;
 esac
-[ "$cuda_wanted" = 0 ] || extras="$extras,cuda"
+[ "$cuda_wanted" = 0 ] || extras="${extras:+$extras,}cuda"
 defines=()
 for define in ${JMF_CMAKE_DEFINES:-}; do defines+=("--config-settings=cmake.define.$define"); done
 stamp_file="$venv/.jax_mosaic_ffi-install-stamp"
 stamp="$(build_stamp)"
-# The extras installed so far: the demo (test) and the tests (test,triton)
+# The extras installed so far (the file, empty where none): the demo (none) and the tests (test,triton,...)
 # share a venv, so a run asking for fewer extras than are there installs nothing.
 extras_file="$venv/.jax_mosaic_ffi-install-extras"
+# pip's whole output, for when it fails.
+install_log="$venv/.jax_mosaic_ffi-install.log"
+source "$repo/scripts/pip_steps.sh"
 installed_extras="$(cat "$extras_file" 2>/dev/null || true)"
 extras_union="$(echo "$installed_extras,$extras" | tr ',' '\n' | sed '/^$/d' | LC_ALL=C sort -u | paste -sd, -)"
 # Up to date but for some extras (the docs after the tests, the tests after the demo): install what those extras
@@ -82,7 +85,7 @@ pins=()
 [ -z "${JMF_JAX:-}" ] || pins=("jax==$JMF_JAX" "jaxlib==$JMF_JAX")
 [ -z "${JMF_TRITON:-}" ] || pins+=("triton==$JMF_TRITON")
 if [ "$offline" = 0 ] && [ -x "$venv/bin/python" ] && [ "$(cat "$stamp_file" 2>/dev/null)" = "$stamp" ] &&
-   [ -n "$installed_extras" ] && [ "$extras_union" != "$installed_extras" ]; then
+   [ -f "$extras_file" ] && [ "$extras_union" != "$installed_extras" ]; then
   missing_extras="$(comm -13 <(echo "$installed_extras" | tr ',' '\n' | LC_ALL=C sort) \
                              <(echo "$extras_union" | tr ',' '\n' | LC_ALL=C sort) | paste -sd, -)"
   mapfile -t requirements < <("$venv/bin/python" -c '
@@ -90,8 +93,9 @@ import sys, tomllib
 extras = tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]
 print("\n".join(r for extra in sys.argv[2].split(",") for r in extras[extra]))' "$repo/pyproject.toml" "$missing_extras")
   echo "== jax_mosaic_ffi is up to date in $venv, but this script needs the extras [$missing_extras], which the"
-  echo "   earlier install (extras [$installed_extras]) left out: installing ${requirements[*]} (nothing is rebuilt)"
-  if "$venv/bin/python" -m pip install -q "${requirements[@]}" "${pins[@]}"; then
+  echo "   earlier install (extras [$installed_extras]) left out; installing them (nothing is rebuilt):"
+  say_requirements "${requirements[@]}"
+  if pip_showing_steps "$install_log" "$venv/bin/python" -m pip install "${requirements[@]}" "${pins[@]}"; then
     echo "$extras_union" > "$extras_file"
     installed_extras="$extras_union"
   fi
@@ -145,8 +149,8 @@ else
     echo "== installing jax_mosaic_ffi into $venv (editable, offline: --no-build-isolation --no-deps)"
     "$venv/bin/python" -m pip install -q --no-build-isolation --no-deps "${defines[@]}" -e "$repo"
   elif [ -n "${JMF_WHEEL:-}" ]; then
-    echo "== installing $(basename "$JMF_WHEEL")[$extras]${pins:+ ${pins[*]}} into $venv"
-    "$venv/bin/python" -m pip install -q "$JMF_WHEEL[$extras]" "${pins[@]}"
+    echo "== installing $(basename "$JMF_WHEEL")${extras:+[$extras]}${pins:+ ${pins[*]}} into $venv"
+    "$venv/bin/python" -m pip install -q "$JMF_WHEEL${extras:+[$extras]}" "${pins[@]}"
     # Same version number, new build: pip would call it already satisfied.
     "$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$JMF_WHEEL"
   else
@@ -157,14 +161,15 @@ else
       echo "       Install one (Debian/Ubuntu: apt-get install g++; Fedora: dnf install gcc-c++) or set CXX." >&2
       exit 1
     fi
-    echo "== installing jax_mosaic_ffi[$extras]${pins:+ ${pins[*]}} into $venv (editable; builds the C++ extension)"
-    if ! "$venv/bin/python" -m pip install -q "${defines[@]}" -e "$repo[$extras]" "${pins[@]}"; then
+    echo "== installing jax_mosaic_ffi${extras:+[$extras]}${pins:+ ${pins[*]}} into $venv (editable; builds the C++"
+    echo "   extension: a few minutes the first time, most of them compiling; each step below)"
+    if ! pip_showing_steps "$install_log" "$venv/bin/python" -m pip install "${defines[@]}" -e "$repo${extras:+[$extras]}" "${pins[@]}"; then
       [ "$cuda_wanted" = 1 ] || exit 1
       loud "An NVIDIA driver is here but jax_mosaic_ffi[cuda] (jax[cuda13]) could not be installed" \
            "(no network?). Installing without it: jax will run on the CPU and GPU TESTS WILL SKIP." \
            "Offline, with jax's CUDA plugin already in a Python: JMF_SYSTEM_SITE_PACKAGES=1 JMF_PYTHON=that-python"
       extras="$(echo "$extras" | tr ',' '\n' | grep -vx cuda | paste -sd, -)"
-      "$venv/bin/python" -m pip install -q "${defines[@]}" -e "$repo[$extras]" "${pins[@]}"
+      pip_showing_steps "$install_log" "$venv/bin/python" -m pip install "${defines[@]}" -e "$repo${extras:+[$extras]}" "${pins[@]}"
     fi
   fi
   echo "$stamp" > "$stamp_file"

@@ -107,3 +107,59 @@ def test_every_setup_script_finds_python_the_one_way(tmp_path, script):
   assert result.returncode == 1, result.stdout + result.stderr
   assert "error: no Python >= 3.12 found (tried " in result.stderr, result.stderr
   assert not (tmp_path / "venv").exists()
+
+
+PIP_STEPS = REPO / "scripts" / "pip_steps.sh"
+# Lines of `pip install -v -e .` as pip 23 and scikit-build-core 1.1 print them, with the noise between them.
+PIP_VERBOSE = """\
+Using pip 23.2.1 from /venv/lib/python3.12/site-packages/pip (python 3.12)
+Obtaining file:///checkout
+  Installing build dependencies: started
+  Running command pip subprocess to install build dependencies
+  Collecting jaxlib==0.11.2
+    Downloading jaxlib-0.11.2-cp312-cp312-manylinux_2_27_x86_64.whl (89.9 MB)
+  Installing build dependencies: finished with status 'done'
+Collecting numpy>=1.26 (from jax_mosaic_ffi==0.1.0)
+  *** scikit-build-core 1.1.2 using CMake 3.25.1 (editable)
+  *** Configuring CMake...
+  -- The CXX compiler identification is GNU 12.2.0
+  [1/40] Building CXX object CMakeFiles/jmf_runtime.dir/csrc/contract/tensor_maps.cc.o
+  [28/40] Building CXX object CMakeFiles/nanobind-static-abi3.dir/tmp/pip-build-env-x/overlay/lib/python3.12/site-packages/nanobind/src/nb_type.cpp.o
+  [40/40] Linking CXX shared module _core.abi3.so
+Installing collected packages: flatbuffers, numpy
+"""
+
+
+def pip_steps(tmp_path, status: int) -> subprocess.CompletedProcess:
+  pip = tmp_path / "pip"
+  pip.write_text(f"#!/bin/sh\ncat <<'EOF'\n{PIP_VERBOSE}EOF\necho \"args: $*\"\nexit {status}\n")
+  pip.chmod(0o755)
+  log = tmp_path / "install.log"
+  script = (f'source "{PIP_STEPS}"; say_requirements "triton>=3.6,<3.10; platform_system == \'Linux\'" "pytest>=8"; '
+            f'pip_showing_steps "{log}" "{pip}" install -e .')
+  return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+
+
+def test_a_pip_install_says_each_step_and_keeps_the_whole_output(tmp_path):
+  result = pip_steps(tmp_path, 0)
+  assert result.returncode == 0, result.stderr
+  assert result.stdout.splitlines() == [
+      "     triton>=3.6,<3.10; platform_system == 'Linux'",
+      "     pytest>=8",
+      "   pip: the build's own requirements (jax 0.11.2 for its FFI headers, nanobind, scikit-build-core, CMake)",
+      "   pip: jaxlib==0.11.2",
+      "   pip: numpy>=1.26",
+      "   build: CMake configures the C++ extension",
+      "   build: [1/40] compiling csrc/contract/tensor_maps.cc",
+      "   build: [28/40] compiling nanobind/src/nb_type.cpp",
+      "   build: [40/40] linking _core.abi3.so",
+      "   pip: installing flatbuffers, numpy...",
+  ]
+  assert (tmp_path / "install.log").read_text() == PIP_VERBOSE + "args: install -e . -v\n"
+
+
+def test_a_failed_pip_install_shows_the_end_of_its_output_and_fails(tmp_path):
+  result = pip_steps(tmp_path, 3)
+  assert result.returncode == 3
+  assert result.stderr.splitlines()[-2:] == ["args: install -e . -v",
+                                             f"error: pip failed (exit 3); its whole output: {tmp_path}/install.log"]
