@@ -161,8 +161,8 @@ else
       echo "       Install one (Debian/Ubuntu: apt-get install g++; Fedora: dnf install gcc-c++) or set CXX." >&2
       exit 1
     fi
-    echo "== installing jax_mosaic_ffi${extras:+[$extras]}${pins:+ ${pins[*]}} into $venv (editable; builds the C++"
-    echo "   extension: a few minutes the first time, most of them compiling; each step below)"
+    echo "== installing jax_mosaic_ffi${extras:+[$extras]}${pins:+ ${pins[*]}} into $venv, editable: pip fetches the"
+    echo "   packages, then compiles the C++ extension (about 2 minutes on 2 cores; each step is shown below)"
     if ! pip_showing_steps "$install_log" "$venv/bin/python" -m pip install "${defines[@]}" -e "$repo${extras:+[$extras]}" "${pins[@]}"; then
       [ "$cuda_wanted" = 1 ] || exit 1
       loud "An NVIDIA driver is here but jax_mosaic_ffi[cuda] (jax[cuda13]) could not be installed" \
