@@ -124,7 +124,7 @@ Collecting numpy>=1.26 (from jax_mosaic_ffi==0.1.0)
   *** Configuring CMake...
   -- The CXX compiler identification is GNU 12.2.0
   [1/40] Building CXX object CMakeFiles/jmf_runtime.dir/csrc/contract/tensor_maps.cc.o
-  [28/40] Building CXX object CMakeFiles/nanobind-static-abi3.dir/tmp/pip-build-env-x/overlay/lib/python3.12/site-packages/nanobind/src/nb_type.cpp.o
+  [28/40] Building CXX object CMakeFiles/nanobind-static-abi3.dir/tmp/env/site-packages/nanobind/src/nb_type.cpp.o
   [40/40] Linking CXX shared module _core.abi3.so
 Installing collected packages: flatbuffers, numpy
 """
