@@ -23,6 +23,7 @@ from jax_mosaic_ffi.gluon import front_end as gluon_front_end
 from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.transforms import autotune as autotune_lib
 from jax_mosaic_ffi.transforms import sharding as sharding_lib
+from jax_mosaic_ffi.transforms import untimed
 from jax_mosaic_ffi.triton import front_end as triton_front_end
 
 # The front ends, one line each (docs/architecture.md, "The front-end protocol"): a kernel is launched by the one
@@ -131,7 +132,8 @@ def mosaic_kernel(kernel, out_shape, *, input_output_aliases: Mapping[int, int] 
     configs: ``[{...}, ...]`` autotunes the call (:doc:`autotuning </guides/autotuning>`): each config's
       values reach the callables as ``meta`` (and a Triton kernel's constexprs, ``num_warps`` and
       ``num_stages``, a CuTe DSL launcher's constexprs). A kernel under ``@triton.autotune`` /
-      ``@triton.heuristics`` brings its own.
+      ``@triton.heuristics`` brings its own. Without a GPU, a call that has a ``fallback`` builds no config: the
+      fallback runs, and only a program lowered for CUDA builds the default config.
     autotune_key: `autotune`'s ``key``: a function of the input avals that scopes the winner.
     autotune_default: `autotune`'s ``default``: the config (or its index) used where nothing is timed.
     has_side_effect: keep the call when its results are unused (a kernel that prints, or writes what XLA
@@ -163,8 +165,12 @@ def mosaic_kernel(kernel, out_shape, *, input_output_aliases: Mapping[int, int] 
     # Each config's call without the sharding, which goes around the tuned call.
     per_config = dataclasses.replace(launch, sharding=None)
     name = f"mosaic_kernel {getattr(kernel, 'name', kernel)!s}"
-    call = autotune_lib.Autotuned(lambda meta: front_end.launcher(kernel, out_shape, per_config, own, meta), configs,
-                                  key=autotune_key, default=autotune_default, name=name)
+    factory = lambda meta: front_end.launcher(kernel, out_shape, per_config, own, meta)  # noqa: E731
+    if fallback is None:
+      call = autotune_lib.Autotuned(factory, configs, key=autotune_key, default=autotune_default, name=name)
+    else:  # where nothing can be timed, only a program lowered for CUDA builds a config
+      call = untimed.WithFallback(factory, configs, fallback=fallback, key=autotune_key, default=autotune_default,
+                                  name=name)
   return call if sharding is None else sharding_lib.sharded(call, sharding, name=name)
 
 
@@ -281,10 +287,15 @@ def clear_kernel_cache(*, disk: bool = False) -> None:
 
 
 def export_disabled_checks() -> list:
-  """The ``disabled_checks`` to pass to ``jax.export.export``.
+  """The ``disabled_checks`` that let ``jax.export.export`` take our custom calls.
 
-  Our custom-call targets are not on JAX's list of stable custom calls;
-  their stability is ours to keep (:doc:`the contract </contract>`)::
+  Not needed with a supported jax: importing the package puts our targets on jax.export's list of stable
+  custom calls (their stability is ours to keep: :doc:`the contract </contract>`), so the plain call works::
+
+      exported = jax.export.export(jax.jit(f), platforms=["cuda"])(x)
+
+  Passing these as well changes nothing there; a jax that cannot be told says so when the export lowers a
+  kernel, naming this function::
 
       exported = jax.export.export(jax.jit(f), platforms=["cuda"],
                                    disabled_checks=jmf.export_disabled_checks())(x)

@@ -24,18 +24,17 @@
 #   manylinux, which the check below accepts). The
 #   CUDA driver (libcuda.so.1) is the user's: we dlopen it, never link it, and
 #   --exclude keeps it out should a link to it ever appear.
-#   JMF_PYTHON  the Python >= 3.12 for the tools' venv (default: .venv's, else python3)
+#   JMF_PYTHON  the Python >= 3.12 for the tools' venv (default: .venv's, else the one scripts/find_python.sh finds)
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 plat=manylinux_2_28_x86_64
 glibc=2.28
 
-py="${JMF_PYTHON:-}"
-[ -n "$py" ] || { [ -x "${JMF_VENV:-$repo/.venv}/bin/python" ] && py="${JMF_VENV:-$repo/.venv}/bin/python"; } || py=python3
-if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
-  echo "error: no Python >= 3.12 at $py: set JMF_PYTHON" >&2
-  exit 1
+source "$repo/scripts/find_python.sh"
+py="${JMF_VENV:-$repo/.venv}/bin/python"
+if [ -n "${JMF_PYTHON:-}" ] || ! _jmf_python_says "$py" >/dev/null; then
+  py="$(find_python)" || exit 1
 fi
 
 # The release tools, once per version of their pins.

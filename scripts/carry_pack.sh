@@ -22,8 +22,7 @@ while [ $# -gt 0 ]; do
 done
 [ "${#pkgs[@]}" -gt 0 ] || { echo "error: no packages named" >&2; exit 2; }
 source "$repo/scripts/find_python.sh"
-py="$(find_python)" ||
-  { echo "error: pip needs a Python >= 3.12 to find cp312 wheels, and none was found" >&2; exit 1; }
+py="$(find_python)" || exit 1  # pip finds cp312 wheels for a Python >= 3.12
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \

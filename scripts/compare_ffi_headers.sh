@@ -7,7 +7,8 @@
 set -euo pipefail
 old="${1:?usage: compare_ffi_headers.sh OLD NEW [DIR]}"; new="${2:?usage: compare_ffi_headers.sh OLD NEW [DIR]}"
 dir="${3:-${TMPDIR:-/tmp}/jmf-ffi-headers}"
-PY="${JMF_PYTHON:-python3}"
+source "$(dirname "${BASH_SOURCE[0]}")/find_python.sh"
+PY="$(find_python)" || exit 1
 mkdir -p "$dir"
 for v in "$old" "$new"; do
   if [ ! -d "$dir/$v" ]; then

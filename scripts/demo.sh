@@ -3,6 +3,6 @@
 # the main demo.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$repo/scripts/setup_env.sh" test
+source "$repo/scripts/setup_env.sh"  # no extras: the demo needs the package alone
 cd "$repo/examples"
 exec "$venv/bin/python" demo.py "$@"

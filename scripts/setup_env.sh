@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sourced by demo.sh and test.sh: makes a venv (Python >= 3.12) and installs
-# jax_mosaic_ffi into it, editable, with the given extras.
+# jax_mosaic_ffi into it, editable, with the given extras (none for the demo).
 #
 # Editable (scikit-build-core's redirect mode): the venv holds the compiled
 # extension, and `import jax_mosaic_ffi` reads the Python files of this
@@ -24,7 +24,7 @@
 #               JMF_BENCHMARK_TARGETS=ON (the benchmarks' baseline targets)
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-extras="${1:-test}"
+extras="${1:-}"
 
 source "$repo/scripts/find_python.sh"
 
@@ -59,13 +59,13 @@ case "${JMF_CUDA:-auto}" in
   1|yes|on) cuda_wanted=1 ;;
   *)
     probe_py="$venv/bin/python"
-    [ -x "$probe_py" ] || probe_py="$(find_python || command -v python3 || true)"
+    [ -x "$probe_py" ] || probe_py="$(find_python 2>/dev/null || command -v python3 || true)"
     if [ -n "$probe_py" ] && signs="$("$probe_py" "$repo/jax_mosaic_ffi/base/driver_probe.py" 2>/dev/null)"; then
       cuda_wanted=1
       echo "== NVIDIA driver found ($signs): jax's CUDA plugin is wanted"
     fi ;;
 esac
-[ "$cuda_wanted" = 0 ] || extras="$extras,cuda"
+[ "$cuda_wanted" = 0 ] || extras="${extras:+$extras,}cuda"
 # Each venv builds in a folder of its own, kept for the next (incremental) build: two installs of one checkout into
 # two venvs at once never share one (the checkout's build/ was shared, and one install broke the other's).
 defines=("--config-settings=build-dir=$venv/build/{wheel_tag}")
@@ -77,9 +77,12 @@ exec {install_lock}>"$venv/.jax_mosaic_ffi-install.lock"
 command -v flock >/dev/null 2>&1 && flock "$install_lock"
 stamp_file="$venv/.jax_mosaic_ffi-install-stamp"
 stamp="$(build_stamp)"
-# The extras installed so far: the demo (test) and the tests (test,triton)
+# The extras installed so far (the file, empty where none): the demo (none) and the tests (test,triton,...)
 # share a venv, so a run asking for fewer extras than are there installs nothing.
 extras_file="$venv/.jax_mosaic_ffi-install-extras"
+# pip's whole output, for when it fails.
+install_log="$venv/.jax_mosaic_ffi-install.log"
+source "$repo/scripts/pip_steps.sh"
 installed_extras="$(cat "$extras_file" 2>/dev/null || true)"
 extras_union="$(echo "$installed_extras,$extras" | tr ',' '\n' | sed '/^$/d' | LC_ALL=C sort -u | paste -sd, -)"
 # Up to date but for some extras (the docs after the tests, the tests after the demo): install what those extras
@@ -89,7 +92,7 @@ pins=()
 [ -z "${JMF_JAX:-}" ] || pins=("jax==$JMF_JAX" "jaxlib==$JMF_JAX")
 [ -z "${JMF_TRITON:-}" ] || pins+=("triton==$JMF_TRITON")
 if [ "$offline" = 0 ] && [ -x "$venv/bin/python" ] && [ "$(cat "$stamp_file" 2>/dev/null)" = "$stamp" ] &&
-   [ -n "$installed_extras" ] && [ "$extras_union" != "$installed_extras" ]; then
+   [ -f "$extras_file" ] && [ "$extras_union" != "$installed_extras" ]; then
   missing_extras="$(comm -13 <(echo "$installed_extras" | tr ',' '\n' | LC_ALL=C sort) \
                              <(echo "$extras_union" | tr ',' '\n' | LC_ALL=C sort) | paste -sd, -)"
   mapfile -t requirements < <("$venv/bin/python" -c '
@@ -97,8 +100,9 @@ import sys, tomllib
 extras = tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]
 print("\n".join(r for extra in sys.argv[2].split(",") for r in extras[extra]))' "$repo/pyproject.toml" "$missing_extras")
   echo "== jax_mosaic_ffi is up to date in $venv, but this script needs the extras [$missing_extras], which the"
-  echo "   earlier install (extras [$installed_extras]) left out: installing ${requirements[*]} (nothing is rebuilt)"
-  if "$venv/bin/python" -m pip install -q "${requirements[@]}" "${pins[@]}"; then
+  echo "   earlier install (extras [$installed_extras]) left out; installing them (nothing is rebuilt):"
+  say_requirements "${requirements[@]}"
+  if pip_showing_steps "$install_log" "$venv/bin/python" -m pip install "${requirements[@]}" "${pins[@]}"; then
     echo "$extras_union" > "$extras_file"
     installed_extras="$extras_union"
   fi
@@ -109,11 +113,7 @@ if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp_file" 2>/dev/null)" = "$stamp" 
   echo "== jax_mosaic_ffi is up to date in $venv (no change in csrc/, CMakeLists.txt or pyproject.toml)"
 else
   if [ ! -x "$venv/bin/python" ]; then
-    if ! PY="$(find_python)"; then
-      echo "error: jax_mosaic_ffi needs Python >= 3.12 (jax 0.11 does), and none was found." >&2
-      echo "       Install one (e.g. pyenv install 3.12) or point JMF_PYTHON at it." >&2
-      exit 1
-    fi
+    PY="$(find_python)" || exit 1  # it says what it tried, and how to get one
     if [ "$offline" = 1 ]; then
       echo "== creating $venv with $PY ($("$PY" --version)), seeing its packages (offline)"
       "$PY" -m venv --system-site-packages "$venv"
@@ -156,8 +156,8 @@ else
     echo "== installing jax_mosaic_ffi into $venv (editable, offline: --no-build-isolation --no-deps)"
     "$venv/bin/python" -m pip install -q --no-build-isolation --no-deps "${defines[@]}" -e "$repo"
   elif [ -n "${JMF_WHEEL:-}" ]; then
-    echo "== installing $(basename "$JMF_WHEEL")[$extras]${pins:+ ${pins[*]}} into $venv"
-    "$venv/bin/python" -m pip install -q "$JMF_WHEEL[$extras]" "${pins[@]}"
+    echo "== installing $(basename "$JMF_WHEEL")${extras:+[$extras]}${pins:+ ${pins[*]}} into $venv"
+    "$venv/bin/python" -m pip install -q "$JMF_WHEEL${extras:+[$extras]}" "${pins[@]}"
     # Same version number, new build: pip would call it already satisfied.
     "$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$JMF_WHEEL"
   else
@@ -168,14 +168,15 @@ else
       echo "       Install one (Debian/Ubuntu: apt-get install g++; Fedora: dnf install gcc-c++) or set CXX." >&2
       exit 1
     fi
-    echo "== installing jax_mosaic_ffi[$extras]${pins:+ ${pins[*]}} into $venv (editable; builds the C++ extension)"
-    if ! "$venv/bin/python" -m pip install -q "${defines[@]}" -e "$repo[$extras]" "${pins[@]}"; then
+    echo "== installing jax_mosaic_ffi${extras:+[$extras]}${pins:+ ${pins[*]}} into $venv, editable: pip fetches the"
+    echo "   packages, then compiles the C++ extension (about 2 minutes on 2 cores; each step is shown below)"
+    if ! pip_showing_steps "$install_log" "$venv/bin/python" -m pip install "${defines[@]}" -e "$repo${extras:+[$extras]}" "${pins[@]}"; then
       [ "$cuda_wanted" = 1 ] || exit 1
       loud "An NVIDIA driver is here but jax_mosaic_ffi[cuda] (jax[cuda13]) could not be installed" \
            "(no network?). Installing without it: jax will run on the CPU and GPU TESTS WILL SKIP." \
            "Offline, with jax's CUDA plugin already in a Python: JMF_SYSTEM_SITE_PACKAGES=1 JMF_PYTHON=that-python"
       extras="$(echo "$extras" | tr ',' '\n' | grep -vx cuda | paste -sd, -)"
-      "$venv/bin/python" -m pip install -q "${defines[@]}" -e "$repo[$extras]" "${pins[@]}"
+      pip_showing_steps "$install_log" "$venv/bin/python" -m pip install "${defines[@]}" -e "$repo${extras:+[$extras]}" "${pins[@]}"
     fi
   fi
   echo "$stamp" > "$stamp_file"

@@ -57,15 +57,46 @@ def pytest_report_header(config):
   return [where, f"jax_mosaic_ffi: {'WARNING: ' if loud else ''}GPU tests skip: {reason}"]
 
 
-def pytest_collection_modifyitems(config, items):
+def _gpu_skip_reasons() -> dict[int, str | None]:
+  """Why tests that need 1 or 2 GPUs skip here (None: they run)."""
   from jax_mosaic_ffi.base import gpu_info
   count, error = _cuda_devices()
-  reasons = {needed: gpu_info.gpu_unavailable_reason(count, needed, error) for needed in (1, 2)}
+  return {needed: gpu_info.gpu_unavailable_reason(count, needed, error) for needed in (1, 2)}
+
+
+def pytest_collection_modifyitems(config, items):
+  reasons = _gpu_skip_reasons()
   for item in items:
     needed = 2 if "multi_gpu" in item.keywords else 1 if "gpu" in item.keywords else 0
     reason = needed and reasons[needed]
     if reason:
       item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def _skip_reason(report) -> str:
+  longrepr = report.longrepr
+  return longrepr[2].removeprefix("Skipped: ") if isinstance(longrepr, tuple) and len(longrepr) == 3 else ""
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter, config):
+  """The GPU tests skipped for want of a GPU: one line per reason before the result line, not one per test
+  (``-v`` lists them); every other skip as ``-ra`` shows it. Outermost (tryfirst), so that pytest's short summary
+  runs without them inside, and they are back for its count of skipped tests."""
+  # Asked again here: under pytest-xdist the workers collected, not this process.
+  reasons = {reason for reason in _gpu_skip_reasons().values() if reason}
+  skipped = terminalreporter.stats.get("skipped", [])
+  gpu = [report for report in skipped if _skip_reason(report) in reasons]
+  if not gpu or config.get_verbosity() > 0:
+    return (yield)
+  terminalreporter.stats["skipped"] = [report for report in skipped if _skip_reason(report) not in reasons]
+  try:
+    return (yield)
+  finally:
+    terminalreporter.stats["skipped"] = skipped
+    for reason in sorted({_skip_reason(report) for report in gpu}):
+      count = sum(_skip_reason(report) == reason for report in gpu)
+      terminalreporter.write_line(f"SKIPPED [{count}] GPU tests (markers gpu, multi_gpu): {reason}", yellow=True)
 
 
 @pytest.fixture

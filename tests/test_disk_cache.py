@@ -580,3 +580,12 @@ def test_cache_folders_are_created_private(tmp_path, monkeypatch):
   assert stat.S_IMODE(os.stat(tmp_path / "new" / "cache").st_mode) == 0o700
   assert stat.S_IMODE(os.stat(entry.parent).st_mode) == 0o700
   assert stat.S_IMODE(os.stat(entry).st_mode) == 0o600
+
+
+def test_a_failed_compile_hides_no_header_from_the_next_ones_record(isolated_disk_cache):
+  # NVRTC's time trace, which names the headers a compile read, leaves some out in a process where a compile
+  # failed: the compile worker is replaced after a failure, so what a cache entry depends on stays complete.
+  with pytest.raises(jmf.CompileError):
+    jmf.cuda_kernel('#include <cub/device/device_reduce.cuh>\nextern "C" __global__ void k(float* x) {}', "k")
+  kernel = jmf.cuda_kernel(kernel_sources.AXPB, "ops::axpb<float>")
+  assert str(nvrtc_compat.PRELUDE) in {path for path, digest in kernel.compiled.deps if digest is not None}

@@ -111,3 +111,19 @@ def test_the_link_check_names_each_broken_link_and_anchor(tmp_path):
   assert "index.html: #missing (no anchor #missing in index.html)" in checked.stderr
   assert "index.html: ../../outside.png (outside the site)" in checked.stderr
   assert "4 broken internal link(s)" in checked.stderr
+
+
+def test_the_keyword_only_star_of_a_signature_is_not_styled_as_a_link():
+  # Sphinx renders the `*` of `mosaic_kernel(kernel, out_shape, *, grid=None, ...)` as an <abbr> of the class below,
+  # which browsers underline; the site's CSS takes the underline off. Where Sphinx is installed (the docs extra),
+  # it must still emit that class, or the rule styles nothing.
+  with open(os.path.join(REPO, "docs", "_static", "custom.css"), encoding="utf-8") as f:
+    css = f.read()
+  rule = re.search(r"\.sig \.keyword-only-separator abbr,\s*\.sig \.positional-only-separator abbr \{([^}]*)\}", css)
+  assert rule and "text-decoration: none" in rule.group(1) and "border-bottom: none" in rule.group(1), css
+  try:
+    from sphinx.domains.python import _annotations
+  except ImportError:
+    return
+  source = inspect.getsource(_annotations)
+  assert "classes=['keyword-only-separator']" in source and "classes=['positional-only-separator']" in source

@@ -16,6 +16,8 @@ expected results (`EXPECTED`) have them checked after their blocks ran.
 
 from __future__ import annotations
 
+import ast
+import builtins
 import dataclasses
 import glob
 import importlib.util
@@ -128,7 +130,10 @@ _AXPY_AND_ITS_CUSTOM_CALL = '''
 # What some pages compute, checked after their blocks ran: {page: (expression over the page's namespace, giving a
 # dict of booleans that must all be True)}. A page rewritten under other names updates its line here.
 EXPECTED = {
-    "README.md": "{" + _AXPY_AND_ITS_CUSTOM_CALL + "}",
+    "README.md": "{" + _AXPY_AND_ITS_CUSTOM_CALL + '''
+        "exported as written": ns["exported"].platforms == ("cuda",) and
+                               "jax_mosaic_ffi_launch_v1" in ns["exported"].mlir_module(),
+    }''',
     "docs/coming_from_jax_triton.md": '''{
         "add": np.array_equal(np.asarray(ns["z"]), np.asarray(ns["x"]) + 1),
         "grad": np.array_equal(np.asarray(ns["gx"]), np.ones(4096)) and
@@ -277,6 +282,40 @@ def test_a_page_that_needs_nvshmem_skips_without_it(monkeypatch):
   monkeypatch.setattr(nvshmem_package, "find", lambda: None)
   assert _missing_packages(blocks) == ["nvidia-nvshmem-cu13 (the nvshmem extra)"]
   assert _missing_packages([b for b in all_blocks() if b.page == "docs/guides/autotuning.md"]) == []
+
+
+def undefined_names(code: str) -> set[str]:
+  """The names ``code`` uses that nothing in it defines (an import, an assignment, a def, a parameter...) and
+  that are not builtins: a coarse check that ignores scopes, which is what a missing import needs."""
+  defined, loaded = set(dir(builtins)) | {"__file__", "__name__"}, set()
+  for node in ast.walk(ast.parse(code)):
+    if isinstance(node, ast.Name):
+      (loaded if isinstance(node.ctx, ast.Load) else defined).add(node.id)
+    elif isinstance(node, (ast.Import, ast.ImportFrom)):
+      defined |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+      defined.add(node.name)
+    elif isinstance(node, ast.arg):
+      defined.add(node.arg)
+    elif isinstance(node, ast.ExceptHandler) and node.name:
+      defined.add(node.name)
+  return loaded - defined
+
+
+def test_a_block_that_imports_jax_runs_alone():
+  """A block that imports jax starts a program, and a reader copies it whole: every name it uses is its own (the
+  blocks after it on the page may use its names). The pages run in one namespace, which would hide a missing
+  import; this finds it."""
+  starts = [b for b in all_blocks()
+            if any(isinstance(node, ast.Import) and any(a.name == "jax" for a in node.names)
+                   for node in ast.parse(b.code).body)]
+  assert len(starts) >= 10, [b.where for b in starts]
+  missing = {b.where: sorted(undefined_names(b.code)) for b in starts if undefined_names(b.code)}
+  assert not missing, f"blocks that start a program but use names they do not define: {missing}"
+
+
+def test_the_self_containment_check_finds_a_missing_import():
+  assert undefined_names("import jax\ndef f(x, *, y=1):\n  return jt.triton_call(x, y) + [z for z in x]") == {"jt"}
 
 
 def test_code_block_markers():

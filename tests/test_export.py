@@ -1,6 +1,7 @@
 """jax.export and the persistent compilation cache: nothing compiled twice."""
 
 import hashlib
+import json
 import pathlib
 
 import jax
@@ -33,7 +34,7 @@ def make_call():
 
 def export(fn):
   spec = jax.ShapeDtypeStruct((N,), jnp.float32)
-  return jax.export.export(jax.jit(fn), platforms=["cuda"], disabled_checks=jmf.export_disabled_checks())(spec, spec)
+  return jax.export.export(jax.jit(fn), platforms=["cuda"])(spec, spec)  # as a user writes it
 
 
 def config_of(exported):
@@ -67,10 +68,70 @@ def test_export_for_cuda_on_any_machine_round_trips(isolated_disk_cache):
   assert cc["config"]["scalar_data"][:4] == np.float32(2.0).tobytes()
 
 
-def test_export_without_the_disabled_checks_explains_itself(isolated_disk_cache):
+def test_export_as_a_user_writes_it_takes_every_target_of_the_contract(isolated_disk_cache):
+  # jax.export's own list of stable targets holds all of ours, so no version of the contract needs disabled_checks.
+  from jax._src.export import _export
+  assert set(contract.ALL_TARGETS) <= _export._CUSTOM_CALL_TARGETS_GUARANTEED_STABLE
+  exported = export(make_call())
+  assert exported.disabled_safety_checks == ()
+  # The contract's v2 target (a grid that follows a symbolic size), exported plainly too.
+  (m,) = jax.export.symbolic_shape("m")
+  call = jmf.mosaic_kernel(jmf.cuda_kernel(SOURCE, "axpy"), lambda x, y: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                           block=256, grid=lambda x, y: jmf.cdiv(x.shape[0], 256),
+                           scalars=lambda x, y: (np.float32(2.0), jmf.dim_scalar(x.shape[0], np.int32)))
+  spec = jax.ShapeDtypeStruct((m,), jnp.float32)
+  symbolic = jax.export.export(jax.jit(call), platforms=["cuda"])(spec, spec)
+  assert f"stablehlo.custom_call @{contract.LAUNCH_TARGET_V2}(" in symbolic.mlir_module()
+  # The keyword earlier versions asked for still works, and changes nothing in the call.
   spec = jax.ShapeDtypeStruct((N,), jnp.float32)
-  with pytest.raises(ValueError, match="jax_mosaic_ffi_launch_v1"):
-    jax.export.export(jax.jit(make_call()), platforms=["cuda"])(spec, spec)
+  again = jax.export.export(jax.jit(make_call()), platforms=["cuda"],
+                            disabled_checks=jmf.export_disabled_checks())(spec, spec)
+  (plain,), (checked,) = custom_calls_of(exported), custom_calls_of(again)
+  assert plain["target"] == checked["target"] == contract.LAUNCH_TARGET
+  assert plain["config"]["module"] == checked["config"]["module"]
+
+
+# A jax whose list of stable targets the package cannot find (here: hidden while it is imported), then the user's
+# script, run as `python model.py` runs it.
+EXPORT_WITH_ANOTHER_JAX = """
+    import json, sys
+    from jax._src.export import _export
+    stable = _export._CUSTOM_CALL_TARGETS_GUARANTEED_STABLE
+    del _export._CUSTOM_CALL_TARGETS_GUARANTEED_STABLE
+    import jax_mosaic_ffi as jmf
+    _export._CUSTOM_CALL_TARGETS_GUARANTEED_STABLE = stable
+    from jax_mosaic_ffi.call import export_stability
+    print(json.dumps({"problem": export_stability.PROBLEM}), flush=True)
+    exec(compile(open(sys.argv[1]).read(), sys.argv[1], "exec"), {"__name__": "__main__"})
+"""
+
+MODEL = '''import jax, jax.numpy as jnp
+import jax_mosaic_ffi as jmf
+kernel = jmf.cuda_kernel('extern "C" __global__ void k(const float* x, float* out) { out[0] = x[0]; }', "k")
+copy = jmf.mosaic_kernel(kernel, jax.ShapeDtypeStruct((4,), jnp.float32), grid=1, block=1)
+spec = jax.ShapeDtypeStruct((4,), jnp.float32)
+exported = jax.export.export(jax.jit(copy), platforms=["cuda"])(spec)
+'''
+
+
+def test_where_jax_cannot_be_told_the_first_thing_said_is_the_fix_at_the_users_line(tmp_path):
+  model = tmp_path / "model.py"
+  model.write_text(MODEL)
+  env = {"JAX_PLATFORMS": "cpu", "JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "kernels")}
+  r = fresh_process.run(EXPORT_WITH_ANOTHER_JAX, model, cwd=tmp_path, env=env, check=False)
+  assert json.loads(r.stdout.splitlines()[0])["problem"] == \
+      "jax._src.export._export has no _CUSTOM_CALL_TARGETS_GUARANTEED_STABLE", r.stdout
+  assert r.returncode != 0 and "Cannot serialize code with custom calls" in r.stderr, r.stderr[-2000:]
+  # Before jax's refusal (which prints the whole call, kernel binary and all): one line, at the export's line.
+  before = r.stderr[:r.stderr.index("Traceback")]
+  said = [line for line in before.splitlines() if "UserWarning" in line]
+  assert len(said) == 1 and len(said[0]) < 500, before
+  assert said[0].startswith(f"{model}:6: UserWarning: mosaic_kernel 'k' at model.py:6 (<module>): jax.export "), said
+  assert "disabled_checks=jmf.export_disabled_checks()" in said[0], said
+  # The fix it names works there.
+  model.write_text(MODEL.replace('["cuda"])', '["cuda"], disabled_checks=jmf.export_disabled_checks())'))
+  fixed = fresh_process.run(EXPORT_WITH_ANOTHER_JAX, model, cwd=tmp_path, env=env)
+  assert "Cannot serialize" not in fixed.stderr, fixed.stderr[-2000:]
 
 
 def test_the_contract_v1_artifact_still_deserializes():

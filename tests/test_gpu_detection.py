@@ -4,9 +4,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from jax_mosaic_ffi.base import driver_probe
 from jax_mosaic_ffi.base import gpu_info
 
+CONFTEST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conftest.py")
 no = lambda: False  # noqa: E731
 yes = lambda: True  # noqa: E731
 
@@ -63,3 +66,45 @@ def test_this_machine_gets_the_reason_that_fits_it():
     assert "but jax has no CUDA backend" in reason
   else:
     assert reason.startswith("no NVIDIA driver") and not os.path.exists(driver_probe.PROC_VERSION)
+
+
+SAMPLE_TESTS = '''
+import pytest
+
+@pytest.mark.gpu
+def test_one(): pass
+
+@pytest.mark.gpu
+def test_two(): pass
+
+@pytest.mark.multi_gpu
+def test_three(): pass
+
+def test_another_skip(): pytest.skip("another reason")
+
+def test_runs(): pass
+'''
+
+
+@pytest.mark.skipif(gpu_info.has_gpu(), reason="checks the summary where the GPU tests skip")
+@pytest.mark.parametrize("args", [[], ["-v"], ["-n", "2"]], ids=["quiet", "verbose", "xdist"])
+def test_the_gpu_tests_skipped_are_one_summary_line_and_other_skips_stay_as_they_are(tmp_path, args):
+  if "-n" in args:
+    pytest.importorskip("xdist")
+  verbose = "-v" in args
+  # The suite's conftest, around tests of each kind: with -ra as pyproject.toml sets it.
+  (tmp_path / "conftest.py").write_text(f"exec(compile(open({CONFTEST!r}).read(), {CONFTEST!r}, 'exec'))\n")
+  (tmp_path / "test_sample.py").write_text(SAMPLE_TESTS)
+  result = subprocess.run([sys.executable, "-m", "pytest", "-ra", "-p", "no:cacheprovider", "-W", "ignore",
+                           *args, "test_sample.py"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300, env={**os.environ, "PYTHONPATH": os.path.dirname(CONFTEST)})
+  lines = result.stdout.splitlines()
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  reason = gpu_info.gpu_unavailable_reason(0)
+  gpu_lines = [line for line in lines if reason in line and line.startswith("SKIPPED")]
+  assert lines[-1].startswith("=") and "1 passed, 4 skipped" in lines[-1], lines[-1]
+  assert any(line.startswith("SKIPPED [1] test_sample.py:13: another reason") for line in lines), result.stdout
+  if verbose:  # each test, as -ra shows a skip
+    assert len(gpu_lines) == 3 and all("test_sample.py:" in line for line in gpu_lines), gpu_lines
+  else:  # one line, right before the result line
+    assert gpu_lines == [f"SKIPPED [3] GPU tests (markers gpu, multi_gpu): {reason}"] == [lines[-2]], lines[-6:]

@@ -8,6 +8,7 @@ this checkout.
 """
 
 import importlib.metadata
+import importlib.util
 import os
 import pathlib
 import re
@@ -168,6 +169,26 @@ def test_no_gpu_is_said_once_and_the_rest_works(tmp_path):
   notes = [line for line in result.stderr.splitlines() if "NoGpuWarning" in line]
   assert len(notes) == 1, result.stderr
   assert "cannot run on this machine" in notes[0] and "Traceback" not in result.stderr
+
+
+# A CuTe DSL call first asks the driver about the GPU inside jax's trace (its compile): the warning still names the
+# user's line, not jax's internals.
+@pytest.mark.skipif(gpu_info.has_gpu(), reason="checks the machine without a GPU")
+@pytest.mark.skipif(importlib.util.find_spec("cutlass") is None, reason="needs the CuTe DSL (the cute extra)")
+def test_no_gpu_is_said_at_the_users_line_when_first_asked_inside_a_trace(tmp_path):
+  model = tmp_path / "model.py"
+  model.write_text("import jax, jax.numpy as jnp\nimport jax_mosaic_ffi as jmf\nimport cute_kernels\n"
+                   "x = jax.ShapeDtypeStruct((4096,), jnp.float32)\n"
+                   "f = jmf.cute_call(cute_kernels.add_one, output_shape_dtype=x)\n"
+                   'lowered = jax.jit(f).trace(x).lower(lowering_platforms=("cuda",))\n')
+  result = run_python(f"""
+      import sys
+      sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})
+      exec(compile(open({str(model)!r}).read(), {str(model)!r}, "exec"), {{"__name__": "__main__"}})
+      """, {"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache")})
+  assert result.returncode == 0, result.stderr[-3000:]
+  notes = [line for line in result.stderr.splitlines() if "NoGpuWarning" in line]
+  assert len(notes) == 1 and notes[0].startswith(f"{model}:6: NoGpuWarning: "), result.stderr
 
 
 def _wheel() -> pathlib.Path:

@@ -87,6 +87,29 @@ def test_tritons_own_settings_are_in_the_cache_key(isolated_disk_cache, monkeypa
   assert after.triton_compiles == before.triton_compiles + 1 and after.disk_hits == before.disk_hits + 1
 
 
+def test_a_compile_pins_fp_fusion_on_without_tritons_warning(tmp_path, monkeypatch):
+  # Triton 3.9 warns at a process's first compile that leaves fp fusion to its default (which 3.10 turns off): every
+  # compile gives it explicitly, on as in every supported Triton, so nothing is said and the kernel still fuses.
+  script = """
+      import json, os, warnings
+      warnings.simplefilter("always")
+      import jax_mosaic_ffi as jmf
+      from jax_mosaic_ffi.base.module_format import ImageKind
+      import triton_sources as ts
+      with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        kernel = jmf.triton_kernel(ts.axpy, signature=["*fp32", "*fp32", "*fp32", "fp32", "i32"],
+                                   constexprs={"BLOCK": 256}, targets=["sm_90"])
+      ptx = next(image.data.decode() for image in kernel.images if image.kind == ImageKind.PTX)
+      print(json.dumps({"said": [str(w.message) for w in said if "FP_FUSION" in str(w.message)],
+                        "fused": "fma.rn.f32" in ptx, "env": "TRITON_DEFAULT_FP_FUSION" in os.environ}))
+  """
+  monkeypatch.delenv("TRITON_DEFAULT_FP_FUSION", raising=False)
+  r = fresh_process.run(script, env={"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache"),
+                                     "TRITON_CACHE_DIR": str(tmp_path / "triton")})
+  assert r.result == {"said": [], "fused": True, "env": False}, r.stderr[-3000:]
+
+
 def test_the_launch_comes_from_triton_metadata(isolated_disk_cache):
   x = jax.ShapeDtypeStruct((5000,), jnp.float32)
   (cc,) = custom_calls(lower(add_call(), x, x))

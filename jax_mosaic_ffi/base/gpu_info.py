@@ -15,11 +15,10 @@ import dataclasses
 import functools
 import importlib.metadata
 import os
-import warnings
 
 from jax_mosaic_ffi.base import driver_probe
+from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base.native import core
-from jax_mosaic_ffi.base.paths import PACKAGE_DIR
 
 
 class NoGpuWarning(RuntimeWarning):
@@ -42,9 +41,9 @@ def visible_gpus() -> tuple[GpuInfo, ...]:
   gpus = tuple(GpuInfo(**gpu) for gpu in core.visible_gpus())
   reason = cannot_run_reason(gpus)
   if reason is not None:
-    warnings.warn(f"jax_mosaic_ffi: {reason}. Kernels compile (for sm_90 unless targets= says otherwise), "
-                  "lower and export here, but cannot run on this machine.", NoGpuWarning,
-                  skip_file_prefixes=(PACKAGE_DIR,))
+    # At the user's line, past jax's frames too: a CuTe DSL call first asks inside jax's trace.
+    source_location.warn(f"jax_mosaic_ffi: {reason}. Kernels compile (for sm_90 unless targets= says otherwise), "
+                         "lower and export here, but cannot run on this machine.", NoGpuWarning)
   return gpus
 
 

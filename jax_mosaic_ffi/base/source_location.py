@@ -50,10 +50,11 @@ def warn(message: str, category: type[Warning]) -> None:
   if frame is None:
     warnings.warn(message, category, stacklevel=2)
     return
+  # No module_globals: for a `python -c` script or the prompt, its loader (BuiltinImporter) raises ImportError
+  # when asked for the source line; the line is read from the file, where there is one.
   warnings.warn_explicit(message, category, frame.f_code.co_filename, frame.f_lineno,
                          module=frame.f_globals.get("__name__", "<unknown>"),
-                         registry=frame.f_globals.setdefault("__warningregistry__", {}),
-                         module_globals=frame.f_globals)
+                         registry=frame.f_globals.setdefault("__warningregistry__", {}))
 
 
 @contextlib.contextmanager

@@ -20,6 +20,7 @@ from jax_mosaic_ffi.base import native
 from jax_mosaic_ffi.base.errors import LaunchError, who
 from jax_mosaic_ffi.call import collective as collective_lib
 from jax_mosaic_ffi.call import cross_process
+from jax_mosaic_ffi.call import export_stability
 from jax_mosaic_ffi.call import fallback as fallback_lib
 from jax_mosaic_ffi.call import launch_spec
 from jax_mosaic_ffi.call import nvshmem
@@ -98,6 +99,8 @@ def _cuda_lowering(ctx, *operands, kernel: Kernel, out_avals, spec: LaunchSpec):
       return fallback_lib.lower(ctx, operands, spec.fallback)
     fallback_lib.warn_no_reference(who(kernel, spec.call_site))
   registration.ensure_registered()
+  if getattr(ctx.module_context.lowering_parameters, "for_export", False):
+    export_stability.warn_if_refused(who(kernel, spec.call_site))
   if kernel.parsed.cute:
     registration.check_cute_runtime(who(kernel, spec.call_site))
     # Host code this process made: JAX_MOSAIC_FFI_HOST_CODE=lowered runs only such CuTe DSL objects.

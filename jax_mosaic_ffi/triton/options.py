@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from typing import Any, Mapping
 
 from jax_mosaic_ffi.base.errors import LaunchError
@@ -15,6 +16,11 @@ from jax_mosaic_ffi.triton import value_keys
 
 # What a config or a heuristic may set besides constexprs: TritonOptions' fields, by name.
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+# Floating-point fusion (a * b + c as one FMA), given to every compile that sets neither the option nor Triton's
+# TRITON_DEFAULT_FP_FUSION: the default of every supported Triton (3.6-3.9), pinned, so that a kernel computes what
+# it computed (3.10 will default to off), and Triton 3.9 does not warn at each process's first compile that it
+# picked its default for us.
+FP_FUSION = True
 # num_ctas > 1 launches clusters of CTAs, which GPUs have from Hopper on.
 MIN_CLUSTER_ARCH = 90
 # The bounds of each launch option, checked before Triton sees them: Triton compiles in this process, where it
@@ -84,8 +90,12 @@ class TritonOptions:
     return values
 
   def compile_options(self) -> dict[str, Any]:
-    """Every option, as Triton's compile takes them."""
-    return {**dict(self.backend_options), **self.meta()}
+    """Every option, as Triton's compile takes them; ``enable_fp_fusion`` `FP_FUSION` unless given here or in
+    Triton's TRITON_DEFAULT_FP_FUSION."""
+    options = {**dict(self.backend_options), **self.meta()}
+    if "enable_fp_fusion" not in options and os.environ.get("TRITON_DEFAULT_FP_FUSION") is None:
+      options["enable_fp_fusion"] = FP_FUSION
+    return options
 
   @property
   def debug(self) -> bool:

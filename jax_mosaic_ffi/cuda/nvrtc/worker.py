@@ -95,6 +95,10 @@ class _Worker:
       except BaseException:
         self._stop()
         raise
+      if status == "failure":
+        # After a failed compile NVRTC's time trace of the process's later compiles can leave headers out (the
+        # prelude among them), and those name what a cache entry depends on: the next compile gets a new worker.
+        self.close()
     if status == "failure":
       raise NvrtcFailure(payload)
     if status == "error":
