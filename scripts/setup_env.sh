@@ -72,6 +72,8 @@ defines=("--config-settings=build-dir=$venv/build/{wheel_tag}")
 for define in ${JMF_CMAKE_DEFINES:-}; do defines+=("--config-settings=cmake.define.$define"); done
 # Two runs into one venv (two terminals, the tests and the docs) take turns to check and install; the lock is let
 # go once the venv is ready, so their tests run side by side.
+# A fresh venv's Python first, so that where there is none nothing is made (find_python says what it tried).
+if [ ! -x "$venv/bin/python" ]; then PY="$(find_python)" || exit 1; fi
 mkdir -p "$venv"
 exec {install_lock}>"$venv/.jax_mosaic_ffi-install.lock"
 command -v flock >/dev/null 2>&1 && flock "$install_lock"
@@ -113,7 +115,7 @@ if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp_file" 2>/dev/null)" = "$stamp" 
   echo "== jax_mosaic_ffi is up to date in $venv (no change in csrc/, CMakeLists.txt or pyproject.toml)"
 else
   if [ ! -x "$venv/bin/python" ]; then
-    PY="$(find_python)" || exit 1  # it says what it tried, and how to get one
+    [ -n "${PY:-}" ] || { PY="$(find_python)" || exit 1; }  # another run made the venv, then failed
     if [ "$offline" = 1 ]; then
       echo "== creating $venv with $PY ($("$PY" --version)), seeing its packages (offline)"
       "$PY" -m venv --system-site-packages "$venv"
