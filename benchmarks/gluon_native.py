@@ -25,7 +25,7 @@ import types
 from typing import Callable
 
 from benchmarks import timing
-from benchmarks.markdown import failure, fmt, last_line, sig, table
+from benchmarks.markdown import failure, fmt, last_line, launch_failure, sig, table
 from benchmarks.suite import Run
 from benchmarks.triton_native import SLEEP_CYCLES, stamped_chain
 
@@ -275,11 +275,9 @@ def tables(results: dict) -> list[str]:
   header = ["kernel", "Triton launcher us (TFLOP/s)", "ours us (TFLOP/s)", "ours / Triton", "max error (Triton / ours)"]
   blocks = [method + "\n\n" + table(header, rows, "lrrrl") + ("\n\n" + "\n".join(notes) if notes else "")]
   launch = results.get("launch")
-  why = failure(launch)
-  if why:
-    blocks.append(f"Launch cost: n/a: {why}")
-  elif "us_per_call" not in launch:
-    blocks.append(f"Launch cost: n/a: {last_line(launch.get('errors', {}).get('ours', '?'))}")
+  unavailable = launch_failure(launch)
+  if unavailable:
+    blocks.append(unavailable)
   else:
     launch_rows = []
     for label, us in (("elementwise `add_one`, 1024 floats", launch["us_per_call"]),

@@ -54,3 +54,14 @@ def failure(result) -> str | None:
   if "skipped" in result:
     return "skipped: " + result["skipped"]
   return None
+
+
+def launch_failure(launch) -> str | None:
+  """The line that stands for a launch-cost run without numbers ("Launch cost: n/a: why"), or None when it has some
+  (``us_per_call``)."""
+  why = failure(launch)
+  if why:
+    return f"Launch cost: n/a: {why}"
+  if "us_per_call" not in launch:
+    return f"Launch cost: n/a: {last_line(launch.get('errors', {}).get('ours', '?'))}"
+  return None

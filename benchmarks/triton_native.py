@@ -19,7 +19,7 @@ import os
 import statistics
 from typing import Callable
 
-from benchmarks.markdown import failure, fmt, last_line, sig, table
+from benchmarks.markdown import failure, fmt, last_line, launch_failure, sig, table
 from benchmarks.suite import Run
 
 NAME = "triton_native"
@@ -479,11 +479,9 @@ def tables(results: dict) -> list[str]:
             "autotune winner (Triton / ours)", "max error (Triton / ours)"]
   blocks = [method + "\n\n" + table(header, rows, "lrrrlll") + ("\n\n" + "\n".join(notes) if notes else "")]
   launch = results.get("launch")
-  why = failure(launch)
-  if why:
-    blocks.append(f"Launch cost: n/a: {why}")
-  elif "us_per_call" not in launch:
-    blocks.append(f"Launch cost: n/a: {last_line(launch.get('errors', {}).get('ours', '?'))}")
+  unavailable = launch_failure(launch)
+  if unavailable:
+    blocks.append(unavailable)
   else:
     us = launch["us_per_call"]
     blocks.append(
