@@ -64,7 +64,7 @@ def check(fn: Callable, *example_args, reference: Callable | None = None, shapes
     >>> report.passed
     True
     >>> jmf.check(twice, jnp.ones(1000), reference=lambda x: 3 * x).summary()    # doctest: +ELLIPSIS
-    '... comparisons differ (seed ...); the first: outputs, out (float32[1000]) for inputs (float32[1000]): 1000 ...'
+    '... comparisons differ (seed ...); the first: outputs, out (float32[1000]) ...: ... of 1000 elements differ ...'
 
   Args:
     fn: a function of arrays (pytrees of them) that calls kernels (or any JAX function).
