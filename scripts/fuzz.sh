@@ -9,7 +9,7 @@ seconds="${1:-600}"
 out="$repo/build/fuzz"
 mkdir -p "$out/corpus" "$out/artifacts"
 sources=("$repo/tests/fuzz/contract_fuzz.cc" "$repo/csrc/contract/contract.cc" "$repo/csrc/contract/tensor_maps.cc" "$repo/csrc/contract/launch_programs.cc"
-         "$repo/csrc/contract/module_format.cc" "$repo/csrc/contract/cute_object.cc" "$repo/csrc/contract/sha256.cc"
+         "$repo/csrc/contract/module_format.cc" "$repo/csrc/contract/cute_object.cc"
          "$repo/csrc/driver/zlib_inflate.cc")
 flags=(-std=c++20 -O1 -g -fno-sanitize-recover=all -fno-omit-frame-pointer -D_GLIBCXX_ASSERTIONS -I"$repo/csrc")
 

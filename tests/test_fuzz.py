@@ -23,7 +23,7 @@ FLAGS = ["-std=c++20", "-O1", "-g", "-fsanitize=address,undefined", "-fno-saniti
          "-fno-omit-frame-pointer", "-D_GLIBCXX_ASSERTIONS"]
 SOURCES = ["tests/fuzz/contract_fuzz.cc", "csrc/contract/contract.cc", "csrc/contract/tensor_maps.cc",
            "csrc/contract/launch_programs.cc",
-           "csrc/contract/module_format.cc", "csrc/contract/cute_object.cc", "csrc/contract/sha256.cc",
+           "csrc/contract/module_format.cc", "csrc/contract/cute_object.cc",
            "csrc/driver/zlib_inflate.cc"]
 CORPUS = os.path.join(ROOT, "tests", "fuzz", "corpus")
 SECONDS = float(os.environ.get("JMF_FUZZ_SECONDS", "10"))

@@ -5,7 +5,7 @@
 #include <string>
 #include <utility>
 
-#include "contract/sha256.h"
+#include "driver/openssl_sha256.h"
 #include "driver/zlib_inflate.h"
 #include "ffi/status.h"
 #include "peers/nvshmem_runtime.h"
@@ -52,7 +52,12 @@ ffi::ErrorOr<std::shared_ptr<const ParsedKernel>> GetOrParseKernel(const KernelH
   }
   // Once per module, here on a miss: the cache is keyed by the hash, so a module parsed under a hash that is not
   // its own would be what every later call of that hash runs (and what JAX_MOSAIC_FFI_HOST_CODE=lowered trusts).
-  if (Sha256(module_bytes) != hash) {
+  KernelHash digest;
+  std::string digest_error;
+  if (!Sha256(module_bytes, &digest, &digest_error)) {
+    return ffi::Error(ffi::ErrorCode::kFailedPrecondition, digest_error);
+  }
+  if (digest != hash) {
     return ffi::Error::InvalidArgument(
         "kernel_hash is not the sha256 of the module the call carries (" + std::to_string(module_bytes.size()) +
         " bytes): the program was edited after it was lowered. Lower it again with jax_mosaic_ffi");

@@ -13,7 +13,7 @@
 //   g++ -std=c++20 -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 //       -D_GLIBCXX_ASSERTIONS -Icsrc tests/fuzz/contract_fuzz.cc csrc/contract/contract.cc
 //       csrc/contract/tensor_maps.cc csrc/contract/launch_programs.cc csrc/contract/module_format.cc
-//       csrc/contract/cute_object.cc csrc/contract/sha256.cc csrc/driver/zlib_inflate.cc -ldl
+//       csrc/contract/cute_object.cc csrc/driver/zlib_inflate.cc -ldl
 //
 // (_GLIBCXX_ASSERTIONS checks every operator[] of std::string, vector and
 // array against size(): ASAN alone misses an index past size() that stays
