@@ -35,7 +35,7 @@ FRONT_ENDS: tuple[FrontEnd, ...] = (
     cute_front_end.FRONT_END,
     gluon_front_end.FRONT_END,
 )
-# The shared layers read what the front ends' kernels need beyond the launch (runtime libraries) there.
+# The shared layers read what the front ends' kernels need beyond the launch (runtime libraries, toolchains) there.
 front_end_lib.install(FRONT_ENDS)
 
 _BY_TYPE = {kernel_type: front_end for front_end in FRONT_ENDS for kernel_type in front_end.kernel_types}

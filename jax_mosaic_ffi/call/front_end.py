@@ -6,8 +6,8 @@ and a launcher that resolves one `CheckedLaunch` per traced call and binds it wi
 gets the rest for free: `mosaic_kernel` picks it by kernel type (api.py's table), and the compile cache, export,
 vmap, gradients, sharding, fallback, autotuning and the runtime treat its launches as every other. What its kernels
 need beyond the launch, it names here too: the native libraries the runtime opens for its images
-(`RuntimeLibrary`). api.py hands this module the front ends (`install`), and the shared layers ask it for them
-(`installed`): they import no wing.
+(`RuntimeLibrary`) and the toolchains whose releases an autotuning timing depends on. api.py hands this module
+the front ends (`install`), and the shared layers ask it for them (`installed`): they import no wing.
 """
 
 from __future__ import annotations
@@ -70,6 +70,9 @@ class FrontEnd:
     hints: for keywords of another front end that this one does not take, what to do instead (optional: any
       other is refused by name all the same).
     runtime_libraries: the native libraries the runtime opens for its images (optional).
+    toolchains: ``() -> {distribution: release}``: the releases of the toolchains that compile its kernels
+      ("none" where one is not installed), read without importing them: part of an autotuning timing's
+      environment (optional).
   """
 
   name: str
@@ -81,6 +84,7 @@ class FrontEnd:
   check_tunable: Callable[[Any, str, Any], None] = lambda kernel, made, configs: None
   hints: Mapping[str, str] = dataclasses.field(default_factory=dict)
   runtime_libraries: tuple[RuntimeLibrary, ...] = ()
+  toolchains: Callable[[], Mapping[str, str]] = dict
 
   def options_of(self, given: Mapping[str, Any], defaults: Mapping[str, Any], made: str):
     """Its options object from `mosaic_kernel`'s front-end keywords ``given``. A keyword it does not take is
@@ -93,8 +97,8 @@ class FrontEnd:
     return self.options(**{name: value for name, value in given.items() if name in own})
 
 
-# The front ends, as api.py installs them (its FRONT_ENDS): the shared layers read their runtime libraries here,
-# below every wing.
+# The front ends, as api.py installs them (its FRONT_ENDS): the shared layers read their runtime libraries and
+# toolchains here, below every wing.
 _installed: tuple[FrontEnd, ...] = ()
 
 
