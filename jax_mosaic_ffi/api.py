@@ -15,6 +15,7 @@ import jax.export
 from jax_mosaic_ffi.base import contract
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base.native import core
+from jax_mosaic_ffi.call import front_end as front_end_lib
 from jax_mosaic_ffi.call.front_end import FrontEnd
 from jax_mosaic_ffi.call.launch_options import LaunchOptions
 from jax_mosaic_ffi.cuda import front_end as cuda_front_end
@@ -34,6 +35,8 @@ FRONT_ENDS: tuple[FrontEnd, ...] = (
     cute_front_end.FRONT_END,
     gluon_front_end.FRONT_END,
 )
+# The shared layers read what the front ends' kernels need beyond the launch (runtime libraries, toolchains) there.
+front_end_lib.install(FRONT_ENDS)
 
 _BY_TYPE = {kernel_type: front_end for front_end in FRONT_ENDS for kernel_type in front_end.kernel_types}
 # Each front-end keyword of mosaic_kernel, with its default where a front end takes it: a keyword left at it is

@@ -46,7 +46,7 @@ def test_cute_call_lowers_to_the_cute_target_with_its_object(isolated_disk_cache
   config = cc["config"]
   assert config["kernel_hash"] == hashlib.sha256(config["module"]).digest()
   parsed = module_format.parse(config["module"])
-  assert parsed.cute and parsed.symbol == "jmf_cute"
+  assert parsed.host_code and parsed.symbol == "jmf_cute"
   (image,) = parsed.images
   assert image.kind == module_format.ImageKind.CUTE and image.arch.sm == "sm_90a"
   assert image.data[:4] == b"\x7fELF"
@@ -641,7 +641,7 @@ def test_the_module_parser_bounds_cute_objects():
 
 
 def test_missing_dsl_names_the_extra(monkeypatch):
-  from jax_mosaic_ffi.base import cute_package
+  from jax_mosaic_ffi.cute import package as cute_package
   from jax_mosaic_ffi.cute import dsl
   monkeypatch.setattr(cute_package, "compiler_release", lambda: None)
   with pytest.raises(jmf.CuteUnavailable, match=r"jax_mosaic_ffi\[cute\]"):
@@ -683,7 +683,7 @@ def test_a_damaged_dsl_import_is_named(tmp_path):
 def test_runtime_library_is_found_without_importing_the_dsl():
   code = '''
   import json, sys
-  from jax_mosaic_ffi.base import cute_package
+  from jax_mosaic_ffi.cute import package as cute_package
   found = cute_package.runtime()
   print(json.dumps({"library": str(found.library), "release": found.release,
                     "imported": any(m == "cutlass" or m.startswith("cutlass.") for m in sys.modules)}))
@@ -695,7 +695,7 @@ def test_runtime_library_is_found_without_importing_the_dsl():
 
 FOUND_LIBRARY = '''
   import json
-  from jax_mosaic_ffi.base import cute_package
+  from jax_mosaic_ffi.cute import package as cute_package
   print(json.dumps({"library": str(cute_package.runtime().library)}))
 '''
 
@@ -704,7 +704,7 @@ def test_a_library_planted_in_the_working_directory_or_on_pythonpath_is_not_load
   # nvidia_cutlass_dsl is a namespace package: a portion of it in the working directory (first on sys.path for
   # `python -c`) or on PYTHONPATH used to win. The library is found in its distribution's file list instead, and a
   # planted distribution there is not one either.
-  from jax_mosaic_ffi.base import cute_package
+  from jax_mosaic_ffi.cute import package as cute_package
   installed = str(cute_package.runtime().library)
   cwd, path = tmp_path / "cwd", tmp_path / "path"
   for root in (cwd, path):
@@ -734,7 +734,7 @@ def test_the_first_lowering_tells_the_runtime_where_the_library_is():
                     "registration": jmf.registration.status()["message"],
                     "imported": any(m == "cutlass" or m.startswith("cutlass.") for m in sys.modules)}))
   '''
-  from jax_mosaic_ffi.base import cute_package
+  from jax_mosaic_ffi.cute import package as cute_package
   result = fresh_process.run(code, env={"JAX_PLATFORMS": "cpu"}).result
   assert result["before"] == "" and result["after"] == str(cute_package.runtime().library), result
   assert result["registration"] == "not registered: JAX has no CUDA device here" and not result["imported"], result
@@ -744,7 +744,7 @@ DAMAGED_RUNTIME = '''
   import json
   import jax, jax.numpy as jnp
   import jax_mosaic_ffi as jmf
-  from jax_mosaic_ffi.base import cute_package
+  from jax_mosaic_ffi.cute import package as cute_package
   from jax_mosaic_ffi.base.native import core
   import cute_kernels as K
 
@@ -782,5 +782,6 @@ def test_a_damaged_runtime_library_stops_cute_kernels_alone(tmp_path):
   assert cute.startswith("CuteUnavailable: mosaic_kernel 'add_one' at <string>:") and kept in cute, r
   assert again == cute, r
   assert r["status"]["message"] == "not registered: JAX has no CUDA device here", r
-  assert r["status"]["cute"].startswith(kept) and r["status"]["cute"] == r["runtime_problem"], r
+  problem = r["status"]["runtime_libraries"]["libcute_dsl_runtime.so"]
+  assert problem.startswith(kept) and problem == r["runtime_problem"], r
   assert r["library"] == "", r

@@ -6,8 +6,10 @@ refusals are checked on what autotuning itself produces. The GPU versions,
 on real kernels, are in test_autotune.py.
 """
 
+import importlib.metadata
 import json
 import os
+import re
 import tempfile
 
 import jax
@@ -77,8 +79,16 @@ def test_a_saved_file_round_trips_and_its_winner_is_used_without_timing(cpu_timi
   saved, report = tune_and_save(path)
   assert saved == 3
   document = json.loads(path.read_text())
-  assert document["format"] == "jax_mosaic_ffi tuning" and document["version"] == 1
+  assert document["format"] == "jax_mosaic_ffi tuning" and document["version"] == 2
   assert document["environment"]["device"] == jax.devices()[0].device_kind
+  # Each front end's toolchain and its release, whether installed or not ("none"), sorted by name.
+  toolchains = document["environment"]["toolchains"]
+  assert re.fullmatch(r"nvidia-cutlass-dsl \S+, triton \S+", toolchains), toolchains
+  try:
+    triton = importlib.metadata.version("triton")
+  except importlib.metadata.PackageNotFoundError:
+    triton = "none"
+  assert toolchains.endswith(f", triton {triton}"), toolchains
   assert sorted(json.loads(row["config"])["work"] for row in document["timings"]) == [0, 3, 6]
   fresh_machine(monkeypatch, tmp_path)
   before = timed_configs()
@@ -103,7 +113,7 @@ ENV_MISMATCHES = [
     ("compute_capability", "8.0", "compute capability"),
     ("driver", "cuda-driver 12040", "CUDA driver"),
     ("jax_mosaic_ffi", "0.0.1", "jax_mosaic_ffi"),
-    ("triton", "2.0.0", "Triton"),
+    ("toolchains", "nvidia-cutlass-dsl none, triton 2.0.0", "toolchains"),
 ]
 
 
@@ -116,8 +126,9 @@ def set_row(field, value):
 MALFORMED = [
     (lambda d: d.update(format="something else"),
      'it is not a jax_mosaic_ffi tuning file (no "format": "jax_mosaic_ffi tuning")'),
-    (lambda d: d.update(version=2), "it has format version 2; this jax_mosaic_ffi reads version 1"),
-    (lambda d: d.update(version=True), "it has format version True; this jax_mosaic_ffi reads version 1"),
+    (lambda d: d.update(version=1), "it has format version 1; this jax_mosaic_ffi reads version 2"),
+    (lambda d: d.update(version=3), "it has format version 3; this jax_mosaic_ffi reads version 2"),
+    (lambda d: d.update(version=True), "it has format version True; this jax_mosaic_ffi reads version 2"),
     (lambda d: d.update(environment=[]), "environment is not an object"),
     (lambda d: d["environment"].pop("driver"), "environment.driver is not a string"),
     (lambda d: d.update(timings={}), "timings is not a list"),

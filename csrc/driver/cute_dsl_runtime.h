@@ -4,7 +4,7 @@
 // function plus the cubin) that this library loads and runs. The library is
 // under NVIDIA's EULA, so it is never linked, shipped or vendored: it is the
 // user's installed nvidia-cutlass-dsl's, whose path and release Python finds
-// (jax_mosaic_ffi/base/cute_package.py) and hands over when the process
+// (jax_mosaic_ffi/cute/package.py) and hands over when the process
 // registers the kernel targets (at its first lowering of any program, before
 // any executable is compiled, so before a CuTe call's instantiate); it is
 // opened on first use and its entry points resolved with dlsym. The few declarations we

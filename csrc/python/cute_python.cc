@@ -61,7 +61,7 @@ void BindCute(nb::module_& m) {
         if (!SetCuteDslRuntimeLibrary(path, release, &error)) throw nb::value_error(error.c_str());
       },
       nb::arg("path"), nb::arg("release"),
-      "Where NVIDIA's CuTe DSL runtime library is (jax_mosaic_ffi/base/cute_package.py); opened at first use.");
+      "Where NVIDIA's CuTe DSL runtime library is (jax_mosaic_ffi/cute/package.py); opened at first use.");
   m.def("cute_dsl_runtime_library", &CuteDslRuntimeLibraryPath,
         "The CuTe DSL runtime library's path the runtime was told (empty until registration found it).");
   m.def("set_cute_dsl_runtime_problem", &SetCuteDslRuntimeProblem, nb::arg("problem"),

@@ -125,8 +125,8 @@ class ParsedModule:
     return bool(self.flags & FLAG_PDL_WAIT)
 
   @property
-  def cute(self) -> bool:
-    """Its images are CuTe DSL objects, launched by their own host function."""
+  def host_code(self) -> bool:
+    """Its images carry host code the runtime runs (CuTe DSL objects, launched by their own host function)."""
     return any(i.kind == ImageKind.CUTE for i in self.images)
 
   @property

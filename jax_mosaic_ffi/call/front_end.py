@@ -4,7 +4,10 @@ A wing provides its kernel types, its own options object (the keywords of `mosai
 shared `LaunchOptions`, as Pallas's backends take their own compiler params), the module image kinds it emits,
 and a launcher that resolves one `CheckedLaunch` per traced call and binds it with `primitive.kernel_call`. It
 gets the rest for free: `mosaic_kernel` picks it by kernel type (api.py's table), and the compile cache, export,
-vmap, gradients, sharding, fallback, autotuning and the runtime treat its launches as every other.
+vmap, gradients, sharding, fallback, autotuning and the runtime treat its launches as every other. What its kernels
+need beyond the launch, it names here too: the native libraries the runtime opens for its images
+(`RuntimeLibrary`) and the toolchains whose releases an autotuning timing depends on. api.py hands this module
+the front ends (`install`), and the shared layers ask it for them (`installed`): they import no wing.
 """
 
 from __future__ import annotations
@@ -15,6 +18,37 @@ from typing import Any, Callable, Mapping
 from jax_mosaic_ffi.base.errors import LaunchError
 from jax_mosaic_ffi.base.module_format import ImageKind
 from jax_mosaic_ffi.call import launch_values
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeLibrary:
+  """A native library, not ours, that the runtime opens to run images of some kinds (call/runtime_libraries.py).
+
+  Registering the targets publishes where it is: a process that only deserializes a jax.export artifact lowers
+  none of the kernels that need it before their instantiate. A failure to find it stops only those kernels.
+
+  Attributes:
+    name: the library's file name (its key in ``jmf.registration.status()["runtime_libraries"]``).
+    description: the library, as messages name it ("NVIDIA's CuTe DSL runtime library").
+    kernels: the kernels that need it, as messages name them ("CuTe DSL kernels").
+    image_kinds: the module images that need it (base/module_format.py's `ImageKind`).
+    publish: ``() -> None``: finds it, without importing its front end's compiler, and tells the runtime where
+      it is; nothing where it is not installed (its kernels are refused where they compile); raises where
+      finding it fails.
+    refuse: ``(message) -> None``: tells the runtime why it could not be found, for the instantiate of a call
+      that needs it.
+    remedy: what to do where finding it failed, for messages.
+    unavailable: the error raised at the lowering of a kernel that needs it where finding it failed.
+  """
+
+  name: str
+  description: str
+  kernels: str
+  image_kinds: tuple[ImageKind, ...]
+  publish: Callable[[], None]
+  refuse: Callable[[str], None]
+  remedy: str
+  unavailable: type[Exception]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +69,10 @@ class FrontEnd:
       ``configs=`` (or ``autotune_key=`` / ``autotune_default=``) cannot apply to the kernel.
     hints: for keywords of another front end that this one does not take, what to do instead (optional: any
       other is refused by name all the same).
+    runtime_libraries: the native libraries the runtime opens for its images (optional).
+    toolchains: ``() -> {distribution: release}``: the releases of the toolchains that compile its kernels
+      ("none" where one is not installed), read without importing them: part of an autotuning timing's
+      environment (optional).
   """
 
   name: str
@@ -45,6 +83,8 @@ class FrontEnd:
   launcher: Callable[..., Callable]
   check_tunable: Callable[[Any, str, Any], None] = lambda kernel, made, configs: None
   hints: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  runtime_libraries: tuple[RuntimeLibrary, ...] = ()
+  toolchains: Callable[[], Mapping[str, str]] = dict
 
   def options_of(self, given: Mapping[str, Any], defaults: Mapping[str, Any], made: str):
     """Its options object from `mosaic_kernel`'s front-end keywords ``given``. A keyword it does not take is
@@ -55,3 +95,19 @@ class FrontEnd:
         why = self.hints.get(name, f"it has no meaning for {self.name} yet")
         raise LaunchError(f"{made}: {self.name} takes no {name}: {why}")
     return self.options(**{name: value for name, value in given.items() if name in own})
+
+
+# The front ends, as api.py installs them (its FRONT_ENDS): the shared layers read their runtime libraries and
+# toolchains here, below every wing.
+_installed: tuple[FrontEnd, ...] = ()
+
+
+def install(front_ends: tuple[FrontEnd, ...]) -> None:
+  """Makes ``front_ends`` the ones `installed` returns: api.py calls it at import, before anything is lowered."""
+  global _installed
+  _installed = tuple(front_ends)
+
+
+def installed() -> tuple[FrontEnd, ...]:
+  """The front ends api.py installed."""
+  return _installed

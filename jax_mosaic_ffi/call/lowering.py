@@ -25,6 +25,7 @@ from jax_mosaic_ffi.call import fallback as fallback_lib
 from jax_mosaic_ffi.call import launch_spec
 from jax_mosaic_ffi.call import nvshmem
 from jax_mosaic_ffi.call import registration
+from jax_mosaic_ffi.call import runtime_libraries
 from jax_mosaic_ffi.call import shadow
 from jax_mosaic_ffi.call.launch_spec import LaunchSpec
 from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
@@ -101,9 +102,9 @@ def _cuda_lowering(ctx, *operands, kernel: Kernel, out_avals, spec: LaunchSpec):
   registration.ensure_registered()
   if getattr(ctx.module_context.lowering_parameters, "for_export", False):
     export_stability.warn_if_refused(who(kernel, spec.call_site))
-  if kernel.parsed.cute:
-    registration.check_cute_runtime(who(kernel, spec.call_site))
-    # Host code this process made: JAX_MOSAIC_FFI_HOST_CODE=lowered runs only such CuTe DSL objects.
+  runtime_libraries.check(kernel.parsed, who(kernel, spec.call_site))
+  if kernel.parsed.host_code:
+    # Host code this process made: JAX_MOSAIC_FFI_HOST_CODE=lowered runs only such images.
     native.core.note_lowered_host_code(kernel.hash)
   attributes = spec.attributes(kernel)
   if os.environ.get(POISON_ENV, "") not in ("", "0"):

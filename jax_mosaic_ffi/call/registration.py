@@ -8,12 +8,13 @@ deserialized ``jax.export`` artifact lowers no ``mosaic_kernel``: for it, the
 first program jax lowers at all registers them (a jax.monitoring listener of
 jax's "jaxpr to MLIR module" event, which comes after a lowering and before
 its compile), once, where jax has CUDA devices. Registering also tells the
-runtime where NVIDIA's CuTe DSL runtime library is (base/cute_package.py), so
-a deserialized CuTe DSL call finds it at its instantiate, which comes later.
-Where finding it fails (a damaged optional CuTe DSL install), only CuTe DSL
-kernels are affected: the targets are registered all the same, and the
-failure is kept for the CuTe DSL kernels (`check_cute_runtime` at their
-lowering, the runtime at their instantiate) and in `status()`.
+runtime where the native libraries that the front ends' images need are
+(runtime_libraries.py: e.g. NVIDIA's CuTe DSL runtime library), so a
+deserialized call finds its library at its instantiate, which comes later.
+Where finding one fails (a damaged optional install), only the kernels that
+need it are affected: the targets are registered all the same, and the
+failure is kept for those kernels (raised at their lowering, by the runtime
+at their instantiate) and in `status()`.
 
 Why a bootstrap: XLA calls a record handler (which lets a kernel join a CUDA
 graph as a kernel node) only for bundles registered through the plugin's own
@@ -37,26 +38,21 @@ import numpy as np
 from jax._src.lib import xla_client
 
 from jax_mosaic_ffi.base import contract
-from jax_mosaic_ffi.base import cute_package
 from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.base import versions
-from jax_mosaic_ffi.base.errors import CuteUnavailable
 from jax_mosaic_ffi.base.native import core
+from jax_mosaic_ffi.call import runtime_libraries
 
 STATE_TYPE_NAME = "jax_mosaic_ffi.CallSite"
 RECORD_ENV = flags.RECORD  # set to 0 to use stream capture only
 
 _lock = threading.Lock()
-_state = {"done": False, "record": False, "message": "not registered yet", "cute": None}
+_state = {"done": False, "record": False, "message": "not registered yet"}
 # Set where jax has no CUDA device: nothing will ever need registering (jax's backends do not change).
 _no_cuda = False
 # Why registering failed, once it has: raised again by every later attempt, which is not made. A retry could not
 # succeed: jax's backends are fixed for the process, and what was registered before the failure stays registered.
 _failure: str | None = None
-# Why the CuTe DSL runtime library could not be found, once that failed: CuTe DSL kernels alone cannot run, and
-# each of their lowerings raises it again (the install will not mend itself in the process), as the runtime does at
-# a deserialized CuTe DSL call's instantiate. Also _state["cute"].
-_cute_failure: str | None = None
 # Set in the bootstrap's own thread, whose lowering must not register (it is the registration).
 _bootstrapping = threading.local()
 # jax's event after a program is lowered to MLIR, before XLA compiles it (jax._src.dispatch, 0.11 and 0.12).
@@ -123,43 +119,6 @@ def _run_bootstrap(device) -> None:
     raise errors.pop()  # out of the list the thread's frame holds: no cycle through it
 
 
-def publish_cute_runtime() -> bool:
-  """Tells the runtime where NVIDIA's CuTe DSL runtime library is (it opens it when a CuTe DSL call is first
-  instantiated); False where nvidia-cutlass-dsl's cu13 libraries are not installed. `register` calls it first
-  (through `_publish_cute_runtime`), so every path that registers (a mosaic_kernel's lowering, the first lowering
-  of any program, jmf.register()) tells it, also where jax has no CUDA device."""
-  found = cute_package.runtime()
-  if found is not None:
-    core.set_cute_dsl_runtime(str(found.library), found.release)
-  return found is not None
-
-
-def _publish_cute_runtime() -> None:
-  """`publish_cute_runtime`, whose failure concerns the CuTe DSL kernels alone: it is kept (not retried), told to
-  the runtime and raised by `check_cute_runtime`, while the targets are registered for every other kernel."""
-  global _cute_failure
-  if _cute_failure is not None:
-    return
-  try:
-    publish_cute_runtime()
-  except Exception as e:  # a damaged optional install: kept for CuTe DSL kernels, below
-    message = (f"jax_mosaic_ffi could not find NVIDIA's CuTe DSL runtime library: {type(e).__name__}: {e}. CuTe DSL "
-               "kernels cannot run in this process (every other kernel can): reinstall nvidia-cutlass-dsl in the "
-               f"supported range (docs/compatibility.md; {cute_package.INSTALL_HINT}), then start a new process")
-    with _lock:
-      if _cute_failure is None:
-        _cute_failure = message
-        _state["cute"] = message
-        core.set_cute_dsl_runtime_problem(message)
-
-
-def check_cute_runtime(where: str) -> None:
-  """Raises `CuteUnavailable` at a CuTe DSL kernel's lowering (after `ensure_registered`) where finding the
-  runtime library failed, naming ``where`` (the call site and kernel) and the kept cause."""
-  if _cute_failure is not None:
-    raise CuteUnavailable(f"{where}: {_cute_failure}")
-
-
 def register() -> bool:
   """Registers the kernel targets with the CUDA plugin, once per process.
 
@@ -193,7 +152,9 @@ def register() -> bool:
 
 def _register() -> bool:
   global _no_cuda
-  _publish_cute_runtime()
+  # First, and also where jax has no CUDA device: every path that registers (a mosaic_kernel's lowering, the first
+  # lowering of any program, jmf.register()) tells the runtime where the libraries are.
+  runtime_libraries.publish()
   with _lock:
     if _state["done"]:
       return True
@@ -243,6 +204,13 @@ jax.monitoring.register_event_duration_secs_listener(_on_lowered)
 
 
 def status() -> dict:
-  """How the targets were registered: ``{"done", "record", "message", "cute"}``; ``"cute"`` is None unless
-  finding NVIDIA's CuTe DSL runtime library failed, and then says why (only CuTe DSL kernels cannot run)."""
-  return dict(_state)
+  """How the targets were registered: ``{"done", "record", "message", "runtime_libraries"}``.
+
+  ``"runtime_libraries"`` holds, by file name, each native library the front ends' images need (e.g.
+  ``"libcute_dsl_runtime.so"``, NVIDIA's CuTe DSL runtime library): None, unless finding it failed, and then why
+  (only the kernels that need it cannot run)::
+
+    >>> sorted(jmf.registration.status())
+    ['done', 'message', 'record', 'runtime_libraries']
+  """
+  return {**_state, "runtime_libraries": runtime_libraries.problems()}

@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import jax
 
-from jax_mosaic_ffi.base import cute_package
+from jax_mosaic_ffi.cute import package
 from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base.errors import LaunchError, ValueKeyError
 from jax_mosaic_ffi.call import launch_values
@@ -74,7 +74,7 @@ def cute_kernel(fn: Callable[..., None], *, input_spec=None, output_spec=None, u
   Raises:
     CuteUnavailable: nvidia-cutlass-dsl is missing or of an unsupported release.
   """
-  dsl.check_release(cute_package.compiler_release())
+  dsl.check_release(package.compiler_release())
   if not callable(fn):
     raise TypeError(f"cute_kernel needs a @cute.jit launcher (a callable), got {type(fn).__name__}")
   if batch_mode is not None and (isinstance(batch_mode, bool) or not isinstance(batch_mode, int)):

@@ -19,7 +19,7 @@ import shlex
 import struct
 import threading
 
-from jax_mosaic_ffi.base import cute_package
+from jax_mosaic_ffi.cute import package
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import module_format
 from jax_mosaic_ffi.base.errors import CompileError, LaunchError
@@ -115,7 +115,7 @@ def _compile_one(launcher, plan: Plan, target: Arch, options: str | None, name: 
       raise CompileError(name, f"{type(e).__name__}: {str(e).rstrip()}", "", "", compiler="CuTe DSL",
                          what=f"'{name}' for {target.sm} (called at {where})") from None
   compile_cache.count_compiles("cute", 1)
-  return Image(ImageKind.CUTE, target, bytes(data), cute_package.compiler_release() or "", plan.host_arg_kinds())
+  return Image(ImageKind.CUTE, target, bytes(data), package.compiler_release() or "", plan.host_arg_kinds())
 
 
 def _to_bytes(kernel: CuteKernel) -> bytes:
@@ -130,7 +130,7 @@ def _from_bytes(name: str, data: bytes) -> CuteKernel:
   if not (isinstance(host_args, list) and all(type(v) is int for v in host_args) and type(alignment) is int):
     raise ValueError("bad host_args")
   compiled = Compiled.from_bytes(data[4 + length:])
-  if not compiled.parsed.cute:
+  if not compiled.parsed.host_code:
     raise ValueError("not a CuTe DSL module")
   return CuteKernel(name, compiled, tuple(host_args), alignment)
 
@@ -138,7 +138,7 @@ def _from_bytes(name: str, data: bytes) -> CuteKernel:
 def compile_plan(launcher, plan: Plan, *, name: str, targets: tuple[Arch, ...], options: str | None,
                  compile_key=None, where: str = "") -> CuteKernel:
   """The kernel of this specialization: from memory, from disk, or compiled (once per target)."""
-  release = cute_package.compiler_release()
+  release = package.compiler_release()
   dsl.check_release(release)
   described, exact_plan = plan.describe()
   identity = launcher_identity(launcher, plan, targets[0], options, compile_key, exact_plan)

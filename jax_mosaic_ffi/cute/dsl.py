@@ -10,7 +10,7 @@ import contextlib
 import functools
 import re
 
-from jax_mosaic_ffi.base import cute_package
+from jax_mosaic_ffi.cute import package
 from jax_mosaic_ffi.base.errors import CuteUnavailable
 
 # The releases this wing is written and tested against: [min, max). The host function's calling convention
@@ -26,12 +26,12 @@ def release_tuple(version: str) -> tuple[int, ...]:
 
 def check_release(version: str | None) -> None:
   if version is None:
-    raise CuteUnavailable(f"CuTe DSL kernels need CuTe DSL ({SUPPORTED_TEXT}): {cute_package.INSTALL_HINT}")
+    raise CuteUnavailable(f"CuTe DSL kernels need CuTe DSL ({SUPPORTED_TEXT}): {package.INSTALL_HINT}")
   low, high = SUPPORTED
   if not low <= release_tuple(version)[:2] < high:
     raise CuteUnavailable(
         f"jax_mosaic_ffi supports {SUPPORTED_TEXT}; nvidia-cutlass-dsl {version} is installed. Its objects' "
-        f"calling convention and runtime API change between releases: {cute_package.INSTALL_HINT}")
+        f"calling convention and runtime API change between releases: {package.INSTALL_HINT}")
 
 
 @contextlib.contextmanager
@@ -42,13 +42,13 @@ def importing(what: str):
     yield
   except Exception as e:
     raise CuteUnavailable(f"CuTe DSL could not be imported: {what} raised {type(e).__name__}: {e}. The "
-                          f"nvidia-cutlass-dsl install looks damaged: {cute_package.INSTALL_HINT}") from None
+                          f"nvidia-cutlass-dsl install looks damaged: {package.INSTALL_HINT}") from None
 
 
 @functools.cache
 def modules():
   """(cutlass, cutlass.cute, cuda.bindings.driver), or CuteUnavailable saying what to install."""
-  check_release(cute_package.compiler_release())
+  check_release(package.compiler_release())
   with importing("import cutlass"):
     import cuda.bindings.driver as cuda  # noqa: PLC0415  (optional dependency: CuTe DSL)
     import cutlass  # noqa: PLC0415  (optional dependency: CuTe DSL)
@@ -92,10 +92,10 @@ def runtime_arch(arch: str):
     saved = state.arch
   except (ImportError, AttributeError) as e:
     raise CuteUnavailable(
-        f"nvidia-cutlass-dsl {cute_package.compiler_release()} no longer keeps its runtime arch where "
+        f"nvidia-cutlass-dsl {package.compiler_release()} no longer keeps its runtime arch where "
         f"jax_mosaic_ffi sets it to compile for {arch} ({type(e).__name__}: {e}). Set CUTE_DSL_ARCH={arch} in "
         f"the environment before the DSL is imported, or install {SUPPORTED_TEXT}: "
-        f"{cute_package.INSTALL_HINT}") from None
+        f"{package.INSTALL_HINT}") from None
   if saved == arch:
     yield
     return

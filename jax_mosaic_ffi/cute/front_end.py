@@ -1,11 +1,25 @@
 """The CuTe DSL front end as `mosaic_kernel` picks it (call/front_end.py): a `CuteFunction` (a ``@cute.jit``
-launcher, compiled per specialization), with no options of its own (`CuteOptions`)."""
+launcher, compiled per specialization), with no options of its own (`CuteOptions`), whose objects run through
+NVIDIA's CuTe DSL runtime library (`RUNTIME_LIBRARY`). Imports no DSL: the package's import reaches it."""
 
+from jax_mosaic_ffi.base.errors import CuteUnavailable
 from jax_mosaic_ffi.base.module_format import ImageKind
-from jax_mosaic_ffi.call.front_end import FrontEnd
+from jax_mosaic_ffi.call.front_end import FrontEnd, RuntimeLibrary
 from jax_mosaic_ffi.cute import launch
+from jax_mosaic_ffi.cute import package
 from jax_mosaic_ffi.cute.kernel import CuteFunction
 from jax_mosaic_ffi.cute.options import HINTS, CuteOptions
+
+RUNTIME_LIBRARY = RuntimeLibrary(
+    name=package.LIBRARY,
+    description="NVIDIA's CuTe DSL runtime library",
+    kernels="CuTe DSL kernels",
+    image_kinds=(ImageKind.CUTE,),
+    publish=package.publish,
+    refuse=package.refuse,
+    remedy=package.REMEDY,
+    unavailable=CuteUnavailable,
+)
 
 FRONT_END = FrontEnd(
     name="a CuTe DSL launcher",
@@ -15,4 +29,6 @@ FRONT_END = FrontEnd(
     image_kinds=(ImageKind.CUTE,),
     launcher=launch.launcher,
     hints=HINTS,
+    runtime_libraries=(RUNTIME_LIBRARY,),
+    toolchains=lambda: {"nvidia-cutlass-dsl": package.compiler_release() or "none"},
 )

@@ -2,8 +2,8 @@
 signature, under its decorators if it has any) or a compiled `GluonKernel`.
 
 Built on the Triton wing (docs/architecture.md, "A wing built on another"): its launcher, its launch options
-(`TritonLaunchOptions`: grid, scalars, uses_pdl, param_order) and its configs' rules are the Triton front end's,
-which launches any `TritonFunction` by its own compile (a Gluon function's is Gluon's source) and any
+(`TritonLaunchOptions`: grid, scalars, uses_pdl, param_order), its configs' rules and its toolchain are the Triton
+front end's, which launches any `TritonFunction` by its own compile (a Gluon function's is Gluon's source) and any
 `TritonKernel` from Triton's metadata.
 """
 
@@ -34,4 +34,5 @@ FRONT_END = FrontEnd(
     launcher=triton_front_end.launcher,
     check_tunable=triton_front_end.check_tunable,
     hints=HINTS,
+    toolchains=triton_front_end.toolchains,
 )

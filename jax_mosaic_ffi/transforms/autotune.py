@@ -19,7 +19,7 @@ makes the call enough times for about 2 ms, as the median of several rounds,
 the configs taking turns round by round; the winner is the fastest among the stored timings of
 the current list. Timings are kept per config (tuning_records.py: keyed by
 the config, its kernels and launch values, the call signature, the device,
-driver, jax_mosaic_ffi and Triton) in memory and in the disk cache, so
+driver, jax_mosaic_ffi and toolchain releases) in memory and in the disk cache, so
 adding a config times that config alone, an edited kernel re-times only the
 configs that use it, and a second process times nothing (its compiles are
 compile-cache hits). `save_tuning` / `load_tuning` carry timings to another

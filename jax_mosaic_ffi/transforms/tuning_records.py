@@ -5,7 +5,8 @@ A timing belongs to one config of one call, on one kind of machine. Its key
 launch (module hashes, grid, block, scalars...: what `autotune` reads off the
 config's jaxpr) and the call signature (shapes and dtypes, or the user's
 ``key``); its `Environment` is the device name and compute capability, the
-CUDA driver, jax_mosaic_ffi and Triton. Adding a config to a list therefore
+CUDA driver, jax_mosaic_ffi and the front ends' toolchains (their releases, as
+each front end names them: call/front_end.py's ``toolchains``). Adding a config to a list therefore
 times that config alone, and an edited kernel only re-times the configs
 that use it: the winner is picked among the stored timings of the current
 list (`autotune.py`).
@@ -18,14 +19,13 @@ not regular, too large, owned by another user or writable by others, as the
 disk cache's trust rules say: docs/threat_model.md), malformed (every value
 is type-checked and bounded before use), of another format version, or
 tuned on another device, compute capability, driver, jax_mosaic_ffi or
-Triton. Nothing in a file can add code: a timing only ranks configs the
+toolchain release. Nothing in a file can add code: a timing only ranks configs the
 program itself lists, and a config is only chosen once it builds here.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib.metadata
 import json
 import math
@@ -44,9 +44,11 @@ from jax_mosaic_ffi.base import module_format
 from jax_mosaic_ffi.base import value_key
 from jax_mosaic_ffi.base.errors import ValueKeyError
 from jax_mosaic_ffi.base.paths import PACKAGE_DIR
+from jax_mosaic_ffi.call import front_end
 
 FILE_FORMAT = "jax_mosaic_ffi tuning"
-FILE_VERSION = 1
+# 2: the environment's "toolchains" (every front end's) took the place of "triton"; a version 1 file is refused.
+FILE_VERSION = 2
 _RECORD_FORMAT = "tuning-record-1"
 # Bounds on everything read (a file, a disk entry) before it is used.
 MAX_FILE_BYTES = 16 << 20
@@ -55,7 +57,8 @@ MAX_TEXT = 4096              # a name, config, signature or error
 MAX_KERNELS = 64             # launches in one config
 MAX_US = 1e9                 # a timing of over 1000 s per call is not one
 _ENV_FIELDS = (("device", "device"), ("compute_capability", "compute capability"),
-               ("driver", "CUDA driver"), ("jax_mosaic_ffi", "jax_mosaic_ffi"), ("triton", "Triton"))
+               ("driver", "CUDA driver"), ("jax_mosaic_ffi", "jax_mosaic_ffi"),
+               ("toolchains", "toolchains"))
 
 
 class TuningFileIgnored(UserWarning):
@@ -75,7 +78,7 @@ class Environment:
   compute_capability: str
   driver: str
   jax_mosaic_ffi: str
-  triton: str
+  toolchains: str             # "nvidia-cutlass-dsl 4.2.1, triton 3.6.0": each front end's, sorted
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,13 +116,10 @@ def _package_version() -> str:
     return "unknown"
 
 
-@functools.cache
-def _triton_version() -> str:
-  """The installed Triton's version, read from its metadata: this layer imports no front end."""
-  try:
-    return importlib.metadata.version("triton")
-  except importlib.metadata.PackageNotFoundError:
-    return "none"
+def _toolchains() -> str:
+  """The installed front ends' toolchains and their releases, as one text (each front end reads its own once)."""
+  releases = {name: release for end in front_end.installed() for name, release in end.toolchains().items()}
+  return ", ".join(f"{name} {releases[name]}" for name in sorted(releases))
 
 
 def environment(device) -> Environment:
@@ -132,7 +132,8 @@ def environment(device) -> Environment:
       if gpu.ordinal == ordinal:
         capability = f"{gpu.arch // 10}.{gpu.arch % 10}"
   return Environment(device=str(getattr(device, "device_kind", device.platform)), compute_capability=capability,
-                     driver=gpu_info.driver_version(), jax_mosaic_ffi=_package_version(), triton=_triton_version())
+                     driver=gpu_info.driver_version(), jax_mosaic_ffi=_package_version(),
+                     toolchains=_toolchains())
 
 
 def bounded_text(text: str) -> str:
@@ -233,7 +234,8 @@ def _decode_entry(data: bytes) -> Timing | None:
 def save_tuning(path: str | os.PathLike, device=None) -> int:
   """Writes this process's autotuning timings for ``device`` (jax's first device by default) to
   ``path``, replacing it atomically; returns how many. `load_tuning` reads the file on another
-  machine of the same GPU, driver, jax_mosaic_ffi and Triton: a cluster tunes once and ships the file::
+  machine of the same GPU, driver, jax_mosaic_ffi and toolchains (Triton, CuTe DSL): a cluster tunes
+  once and ships the file::
 
     jmf.save_tuning("tuning.json")   # after tuning: the timings this process used (measured, from disk, loaded)
   """
@@ -266,7 +268,7 @@ def save_tuning(path: str | os.PathLike, device=None) -> int:
 def load_tuning(path: str | os.PathLike, device=None) -> int:
   """Reads a `save_tuning` file into this process's timings for ``device`` (jax's first device by
   default); returns how many were loaded. A file that is not ours, malformed, or from another device,
-  compute capability, driver, jax_mosaic_ffi or Triton is ignored with a `TuningFileIgnored`
+  compute capability, driver, jax_mosaic_ffi or toolchain release is ignored with a `TuningFileIgnored`
   warning saying which, and 0 comes back. Every value is type-checked and bounded before use; a file over
   16 MiB, not a regular file, owned by another user or writable by others is refused::
 

@@ -7,6 +7,8 @@ specialization, the launch from Triton's metadata, the decorators and the scratc
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 from typing import Any, Callable, Mapping
 
 from jax_mosaic_ffi.base.errors import LaunchError
@@ -42,6 +44,16 @@ def check_tunable(kernel: TritonFunction | TritonKernel, made: str, configs) -> 
                      "without signature=, so each config compiles its own")
 
 
+@functools.cache
+def toolchains() -> dict[str, str]:
+  """The installed Triton's release, read from its metadata (importing Triton takes seconds, and it may be
+  absent): an autotuning timing's environment holds it."""
+  try:
+    return {"triton": importlib.metadata.version("triton")}
+  except importlib.metadata.PackageNotFoundError:
+    return {"triton": "none"}
+
+
 FRONT_END = FrontEnd(
     name="a Triton kernel",
     kernel_types=(TritonFunction, TritonKernel),
@@ -51,4 +63,5 @@ FRONT_END = FrontEnd(
     launcher=launcher,
     check_tunable=check_tunable,
     hints=HINTS,
+    toolchains=toolchains,
 )

@@ -5,6 +5,8 @@ library, ``libcute_dsl_runtime.so`` in the DSL's cu13 libraries, loads and runs.
 EULA: nothing of it is linked into or shipped with the extension, which opens the user's copy at run time
 (csrc/driver/cute_dsl_runtime.h). This module finds it and names its release without importing the DSL (which
 loads MLIR and takes a second): a process that only runs exported programs needs the library, not the compiler.
+It tells the runtime where the library is (`publish`) when the targets are registered (front_end.py names it as
+this wing's `RuntimeLibrary`, call/runtime_libraries.py).
 """
 
 from __future__ import annotations
@@ -15,7 +17,11 @@ import importlib.metadata
 import os
 import pathlib
 
+from jax_mosaic_ffi.base.native import core
+
 INSTALL_HINT = "pip install 'jax_mosaic_ffi[cute]' (nvidia-cutlass-dsl with its cu13 libraries)"
+# What to do where finding the runtime library failed (call/runtime_libraries.py says it, then "start a new process").
+REMEDY = f"reinstall nvidia-cutlass-dsl in the supported range (docs/compatibility.md; {INSTALL_HINT})"
 # The CUDA flavour of the DSL's libraries that matches this package's CUDA 13 stack.
 FLAVOR = "cu13"
 LIBRARY = "libcute_dsl_runtime.so"
@@ -82,3 +88,17 @@ def compiler_release() -> str | None:
   """The release of the installed DSL compiler (nvidia-cutlass-dsl), or None without it (read once: every trace
   asks, and reading package metadata costs milliseconds)."""
   return _release("nvidia-cutlass-dsl")
+
+
+def publish() -> None:
+  """Tells the runtime where the library is (it opens it when a CuTe DSL call is first instantiated); nothing
+  where nvidia-cutlass-dsl's cu13 libraries are not installed (a CuTe DSL kernel is then refused where it
+  compiles, and a deserialized one at its instantiate)."""
+  found = runtime()
+  if found is not None:
+    core.set_cute_dsl_runtime(str(found.library), found.release)
+
+
+def refuse(message: str) -> None:
+  """Tells the runtime why the library could not be found: a CuTe DSL call's instantiate reports it."""
+  core.set_cute_dsl_runtime_problem(message)
