@@ -22,8 +22,8 @@ from jax_mosaic_ffi.base.native import core as _core
 _versions.check(_core.BUILT_AGAINST["jaxlib"])
 
 from jax_mosaic_ffi.base import contract  # noqa: F401  (jmf.contract: the target names)
-from jax_mosaic_ffi.base.errors import (AutotuneError, CompileError, CuteUnavailable, LaunchError, NvshmemUnavailable,
-                                       ReferenceMismatch, ReferenceMismatchWarning, TritonUnavailable)
+from jax_mosaic_ffi.base.errors import (AutotuneError, CompileError, LaunchError, NvshmemUnavailable, ReferenceMismatch,
+                                       ReferenceMismatchWarning)
 from jax_mosaic_ffi.toolchain.kernel import Kernel
 from jax_mosaic_ffi.cuda.kernel import cubin_kernel, cuda_kernel, ptx_kernel
 from jax_mosaic_ffi.call import lowering as _lowering  # noqa: F401  (registers the CUDA lowering)
@@ -37,6 +37,7 @@ from jax_mosaic_ffi.call.shadow import verify
 from jax_mosaic_ffi.call.tensor_map import TensorMap
 from jax_mosaic_ffi.cute.call import cute_call, cute_kernel
 from jax_mosaic_ffi.cute.kernel import CuteFunction, CuteKernel
+from jax_mosaic_ffi.cute.package import CuteUnavailable
 from jax_mosaic_ffi.transforms.autodiff import differentiable
 from jax_mosaic_ffi.transforms.check import check
 from jax_mosaic_ffi.transforms.autotune import Autotuned, autotune
@@ -44,7 +45,7 @@ from jax_mosaic_ffi.transforms.autotune import report as autotune_report
 from jax_mosaic_ffi.transforms.tuning_records import TuningFileIgnored, load_tuning, save_tuning
 from jax_mosaic_ffi.transforms.sharding import BatchDims, Elementwise, ShardingRule, sharded
 from jax_mosaic_ffi.triton.call import triton_call
-from jax_mosaic_ffi.triton.compile import TritonKernel
+from jax_mosaic_ffi.triton.compile import TritonKernel, TritonUnavailable
 from jax_mosaic_ffi.triton.kernel import TritonFunction, triton_kernel
 from jax_mosaic_ffi.triton.tensor_descriptor import TensorDescriptor
 from jax_mosaic_ffi.gluon.kernel import GluonFunction, GluonKernel, gluon_kernel

@@ -77,22 +77,6 @@ class AutotuneError(RuntimeError):
   """
 
 
-class TritonUnavailable(ImportError):
-  """Triton is not installed, or not a supported version.
-
-  Raised by `triton_kernel` and `triton_call`; the message names the supported range (``>=3.6,<3.10``).
-  ``pip install 'jax_mosaic_ffi[triton]'`` installs a supported Triton.
-  """
-
-
-class CuteUnavailable(ImportError):
-  """The CuTe DSL (nvidia-cutlass-dsl) is missing, of an unsupported release or damaged.
-
-  Raised by `cute_kernel` and `cute_call`, and by a CuTe DSL call's lowering where its runtime library could not
-  be found. ``pip install 'jax_mosaic_ffi[cute]'`` installs a supported release.
-  """
-
-
 class NvshmemUnavailable(ImportError):
   """NVSHMEM is not installed (or not a supported release), or could not be started.
 

@@ -11,7 +11,7 @@ import functools
 import re
 
 from jax_mosaic_ffi.cute import package
-from jax_mosaic_ffi.base.errors import CuteUnavailable
+from jax_mosaic_ffi.cute.package import CuteUnavailable
 
 # The releases this wing is written and tested against: [min, max). The host function's calling convention
 # (an 8-byte slot per Pointer or Int64 argument, after the stream, then an int32 result), dump_to_object's

@@ -2,7 +2,6 @@
 launcher, compiled per specialization), with no options of its own (`CuteOptions`), whose objects run through
 NVIDIA's CuTe DSL runtime library (`RUNTIME_LIBRARY`). Imports no DSL: the package's import reaches it."""
 
-from jax_mosaic_ffi.base.errors import CuteUnavailable
 from jax_mosaic_ffi.base.module_format import ImageKind
 from jax_mosaic_ffi.call.front_end import FrontEnd, RuntimeLibrary
 from jax_mosaic_ffi.cute import launch
@@ -18,7 +17,7 @@ RUNTIME_LIBRARY = RuntimeLibrary(
     publish=package.publish,
     refuse=package.refuse,
     remedy=package.REMEDY,
-    unavailable=CuteUnavailable,
+    unavailable=package.CuteUnavailable,
 )
 
 FRONT_END = FrontEnd(

@@ -27,6 +27,14 @@ FLAVOR = "cu13"
 LIBRARY = "libcute_dsl_runtime.so"
 
 
+class CuteUnavailable(ImportError):
+  """The CuTe DSL (nvidia-cutlass-dsl) is missing, of an unsupported release or damaged.
+
+  Raised by `cute_kernel` and `cute_call`, and by a CuTe DSL call's lowering where its runtime library could not
+  be found. ``pip install 'jax_mosaic_ffi[cute]'`` installs a supported release.
+  """
+
+
 @dataclasses.dataclass(frozen=True)
 class CuteRuntime:
   """NVIDIA's CuTe DSL runtime library as installed: its path and its nvidia-cutlass-dsl release."""

@@ -31,7 +31,7 @@ from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import module_format
 from jax_mosaic_ffi.base import native_stderr
 from jax_mosaic_ffi.base import ptx_info
-from jax_mosaic_ffi.base.errors import CompileError, TritonUnavailable
+from jax_mosaic_ffi.base.errors import CompileError
 from jax_mosaic_ffi.base.module_format import Image, ImageKind, ParsedModule
 from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain import dump
@@ -67,6 +67,14 @@ def _version_tuple(version: str) -> tuple[int, ...]:
     digits = "".join(c for c in piece if c.isdigit()) or "0"
     parts.append(int(digits))
   return tuple(parts)
+
+
+class TritonUnavailable(ImportError):
+  """Triton is not installed, or not a supported version.
+
+  Raised by `triton_kernel` and `triton_call`; the message names the supported range (``>=3.6,<3.10``).
+  ``pip install 'jax_mosaic_ffi[triton]'`` installs a supported Triton.
+  """
 
 
 def require_triton():
