@@ -19,7 +19,6 @@ Triton's launcher encodes on every call (the tutorials' wrappers build it on eve
 from __future__ import annotations
 
 import dataclasses
-import gc
 import os
 import types
 from typing import Callable
@@ -27,6 +26,7 @@ from typing import Callable
 from benchmarks import timing
 from benchmarks.markdown import failure, fmt, last_line, launch_failure, sig, table
 from benchmarks.suite import Run
+from benchmarks import triton_native
 from benchmarks.triton_native import SLEEP_CYCLES, stamped_chain
 
 NAME = "gluon_native"
@@ -229,24 +229,7 @@ def run(cases=(), rounds: int = ROUNDS) -> dict:
   capability = env["torch"].cuda.get_device_capability()
   if cases and capability[0] != 9:
     return {"skipped": f"the tutorials' wgmma GEMMs need an sm_90 GPU; this one is sm_{capability[0]}{capability[1]}"}
-  result = {"versions": {"triton": env["triton"].__version__, "torch": env["torch"].__version__,
-                         "jax": env["jax"].__version__}, "cases": {}, "speed": {}, "errors": {}}
-  if not cases:
-    try:
-      result.update(_measure_launch(env))
-    except Exception as e:
-      result["errors"]["ours"] = f"{type(e).__name__}: {e}"
-    return result
-  for name in cases:
-    try:
-      result["cases"][name] = _measure_case(name, env, rounds)
-      result["speed"][name] = result["cases"][name]["speed"]
-    except Exception as e:  # one case's failure is its row, not the run's
-      result["errors"][name] = f"{type(e).__name__}: {str(e)[:2000]}"
-    gc.collect()
-    env["torch"].cuda.empty_cache()
-  result["triton_compiles"] = env["jmf"].kernel_cache_stats().triton_compiles
-  return result
+  return triton_native.measure(env, cases, rounds, _measure_case, _measure_launch)
 
 
 # ------------------------------------------------------------------ the report (no jax)

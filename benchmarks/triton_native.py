@@ -413,18 +413,24 @@ def run(cases=(), rounds: int = ROUNDS) -> dict:
     return {"skipped": f"needs torch and triton beside jax ({e})"}
   if env["jax"].default_backend() != "gpu" or not env["torch"].cuda.is_available():
     return {"skipped": "needs a GPU visible to both jax and torch"}
+  return measure(env, cases, rounds, _measure_case, _measure_launch)
+
+
+def measure(env: dict, cases, rounds: int, measure_case: Callable, measure_launch: Callable) -> dict:
+  """A run's result against Triton's own launcher (this benchmark's and gluon_native's): each case's GPU time
+  (``measure_case(name, env, rounds)``), or, with no cases, the host cost per call (``measure_launch(env)``)."""
   versions = {"triton": env["triton"].__version__, "torch": env["torch"].__version__,
               "jax": env["jax"].__version__}
   result = {"versions": versions, "cases": {}, "speed": {}, "errors": {}}
   if not cases:
     try:
-      result.update(_measure_launch(env))
+      result.update(measure_launch(env))
     except Exception as e:
       result["errors"]["ours"] = f"{type(e).__name__}: {e}"  # keyed as the goal's metric ends
     return result
   for name in cases:
     try:
-      result["cases"][name] = _measure_case(name, env, rounds)
+      result["cases"][name] = measure_case(name, env, rounds)
       result["speed"][name] = result["cases"][name]["speed"]
     except Exception as e:  # one case's failure is its row, not the run's
       result["errors"][name] = f"{type(e).__name__}: {str(e)[:2000]}"
