@@ -24,13 +24,9 @@ from jax_mosaic_ffi.cute import fingerprint
 import cute_kernels as K
 import cute_objects
 import fresh_process
-from hlo_inspect import custom_calls
+from hlo_inspect import custom_calls, lower
 
 from cutlass.jax import TensorSpec  # noqa: E402  (after the guard)
-
-
-def lower(fn, *avals):
-  return jax.jit(fn).trace(*avals).lower(lowering_platforms=("cuda",))
 
 
 def one_call(fn, *avals):

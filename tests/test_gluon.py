@@ -4,7 +4,6 @@ constexpr included), a warm process, export, vmap, gradients, sharding, fallback
 Runs on every Triton we support (3.6 to 3.9); tests/test_gluon_gpu.py runs the kernels."""
 
 import re
-import warnings
 
 import jax
 import jax.numpy as jnp
@@ -23,27 +22,14 @@ from jax_mosaic_ffi.base.module_format import ImageKind  # noqa: E402
 import benchmarks_package  # noqa: E402
 import fresh_process  # noqa: E402
 import gluon_sources as gs  # noqa: E402
-from hlo_inspect import custom_calls  # noqa: E402
+from hlo_inspect import UNTUNED_OK, custom_calls, f32, lower, only_call  # noqa: E402
+
+pytestmark = UNTUNED_OK
 
 G = benchmarks_package.kernels("gluon_user")
 VERSION = tuple(int(p) for p in triton.__version__.split(".")[:2])
 BLOCKED = gl.BlockedLayout([4], [32], [4], [0])
 F16 = gl.NVMMASharedLayout.get_default_for
-
-
-def lower(fn, *avals):
-  with warnings.catch_warnings():
-    warnings.simplefilter("ignore")  # no GPU: an autotuner takes its first config, and says so
-    return jax.jit(fn).trace(*avals).lower(lowering_platforms=("cuda",))
-
-
-def the_call(fn, *avals) -> dict:
-  (cc,) = custom_calls(lower(fn, *avals))
-  return cc
-
-
-def f32(*shape):
-  return jax.ShapeDtypeStruct(shape, jnp.float32)
 
 
 def add_call(kernel=None, **options):
@@ -144,14 +130,14 @@ def _gluon_descriptor(base, shape, strides, block, layout):
 def test_a_warp_specialized_kernel_launches_the_warps_tritons_metadata_says(isolated_disk_cache):
   call = jmf.mosaic_kernel(jmf.gluon_kernel(gs.ws_add_one, constexprs={"XBLOCK": 512}), lambda x: x,
                            grid=lambda meta, x: x.size // (2 * meta["XBLOCK"]))
-  config = the_call(call, f32(4096))["config"]
+  config = only_call(call, f32(4096))["config"]
   # Asked for 4 warps; the 1-warp worker makes Triton's metadata say more, which the block follows.
   assert config["grid"] == [4, 1, 1] and config["block"][0] == 32 * 8
 
 
 def test_descriptors_in_the_kernel_get_tritons_global_scratch(isolated_disk_cache):
   call = jmf.mosaic_kernel(jmf.gluon_kernel(gs.tile_copy_device, constexprs={"M": 32, "N": 32}), lambda x: x, grid=1)
-  cc = the_call(call, f32(32, 32))
+  cc = only_call(call, f32(32, 32))
   # The output, then the scratch: 128 bytes per descriptor per program, an extra output XLA allocates.
   assert cc["results"] == 2 and cc["config"]["param_order"][:3] == [0, 1, 2]
 
@@ -160,9 +146,9 @@ def test_a_num_warps_parameter_takes_the_launch_option(isolated_disk_cache):
   """Gluon's tutorials write `num_warps: gl.constexpr` and launch with `num_warps=8`: both get it."""
   for warps in (4, 8):
     call = axpy_call(jmf.gluon_kernel(gs.axpy, constexprs={"XBLOCK": 1024}, num_warps=warps))
-    assert the_call(call, f32(5000), f32(5000))["config"]["block"] == [32 * warps, 1, 1]
+    assert only_call(call, f32(5000), f32(5000))["config"]["block"] == [32 * warps, 1, 1]
   tuned = axpy_call(jmf.gluon_kernel(gs.axpy), configs=[dict(XBLOCK=2048, num_warps=2), dict(XBLOCK=256)])
-  assert the_call(tuned, f32(5000), f32(5000))["config"]["block"] == [64, 1, 1]  # no GPU: the first config
+  assert only_call(tuned, f32(5000), f32(5000))["config"]["block"] == [64, 1, 1]  # no GPU: the first config
   with pytest.raises(ValueError, match="gluon_kernel 'axpy': its constexpr parameter 'num_warps' takes the launch "
                                        "option's value"):
     jmf.gluon_kernel(gs.axpy, constexprs={"XBLOCK": 1024, "num_warps": 8})
@@ -172,7 +158,7 @@ def test_the_wgmma_gemms_lower_with_three_tensor_maps(isolated_disk_cache):
   a = jax.ShapeDtypeStruct((1024, 1024), jnp.float16)
   for kernel, constexprs in [(G.blocked_matmul_pipelined, {}),
                              (G.matmul_pipelined, {"MMAImpl": G.WGMMA, "num_buffers": 4})]:
-    config = the_call(gemm_call(kernel, constexprs), a, a)["config"]
+    config = only_call(gemm_call(kernel, constexprs), a, a)["config"]
     assert config["grid"] == [8, 4, 1] and config["block"] == [256, 1, 1]
     assert len(config["tensor_maps"]) == 3 * 26 and config["smem_bytes"] > 48 * 1024
 
@@ -186,7 +172,7 @@ def test_pdl_follows_the_kernels_wait(isolated_disk_cache):
   call = jmf.mosaic_kernel(jmf.gluon_kernel(gs.add_after_wait, constexprs={"XBLOCK": 512}), lambda a, b: a,
                            grid=lambda meta, a, b: jmf.cdiv(a.size, 512),
                            scalars=lambda meta, a, b: (np.int32(a.size),))
-  assert the_call(call, f32(4096), f32(4096))["config"]["uses_pdl"]
+  assert only_call(call, f32(4096), f32(4096))["config"]["uses_pdl"]
 
 
 def test_debug_prints_gluons_forms(isolated_disk_cache, capsys):
@@ -335,7 +321,7 @@ def test_the_reference_check_passes_through_the_fallbacks(isolated_disk_cache):
 def test_autotune_decorators_over_a_gluon_function(isolated_disk_cache):
   tuned = triton.autotune(configs=[triton.Config({"XBLOCK": 2048}, num_warps=8),
                                    triton.Config({"XBLOCK": 512}, num_warps=4)], key=["n"])(gs.axpy)
-  config = the_call(axpy_call(jmf.gluon_kernel(tuned)), f32(5000), f32(5000))["config"]
+  config = only_call(axpy_call(jmf.gluon_kernel(tuned)), f32(5000), f32(5000))["config"]
   assert config["block"] == [256, 1, 1] and config["grid"] == [3, 1, 1]  # no GPU: the first config
   with pytest.raises(TypeError, match="gluon_kernel '_not_gluon' is a @triton.jit function"):
     jmf.gluon_kernel(triton.autotune(configs=[triton.Config({})], key=[])(triton.jit(_not_gluon)))

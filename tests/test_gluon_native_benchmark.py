@@ -2,14 +2,15 @@
 machine; its timed programs (the tutorials' GEMMs through jmf, the launch chains) lower on the CPU as the GPU run
 builds them; on a GPU with torch, each side's result matches torch (the benchmark's own check, run once)."""
 
-import warnings
 
 import jax
 import jax.numpy as jnp
 import pytest
 
 import benchmarks_package
-from hlo_inspect import custom_calls
+from hlo_inspect import UNTUNED_OK, custom_calls, lower
+
+pytestmark = UNTUNED_OK
 
 bench = benchmarks_package.load()
 goals, report = bench.goals, bench.report
@@ -56,12 +57,6 @@ def test_the_tables():
 def env():
   pytest.importorskip("triton")
   return native.environment(with_torch=False)
-
-
-def lower(fn, *avals):
-  with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    return jax.jit(fn).trace(*avals).lower(lowering_platforms=("cuda",))
 
 
 @pytest.mark.parametrize("name", list(native.CASES))

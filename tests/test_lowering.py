@@ -13,11 +13,7 @@ import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.base import contract
 
 import kernel_sources
-from hlo_inspect import custom_calls
-
-
-def lower(fn, *avals):
-  return jax.jit(fn).trace(*avals).lower(lowering_platforms=("cuda",))
+from hlo_inspect import custom_calls, lower
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi import _core
 
 import fresh_process
-from hlo_inspect import custom_calls
+from hlo_inspect import custom_calls, lower
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GEMM_SOURCE = os.path.join(REPO, "benchmarks", "kernels", "hopper_gemm.cu")
@@ -160,10 +160,6 @@ def affine(isolated_disk_cache):
 @pytest.fixture
 def summed(isolated_disk_cache):
   return jmf.cuda_kernel(SUM, "tma_sum", targets=("sm_90",))
-
-
-def lower(fn, *avals):
-  return jax.jit(fn).trace(*avals).lower(lowering_platforms=("cuda",))
 
 
 # ------------------------------------------------------------------ CPU

@@ -20,14 +20,10 @@ from jax_mosaic_ffi.base.module_format import ImageKind
 
 import fresh_process
 import triton_sources as ts
-from hlo_inspect import custom_calls
+from hlo_inspect import custom_calls, lower
 
 gpu = pytest.mark.gpu
 TESTS = os.path.dirname(os.path.abspath(__file__))
-
-
-def lower(fn, *avals):
-  return jax.jit(fn).trace(*avals).lower(lowering_platforms=("cuda",))
 
 
 def add_call(kernel=None, block=1024):

@@ -29,22 +29,9 @@ from jax_mosaic_ffi.triton.decorators import NotSupported
 import triton_call_sources as tc
 import triton_descriptor_sources as tds
 import triton_sources as ts
-from hlo_inspect import custom_calls
+from hlo_inspect import custom_calls, f32, lower, only_call
 
 gpu = pytest.mark.gpu
-
-
-def lower(fn, *avals):
-  return jax.jit(fn).trace(*avals).lower(lowering_platforms=("cuda",))
-
-
-def the_call(fn, *avals) -> dict:
-  (cc,) = custom_calls(lower(fn, *avals))
-  return cc
-
-
-def f32(*shape):
-  return jax.ShapeDtypeStruct(shape, jnp.float32)
 
 
 def add(x, y, **kwargs):
@@ -62,7 +49,7 @@ def module(cc) -> bytes:
 
 def test_operands_bind_by_position_and_by_name_as_python_binds_them(isolated_disk_cache):
   x = f32(1000)
-  by_position = the_call(add, x, x)
+  by_position = only_call(add, x, x)
   # in0, in1, the size, out0, then Triton's two scratch pointers (null scalars).
   assert by_position["config"]["param_order"] == [0, 1, -1, 2, -2, -3]
   assert by_position["operands"] == 2 and by_position["results"] == 1
@@ -70,12 +57,12 @@ def test_operands_bind_by_position_and_by_name_as_python_binds_them(isolated_dis
 
   def by_name(x, y):  # keywords out of order
     return jmf.triton_call(x, n=x.size, y_ptr=y, kernel=tc.add, out_type=jax.typeof(x), grid=8, BLOCK=128)
-  assert the_call(by_name, x, x)["config"]["param_order"] == [0, 1, -1, 2, -2, -3]
+  assert only_call(by_name, x, x)["config"]["param_order"] == [0, 1, -1, 2, -2, -3]
 
   def constexpr_between(x, y):  # (x_ptr, BLOCK, y_ptr, scale, n, out_ptr): BLOCK by keyword
     return jmf.triton_call(x, y_ptr=y, scale=2.5, n=x.size, kernel=tc.scaled_add_late_constexpr,
                            out_type=jax.typeof(x), grid=(4,), BLOCK=256)
-  cc = the_call(constexpr_between, x, x)
+  cc = only_call(constexpr_between, x, x)
   assert cc["config"]["param_order"] == [0, 1, -1, -2, 2, -3, -4]
   assert cc["config"]["scalar_data"][:4] == np.float32(2.5).tobytes()
 
@@ -101,7 +88,7 @@ def test_constexpr_defaults_and_other_metaparameters_reach_the_grid(isolated_dis
       return meta["SPLIT"] * triton.cdiv(x.size, meta["BLOCK"])
     return jmf.triton_call(x, y, x.size, kernel=tc.add_defaults, out_type=jax.typeof(x), grid=grid, SPLIT=2)
 
-  cc = the_call(call, f32(640), f32(640))
+  cc = only_call(call, f32(640), f32(640))
   assert cc["config"]["grid"] == [20, 1, 1]  # 2 x 640 / 64: BLOCK's default, SPLIT a keyword that is no parameter
   assert seen[-1]["BLOCK"] == 64 and seen[-1]["SPLIT"] == 2 and seen[-1]["num_warps"] == 4
 
@@ -121,7 +108,7 @@ def test_python_scalars_are_typed_as_jax_triton_types_them(isolated_disk_cache, 
   def call(x):
     return jmf.triton_call(x, value, kernel=tc.plus_scalar, out_type=jax.ShapeDtypeStruct((), jnp.float64), grid=1)
   with jax.enable_x64(True):
-    cc = the_call(call, jax.ShapeDtypeStruct((1,), jnp.float64))
+    cc = only_call(call, jax.ShapeDtypeStruct((1,), jnp.float64))
   assert cc["config"]["scalar_sizes"] == [size, 8, 8]
   assert cc["config"]["scalar_data"][:size] == data
 
@@ -129,7 +116,7 @@ def test_python_scalars_are_typed_as_jax_triton_types_them(isolated_disk_cache, 
 def test_an_integer_equal_to_one_is_compiled_in_and_one_too_large_is_refused(isolated_disk_cache):
   def call(x, value):
     return jmf.triton_call(x, value, kernel=tc.plus_scalar, out_type=jax.ShapeDtypeStruct((), x.dtype), grid=1)
-  cc = the_call(lambda x: call(x, 1), f32(1))
+  cc = only_call(lambda x: call(x, 1), f32(1))
   assert cc["config"]["scalar_sizes"] == [8, 8]  # only the scratch pointers: 1 is a constexpr, as in Triton
   with pytest.raises(ValueError, match="integer overflow representing 18446744073709551616"):
     lower(lambda x: call(x, 2**64), f32(1))
@@ -143,7 +130,7 @@ def test_out_type_is_a_pytree_and_the_result_has_its_structure(isolated_disk_cac
     return jmf.triton_call(x, x.size, kernel=tc.two_outputs, out_type=out, grid=4, BLOCK=256)
   result = jax.eval_shape(call, f32(1000))
   assert set(result) == {"neg", "pos"} and result["pos"].shape == (1000,)
-  cc = the_call(call, f32(1000))
+  cc = only_call(call, f32(1000))
   assert cc["results"] == 2 and cc["config"]["param_order"][:4] == [0, -1, 1, 2]
 
 
@@ -166,12 +153,12 @@ def test_tuples_are_triton_tuple_parameters(isolated_disk_cache):
     return jmf.triton_call(x, (y, (z, scale)), x.size, kernel=tc.sum_tuple, out_type=jax.typeof(x), grid=4,
                            BLOCK=256)
   z16 = jax.ShapeDtypeStruct((1000,), jnp.float16)
-  cc = the_call(lambda x, y, z: call(x, y, z, 3.0), f32(1000), f32(1000), z16)
+  cc = only_call(lambda x, y, z: call(x, y, z, 3.0), f32(1000), f32(1000), z16)
   # The tuple's leaves in order: in1, in2, the scale; then n and the output.
   assert cc["operands"] == 3 and cc["config"]["param_order"][:6] == [0, 1, 2, -1, -2, 3]
   assert cc["config"]["scalar_data"][:4] == np.float32(3.0).tobytes()
   # An integer 1 inside a tuple is compiled in, as Triton's launcher does it.
-  cc = the_call(lambda x, y, z: call(x, y, z, 1), f32(1000), f32(1000), z16)
+  cc = only_call(lambda x, y, z: call(x, y, z, 1), f32(1000), f32(1000), z16)
   assert cc["config"]["param_order"][:5] == [0, 1, 2, -1, 3]
 
 
@@ -180,7 +167,7 @@ def test_mosaic_kernel_takes_tuple_parameters_in_param_order(isolated_disk_cache
                            grid=lambda meta, x, y, z: jmf.cdiv(x.size, meta["BLOCK"]),
                            scalars=(np.float32(2), np.int32(1000)),
                            param_order=("in0", ("in1", ("in2", "scalar0")), "scalar1", "out0"))
-  cc = the_call(call, f32(1000), f32(1000), f32(1000))
+  cc = only_call(call, f32(1000), f32(1000), f32(1000))
   assert cc["config"]["param_order"][:6] == [0, 1, 2, -1, -2, 3]
 
 
@@ -294,7 +281,7 @@ def test_refs_are_updated_in_place(isolated_disk_cache):
     ref = jax.new_ref(acc)
     out = jmf.triton_call(x, ref, x.size, kernel=tc.accumulate, out_type=jax.typeof(x), grid=4, BLOCK=256)
     return out, ref[...]
-  cc = the_call(beside_an_output, f32(1000), f32(1000))
+  cc = only_call(beside_an_output, f32(1000), f32(1000))
   # in0, in1 (the Ref's buffer, aliased to output 1), n, out0.
   assert cc["operands"] == 2 and cc["results"] == 2 and cc["config"]["param_order"][:4] == [0, 1, -1, 2]
 
@@ -303,7 +290,7 @@ def test_refs_are_updated_in_place(isolated_disk_cache):
     out = jmf.triton_call(x, (ref, (z, 2.0)), x.size, kernel=tc.sum_tuple, out_type=jax.typeof(x), grid=4,
                           BLOCK=256)
     return out, ref[...]
-  assert the_call(in_a_tuple, f32(1000), f32(1000), f32(1000))["results"] == 2
+  assert only_call(in_a_tuple, f32(1000), f32(1000), f32(1000))["results"] == 2
 
 
 def test_a_transformed_ref_is_updated_in_place(isolated_disk_cache):
@@ -313,7 +300,7 @@ def test_a_transformed_ref_is_updated_in_place(isolated_disk_cache):
     jmf.triton_call(ref.at[8:24], 16, kernel=tc.increment, out_type=(), grid=1, BLOCK=16)
     return ref[...]
   assert jax.eval_shape(call, f32(32)).shape == (32,)
-  assert the_call(call, f32(32))["operands"] == 1
+  assert only_call(call, f32(32))["operands"] == 1
 
 
 def test_aliases_combine_with_refs_that_they_do_not_name(isolated_disk_cache):
@@ -321,7 +308,7 @@ def test_aliases_combine_with_refs_that_they_do_not_name(isolated_disk_cache):
     ref = jax.new_ref(x)
     return jmf.triton_call(ref, acc, x.size, kernel=tc.add_into, out_type=jax.typeof(out), grid=4, BLOCK=256,
                            input_output_aliases={1: 0})
-  cc = the_call(call, f32(1000), f32(1000), f32(1000))
+  cc = only_call(call, f32(1000), f32(1000), f32(1000))
   assert cc["operands"] == 2 and cc["results"] == 2
   x = jnp.zeros(8, jnp.float32)
   with pytest.raises(ValueError, match="cannot be combined with Ref"):
@@ -341,7 +328,7 @@ def test_zeroed_outputs_are_zeroed_before_every_launch(isolated_disk_cache):
     seen.append(meta["BLOCK"])
     return (0,)
   for zeroed in ((0,), by_meta):
-    assert the_call(lambda x: call(x, zeroed), f32(64, 500))["config"]["zero_outputs"] == [0]
+    assert only_call(lambda x: call(x, zeroed), f32(64, 500))["config"]["zero_outputs"] == [0]
   assert seen == [128]
   with pytest.raises(ValueError, match=r"zeroed_outputs must be indices of outputs \(0..0\)"):
     lower(lambda x: call(x, (1,)), f32(64, 500))
@@ -373,7 +360,7 @@ def test_zeroed_outputs_of_an_autotuned_kernel_follow_each_config(isolated_disk_
     return (0,)
   with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # no GPU here: the first config is taken untimed, with a warning
-    cc = the_call(lambda x: _row_sums(x, zeroed, kernel=tc.row_sums_tuned), f32(64, 500))
+    cc = only_call(lambda x: _row_sums(x, zeroed, kernel=tc.row_sums_tuned), f32(64, 500))
   assert cc["config"]["zero_outputs"] == [0] and 64 in seen
 
 
@@ -381,9 +368,9 @@ def test_zeroed_outputs_of_an_autotuned_kernel_follow_each_config(isolated_disk_
 
 def test_launch_options_and_backend_options(isolated_disk_cache):
   x = f32(1024)
-  assert the_call(lambda a, b: add(a, b, num_warps=8), x, x)["config"]["block"] == [256, 1, 1]
-  assert the_call(lambda a, b: add(a, b, backend_options={"num_warps": 2}), x, x)["config"]["block"] == [64, 1, 1]
-  limited = the_call(lambda a, b: add(a, b, backend_options={"maxnreg": 40}), x, x)
+  assert only_call(lambda a, b: add(a, b, num_warps=8), x, x)["config"]["block"] == [256, 1, 1]
+  assert only_call(lambda a, b: add(a, b, backend_options={"num_warps": 2}), x, x)["config"]["block"] == [64, 1, 1]
+  limited = only_call(lambda a, b: add(a, b, backend_options={"maxnreg": 40}), x, x)
   assert b".maxnreg 40" in module(limited)
   with pytest.raises(ValueError, match="both as explicit arguments and in ``backend_options``"):
     lower(lambda a, b: add(a, b, num_warps=4, backend_options={"num_warps": 2}), x, x)
@@ -402,20 +389,20 @@ def test_tritons_compile_options_reach_triton(isolated_disk_cache):
     return jmf.triton_call(x, y_ptr=y, scale=2.0, n=x.size, kernel=tc.scaled_add_late_constexpr,
                            out_type=jax.typeof(x), grid=4, BLOCK=256, **kwargs)
   x = f32(1000)
-  assert b"fma.rn.f32" in module(the_call(axpy, x, x))
-  unfused = module(the_call(lambda a, b: axpy(a, b, backend_options={"enable_fp_fusion": False}), x, x))
+  assert b"fma.rn.f32" in module(only_call(axpy, x, x))
+  unfused = module(only_call(lambda a, b: axpy(a, b, backend_options={"enable_fp_fusion": False}), x, x))
   assert b"fma.rn.f32" not in unfused and b"mul.rn.f32" in unfused
 
 
 def test_compute_capability_picks_the_target_and_clusters_need_hopper(isolated_disk_cache):
   x = f32(1024)
-  ampere = the_call(lambda a, b: add(a, b, compute_capability=80), x, x)
+  ampere = only_call(lambda a, b: add(a, b, compute_capability=80), x, x)
   assert b".target sm_80" in module(ampere)
   with pytest.raises(ValueError, match=re.escape(
       "triton_kernel 'add': num_ctas > 1 unsupported before Hopper (compute capability 90); the target is sm_80: "
       "pass num_ctas=1 (or a config without num_ctas), or compile for sm_90 or newer")):
     lower(lambda a, b: add(a, b, compute_capability=80, num_ctas=2), x, x)
-  clustered = the_call(lambda a: jmf.triton_call(a, kernel=tc.copy4, out_type=jax.typeof(a), grid=(256,),
+  clustered = only_call(lambda a: jmf.triton_call(a, kernel=tc.copy4, out_type=jax.typeof(a), grid=(256,),
                                                  num_ctas=2, compute_capability=90), x)
   assert clustered["config"]["cluster"] == [2, 1, 1] and clustered["config"]["grid"] == [512, 1, 1]
 
@@ -424,12 +411,12 @@ def test_launch_pdl_is_uses_pdl():
   x = f32(1024)
   with pytest.raises(jmf.LaunchError, match="uses_pdl=True, but the kernel does not wait"):
     lower(lambda a, b: add(a, b, backend_options={"launch_pdl": True}), x, x)
-  assert the_call(lambda a, b: add(a, b, backend_options={"launch_pdl": False}), x, x)["config"]["uses_pdl"] is False
+  assert only_call(lambda a, b: add(a, b, backend_options={"launch_pdl": False}), x, x)["config"]["uses_pdl"] is False
 
 
 def test_debug_compiles_with_tritons_debug_and_prints_its_irs(isolated_disk_cache, capsys):
   x = f32(1024)
-  the_call(lambda a, b: add(a, b, debug=True), x, x)
+  only_call(lambda a, b: add(a, b, debug=True), x, x)
   printed = capsys.readouterr().out
   assert "add for sm_90: ttir" in printed and "tt.func public @add" in printed and ".entry add" in printed
 
@@ -447,7 +434,7 @@ def test_autotune_configs_that_disagree_with_metaparameters_are_dropped(isolated
   x = f32(1024)
   with warnings.catch_warnings():
     warnings.simplefilter("error")  # one config left: nothing to time, so no warning about timing
-    cc = the_call(lambda a, b: call(a, b, BLOCK=128), x, x)
+    cc = only_call(lambda a, b: call(a, b, BLOCK=128), x, x)
   assert seen == [128] and cc["config"]["block"] == [128, 1, 1]  # the BLOCK=128 config's num_warps=4
   with pytest.raises(ValueError, match="no @triton.autotune config agrees with {'BLOCK': 100}"):
     lower(lambda a, b: call(a, b, BLOCK=100), x, x)
@@ -463,7 +450,7 @@ def test_a_heuristic_wins_over_a_metaparameter(isolated_disk_cache):
     # EVEN=False given, as Triton and jax-triton would take it: the heuristic's value wins.
     return jmf.triton_call(x, y, x.size, kernel=tc.add_even, out_type=jax.typeof(x), grid=grid, BLOCK=64,
                            EVEN=False)
-  the_call(call, f32(1024), f32(1024))
+  only_call(call, f32(1024), f32(1024))
   assert seen == [(64, True)]
 
 
@@ -480,9 +467,9 @@ def test_a_jit_function_as_a_constexpr_compiles_once_per_function(isolated_disk_
     return jmf.triton_call(x, n=x.size, kernel=tc.unary, out_type=jax.typeof(x), grid=4, BLOCK=256, OP=op)
   before = jmf.kernel_cache_stats().triton_compiles
   x = f32(1000)
-  negated = module(the_call(lambda a: call(a, tc.negate), x))
-  squared = module(the_call(lambda a: call(a, tc.square), x))
-  the_call(lambda a: call(a, tc.negate), x)
+  negated = module(only_call(lambda a: call(a, tc.negate), x))
+  squared = module(only_call(lambda a: call(a, tc.square), x))
+  only_call(lambda a: call(a, tc.negate), x)
   assert negated != squared and jmf.kernel_cache_stats().triton_compiles - before == 2
 
 
@@ -507,7 +494,7 @@ def test_has_side_effect_keeps_a_call_whose_results_are_unused(isolated_disk_cac
 
 def test_a_cost_estimate_travels_with_the_call(isolated_disk_cache):
   x = f32(1024)
-  cc = the_call(lambda a, b: add(a, b, cost_estimate={"flops": 123, "bytes_accessed": 456}), x, x)
+  cc = only_call(lambda a, b: add(a, b, cost_estimate={"flops": 123, "bytes_accessed": 456}), x, x)
   assert json.loads(cc["config"]["cost_estimate_json"]) == {"flops": 123, "bytes_accessed": 456}
   with pytest.raises(jmf.LaunchError, match="cost_estimate must map names"):
     lower(lambda a, b: add(a, b, cost_estimate={"flops": -1}), x, x)
@@ -593,9 +580,9 @@ def test_tensor_descriptors_lower_to_tma_or_to_the_decomposed_form(isolated_disk
     return jmf.triton_call(desc, kernel=tc.copy_tile, out_type=jax.typeof(a), grid=1, M=32, N=64,
                            compute_capability=options.pop("cc", 90))
   a = f32(32, 64)
-  tma = the_call(copy, a)["config"]
+  tma = only_call(copy, a)["config"]
   assert len(tma["tensor_maps"]) == 26 and tma["tensor_maps"][1] == 7  # CU_TENSOR_MAP_DATA_TYPE_FLOAT32
-  tf32 = the_call(lambda x: copy(x, round_f32_to_tf32=True), a)["config"]
+  tf32 = only_call(lambda x: copy(x, round_f32_to_tf32=True), a)["config"]
   assert tf32["tensor_maps"][1] == 11  # CU_TENSOR_MAP_DATA_TYPE_TFLOAT32: the copy rounds, as in jax-triton
   with pytest.raises(jmf.LaunchError, match="round_f32_to_tf32=True needs a float32 array"):
     lower(lambda x: copy(x, round_f32_to_tf32=True), jax.ShapeDtypeStruct((32, 64), jnp.float16))
@@ -610,7 +597,7 @@ def test_a_tensor_descriptor_view(isolated_disk_cache):
     desc = jt.TensorDescriptor(a, (32, 64), (64, 1), (32, 64))
     return jmf.triton_call(desc, kernel=tc.copy_tile, out_type=jax.ShapeDtypeStruct((32, 64), a.dtype), grid=1,
                            M=32, N=64)
-  cc = the_call(call, f32(64, 64))
+  cc = only_call(call, f32(64, 64))
   assert cc["operands"] == 1 and cc["config"]["tensor_maps"][7:9] == [64, 32]  # the view's dims, innermost first
   with pytest.raises(ValueError, match="same length"):
     jt.TensorDescriptor(jnp.zeros((4, 4)), (4, 4), (4,), (4, 4))
@@ -635,7 +622,7 @@ def written_through(x, y, how: str):
 
 @pytest.mark.parametrize("how", ["aliased", "ref"])
 def test_a_kernel_writes_through_a_descriptor_of_an_aliased_array_or_a_ref(isolated_disk_cache, how):
-  cc = the_call(lambda x, y: written_through(x, y, how), f32(100, 136), f32(100, 136))
+  cc = only_call(lambda x, y: written_through(x, y, how), f32(100, 136), f32(100, 136))
   # Three buffers (x, y, the output's), three tensor maps, and the output is the third buffer, updated in place.
   assert (cc["operands"], cc["results"]) == (3, 1) and len(cc["config"]["tensor_maps"]) == 3 * 26
   assert "output_operand_aliases" in cc["attributes"]
@@ -648,8 +635,8 @@ def test_a_constexpr_named_like_a_launch_option_takes_triton_calls_option(isolat
   def call(x, **options):
     return jmf.triton_call(n=x.size, kernel=ts.fill_warps, out_type=jax.ShapeDtypeStruct(x.shape, jnp.int32),
                            grid=lambda meta: jmf.cdiv(x.size, meta["BLOCK"]), BLOCK=128, **options)
-  assert the_call(lambda x: call(x, num_warps=2), f32(1000))["config"]["block"] == [64, 1, 1]
-  assert the_call(call, f32(1000))["config"]["block"] == [128, 1, 1]  # jax-triton's default, 4
+  assert only_call(lambda x: call(x, num_warps=2), f32(1000))["config"]["block"] == [64, 1, 1]
+  assert only_call(call, f32(1000))["config"]["block"] == [128, 1, 1]  # jax-triton's default, 4
 
 
 @gpu

@@ -22,17 +22,9 @@ from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.transforms.autotune import AutotuneSkipped
 
 import triton_decorated_sources as ds
-from hlo_inspect import custom_calls
+from hlo_inspect import custom_calls, f32, lower
 
 gpu = pytest.mark.gpu
-
-
-def lower(fn, *avals):
-  return jax.jit(fn).trace(*avals).lower(lowering_platforms=("cuda",))
-
-
-def f32(*shape):
-  return jax.ShapeDtypeStruct(shape, jnp.float32)
 
 
 def ints(*values):

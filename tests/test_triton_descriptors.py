@@ -24,15 +24,11 @@ from jax_mosaic_ffi.triton import tensor_descriptor
 
 import fresh_process
 import triton_descriptor_sources as tds
-from hlo_inspect import custom_calls
+from hlo_inspect import custom_calls, lower
 
 TMA = jmf.TensorDescriptor
 TESTS = os.path.dirname(os.path.abspath(__file__))
 MAP = 65536  # param_order code of tensor map 0 (docs/contract.md)
-
-
-def lower(fn, *avals):
-  return jax.jit(fn).trace(*avals).lower(lowering_platforms=("cuda",))
 
 
 def config(fn, *avals):

@@ -3,14 +3,15 @@ on any machine, with the launch the decorators' configs and heuristics pick; on 
 result matches torch through both launchers (the benchmark's own check, run once)."""
 
 import importlib.util
-import warnings
 
 import jax
 import jax.numpy as jnp
 import pytest
 
 import benchmarks_package
-from hlo_inspect import custom_calls
+from hlo_inspect import UNTUNED_OK, custom_calls, lower
+
+pytestmark = UNTUNED_OK
 
 pytest.importorskip("triton")
 benchmarks_package.load()
@@ -20,12 +21,6 @@ import benchmarks.triton_native as native  # noqa: E402  (after the package is l
 @pytest.fixture(scope="module")
 def env():
   return native.environment(with_torch=False)
-
-
-def lower(fn, *avals):
-  with warnings.catch_warnings():
-    warnings.simplefilter("ignore")  # no GPU: the autotuner takes the first config and says so
-    return jax.jit(fn).trace(*avals).lower(lowering_platforms=("cuda",))
 
 
 def test_the_decorators_unwrap_to_their_configs_and_heuristics(env):

@@ -24,13 +24,9 @@ from jax_mosaic_ffi.triton import compile as triton_compile
 from jax_mosaic_ffi.toolchain.compiled import param_sizes
 
 import triton_sources as ts
-from hlo_inspect import custom_calls
+from hlo_inspect import custom_calls, lower
 
 gpu = pytest.mark.gpu
-
-
-def lower(fn, *avals):
-  return jax.jit(fn).trace(*avals).lower(lowering_platforms=("cuda",))
 
 
 def lowered_call(fn, *avals):
