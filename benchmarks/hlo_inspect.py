@@ -34,7 +34,8 @@ def custom_calls(lowered) -> list[dict]:
         for op in block.operations:
           if op.operation.name == "stablehlo.custom_call":
             attrs = op.operation.attributes
-            config = ir.DictAttr(attrs["mhlo.backend_config"])
+            # jax's own calls (a symbolic shape's shape_assertion) carry no backend_config.
+            config = ir.DictAttr(attrs["mhlo.backend_config"]) if "mhlo.backend_config" in attrs else []
             found.append({
                 "target": ir.StringAttr(attrs["call_target_name"]).value,
                 "api_version": ir.IntegerAttr(attrs["api_version"]).value if "api_version" in attrs else 1,

@@ -10,12 +10,15 @@ import numpy as np
 import pytest
 
 import jax_mosaic_ffi as jmf
+from jax_mosaic_ffi import _core
 from jax_mosaic_ffi.base import contract
 
 import fresh_process
 from hlo_inspect import custom_calls
 
 ARTIFACT_V1 = pathlib.Path(__file__).parent / "data" / "add_v1.jax_export"
+# Contract v2: grid and n follow the symbolic size n (tests/data/make_export_v2.py).
+ARTIFACT_V2 = pathlib.Path(__file__).parent / "data" / "add_v2.jax_export"
 
 SOURCE = r'''
 extern "C" __global__ void axpy(const float* x, const float* y, float* out, float a, int n) {
@@ -143,6 +146,30 @@ def test_the_contract_v1_artifact_still_deserializes():
   assert config["use_custom_barrier"] is False and config["uses_xla_collective_metadata"] is False
   assert config["grid"] == [16, 1, 1] and config["block"] == [256, 1, 1]
   assert config["param_order"] == [0, 1, 2, -1, -2]
+
+
+def test_the_contract_v2_artifact_still_deserializes_and_its_launch_follows_the_size():
+  exported = jax.export.deserialize(ARTIFACT_V2.read_bytes())
+  assert [str(a) for a in exported.in_avals] == ["float32[n]", "float32[n]"]
+  (cc,) = [c for c in custom_calls_of(exported) if c["target"] != "shape_assertion"]
+  assert cc["target"] == "jax_mosaic_ffi_launch_v2"
+  config = dict(cc["config"], launch_programs=[int(v) for v in cc["config"]["launch_programs"]])
+  assert config["kernel_hash"] == hashlib.sha256(config["module"]).digest()
+  assert config["param_order"] == [0, 1, 2, -1, -2] and config["scalar_sizes"] == [4, 4]
+  three = int(np.float32(3.0).view(np.int32))  # the float scalar, as the runtime holds its bits
+  for size, blocks in ((1, 1), (1000, 4), (256 * 37, 37)):
+    assert _core._testing.evaluate_launch(config, [[size]] * 3) == ([blocks, 1, 1], [three, size])
+
+
+@pytest.mark.gpu
+def test_the_contract_v2_artifact_runs_at_two_sizes(rng):
+  exported = jax.export.deserialize(ARTIFACT_V2.read_bytes())
+  jmf.register()
+  for size in (1000, 256 * 37 + 5):
+    a, b = (rng.standard_normal(size).astype(np.float32) for _ in range(2))
+    out = exported.call(a, b)  # poisoned first (conftest): an element the launch misses is NaN
+    # The GPU fuses a * 3 + b into one FMA: compare to the exactly rounded value.
+    np.testing.assert_allclose(np.asarray(out), np.float32(3.0) * a + b, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.gpu
