@@ -5,6 +5,7 @@ with several GPUs.
 """
 
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -407,3 +408,26 @@ def test_a_peer_that_never_arrives_ends_in_a_timeout(tmp_path):
   result = fresh_process.run(PEER_SKIPS, cwd=tmp_path, timeout=120,
                              env={"JAX_MOSAIC_FFI_PEER_TIMEOUT_S": "3", "NCCL_NVLS_ENABLE": "0"}).result
   assert "never arrived" in (result["error"] or "")
+
+
+def _export_all_reduce(mesh):
+  f = jax.shard_map(functools.partial(jmf.ops.all_reduce, axis_name="x"), mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+  return jax.export.export(jax.jit(f), platforms=["cuda"])(jax.ShapeDtypeStruct((mesh.size * 256,), jnp.float32))
+
+
+def test_an_exported_collective_names_devices_0_to_n_in_mesh_order(isolated_disk_cache):
+  exported = _export_all_reduce(cpu_mesh((4,), ("x",)))
+  assert 'xla_replica_ids = "0,1,2,3"' in exported.mlir_module()
+  assert contract.COLLECTIVE_TARGET in exported.mlir_module()
+
+
+@pytest.mark.parametrize("order", [[4, 5, 6, 7], [1, 0, 3, 2]], ids=["other_devices", "permuted"])
+def test_exporting_a_collective_over_another_device_order_is_refused_at_the_call(isolated_disk_cache, order):
+  cpu_mesh((8,), ("x",))  # skips without eight host devices
+  devices = {d.id: d for d in jax.devices("cpu")}
+  mesh = Mesh(np.array([devices[i] for i in order]), ("x",))
+  # Its cliques would name these ids: called on devices 0..3 (jax's default), the ranks would follow this order.
+  with pytest.raises(jmf.LaunchError, match=(
+      r"mosaic_kernel 'all_reduce_f32' at .*: jax.export of a collective kernel needs a mesh of devices 0..3 in "
+      r"row-major order .*this mesh's devices are " + re.escape(str(order)))):
+    _export_all_reduce(mesh)

@@ -68,6 +68,15 @@ def _collective_attributes(ctx, kernel: Kernel, spec: LaunchSpec) -> dict:
   if jax.process_count() > 1:  # peers in other processes: docs/collectives.md, "Across processes"
     cross_process.install()
   ids = np.vectorize(lambda d: d.id, otypes=[np.int64])(devices)
+  if getattr(ctx.module_context.lowering_parameters, "for_export", False) and not np.array_equal(
+      ids.ravel(), np.arange(ids.size)):
+    # The cliques name device ids, and the runtime finds a device's rank by its id: an exported program called on
+    # devices 0..n-1 (jax's default) would get ranks in this mesh's order, not the caller's.
+    raise LaunchError(
+        f"{who(kernel, spec.call_site)}: jax.export of a collective kernel needs a mesh of devices 0..{ids.size - 1} "
+        f"in row-major order (its cliques name device ids, and the exported program runs on them in that order); "
+        f"this mesh's devices are {ids.ravel().tolist()}. Export over Mesh(np.array(jax.devices()[:{ids.size}])"
+        f".reshape({', '.join(map(str, ids.shape))}), ...) and call the program on those devices")
   groups = collective_lib.cliques(ids, mesh.axis_names, spec.collective.axes)
   symmetric = spec.collective.symmetric or (False,) * (spec.num_inputs + spec.num_outputs)
   return {
