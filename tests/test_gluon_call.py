@@ -20,7 +20,9 @@ import jax_mosaic_ffi.jax_triton as jt  # noqa: E402
 
 import benchmarks_package  # noqa: E402
 import gluon_sources as gs  # noqa: E402
-from test_gluon import lower, the_call  # noqa: E402
+from hlo_inspect import UNTUNED_OK, lower, only_call  # noqa: E402
+
+pytestmark = UNTUNED_OK
 
 G = benchmarks_package.kernels("gluon_user")
 F16 = gl.NVMMASharedLayout.get_default_for
@@ -56,16 +58,16 @@ def gemm(a, b, how: str = "aliased", block=(128, 128, 64)):
 def test_scalars_copy_in_each_dtype_of_gluon_test(isolated_disk_cache, dtype):
   with jax.enable_x64(True):  # gluon_test.py's module runs with x64 on
     x = jax.ShapeDtypeStruct((), dtype)
-    cc = the_call(lambda v: jt.triton_call(v, kernel=gs.copy_scalar, out_type=jax.typeof(v), grid=1), x)
+    cc = only_call(lambda v: jt.triton_call(v, kernel=gs.copy_scalar, out_type=jax.typeof(v), grid=1), x)
   assert cc["config"]["block"] == [128, 1, 1] and cc["operands"] == 1
 
 
 def test_copies_bind_as_jax_triton_binds_them(isolated_disk_cache):
   v = jax.ShapeDtypeStruct((500,), jnp.float32)
   # The size by name after the output the call fills, the constexpr as a metaparameter; a tuple of outputs.
-  by_name = the_call(lambda a: jt.triton_call(a, xnumel=500, kernel=gs.memcpy, out_type=jax.typeof(a), grid=(8,),
+  by_name = only_call(lambda a: jt.triton_call(a, xnumel=500, kernel=gs.memcpy, out_type=jax.typeof(a), grid=(8,),
                                               num_warps=1, XBLOCK=64), v)
-  as_tuple = the_call(lambda a: jt.triton_call(a, xnumel=500, kernel=gs.memcpy, out_type=(a,), grid=(8,),
+  as_tuple = only_call(lambda a: jt.triton_call(a, xnumel=500, kernel=gs.memcpy, out_type=(a,), grid=(8,),
                                                num_warps=1, XBLOCK=64)[0], v)
   del by_name["config"]["call_site"], as_tuple["config"]["call_site"]
   assert by_name["config"] == as_tuple["config"] and by_name["config"]["block"] == [32, 1, 1]
@@ -76,14 +78,14 @@ def test_a_ref_is_updated_in_place(isolated_disk_cache):
     y_ref = jax.new_ref(y)
     jt.triton_call(x, y_ref, 500, kernel=gs.memcpy, out_type=(), grid=(8,), num_warps=1, XBLOCK=64)
     return y_ref[...]
-  cc = the_call(copy_into, jax.ShapeDtypeStruct((500,), jnp.float32), jax.ShapeDtypeStruct((500,), jnp.float32))
+  cc = only_call(copy_into, jax.ShapeDtypeStruct((500,), jnp.float32), jax.ShapeDtypeStruct((500,), jnp.float32))
   assert "output_operand_aliases" in cc["attributes"]
 
 
 @pytest.mark.parametrize("shape, swizzle", [((16, 32), 128), ((16, 16), 64), ((16, 8), 32)])
 def test_a_host_descriptor_with_a_gluon_layout_lowers_to_a_tensor_map(isolated_disk_cache, shape, swizzle):
   layout = gl.NVMMASharedLayout(swizzle, element_bitwidth=32, rank=2)
-  cc = the_call(lambda v: tile_copy(v, layout), jax.ShapeDtypeStruct(shape, jnp.float32))
+  cc = only_call(lambda v: tile_copy(v, layout), jax.ShapeDtypeStruct(shape, jnp.float32))
   maps = cc["config"]["tensor_maps"]
   # One CUtensorMap: float32 (7), the box Triton's metadata gives (cut to the swizzle), swizzle mode log2(bytes/16).
   assert len(maps) == 26 and maps[1] == 7
@@ -92,7 +94,7 @@ def test_a_host_descriptor_with_a_gluon_layout_lowers_to_a_tensor_map(isolated_d
 
 def test_descriptors_made_in_the_kernel_get_global_scratch(isolated_disk_cache):
   x = jax.ShapeDtypeStruct((32, 32), jnp.float32)
-  cc = the_call(lambda v: jt.triton_call(v, kernel=gs.tile_copy_device, out_type=jax.typeof(v), grid=1, M=32, N=32),
+  cc = only_call(lambda v: jt.triton_call(v, kernel=gs.tile_copy_device, out_type=jax.typeof(v), grid=1, M=32, N=32),
                 x)
   assert cc["results"] == 2  # the output and Triton's global scratch (256 bytes: two descriptors)
 
@@ -101,7 +103,7 @@ def test_descriptors_made_in_the_kernel_get_global_scratch(isolated_disk_cache):
 def test_a_gemm_writes_its_output_through_a_descriptor(isolated_disk_cache, how):
   a = jax.ShapeDtypeStruct((256, 512), jnp.float16)
   b = jax.ShapeDtypeStruct((512, 384), jnp.float16)
-  cc = the_call(lambda x, y: gemm(x, y, how), a, b)
+  cc = only_call(lambda x, y: gemm(x, y, how), a, b)
   assert (cc["operands"], cc["results"]) == (3, 1) and "output_operand_aliases" in cc["attributes"]
   assert cc["config"]["grid"] == [2, 3, 1] and cc["config"]["block"] == [128, 1, 1]  # num_warps=4, bound
 
