@@ -19,6 +19,8 @@ from hlo_inspect import custom_calls
 ARTIFACT_V1 = pathlib.Path(__file__).parent / "data" / "add_v1.jax_export"
 # Contract v2: grid and n follow the symbolic size n (tests/data/make_export_v2.py).
 ARTIFACT_V2 = pathlib.Path(__file__).parent / "data" / "add_v2.jax_export"
+# A one-device collective under shard_map, contract v1 (tests/data/make_export_collective_v1.py).
+ARTIFACT_COLLECTIVE_V1 = pathlib.Path(__file__).parent / "data" / "scaled_sum_collective_v1.jax_export"
 
 SOURCE = r'''
 extern "C" __global__ void axpy(const float* x, const float* y, float* out, float a, int n) {
@@ -170,6 +172,27 @@ def test_the_contract_v2_artifact_runs_at_two_sizes(rng):
     out = exported.call(a, b)  # poisoned first (conftest): an element the launch misses is NaN
     # The GPU fuses a * 3 + b into one FMA: compare to the exactly rounded value.
     np.testing.assert_allclose(np.asarray(out), np.float32(3.0) * a + b, rtol=1e-6, atol=1e-6)
+
+
+def test_the_collective_v1_artifact_still_deserializes():
+  exported = jax.export.deserialize(ARTIFACT_COLLECTIVE_V1.read_bytes())
+  (cc,) = custom_calls_of(exported)
+  assert cc["target"] == "jax_mosaic_ffi_collective_v1" and exported.nr_devices == 1
+  config = cc["config"]
+  assert config["kernel_hash"] == hashlib.sha256(config["module"]).digest()
+  assert config["uses_xla_collective_metadata"] is True and config["xla_replica_ids"] == b"0"
+  assert config["symmetric_memory_parameters"] == b"0,0" and config["skip_device_barrier"] is False
+  assert config["param_order"] == [0, 1, -1, -2]
+
+
+@pytest.mark.gpu
+def test_the_collective_v1_artifact_runs(rng):
+  exported = jax.export.deserialize(ARTIFACT_COLLECTIVE_V1.read_bytes())
+  jmf.register()
+  for _ in range(2):  # fresh inputs: a result left from the first call cannot pass
+    x = rng.standard_normal(4096).astype(np.float32)
+    # 3 * (x summed over its one rank, read through the peer table) + 1000 * rank 0 + 1 peer.
+    np.testing.assert_allclose(np.asarray(exported.call(x)), np.float32(3.0) * x + 1.0, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.gpu
