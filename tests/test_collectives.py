@@ -390,9 +390,11 @@ PEER_SKIPS = '''
     mesh = Mesh(np.array(jax.devices()[:2]), ("x",))
 
     def fn(v):
-      # Device 1 never calls the kernel: device 0 must time out, not hang.
+      # Device 1 never calls the kernel: device 0 must time out, not hang. (An all-reduce's result is the same on
+      # every rank; cond's branches must agree that it varies over x, as the other branch's does.)
       return jax.lax.cond(jax.lax.axis_index("x") == 0,
-                          lambda u: jmf.ops.all_reduce(u, axis_name="x"), lambda u: u, v)
+                          lambda u: jax.lax.pcast(jmf.ops.all_reduce(u, axis_name="x"), "x", to="varying"),
+                          lambda u: u, v)
 
     f = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
     try:

@@ -137,14 +137,14 @@ def time_configs(call_for: Callable[[int], Callable], avals, device, indices: li
   timings: dict[int, tuning_records.Timing] = {}
   executables = build_all(indices)
   inputs = random_inputs(avals, device)
-  launched, first_s, output_bytes = [], [], 0
+  launched, first_s, most_bytes = [], [], 0
   for k, executable in executables.items():  # one that fails to launch is left out of the timed rounds
     try:
       jax.block_until_ready(executable(*inputs))
       if on_gpu:
         start, stop, outputs = executable(*inputs)
         first_s.append(gpu_clock.elapsed_s(start, stop))
-        output_bytes = max(output_bytes, output_bytes(outputs))
+        most_bytes = max(most_bytes, output_bytes(outputs))
       launched.append(k)
     except Exception as e:
       timings[k] = tuning_records.Timing(None, f"{tuning_failures.launch_failure(str(e))}: "
@@ -152,7 +152,7 @@ def time_configs(call_for: Callable[[int], Callable], avals, device, indices: li
   if not launched:
     return timings
   # On the GPU a fast kernel is timed as several calls in one program: the stamps' own gaps spread over more work.
-  calls = repeats(min(first_s), output_bytes) if on_gpu else 1
+  calls = repeats(min(first_s), most_bytes) if on_gpu else 1
   runnable = build_all(launched, calls) if calls > 1 else {k: executables[k] for k in launched}
   if runnable:
     try:
