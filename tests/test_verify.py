@@ -194,6 +194,16 @@ def test_inside_shard_map_each_device_runs_its_block_and_one_check_reports(kerne
   assert len(seen.report.rows) == 1 and seen.report.rows[0].failed   # the first device's first execution
 
 
+def test_jmf_check_compares_the_kernel_with_its_fallback_at_the_checks_own_tolerance(kernel_and_spec):
+  within = lambda x: 2 * x + jnp.where(jnp.arange(x.size) == 3, 1.0, 0.0)  # noqa: E731  (the stand-in's answer)
+  strict, loose = (jmf.check(stand_in(kernel_and_spec), jnp.ones(16), reference=within, shapes=None, vmap=False,
+                             eager=False, grads=False, **tolerance) for tolerance in ({}, {"rtol": 0, "atol": 2.0}))
+  for report, passed in ((strict, False), (loose, True)):
+    (row,) = [r for r in report.rows if r.what.startswith("kernel vs fallback")]   # one element 1 off
+    assert (not row.failed, report.passed) == (passed, passed)
+    assert (row.rtol, row.atol) == ((1e-5, 1e-5) if not passed else (0.0, 2.0))
+
+
 def test_autotuning_times_its_configs_without_checks(kernel_and_spec, monkeypatch):
   monkeypatch.setenv("JAX_MOSAIC_FFI_AUTOTUNE_ON_CPU", "1")   # timed on the CPU: the stand-in's checks would run
   fn = stand_in(kernel_and_spec, wrong=False)

@@ -33,7 +33,7 @@ import hashlib
 import os
 import threading
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -61,13 +61,15 @@ class Verification:
   """A shadow-mode setting and what it found: what `verify` returns (see there)."""
 
   def __init__(self, mode: str = "first", on_mismatch: str = "warn", *, label: str | None = None,
-               quiet: bool = False):
+               quiet: bool = False, tolerance: Callable | None = None):
     if mode not in MODES:
       raise ValueError(f"jmf.verify: mode must be one of {', '.join(MODES)}, got {mode!r}")
     if on_mismatch not in ACTIONS:
       raise ValueError(f"jmf.verify: on_mismatch must be one of {', '.join(ACTIONS)}, got {on_mismatch!r}")
-    # label: what the rows' "what" adds (jmf.check's program); quiet: no warning for calls without a fallback.
+    # label: what the rows' "what" adds (jmf.check's program); quiet: no warning for calls without a fallback;
+    # tolerance: dtype -> (rtol, atol), jmf.check's own (its tolerances=, rtol=, atol=), else the default table.
     self.mode, self.on_mismatch, self.label, self.quiet = mode, on_mismatch, label, quiet
+    self.tolerance = tolerance or numerics.tolerance
     self._lock = threading.Lock()
     self._rows: collections.deque = collections.deque(maxlen=_MAX_ROWS)
     self._checked: collections.OrderedDict[str, bool] = collections.OrderedDict()
@@ -268,7 +270,7 @@ def lower(ctx, operands, results, kernel, spec, verification: Verification) -> N
   returned = len(results) - spec.num_scratch  # scratch buffers are not compared: the fallback's are zeros
   if spec.fallback.compared is not None:
     returned = min(returned, spec.fallback.compared)
-  outputs = tuple((tuple(a.shape), a.dtype, *numerics.tolerance(a.dtype)) for a in ctx.avals_out[:returned])
+  outputs = tuple((tuple(a.shape), a.dtype, *verification.tolerance(a.dtype)) for a in ctx.avals_out[:returned])
   site = _Site(key, where, check_report.describe_avals(ctx.avals_in), outputs)
   # A collective kernel's fallback talks to its peers: every device must take the same branch, and the gate says
   # yes on one device only. Its check is not gated (it runs in every execution of a program lowered before it).
