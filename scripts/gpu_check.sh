@@ -78,6 +78,12 @@ if [ "$what" = wheel ]; then
   export JMF_EXPECT_INSTALLED_UNDER="$JMF_VENV"
   echo "== wheel: $(basename "$JMF_WHEEL") $(sha256sum "$JMF_WHEEL" | cut -c1-16)" | tee "$out/wheel.txt"
 fi
+# The carried bundles first: a machine gone cold between the calls has none, and a build would only delay saying so.
+carried=""
+if [ -n "${JMF_CARRIED:-}" ]; then
+  # shellcheck disable=SC2086  # a list of names
+  carried="$(carried_path "$stash" $JMF_CARRIED)" || exit 1
+fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 echo "== build (wheel mode: install)"
 start=$(date +%s)
@@ -88,13 +94,10 @@ echo "built in $(( $(date +%s) - start )) s"
 
 # The carried jax goes on the tests' and the benchmarks' path, never the build's: the build above took the
 # machine's jaxlib and its FFI headers (scripts/test.sh adds JMF_TEST_PYTHONPATH only after its install check).
-carried=""
 with_carried() {  # runs "$@" with the carried packages first on the path, if any
   if [ -n "$carried" ]; then PYTHONPATH="$carried${PYTHONPATH:+:$PYTHONPATH}" "$@"; else "$@"; fi
 }
-if [ -n "${JMF_CARRIED:-}" ]; then
-  # shellcheck disable=SC2086  # a list of names
-  carried="$(carried_path "$stash" $JMF_CARRIED)" || exit 1
+if [ -n "$carried" ]; then
   export JMF_TEST_PYTHONPATH="$carried"
   read -r built oldest < <("$JMF_VENV/bin/python" -P -c '
 from jax_mosaic_ffi.base import versions

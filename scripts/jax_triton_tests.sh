@@ -16,12 +16,12 @@ cd "$repo"
 stash="${JMF_CARRY_STASH:-/tmp/jmf-carried}"
 source scripts/carried.sh
 carried_stash "$repo" "$stash"
-bash -c 'source scripts/setup_env.sh test,triton,nvshmem,cute' > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
 carried=""
-if [ -n "${JMF_CARRIED:-}" ]; then
+if [ -n "${JMF_CARRIED:-}" ]; then  # before the build: a machine gone cold has no bundle, and should say so at once
   # shellcheck disable=SC2086  # a list of names
   carried="$(carried_path "$stash" $JMF_CARRIED)" || exit 1
 fi
+bash -c 'source scripts/setup_env.sh test,triton,nvshmem,cute' > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
 PYTHONPATH="$carried${PYTHONPATH:+${carried:+:}$PYTHONPATH}" "$JMF_VENV/bin/python" -P -c '
 import jax, triton
 print(f"== jax {jax.__version__}, triton {triton.__version__} from {triton.__file__.rsplit("/", 2)[0]}")' |
