@@ -473,6 +473,53 @@ def test_the_nvshmem_all_reduce_of_one_pe_is_its_input(nvshmem_cache, rng):
   np.testing.assert_array_equal(np.asarray(gathered), x[None])
 
 
+# test_tma.py's affine kernel (TMA load, update, TMA store) as an NVSHMEM kernel: its buffers are staged onto the
+# symmetric heap, so its descriptors must describe the heap's copies, which it reads and writes, not XLA's buffers
+# (described, a TMA store would land in XLA's output and the unwritten copy be copied over it).
+TMA_AFFINE_SOURCE = r'''
+#include <nvshmem.h>
+#include <jax_mosaic_ffi/tma.cuh>
+extern "C" __global__ void tma_affine_pe(const __grid_constant__ jmf::TensorMap in_map,
+                                        const __grid_constant__ jmf::TensorMap out_map, float a, float b) {
+  __shared__ alignas(1024) float tile[32 * 32];
+  __shared__ alignas(8) unsigned long long bar;
+  const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+  if (threadIdx.x == 0) {
+    jmf::mbarrier_init(&bar, 1);
+    jmf::fence_barrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    jmf::mbarrier_arrive_expect_tx(&bar, sizeof(tile));
+    jmf::tma_load_2d(tile, &in_map, c0, r0, &bar);
+  }
+  jmf::mbarrier_wait(&bar, 0);
+  for (int i = threadIdx.x; i < 32 * 32; i += blockDim.x) tile[i] = a * tile[i] + b;
+  jmf::fence_async_shared();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    jmf::tma_store_2d(&out_map, c0, r0, tile);
+    jmf::tma_store_commit_and_wait();
+  }
+}
+'''
+
+
+@pytest.mark.gpu
+@requires_nvshmem
+def test_tensor_maps_describe_the_buffers_staged_on_the_symmetric_heap(nvshmem_cache, rng):
+  kernel = jmf.cuda_kernel(TMA_AFFINE_SOURCE, "tma_affine_pe")
+  tile = dict(box=(32, 32), swizzle=128)
+  call = jmf.mosaic_kernel(
+      kernel, lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+      grid=lambda x: (jmf.cdiv(x.shape[1], 32), jmf.cdiv(x.shape[0], 32)), block=128,
+      scalars=(np.float32(2.0), np.float32(1.0)),
+      param_order=(jmf.TensorMap("in0", **tile), jmf.TensorMap("out0", **tile), "scalar0", "scalar1"),
+      collective=jmf.Collective("x", transport="nvshmem"))
+  x = rng.standard_normal((96, 64)).astype(np.float32)
+  np.testing.assert_allclose(np.asarray(run_on_gpu(lambda v: call(v), x)), 2 * x + 1, rtol=1e-6)
+
+
 @pytest.mark.gpu
 @requires_nvshmem
 def test_an_exported_nvshmem_call_starts_nvshmem_in_a_fresh_process(put_kernel, tmp_path, rng):

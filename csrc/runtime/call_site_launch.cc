@@ -60,9 +60,10 @@ ffi::Error CallSite::Launch(CUstream stream, int32_t device, Buffers& buffers) {
   if (!spec_.poison_buffers.empty()) [[unlikely]]
     JMF_RETURN_IF_ERROR(Poison(stream, buffers));
   if (!spec_.zero_buffers.empty()) JMF_RETURN_IF_ERROR(Zero(stream, buffers));
-  if (!spec_.tensor_maps.empty()) JMF_RETURN_IF_ERROR(EncodeTensorMaps(buffers, device));
   void* originals[kMaxBuffers];
   if (nvshmem_ != nullptr) JMF_RETURN_IF_ERROR(nvshmem_->StageIn(stream, buffers, originals));
+  // After staging: the kernel reads and writes NVSHMEM's symmetric copies, so its descriptors describe those.
+  if (!spec_.tensor_maps.empty()) JMF_RETURN_IF_ERROR(EncodeTensorMaps(buffers, device));
   void* params[kMaxParams];
   auto point_at = [&](int i, const void* value, size_t) { params[i] = const_cast<void*>(value); };
   ForEachParam(buffers, device, point_at);
