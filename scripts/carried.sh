@@ -3,6 +3,12 @@
 #                                which outlives the call (the next call replaces the tree's carried folders)
 #   carried_path STASH NAME...   unpacks each bundle once (all parts there, checksum right) and prints the
 #                                path entries it adds (the folder, plus what its .pth files add), ':'-joined
+#   carried_install VENV [PATHS]   puts PATHS (carried_path's output) on VENV's path as an installation does, in a
+#                                .pth file of its site-packages, not on PYTHONPATH (the CuTe DSL's runtime library
+#                                is loaded from installed folders only: jax_mosaic_ffi/cute/package.py); with no
+#                                PATHS it removes that file (before a build: the build takes the machine's jaxlib).
+#                                site reads .pth files in name order: 00- puts them before the machine's packages,
+#                                which setup_env.sh's _jmf_parent_site.pth adds
 # Needs JMF_PYTHON (a Python to honour the .pth files with).
 carried_stash() {
   local repo=$1 stash=$2 f
@@ -44,4 +50,15 @@ print(":".join(p for p in sys.path if p not in before))' "$site")" || return 1
     path="$path${path:+:}$added"
   done
   echo "$path"
+}
+
+carried_install() {
+  local venv=$1 paths=${2:-} site
+  [ -x "$venv/bin/python" ] || { [ -z "$paths" ] && return 0; echo "error: no venv at $venv" >&2; return 1; }
+  site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" || return 1
+  if [ -z "$paths" ]; then
+    rm -f "$site/00-jmf-carried.pth"
+  else
+    tr ':' '\n' <<<"$paths" > "$site/00-jmf-carried.pth"
+  fi
 }

@@ -28,8 +28,9 @@
 # moves the parts it finds in .carry/ to a stash outside the tree (JMF_CARRY_STASH, /tmp/jmf-carried), since the
 # next call replaces the tree's carried folders; `stash` mode does only that. Then
 #   JMF_CARRIED="jax12 cute" JMF_PART=1/2 bash scripts/gpu_check.sh gpu-tests
-# unpacks those bundles once (all parts there, checksum right, or it says what is missing) and puts them first on
-# the tests' and the benchmarks' path, .pth files honoured. The extension is built before, against the machine's
+# unpacks those bundles once (all parts there, checksum right, or it says what is missing) and installs them in the
+# venv for the tests and the benchmarks (a .pth file ahead of the machine's packages; theirs honoured: carried.sh).
+# The extension is built before, against the machine's
 # jaxlib: the oldest supported one, whose FFI headers it must be built with (docs/compatibility.md); the script
 # checks that, and prints the jax that runs (versions.txt, and the tests' header).
 #
@@ -84,6 +85,7 @@ if [ -n "${JMF_CARRIED:-}" ]; then
   # shellcheck disable=SC2086  # a list of names
   carried="$(carried_path "$stash" $JMF_CARRIED)" || exit 1
 fi
+carried_install "$JMF_VENV" || exit 1  # an earlier call's, off the build's path
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 echo "== build (wheel mode: install)"
 start=$(date +%s)
@@ -92,13 +94,9 @@ bash -c 'source scripts/setup_env.sh test,triton,nvshmem,cute' > "$out/build.log
 grep '^!!!' "$out/build.log"  # a venv whose jax cannot see the GPU says so here
 echo "built in $(( $(date +%s) - start )) s"
 
-# The carried jax goes on the tests' and the benchmarks' path, never the build's: the build above took the
-# machine's jaxlib and its FFI headers (scripts/test.sh adds JMF_TEST_PYTHONPATH only after its install check).
-with_carried() {  # runs "$@" with the carried packages first on the path, if any
-  if [ -n "$carried" ]; then PYTHONPATH="$carried${PYTHONPATH:+:$PYTHONPATH}" "$@"; else "$@"; fi
-}
+# The carried packages go on the tests' and the benchmarks' path after the build, which took the machine's jaxlib
+# and its FFI headers (a carried jax comes after the venv's own packages, before the machine's).
 if [ -n "$carried" ]; then
-  export JMF_TEST_PYTHONPATH="$carried"
   read -r built oldest < <("$JMF_VENV/bin/python" -P -c '
 from jax_mosaic_ffi.base import versions
 from jax_mosaic_ffi.base.native import core
@@ -109,8 +107,9 @@ print(core.BUILT_AGAINST["jaxlib"], ".".join(map(str, versions.OLDEST)))')
          "remove $JMF_VENV and run again" >&2
     exit 1
   fi
+  carried_install "$JMF_VENV" "$carried" || exit 1
 fi
-with_carried "$JMF_VENV/bin/python" -P -c '
+"$JMF_VENV/bin/python" -P -c '
 import jax, jaxlib
 from jax_mosaic_ffi.base.native import core
 print(f"== jax {jax.__version__} and jaxlib {jaxlib.__version__} from {jax.__file__.rsplit("/", 2)[0]}; "
@@ -165,7 +164,7 @@ if [ "$what" = bench ] || { [ "$what" = all ] && [ "$part" = "$parts" ]; }; then
   # A run of some benchmarks replaces only their sections of the page (--splice): $out gets the whole page.
   # Its failure fails the script, after the benchmarks have written what they measured (a failed test run's
   # status wins: it is the first thing to fix).
-  benchmarks_step "$out" with_carried "$JMF_VENV/bin/python" -m benchmarks --out "$out" \
+  benchmarks_step "$out" "$JMF_VENV/bin/python" -m benchmarks --out "$out" \
     ${JMF_BENCH_ONLY:+--only "$JMF_BENCH_ONLY" --splice}
   bench_status=$?
   [ "$bench_status" = 0 ] || [ "$status" != 0 ] || status=$bench_status

@@ -2,8 +2,8 @@
 # jax-triton's own test files against jax_mosaic_ffi on the GPU machine (scripts/jax_triton_tests.py says how):
 #   JMF_CARRIED="triton39" bash scripts/jax_triton_tests.sh PATH/gluon_test.py [more files] [-- pytest args]
 # builds and installs the package as scripts/gpu_check.sh does (offline, into its venv, which a warm machine keeps),
-# moves carried bundle parts out of the tree and unpacks the bundles JMF_CARRIED names (scripts/carried.sh), puts
-# them first on the path (behind the jax_triton alias), and runs the files; the log goes to $OUT/jax_triton_tests.log.
+# moves carried bundle parts out of the tree and unpacks the bundles JMF_CARRIED names (scripts/carried.sh), installs
+# them in the venv (behind the jax_triton alias, first on sys.path), and runs the files; the log goes to $OUT/jax_triton_tests.log.
 # The test files are jax-triton's, not ours: carry them in an ignored folder (.carry/jax-triton-tests/, one call).
 set -uo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -21,11 +21,13 @@ if [ -n "${JMF_CARRIED:-}" ]; then  # before the build: a machine gone cold has 
   # shellcheck disable=SC2086  # a list of names
   carried="$(carried_path "$stash" $JMF_CARRIED)" || exit 1
 fi
+carried_install "$JMF_VENV" || exit 1  # an earlier call's, off the build's path
 bash -c 'source scripts/setup_env.sh test,triton,nvshmem,cute' > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
-PYTHONPATH="$carried${PYTHONPATH:+${carried:+:}$PYTHONPATH}" "$JMF_VENV/bin/python" -P -c '
+carried_install "$JMF_VENV" "$carried" || exit 1
+"$JMF_VENV/bin/python" -P -c '
 import jax, triton
 print(f"== jax {jax.__version__}, triton {triton.__version__} from {triton.__file__.rsplit("/", 2)[0]}")' |
   tee "$out/jax_triton_tests.log"
-PYTHONPATH="$carried${PYTHONPATH:+${carried:+:}$PYTHONPATH}" "$JMF_VENV/bin/python" -P scripts/jax_triton_tests.py "$@" \
+"$JMF_VENV/bin/python" -P scripts/jax_triton_tests.py "$@" \
   2>&1 | tee -a "$out/jax_triton_tests.log" | tail -80
 exit "${PIPESTATUS[0]}"

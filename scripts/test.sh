@@ -12,8 +12,6 @@ cd "$repo"
 # this checkout's Python files plus the extension built into the venv. An
 # offline venv (JMF_SYSTEM_SITE_PACKAGES=1) sees pytest without owning its
 # script: -P keeps the checkout's folder, which has no extension, off sys.path.
-# JMF_TEST_PYTHONPATH goes first on the tests' path only, never the build's (scripts/gpu_check.sh's carried jax).
-[ -z "${JMF_TEST_PYTHONPATH:-}" ] || export PYTHONPATH="$JMF_TEST_PYTHONPATH${PYTHONPATH:+:$PYTHONPATH}"
 # The whole suite (no test file named, no -n given) runs in parallel, each test file in one process (loadfile:
 # a file's module fixtures, the release wheel among them, are made once), where pytest-xdist is installed.
 jobs="${JMF_TEST_JOBS:-$(( $(nproc 2>/dev/null || echo 1) < 4 ? $(nproc 2>/dev/null || echo 1) : 4 ))}"

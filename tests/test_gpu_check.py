@@ -2,6 +2,7 @@
 carried packages (scripts/carried.sh); its benchmarks step (scripts/benchmarks_step.sh), whose failure fails it."""
 
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -91,6 +92,29 @@ def test_a_missing_or_foreign_part_is_named_not_unpacked(tmp_path):
   assert not (stash / "fake.site").exists()
   nothing = carried(f"carried_path {stash} other")
   assert nothing.returncode != 0 and "no carried bundle other" in nothing.stderr
+
+
+def test_carried_paths_are_installed_in_the_venv_ahead_of_its_other_pth_paths_and_removed(tmp_path):
+  venv = tmp_path / "venv"
+  subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+  site = subprocess.run([venv / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                        capture_output=True, text=True, check=True).stdout.strip()
+  machine, first, second = (tmp_path / name for name in ("machine", "first", "second"))
+  for folder in (machine, first, second):
+    folder.mkdir()
+  (pathlib.Path(site) / "_jmf_parent_site.pth").write_text(f"{machine}\n")   # as setup_env.sh writes it, offline
+
+  def path_of_venv():
+    said = subprocess.run([venv / "bin" / "python", "-c", "import sys; print(*sys.path, sep=chr(10))"],
+                          capture_output=True, text=True, check=True).stdout.splitlines()
+    return [p for p in said if p in (str(machine), str(first), str(second))]
+
+  done = carried(f"carried_install {venv} {first}:{second}")
+  assert done.returncode == 0, done.stderr
+  assert path_of_venv() == [str(first), str(second), str(machine)]   # a carried jax or Triton wins over the machine's
+  assert carried(f"carried_install {venv}").returncode == 0
+  assert path_of_venv() == [str(machine)]
+  assert carried(f"carried_install {venv}").returncode == 0   # nothing to remove
 
 
 STEP = os.path.join(os.path.dirname(SCRIPT), "benchmarks_step.sh")
