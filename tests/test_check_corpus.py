@@ -60,8 +60,8 @@ def test_the_cuda_corpus_checks_through_its_fallbacks_anywhere(isolated_disk_cac
 @gpu
 def test_the_tiled_matmul_passes_on_every_edge(isolated_disk_cache):
   report = passes(jmf.check(tiled_matmul(), jnp.zeros((192, 160)), jnp.zeros((160, 128))), ["tiled_matmul"])
-  assert {r.case for r in report.rows if r.what == "outputs"} >= {"float32[191,160], float32[160,128]",
-                                                                  "float32[192,1], float32[1,128]"}
+  assert {r.case for r in report.rows if r.what == "outputs"} >= {"float32[191, 160], float32[160, 128]",
+                                                                  "float32[192, 1], float32[1, 128]"}
 
 
 @gpu

@@ -715,6 +715,37 @@ def test_a_library_planted_in_the_working_directory_or_on_pythonpath_is_not_load
   assert found == installed and str(tmp_path) not in found
 
 
+ONLY_ON_PYTHONPATH = '''
+  import json, sys, sysconfig
+  from jax_mosaic_ffi.base.native import core
+  from jax_mosaic_ffi.call import runtime_libraries
+  from jax_mosaic_ffi.cute import package as cute_package
+  # The installed copy off the path (everything is imported): the one on PYTHONPATH is all there is.
+  sys.path[:] = [p for p in sys.path if p != sysconfig.get_paths()["purelib"]]
+  runtime_libraries.publish()
+  print(json.dumps({"found": str(cute_package.runtime()), "problem": core.cute_dsl_runtime_problem(),
+                    "library": core.cute_dsl_runtime_library()}))
+'''
+
+
+def test_a_library_installed_only_on_pythonpath_is_named_not_loaded(tmp_path):
+  from jax_mosaic_ffi.cute import package as cute_package
+  installed = cute_package.runtime().library
+  path = tmp_path / "path"
+  library = path / "nvidia_cutlass_dsl" / "cu13" / "lib" / "libcute_dsl_runtime.so"
+  library.parent.mkdir(parents=True)
+  library.write_bytes(installed.read_bytes())   # a real copy: not loaded all the same
+  record = path / "nvidia_cutlass_dsl_libs_cu13-4.8.1.dist-info"
+  record.mkdir()
+  (record / "METADATA").write_text("Metadata-Version: 2.1\nName: nvidia-cutlass-dsl-libs-cu13\nVersion: 4.8.1\n")
+  (record / "RECORD").write_text("nvidia_cutlass_dsl/cu13/lib/libcute_dsl_runtime.so,,\n")
+  result = fresh_process.run(ONLY_ON_PYTHONPATH, env={"PYTHONPATH": str(path)}).result
+  assert result["found"] == "None" and result["library"] == "", result
+  assert (f"nvidia-cutlass-dsl-libs-cu13 is installed only in {path}, the working directory or on PYTHONPATH, "
+          "where jax_mosaic_ffi loads no native code") in result["problem"], result
+  assert "install it into the environment (pip install)" in result["problem"]
+
+
 def test_the_first_lowering_tells_the_runtime_where_the_library_is():
   # A process that only deserializes a CuTe DSL export calls no jmf.register(): the registration at its first
   # lowering (before XLA compiles, so before any instantiate) hands the runtime the library's path, without

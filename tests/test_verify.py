@@ -285,7 +285,7 @@ def test_vmap_and_the_backward_kernels_are_checked_too(isolated_disk_cache):
   with jmf.verify("always") as seen:
     jax.block_until_ready(jax.jit(jax.vmap(twice))(jnp.ones((3, 100))))
     jax.block_until_ready(jax.jit(jax.grad(lambda x: jnp.sum(twice_d(x) ** 2)))(jnp.ones(100)))
-  assert seen.report.passed and [r.case for r in seen.report.rows] == ["float32[3,100]", "float32[100]",
+  assert seen.report.passed and [r.case for r in seen.report.rows] == ["float32[3, 100]", "float32[100]",
                                                                       "float32[100]"]
 
 

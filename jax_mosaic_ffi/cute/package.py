@@ -65,6 +65,15 @@ def _untrusted_folders() -> set[pathlib.Path]:
   return {pathlib.Path(e or os.getcwd()).resolve() for e in entries}
 
 
+def _installations():
+  """(folder, distribution) of each install of the library's distribution on sys.path, in its order."""
+  for distribution in importlib.metadata.distributions(name=DISTRIBUTION):
+    try:
+      yield pathlib.Path(distribution.locate_file("")).resolve(), distribution
+    except (OSError, TypeError, NotImplementedError):  # not a distribution of files
+      continue
+
+
 @functools.cache
 def runtime() -> CuteRuntime | None:
   """The installed runtime library, or None where nvidia-cutlass-dsl's cu13 libraries are missing.
@@ -75,11 +84,7 @@ def runtime() -> CuteRuntime | None:
   every folder on sys.path, so a ``nvidia_cutlass_dsl/cu13/lib/libcute_dsl_runtime.so`` planted in the working
   directory or on PYTHONPATH would be found first, and loaded by a process that only runs exported programs."""
   untrusted = _untrusted_folders()
-  for distribution in importlib.metadata.distributions(name=DISTRIBUTION):
-    try:
-      where = pathlib.Path(distribution.locate_file("")).resolve()
-    except (OSError, TypeError, NotImplementedError):  # not a distribution of files
-      continue
+  for where, distribution in _installations():
     if where in untrusted:
       continue
     for file in distribution.files or ():
@@ -101,10 +106,20 @@ def compiler_release() -> str | None:
 def publish() -> None:
   """Tells the runtime where the library is (it opens it when a CuTe DSL call is first instantiated); nothing
   where nvidia-cutlass-dsl's cu13 libraries are not installed (a CuTe DSL kernel is then refused where it
-  compiles, and a deserialized one at its instantiate)."""
+  compiles, and a deserialized one at its instantiate). Raises where they are installed only in the working
+  directory or on PYTHONPATH, naming the folder."""
   found = runtime()
   if found is not None:
     core.set_cute_dsl_runtime(str(found.library), found.release)
+    return
+  untrusted = _untrusted_folders()
+  installs = [where for where, _ in _installations()]
+  skipped = [str(where) for where in installs if where in untrusted]
+  if skipped and len(skipped) == len(installs):  # only where it is not loaded from (call/runtime_libraries.py keeps it)
+    raise RuntimeError(
+        f"{DISTRIBUTION} is installed only in {', '.join(skipped)}, the working directory or on PYTHONPATH, where "
+        f"jax_mosaic_ffi loads no native code (a file there is whoever wrote it last): install it into the "
+        f"environment (pip install), or name its folder in a .pth file of site-packages")
 
 
 def refuse(message: str) -> None:
