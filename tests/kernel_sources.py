@@ -104,3 +104,33 @@ extern "C" __global__ void softmax_bwd(const float* y, const float* dy, float* d
   for (int j = threadIdx.x; j < cols; j += THREADS) dx[row + j] = y[row + j] * (dy[row + j] - dot);
 }
 '''
+
+# y = a * x + b over a 2-D float32 array, one 32 x 32 tile a block: TMA load
+# (zeros past the edges), the update in shared memory, TMA store (clipped at
+# the edges). Both maps use the 128-byte swizzle: 32 floats are 128 bytes.
+TMA_AFFINE = r'''
+#include <jax_mosaic_ffi/tma.cuh>
+extern "C" __global__ void tma_affine(const __grid_constant__ jmf::TensorMap in_map,
+                                      const __grid_constant__ jmf::TensorMap out_map, float a, float b) {
+  __shared__ alignas(1024) float tile[32 * 32];
+  __shared__ alignas(8) unsigned long long bar;
+  const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+  if (threadIdx.x == 0) {
+    jmf::mbarrier_init(&bar, 1);
+    jmf::fence_barrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    jmf::mbarrier_arrive_expect_tx(&bar, sizeof(tile));
+    jmf::tma_load_2d(tile, &in_map, c0, r0, &bar);
+  }
+  jmf::mbarrier_wait(&bar, 0);
+  for (int i = threadIdx.x; i < 32 * 32; i += blockDim.x) tile[i] = a * tile[i] + b;
+  jmf::fence_async_shared();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    jmf::tma_store_2d(&out_map, c0, r0, tile);
+    jmf::tma_store_commit_and_wait();
+  }
+}
+'''

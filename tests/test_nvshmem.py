@@ -26,6 +26,7 @@ from jax_mosaic_ffi.call import nvshmem as nvshmem_start
 from jax_mosaic_ffi.cuda.nvrtc import compiler
 
 import fresh_process
+import kernel_sources
 from hlo_inspect import custom_calls
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nvshmem_worker.py")
@@ -473,42 +474,16 @@ def test_the_nvshmem_all_reduce_of_one_pe_is_its_input(nvshmem_cache, rng):
   np.testing.assert_array_equal(np.asarray(gathered), x[None])
 
 
-# test_tma.py's affine kernel (TMA load, update, TMA store) as an NVSHMEM kernel: its buffers are staged onto the
-# symmetric heap, so its descriptors must describe the heap's copies, which it reads and writes, not XLA's buffers
-# (described, a TMA store would land in XLA's output and the unwritten copy be copied over it).
-TMA_AFFINE_SOURCE = r'''
-#include <nvshmem.h>
-#include <jax_mosaic_ffi/tma.cuh>
-extern "C" __global__ void tma_affine_pe(const __grid_constant__ jmf::TensorMap in_map,
-                                        const __grid_constant__ jmf::TensorMap out_map, float a, float b) {
-  __shared__ alignas(1024) float tile[32 * 32];
-  __shared__ alignas(8) unsigned long long bar;
-  const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
-  if (threadIdx.x == 0) {
-    jmf::mbarrier_init(&bar, 1);
-    jmf::fence_barrier_init();
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    jmf::mbarrier_arrive_expect_tx(&bar, sizeof(tile));
-    jmf::tma_load_2d(tile, &in_map, c0, r0, &bar);
-  }
-  jmf::mbarrier_wait(&bar, 0);
-  for (int i = threadIdx.x; i < 32 * 32; i += blockDim.x) tile[i] = a * tile[i] + b;
-  jmf::fence_async_shared();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    jmf::tma_store_2d(&out_map, c0, r0, tile);
-    jmf::tma_store_commit_and_wait();
-  }
-}
-'''
+# The affine TMA kernel of test_tma.py as an NVSHMEM kernel: its buffers are staged onto the symmetric heap, so its
+# descriptors must describe the heap's copies, which it reads and writes, not XLA's buffers (described, a TMA store
+# would land in XLA's output and the unwritten copy be copied over it).
+TMA_AFFINE_SOURCE = "#include <nvshmem.h>\n" + kernel_sources.TMA_AFFINE
 
 
 @pytest.mark.gpu
 @requires_nvshmem
 def test_tensor_maps_describe_the_buffers_staged_on_the_symmetric_heap(nvshmem_cache, rng):
-  kernel = jmf.cuda_kernel(TMA_AFFINE_SOURCE, "tma_affine_pe")
+  kernel = jmf.cuda_kernel(TMA_AFFINE_SOURCE, "tma_affine")
   tile = dict(box=(32, 32), swizzle=128)
   call = jmf.mosaic_kernel(
       kernel, lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),

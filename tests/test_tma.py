@@ -20,39 +20,10 @@ from jax_mosaic_ffi import _core
 
 import fresh_process
 from hlo_inspect import custom_calls, lower
+from kernel_sources import TMA_AFFINE as AFFINE
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GEMM_SOURCE = os.path.join(REPO, "benchmarks", "kernels", "hopper_gemm.cu")
-
-# y = a * x + b over a 2-D float32 array, one 32 x 32 tile a block: TMA load
-# (zeros past the edges), the update in shared memory, TMA store (clipped at
-# the edges). Both maps use the 128-byte swizzle: 32 floats are 128 bytes.
-AFFINE = r'''
-#include <jax_mosaic_ffi/tma.cuh>
-extern "C" __global__ void tma_affine(const __grid_constant__ jmf::TensorMap in_map,
-                                      const __grid_constant__ jmf::TensorMap out_map, float a, float b) {
-  __shared__ alignas(1024) float tile[32 * 32];
-  __shared__ alignas(8) unsigned long long bar;
-  const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
-  if (threadIdx.x == 0) {
-    jmf::mbarrier_init(&bar, 1);
-    jmf::fence_barrier_init();
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    jmf::mbarrier_arrive_expect_tx(&bar, sizeof(tile));
-    jmf::tma_load_2d(tile, &in_map, c0, r0, &bar);
-  }
-  jmf::mbarrier_wait(&bar, 0);
-  for (int i = threadIdx.x; i < 32 * 32; i += blockDim.x) tile[i] = a * tile[i] + b;
-  jmf::fence_async_shared();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    jmf::tma_store_2d(&out_map, c0, r0, tile);
-    jmf::tma_store_commit_and_wait();
-  }
-}
-'''
 
 # The sum of a 2-D float32 array: each block TMA-loads a tile and adds its
 # sum into scratch[0]; the last block to finish (a counter in scratch[1])
