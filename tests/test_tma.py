@@ -274,6 +274,23 @@ def test_vmap_of_a_tensor_map_call_on_a_grid_axis_is_refused(isolated_disk_cache
     jax.eval_shape(jax.vmap(call), jax.ShapeDtypeStruct((3, 64, 64), jnp.float32))
 
 
+def test_vmap_whose_elements_break_tma_alignment_is_refused_at_trace_time(isolated_disk_cache):
+  source = r'''
+  #include <jax_mosaic_ffi/tma.cuh>
+  extern "C" __global__ void k(const __grid_constant__ jmf::TensorMap in_map, float* out) {}
+  '''
+  kernel = jmf.cuda_kernel(source, "k", targets=("sm_90",))
+  call = jmf.mosaic_kernel(kernel, lambda x: x, grid=1, block=32,
+                           param_order=(jmf.TensorMap("in0", box=(8,)), "out0"))
+  jax.eval_shape(call, jax.ShapeDtypeStruct((5,), jnp.float32))   # one array: XLA aligns its buffer
+  with pytest.raises(jmf.LaunchError, match=(
+      r"mosaic_kernel 'k' at .*test_tma.py:\d+ .*tensor map 0 describes buffer 0, whose batch elements are 20 bytes "
+      r"apart; TMA needs each element's address 16-byte aligned: pad the element to a multiple of 16 bytes, or "
+      r"loop with lax.map instead of vmap")):
+    jax.eval_shape(jax.vmap(call), jax.ShapeDtypeStruct((3, 5), jnp.float32))
+  jax.eval_shape(jax.vmap(call), jax.ShapeDtypeStruct((3, 8), jnp.float32))   # 32 bytes apart
+
+
 def test_a_batch_past_the_descriptor_bound_is_refused_at_trace_time(affine):
   limit = _core.LIMITS["max_batched_tensor_maps"]
   with pytest.raises(jmf.LaunchError, match=f"more than {limit}; vmap over fewer elements"):
