@@ -626,12 +626,14 @@ void BuildLaunch(Input& in, bool collective, Attributes* attrs) {
   // TMA descriptors; under vmap, one per element and map (the batch is bounded below).
   const bool batched = !collective && in.OneIn(4);
   int64_t maps = 0;
+  std::vector<int64_t> described;  // the buffers the maps describe
   if (num_buffers > 0 && in.OneIn(4)) {
     maps = std::min<int64_t>(1 + Count(in, jmf::kMaxTensorMaps - 1), max_params - static_cast<int64_t>(params.size()));
     std::vector<int64_t> records;
     for (int64_t m = 0; m < maps; ++m) {
       params.push_back(jmf::kTensorMapCode + m);
       std::vector<int64_t> record = TensorMapRecord(in, num_buffers);
+      described.push_back(record[0]);
       records.insert(records.end(), record.begin(), record.end());
     }
     if (maps > 0) attrs->SetInts("tensor_maps", records, Type::kInts64);
@@ -685,6 +687,8 @@ void BuildLaunch(Input& in, bool collective, Attributes* attrs) {
           strides[b] = 256 * (1 + static_cast<int64_t>(in.Below(4096)));
       }
     }
+    // A described buffer's elements keep TMA's alignment (32 bytes covers 32-byte interleave too).
+    for (int64_t b : described) strides[b] = strides[b] == 0 ? 0 : std::max<int64_t>(32, strides[b] / 32 * 32);
     attrs->SetInts("batch_strides", strides, Type::kInts64);
   } else if (in.OneIn(4)) {
     attrs->SetInt("batch_size", 1);
@@ -1006,6 +1010,7 @@ void CheckSpec(const jmf::LaunchAttributes& a, bool collective, const jmf::Launc
       FUZZ_CHECK(s.batch_strides[b] <= (uint64_t{1} << 63) / s.batch_size);
       if (static_cast<int>(b) >= s.num_inputs) FUZZ_CHECK(s.batch_strides[b] >= 1, "output elements overlap");
     }
+    for (const jmf::TensorMapSpec& t : s.tensor_maps) FUZZ_CHECK(s.batch_strides[t.buffer] % t.alignment == 0);
   }
 
   // Launch programs: what EvaluateLaunchPrograms indexes without checking again.
