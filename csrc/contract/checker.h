@@ -48,6 +48,8 @@ class Checker {
 // Every tensor map of the launch (tensor_maps.cc): its fields in range, then
 // the driver's rules between them and the bytes it reaches.
 bool CheckTensorMaps(const LaunchAttributes& a, LaunchSpec* spec, Checker& check);
+// Under vmap (batch_strides read): every element of a described buffer keeps the map's alignment.
+bool CheckTensorMapBatch(const LaunchSpec& spec, Checker& check);
 
 }  // namespace jmf
 

@@ -288,18 +288,7 @@ bool CheckPerBuffer(const LaunchAttributes& a, bool collective, LaunchSpec* spec
     }
     spec->batch_strides.push_back(static_cast<uint64_t>(stride));
   }
-  // Each element's descriptor starts one stride after the last: TMA's alignment must hold for every element.
-  for (size_t m = 0; m < spec->tensor_maps.size(); ++m) {
-    const TensorMapSpec& t = spec->tensor_maps[m];
-    if (spec->batch_strides[t.buffer] % t.alignment != 0) {
-      return check.Fail("tensor map " + Num(static_cast<int64_t>(m)) + " describes buffer " + Num(t.buffer) +
-                        ", whose batch elements are " + Num(static_cast<int64_t>(spec->batch_strides[t.buffer])) +
-                        " bytes apart; TMA needs each element's address " + Num(t.alignment) +
-                        "-byte aligned: pad the element to a multiple of " + Num(t.alignment) +
-                        " bytes, or loop with lax.map instead of vmap");
-    }
-  }
-  return true;
+  return CheckTensorMapBatch(*spec, check);
 }
 
 // One 0/1 flag per buffer ("1,0,1"), into `flags`.

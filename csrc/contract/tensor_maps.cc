@@ -128,4 +128,19 @@ bool CheckTensorMaps(const LaunchAttributes& a, LaunchSpec* spec, Checker& check
   return true;
 }
 
+bool CheckTensorMapBatch(const LaunchSpec& spec, Checker& check) {
+  // Each element's descriptor starts one stride after the last: TMA's alignment must hold for every element.
+  for (size_t m = 0; m < spec.tensor_maps.size(); ++m) {
+    const TensorMapSpec& t = spec.tensor_maps[m];
+    if (spec.batch_strides[t.buffer] % t.alignment != 0) {
+      return check.Fail("tensor map " + Num(static_cast<int64_t>(m)) + " describes buffer " + Num(t.buffer) +
+                        ", whose batch elements are " + Num(static_cast<int64_t>(spec.batch_strides[t.buffer])) +
+                        " bytes apart; TMA needs each element's address " + Num(t.alignment) +
+                        "-byte aligned: pad the element to a multiple of " + Num(t.alignment) +
+                        " bytes, or loop with lax.map instead of vmap");
+    }
+  }
+  return true;
+}
+
 }  // namespace jmf
