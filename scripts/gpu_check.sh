@@ -30,9 +30,9 @@
 #   JMF_CARRIED="jax12 cute" JMF_PART=1/2 bash scripts/gpu_check.sh gpu-tests
 # unpacks those bundles once (all parts there, checksum right, or it says what is missing) and installs them in the
 # venv for the tests and the benchmarks (a .pth file ahead of the machine's packages; theirs honoured: carried.sh).
-# The extension is built before, against the machine's
-# jaxlib: the oldest supported one, whose FFI headers it must be built with (docs/compatibility.md); the script
-# checks that, and prints the jax that runs (versions.txt, and the tests' header).
+# The extension is built before, against the machine's jaxlib: the oldest supported one, whose FFI headers it must be
+# built with (docs/compatibility.md); the script checks that, and prints the jax that runs (versions.txt, and the
+# tests' header).
 #
 # The tests run through the README's test command (scripts/test.sh) in its
 # offline mode: that machine has no network, and its python3 already has jax

@@ -3,7 +3,8 @@
 #   JMF_CARRIED="triton39" bash scripts/jax_triton_tests.sh PATH/gluon_test.py [more files] [-- pytest args]
 # builds and installs the package as scripts/gpu_check.sh does (offline, into its venv, which a warm machine keeps),
 # moves carried bundle parts out of the tree and unpacks the bundles JMF_CARRIED names (scripts/carried.sh), installs
-# them in the venv (behind the jax_triton alias, first on sys.path), and runs the files; the log goes to $OUT/jax_triton_tests.log.
+# them in the venv (behind the jax_triton alias, first on sys.path), and runs the files; the log goes to
+# $OUT/jax_triton_tests.log.
 # The test files are jax-triton's, not ours: carry them in an ignored folder (.carry/jax-triton-tests/, one call).
 set -uo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"

@@ -24,7 +24,12 @@ def load():
   return benchmarks
 
 
+def module(name: str):
+  """A module of the benchmarks package, benchmarks/<name>.py (dots for folders), imported on first use."""
+  load()
+  return importlib.import_module(f"benchmarks.{name}")
+
+
 def kernels(name: str):
   """A module of the kernel corpus, benchmarks/kernels/<name>.py."""
-  load()
-  return importlib.import_module(f"benchmarks.kernels.{name}")
+  return module(f"kernels.{name}")

@@ -112,14 +112,12 @@ def publish() -> None:
   if found is not None:
     core.set_cute_dsl_runtime(str(found.library), found.release)
     return
-  untrusted = _untrusted_folders()
   installs = [where for where, _ in _installations()]
-  skipped = [str(where) for where in installs if where in untrusted]
-  if skipped and len(skipped) == len(installs):  # only where it is not loaded from (call/runtime_libraries.py keeps it)
+  if installs and _untrusted_folders().issuperset(installs):  # only where it is not loaded from (runtime_libraries.py)
     raise RuntimeError(
-        f"{DISTRIBUTION} is installed only in {', '.join(skipped)}, the working directory or on PYTHONPATH, where "
-        f"jax_mosaic_ffi loads no native code (a file there is whoever wrote it last): install it into the "
-        f"environment (pip install), or name its folder in a .pth file of site-packages")
+        f"{DISTRIBUTION} is installed only in {', '.join(map(str, installs))}, the working directory or on "
+        "PYTHONPATH, where jax_mosaic_ffi loads no native code (a file there is whoever wrote it last): install it "
+        "into the environment (pip install), or name its folder in a .pth file of site-packages")
 
 
 def refuse(message: str) -> None:
