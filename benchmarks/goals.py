@@ -195,14 +195,15 @@ def _explain(goal: Goal, results: dict, value, baseline, judged) -> str:
                                    threshold=sig(goal.threshold), **names)
 
 
-def verdicts(results: dict) -> list[Verdict]:
-  return [judge(goal, results) for goal in GOALS]
+def verdicts(results: dict, runs=None) -> list[Verdict]:
+  """The verdict of every goal, or of those whose metric is in one of `runs` ("benchmark/run") only."""
+  return [judge(goal, results) for goal in GOALS if runs is None or "/".join(goal.metric.split("/")[:2]) in runs]
 
 
-def section(results: dict) -> str:
-  """The goals table and the explanations of unmet goals, as Markdown."""
+def rows(results: dict, runs=None) -> tuple[list[list[str]], list[str]]:
+  """The goals table's rows and the explanations of unmet goals (Markdown list items), as `verdicts` chooses."""
   rows, notes = [], []
-  for v in verdicts(results):
+  for v in verdicts(results, runs):
     unit = f" {v.goal.unit}" if v.goal.unit else ""
     if v.goal.baseline:
       measured = f"{sig(v.value)} vs {sig(v.baseline)}{unit} ({sig(v.judged)}x)"
@@ -213,6 +214,15 @@ def section(results: dict) -> str:
     rows.append([v.goal.name, measured if v.status != "not measured" else "n/a", target, verdict])
     if v.explanation:
       notes.append(f"- {v.goal.name}: {v.explanation}")
+  return rows, notes
+
+
+HEADER = ["goal", "measured", "target", "verdict"]
+
+
+def section(results: dict) -> str:
+  """The goals table and the explanations of unmet goals, as Markdown."""
+  goal_rows, notes = rows(results)
   text = ("Each goal is read from this run's results by goals.GOALS; a ratio compares two numbers of the "
-          "same process.\n\n" + table(["goal", "measured", "target", "verdict"], rows, "lrll"))
+          "same process.\n\n" + table(HEADER, goal_rows, "lrll"))
   return text + ("\n\n" + "\n".join(notes) if notes else "")

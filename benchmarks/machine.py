@@ -10,7 +10,7 @@ import importlib.metadata
 import platform
 import subprocess
 
-PACKAGES = ("jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda13-pjrt", "cuda-bindings")
+PACKAGES = ("jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda13-pjrt", "cuda-bindings", "triton", "torch")
 
 
 def describe() -> dict:
@@ -73,4 +73,6 @@ def summary(info: dict) -> str:
   return (f"{gpus}{arch} (driver {info.get('driver', '?')}), jax {packages.get('jax', '?')}, "
           f"jaxlib {packages.get('jaxlib', '?')}, CUDA plugin {packages.get('jax-cuda13-plugin', '?')}, "
           f"NVRTC {info.get('nvrtc', '?')}, Python {info.get('python', '?')}" +
+          "".join(f", {label} {packages[name]}" for name, label in (("triton", "Triton"), ("torch", "torch"))
+                  if packages.get(name)) +
           (f", source {info['commit']}" if info.get("commit") else ""))

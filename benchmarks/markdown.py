@@ -25,8 +25,13 @@ def table(header: list[str], rows: list[list[str]], align: str | None = None) ->
   """A Markdown table; `align` has one letter per column, l or r (default: first l, rest r)."""
   align = align or "l" + "r" * (len(header) - 1)
   rule = ["---" if a == "l" else "---:" for a in align]
+  return "\n".join(row(cells) for cells in [header, rule, *rows])
+
+
+def row(cells: list[str]) -> str:
+  """One line of a Markdown table."""
   cell = lambda text: str(text).replace("|", "\\|")  # an error message must not split a row
-  return "\n".join("| " + " | ".join(map(cell, cells)) + " |" for cells in [header, rule, *rows])
+  return "| " + " | ".join(map(cell, cells)) + " |"
 
 
 # What ends a failure's text: an XLA/absl fatal log line (a process abort, e.g.

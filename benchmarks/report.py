@@ -17,7 +17,7 @@ import sys
 import traceback
 
 from benchmarks import REPO, goals, machine, suite
-from benchmarks.markdown import last_line, table
+from benchmarks.markdown import last_line, row, table
 
 DOC = os.path.join(REPO, "docs", "benchmarks.md")
 
@@ -90,8 +90,8 @@ def write(results: dict, doc: str = DOC, *, figures: bool = True, splice: bool =
 
 def spliced(page: str, results: dict, figures: dict[str, str] | None = None) -> str:
   """`page` with the section of each benchmark in `results` replaced by one rendered from them, saying which
-  run it came from (a section the page lacks goes before its Runs). The header, the goals and the other
-  sections stay as the run that wrote the page left them."""
+  run it came from (a section the page lacks goes before its Runs), and with their goals' and runs' rows.
+  The header, the other goals, runs and sections stay as the run that wrote the page left them."""
   figures = figures or {}
   measured = results.get("results", {})
   origin = (f"*This section alone is from a later run of its benchmark, on {results.get('date', '?')}: "
@@ -111,7 +111,40 @@ def spliced(page: str, results: dict, figures: dict[str, str] | None = None) -> 
       continue
     end = page.find("\n## ", start + 1)
     page = f"{page[:start + 1]}{section}\n{page[end:] if end >= 0 else ''}"
+  # The goals and runs of these benchmarks are this run's too: a row the page has is replaced, a new one added.
+  later = f"later run, {results.get('date', '?')}"
+  goal_rows, notes = goals.rows(results, {f"{name}/{run}" for name, runs in measured.items() for run in runs})
+  page = _put_rows(page, "Goals", [[*cells[:-1], f"{cells[-1]} ({later})"] for cells in goal_rows],
+                   notes=notes, stale_notes=[f"- {cells[0]}: " for cells in goal_rows])
+  page = _put_rows(page, "Runs", [[name, f"{run['seconds']:.1f}", f"{run['outcome']} ({later})"]
+                                  for name, run in results.get("runs", {}).items()])
   return page.rstrip("\n") + "\n"
+
+
+def _put_rows(page: str, heading: str, rows: list[list[str]], notes=(), stale_notes=()) -> str:
+  """`page` with `rows` in the table of its section `heading`, each replacing the row of the same first cell or
+  added at the table's end; its list items starting with one of `stale_notes` give way to `notes`."""
+  start = page.find(f"\n## {heading}\n")
+  if start < 0 or not (rows or notes):
+    return page
+  end = page.find("\n## ", start + 1)
+  end = len(page) if end < 0 else end
+  lines = [line for line in page[start:end].rstrip("\n").split("\n") if not line.startswith(tuple(stale_notes))]
+  body = [i for i, line in enumerate(lines) if line.startswith("| ")][2:]  # past the header and the rule
+  if not body:
+    return page
+  for cells in rows:
+    key = row(cells[:1]) + " "
+    same = next((i for i in body if lines[i].startswith(key)), None)
+    if same is None:
+      same = body[-1] + 1
+      lines.insert(same, "")
+      body.append(same)
+    lines[same] = row(cells)
+  if notes:
+    lines += ([] if lines[-1].startswith("- ") else [""]) + list(notes)
+  tail = page[end:]
+  return page[:start] + "\n".join(lines) + ("\n\n" if tail else "\n") + tail.lstrip("\n")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -7,6 +7,9 @@ its first use, so every flag setting is a fresh interpreter. A child runs
 
 (which is also how to run one by hand), sets the run's flags before anything
 imports jax, calls the module's run() and prints its dict as the last line.
+In that dict, "error" or "skipped" says the run has no numbers; "errors" maps
+the parts that failed (the run went on) to their errors, and "measured":
+False says no part measured (the run fails, each part's error still its row).
 """
 
 from __future__ import annotations

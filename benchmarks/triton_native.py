@@ -421,10 +421,11 @@ def measure(env: dict, cases, rounds: int, measure_case: Callable, measure_launc
   (``measure_case(name, env, rounds)``), or, with no cases, the host cost per call (``measure_launch(env)``)."""
   versions = {"triton": env["triton"].__version__, "torch": env["torch"].__version__,
               "jax": env["jax"].__version__}
-  result = {"versions": versions, "cases": {}, "speed": {}, "errors": {}}
+  # "measured" (suite.py): False when every part failed, so that the run fails while each part's error is its row.
+  result = {"versions": versions, "cases": {}, "speed": {}, "errors": {}, "measured": False}
   if not cases:
     try:
-      result.update(measure_launch(env))
+      result.update(measure_launch(env), measured=True)
     except Exception as e:
       result["errors"]["ours"] = f"{type(e).__name__}: {e}"  # keyed as the goal's metric ends
     return result
@@ -432,6 +433,7 @@ def measure(env: dict, cases, rounds: int, measure_case: Callable, measure_launc
     try:
       result["cases"][name] = measure_case(name, env, rounds)
       result["speed"][name] = result["cases"][name]["speed"]
+      result["measured"] = True
     except Exception as e:  # one case's failure is its row, not the run's
       result["errors"][name] = f"{type(e).__name__}: {str(e)[:2000]}"
     gc.collect()  # the case's arrays and tensors, before the next case allocates its own

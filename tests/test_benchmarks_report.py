@@ -6,6 +6,7 @@ failed, one run skipped, one stage count missing, one corpus kernel failed
 and one disagreed with its XLA equivalent.
 """
 
+import importlib
 import inspect
 import json
 import os
@@ -105,6 +106,9 @@ def test_the_page_from_recorded_results(results):
                 "One-shot all-reduce", "Corpus kernels against XLA", "Runs"]:
     assert f"## {title}\n" in page or f"### {title}\n" in page, title
   assert "NVIDIA H200" in page and "driver 580.95.05" in page and "NVRTC 13.0" in page and "2026-12-02" in page
+  assert ", Triton" not in page  # the fixture's machine had none; with it, the header names the version
+  with_triton = dict(results["machine"], packages={**results["machine"]["packages"], "triton": "3.9.0"})
+  assert ", Triton 3.9.0" in bench.machine.summary(with_triton)
   assert "| custom call, execute-only empty handler (captured) | 0.79 | 1.08 |" in page
   ours = "mosaic_kernel (PDL by default: wait, then launch_dependents, at entry)"
   assert f"| {ours} | 1.98 | 4.44 | 1.19 | 1.09 |" in page
@@ -159,6 +163,26 @@ def test_benchmarks_command_line_lists_and_refuses_unknown_names(tmp_path):
   assert "launch/cb_off_pdl_off (optional)" in done.stdout and "inplace/main" in done.stdout
   done = _python("-m", "benchmarks", "--only", "launch,nope", cwd=tmp_path)
   assert done.returncode == 2 and "no benchmark 'nope'" in done.stderr
+
+
+def test_a_run_that_measured_nothing_fails_and_one_asked_for_must_not_skip(tmp_path):
+  main = importlib.import_module("benchmarks.__main__")
+  run, optional = suite.Run("gemm"), suite.Run("gemm", optional=True)
+  every_case_failed = {"cases": {}, "errors": {"ring_4096": "Boom: a", "ring_8192": "Boom: b"}, "measured": False}
+  assert main.run_outcome(every_case_failed, run) == "failed: no part measured: ring_4096, ring_8192"
+  assert main.run_outcome(every_case_failed, optional).startswith("n/a (optional): failed: no part measured")
+  one_failed = {"cases": {"ring_4096": {}}, "errors": {"ring_8192": "Boom: b"}, "measured": True}
+  assert main.run_outcome(one_failed, run) == "ok, but n/a: ring_8192"
+  assert main.run_outcome({"x": 1.0}, run) == "ok"
+  assert main.run_outcome({"skipped": "no torch"}, run) == "skipped: no torch"
+  # Asked for by name, a run that skips (here: no GPU) fails the command; in the whole suite it would not.
+  done = _python("-m", "benchmarks", "--only", "gluon_native/launch", "--out", str(tmp_path / "out"),
+                 "--doc", str(tmp_path / "benchmarks.md"), cwd=tmp_path)
+  assert done.returncode == 1, done.stdout + done.stderr
+  assert "failed: gluon_native/launch: skipped: needs" in done.stderr
+  raw = json.loads((tmp_path / "out" / "benchmarks.json").read_text())  # written after each run
+  assert raw["runs"]["gluon_native/launch"]["outcome"].startswith("skipped: needs")
+  assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["benchmarks.json", "benchmarks.md"]
 
 
 def test_a_benchmark_run_leaves_no_kernel_cache_behind(tmp_path):
@@ -364,12 +388,50 @@ def test_a_run_of_some_benchmarks_is_spliced_into_the_page(tmp_path, results):
   assert new.count(origin) == 2
   assert "## Memory-bound kernel\n\n" + origin in new and "Could not render these results: KeyError" in new
   assert new.index("## jax-triton's triton_call") < new.index("## Runs\n")
-  # Everything else is the full run's, byte for byte: its header, goals and the other sections.
+  # Its goal is this run's, marked so; everything else is the full run's, byte for byte.
+  goal = "| Memory-bound kernel: at least 90% of device-to-device copy bandwidth |"
+  assert _line(new, goal) == goal + " 0.5 | >= 0.9 | **not met** (later run, 2026-12-05 10:00 UTC) |"
   sections = lambda text: {s.split("\n", 1)[0]: s for s in ("\n" + text).split("\n## ")[1:]}  # noqa: E731
   before, after = sections(page), sections(new)
   assert new.startswith(page.split("\n## ")[0])
+  assert after["Goals"].replace(_line(new, goal), _line(page, goal)) == before["Goals"]
   for title, text in before.items():
-    if title != "Memory-bound kernel":
+    if title not in ("Memory-bound kernel", "Goals"):
       assert after[title] == text, title
   assert set(after) - set(before) == {"jax-triton's triton_call, through jax-triton and through jax_mosaic_ffi"}
+  assert new.endswith("\n") and "\n\n\n" not in new
+
+
+def _line(page: str, start: str) -> str:
+  [line] = [line for line in page.splitlines() if line.startswith(start)]
+  return line
+
+
+def test_a_spliced_run_brings_its_goals_runs_and_notes(results):
+  # The full run's cb_on goal was not met (with its explanation); a later launch run meets it and adds a run row.
+  # The page is older than the Gluon goals.
+  page = "\n".join(line for line in report.render(results).split("\n") if not line.startswith("| Gluon"))
+  goal = "| Command buffers on: a mosaic_kernel call costs at most XLA's own kernel |"
+  assert "**not met**" in _line(page, goal) and "\n- Command buffers on: a mosaic_kernel call" in page
+  later = {"date": "2026-12-06 19:00 UTC", "machine": results["machine"], "results": {
+      "launch": {"cb_on": {"us_per_call": {"mosaic": 1.5, "xla_triton": 2.0}}},
+      "gluon_native": {"launch": {"skipped": "no torch"}}},
+      "runs": {"launch/cb_on": {"seconds": 12.5, "outcome": "ok", "optional": False},
+               "gluon_native/launch": {"seconds": 1.0, "outcome": "skipped: no torch", "optional": False}}}
+  new = report.spliced(page, later)
+  assert _line(new, goal) == goal + " 1.5 vs 2 us (0.75x) | <= 1x | **met** (later run, 2026-12-06 19:00 UTC) |"
+  assert "\n- Command buffers on: a mosaic_kernel call" not in new  # its explanation was the old verdict's
+  assert "\n- Command buffers off:" in new  # another goal's stays
+  # gluon_native's goals were not on the page: added at the end of the goals table, saying why unmeasured.
+  goals_table = new.split("\n## Goals\n")[1].split("\n## ")[0]
+  launch_goal = _line(new, "| Gluon kernel launches")
+  assert "not measured (skipped: no torch) (later run, 2026-12-06 19:00 UTC)" in launch_goal
+  table_lines = [line for line in goals_table.splitlines() if line.startswith("| ")]
+  assert [line[:20] for line in table_lines[-2:]] == ["| Gluon kernel launc", "| Gluon TMA kernel l"]
+  gemm = sum(g.metric.startswith("gluon_native/gemm/") for g in goals.GOALS)  # of a run not in this one
+  assert gemm and len(table_lines) == 2 + len(goals.GOALS) - gemm
+  runs = new.split("\n## Runs\n")[1]
+  assert _line(runs, "| launch/cb_on |") == "| launch/cb_on | 12.5 | ok (later run, 2026-12-06 19:00 UTC) |"
+  assert _line(runs, "| gluon_native/launch |").endswith("| skipped: no torch (later run, 2026-12-06 19:00 UTC) |")
+  assert _line(runs, "| launch/cb_off |") == _line(page.split("\n## Runs\n")[1], "| launch/cb_off |")
   assert new.endswith("\n") and "\n\n\n" not in new
