@@ -90,8 +90,11 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 echo "== build (wheel mode: install)"
 start=$(date +%s)
 # The extras scripts/test.sh asks for: the same install, so the tests find it up to date and build nothing.
-bash -c 'source scripts/setup_env.sh test,triton,nvshmem,cute' > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
-grep '^!!!' "$out/build.log"  # a venv whose jax cannot see the GPU says so here
+# Appended: one call may run this script (and jax_triton_tests.sh) several times; at most 8 files come back.
+echo "== build, $(date -u '+%H:%M:%S UTC'): $what $*" >> "$out/build.log"
+first=$(($(wc -l < "$out/build.log") + 1))
+bash -c 'source scripts/setup_env.sh test,triton,nvshmem,cute' >> "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
+tail -n +"$first" "$out/build.log" | grep '^!!!'  # a venv whose jax cannot see the GPU says so here
 echo "built in $(( $(date +%s) - start )) s"
 
 # The carried packages go on the tests' and the benchmarks' path after the build, which took the machine's jaxlib

@@ -23,7 +23,8 @@ if [ -n "${JMF_CARRIED:-}" ]; then  # before the build: a machine gone cold has 
   carried="$(carried_path "$stash" $JMF_CARRIED)" || exit 1
 fi
 carried_install "$JMF_VENV" || exit 1  # an earlier call's, off the build's path
-bash -c 'source scripts/setup_env.sh test,triton,nvshmem,cute' > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
+echo "== build, $(date -u '+%H:%M:%S UTC'): jax-triton's tests" >> "$out/build.log"  # appended, as gpu_check.sh does
+bash -c 'source scripts/setup_env.sh test,triton,nvshmem,cute' >> "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
 carried_install "$JMF_VENV" "$carried" || exit 1
 "$JMF_VENV/bin/python" -P -c '
 import jax, triton
