@@ -158,6 +158,8 @@ def _gpu() -> dict:
       sides[side] = softmax(side)
     except Exception as e:
       errors[side] = f"{type(e).__name__}: {e}"
+  if not sides:  # quack is missing, or neither binding works: nothing to measure (and no reference to import)
+    return {"error": "no side could be built\n" + "; ".join(f"{side}: {e}" for side, e in errors.items())}
   rng = np.random.default_rng()
 
   def bf16(shape):

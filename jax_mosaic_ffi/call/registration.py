@@ -174,7 +174,7 @@ def _register() -> bool:
     except Exception as e:
       _register_without_record(f"the bootstrap program failed: {e}")
       return True
-    attempted, registered, message = core.record_registration()
+    _, registered, message = core.record_registration()
     if registered:
       _state.update(done=True, record=True, message=message)
     else:
