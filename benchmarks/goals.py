@@ -217,12 +217,9 @@ def rows(results: dict, runs=None) -> tuple[list[list[str]], list[str]]:
   return rows, notes
 
 
-HEADER = ["goal", "measured", "target", "verdict"]
-
-
 def section(results: dict) -> str:
   """The goals table and the explanations of unmet goals, as Markdown."""
   goal_rows, notes = rows(results)
   text = ("Each goal is read from this run's results by goals.GOALS; a ratio compares two numbers of the "
-          "same process.\n\n" + table(HEADER, goal_rows, "lrll"))
+          "same process.\n\n" + table(["goal", "measured", "target", "verdict"], goal_rows, "lrll"))
   return text + ("\n\n" + "\n".join(notes) if notes else "")
