@@ -12,7 +12,8 @@ from jax_mosaic_ffi.base import disk_cache
 # The on-disk compile cache: its folder (``off`` disables it) and its size bound in bytes.
 CACHE_DIR = disk_cache.DIR_ENV
 CACHE_MAX_BYTES = disk_cache.MAX_BYTES_ENV
-# NVRTC's time bound, in seconds, per compile (0: compile in this process, no bound).
+# A compile's time bound, in seconds (0: no bound): NVRTC's worker process, Triton's and Gluon's ptxas
+# (base/compile_timeout.py reads it).
 COMPILE_TIMEOUT_S = "JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S"
 # A folder to write each new kernel's PTX, cubin and SASS into.
 DUMP_DIR = "JAX_MOSAIC_FFI_DUMP_DIR"

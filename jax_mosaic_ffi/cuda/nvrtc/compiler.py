@@ -28,7 +28,7 @@ from jax_mosaic_ffi.base import file_deps
 from jax_mosaic_ffi.base import module_format
 from jax_mosaic_ffi.base import nvshmem_package
 from jax_mosaic_ffi.base import ptx_info
-from jax_mosaic_ffi.base.errors import CompileError
+from jax_mosaic_ffi.base.errors import CompileError, CompileTimeout
 from jax_mosaic_ffi.base.module_format import Arch, Image, ImageKind, ParsedModule
 from jax_mosaic_ffi.base.paths import DEVICE_INCLUDE_DIR
 from jax_mosaic_ffi.toolchain import compile_cache
@@ -186,7 +186,7 @@ def _compile_with_nvrtc(source, name, options, headers, targets, timeout, pdl,
       raise CompileError(name, e.log, source, filename, message=missing) from None
     raise CompileError(name, e.log, source, filename, compat.advice(e.log)) from None
   except worker.NvrtcTimeout as e:
-    raise CompileError(name, str(e), source, filename, compat.advice(str(e))) from None
+    raise CompileTimeout(name, str(e), source, filename, compat.advice(str(e))) from None
   images = [Image(ImageKind.CUBIN, target, cubin) for target, cubin in zip(targets, result["cubins"])]
   flags = module_format.FLAG_PDL_WAIT if result["pdl_wait"] else 0
   if package is None:

@@ -23,14 +23,13 @@ import tempfile
 import threading
 import time
 
-from jax_mosaic_ffi.base import flags
+from jax_mosaic_ffi.base import compile_timeout
 from jax_mosaic_ffi.cuda.nvrtc import program
 from jax_mosaic_ffi.cuda.nvrtc.program import LENGTH, NvrtcFailure, compile_here, write_message
 
-TIMEOUT_ENV = flags.COMPILE_TIMEOUT_S
-DEFAULT_TIMEOUT_S = 300.0
-# Longer bounds are taken as this one: select() cannot wait 1e10 s (OverflowError).
-MAX_TIMEOUT_S = 7 * 24 * 3600.0
+TIMEOUT_ENV = compile_timeout.ENV
+DEFAULT_TIMEOUT_S = compile_timeout.DEFAULT_S
+MAX_TIMEOUT_S = compile_timeout.MAX_S
 _MAX_REPLY_BYTES = 1 << 30
 
 
@@ -39,18 +38,8 @@ class NvrtcTimeout(Exception):
 
 
 def timeout_s() -> float | None:
-  """The bound from the environment; None means: compile in this process."""
-  value = os.environ.get(TIMEOUT_ENV, "").strip()
-  if not value:
-    return DEFAULT_TIMEOUT_S
-  try:
-    seconds = float(value)
-  except ValueError:
-    raise ValueError(f"{TIMEOUT_ENV} must be a number of seconds (0 for no bound), got {value!r}") from None
-  if not 0 <= seconds < float("inf"):  # nan too
-    raise ValueError(f"{TIMEOUT_ENV} must be a finite number of seconds >= 0 (0 compiles in this process, with "
-                     f"no bound), got {value!r}")
-  return None if seconds == 0 else min(seconds, MAX_TIMEOUT_S)
+  """The bound from the environment (base/compile_timeout.py); None means: compile in this process."""
+  return compile_timeout.seconds()
 
 
 class _Worker:
