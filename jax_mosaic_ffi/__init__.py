@@ -47,6 +47,7 @@ from jax_mosaic_ffi.transforms.sharding import BatchDims, Elementwise, ShardingR
 from jax_mosaic_ffi.triton.call import triton_call
 from jax_mosaic_ffi.triton.compile import TritonKernel, TritonUnavailable
 from jax_mosaic_ffi.triton.kernel import TritonFunction, triton_kernel
+from jax_mosaic_ffi.triton.tensor_bounds import TensorTooLarge
 from jax_mosaic_ffi.triton.tensor_descriptor import TensorDescriptor
 from jax_mosaic_ffi.gluon.kernel import GluonFunction, GluonKernel, gluon_kernel
 from jax_mosaic_ffi.api import (KernelCacheStats, clear_kernel_cache, export_disabled_checks, kernel_cache_stats,
@@ -77,5 +78,5 @@ __all__ = [
     "TritonUnavailable", "NvshmemUnavailable", "autotune", "autotune_report", "triton_kernel", "TuningFileIgnored",
     "load_tuning", "save_tuning", "triton_call", "CuteFunction", "CuteKernel", "CuteUnavailable", "cute_call",
     "cute_kernel", "check", "CheckReport", "verify", "ReferenceMismatch", "ReferenceMismatchWarning", "testing",
-    "GluonFunction", "GluonKernel", "gluon_kernel", "CompileTimeout",
+    "GluonFunction", "GluonKernel", "gluon_kernel", "CompileTimeout", "TensorTooLarge",
 ]

@@ -1,8 +1,9 @@
 """Where the installed package's files are.
 
 One constant instead of paths rebuilt from each module's ``__file__``, which break as modules move between
-folders. Two modules keep their own ``__file__``: `disk_cache` (loaded on its own, from its file, by a test
-that must not import jax) and the NVRTC worker program (it starts itself as a child process).
+folders. These keep their own ``__file__``: `disk_cache` (loaded on its own, from its file, by a test
+that must not import jax) and the programs that run as child processes: NVRTC's worker (cuda/nvrtc/program.py)
+and the ptxas wrapper of Triton's compiles (triton/ptxas_program.py).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ import hashlib
 import re
 
 from jax_mosaic_ffi.gluon import keys
+from jax_mosaic_ffi.triton import tensor_bounds
 from jax_mosaic_ffi.triton.languages import Language
 
 # Gluon's names that moved between the Triton releases we support (3.6 to 3.9): a kernel written for one release
@@ -67,13 +68,14 @@ def advice(error: BaseException) -> str:
 
 @functools.cache
 def _source_class():
-  """Gluon's source, keyed by the code its constexprs reach too (`keys.constexprs_key`)."""
+  """Gluon's source, keyed by the code its constexprs reach too (`keys.constexprs_key`), its tensors bounded
+  (`tensor_bounds.BoundedSource`: its make_ir checks Gluon's module, layouts and all)."""
   try:
     from triton.experimental.gluon import GluonASTSource  # noqa: PLC0415  (optional dependency: Triton >= 3.9)
   except ImportError:  # Triton 3.6 to 3.8 keep it in the module of Gluon's runtime
     from triton.experimental.gluon._runtime import GluonASTSource  # noqa: PLC0415  (optional dependency: Triton)
 
-  class KeyedGluonSource(GluonASTSource):
+  class KeyedGluonSource(tensor_bounds.BoundedSource, GluonASTSource):
     def hash(self):
       extra = keys.constexprs_key(self.constants)
       own = super().hash()

@@ -15,6 +15,12 @@ call is traced (`launch.py` reads the signature from its avals and scalars):
 integers equal to 1 compiled in, 16-divisible integers and pointers hinted, as
 Triton's own launcher decides (`specialize.py`). `kernel.py` holds the public
 `triton_kernel`.
+
+A compile is bounded twice: before any of Triton's stages runs, a tensor larger than
+a CTA can hold on the target is refused (`tensor_bounds.py`, inside Triton's
+frontend); and the whole compile, every target, runs under
+``JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S``, its ptxas killed at the deadline
+(`ptxas_deadline.py`). Failures are worded in `compile_errors.py`.
 """
 
 from __future__ import annotations
@@ -25,20 +31,24 @@ import inspect
 import json
 import struct
 import threading
+import time
 from typing import Any, ClassVar, Mapping
 
+from jax_mosaic_ffi.base import compile_timeout
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import module_format
 from jax_mosaic_ffi.base import native_stderr
 from jax_mosaic_ffi.base import ptx_info
-from jax_mosaic_ffi.base.errors import CompileError
 from jax_mosaic_ffi.base.module_format import Image, ImageKind, ParsedModule
 from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain import dump
 from jax_mosaic_ffi.toolchain.compiled import Compiled, param_sizes
 from jax_mosaic_ffi.toolchain.kernel import PDL_MIN_ARCH, Kernel, buffer_name
+from jax_mosaic_ffi.triton import compile_errors
 from jax_mosaic_ffi.triton import descriptors as triton_descriptors
+from jax_mosaic_ffi.triton import ptxas_deadline
 from jax_mosaic_ffi.triton import specialize as triton_specialize
+from jax_mosaic_ffi.triton import tensor_bounds
 from jax_mosaic_ffi.triton import value_keys
 from jax_mosaic_ffi.triton.languages import TRITON, Language
 from jax_mosaic_ffi.triton.options import LAUNCH_OPTIONS, TritonOptions
@@ -179,7 +189,7 @@ def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: Triton
   # asked anything.
   constexpr_keys = json.dumps(sorted((k, value_keys.key(v, f"the constexpr {k}", made, language.values))
                                      for k, v in constexprs.items()))
-  config = _config_text(signature, constexprs, options)
+  config = compile_errors.config_text(signature, constexprs, options)
   specialization = _specialization(fn, signature, scalar_values, constexprs, targets, config, language)
   requests = _requests(fn, specialization, options, targets, config, language)
   entry_key = disk_cache.key(
@@ -190,6 +200,7 @@ def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: Triton
       options.key, *(t.sm for t in targets), *(r.key for r in requests))
   # The constexprs and launch options, for the launch's callables: this call's, never stored.
   meta = tuple({**constexprs, **options.meta()}.items())
+  bound = compile_timeout.seconds()  # a bad setting is named before anything compiles
 
   def decode(data: bytes) -> TritonKernel:
     kernel = _from_bytes(fn.__name__, data)
@@ -197,7 +208,10 @@ def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: Triton
 
   def run():
     with _compile_lock:
-      kernel = _run_triton(triton, fn, signature, specialization, requests, meta, config, language, options.debug)
+      # The bound covers the whole compile, every target and all of Triton's stages: from here, not from the wait.
+      deadline = None if bound is None else time.monotonic() + bound
+      kernel = _run_triton(triton, fn, signature, specialization, requests, meta, config, language, options.debug,
+                           (bound, deadline))
       compile_cache.count_compiles("triton", len(targets))
     return kernel, True
 
@@ -228,7 +242,7 @@ def _specialization(fn, signature, scalar_values, constexprs, targets, config,
                                                lambda: make_backend(GPUTarget("cuda", targets[0].number, 32)),
                                                language.values)
   except Exception as e:
-    raise _triton_failed(fn, targets[0], config, language, e) from None
+    raise compile_errors.failed(fn, targets[0], config, language, e) from None
 
 
 def _requests(fn, specialization, options: TritonOptions, targets, config, language: Language) -> list[_Request]:
@@ -244,6 +258,8 @@ def _requests(fn, specialization, options: TritonOptions, targets, config, langu
   for target in targets:
     source = language.source(fn, dict(specialization.signature), dict(specialization.constexprs),
                              dict(specialization.attrs))
+    if not isinstance(source, tensor_bounds.BoundedSource):
+      raise TypeError(f"{language.name}'s source {type(source).__name__} does not bound its tensors (BoundedSource)")
     gpu_target = GPUTarget("cuda", target.number, 32)
     try:
       backend = make_backend(gpu_target)
@@ -251,50 +267,37 @@ def _requests(fn, specialization, options: TritonOptions, targets, config, langu
       parsed = backend.parse_options(dict(compile_options, **source.parse_options()))
       key = get_cache_key(source, backend, parsed, env_vars)
     except Exception as e:
-      raise _triton_failed(fn, target, config, language, e) from None
+      raise compile_errors.failed(fn, target, config, language, e) from None
     requests.append(_Request(target, gpu_target, source, compile_options, key))
   return requests
 
 
-def _config_text(signature, constexprs, options: TritonOptions) -> str:
-  """A Triton compile's config, as a failure names it."""
-  launch = ", ".join(f"{k}={v}" for k, v in options.meta().items())
-  values = ", ".join(f"{k}={v!r}" for k, v in [*options.backend_options, *constexprs.items()])
-  return f"{launch}{', ' + values if values else ''}; signature ({', '.join(map(str, signature))})"
-
-
-def _triton_failed(fn, target, config: str, language: Language, e: Exception, diagnostics: str = "") -> CompileError:
-  """Triton's own failure: its message (and what its passes printed, `diagnostics`), for this config, with the
-  language's advice."""
-  log = f"{type(e).__name__}: {e}".rstrip()
-  if diagnostics.strip():
-    log += f"\n{diagnostics.rstrip()}"
-  return CompileError(fn.__name__, log, "", "", compiler="Triton",
-                      what=f"kernel '{fn.__name__}' for {target.sm} with {config}",
-                      advice=language.advice(e))
-
-
-def _refused(fn, log: str) -> CompileError:
-  """What a Triton compile gave that we cannot launch."""
-  return CompileError(fn.__name__, log, "", "", compiler="Triton")
-
-
 def _run_triton(triton, fn, signature, specialization, requests, meta, config, language: Language,
-                debug=False) -> TritonKernel:
+                debug=False, timing=(None, None)) -> TritonKernel:
+  """Each target's compile; ``timing``: (the bound in seconds, its deadline, a ``time.monotonic()`` value), or
+  Nones for none."""
   images, ptx, first, descriptors = [], None, None, None
   flat = tuple(triton_specialize.flat_types(signature))  # tuple parameters' leaves, as the entry takes them
   waits = True
-  for request in requests:
+  bound, deadline = timing
+  for k, request in enumerate(requests):
     target = request.target
+    if k and deadline is not None and time.monotonic() >= deadline:  # the targets before took the whole bound
+      raise compile_errors.timed_out(fn, target, config, language, bound) from None
+    ptxas = ptxas_deadline.Ptxas()
     with native_stderr.captured() as printed:  # Triton's passes say why they failed on stderr only
       try:
-        with _own_cache_only(specialization):
+        with _own_cache_only(specialization), ptxas_deadline.bounded(deadline) as ptxas:
           compiled = triton.compile(request.source, target=request.gpu_target, options=request.options)
         failure = None
       except Exception as e:
         failure = e
+    if isinstance(failure, tensor_bounds.OversizedTensor):  # found in Triton's frontend, before any stage ran
+      raise compile_errors.too_large(fn, target, config, language, failure) from None
+    if failure is not None and (ptxas.stopped or (deadline is not None and time.monotonic() >= deadline)):
+      raise compile_errors.timed_out(fn, target, config, language, bound, ptxas.stopped, failure) from None
     if failure is not None:
-      raise _triton_failed(fn, target, config, language, failure, printed.text) from None
+      raise compile_errors.failed(fn, target, config, language, failure, printed.text) from None
     metadata = compiled.metadata
     if debug:  # Triton's debug option: the intermediate forms, as jax-triton's debug=True prints them
       for stage in language.stages:
@@ -307,9 +310,9 @@ def _run_triton(triton, fn, signature, specialization, requests, meta, config, l
     try:
       found = triton_descriptors.metas(getattr(metadata, "tensordesc_meta", None), flat, fn.__name__)
     except ValueError as e:
-      raise _refused(fn, f"for {target.sm}: {e}") from None
+      raise compile_errors.refused(fn, f"for {target.sm}: {e}") from None
     if descriptors is not None and found != descriptors:
-      raise _refused(fn, f"Triton lowers its tensor descriptors differently for {target.sm} than "
+      raise compile_errors.refused(fn, f"Triton lowers its tensor descriptors differently for {target.sm} than "
                      f"for {requests[0].target.sm} ({found or 'no TMA'} against {descriptors or 'no TMA'}); "
                      "compile it for targets of one family (targets=[...])")
     descriptors = found
@@ -324,13 +327,14 @@ def _run_triton(triton, fn, signature, specialization, requests, meta, config, l
   parsed = ParsedModule(first.name, tuple(images), module_format.FLAG_PDL_WAIT if waits else 0)
   sizes = param_sizes(parsed)
   if getattr(first, "launch_cooperative_grid", False):
-    raise _refused(fn, "the kernel asks for a cooperative grid launch, which jax_mosaic_ffi does not make")
+    raise compile_errors.refused(fn, "the kernel asks for a cooperative grid launch, which jax_mosaic_ffi does not "
+                                 "make")
   # The parameters passed: the non-constexpr ones (descriptors expanded as Triton's launcher expands them) less
   # those specialized to constexprs, then Triton's scratch.
   n_scratch = (len(sizes) - (triton_descriptors.expanded_param_count(flat, bool(descriptors))
                              - len(specialization.dropped)) if sizes is not None else 2)
   if n_scratch > 2:
-    raise _refused(fn, f"the compiled kernel takes {n_scratch} parameters after its own, more than "
+    raise compile_errors.refused(fn, f"the compiled kernel takes {n_scratch} parameters after its own, more than "
                    "Triton's global and profile scratch pointers (instrumentation, such as "
                    "TRITON_INSTRUMENTATION_MODE, adds parameters of its own); compile it without")
   scratch = [(int(getattr(first, "global_scratch_size", 0)), int(getattr(first, "global_scratch_align", 1))),

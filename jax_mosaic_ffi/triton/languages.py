@@ -9,7 +9,10 @@ a wing built on this one gives its own (with a `kernel.TritonFunction` subclass 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable
+
+from jax_mosaic_ffi.triton import tensor_bounds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,6 +24,8 @@ class Language:
     maker: the public function that makes its kernels ("triton_kernel"), as messages name it.
     source: ``(fn, signature, constexprs, attrs) -> source``: what ``triton.compile`` compiles. Its ``hash()``
       is in Triton's cache key (``get_cache_key``), so in ours too: it must cover everything the compile reads.
+      Its class has `tensor_bounds.BoundedSource` first, whose ``make_ir`` refuses a tensor a CTA cannot hold
+      before any stage runs (compile.py checks that it does).
     stages: the intermediate forms a compile with Triton's ``debug`` option prints, those it has.
     advice: ``(exception) -> str``: what a compile that failed in Triton's compiler advises.
     values: the exact key of a kind of constexpr value the language takes beyond Triton's (`base.value_key`'s
@@ -36,9 +41,19 @@ class Language:
   values: Callable[[Any], bytes | None] | None = None
 
 
-def _ast_source(fn, signature, constexprs, attrs):
+@functools.cache
+def _source_class():
+  """Triton's source of a ``@triton.jit`` function, its tensors bounded (tensor_bounds.py)."""
   from triton.compiler import ASTSource  # noqa: PLC0415  (optional dependency: Triton)
-  return ASTSource(fn, signature, constexprs, attrs=attrs)
+
+  class BoundedASTSource(tensor_bounds.BoundedSource, ASTSource):
+    pass
+
+  return BoundedASTSource
+
+
+def _ast_source(fn, signature, constexprs, attrs):
+  return _source_class()(fn, signature, constexprs, attrs=attrs)
 
 
 def _triton_advice(error: BaseException) -> str:

@@ -1,0 +1,68 @@
+"""What a Triton (or Gluon) compile that did not give a kernel says, each naming the kernel, its config and target:
+`failed` (Triton's own failure), `refused` (what it gave that we cannot launch), `timed_out` (past
+``JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S``) and `too_large` (a tensor over the target's bound, tensor_bounds.py)."""
+
+from __future__ import annotations
+
+from jax_mosaic_ffi.base import compile_timeout
+from jax_mosaic_ffi.base.errors import CompileError, CompileTimeout
+from jax_mosaic_ffi.triton import tensor_bounds
+from jax_mosaic_ffi.triton.languages import Language
+from jax_mosaic_ffi.triton.options import TritonOptions
+
+
+def config_text(signature, constexprs, options: TritonOptions) -> str:
+  """A Triton compile's config, as a failure names it."""
+  launch = ", ".join(f"{k}={v}" for k, v in options.meta().items())
+  values = ", ".join(f"{k}={v!r}" for k, v in [*options.backend_options, *constexprs.items()])
+  return f"{launch}{', ' + values if values else ''}; signature ({', '.join(map(str, signature))})"
+
+
+def failed(fn, target, config: str, language: Language, e: Exception, diagnostics: str = "") -> CompileError:
+  """Triton's own failure: its message (and what its passes printed, `diagnostics`), for this config, with the
+  language's advice."""
+  log = f"{type(e).__name__}: {e}".rstrip()
+  if diagnostics.strip():
+    log += f"\n{diagnostics.rstrip()}"
+  return CompileError(fn.__name__, log, "", "", compiler="Triton",
+                      what=f"kernel '{fn.__name__}' for {target.sm} with {config}",
+                      advice=language.advice(e))
+
+
+def refused(fn, log: str) -> CompileError:
+  """What a Triton compile gave that we cannot launch."""
+  return CompileError(fn.__name__, log, "", "", compiler="Triton")
+
+
+def timed_out(fn, target, config: str, language: Language, bound: float, stopped: str | None = None,
+              failure: BaseException | None = None) -> CompileTimeout:
+  """A compile stopped at its deadline: before a target's compile, or in it, where ``stopped`` says what the ptxas
+  wrapper did ("killed", "not started"; ptxas_deadline.py), or else ``failure`` what Triton raised after it."""
+  ran_past = f"the compile ran past {compile_timeout.describe(bound)} seconds"
+  if stopped == "killed":
+    log = f"{ran_past}: ptxas was still running at the deadline and was killed"
+  elif stopped == "not started":
+    log = (f"{ran_past} in {language.name}'s own stages (they run in this process and count towards it), so ptxas "
+           "was not started")
+  else:
+    log = f"{ran_past} and was stopped"
+    if failure is not None:
+      log += f" ({type(failure).__name__}: {str(failure).rstrip()})"
+  return CompileTimeout(fn.__name__, log, "", "", compiler="Triton",
+                        what=f"kernel '{fn.__name__}' for {target.sm} with {config}",
+                        advice=("a compile's time grows with the elements each thread holds: use smaller blocks (the "
+                                "constexprs that size them) or more num_warps; or raise "
+                                f"{compile_timeout.ENV} (0: no bound)"))
+
+
+def too_large(fn, target, config: str, language: Language,
+              oversized: tensor_bounds.OversizedTensor) -> tensor_bounds.TensorTooLarge:
+  """A kernel refused before Triton's stages ran: a tensor over the target's bound."""
+  tensor, bound = oversized.tensor, oversized.bound
+  smem = bound // 1024 // tensor_bounds.HEADROOM - tensor_bounds.REGISTER_FILE_KIB
+  message = (f"{language.maker} '{fn.__name__}' for {target.sm} with {config}: its tensor {tensor.describe()} is "
+             f"more than a CTA can hold on {target.sm}, at most {bound // 1024} KiB a tensor (twice an SM's "
+             f"{tensor_bounds.REGISTER_FILE_KIB} KiB of registers and {smem} KiB of shared memory). It was refused "
+             "before compiling, as ptxas would work on it for minutes: use smaller blocks (the constexprs that size "
+             "this tensor), looping over the rest in the kernel or launching more programs")
+  return tensor_bounds.TensorTooLarge(fn.__name__, message, tensor, bound)

@@ -1,0 +1,236 @@
+"""Bounded Triton and Gluon compiles, with real Triton and ptxas on the CPU: a tensor larger than a CTA can hold is
+refused before Triton's stages run (triton/tensor_bounds.py), and a compile past JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S is
+stopped, its ptxas killed or never started (triton/ptxas_deadline.py)."""
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from triton_required import import_triton
+
+import_triton()
+
+import gluon_sources as gs  # noqa: E402  (after the guard: they import triton)
+import triton_sources as ts  # noqa: E402
+from triton import knobs  # noqa: E402
+
+import jax_mosaic_ffi as jmf  # noqa: E402
+from jax_mosaic_ffi.triton import ptxas_deadline  # noqa: E402
+from jax_mosaic_ffi.triton import tensor_bounds  # noqa: E402
+
+ADD = ["*fp32", "*fp32", "*fp32", "i32"]
+TIMEOUT = "JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S"
+
+
+@pytest.fixture
+def triton_cache(tmp_path, monkeypatch):
+  """Triton's own cache, empty: a kernel an earlier run compiled would not run ptxas again."""
+  monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+  return tmp_path / "triton-cache"
+
+
+def add(block: int, **options):
+  """The kernel compiled now for sm_90 (the messages name the target; a GPU machine's default may be another)."""
+  return jmf.triton_kernel(ts.add, constexprs={"BLOCK": block}, signature=ADD, targets=["sm_90"], **options)
+
+
+def recording_ptxas(tmp_path, monkeypatch):
+  """Triton's ptxas binaries behind scripts that log each call's arguments, then run them: the log of every ptxas
+  Triton starts. Returns the log's path."""
+  log = tmp_path / "ptxas.log"
+  log.touch()
+  for name in ptxas_deadline.KNOBS:
+    real = getattr(knobs.nvidia, name).path
+    script = tmp_path / f"recorded-{name}"
+    script.write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {real} "$@"\n')
+    script.chmod(0o700)
+    monkeypatch.setenv(knobs.nvidia.knob_descriptors[name].key, str(script))
+  return log
+
+
+def compiles_logged(log) -> list[str]:
+  return [line for line in log.read_text().splitlines() if line.strip() != "--version"]
+
+
+# ---------------------------------------------------------------- the tensors a CTA can hold
+
+def test_a_block_larger_than_a_cta_holds_is_refused_before_ptxas_starts(isolated_disk_cache, triton_cache, tmp_path,
+                                                                        monkeypatch):
+  log = recording_ptxas(tmp_path, monkeypatch)
+  add(1024)
+  assert len(compiles_logged(log)) == 1  # the log sees the ptxas Triton runs
+  start = time.monotonic()
+  with pytest.raises(jmf.TensorTooLarge) as caught:
+    add(2**20)  # ptxas would run for many minutes and gigabytes
+  assert time.monotonic() - start < 30
+  assert len(compiles_logged(log)) == 1  # no ptxas started
+  message = str(caught.value)
+  assert message.startswith("triton_kernel 'add' for sm_90 with num_warps=4, num_stages=3, num_ctas=1, BLOCK=1048576; "
+                            "signature (*fp32, *fp32, *fp32, i32): its tensor tensor<1048576x"), message
+  assert ("is more than a CTA can hold on sm_90, at most 968 KiB a tensor (twice an SM's 256 KiB of registers and "
+          "228 KiB of shared memory)") in message
+  assert "use smaller blocks (the constexprs that size this tensor)" in message
+  error = caught.value
+  assert isinstance(error, jmf.CompileError) and error.kernel == "add" and error.compiler == "Triton"
+  assert error.shape == (1048576,) and error.bound == 968 * 1024
+
+
+def test_a_gluon_block_larger_than_a_cta_holds_is_refused(isolated_disk_cache, triton_cache):
+  with pytest.raises(jmf.TensorTooLarge, match=r"^gluon_kernel 'axpy' for sm_80 with .*XBLOCK=1048576.*its tensor "
+                                               r"tensor<1048576x.* at most 840 KiB a tensor"):
+    jmf.gluon_kernel(gs.axpy, constexprs={"XBLOCK": 2**20}, signature=ADD + ["fp32"], targets=["sm_80"])
+
+
+def test_real_kernels_fit_the_bound(isolated_disk_cache, triton_cache):
+  # A 128x256 fp32 accumulator (128 KiB; its output pointers 256 KiB), and a 64K-element fp32 row reduction (its
+  # pointers 512 KiB) compile for every target, sm_75 (640 KiB) to sm_120.
+  matmul = jmf.triton_kernel(ts.matmul, constexprs={"BM": 128, "BN": 256, "BK": 32}, num_warps=8,
+                             signature=["*fp16", "*fp16", "*fp32", "i32", "i32", "i32"], targets=["sm_90", "sm_80"])
+  assert matmul.info.shared > 0
+  row = jmf.triton_kernel(ts.row_sums_atomic, constexprs={"BLOCK": 65536}, signature=["*fp32", "*fp32", "i32", "i32"],
+                          targets=["sm_75"])  # the smallest bound
+  assert row.info.num_warps == 4
+  assert min(tensor_bounds.bound_bytes(a) for a in (75, 80, 86, 89, 90, 100, 103, 120, 121)) == 640 * 1024
+  assert [tensor_bounds.bound_bytes(a) // 1024 for a in (75, 80, 86, 90, 100, 120)] == [640, 840, 712, 968, 968, 712]
+
+
+@pytest.mark.parametrize("text, shape, element, size", [
+    ("tensor<1048576xf32>", (1048576,), "f32", 4 << 20),
+    ("tensor<65536x!tt.ptr<f32>>", (65536,), "!tt.ptr<f32>", 512 << 10),
+    ("tensor<128x256xf32, #ttg.blocked<{sizePerThread = [1, 4], order = [1, 0]}>>", (128, 256), "f32", 128 << 10),
+    ("tensor<128x64x!tt.ptr<f16>, #blocked>", (128, 64), "!tt.ptr<f16>", 64 << 10),
+    ("tensor<1024xi1>", (1024,), "i1", 1024),
+    ("tensor<64x64xbf16>", (64, 64), "bf16", 8192),
+    ("tensor<256xf8E4M3FN>", (256,), "f8E4M3FN", 256),
+])
+def test_tensor_types_read_from_tritons_ir(text, shape, element, size):
+  tensor = tensor_bounds.parse(text)
+  assert (tensor.shape, tensor.element, tensor.bytes) == (shape, element, size)
+
+
+@pytest.mark.parametrize("text", ["f32", "!tt.ptr<f32>", "!tt.tensordesc<tensor<64x64xf16>>",
+                                  "!ttg.memdesc<128x64xf16, #shared, #smem, mutable>"])
+def test_what_is_no_tensor_is_not_counted(text):
+  assert tensor_bounds.parse(text) is None
+
+
+# ---------------------------------------------------------------- the compile's deadline
+
+def test_a_compile_past_the_bound_is_stopped_naming_the_kernel(isolated_disk_cache, triton_cache, monkeypatch):
+  # 1 ms: Triton's own stages take longer on any machine, so ptxas is never started.
+  monkeypatch.setenv(TIMEOUT, "0.001")
+  with pytest.raises(jmf.CompileTimeout) as caught:
+    add(1024)
+  assert str(caught.value) == (
+      "Triton could not compile kernel 'add' for sm_90 with num_warps=4, num_stages=3, num_ctas=1, BLOCK=1024; "
+      "signature (*fp32, *fp32, *fp32, i32):\n"
+      "the compile ran past JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S=0.001 seconds in Triton's own stages (they run in this "
+      "process and count towards it), so ptxas was not started\n\n"
+      "advice: a compile's time grows with the elements each thread holds: use smaller blocks (the constexprs that "
+      "size them) or more num_warps; or raise JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S (0: no bound)")
+  assert isinstance(caught.value, jmf.CompileError) and caught.value.kernel == "add"
+  monkeypatch.setenv(TIMEOUT, "300")
+  assert add(1024).name == "add"  # nothing kept of the stopped compile
+
+
+def test_a_gluon_compile_past_the_bound_is_stopped(isolated_disk_cache, triton_cache, monkeypatch):
+  monkeypatch.setenv(TIMEOUT, "0.001")
+  with pytest.raises(jmf.CompileTimeout, match=r"kernel 'axpy' for sm_90 with .*XBLOCK=1024.*\n.*"
+                                               r"in Gluon's own stages .* so ptxas was not started"):
+    jmf.gluon_kernel(gs.axpy, constexprs={"XBLOCK": 1024}, signature=ADD + ["fp32"], targets=["sm_90"])
+
+
+def test_a_slow_ptxas_is_stopped_and_left_running_nowhere(isolated_disk_cache, triton_cache, tmp_path, monkeypatch):
+  # 65536 elements a thread holds in one warp: about 6 s of Triton's stages and 70 s of ptxas on a 2-core machine,
+  # many times the 3 s bound on any machine. Whether the bound ends in Triton's stages (ptxas not started) or in
+  # ptxas (killed) depends on the machine; the outcome does not.
+  monkeypatch.setenv(TIMEOUT, "3")
+  monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # Triton's PTX and cubin files, found by their folder
+  start = time.monotonic()
+  with pytest.raises(jmf.CompileTimeout, match=r"kernel 'add' for sm_90 with num_warps=1, .*BLOCK=65536.*\n"
+                                               r"the compile ran past JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S=3 seconds"
+                                               r".*(was killed|was not started)"):
+    add(65536, num_warps=1)
+  assert time.monotonic() - start < 45
+  running = []
+  for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+      with open(f"/proc/{pid}/cmdline", "rb") as f:
+        if str(tmp_path).encode() in f.read():
+          running.append(pid)
+    except OSError:
+      pass
+  assert not running
+  assert not list(tmp_path.glob("*.ptx.o"))  # the killed ptxas's output, removed
+
+
+def slow_ptx(path, values: int = 6000):
+  """PTX that ptxas takes about 10 s over on a 2-core machine (1 GB): ``values`` loads all live at once."""
+  lines = [".version 8.0", ".target sm_90a", ".address_size 64", ".visible .entry slow(.param .u64 p) {",
+           f".reg .f32 %f<{values + 2}>;", ".reg .u64 %rd<3>;", "ld.param.u64 %rd1, [p];"]
+  lines += [f"ld.global.volatile.f32 %f{k}, [%rd1+{4 * k}];" for k in range(values)]
+  lines.append(f"mov.f32 %f{values}, 0f00000000;")
+  lines += [f"fma.rn.f32 %f{values}, %f{values}, %f{values}, %f{k};" for k in reversed(range(values))]
+  lines += [f"st.global.f32 [%rd1], %f{values};", "ret;", "}"]
+  path.write_text("\n".join(lines) + "\n")
+  return path
+
+
+def test_the_wrapper_kills_ptxas_at_the_deadline_and_answers_version_as_ptxas(tmp_path):
+  ptx, cubin = slow_ptx(tmp_path / "slow.ptx"), tmp_path / "slow.cubin"
+  real = {name: getattr(knobs.nvidia, name).path for name in ptxas_deadline.KNOBS}
+  with ptxas_deadline.bounded(time.monotonic() + 1) as ptxas:
+    wrappers = {name: getattr(knobs.nvidia, name).path for name in ptxas_deadline.KNOBS}
+    for name in ptxas_deadline.KNOBS:
+      assert wrappers[name] != real[name] and os.stat(os.path.dirname(wrappers[name])).st_mode & 0o777 == 0o700
+      # Triton's cache key holds ptxas' --version: the same through the wrapper.
+      assert subprocess.run([wrappers[name], "--version"], capture_output=True, check=True).stdout == \
+          subprocess.run([real[name], "--version"], capture_output=True, check=True).stdout
+    start = time.monotonic()
+    done = subprocess.run([wrappers["ptxas_blackwell"], "--gpu-name=sm_90a", str(ptx), "-o", str(cubin)],
+                          capture_output=True, timeout=120)
+    seconds = time.monotonic() - start
+  assert ptxas.stopped == "killed" and done.returncode == 0 and seconds < 8, (ptxas.stopped, done, seconds)
+  assert not cubin.exists()
+  assert {name: getattr(knobs.nvidia, name).path for name in ptxas_deadline.KNOBS} == real  # the knobs restored
+  with ptxas_deadline.bounded(time.monotonic() - 1) as ptxas:  # past already: ptxas is not started
+    subprocess.run([knobs.nvidia.ptxas_blackwell.path, "--gpu-name=sm_90a", str(ptx), "-o", str(cubin)], timeout=30,
+                   check=True)
+  assert ptxas.stopped == "not started" and not cubin.exists()
+
+
+def test_the_wrapper_leaves_tritons_cache_key_alone(isolated_disk_cache, triton_cache, monkeypatch):
+  monkeypatch.setenv(TIMEOUT, "0")  # no wrapper: Triton compiles and keeps the kernel in its cache
+  plain = add(512)
+  entries = sorted(os.listdir(triton_cache))
+  assert entries
+  jmf.clear_kernel_cache(disk=True)
+  monkeypatch.setenv(TIMEOUT, "300")  # the wrapper: the same key, so Triton's cache hits and nothing is added
+  bounded = add(512)
+  assert sorted(os.listdir(triton_cache)) == entries
+  assert bounded.compiled.to_bytes() == plain.compiled.to_bytes()
+
+
+def test_where_the_wrapper_cannot_run_a_warning_says_so_and_triton_compiles(isolated_disk_cache, triton_cache,
+                                                                           tmp_path, monkeypatch):
+  # As where TMPDIR is mounted noexec: the wrapper's --version fails (here: no Python where it points).
+  folder = ptxas_deadline._Folder()
+  monkeypatch.setattr(ptxas_deadline, "_folder", folder)
+  monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
+  try:
+    with pytest.warns(RuntimeWarning, match=r"Triton's compiles run without the JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S bound "
+                                            r"in this process: the ptxas wrapper in .* could not run"):
+      assert add(128).name == "add"
+  finally:
+    folder.remove()
+
+def test_a_bad_timeout_is_named_before_triton_compiles(isolated_disk_cache, monkeypatch):
+  monkeypatch.setenv(TIMEOUT, "soon")
+  with pytest.raises(ValueError, match=re.escape("JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S must be a number of seconds")):
+    add(256)
+
