@@ -364,6 +364,22 @@ def test_zeroed_outputs_of_an_autotuned_kernel_follow_each_config(isolated_disk_
   assert cc["config"]["zero_outputs"] == [0] and 64 in seen
 
 
+def test_a_zeroed_outputs_callable_that_raises_is_named(isolated_disk_cache):
+  def zeroed(meta):
+    return (0,) if meta["ZERO"] else ()
+  for kernel in (tc.row_sums, tc.row_sums_tuned):  # evaluated at the call, or per config of an autotuned kernel
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")  # no GPU here: the first config is taken untimed, with a warning
+      with pytest.raises(jmf.LaunchError) as caught:
+        lower(lambda x: _row_sums(x, zeroed, kernel=kernel, BLOCK=128), f32(64, 500))
+    assert re.fullmatch(
+        r"triton_call 'row_sums' at \S+ \(_row_sums\): zeroed_outputs, the callable "
+        r".*zeroed, raised KeyError: 'ZERO' for meta \{'BLOCK': 128, .*'num_warps': \d+.*\}; make it return the "
+        r"indices of the outputs to zero for every meta, or pass them as a tuple \(zeroed_outputs=\(0,\)\)",
+        str(caught.value)), str(caught.value)
+    assert isinstance(caught.value.__cause__, KeyError)
+
+
 # ---------------------------------------------------------------- options
 
 def test_launch_options_and_backend_options(isolated_disk_cache):
@@ -406,6 +422,23 @@ def test_compute_capability_picks_the_target_and_clusters_need_hopper(isolated_d
                                                  num_ctas=2, compute_capability=90), x)
   assert clustered["config"]["cluster"] == [2, 1, 1] and clustered["config"]["grid"] == [512, 1, 1]
 
+
+
+@pytest.mark.parametrize("value", ["banana", 9.0, 5, True, "sm_90"])
+def test_a_compute_capability_that_is_none_is_named(value):
+  x = f32(1024)
+  with pytest.raises(jmf.LaunchError, match=re.escape(
+      f"compute_capability={value!r} is not a compute capability; pass an int, major * 10 + minor as jax-triton "
+      "takes it (80 for sm_80, 90 for sm_90), or leave it out to compile for the visible GPU (sm_90 where there is "
+      "none)")) as caught:
+    lower(lambda a, b: add(a, b, compute_capability=value), x, x)
+  assert str(caught.value).startswith("triton_call 'add' at ")
+
+
+def test_a_compute_capability_may_be_a_numpy_int_or_digits(isolated_disk_cache):
+  x = f32(1024)
+  for value in (np.int32(80), "80"):
+    assert b".target sm_80" in module(only_call(lambda a, b: add(a, b, compute_capability=value), x, x))
 
 def test_launch_pdl_is_uses_pdl():
   x = f32(1024)

@@ -212,6 +212,8 @@ def evaluate(value, what: str, in_avals, where: str, *, meta: Mapping[str, Any] 
     if follows_shapes:
       raise LaunchError(inconclusive_refusal(what, in_avals, e, where)) from e
     raise LaunchError(refusal(what, in_avals, where)) from e
+  except LaunchError:  # worded already, naming its call (a front end's callable around the user's: triton_call's)
+    raise
   except Exception as e:
     of = "the input avals" if meta is None else f"(meta, *input avals) (meta {dict(meta)})"
     raise LaunchError(f"{where}: {what}, a callable of {of}, raised {type(e).__name__}: {e}") from e

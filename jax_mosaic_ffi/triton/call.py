@@ -16,7 +16,6 @@ output whose result is written back into it, which is what jax-triton's discharg
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import warnings
 from typing import Any, Callable, Mapping, Sequence
@@ -33,65 +32,16 @@ from jax_mosaic_ffi.call import launch_values
 from jax_mosaic_ffi.call import operands
 from jax_mosaic_ffi.call.launch_options import LaunchOptions
 from jax_mosaic_ffi.triton import call_operands
+from jax_mosaic_ffi.triton import call_options
 from jax_mosaic_ffi.triton import decorators as triton_decorators
 from jax_mosaic_ffi.triton import front_end
 from jax_mosaic_ffi.triton.call_operands import TensorDescriptor
-from jax_mosaic_ffi.triton.decorators import Heuristics
 from jax_mosaic_ffi.triton.kernel import TritonFunction, function_type, make_function
 from jax_mosaic_ffi.triton.launch_options import TritonLaunchOptions
 from jax_mosaic_ffi.triton.options import LAUNCH_OPTIONS
 
 # The custom call a `triton_call` lowers to (jax-triton's is "triton_kernel_call_ffi").
 CUSTOM_CALL_TARGET_NAME = contract.target_name(collective=False, nvshmem=False, programs=False)
-
-
-def _options(backend_options, num_warps, num_stages, num_ctas, debug) -> dict:
-  """jax-triton's merge of the explicit options into ``backend_options``, with its errors."""
-  backend_options = dict(backend_options or {})
-  explicit = {"num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas, "debug": debug or None}
-  explicit = {k: v for k, v in explicit.items() if v is not None}
-  conflicts = explicit.keys() & backend_options.keys()
-  if conflicts:
-    raise ValueError(f"Cannot specify {conflicts} both as explicit arguments and in ``backend_options``")
-  merged = {**backend_options, **explicit}  # the rest at triton_kernel's defaults, jax-triton's (4, 3, 1)
-  for key, value in merged.items():
-    try:
-      hash(value)
-    except TypeError:
-      raise TypeError(f"backend_options[{key!r}] must be hashable, got {value!r}") from None
-  return merged
-
-
-def _metaparams_apart(layers, metaparams: dict, where: str):
-  """Layers whose configs agree with the caller's metaparameters (jax-triton prunes the others; values a
-  config does not set are added to it), and the constexprs left for `triton_kernel` (none that a layer sets:
-  a heuristic's value wins, as in Triton and jax-triton)."""
-  constexprs, out = dict(metaparams), []
-  for layer in layers:
-    if isinstance(layer, Heuristics):
-      for key, _ in layer.values:
-        constexprs.pop(key, None)
-      out.append(layer)
-      continue
-    keys = {key for config in layer.configs for key in config.kwargs}
-    given = {key: constexprs.pop(key) for key in sorted(keys & constexprs.keys())}
-    kept = [config for config in layer.configs if all(config.kwargs.get(k, v) == v for k, v in given.items())]
-    if not kept:
-      raise ValueError(f"{where}: no @triton.autotune config agrees with {given}; drop those keyword arguments or "
-                       "add a config with their values")
-    configs = []
-    for config in kept:
-      if given.keys() - config.kwargs.keys():
-        config = _with_kwargs(config, {**given, **config.kwargs})
-      configs.append(config)
-    out.append(dataclasses.replace(layer, configs=tuple(configs)))
-  return tuple(out), constexprs
-
-
-def _with_kwargs(config, kwargs: dict):
-  config = copy.copy(config)
-  config.kwargs = dict(kwargs)
-  return config
 
 
 def triton_call(*args, kernel, out_type: Any = None, grid, name: str = "", num_warps: int | None = None,
@@ -173,7 +123,7 @@ def triton_call(*args, kernel, out_type: Any = None, grid, name: str = "", num_w
   if serialized_metadata:
     raise ValueError(f"{where}: serialized_metadata is jax-triton's opaque payload for its runtime, which has no "
                      "place in this call; leave it out")
-  options = _options(backend_options, num_warps, num_stages, num_ctas, debug)
+  options = call_options.merged(backend_options, num_warps, num_stages, num_ctas, debug)
   out_flat, out_tree = _outputs(out_type, kwargs, where)
   call_args = _bind(fn, args, kwargs, where)
   buffer_aliases = _aliases(input_output_aliases, call_args, len(out_flat), where)
@@ -295,12 +245,12 @@ def _function(fn, layers, call_args: _CallArgs, options: dict, compute_capabilit
   """(the kernel as a `TritonFunction`, the metaparameters only grid and zeroed_outputs see, uses_pdl): the
   constexprs and options checked by `triton_kernel`, the decorators pruned to the configs that agree with them."""
   params = call_args.params
-  layers, constexprs = _metaparams_apart(layers, {k: v for k, v in call_args.metaparams.items() if k in params},
-                                         where)
+  given = {k: v for k, v in call_args.metaparams.items() if k in params}
+  layers, constexprs = call_options.metaparams_apart(layers, given, where)
   grid_meta = {k: v for k, v in call_args.metaparams.items() if k not in params}
   launch_options = {k: options.pop(k) for k in LAUNCH_OPTIONS if k in options}
   uses_pdl = options.pop("launch_pdl", None)
-  targets = None if compute_capability is None else [int(compute_capability)]
+  targets = call_options.target(compute_capability, where)
   # A constexpr parameter named like a launch option takes the option (as in Triton's launcher), not its default.
   constexprs = {k: v for k, v in constexprs.items() if k not in LAUNCH_OPTIONS}
   # triton_kernel's checks of the options and constexprs (TritonOptions), for a function of the kernel's language
@@ -329,6 +279,16 @@ def _zeroed(zeroed_outputs, function: TritonFunction, with_grid_meta, buffer_ali
   meta of each config), and may then name unaliased outputs only."""
   aliased = {o: k for k, o in buffer_aliases.items()}
 
+  def evaluated(meta):
+    meta = with_grid_meta(meta)
+    try:
+      return zeroed_outputs(meta)
+    except Exception as e:
+      name = getattr(zeroed_outputs, "__qualname__", type(zeroed_outputs).__name__)
+      raise LaunchError(f"{where}: zeroed_outputs, the callable {name}, raised {type(e).__name__}: {e} for meta "
+                        f"{meta}; make it return the indices of the outputs to zero for every meta, or pass them as a "
+                        "tuple (zeroed_outputs=(0,))") from e
+
   def indices(value):
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, Sequence) or not all(
         isinstance(o, (int, np.integer)) and not isinstance(o, (bool, np.bool_)) and 0 <= o < n_out for o in value):
@@ -337,14 +297,14 @@ def _zeroed(zeroed_outputs, function: TritonFunction, with_grid_meta, buffer_ali
 
   if callable(zeroed_outputs) and function.decorators:
     def per_launch(meta):
-      chosen = indices(zeroed_outputs(with_grid_meta(meta)))
+      chosen = indices(evaluated(meta))
       inplace = [o for o in chosen if o in aliased]
       if inplace:
         raise ValueError(f"{where}: zeroed_outputs names the aliased output(s) {inplace} for the config {meta}; a "
                          "function of meta on an autotuned kernel may name unaliased outputs only (give a tuple)")
       return tuple(chosen)
     return per_launch
-  chosen = indices(zeroed_outputs(with_grid_meta(function.meta)) if callable(zeroed_outputs) else zeroed_outputs)
+  chosen = indices(evaluated(function.meta) if callable(zeroed_outputs) else zeroed_outputs)
   for o in chosen:
     if o in aliased:
       k = aliased[o]
