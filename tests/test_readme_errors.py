@@ -118,6 +118,34 @@ def triton_out_type_not_a_shape():
   jmf.triton_call(x, x, 8, kernel=ts.add, out_type=5, grid=1, BLOCK=8)
 
 
+
+def triton_block_too_large():
+  from triton_required import import_triton
+  import_triton()
+  import triton_sources as ts
+  jmf.triton_kernel(ts.add, constexprs={"BLOCK": 2**20}, signature=["*fp32", "*fp32", "*fp32", "i32"],
+                    targets=["sm_90"])  # the bound is the target's: one target on any machine
+
+
+def triton_bad_compute_capability():
+  from triton_required import import_triton
+  import_triton()
+  import triton_sources as ts
+  x = jnp.zeros(8, jnp.float32)
+  jmf.triton_call(x, x, n=8, kernel=ts.add, out_type=x, grid=1, BLOCK=8, compute_capability="banana")
+
+
+def zeroed(meta):  # reads a metaparameter the call does not pass
+  return (0,) if meta["ZERO"] else ()
+
+
+def triton_zeroed_outputs_raises():
+  from triton_required import import_triton
+  import_triton()
+  import triton_sources as ts
+  x = jnp.zeros(8, jnp.float32)
+  jmf.triton_call(x, x, n=8, kernel=ts.add, out_type=x, grid=1, BLOCK=8, zeroed_outputs=zeroed)
+
 MISTAKES = {
     "a bf16 array into `const float*`": lambda: axpy_call(x_dtype=jnp.bfloat16),
     "an int32 array into `const float*`": lambda: axpy_call(x_dtype=jnp.int32),
@@ -133,6 +161,9 @@ MISTAKES = {
     "a `compile_key` that cannot be keyed exactly": cute_unkeyable_compile_key,
     "a Triton launch option out of range": triton_absurd_warps,
     "an `out_type` that is no shape and dtype": triton_out_type_not_a_shape,
+    "a Triton block larger than a CTA can hold": triton_block_too_large,
+    "a `compute_capability` that is none": triton_bad_compute_capability,
+    "a `zeroed_outputs` callable that raises": triton_zeroed_outputs_raises,
 }
 
 
