@@ -127,6 +127,22 @@ class ValueKeyError(TypeError):
   CuTe DSL launcher is then keyed by a trace of it; a ``compile_key=`` must be keyable)."""
 
 
+class KeyAuditError(RuntimeError):
+  """Raised under ``JAX_MOSAIC_FFI_KEY_AUDIT=1`` when a compile-cache hit was compiled from other IR than the call
+  produces: the compile key missed something that changes the kernel, and the cache would have served a stale one.
+
+  The message names the kernel, the cache that hit (memory or disk), the first line where the two IRs differ and
+  the values the key read through objects. It is a bug of jax_mosaic_ffi's keys: report it with the message;
+  meanwhile remove the cache folder (``JAX_MOSAIC_FFI_CACHE_DIR``) after each edit, or pass ``compile_key=``.
+  A test suite turns the audit on for its run:
+
+    >>> import os
+    >>> os.environ["JAX_MOSAIC_FFI_KEY_AUDIT"] = "1"
+    >>> kernel = jmf.cuda_kernel('extern "C" __global__ void fill(float* y, int n) {}', "fill")  # audited hits
+    >>> del os.environ["JAX_MOSAIC_FFI_KEY_AUDIT"]
+  """
+
+
 def who(kernel, call_site: str) -> str:
   """A kernel call, as messages name it: "mosaic_kernel 'add' at model.py:42 (forward)"."""
   return f"mosaic_kernel '{kernel.name}' at {call_site}"

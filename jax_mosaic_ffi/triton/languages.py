@@ -9,7 +9,10 @@ a wing built on this one gives its own (with a `kernel.TritonFunction` subclass 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable
+
+from jax_mosaic_ffi.triton import value_keys
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,12 +23,10 @@ class Language:
     name: its name, as messages call its kernels ("Triton", "Gluon").
     maker: the public function that makes its kernels ("triton_kernel"), as messages name it.
     source: ``(fn, signature, constexprs, attrs) -> source``: what ``triton.compile`` compiles. Its ``hash()``
-      is in Triton's cache key (``get_cache_key``), so in ours too: it must cover everything the compile reads.
+      is in Triton's cache key (``get_cache_key``), so in ours too: it must cover everything the compile reads
+      (`value_keys.KeyedSource` reads it whole).
     stages: the intermediate forms a compile with Triton's ``debug`` option prints, those it has.
     advice: ``(exception) -> str``: what a compile that failed in Triton's compiler advises.
-    values: the exact key of a kind of constexpr value the language takes beyond Triton's (`base.value_key`'s
-      ``extra``: bytes, or None for a value it does not know), or None: Gluon keys a class passed as a
-      constexpr by its code.
   """
 
   name: str
@@ -33,12 +34,20 @@ class Language:
   source: Callable[..., Any]
   stages: tuple[str, ...]
   advice: Callable[[BaseException], str]
-  values: Callable[[Any], bytes | None] | None = None
+
+
+@functools.cache
+def _ast_source_class():
+  from triton.compiler import ASTSource  # noqa: PLC0415  (optional dependency: Triton)
+
+  class KeyedASTSource(value_keys.KeyedSource, ASTSource):
+    pass
+
+  return KeyedASTSource
 
 
 def _ast_source(fn, signature, constexprs, attrs):
-  from triton.compiler import ASTSource  # noqa: PLC0415  (optional dependency: Triton)
-  return ASTSource(fn, signature, constexprs, attrs=attrs)
+  return _ast_source_class()(fn, signature, constexprs, attrs=attrs)
 
 
 def _triton_advice(error: BaseException) -> str:
