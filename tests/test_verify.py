@@ -168,6 +168,16 @@ def test_the_environment_turns_it_on_for_the_process_and_verify_off_turns_it_off
   assert cpu_text(fn) == plain
 
 
+def test_a_kernel_that_accumulates_states_its_tolerance(kernel_and_spec):
+  for tolerance, failed in (({}, True), ({"atol": 2.0}, False), ({"tolerances": {jnp.float32: (0, 1.5)}}, False)):
+    with jmf.verify("always", on_mismatch="ignore", **tolerance) as seen:
+      run(stand_in(kernel_and_spec), times=1)   # element 3 off by 1
+    (row,) = seen.report.rows
+    assert row.failed == failed and seen.report.status == ("failed" if failed else "passed")
+  with pytest.raises(ValueError, match="jmf.verify: tolerances= names int32, but integer and bool outputs are "):
+    jmf.verify("first", tolerances={jnp.int32: (0, 1)})
+
+
 def test_a_setting_is_refused_by_name():
   with pytest.raises(ValueError, match="mode must be one of off, first, always"):
     jmf.verify("once")

@@ -61,6 +61,24 @@ def tolerance(dtype, overrides=None) -> tuple[float, float]:
   return t, t
 
 
+def lookup(who: str, tolerances=None, rtol: float | None = None, atol: float | None = None):
+  """``dtype -> (rtol, atol)``: `tolerance` with ``tolerances`` (``{dtype: (rtol, atol)}``) first, then ``rtol`` /
+  ``atol`` in place of the table's for every floating-point dtype; ``who`` (``"jmf.check"``) names the caller in
+  the error for a tolerance given for integers or bools, which are compared exactly."""
+  for key in tolerances or {}:
+    if exact(key):
+      name = jnp.dtype(key).name
+      raise ValueError(f"{who}: tolerances= names {name}, but integer and bool outputs are compared exactly; "
+                       f"leave {name} out of it")
+
+  def of(dtype) -> tuple[float, float]:
+    default = tolerance(dtype, tolerances)
+    if exact(dtype):
+      return default
+    return (default[0] if rtol is None else float(rtol)), (default[1] if atol is None else float(atol))
+  return of
+
+
 def _compute_dtype(dtype):
   if jnp.issubdtype(dtype, jnp.complexfloating):
     return jnp.complex128 if dtype == jnp.complex128 else jnp.complex64

@@ -180,7 +180,8 @@ _from_environment: dict[str, Verification] = {}
 _unchecked_sites: set[str] = set()
 
 
-def verify(mode: str = "first", *, on_mismatch: str = "warn") -> Verification:
+def verify(mode: str = "first", *, on_mismatch: str = "warn", tolerances=None, rtol: float | None = None,
+           atol: float | None = None) -> Verification:
   """The shadow mode: inside the ``with`` block, each kernel call is compared with its fallback in the program itself.
 
   Programs lowered inside the block (a function jitted there, or first called there) run each kernel and, on the
@@ -214,13 +215,17 @@ def verify(mode: str = "first", *, on_mismatch: str = "warn") -> Verification:
     mode: ``"first"``: each specialization (kernel, call site, launch, shapes) once; ``"always"``: every execution;
       ``"off"``.
     on_mismatch: ``"warn"``, ``"raise"`` or ``"ignore"`` (only kept in ``report``).
+    tolerances, rtol, atol: as `check`'s: ``{dtype: (rtol, atol)}``, or one ``rtol`` / ``atol`` for every
+      floating-point dtype, in place of the table's (``JAX_MOSAIC_FFI_VERIFY`` uses the table). An element passes
+      when ``|got - want| <= atol + rtol * |want|``: a kernel that accumulates (a GEMM, a reduction) needs an
+      ``atol`` of its sums' rounding, ``jmf.verify("first", atol=1e-3)`` for a float32 GEMM of K = 1024.
 
   Returns:
     A context manager whose ``report`` (a `CheckReport`) holds every comparison made under it, kept as the
     executions report them (also after the block, for programs lowered in it); its status is ``"not checked"``
     until a kernel call was compared.
   """
-  return Verification(mode, on_mismatch)
+  return Verification(mode, on_mismatch, tolerance=numerics.lookup("jmf.verify", tolerances, rtol, atol))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

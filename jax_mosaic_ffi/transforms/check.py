@@ -93,7 +93,7 @@ def check(fn: Callable, *example_args, reference: Callable | None = None, shapes
   """
   seed = int.from_bytes(os.urandom(4), "little") if seed is None else int(seed)
   rng = np.random.default_rng(seed)
-  checker = _Checker(fn, reference, inputs, _tolerances(tolerances, rtol, atol), rng)
+  checker = _Checker(fn, reference, inputs, numerics.lookup("jmf.check", tolerances, rtol, atol), rng)
   rows: list[Comparison] = []
   for case in check_cases.cases(example_args, shapes, dtypes):
     rows += checker.run(case, vmap=vmap, eager=eager, grads=grads, batch=batch)
@@ -103,19 +103,6 @@ def check(fn: Callable, *example_args, reference: Callable | None = None, shapes
   if raise_on_mismatch and report.failures:
     raise ReferenceMismatch(report)
   return report
-
-
-def _tolerances(tolerances, rtol, atol) -> Callable:
-  for key in tolerances or {}:
-    if numerics.exact(key):
-      raise ValueError(f"jmf.check: tolerances= names {jnp.dtype(key).name}, but integer and bool outputs are "
-                       f"compared exactly; leave {jnp.dtype(key).name} out of it")
-  def lookup(dtype) -> tuple[float, float]:
-    default = numerics.tolerance(dtype, tolerances)
-    if numerics.exact(dtype):
-      return default
-    return (default[0] if rtol is None else float(rtol)), (default[1] if atol is None else float(atol))
-  return lookup
 
 
 def _first_line(error: BaseException) -> str:
