@@ -203,6 +203,14 @@ def test_the_shadow_mode_says_no_kernel_ran_rather_than_that_nothing_differed(wr
   assert idle.report.status == "not checked" and "no kernel call was lowered" in idle.report.summary()
 
 
+def test_the_reference_mode_on_the_gpu_is_not_checked_either(wrong_triple, monkeypatch):
+  monkeypatch.setenv("JAX_MOSAIC_FFI_REFERENCE", "1")   # the CUDA lowering takes the fallback too
+  with jmf.verify("always") as seen:
+    jax.jit(wrong_triple).trace(jnp.ones(1000)).lower(lowering_platforms=("cuda",))
+  assert seen.report.status == "not checked"
+  assert seen.report.not_checked.startswith("no kernel ran: JAX_MOSAIC_FFI_REFERENCE=1 runs each kernel's fallback")
+
+
 def test_the_assertion_skips_when_no_kernel_ran_even_with_a_reference(wrong_triple):
   if on_gpu():
     pytest.skip("a GPU is here: the kernel runs")
