@@ -312,7 +312,8 @@ def test_sharding_runs_per_shard(rng):
 def test_the_reference_check_passes_through_the_fallbacks(isolated_disk_cache):
   report = jmf.check(axpy_call(fallback=lambda x, y: 0.5 * x + y), jnp.zeros(3000), jnp.zeros(3000), shapes=None,
                      grads=False)
-  assert report.passed, report
+  assert not report.failures, report
+  assert report.status == ("passed" if jax.devices()[0].platform == "gpu" else "not checked"), report
 
 
 def test_autotune_decorators_over_a_gluon_function(isolated_disk_cache):

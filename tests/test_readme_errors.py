@@ -15,6 +15,8 @@ import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.base import gpu_info
 from jax_mosaic_ffi.transforms import autotune as autotuning
 
+import fresh_process
+
 ERRORS_GUIDE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "guides", "errors.md")
 SITE = re.compile(r"at [\w.<>-]+:\d+ \([^)]*\)")
 
@@ -123,6 +125,29 @@ def triton_out_type_not_a_shape():
   jmf.triton_call(x, x, 8, kernel=ts.add, out_type=5, grid=1, BLOCK=8)
 
 
+def verify_without_fallback():
+  call = jmf.mosaic_kernel(jmf.cuda_kernel(AXPY, "axpy"), jax.ShapeDtypeStruct((N,), jnp.float32), grid=N // 256,
+                           block=256, scalars=(np.float32(2), np.int32(N)))
+  with jmf.verify("first"), warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    jax.jit(call).trace(jax.ShapeDtypeStruct((N,), jnp.float32)).lower(lowering_platforms=("cuda",))
+  (warning,) = [w for w in caught if w.category is jmf.UncheckedKernelWarning]
+  assert warning.filename == __file__  # the line that calls the kernel
+  return str(warning.message)
+
+
+def verify_misspelt():
+  script = """
+    import json
+    try:
+      import jax_mosaic_ffi
+      print(json.dumps("imported"))
+    except ValueError as e:
+      print(json.dumps(str(e)))
+  """
+  return fresh_process.run(script, env={"JAX_MOSAIC_FFI_VERIFY": "frist"}).result
+
+
 MISTAKES = {
     "a bf16 array into `const float*`": lambda: axpy_call(x_dtype=jnp.bfloat16),
     "an int32 array into `const float*`": lambda: axpy_call(x_dtype=jnp.int32),
@@ -138,6 +163,8 @@ MISTAKES = {
     "a `compile_key` that cannot be keyed exactly": cute_unkeyable_compile_key,
     "a Triton launch option out of range": triton_absurd_warps,
     "an `out_type` that is no shape and dtype": triton_out_type_not_a_shape,
+    "the shadow mode on for a kernel without a fallback (a warning, at your line)": verify_without_fallback,
+    "a misspelt `JAX_MOSAIC_FFI_VERIFY` (at `import jax_mosaic_ffi`)": verify_misspelt,
 }
 
 

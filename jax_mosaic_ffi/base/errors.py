@@ -112,13 +112,26 @@ class ReferenceMismatch(AssertionError):
 class ReferenceMismatchWarning(UserWarning):
   """The shadow mode's warning (`verify`, ``JAX_MOSAIC_FFI_VERIFY``): a kernel call differs from its fallback.
 
-  Given once per kernel specialization; ``warnings.simplefilter("error", jmf.ReferenceMismatchWarning)`` makes it an
-  error. Its ``report`` is the `CheckReport` of that call.
+  Given once per kernel specialization, at the line that calls the kernel (the comparison reports from a host
+  callback, where no line of yours is on the stack); ``warnings.simplefilter("error", jmf.ReferenceMismatchWarning)``
+  makes it an error. Its ``report`` is the `CheckReport` of that call.
   """
 
   def __init__(self, report):
     self.report = report
     super().__init__(f"{report.summary()}\n\n{report}")
+
+
+class UncheckedKernelWarning(UserWarning):
+  """The shadow mode (`verify`, ``JAX_MOSAIC_FFI_VERIFY``) is on, but a kernel call has no fallback to compare it
+  with, so it runs unchecked: given once per call site, at the line that calls the kernel.
+
+  ``warnings.simplefilter("ignore", jmf.UncheckedKernelWarning)`` silences it for calls left without a fallback
+  on purpose; ``mosaic_kernel(..., fallback=fn)`` (a jax.numpy function of the same inputs) checks them::
+
+    >>> issubclass(jmf.UncheckedKernelWarning, UserWarning)
+    True
+  """
 
 
 class ValueKeyError(TypeError):
