@@ -22,8 +22,9 @@ from jax_mosaic_ffi.base.native import core as _core
 _versions.check(_core.BUILT_AGAINST["jaxlib"])
 
 from jax_mosaic_ffi.base import contract  # noqa: F401  (jmf.contract: the target names)
-from jax_mosaic_ffi.base.errors import (AutotuneError, CompileError, CompileTimeout, LaunchError, NvshmemUnavailable,
-                                       ReferenceMismatch, ReferenceMismatchWarning)
+from jax_mosaic_ffi.base.errors import (AutotuneError, CompileError, CompileTimeout, KeyAuditError, LaunchError,
+                                       NvshmemUnavailable, ReferenceMismatch, ReferenceMismatchWarning,
+                                       UncheckedKernelWarning)
 from jax_mosaic_ffi.toolchain.kernel import Kernel
 from jax_mosaic_ffi.cuda.kernel import cubin_kernel, cuda_kernel, ptx_kernel
 from jax_mosaic_ffi.call import lowering as _lowering  # noqa: F401  (registers the CUDA lowering)
@@ -77,6 +78,7 @@ __all__ = [
     "ops", "ptx_kernel", "register", "sharded", "AutotuneError", "Autotuned", "TritonFunction", "TritonKernel",
     "TritonUnavailable", "NvshmemUnavailable", "autotune", "autotune_report", "triton_kernel", "TuningFileIgnored",
     "load_tuning", "save_tuning", "triton_call", "CuteFunction", "CuteKernel", "CuteUnavailable", "cute_call",
-    "cute_kernel", "check", "CheckReport", "verify", "ReferenceMismatch", "ReferenceMismatchWarning", "testing",
-    "GluonFunction", "GluonKernel", "gluon_kernel", "CompileTimeout", "TensorTooLarge",
+    "cute_kernel", "check", "CheckReport", "verify", "ReferenceMismatch", "ReferenceMismatchWarning",
+    "UncheckedKernelWarning", "testing", "GluonFunction", "GluonKernel", "gluon_kernel", "KeyAuditError",
+    "CompileTimeout", "TensorTooLarge",
 ]

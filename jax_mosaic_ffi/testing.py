@@ -7,8 +7,9 @@
 
 It runs `jax_mosaic_ffi.check` (outputs, jit against eager, vmap against a loop, VJP and JVP, over the examples'
 shapes and their edges) and fails the test with the report's table when a comparison differs. Without a GPU a
-kernel's fallback runs in its place, so there is nothing of the kernel to check: the test is skipped (pytest), as
-the package's own GPU tests are, unless the function calls no kernel or ``reference=`` is given.
+kernel's fallback runs in its place, so there is nothing of the kernel to check (the report's status is
+``"not checked"``): the test is skipped (pytest), as the package's own GPU tests are, unless the function calls no
+kernel.
 """
 
 from __future__ import annotations
@@ -31,22 +32,30 @@ def assert_matches_reference(fn: Callable, *example_args, skip_without_gpu: bool
   `check`; returns the `CheckReport` otherwise. ``check_args`` are `check`'s (``reference=``, ``shapes=``,
   ``dtypes=``, ``rtol=``...)::
 
-    >>> jmf.testing.assert_matches_reference(lambda x: x * 2, jnp.ones(16), reference=lambda x: x + x).passed
-    True
+    >>> jmf.testing.assert_matches_reference(lambda x: x * 2, jnp.ones(16), reference=lambda x: x + x).status
+    'passed'
 
-  Where jax has no CUDA device and ``fn`` calls kernels, the kernels' fallbacks would be checked against
-  themselves: with ``skip_without_gpu`` (the default) the test is skipped under pytest instead, saying why.
+  Where no kernel of ``fn`` would run (jax has no CUDA device, or ``JAX_MOSAIC_FFI_REFERENCE=1``: the kernels'
+  fallbacks stand in for them), nothing of the kernels is checked: with ``skip_without_gpu`` (the default) the
+  test is skipped under pytest, saying why; without it, the report is returned with the status ``"not checked"``
+  (a comparison that differs still fails).
   """
   __tracebackhide__ = True  # pytest shows the caller's line
-  if skip_without_gpu and check_args.get("reference") is None and _calls_kernels(fn, example_args):
+  if skip_without_gpu and _calls_kernels(fn, example_args):
     reason = _no_gpu()
-    if reason is not None:
-      import pytest  # noqa: PLC0415  (only where a test suite runs it: the package does not need pytest)
-      pytest.skip(f"jmf.testing.assert_matches_reference: {reason}; the kernels' fallbacks would run in their place")
+    if reason is not None:  # known before anything runs: skipped without compiling the check's programs
+      _skip(f"{reason}; the kernels' fallbacks would run in their place")
   report = check(fn, *example_args, **check_args)
-  if not report.passed:
+  if report.failures:
     raise ReferenceMismatch(report)
+  if skip_without_gpu and report.status == "not checked":
+    _skip(report.not_checked)
   return report
+
+
+def _skip(reason: str) -> None:
+  import pytest  # noqa: PLC0415  (only where a test suite runs it: the package does not need pytest)
+  pytest.skip(f"jmf.testing.assert_matches_reference: not checked: {reason}")
 
 
 def _calls_kernels(fn, example_args) -> bool:

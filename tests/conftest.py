@@ -83,6 +83,7 @@ def pytest_terminal_summary(terminalreporter, config):
   """The GPU tests skipped for want of a GPU: one line per reason before the result line, not one per test
   (``-v`` lists them); every other skip as ``-ra`` shows it. Outermost (tryfirst), so that pytest's short summary
   runs without them inside, and they are back for its count of skipped tests."""
+  _key_fuzz_summary(terminalreporter)
   # Asked again here: under pytest-xdist the workers collected, not this process.
   reasons = {reason for reason in _gpu_skip_reasons().values() if reason}
   skipped = terminalreporter.stats.get("skipped", [])
@@ -109,9 +110,42 @@ def rng(request):
   return np.random.default_rng(seed)
 
 
+# The compile keys' proof (jax_mosaic_ffi/toolchain/key_audit.py): in the front ends' and the caches' tests every
+# cache hit, in memory and on disk, is also checked against the compiler's IR (and the processes they start inherit
+# it). JAX_MOSAIC_FFI_KEY_AUDIT=0 in the environment runs them without.
+_AUDITED = ("test_triton", "test_gluon", "test_cute", "test_disk_cache", "test_caching", "test_compile",
+            "test_value_keys", "test_key_", "test_fa4", "test_quack", "test_autotune", "test_tuning", "test_nvrtc",
+            "test_kernel_formats", "test_export")
+
+
+@pytest.fixture(autouse=True)
+def _key_audit(request, monkeypatch):
+  if request.node.path.name.startswith(_AUDITED) and "JAX_MOSAIC_FFI_KEY_AUDIT" not in os.environ:
+    monkeypatch.setenv("JAX_MOSAIC_FFI_KEY_AUDIT", "1")
+
+
 @pytest.fixture
 def isolated_disk_cache(tmp_path, monkeypatch):
   monkeypatch.setenv("JAX_MOSAIC_FFI_CACHE_DIR", str(tmp_path / "kernel-cache"))
   import jax_mosaic_ffi as jmf
   jmf.clear_kernel_cache()
   return tmp_path / "kernel-cache"
+
+
+def _key_fuzz_summary(terminalreporter):
+  """What the edit fuzzer tried (tests/test_key_fuzz.py): one line per edit and cache, whatever the outcome."""
+  import json
+  rows = [row for key in ("passed", "failed") for report in terminalreporter.stats.get(key, [])
+          if report.when == "call" for name, value in report.user_properties if name == "key_fuzz"
+          for row in json.loads(value)]
+  if not rows:
+    return
+  terminalreporter.section("key fuzzer: edits tried, with the key audit on")
+  terminalreporter.write_line(f"{'front end':<9} {'cache':<6} {'kind':<18} {'key':<15} {'kernel':<8} edit")
+  for r in rows:
+    verdict = f"  PROBLEM: {'; '.join(r['problems'])}" if r["problems"] else ""
+    terminalreporter.write_line(f"{r['wing']:<9} {r['where']:<6} {r['kind']:<18} {r['key']:<15} {r['kernel']:<8} "
+                                f"{r['edit']}{verdict}")
+  changed = sum(r["kernel"] == "changed" for r in rows)
+  terminalreporter.write_line(f"{len(rows)} edits: {changed} changed the kernel and its key; "
+                              f"{sum(bool(r['problems']) for r in rows)} problems")

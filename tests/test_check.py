@@ -11,12 +11,10 @@ off-by-one kernel and a kernel that drops a ragged tail are caught, each named; 
 
 import jax
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 import pytest
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi.call import numerics
 from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
 from jax_mosaic_ffi.transforms import check_cases
 from jax_mosaic_ffi.transforms.reference import reference
@@ -31,67 +29,11 @@ def rows(report, what):
   return [r for r in report.rows if r.what == what]
 
 
-# ------------------------------------------------------------------ the comparison
-
-def test_each_dtype_has_its_tolerance_and_integers_are_exact():
-  assert numerics.tolerance(jnp.float32) == (1e-5, 1e-5)
-  assert numerics.tolerance(jnp.bfloat16) == (1.6e-2, 1.6e-2)
-  assert numerics.tolerance(jnp.float16) == (2e-3, 2e-3)
-  assert numerics.tolerance(jnp.float8_e4m3fn) == (0.125, 0.125)
-  assert numerics.tolerance(jnp.float8_e5m2) == (0.25, 0.25)
-  assert numerics.tolerance(jnp.int32) == numerics.tolerance(jnp.bool_) == (0.0, 0.0)
-  assert numerics.tolerance(jnp.bfloat16, {jnp.bfloat16: (0.1, 0.2)}) == (0.1, 0.2)
-
-
-def summary(got, want, dtype=np.float32):
-  got, want = np.asarray(got, dtype), np.asarray(want, dtype)
-  return numerics.device_summary(jnp.asarray(got), jnp.asarray(want), *numerics.tolerance(dtype))
-
-
-def test_the_comparison_counts_mismatches_and_finds_the_worst_element():
-  want = np.arange(1, 101, dtype=np.float32)
-  got = want.copy()
-  got[17] += 1.0        # far outside the tolerance
-  got[40] *= 1 + 3e-6   # inside it
-  mismatches, worst, g, w, excess = summary(got, want)
-  assert (int(mismatches), int(worst), float(g), float(w)) == (1, 17, 19.0, 18.0) and excess > 1
-
-
-def test_atol_is_relative_to_the_arrays_largest_element():
-  # An element that cancels to nearly zero in a long sum is held to the sum's error, not to its own size.
-  assert int(summary([1000.0, 1e-3 + 5e-3], [1000.0, 1e-3])[0]) == 0
-  assert int(summary([1.0, 1e-3 + 5e-3], [1.0, 1e-3])[0]) == 1
-  assert int(summary([0.0, 2e-5], [0.0, 0.0])[0]) == 1   # all zeros: atol is absolute
-
-
-@pytest.mark.parametrize("got, want, bad", [
-    (np.nan, np.nan, 0), (np.inf, np.inf, 0), (-np.inf, -np.inf, 0),
-    (np.nan, 1.0, 1), (1.0, np.nan, 1), (np.inf, -np.inf, 1), (np.inf, 1e30, 1), (0.0, -0.0, 0)])
-def test_nan_matches_nan_and_an_infinity_only_itself(got, want, bad):
-  assert int(summary([1.0, got], [1.0, want])[0]) == bad
-
-
-def test_integers_and_bools_compare_exactly():
-  assert int(summary([1, 2, 3], [1, 2, 3], np.int32)[0]) == 0
-  mismatches, worst, g, w, _ = summary([1, 7, 3, 4], [1, 2, 3, 5], np.int32)
-  assert (int(mismatches), int(worst), int(g), int(w)) == (2, 1, 7, 2)  # the largest difference
-  assert int(summary([True, False], [True, True], np.bool_)[0]) == 1
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn,
-                                   ml_dtypes.float8_e5m2])
-def test_ulps_count_representable_values_between(dtype):
-  one = np.asarray(1.0, dtype)
-  up = np.nextafter(np.float32(1.0), np.float32(2.0)) if dtype == np.float32 else None
-  if up is None:  # the next value of a narrow type: one more in its bit pattern
-    bits = np.dtype(f"uint{8 * np.dtype(dtype).itemsize}")
-    up = (one.view(bits) + 1).view(dtype)
-  assert numerics.ulps(one, np.asarray(up, dtype), dtype) == 1
-  assert numerics.ulps(one, one, dtype) == 0
-  assert numerics.ulps(np.asarray(0.0, dtype), np.asarray(-0.0, dtype), dtype) == 0
-  smallest = (np.asarray(1, f"uint{8 * np.dtype(dtype).itemsize}")).view(dtype)
-  assert numerics.ulps(smallest, -smallest, dtype) == 2  # across zero
-  assert numerics.ulps(np.asarray(np.nan, dtype), one, dtype) is None
+def kernels_match(report):
+  """Nothing differed: on a GPU the check passed; elsewhere no kernel ran, so it says "not checked"."""
+  assert not report.failures, report
+  assert report.status == ("passed" if jax.devices()[0].platform == "gpu" else "not checked"), report
+  return True
 
 
 # ------------------------------------------------------------------ two jax.numpy functions
@@ -123,10 +65,12 @@ def test_the_report_is_a_table_with_one_row_per_comparison():
   report = jmf.check(lambda x: x[::-1], jnp.ones((4, 3)), reference=lambda x: x[::-1] + 1, shapes=None)
   lines = str(report).splitlines()
   table = lines[:lines.index("")]
-  assert [c.strip() for c in table[0].split("|")][:5] == ["check", "inputs", "output", "kernel", "result"]
+  assert [c.strip() for c in table[0].split("|")] == ["check", "inputs", "output", "result", "details"]
   assert len({line.count("|") for line in table if "|" in line}) == 1   # every row as wide
-  assert len(table) == 2 + len(report.rows)
-  assert lines[-1] == report.summary() and lines[-1].startswith("1 of ")
+  assert len([line for line in table[2:] if line.split("|")[3].strip()]) == len(report.rows)   # a result each
+  summary = lines[lines.index("") + 1:]
+  assert " ".join(summary) == report.summary() and summary[0].startswith("1 of ")   # wrapped to the table's width
+  assert max(len(line) for line in lines) <= 100
 
 
 def test_pytrees_of_outputs_are_named_by_their_paths():
@@ -282,7 +226,7 @@ def equations_of(jaxpr):
 def test_kernels_with_fallbacks_check_against_themselves_on_the_cpu_saying_so(scale_kernel):
   triple = scale_call(scale_kernel, 3.0, fallback=lambda x: 3 * x)
   report = jmf.check(triple, jnp.ones(1000))
-  assert report.passed, report
+  assert kernels_match(report)
   unchecked = rows(report, "kernel vs fallback")
   assert len(unchecked) == 3 and all("ran on cpu, where each kernel's fallback runs in its place" in r.skipped
                                      for r in unchecked)
@@ -307,7 +251,7 @@ def test_a_derived_shape_the_function_refuses_is_skipped_saying_why(scale_kernel
   fixed = jmf.mosaic_kernel(scale_kernel, jax.ShapeDtypeStruct((512,), F32), grid=2, block=256,
                             scalars=(np.float32(2.0), np.int32(512)), fallback=lambda x: 2 * x)
   report = jmf.check(fixed, jnp.ones(512), grads=False)
-  assert report.passed
+  assert kernels_match(report)
   skipped = [r for r in report.rows if r.skipped and r.what == "outputs"]
   assert [r.case for r in skipped] == ["float32[511]", "float32[1]"]
   assert all("the function refuses these inputs: LaunchError" in r.skipped for r in skipped)
@@ -337,7 +281,7 @@ def test_a_wrong_jvp_is_caught_and_a_reverse_only_rule_skips_its_jvp(scale_kerne
   assert [r.what for r in report.failures] == ["JVP", "derivative rule (JVP)"]
   reverse_only = jmf.differentiable(triple, bwd=lambda g: 3 * g)
   report = jmf.check(reverse_only, jnp.ones(64), shapes=None)
-  assert report.passed and "no forward-mode derivative" in rows(report, "JVP")[0].skipped
+  assert kernels_match(report) and "no forward-mode derivative" in rows(report, "JVP")[0].skipped
 
 
 def test_the_softmax_kernels_and_their_gradient_pass_with_integer_arguments_alongside(isolated_disk_cache):
@@ -348,7 +292,7 @@ def test_the_softmax_kernels_and_their_gradient_pass_with_integer_arguments_alon
     return softmax(x) * 2.0, jnp.argmax(x, axis=-1) + index
 
   report = jmf.check(weighted, jnp.ones((4, 300)), jnp.zeros(4, jnp.int32))
-  assert report.passed, report
+  assert kernels_match(report)
   assert {r.output for r in rows(report, "VJP")} == {"d in0"}
   assert {r.output for r in rows(report, "JVP")} == {"d out[0]"}
   assert {r.dtype for r in rows(report, "outputs")} == {"float32", "int32"}
@@ -378,7 +322,7 @@ def test_the_assertion_skips_a_kernel_check_without_a_gpu(scale_kernel):
   triple = scale_call(scale_kernel, 3.0, fallback=lambda x: 3 * x)
   with pytest.raises(pytest.skip.Exception, match="the kernels' fallbacks would run in their place"):
     jmf.testing.assert_matches_reference(triple, jnp.ones(16))
-  assert jmf.testing.assert_matches_reference(triple, jnp.ones(16), skip_without_gpu=False).passed
+  assert jmf.testing.assert_matches_reference(triple, jnp.ones(16), skip_without_gpu=False).status == "not checked"
 
 
 # ------------------------------------------------------------------ GPU: the kernels themselves

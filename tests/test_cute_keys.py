@@ -162,3 +162,19 @@ def test_a_function_constexpr_is_keyed_by_its_code(isolated_disk_cache):
   again = lowered_kernel(jmf.cute_call(K.add_entry_of, output_shape_dtype=X, table=make(0.25)))
   assert low[0] != high[0] and again[0] == low[0] and compiles() - before == 2
   assert entry_bytes(0.25) in low[1] and entry_bytes(0.5) in high[1]
+
+
+def test_every_dsl_setting_that_changes_its_compile_is_in_the_key(monkeypatch):
+  """The DSL's own list of its settings (each marked affects_compile or not, as its own cache key reads them):
+  each one that changes the compile is an environment variable our key reads."""
+  from cutlass.cutlass_dsl.cutlass import CuTeDSL
+  from jax_mosaic_ffi.cute import fingerprint
+  env = CuTeDSL._get_dsl().envar
+  names = [f"{env.prefix}_{entry.source}" for entry in type(env)._ENV_VAR_SPEC
+           if entry.affects_compile and isinstance(entry.source, str)]
+  assert "CUTE_DSL_LINEINFO" in names, names
+  for name in names:
+    monkeypatch.delenv(name, raising=False)
+    before = fingerprint.settings_key()
+    monkeypatch.setenv(name, "1")
+    assert fingerprint.settings_key() != before, name

@@ -207,7 +207,9 @@ def test_a_header_that_a_has_include_probe_finds_later_is_compiled_in(isolated_d
   hits = jmf.kernel_cache_stats().memory_hits
   assert V1 in ptx_of(jmf.cuda_kernel(PROBING, "store_value", options=options))
   after = jmf.kernel_cache_stats()
-  assert (after.nvrtc_compiles, after.memory_hits) == (before.nvrtc_compiles + len(steps), hits + 1)
+  # Each step's compile took the key's one entry (whatever the time between the write and the compile), so the
+  # probe false again is compiled once more.
+  assert (after.nvrtc_compiles, after.memory_hits) == (before.nvrtc_compiles + len(steps) + 1, hits)
 
 
 def test_a_probe_through_a_macro_is_followed_in_a_fresh_process(isolated_disk_cache, tmp_path):

@@ -10,7 +10,9 @@ A block is marked by an HTML comment on the line before its fence (GitHub and th
     <!-- gpu -->                  runs only where there is a GPU (a kernel without a fallback)
     <!-- no-run: why -->          never runs: a fragment that cannot run alone (use sparingly; say why)
 
-`test_code_block_markers` lists every block not run on the CPU, as a warning in the test summary. Pages with
+The marker is invisible on the page: a `gpu` block has a note just above its marker that the reader sees, saying
+that it "needs a GPU" (`test_a_gpu_block_says_so_on_the_page`). `test_code_block_markers` lists every block not
+run on the CPU, as a warning in the test summary. Pages with
 expected results (`EXPECTED`) have them checked after their blocks ran.
 """
 
@@ -328,6 +330,45 @@ def test_code_block_markers():
     counts = ", ".join(f"{sum(b.mark == m for b in marked)} {m}" for m in MARKS)
     warnings.warn(f"{len(marked)} of {len(blocks)} Python code blocks of the docs are not run on the CPU ({counts}): "
                   + "; ".join(f"{b.where} {b.mark}{': ' + b.why if b.why else ''}" for b in marked), stacklevel=1)
+
+
+_NEEDS_GPU = re.compile(r"needs a GPU", re.IGNORECASE)
+
+
+def visible_note(lines: list[str], fence_index: int) -> str:
+  """What the page shows just above a marked fence: the paragraph, or the whole ``:::`` admonition, before the
+  marker comment."""
+  above = fence_index - 1
+  while above >= 0 and (not lines[above].strip() or _COMMENT.match(lines[above].strip())):
+    above -= 1
+  end = above
+  if above >= 0 and lines[above].strip() == ":::":   # an admonition: up to its opening fence
+    while above > 0 and not lines[above - 1].lstrip().startswith(":::{"):
+      above -= 1
+    return "\n".join(lines[above:end])
+  while above > 0 and lines[above - 1].strip():
+    above -= 1
+  return "\n".join(lines[above:end + 1])
+
+
+def test_a_gpu_block_says_so_on_the_page():
+  """The `<!-- gpu -->` comment shows nothing: a reader on the site would take the block for one that runs
+  anywhere. Each has a note above it that the page renders."""
+  silent = []
+  for page in pages():
+    with open(os.path.join(REPO, page), encoding="utf-8") as f:
+      lines = f.read().split("\n")
+    for block in code_blocks("\n".join(lines), page):
+      if block.mark == "gpu" and not _NEEDS_GPU.search(visible_note(lines, block.line - 2)):
+        silent.append(block.where)
+  assert not silent, f"blocks marked <!-- gpu --> without a visible note that they need a GPU: {silent}"
+
+
+def test_the_visible_note_is_the_paragraph_or_admonition_above_the_marker():
+  page = "Text.\n\nThis needs a GPU,\nsaid here:\n\n<!-- gpu -->\n```python\nb = 1\n```\n"
+  assert visible_note(page.split("\n"), 6) == "This needs a GPU,\nsaid here:"
+  page = ":::{note}\nIt needs a GPU.\n\nReally.\n:::\n\n<!-- gpu -->\n```python\nb = 1\n```\n"
+  assert visible_note(page.split("\n"), 7) == "It needs a GPU.\n\nReally."
 
 
 PAGE = '''\

@@ -237,23 +237,20 @@ def test_the_code_of_a_class_passed_as_a_constexpr_is_in_the_key(tmp_path):
   assert edited["compiles"] == 1 and edited["plus5"] and not edited["times3"], edited
 
 
-def test_constexpr_classes_are_keyed_by_their_code_and_layouts_by_their_fields():
-  from jax_mosaic_ffi.gluon import keys
+def test_constexpr_classes_and_instances_are_keyed_by_their_code_and_layouts_by_their_fields():
   from jax_mosaic_ffi.triton import value_keys
-  assert keys.constexprs_key({(4,): 512, (5,): BLOCKED, (6,): gl.float16}) == ""  # Triton's key holds these
-  with_class = keys.constexprs_key({(3,): G.WGMMA})
-  assert with_class and with_class == keys.constexprs_key({(3,): G.WGMMA})
-  assert keys.constexprs_key({(3,): (G.WGMMA, 4)}) not in ("", with_class)
+  exact = value_keys.exact
+  assert exact(G.WGMMA) == exact(G.WGMMA) and exact((G.WGMMA, 4)) != exact(G.WGMMA)
 
-  class Plain:  # a plain class with a JIT method: keyed by its methods' code too
+  class Plain:  # a plain class with a JIT method: keyed by its methods' code, and so is an instance of it
     apply = gs.copy_scalar
-  assert keys.class_key(Plain) not in (None, keys.class_key(G.WGMMA)) and keys.class_key(Plain()) is None
-  # Layouts are dataclasses: keyed by every field (base.value_key), as our compile key takes each constexpr.
-  exact = lambda v: value_keys.exact(v, keys.class_key)  # noqa: E731
+
+  class Other:
+    apply = gs.apply_op
+
+  assert exact(Plain) not in (exact(G.WGMMA), exact(Other)) and exact(Plain()) != exact(Plain)
+  # Layouts are a library's dataclasses: keyed by their class's name and every field.
   assert exact(gl.BlockedLayout([4], [32], [4], [0])) == exact(BLOCKED) != exact(gl.BlockedLayout([2], [32], [4], [0]))
-  with pytest.raises(jmf.LaunchError, match=r"the constexpr Op = .*Plain object.* cannot be keyed exactly"):
-    jmf.gluon_kernel(gs.apply_op, signature=["*fp32", "*fp32", "i32"], constexprs={"Op": Plain(), "XBLOCK": 512},
-                     targets=["sm_90"])
 
 
 def test_a_warm_process_compiles_nothing_and_exports(isolated_disk_cache):
@@ -315,7 +312,8 @@ def test_sharding_runs_per_shard(rng):
 def test_the_reference_check_passes_through_the_fallbacks(isolated_disk_cache):
   report = jmf.check(axpy_call(fallback=lambda x, y: 0.5 * x + y), jnp.zeros(3000), jnp.zeros(3000), shapes=None,
                      grads=False)
-  assert report.passed, report
+  assert not report.failures, report
+  assert report.status == ("passed" if jax.devices()[0].platform == "gpu" else "not checked"), report
 
 
 def test_autotune_decorators_over_a_gluon_function(isolated_disk_cache):

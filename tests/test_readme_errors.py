@@ -15,6 +15,8 @@ import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.base import gpu_info
 from jax_mosaic_ffi.transforms import autotune as autotuning
 
+import fresh_process
+
 ERRORS_GUIDE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "guides", "errors.md")
 SITE = re.compile(r"at [\w.<>-]+:\d+ \([^)]*\)")
 
@@ -94,11 +96,16 @@ def cute_unkeyable_compile_key():
   pytest.importorskip("cutlass", reason="needs nvidia-cutlass-dsl (the cute extra)")
   import cute_kernels as K
 
-  class Version:  # the launcher's version as an object of the user's: no exact key
+  class Version:  # the launcher's version as an object of the user's, equal to any other: no exact key
     __module__, __qualname__ = "model", "Version"
 
     def __repr__(self):
       return "Version()"
+
+    def __eq__(self, other):
+      return True
+
+    __hash__ = object.__hash__
 
   jmf.cute_kernel(K.add_one, compile_key=Version())
 
@@ -116,7 +123,6 @@ def triton_out_type_not_a_shape():
   import triton_sources as ts
   x = jnp.zeros(8, jnp.float32)
   jmf.triton_call(x, x, 8, kernel=ts.add, out_type=5, grid=1, BLOCK=8)
-
 
 
 def triton_block_too_large():
@@ -146,6 +152,30 @@ def triton_zeroed_outputs_raises():
   x = jnp.zeros(8, jnp.float32)
   jmf.triton_call(x, x, n=8, kernel=ts.add, out_type=x, grid=1, BLOCK=8, zeroed_outputs=zeroed)
 
+
+def verify_without_fallback():
+  call = jmf.mosaic_kernel(jmf.cuda_kernel(AXPY, "axpy"), jax.ShapeDtypeStruct((N,), jnp.float32), grid=N // 256,
+                           block=256, scalars=(np.float32(2), np.int32(N)))
+  with jmf.verify("first"), warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    jax.jit(call).trace(jax.ShapeDtypeStruct((N,), jnp.float32)).lower(lowering_platforms=("cuda",))
+  (warning,) = [w for w in caught if w.category is jmf.UncheckedKernelWarning]
+  assert warning.filename == __file__  # the line that calls the kernel
+  return str(warning.message)
+
+
+def verify_misspelt():
+  script = """
+    import json
+    try:
+      import jax_mosaic_ffi
+      print(json.dumps("imported"))
+    except ValueError as e:
+      print(json.dumps(str(e)))
+  """
+  return fresh_process.run(script, env={"JAX_MOSAIC_FFI_VERIFY": "frist"}).result
+
+
 MISTAKES = {
     "a bf16 array into `const float*`": lambda: axpy_call(x_dtype=jnp.bfloat16),
     "an int32 array into `const float*`": lambda: axpy_call(x_dtype=jnp.int32),
@@ -164,6 +194,8 @@ MISTAKES = {
     "a Triton block larger than a CTA can hold": triton_block_too_large,
     "a `compute_capability` that is none": triton_bad_compute_capability,
     "a `zeroed_outputs` callable that raises": triton_zeroed_outputs_raises,
+    "the shadow mode on for a kernel without a fallback (a warning, at your line)": verify_without_fallback,
+    "a misspelt `JAX_MOSAIC_FFI_VERIFY` (at `import jax_mosaic_ffi`)": verify_misspelt,
 }
 
 

@@ -144,6 +144,7 @@ def test_the_specialization_is_tritons_own(isolated_disk_cache):
 def test_a_specialization_is_asked_of_triton_once_then_read_from_the_disk_cache(isolated_disk_cache, monkeypatch):
   """A second process whose kernels are all cache hits does not run Triton's binder (Triton 3.6's imports torch,
   seconds where torch is installed); a different value class asks Triton again; a damaged entry is asked again."""
+  monkeypatch.setenv("JAX_MOSAIC_FFI_KEY_AUDIT", "0")  # it counts Triton's answers: the audit asks on each hit
   from triton.backends.compiler import GPUTarget
   from triton.compiler import make_backend
   from jax_mosaic_ffi.base import disk_cache
@@ -199,6 +200,7 @@ def _crafted(first):
 @pytest.mark.parametrize("case", list(_crafted(None)))
 def test_a_cached_specialization_that_does_not_fit_the_call_is_dropped_and_rebuilt(isolated_disk_cache, monkeypatch,
                                                                                     case):
+  monkeypatch.setenv("JAX_MOSAIC_FFI_KEY_AUDIT", "0")  # it counts Triton's answers: the audit asks on each hit
   import hashlib
   from triton.backends.compiler import GPUTarget
   from triton.compiler import make_backend

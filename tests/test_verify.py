@@ -105,7 +105,7 @@ def test_first_mode_checks_a_specialization_once_and_warns_naming_the_kernel(ker
   with jmf.verify("first") as seen, pytest.warns(jmf.ReferenceMismatchWarning) as caught:
     outs = run(stand_in(kernel_and_spec))
   np.testing.assert_array_equal(outs[-1][3], 2 * 3.0 + 1)   # the kernel's own result goes on, unchanged
-  assert len(caught) == 1
+  assert len(caught) == 1 and caught[0].filename == __file__   # the kernel call's line (kernel_and_spec), not ours
   report = caught[0].message.report
   (row,) = report.rows
   assert row.what == "kernel vs fallback" and row.kernel.startswith("mosaic_kernel 'twice' at test_verify.py:")
@@ -161,10 +161,21 @@ def test_the_environment_turns_it_on_for_the_process_and_verify_off_turns_it_off
   with shadow.suspended():   # the autotuner's timed programs
     assert cpu_text(fn) == plain
   monkeypatch.setenv(flags.VERIFY, "sometimes")
-  with pytest.raises(ValueError, match="JAX_MOSAIC_FFI_VERIFY='sometimes': use first or always"):
+  with pytest.raises(ValueError, match="JAX_MOSAIC_FFI_VERIFY='sometimes' is not a setting of the shadow mode: "
+                                       "use first or always"):
     cpu_text(fn)
   monkeypatch.setenv(flags.VERIFY, "off")
   assert cpu_text(fn) == plain
+
+
+def test_a_kernel_that_accumulates_states_its_tolerance(kernel_and_spec):
+  for tolerance, failed in (({}, True), ({"atol": 2.0}, False), ({"tolerances": {jnp.float32: (0, 1.5)}}, False)):
+    with jmf.verify("always", on_mismatch="ignore", **tolerance) as seen:
+      run(stand_in(kernel_and_spec), times=1)   # element 3 off by 1
+    (row,) = seen.report.rows
+    assert row.failed == failed and seen.report.status == ("failed" if failed else "passed")
+  with pytest.raises(ValueError, match="jmf.verify: tolerances= names int32, but integer and bool outputs are "):
+    jmf.verify("first", tolerances={jnp.int32: (0, 1)})
 
 
 def test_a_setting_is_refused_by_name():
@@ -179,9 +190,32 @@ def test_a_kernel_without_a_fallback_runs_unchecked_with_one_warning(isolated_di
                            scalars=lambda x: (np.int32(x.size),))
   (eqn,) = jax.make_jaxpr(bare)(jnp.ones(16)).eqns
   fn = stand_in((eqn.params["kernel"], eqn.params["spec"]))
-  with jmf.verify("always") as seen, pytest.warns(UserWarning, match="has no fallback, so it runs unchecked"):
+  with jmf.verify("always") as seen, pytest.warns(jmf.UncheckedKernelWarning,
+                                                  match="has no fallback, so it runs unchecked") as caught:
     cpu_text(fn)
-  assert seen.report.rows == ()
+  assert seen.report.rows == () and seen.report.status == "not checked"
+  assert "no kernel call was compared" in seen.report.summary()
+  assert issubclass(jmf.UncheckedKernelWarning, UserWarning)
+  assert [w.filename for w in caught] == [__file__]   # the line that called the kernel, not the package's
+
+
+BAD_SETTING = """
+import json
+try:
+  import jax_mosaic_ffi
+  found = "imported"
+except ValueError as e:
+  found = str(e)
+print(json.dumps(found))
+"""
+
+
+def test_a_bad_setting_in_the_environment_is_refused_when_the_package_is_imported():
+  found = fresh_process.run(BAD_SETTING, env={flags.VERIFY: "first:log"}).result
+  assert found == ("JAX_MOSAIC_FFI_VERIFY='first:log' is not a setting of the shadow mode: use first or always, "
+                   "optionally with :warn, :raise, :ignore (first:raise; the default is warn), or off, 0 or unset "
+                   "for none; docs/guides/checking.md has what each does")
+  assert fresh_process.run(BAD_SETTING, env={flags.VERIFY: "Always:Raise"}).result == "imported"
 
 
 def test_inside_shard_map_each_device_runs_its_block_and_one_check_reports(kernel_and_spec):

@@ -127,8 +127,9 @@ class ReferenceMismatch(AssertionError):
 class ReferenceMismatchWarning(UserWarning):
   """The shadow mode's warning (`verify`, ``JAX_MOSAIC_FFI_VERIFY``): a kernel call differs from its fallback.
 
-  Given once per kernel specialization; ``warnings.simplefilter("error", jmf.ReferenceMismatchWarning)`` makes it an
-  error. Its ``report`` is the `CheckReport` of that call.
+  Given once per kernel specialization, at the line that calls the kernel (the comparison reports from a host
+  callback, where no line of yours is on the stack); ``warnings.simplefilter("error", jmf.ReferenceMismatchWarning)``
+  makes it an error. Its ``report`` is the `CheckReport` of that call.
   """
 
   def __init__(self, report):
@@ -136,10 +137,38 @@ class ReferenceMismatchWarning(UserWarning):
     super().__init__(f"{report.summary()}\n\n{report}")
 
 
+class UncheckedKernelWarning(UserWarning):
+  """The shadow mode (`verify`, ``JAX_MOSAIC_FFI_VERIFY``) is on, but a kernel call has no fallback to compare it
+  with, so it runs unchecked: given once per call site, at the line that calls the kernel.
+
+  ``warnings.simplefilter("ignore", jmf.UncheckedKernelWarning)`` silences it for calls left without a fallback
+  on purpose; ``mosaic_kernel(..., fallback=fn)`` (a jax.numpy function of the same inputs) checks them::
+
+    >>> issubclass(jmf.UncheckedKernelWarning, UserWarning)
+    True
+  """
+
+
 class ValueKeyError(TypeError):
   """A value that a compile key cannot hold exactly (an arbitrary object, a traced value): raised by
   `base.value_key`, which never keys a value by its lossy text. Front ends turn it into their own message (a
   CuTe DSL launcher is then keyed by a trace of it; a ``compile_key=`` must be keyable)."""
+
+
+class KeyAuditError(RuntimeError):
+  """Raised under ``JAX_MOSAIC_FFI_KEY_AUDIT=1`` when a compile-cache hit was compiled from other IR than the call
+  produces: the compile key missed something that changes the kernel, and the cache would have served a stale one.
+
+  The message names the kernel, the cache that hit (memory or disk), the first line where the two IRs differ and
+  the values the key read through objects. It is a bug of jax_mosaic_ffi's keys: report it with the message;
+  meanwhile remove the cache folder (``JAX_MOSAIC_FFI_CACHE_DIR``) after each edit, or pass ``compile_key=``.
+  A test suite turns the audit on for its run:
+
+    >>> import os
+    >>> os.environ["JAX_MOSAIC_FFI_KEY_AUDIT"] = "1"
+    >>> kernel = jmf.cuda_kernel('extern "C" __global__ void fill(float* y, int n) {}', "fill")  # audited hits
+    >>> del os.environ["JAX_MOSAIC_FFI_KEY_AUDIT"]
+  """
 
 
 def who(kernel, call_site: str) -> str:

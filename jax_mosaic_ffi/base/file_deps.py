@@ -89,6 +89,24 @@ def snapshot(paths, since_ns: int) -> Deps | None:
   return tuple(deps)
 
 
+def settle(paths, since_ns: int) -> bool:
+  """Where a compile that started at ``since_ns`` could not be snapshot only because a file it read changed too
+  close to its start to tell before from after (a coarse clock's timestamps): waits until that change is safely
+  in the past and returns True, so that a compile started now orders against it. False where the files change
+  still (a writer at work) or cannot be read: then nothing is cached."""
+  newest = 0
+  for path in set(paths or ()):
+    try:
+      st = os.stat(path)
+    except OSError:
+      continue
+    newest = max(newest, st.st_mtime_ns, st.st_ctime_ns)
+  if newest < since_ns - _CLOCK_SLACK_NS or newest > time.time_ns():
+    return False
+  time.sleep(max(0, newest + 2 * _CLOCK_SLACK_NS - time.time_ns()) / 1e9)
+  return True
+
+
 def unchanged(deps: Deps) -> bool:
   """Whether every file of `deps` still hashes as recorded (and each absent one is still absent)."""
   try:

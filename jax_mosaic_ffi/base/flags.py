@@ -32,6 +32,9 @@ SKIP_VERSION_CHECK = "JAX_MOSAIC_FFI_SKIP_VERSION_CHECK"
 AUTOTUNE_LOG = "JAX_MOSAIC_FFI_AUTOTUNE_LOG"
 # 1: time autotuning configs on the CPU too (testing the machinery without a GPU).
 AUTOTUNE_ON_CPU = "JAX_MOSAIC_FFI_AUTOTUNE_ON_CPU"
+# 1: every compile-cache hit also makes the compiler's input (Triton's TTIR, the CuTe DSL's MLIR; NVRTC: its PTX)
+# and raises KeyAuditError where the stored kernel came from another (toolchain/key_audit.py).
+KEY_AUDIT = "JAX_MOSAIC_FFI_KEY_AUDIT"
 # Read by the C++ runtime: seconds to wait for peers in other processes; synchronous launches (debugging).
 PEER_TIMEOUT_S = "JAX_MOSAIC_FFI_PEER_TIMEOUT_S"
 SYNC_LAUNCHES = "JAX_MOSAIC_FFI_SYNC_LAUNCHES"
@@ -41,4 +44,4 @@ SYNC_LAUNCHES = "JAX_MOSAIC_FFI_SYNC_LAUNCHES"
 HOST_CODE = "JAX_MOSAIC_FFI_HOST_CODE"
 
 ALL = (CACHE_DIR, CACHE_MAX_BYTES, COMPILE_TIMEOUT_S, DUMP_DIR, REFERENCE, VERIFY, POISON_OUTPUTS, RECORD,
-       SKIP_VERSION_CHECK, AUTOTUNE_LOG, AUTOTUNE_ON_CPU, PEER_TIMEOUT_S, SYNC_LAUNCHES, HOST_CODE)
+       SKIP_VERSION_CHECK, AUTOTUNE_LOG, AUTOTUNE_ON_CPU, KEY_AUDIT, PEER_TIMEOUT_S, SYNC_LAUNCHES, HOST_CODE)

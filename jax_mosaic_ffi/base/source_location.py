@@ -22,6 +22,10 @@ from jax_mosaic_ffi.base.paths import PACKAGE_DIR
 source_info_util.register_exclusion(PACKAGE_DIR)
 
 _pinned: contextvars.ContextVar[str | None] = contextvars.ContextVar("jax_mosaic_ffi_call_site", default=None)
+# Each call site as `current` wrote it -> (file, line, module), so that a warning given later about that call (from
+# a lowering, or a host callback with no user's frame on the stack) points at its line; bounded.
+_sites: dict[str, tuple[str, int, str]] = {}
+_MAX_SITES = 1 << 14
 
 
 def _user_frame():
@@ -40,7 +44,10 @@ def current() -> str:
   frame = _user_frame()
   if frame is None:
     return "<unknown call site>"
-  return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} ({frame.f_code.co_name})"
+  site = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} ({frame.f_code.co_name})"
+  if site not in _sites and len(_sites) < _MAX_SITES:
+    _sites[site] = (frame.f_code.co_filename, frame.f_lineno, frame.f_globals.get("__name__", "<unknown>"))
+  return site
 
 
 def warn(message: str, category: type[Warning]) -> None:
@@ -55,6 +62,17 @@ def warn(message: str, category: type[Warning]) -> None:
   warnings.warn_explicit(message, category, frame.f_code.co_filename, frame.f_lineno,
                          module=frame.f_globals.get("__name__", "<unknown>"),
                          registry=frame.f_globals.setdefault("__warningregistry__", {}))
+
+
+def warn_at(message, category: type[Warning], call_site: str) -> None:
+  """Warns at the line of ``call_site`` (a kernel call's, as `current` wrote it), or where `warn` would when that
+  line is not known."""
+  where = _sites.get(call_site)
+  if where is None:
+    warn(message, category)
+    return
+  filename, lineno, module = where
+  warnings.warn_explicit(message, category, filename, lineno, module=module)
 
 
 @contextlib.contextmanager

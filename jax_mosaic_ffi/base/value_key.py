@@ -1,12 +1,23 @@
-"""The one lossless key of Python values: what every compile key that holds a user's value hashes.
+"""The one key of what a compile reads from Python: values by their content, code by what it is.
 
-A compile cache is only as right as its key, and text is a lossy key: numpy prints an array of more than 1000
-elements with ``...`` and its floats to 8 digits, so two tables that differ in one entry, or in a float's ninth
-digit, print alike and would share a kernel. `value_key` keys a value by what it is instead: a float by its 8 bytes,
-an array by its dtype, shape and bytes, a container by its items, each under a tag of its type, so two values get
-one key only when they are equal and of the same types. What it cannot key exactly (an arbitrary object, a traced
-value) raises `ValueKeyError`; it never falls back to ``repr``. A front end that knows more kinds of value (a DSL's
-numeric types, Triton's dtypes) passes ``extra``: its own exact bytes for them, or None.
+A compile cache is only as right as its key. Two ways to get one wrong served stale kernels here: text (numpy
+prints an array of more than 1000 elements with ``...``), then partial readings (an instance keyed by its fields
+while the methods the kernel calls through it were left out). So `value_key` keys a value by what it is, and only
+where it can read all of it:
+
+* plain data, exactly: numbers by their bytes, strings, bytes, tuples, lists, dicts, sets, numpy and jax arrays
+  of plain dtypes (dtype, shape and bytes; a structured array field by field, never its padding), dtypes;
+* code, whole: a function by its bytecode, constants, names, line table, defaults, closure cells and every global
+  it names (a module's attributes it names too), a class by its bases and every attribute it holds (methods,
+  properties, nested classes, values), an enum member with its class, an instance by its class and every
+  attribute it has (``__dict__`` and slots), following each to the end.
+
+A library's classes and functions (the standard library, numpy, jax, a toolchain's own packages: ``libraries``)
+are named, not walked: their release is in every key that reaches them. What the reader cannot read completely
+raises `ValueKeyError` naming where it stopped: a subclass of a container or an array (a masked array's mask, a
+matrix), an instance whose class computes its attributes or equality (``__getattr__``, ``__getattribute__``, a
+custom ``__eq__`` or ``__hash__``), a C extension's object, a value nested deeper than `MAX_DEPTH` or larger than
+`MAX_NODES`. A front end then keys that value by the IR it produces, never by a partial reading.
 
     >>> value_key(1.0) == value_key(1.0), value_key(1.0) == value_key(1.0000000001)
     (True, False)
@@ -20,54 +31,96 @@ import dataclasses
 import enum
 import hashlib
 import struct
+import sys
+import types
 from typing import Any, Callable
 
 import jax
 import numpy as np
 
+from jax_mosaic_ffi.base import code_key
 from jax_mosaic_ffi.base.errors import ValueKeyError
 
-# Nesting deeper than this is refused: a key is made of values a user wrote, never of a deep graph.
 MAX_DEPTH = 64
+MAX_NODES = 100_000
+_NO_REFERENCE = 1 << 62
 _jax_scalar_type = type(jax.numpy.float32)  # jnp.float32 and friends: a dtype, as a callable
+# Named, not walked, whatever the front end: their releases are in every key (base/versions.py).
+LIBRARIES = frozenset({"numpy", "jax", "jaxlib", "ml_dtypes", "scipy", "opt_einsum"})
 
-Extra = Callable[[Any], "bytes | None"]
-
-
-def value_key(value, *, extra: Extra | None = None) -> bytes:
-  """The 32-byte sha256 of ``value``'s exact key; raises `ValueKeyError` for what it cannot key exactly.
-
-  Keyed exactly: None, bools, ints, floats and complex numbers (their bytes: ``0.1`` and ``0.1000000001`` differ,
-  so do ``0.0`` and ``-0.0``), str, bytes, ranges; tuples, lists and dicts (in their order) and sets (in no
-  order) of keyable values; enum members (their class and name, and value), dataclass instances (their class
-  and every field); numpy arrays and jax arrays (dtype, shape and bytes), numpy scalars, dtypes and scalar types
-  (ml_dtypes' too), jax.numpy's scalar types. ``extra(v)`` is asked about any other value: the bytes that key it
-  exactly (the caller's own tag included), or None to refuse it.
-  """
-  h = hashlib.sha256()
-  update(h, value, extra=extra)
-  return h.digest()
+# A front end's reader of its own values: (value, keyer) -> True when it wrote the value's key (keyer.tag,
+# keyer.put), False for a value it does not know.
+Extra = Callable[[Any, "Keyer"], bool]
 
 
-def update(h, value, *, extra: Extra | None = None) -> None:
-  """Feeds ``value``'s exact key into ``h`` (a hashlib object), as `value_key` hashes it."""
-  _Keyer(h, extra).put(value, 0)
+@dataclasses.dataclass(frozen=True)
+class Toolchain:
+  """What a front end's compiler reads beyond plain Python: its packages (named, not walked), a reader of its own
+  values (`Extra`), and where its functions keep their user's code (the CuTe DSL's preprocessor replaces a
+  function's ``__code__`` with its rewrite)."""
+
+  libraries: frozenset[str] = frozenset()
+  extra: Extra | None = None
+  user_code: Callable[[types.FunctionType], types.CodeType] | None = None
+
+  def library(self, module: str | None) -> bool:
+    top = (module or "").split(".")[0]
+    return top in LIBRARIES or top in self.libraries or top in sys.stdlib_module_names or top == "builtins"
+
+
+PLAIN = Toolchain()
+
+
+def value_key(value, *, toolchain: Toolchain = PLAIN, name: str = "the value") -> bytes:
+  """The 32-byte sha256 of ``value``'s key: equal keys only for values of the same types and content, and for
+  code of the same behaviour. Raises `ValueKeyError` naming (from ``name``, what the value is to the caller) what
+  it cannot read completely."""
+  keyer = Keyer(hashlib.sha256(), toolchain)
+  keyer.put(value, 0, name)
+  return keyer.h.digest()
+
+
+def update(h, value, *, toolchain: Toolchain = PLAIN) -> None:
+  """Feeds ``value``'s key into ``h`` (a hashlib object), as `value_key` hashes it."""
+  Keyer(h, toolchain).put(value, 0, "the value")
 
 
 def _dtype_key(dtype: np.dtype) -> bytes:
   if dtype.hasobject:
     raise ValueKeyError(f"an array of dtype {dtype} holds Python objects (pointers), whose bytes are no key")
-  # name tells ml_dtypes' types apart (bfloat16 and float16 are both '<V2'/'<f2'-sized); str has byte order and
-  # unit; descr spells a structured dtype's fields.
-  parts = [dtype.name, dtype.str, str(dtype.descr) if dtype.fields else "", str(dtype.shape)]
-  return "\0".join(parts).encode()
+  # name tells ml_dtypes' types apart (bfloat16 and float16 are both 2 bytes); str has byte order and unit.
+  names = ",".join(dtype.names or ())
+  return "\0".join([dtype.name, dtype.str, names, str(dtype.shape)]).encode()
 
 
-class _Keyer:
-  def __init__(self, h, extra: Extra | None):
+def _array_bytes(array: np.ndarray) -> list[bytes]:
+  """The array's content: a structured dtype field by field, so that its padding bytes (which differ from process
+  to process) are never read."""
+  if array.dtype.names is None:
+    if array.dtype.subdtype is not None:
+      array = array.reshape(array.shape + array.dtype.shape) if array.dtype.shape else array
+    return [np.ascontiguousarray(array).tobytes()]
+  out = []
+  for name in array.dtype.names:
+    out += [name.encode(), *_array_bytes(np.ascontiguousarray(array[name]))]
+  return out
+
+
+class Keyer:
+  """One key in the making: ``put`` a value, ``tag`` raw bytes. Each composite (a container, a function, a class,
+  an instance) is hashed on its own and written as its digest, so that a value shared by two places and two equal
+  values key alike; one met again inside itself (a class its methods name, a list that holds itself) is written as
+  how many levels up it is. So a key is finite, the same in every process, and never depends on which objects
+  happen to be shared or on a set's order."""
+
+  def __init__(self, h, toolchain: Toolchain):
     self.h = h
-    self.extra = extra
-    self.path: set[int] = set()  # containers being keyed: one met again refers to itself
+    self.toolchain = toolchain
+    self.stack: dict[int, int] = {}   # id -> level, of the composites being keyed
+    self.low = _NO_REFERENCE          # the highest level (lowest number) referred to by the composite in the making
+    self.done: dict[int, bytes] = {}  # id -> digest, of composites keyed whole (no reference above themselves)
+    self.keep: list[Any] = []         # what done's ids name, alive until the key is made
+    self.nodes = 0
 
   def tag(self, tag: bytes, *fields: bytes) -> None:
     self.h.update(tag)
@@ -75,12 +128,52 @@ class _Keyer:
       self.h.update(struct.pack("<Q", len(f)))
       self.h.update(f)
 
-  def put(self, v, depth: int) -> None:
+  def text(self, tag: bytes, *fields: str) -> None:
+    self.tag(tag, *(f.encode("utf-8", "surrogatepass") for f in fields))
+
+  def digest_of(self, fill: Callable[[], None]) -> tuple[bytes, int]:
+    """(the digest of what ``fill`` writes, the highest level it referred to)."""
+    outer_h, outer_low = self.h, self.low
+    self.h, self.low = hashlib.sha256(), _NO_REFERENCE
+    try:
+      fill()
+      return self.h.digest(), self.low
+    finally:
+      self.h, self.low = outer_h, outer_low
+
+  def composite(self, v, fill: Callable[[], None]) -> None:
+    """Writes ``v``'s key as ``fill`` writes it (once per object: its digest after that), or a reference."""
+    level = self.stack.get(id(v))
+    if level is not None:  # inside itself
+      self.tag(b"@", struct.pack("<Q", len(self.stack) - level))
+      self.low = min(self.low, level)
+      return
+    found = self.done.get(id(v))
+    if found is None:
+      level = len(self.stack)
+      self.stack[id(v)] = level
+      try:
+        found, low = self.digest_of(fill)
+      finally:
+        del self.stack[id(v)]
+      if low >= level:  # no reference to what encloses it: its digest is its own, wherever it is met
+        self.done[id(v)] = found
+        self.keep.append(v)
+      else:
+        self.low = min(self.low, low)
+    self.tag(b"#", found)
+
+  def put(self, v, depth: int, where: str, names: frozenset[str] = frozenset()) -> None:
+    """Writes ``v``'s key; ``where`` says how it was reached, for the error; ``names``: the attribute names the
+    code that reached a module reads of it."""
+    self.nodes += 1
     if depth > MAX_DEPTH:
-      raise ValueKeyError(f"a value nested more than {MAX_DEPTH} levels deep")
+      raise ValueKeyError(f"{where} is nested more than {MAX_DEPTH} levels deep")
+    if self.nodes > MAX_NODES:
+      raise ValueKeyError(f"{where}: the values and code reached are more than {MAX_NODES}")
     t = type(v)
-    if v is None or v is Ellipsis:
-      self.tag(b"N" if v is None else b"E")
+    if v is None or v is Ellipsis or v is NotImplemented:
+      self.tag({None: b"N", Ellipsis: b"E"}.get(v, b"n"))
     elif t is bool:
       self.tag(b"B", b"\1" if v else b"\0")
     elif t is int:
@@ -90,69 +183,76 @@ class _Keyer:
     elif t is complex:
       self.tag(b"C", struct.pack("<dd", v.real, v.imag))
     elif t is str:
-      self.tag(b"S", v.encode("utf-8", "surrogatepass"))
+      self.text(b"S", v)
     elif t is bytes or t is bytearray:
       self.tag(b"Y" if t is bytes else b"y", bytes(v))
     elif t is range:
       self.tag(b"R")
-      self.items((v.start, v.stop, v.step), depth)
-    elif t is tuple or t is list:
-      self.tag(b"T" if t is tuple else b"L", struct.pack("<Q", len(v)))
-      self.nested(v, depth, lambda: self.items(v, depth))
-    elif t is dict:
-      self.tag(b"D", struct.pack("<Q", len(v)))
-      self.nested(v, depth, lambda: self.items((x for kv in v.items() for x in kv), depth))
-    elif t is set or t is frozenset:
-      # No order: iteration follows string hashes, which differ from process to process.
-      keys = sorted(value_key(x, extra=self.extra) for x in v)
-      self.tag(b"s" if t is set else b"f", *keys)
+      self.items((v.start, v.stop, v.step), depth, where)
+    elif t in (tuple, list, dict, set, frozenset):
+      self.container(v, depth, where)
+    elif isinstance(v, tuple) and isinstance(getattr(t, "_fields", None), tuple) and t.__bases__ == (tuple,):
+      self.tag(b"namedtuple")  # a namedtuple: its class (walked) and its items, all its state
+      self.put(t, depth + 1, f"{where}'s class")
+      self.items(v, depth, where)
     elif isinstance(v, enum.Enum):
-      self.tag(b"e", t.__module__.encode(), t.__qualname__.encode(), v.name.encode())
-      self.put(v.value, depth + 1)
-    elif isinstance(v, np.ndarray):
-      self.tag(b"A", _dtype_key(v.dtype), struct.pack(f"<{v.ndim}Q", *v.shape), np.ascontiguousarray(v).tobytes())
-    elif isinstance(v, np.generic):
-      self.tag(b"a", _dtype_key(v.dtype), np.asarray(v).tobytes())
+      self.tag(b"e")  # its class (every member, every method), then which member
+      self.put(t, depth + 1, f"{where}'s class")
+      self.text(b"m", v.name)
+      self.put(v.value, depth + 1, f"{where}.value")
+    elif t is np.ndarray:
+      self.tag(b"A", _dtype_key(v.dtype), struct.pack(f"<{v.ndim}Q", *v.shape), *_array_bytes(v))
+    elif isinstance(v, np.generic) and (t.__module__ == "numpy" or t.__module__.startswith("ml_dtypes")):
+      self.tag(b"a", _dtype_key(v.dtype), *_array_bytes(np.asarray(v)))
     elif isinstance(v, np.dtype):
       self.tag(b"d", _dtype_key(v))
-    elif isinstance(v, type) and issubclass(v, np.generic):
+    elif isinstance(v, type) and issubclass(v, np.generic) and self.toolchain.library(v.__module__):
       try:
         dtype = np.dtype(v)
       except TypeError:  # an abstract one (np.floating): no dtype of its own
-        raise ValueKeyError(f"numpy's {v.__name__} is an abstract scalar type, not a dtype") from None
+        raise ValueKeyError(f"{where}: numpy's {v.__name__} is an abstract scalar type, not a dtype") from None
       self.tag(b"t", _dtype_key(dtype))
     elif isinstance(v, _jax_scalar_type):
       self.tag(b"j", _dtype_key(np.dtype(v.dtype)))
     elif isinstance(v, jax.core.Tracer):
-      raise ValueKeyError(f"a traced value ({v.aval.str_short()}) has no value until the program runs; pass a "
-                          "concrete array or number")
+      raise ValueKeyError(f"{where} is a traced value ({v.aval.str_short()}), which has no value until the program "
+                          "runs; pass a concrete array or number")
     elif isinstance(v, jax.Array):
       try:
         data = np.asarray(v)
       except Exception as e:  # an array spread over processes, a deleted one: whatever numpy could not read
-        raise ValueKeyError(f"the jax array {v.dtype}{list(v.shape)} could not be read ({type(e).__name__})") from None
-      self.tag(b"J", _dtype_key(data.dtype), struct.pack(f"<{data.ndim}Q", *data.shape),
-               np.ascontiguousarray(data).tobytes())
-    elif dataclasses.is_dataclass(v) and not isinstance(v, type):
-      fields = dataclasses.fields(v)
-      self.tag(b"c", t.__module__.encode(), t.__qualname__.encode(), *(f.name.encode() for f in fields))
-      self.nested(v, depth, lambda: self.items((getattr(v, f.name) for f in fields), depth))
+        raise ValueKeyError(f"{where}: the jax array {v.dtype}{list(v.shape)} could not be read "
+                            f"({type(e).__name__})") from None
+      self.tag(b"J", _dtype_key(data.dtype), struct.pack(f"<{data.ndim}Q", *data.shape), *_array_bytes(data))
+    elif self.toolchain.extra is not None and self.toolchain.extra(v, self):
+      pass
     else:
-      found = self.extra(v) if self.extra is not None else None
-      if found is None:
-        raise ValueKeyError(f"a {t.__module__}.{t.__qualname__} cannot be keyed exactly (only numbers, strings, "
-                            "bytes, None, arrays, dtypes, enums, dataclasses and containers of them can)")
-      self.tag(b"X", bytes(found))
+      code_key.put_object(self, v, depth, where, names)
 
-  def items(self, values, depth: int) -> None:
-    for x in values:
-      self.put(x, depth + 1)
+  def items(self, values, depth: int, where: str) -> None:
+    for i, x in enumerate(values):
+      self.put(x, depth + 1, f"{where}[{i}]")
 
-  def nested(self, container, depth: int, body) -> None:
-    if id(container) in self.path:
-      raise ValueKeyError(f"a {type(container).__name__} that contains itself")
-    self.path.add(id(container))
-    try:
-      body()
-    finally:
-      self.path.discard(id(container))
+  def container(self, v, depth: int, where: str) -> None:
+    t = type(v)
+    if t is tuple or t is list:
+      def fill():
+        self.tag(b"T" if t is tuple else b"L", struct.pack("<Q", len(v)))
+        self.items(v, depth, where)
+    elif t is dict:
+      def fill():
+        self.tag(b"D", struct.pack("<Q", len(v)))
+        for k, x in v.items():  # in its order, which code that iterates it sees
+          self.put(k, depth + 1, f"a key of {where}")
+          self.put(x, depth + 1, f"{where}[{k!r}]" if type(k) in (str, int) else f"a value of {where}")
+    else:
+      # No order: iteration follows string hashes, which differ from process to process. Each member is keyed on
+      # its own, and the keys are sorted.
+      def fill():
+        keys = []
+        for x in v:
+          found, low = self.digest_of(lambda: self.put(x, depth + 1, f"a member of {where}"))
+          self.low = min(self.low, low)
+          keys.append(found)
+        self.tag(b"s" if t is set else b"f", *sorted(keys))
+    self.composite(v, fill)

@@ -7,6 +7,8 @@
 from __future__ import annotations
 
 import dataclasses
+import re
+import textwrap
 from typing import Sequence
 
 import numpy as np
@@ -95,67 +97,149 @@ def _value(v) -> str:
   return f"{v:.7g}"
 
 
-# A skipped row's reason is cut to this in the table (`Comparison.describe` has it whole).
-_SKIP_WIDTH = 72
-_COLUMNS = ("check", "inputs", "output", "kernel", "result", "worst at", "got", "want", "abs err", "rel err", "ULPs",
-            "rtol / atol")
+# The table fits a terminal this wide: a long cell wraps inside its column, the widest column giving way first.
+WIDTH = 100
+_COLUMNS = ("check", "inputs", "output", "result", "details")
+# Narrower than this a column is not made (the result, "FAIL 12/1000", stays on one line); the details get what
+# the others leave.
+_MIN_WIDTH = (10, 14, 6, 24, 40)
+_LONGEST_WORD = 24
+
+
+def _g(v: float) -> str:
+  return f"{v:.4g}"
 
 
 def _cells(row: Comparison) -> list[str]:
+  """The row's cells; the details are paragraphs (kernel, then what was found), each wrapped on its own."""
+  details = [f"kernel: {row.kernel}"] if row.kernel else []
   if row.skipped is not None:
-    why = row.skipped if len(row.skipped) <= _SKIP_WIDTH else row.skipped[:_SKIP_WIDTH - 3] + "..."
-    return [row.what, row.case, row.output, row.kernel or "", "skipped: " + why] + [""] * 7
-  result = f"FAIL {row.mismatches}/{row.size}" if row.failed else "ok"
+    return [row.what, row.case, row.output, "skipped", "\n".join(details + [row.skipped])]
   w = row.worst
-  if w is None:
-    return [row.what, row.case, row.output, row.kernel or "", result] + [""] * 6 + [f"{row.rtol:g} / {row.atol:g}"]
-  return [row.what, row.case, row.output, row.kernel or "", result, str(list(w.index)), _value(w.got), _value(w.want),
-          _value(w.abs_error), _value(w.rel_error), "" if w.ulps is None else str(w.ulps),
-          f"{row.rtol:g} / {row.atol:g}"]
+  if row.failed:
+    result = f"FAIL {row.mismatches}/{row.size}"
+    details.append(f"worst at {list(w.index)}: got {_value(w.got)}, want {_value(w.want)} (abs err {_g(w.abs_error)}, "
+                   f"rel err {_g(w.rel_error)}" + ("" if w.ulps is None else f", {w.ulps} ULPs") +
+                   f"); rtol {row.rtol:g}, atol {row.atol:g}")
+  else:
+    result = "ok"
+    if w is None:
+      details.append("no elements")
+    elif w.abs_error == 0:
+      details.append("equal")
+    else:
+      details.append(f"worst at {list(w.index)}: abs err {_g(w.abs_error)}" +
+                     ("" if w.ulps is None else f", {w.ulps} ULP" + ("s" if w.ulps != 1 else "")))
+  return [row.what, row.case, row.output, result, "\n".join(details)]
+
+
+def _words(text: str) -> list[str]:
+  # An array's aval ("float32[192, 160]") stays on one line: only the spaces between arrays break.
+  return re.sub(r"\[[^\]]*\]", lambda m: m.group(0).replace(" ", "\0"), text).split("\n")
+
+
+def _wrap(text: str, width: int) -> list[str]:
+  lines = []
+  for paragraph in _words(text):
+    lines += textwrap.wrap(paragraph, width, break_long_words=True, break_on_hyphens=False) or [""]
+  return [line.replace("\0", " ") for line in lines]
+
+
+def _widths(lines: list[list[str]], width: int) -> list[int]:
+  """Each column's width: its widest line, narrowed (the widest column first) until the table fits ``width``."""
+  n = len(_COLUMNS)
+  widths = [max(len(part) for line in lines for part in _words(line[c])) for c in range(n)]
+  # A column gives way down to its floor, and never below its longest word (an aval) up to _LONGEST_WORD: the
+  # details wrap instead.
+  words = [max(len(word) for line in lines for part in _words(line[c]) for word in part.split()) if c < n - 1 else 0
+           for c in range(n)]
+  floor = [min(w, max(m, min(longest, _LONGEST_WORD))) for w, m, longest in zip(widths, _MIN_WIDTH, words)]
+  budget = width - 3 * (n - 1)
+  while sum(widths) > budget:
+    wide = max((c for c in range(n) if widths[c] > floor[c]), key=lambda c: widths[c], default=None)
+    if wide is None:
+      break
+    widths[wide] -= 1
+  return widths
+
+
+def table(rows: Sequence[Comparison], width: int = WIDTH) -> str:
+  """The rows as a table at most ``width`` columns wide (wider only where a column cannot be made narrower):
+  every cell whole, wrapped onto more lines where it is long (a skipped row's reason in full)."""
+  lines = [list(_COLUMNS)] + [_cells(r) for r in rows]
+  widths = _widths(lines, width)
+  out = []
+  for k, line in enumerate(lines):
+    wrapped = [_wrap(cell, w) for cell, w in zip(line, widths)]
+    for i in range(max(len(c) for c in wrapped)):
+      out.append(" | ".join((c[i] if i < len(c) else "").ljust(w) for c, w in zip(wrapped, widths)).rstrip())
+    if k == 0:
+      out.append("-+-".join("-" * w for w in widths))
+  return "\n".join(out)
+
+
+STATUSES = ("passed", "failed", "not checked")
 
 
 @dataclasses.dataclass(frozen=True)
 class CheckReport:
   """What `check` (or the shadow mode, `verify`) compared, row by row; ``print(report)`` shows the table.
 
-  ``report.passed`` says whether every comparison was within its tolerance (skipped ones say why in the table);
-  ``report.failures`` are the rows that were not, each a ``Comparison`` with ``what``, ``case``, ``output``,
-  ``kernel`` (the kernel call and call site it is about, when it is one), ``mismatches`` of ``size`` elements, and
-  ``worst`` (``index``, ``got``, ``want``, ``abs_error``, ``rel_error``, ``ulps``)::
+  ``report.status`` is one of three:
+
+  * ``"passed"``: every comparison was within its tolerance, and kernels ran (or the function calls none);
+  * ``"failed"``: a comparison was not (``report.failures``), whatever ran;
+  * ``"not checked"``: nothing differed, but nothing of the kernels was compared: no kernel ran (each kernel's
+    fallback stood in for it: a machine without a GPU, ``JAX_MOSAIC_FFI_REFERENCE=1``), or, in the shadow mode, no
+    kernel call was compared yet; ``report.not_checked`` says why.
+
+  ``report.passed`` is True for ``"passed"`` only: a check that ran no kernel has not passed. ``report.failures``
+  are the rows that differed, each a ``Comparison`` with ``what``, ``case``, ``output``, ``kernel`` (the kernel
+  call and call site it is about, when it is one), ``mismatches`` of ``size`` elements, and ``worst`` (``index``,
+  ``got``, ``want``, ``abs_error``, ``rel_error``, ``ulps``)::
 
     >>> report = jmf.check(lambda x: x * 2, jnp.ones(8), reference=lambda x: x + x, shapes=None, seed=0)
-    >>> report.passed, [row.what for row in report.rows]
-    (True, ['outputs', 'jit vs eager', 'vmap vs loop', 'VJP', 'JVP'])
+    >>> report.status, [row.what for row in report.rows]
+    ('passed', ['outputs', 'jit vs eager', 'vmap vs loop', 'VJP', 'JVP'])
     >>> print(report.summary())
     all 5 comparisons match (seed 0)
 
   Attributes:
     rows: every ``Comparison``, in the order made.
     seed: the seed of the random inputs (give it to `check` again to replay them).
+    not_checked: why nothing of the kernels was compared ("no kernel ran: ..."), or None.
   """
 
   rows: tuple[Comparison, ...]
   seed: int | None = None
+  not_checked: str | None = None
+
+  @property
+  def status(self) -> str:
+    """``"passed"``, ``"failed"`` or ``"not checked"`` (a failure counts first: it is wrong whatever ran)."""
+    if self.failures:
+      return "failed"
+    return "passed" if self.not_checked is None else "not checked"
 
   @property
   def passed(self) -> bool:
-    return not self.failures
+    return self.status == "passed"
 
   @property
   def failures(self) -> list[Comparison]:
     return [r for r in self.rows if r.failed]
 
   def summary(self) -> str:
-    """One line: how many comparisons failed, and the first of them."""
+    """One line: the status, how many comparisons were made, and the first failure or why nothing was checked."""
     made = [r for r in self.rows if r.skipped is None]
-    if not self.failures:
-      return f"all {len(made)} comparisons match" + (f" (seed {self.seed})" if self.seed is not None else "")
-    return (f"{len(self.failures)} of {len(made)} comparisons differ" +
-            (f" (seed {self.seed})" if self.seed is not None else "") + "; the first: " + self.failures[0].describe())
+    seed = f" (seed {self.seed})" if self.seed is not None else ""
+    if self.failures:
+      return (f"{len(self.failures)} of {len(made)} comparisons differ{seed}; the first: "
+              f"{self.failures[0].describe()}")
+    if self.not_checked is not None:
+      made_text = f"; the {len(made)} comparisons of what ran instead match{seed}" if made else seed
+      return f"not checked: {self.not_checked}{made_text}"
+    return f"all {len(made)} comparisons match{seed}"
 
   def __str__(self) -> str:
-    table = [list(_COLUMNS)] + [_cells(r) for r in self.rows]
-    widths = [max(len(line[c]) for line in table) for c in range(len(_COLUMNS))]
-    lines = [" | ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in table]
-    lines.insert(1, "-+-".join("-" * width for width in widths))
-    return "\n".join(lines + ["", self.summary()])
+    return "\n".join([table(self.rows), "", *textwrap.wrap(self.summary(), WIDTH, break_on_hyphens=False)])

@@ -106,6 +106,7 @@ def _ir_attribute(name: str, value) -> ir.Attribute:
 def _cuda_lowering(ctx, *operands, kernel: Kernel, out_avals, spec: LaunchSpec):
   if fallback_lib.reference_mode():  # read per lowering: a debugging switch
     if spec.fallback is not None:
+      shadow.stood_in(kernel, spec, f"{fallback_lib.REFERENCE_ENV}=1 runs each kernel's fallback in its place")
       return fallback_lib.lower(ctx, operands, spec.fallback)
     fallback_lib.warn_no_reference(who(kernel, spec.call_site))
   registration.ensure_registered()
@@ -152,6 +153,8 @@ def _cuda_lowering(ctx, *operands, kernel: Kernel, out_avals, spec: LaunchSpec):
 def _other_platform_lowering(ctx, *operands, kernel: Kernel, spec: LaunchSpec, **_):
   """Every platform but CUDA runs the call's fallback, if it has one."""
   if spec.fallback is not None:
+    platforms = ", ".join(ctx.module_context.platforms)
+    shadow.stood_in(kernel, spec, f"the program ran on {platforms}, where each kernel's fallback runs in its place")
     return fallback_lib.lower(ctx, operands, spec.fallback)
   platforms = ", ".join(ctx.module_context.platforms)
   raise NotImplementedError(fallback_lib.missing_message(who(kernel, spec.call_site), platforms))

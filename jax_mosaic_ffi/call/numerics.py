@@ -2,12 +2,16 @@
 numbers that say whether and where they differ, computed on the device, inside a program or out of one), and the
 distance of two values in ULPs.
 
-One element passes when ``|got - want| <= atol * scale + rtol * |want|``, where ``scale`` is the largest ``|want|``
-of the array (1 when it is all zeros): numpy's ``allclose`` with ``atol`` relative to the array's magnitude, so that
-an element that cancels to nearly zero in a long sum (a matmul's) is held to the error of the sum, not to its own
-size. NaN matches NaN and an infinity the same infinity. The tolerances per dtype (`tolerance`) allow for what a
-kernel legitimately does differently from a jax.numpy reference: another summation order, fused multiply-adds, a
-wider accumulator.
+One element passes when ``|got - want| <= atol + rtol * |want|``, that element's own ``want``: numpy's ``allclose``,
+never scaled by the rest of the array (a tolerance relative to the array's largest element would let one huge
+element hide every other element's error). A kernel that accumulates (a GEMM, attention, a reduction) rounds
+differently from its reference by about its sum's error, which an element that cancels to nearly zero does not
+scale down: such a check states its own ``atol``, from the size of its sums. Non-finite values are compared by
+position: NaN matches only NaN, +inf only +inf, -inf only -inf; a complex value's real and imaginary parts each so
+(its finite parts then compared as one complex difference). Integers and bools are compared exactly, whatever
+tolerance is asked for. The tolerances per dtype (`tolerance`) allow for what a kernel legitimately does
+differently from a jax.numpy reference in an elementwise computation: fused multiply-adds, a wider intermediate,
+another rounding of the last step.
 
 =========================================  ==========  ==========
 dtype                                      rtol        atol
@@ -24,6 +28,7 @@ integers, bool                             0           0           (exact)
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -41,19 +46,37 @@ def exact(dtype) -> bool:
 
 def tolerance(dtype, overrides=None) -> tuple[float, float]:
   """``(rtol, atol)`` for outputs of ``dtype``: ``overrides`` (a mapping of dtypes to pairs) first, then the table
-  of this module's docstring."""
+  of this module's docstring; ``(0, 0)`` for integers and bools, which are compared exactly whatever is asked."""
   dtype = jnp.dtype(dtype)
+  if exact(dtype):
+    return 0.0, 0.0
   for key, value in (overrides or {}).items():
     if jnp.dtype(key) == dtype:
       rtol, atol = value
       return float(rtol), float(atol)
-  if exact(dtype):
-    return 0.0, 0.0
   if dtype.name in _TOLERANCES:
     t = _TOLERANCES[dtype.name]
   else:  # the 8-bit and narrower floats: one ULP at 1
     t = float(ml_dtypes.finfo(dtype).eps)
   return t, t
+
+
+def lookup(who: str, tolerances=None, rtol: float | None = None, atol: float | None = None):
+  """``dtype -> (rtol, atol)``: `tolerance` with ``tolerances`` (``{dtype: (rtol, atol)}``) first, then ``rtol`` /
+  ``atol`` in place of the table's for every floating-point dtype; ``who`` (``"jmf.check"``) names the caller in
+  the error for a tolerance given for integers or bools, which are compared exactly."""
+  for key in tolerances or {}:
+    if exact(key):
+      name = jnp.dtype(key).name
+      raise ValueError(f"{who}: tolerances= names {name}, but integer and bool outputs are compared exactly; "
+                       f"leave {name} out of it")
+
+  def of(dtype) -> tuple[float, float]:
+    default = tolerance(dtype, tolerances)
+    if exact(dtype):
+      return default
+    return (default[0] if rtol is None else float(rtol)), (default[1] if atol is None else float(atol))
+  return of
 
 
 def _compute_dtype(dtype):
@@ -62,30 +85,50 @@ def _compute_dtype(dtype):
   return jnp.float64 if dtype == jnp.float64 else jnp.float32
 
 
+def _components(x) -> list:
+  return [jnp.real(x), jnp.imag(x)] if jnp.issubdtype(x.dtype, jnp.complexfloating) else [x]
+
+
+def _inexact_excess(g, w, rtol: float, atol: float):
+  """Per element: 0 where equal, the error over the element's own tolerance where finite (above 1: a mismatch),
+  inf where a non-finite component is not the same non-finite value at the same position."""
+  wide = _compute_dtype(g.dtype)
+  gs, ws = _components(g.astype(wide)), _components(w.astype(wide))
+  # A component that is NaN or an infinity on either side must be the same on both: +inf only +inf, NaN only NaN.
+  special_ok = jnp.ones(g.shape, bool)
+  errors, magnitudes = [], []
+  for gc, wc in zip(gs, ws):
+    finite = jnp.isfinite(gc) & jnp.isfinite(wc)
+    special_ok &= finite | (gc == wc) | (jnp.isnan(gc) & jnp.isnan(wc))
+    errors.append(jnp.where(finite, gc - wc, 0.0))
+    magnitudes.append(jnp.where(finite, wc, 0.0))
+  if len(errors) == 1:
+    error, magnitude = jnp.abs(errors[0]), jnp.abs(magnitudes[0])
+  else:  # the finite parts as one complex number: a complex product's error scales with its modulus
+    error, magnitude = jnp.hypot(*errors), jnp.hypot(*magnitudes)
+  bound = atol + rtol * magnitude
+  # error 0 passes whatever the bound (0 included); a positive error over a zero bound is inf.
+  excess = jnp.where(error == 0, 0.0, error / jnp.where(bound > 0, bound, 0.0))
+  excess = jnp.where(special_ok & ~jnp.isnan(excess), excess, jnp.inf)
+  return excess.astype(jnp.float32)
+
+
 def summarize(got, want, rtol: float, atol: float) -> tuple:
   """A jax function of two arrays of one shape and dtype: ``(mismatches, worst, got[worst], want[worst],
   excess[worst])``, where ``worst`` is the flat index of the element furthest outside the tolerance (or closest to
-  it) and ``excess`` is its error over the tolerance (above 1: a mismatch; inf: one is NaN or an infinity the other
-  is not). Small enough to hand to a host callback; runs inside a program or out of one."""
+  it) and ``excess`` is its error over its own tolerance, ``atol + rtol * |want|`` (above 1: a mismatch; inf: a
+  NaN or an infinity the other side has not at that position, or an integer that differs). Small enough to hand to
+  a host callback; runs inside a program or out of one."""
   g, w = jnp.ravel(got), jnp.ravel(want)
   if g.size == 0:
     zero = jnp.zeros((), jnp.float32)
     return jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32), jnp.zeros((), g.dtype), jnp.zeros((), w.dtype), zero
   if exact(g.dtype):
-    wide = jnp.float32
     differ = g != w
-    # Differences as floats only to find the largest; whether they differ is exact.
-    excess = jnp.where(differ, jnp.abs(g.astype(wide) - w.astype(wide)) + 2.0, 0.0)
+    # Differences as floats only to find the largest; whether they differ is exact (an off-by-one of 2^40 too).
+    excess = jnp.where(differ, jnp.abs(g.astype(jnp.float32) - w.astype(jnp.float32)) + 2.0, 0.0)
   else:
-    wide = _compute_dtype(g.dtype)
-    gf, wf = g.astype(wide), w.astype(wide)
-    error = jnp.abs(gf - wf)
-    magnitude = jnp.abs(wf)
-    scale = jnp.max(jnp.where(jnp.isfinite(magnitude), magnitude, 0.0))
-    bound = atol * jnp.where(scale > 0, scale, 1.0) + rtol * magnitude
-    same = (gf == wf) | (jnp.isnan(gf) & jnp.isnan(wf))
-    excess = jnp.where(same, 0.0, jnp.where(jnp.isfinite(error), error / bound, jnp.inf))
-    excess = jnp.where(jnp.isnan(excess), jnp.inf, excess).astype(jnp.float32)
+    excess = _inexact_excess(g, w, rtol, atol)
   worst = jnp.argmax(excess)
   mismatches = jnp.sum(excess > 1.0, dtype=jnp.int32)
   return mismatches, worst.astype(jnp.int32), g[worst], w[worst], excess[worst].astype(jnp.float32)
@@ -126,23 +169,26 @@ class Worst:
 
 
 def worst_element(shape, dtype, flat_index, got, want) -> Worst:
-  """The worst element of a `summarize` result, with its errors computed on the host in the output's dtype."""
+  """The worst element of a `summarize` result, with its errors computed on the host in the output's dtype (a
+  NaN or an infinity the other side has not at that position: an infinite error)."""
   dtype = np.dtype(dtype)
   index = tuple(int(i) for i in np.unravel_index(int(flat_index), shape)) if shape else ()
   g, w = np.asarray(got, dtype), np.asarray(want, dtype)
   if dtype == np.bool_:
     gv, wv = bool(g), bool(w)
-    diff = float(gv != wv)
+    diff, size = float(gv != wv), float(wv)
   elif exact(dtype):
     gv, wv = int(g), int(w)
-    diff = float(abs(gv - wv))
+    diff, size = float(abs(gv - wv)), float(abs(wv))
   else:
     wide = np.complex128 if np.issubdtype(dtype, np.complexfloating) else np.float64
     gv, wv = g.astype(wide).item(), w.astype(wide).item()
-    diff = float(abs(gv - wv)) if np.isfinite(gv) and np.isfinite(wv) else (0.0 if gv == wv else float("inf"))
-    if np.isnan(gv) and np.isnan(wv):
-      diff = 0.0
-  rel = diff / abs(wv) if wv else (0.0 if diff == 0 else float("inf"))
+    parts = [(complex(gv).real, complex(wv).real), (complex(gv).imag, complex(wv).imag)]
+    finite = [math.isfinite(a) and math.isfinite(b) for a, b in parts]
+    matched = all(f or a == b or (math.isnan(a) and math.isnan(b)) for f, (a, b) in zip(finite, parts))
+    diff = math.hypot(*(a - b for f, (a, b) in zip(finite, parts) if f)) if matched else math.inf
+    size = math.hypot(*(b for f, (_, b) in zip(finite, parts) if f))
+  rel = diff / size if size else (0.0 if diff == 0 else math.inf)
   return Worst(index, gv, wv, diff, float(rel), ulps(g, w, dtype))
 
 

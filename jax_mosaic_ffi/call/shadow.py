@@ -32,7 +32,6 @@ import functools
 import hashlib
 import os
 import threading
-import warnings
 from typing import Any, Callable
 
 import jax
@@ -43,7 +42,8 @@ from jax._src.interpreters import mlir
 from jax.experimental import io_callback
 
 from jax_mosaic_ffi.base import flags
-from jax_mosaic_ffi.base.errors import ReferenceMismatch, ReferenceMismatchWarning, who
+from jax_mosaic_ffi.base import source_location
+from jax_mosaic_ffi.base.errors import ReferenceMismatch, ReferenceMismatchWarning, UncheckedKernelWarning, who
 from jax_mosaic_ffi.call import check_report
 from jax_mosaic_ffi.call import numerics
 
@@ -74,6 +74,10 @@ class Verification:
     self._rows: collections.deque = collections.deque(maxlen=_MAX_ROWS)
     self._checked: collections.OrderedDict[str, bool] = collections.OrderedDict()
     self._warned: set[str] = set()
+    # What the report's status needs beyond its rows: the kernel calls lowered as kernels, and those whose fallback
+    # was lowered in their place (with why), by call; bounded as the rows are.
+    self._ran: set[str] = set()
+    self._stood_in: dict[str, str] = {}
     self._tokens: list[contextvars.Token] = []
 
   def __enter__(self) -> "Verification":
@@ -88,9 +92,34 @@ class Verification:
 
   @property
   def report(self) -> check_report.CheckReport:
-    """Every comparison this setting made so far (the latest few thousand), as a `CheckReport`."""
+    """Every comparison this setting made so far (the latest few thousand), as a `CheckReport`: its status is
+    ``"not checked"`` while no kernel call was compared (no kernel ran, or none reported yet), saying why."""
     with self._lock:
-      return check_report.CheckReport(tuple(self._rows))
+      rows = tuple(self._rows)
+      ran, stood_in = set(self._ran), dict(self._stood_in)
+    return check_report.CheckReport(rows, not_checked=None if any(r.skipped is None for r in rows) else
+                                    unchecked_reason(ran, stood_in))
+
+  @property
+  def kernels_ran(self) -> bool:
+    """Whether a kernel call was lowered as the kernel itself (not its fallback) under this setting."""
+    with self._lock:
+      return bool(self._ran)
+
+  @property
+  def stood_in(self) -> dict[str, str]:
+    """The kernel calls whose fallback was lowered in their place under this setting: {call: why}."""
+    with self._lock:
+      return dict(self._stood_in)
+
+  def note(self, where: str, stood_in: str | None = None) -> None:
+    """At lowering: the call ``where`` is lowered as its kernel, or (``stood_in``: why) as its fallback."""
+    with self._lock:
+      if stood_in is None:
+        if len(self._ran) < _MAX_ROWS:
+          self._ran.add(where)
+      elif len(self._stood_in) < _MAX_ROWS:
+        self._stood_in.setdefault(where, stood_in)
 
   def wants(self, key: str) -> bool:
     """At lowering: does this specialization get a check?"""
@@ -129,7 +158,20 @@ class Verification:
     if self.on_mismatch == "raise":
       raise ReferenceMismatch(report)
     if self.on_mismatch == "warn" and first_warning:
-      warnings.warn(ReferenceMismatchWarning(report), stacklevel=2)
+      # From a host callback, where no frame of the user's is on the stack: at the kernel call's own line.
+      source_location.warn_at(ReferenceMismatchWarning(report), ReferenceMismatchWarning, site.call_site)
+
+
+def unchecked_reason(ran: set[str], stood_in: dict[str, str]) -> str:
+  """Why a verification compared no kernel call: no kernel ran (each fallback stood in), or none reported."""
+  if stood_in and not ran:
+    calls = sorted(stood_in)
+    shown = ", ".join(calls[:3]) + (f" and {len(calls) - 3} more" if len(calls) > 3 else "")
+    return f"no kernel ran: {'; '.join(sorted(set(stood_in.values())))} ({shown})"
+  if not ran:
+    return "no kernel call was lowered under this setting (a program compiled before it keeps what it had)"
+  return ("no kernel call was compared: calls without a fallback, programs lowered for jax.export or several "
+          "platforms and kernels partitioned across devices are not checked, and a program reports when it runs")
 
 
 _active: contextvars.ContextVar[Verification | None] = contextvars.ContextVar("jmf_verify", default=None)
@@ -138,15 +180,17 @@ _from_environment: dict[str, Verification] = {}
 _unchecked_sites: set[str] = set()
 
 
-def verify(mode: str = "first", *, on_mismatch: str = "warn") -> Verification:
+def verify(mode: str = "first", *, on_mismatch: str = "warn", tolerances=None, rtol: float | None = None,
+           atol: float | None = None) -> Verification:
   """The shadow mode: inside the ``with`` block, each kernel call is compared with its fallback in the program itself.
 
   Programs lowered inside the block (a function jitted there, or first called there) run each kernel and, on the
   same operands, its ``fallback``, compare every output with the tolerances of `check` and hand the result to
-  Python through a host callback: a mismatch warns (`ReferenceMismatchWarning`, once per kernel specialization),
-  raises (`ReferenceMismatch`; XLA fails the execution with its message) or is only kept in ``report``. The
-  kernels' results go on to the program unchanged. ``JAX_MOSAIC_FFI_VERIFY=first`` (``always``, ``first:raise``,
-  ...) does the same for the whole process; ``jmf.verify("off")`` turns it off in a block::
+  Python through a host callback: a mismatch warns (`ReferenceMismatchWarning`, once per kernel specialization, at
+  the line that calls the kernel), raises (`ReferenceMismatch`; XLA fails the execution with its message) or is
+  only kept in ``report``. The kernels' results go on to the program unchanged. ``JAX_MOSAIC_FFI_VERIFY=first``
+  (``always``, ``first:raise``, ...) does the same for the whole process; ``jmf.verify("off")`` turns it off in a
+  block::
 
     >>> kernel = jmf.cuda_kernel('extern "C" __global__ void twice(const float* x, float* y, int n) {'
     ...                          '  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 2 * x[i]; }',
@@ -155,8 +199,11 @@ def verify(mode: str = "first", *, on_mismatch: str = "warn") -> Verification:
     ...                           scalars=lambda x: (np.int32(x.size),), fallback=lambda x: 2 * x)
     >>> with jmf.verify("always") as seen:     # on a GPU: the kernel, then its fallback, compared in the program
     ...   y = jax.jit(twice)(jnp.ones(1000)).block_until_ready()
-    >>> seen.report.passed
-    True
+    >>> seen.report.failures, seen.report.status in ("passed", "not checked")   # "passed" on a GPU
+    ([], True)
+
+  Without a GPU the fallback runs in the kernel's place, and ``seen.report`` says so: its status is ``"not
+  checked"`` and its summary ``"not checked: no kernel ran: the program ran on cpu, ..."``.
 
   Programs compiled before the block keep what they had (``jax.clear_caches()`` drops them). What it costs
   (:doc:`checking kernels </guides/checking>` has the measurements): ``"always"`` runs each fallback and a host
@@ -168,12 +215,17 @@ def verify(mode: str = "first", *, on_mismatch: str = "warn") -> Verification:
     mode: ``"first"``: each specialization (kernel, call site, launch, shapes) once; ``"always"``: every execution;
       ``"off"``.
     on_mismatch: ``"warn"``, ``"raise"`` or ``"ignore"`` (only kept in ``report``).
+    tolerances, rtol, atol: as `check`'s: ``{dtype: (rtol, atol)}``, or one ``rtol`` / ``atol`` for every
+      floating-point dtype, in place of the table's (``JAX_MOSAIC_FFI_VERIFY`` uses the table). An element passes
+      when ``|got - want| <= atol + rtol * |want|``: a kernel that accumulates (a GEMM, a reduction) needs an
+      ``atol`` of its sums' rounding, ``jmf.verify("first", atol=1e-3)`` for a float32 GEMM of K = 1024.
 
   Returns:
     A context manager whose ``report`` (a `CheckReport`) holds every comparison made under it, kept as the
-    executions report them (also after the block, for programs lowered in it).
+    executions report them (also after the block, for programs lowered in it); its status is ``"not checked"``
+    until a kernel call was compared.
   """
-  return Verification(mode, on_mismatch)
+  return Verification(mode, on_mismatch, tolerance=numerics.lookup("jmf.verify", tolerances, rtol, atol))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -182,21 +234,33 @@ class _Site:
 
   key: str
   who: str
+  call_site: str
   case: str
   outputs: tuple[tuple[tuple[int, ...], Any, float, float], ...]  # shape, dtype, rtol, atol
+
+
+def setting(value: str | None) -> tuple[str, str] | None:
+  """A value of JAX_MOSAIC_FFI_VERIFY -> ``(mode, on_mismatch)``, None when off; anything else is a ValueError
+  listing what it takes."""
+  value = (value or "").strip().lower()
+  if value in ("", "0", "off"):
+    return None
+  mode, _, action = value.partition(":")
+  if mode not in MODES[1:] or action not in ("", *ACTIONS):
+    raise ValueError(f"{flags.VERIFY}={value!r} is not a setting of the shadow mode: use first or always, "
+                     f"optionally with :{', :'.join(ACTIONS)} (first:raise; the default is warn), or off, 0 or "
+                     f"unset for none; docs/guides/checking.md has what each does")
+  return mode, action or "warn"
 
 
 def environment() -> Verification | None:
   """JAX_MOSAIC_FFI_VERIFY, read when a program is lowered: one Verification per value, for the process."""
   value = os.environ.get(flags.VERIFY, "").strip().lower()
-  if value in ("", "0", "off"):
+  parsed = setting(value)
+  if parsed is None:
     return None
   if value not in _from_environment:
-    mode, _, action = value.partition(":")
-    if mode not in MODES[1:] or action not in ("", *ACTIONS):
-      raise ValueError(f"{flags.VERIFY}={value!r}: use first or always, optionally with :raise or :ignore "
-                       "(first:raise), or off")
-    _from_environment[value] = Verification(mode, action or "warn")
+    _from_environment[value] = Verification(*parsed)
   return _from_environment[value]
 
 
@@ -222,6 +286,14 @@ def _specialization(kernel, spec, avals_in) -> str:
   """A kernel specialization: its code, call site, launch and operand shapes."""
   text = repr((kernel.name, spec.call_site, sorted(spec.identity().items()), [str(a) for a in avals_in]))
   return hashlib.sha256(kernel.hash + text.encode()).hexdigest()
+
+
+def stood_in(kernel, spec, why: str) -> None:
+  """At lowering, where a kernel call's fallback is lowered in its place: the active verification notes it, so that
+  its report says no kernel ran rather than that nothing differed."""
+  verification = active()
+  if verification is not None:
+    verification.note(who(kernel, spec.call_site), why)
 
 
 def _can_call_back(ctx) -> bool:
@@ -256,11 +328,13 @@ def lower(ctx, operands, results, kernel, spec, verification: Verification) -> N
   of ``results`` compared with it, the comparison handed to ``verification`` by a host callback (behind a gate in
   ``first`` mode). Emits nothing where the check could not run or report (the module's docstring says where)."""
   where = who(kernel, spec.call_site)
+  verification.note(where)
   if spec.fallback is None:
     if not verification.quiet and where not in _unchecked_sites:
       _unchecked_sites.add(where)
-      warnings.warn(f"the shadow mode ({verification!r}) is on, but {where} has no fallback, so it runs unchecked; "
-                    "give mosaic_kernel(..., fallback=fn) to compare it with a jax.numpy reference", stacklevel=2)
+      source_location.warn_at(f"the shadow mode ({verification!r}) is on, but {where} has no fallback, so it "
+                              "runs unchecked; give mosaic_kernel(..., fallback=fn) to compare it with a jax.numpy "
+                              "reference", UncheckedKernelWarning, spec.call_site)
     return
   if not _can_call_back(ctx):
     return
@@ -271,7 +345,7 @@ def lower(ctx, operands, results, kernel, spec, verification: Verification) -> N
   if spec.fallback.compared is not None:
     returned = min(returned, spec.fallback.compared)
   outputs = tuple((tuple(a.shape), a.dtype, *verification.tolerance(a.dtype)) for a in ctx.avals_out[:returned])
-  site = _Site(key, where, check_report.describe_avals(ctx.avals_in), outputs)
+  site = _Site(key, where, spec.call_site, check_report.describe_avals(ctx.avals_in), outputs)
   # A collective kernel's fallback talks to its peers: every device must take the same branch, and the gate says
   # yes on one device only. Its check is not gated (it runs in every execution of a program lowered before it).
   gated = verification.mode == "first" and spec.collective is None and _gate_supported(ctx)
@@ -299,3 +373,7 @@ def _check(*args, fallback, num_inputs: int, site: _Site, verification: Verifica
   else:
     compare()
   return []
+
+
+# A bad value is refused when the package is imported, not at the first kernel a program lowers.
+setting(os.environ.get(flags.VERIFY))

@@ -82,7 +82,7 @@ def cute_kernel(fn: Callable[..., None], *, input_spec=None, output_spec=None, u
   made = f"cute_kernel '{_name(fn)}'"
   if compile_key is not None:
     try:
-      fingerprint.exact_key(compile_key)
+      fingerprint.exact_key(compile_key, "compile_key")
     except ValueKeyError as e:
       raise LaunchError(f"{made}: compile_key={compile_key!r} cannot be keyed exactly ({e}); the cache would take "
                         "another launcher's kernel for this one. Pass a str, bytes, number, or a tuple of them "

@@ -31,12 +31,13 @@ from jax_mosaic_ffi.cute.kernel import CuteKernel
 from jax_mosaic_ffi.cute.plan import Plan
 from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain import dump
+from jax_mosaic_ffi.toolchain import key_audit
 from jax_mosaic_ffi.toolchain.compiled import Compiled
 
 # The object's function prefix (its symbol in our module): objects load apart, so one name serves all. The
 # runtime's parser refuses a CuTe DSL module of another symbol, or an object without this prefix's entry points.
 PREFIX = core.CUTE_PREFIX
-_CACHE_FORMAT = "cute-2"  # 2: values keyed by their content (base/value_key.py)
+_CACHE_FORMAT = "cute-3"  # 2: values keyed by their content (base/value_key.py); 3: code and objects whole, settings
 _lock = threading.Lock()  # the DSL traces into process-wide state
 
 
@@ -74,8 +75,8 @@ def _options(target: Arch, options: str | None) -> str:
   return f"--gpu-arch {target.sm}" + (f" {options}" if options else "")
 
 
-def _trace_key(launcher, plan: Plan, target: Arch, options: str | None) -> str:
-  """The DSL's own identity of the launcher: the IR of a trace (as cute.compile and cutlass_call key it)."""
+def _trace(launcher, plan: Plan, target: Arch, options: str | None):
+  """The DSL's IR of the launcher for this plan: a trace, as cute.compile and cutlass_call key it."""
   cutlass, cute, cuda = dsl.modules()
   with dsl.importing("from cutlass import compiler"):
     from cutlass import compiler as cutlass_compiler  # noqa: PLC0415  (optional dependency: CuTe DSL)
@@ -84,7 +85,18 @@ def _trace_key(launcher, plan: Plan, target: Arch, options: str | None) -> str:
     artifact = cute.compile_to(cutlass_compiler.ArtifactType.PreCompiledMlir, wrapper.host_entry, cuda.CUstream(0),
                                *wrapper.placeholders(plan), launcher=launcher, plan=plan,
                                options=_options(target, options))
-    return hashlib.sha256(bytes(cutlass_compiler.serialize_compilation_artifact(artifact))).hexdigest()
+  return artifact, cutlass_compiler
+
+
+def _trace_key(launcher, plan: Plan, target: Arch, options: str | None) -> str:
+  """The DSL's own identity of the launcher: the digest of its IR."""
+  artifact, cutlass_compiler = _trace(launcher, plan, target, options)
+  return hashlib.sha256(bytes(cutlass_compiler.serialize_compilation_artifact(artifact))).hexdigest()
+
+
+def _trace_text(launcher, plan: Plan, targets: tuple[Arch, ...], options: str | None) -> str:
+  """The IR of each target's trace, as text: the key audit's witness (toolchain/key_audit.py)."""
+  return "\n".join(f"// {t.sm}\n{_trace(launcher, plan, t, options)[0]}" for t in targets)
 
 
 def launcher_identity(launcher, plan: Plan, target: Arch, options: str | None, compile_key=None,
@@ -143,7 +155,8 @@ def compile_plan(launcher, plan: Plan, *, name: str, targets: tuple[Arch, ...], 
   described, exact_plan = plan.describe()
   identity = launcher_identity(launcher, plan, targets[0], options, compile_key, exact_plan)
   entry_key = disk_cache.key(_CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"nvidia-cutlass-dsl {release}",
-                             identity, described, options or "", *(t.sm for t in targets))
+                             fingerprint_lib.settings_key(), identity, described, options or "",
+                             *(t.sm for t in targets))
 
   def decode(data: bytes) -> CuteKernel:
     return _from_bytes(name, data)
@@ -153,7 +166,14 @@ def compile_plan(launcher, plan: Plan, *, name: str, targets: tuple[Arch, ...], 
     compiled = Compiled.of(ParsedModule(PREFIX, images), None)
     return CuteKernel(name, compiled, plan.host_args(), max(t.align for t in plan.tensors)), True
 
-  found = compile_cache.cached(entry_key, compile=compile, encode=_to_bytes, decode=decode)
+  constexprs = ", ".join(k for k, _ in plan.constexprs)
+  witness = key_audit.Witness(
+      "CuTe DSL MLIR", lambda: _trace_text(launcher, plan, targets, options),
+      what=f"cute_kernel '{name}' for {', '.join(t.sm for t in targets)} (called at {where})",
+      read=(f"compile_key={compile_key!r}" if compile_key is not None else
+            f"the launcher's code and everything it reaches ({identity.split(':')[0]})")
+      + (f"; the constexprs {constexprs}" if constexprs else ""))
+  found = compile_cache.cached(entry_key, compile=compile, encode=_to_bytes, decode=decode, witness=witness)
   kernel = found.value
   if kernel.name != name:  # the same code under another name (a cache hit of a twin launcher)
     kernel = dataclasses.replace(kernel, name=name)

@@ -109,20 +109,16 @@ class Plan:
 
   def describe(self) -> tuple[str, bool]:
     """Everything of the plan that changes the compiled code, as text for cache keys, and whether that text is
-    exact. Each constexpr is keyed by its content (`fingerprint.exact_key`: an array by its bytes, a float by its
-    8 bytes), or, a function or an object, by the code and data it reaches (`fingerprint.fingerprint`), never by
-    its printed text; one neither reads exactly is written by its type alone, and the text is not exact: the
-    caller keys the specialization by a trace, which holds the value's effect."""
+    exact. Each constexpr is keyed whole (`fingerprint.exact_key`: an array by its bytes, a float by its 8 bytes,
+    a function or an object by its code and every attribute), never by its printed text; one the reader cannot
+    read whole is written by its type alone, and the text is not exact: the caller keys the specialization by a
+    trace, which holds the value's effect."""
     constexprs, exact = [], True
     for k, v in self.constexprs:
       try:
         constexprs.append([k, fingerprint.exact_key(v).hex()])
-        continue
-      except ValueKeyError:
-        pass
-      found = fingerprint.fingerprint(v)  # a function (an epilogue, a mask), an object: its code and data
-      constexprs.append([k, f"code:{found}" if found is not None else
-                         f"{type(v).__module__}.{type(v).__qualname__}: not keyed"])
-      exact = exact and found is not None
+      except (ValueKeyError, RecursionError):
+        constexprs.append([k, f"{type(v).__module__}.{type(v).__qualname__}: not keyed"])
+        exact = False
     return json.dumps([[t.describe() for t in self.tensors], self.num_inputs, str(self.input_tree),
                        str(self.output_tree), self.input_present, self.aliased_outputs, constexprs]), exact

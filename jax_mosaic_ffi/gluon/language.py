@@ -2,20 +2,19 @@
 
 The compile is Triton's own (triton/compile.py), from Gluon's source object (``GluonASTSource``: the module gets its
 target, warps and CTAs before codegen, as Gluon checks layouts while it builds them, and Triton runs Gluon's stages,
-not Triton's optimizing ones). Its ``hash()``, Triton's cache key and so ours, also covers the code the kernel
-reaches through a class passed as a constexpr, and our key of each constexpr keys such a class by that code
-(keys.py). A failure's advice names what usually fails in Gluon: a layout that does
+not Triton's optimizing ones). Its ``hash()``, Triton's cache key and so ours, is the Triton wing's, read whole
+(`triton.value_keys.KeyedSource`): a class passed as a constexpr (``MMAImpl=WGMMA``) by every method the kernel
+may call through it. A failure's advice names what usually fails in Gluon: a layout that does
 not fit ``num_warps`` or the block, or a name of Gluon's that the installed Triton calls otherwise.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import re
 
-from jax_mosaic_ffi.gluon import keys
 from jax_mosaic_ffi.triton import tensor_bounds
+from jax_mosaic_ffi.triton import value_keys
 from jax_mosaic_ffi.triton.languages import Language
 
 # Gluon's names that moved between the Triton releases we support (3.6 to 3.9): a kernel written for one release
@@ -68,18 +67,15 @@ def advice(error: BaseException) -> str:
 
 @functools.cache
 def _source_class():
-  """Gluon's source, keyed by the code its constexprs reach too (`keys.constexprs_key`), its tensors bounded
-  (`tensor_bounds.BoundedSource`: its make_ir checks Gluon's module, layouts and all)."""
+  """Gluon's source, keyed whole (`value_keys.KeyedSource`), its tensors bounded (`tensor_bounds.BoundedSource`: its
+  make_ir checks Gluon's module, layouts and all)."""
   try:
     from triton.experimental.gluon import GluonASTSource  # noqa: PLC0415  (optional dependency: Triton >= 3.9)
   except ImportError:  # Triton 3.6 to 3.8 keep it in the module of Gluon's runtime
     from triton.experimental.gluon._runtime import GluonASTSource  # noqa: PLC0415  (optional dependency: Triton)
 
-  class KeyedGluonSource(tensor_bounds.BoundedSource, GluonASTSource):
-    def hash(self):
-      extra = keys.constexprs_key(self.constants)
-      own = super().hash()
-      return own if not extra else hashlib.sha256(f"{own}-gluon-code-{extra}".encode()).hexdigest()
+  class KeyedGluonSource(value_keys.KeyedSource, tensor_bounds.BoundedSource, GluonASTSource):
+    pass
 
   return KeyedGluonSource
 
@@ -89,4 +85,4 @@ def _source(fn, signature, constexprs, attrs):
 
 
 GLUON = Language(name="Gluon", maker="gluon_kernel", source=_source, stages=("glir", "ttgir", "llir", "ptx"),
-                 advice=advice, values=keys.class_key)
+                 advice=advice)

@@ -53,7 +53,8 @@ def check(fn: Callable, *example_args, reference: Callable | None = None, shapes
     against autodiff of the reference: a wrong hand-written gradient shows here, and the rule that is wrong is
     named.
 
-  On a machine without a GPU the fallbacks run in the kernels' place, so only the machinery is exercised::
+  On a machine without a GPU the fallbacks run in the kernels' place: nothing of the kernels is checked, and the
+  report's ``status`` says ``"not checked"`` (``passed`` is False), though a reference that differs still fails::
 
     >>> kernel = jmf.cuda_kernel('extern "C" __global__ void twice(const float* x, float* y, int n) {'
     ...                          '  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 2 * x[i]; }',
@@ -61,8 +62,8 @@ def check(fn: Callable, *example_args, reference: Callable | None = None, shapes
     >>> twice = jmf.mosaic_kernel(kernel, lambda x: x, grid=lambda x: jmf.cdiv(x.size, 256), block=256,
     ...                           scalars=lambda x: (np.int32(x.size),), fallback=lambda x: 2 * x)
     >>> report = jmf.check(twice, jnp.ones(1000))                # shapes (1000,), (999,) and (1,)
-    >>> report.passed
-    True
+    >>> report.failures, report.status in ("passed", "not checked")   # "passed" on a GPU, "not checked" here
+    ([], True)
     >>> jmf.check(twice, jnp.ones(1000), reference=lambda x: 3 * x).summary()    # doctest: +ELLIPSIS
     '... comparisons differ (seed ...); the first: outputs, out (float32[1000]) ...: ... of 1000 elements differ ...'
 
@@ -78,33 +79,30 @@ def check(fn: Callable, *example_args, reference: Callable | None = None, shapes
     inputs: ``inputs(rng, *args)`` -> the arguments, for kernels whose inputs must satisfy something (indices in
       range); ``args`` are ShapeDtypeStructs, ``rng`` a numpy Generator. Default: normal floats, integers in [0, 8).
     vmap, eager, grads: compare under ``jax.vmap`` (a batch of ``batch``), eagerly, and the derivatives.
-    tolerances: ``{dtype: (rtol, atol)}`` replacing those of the table; ``rtol`` / ``atol`` replace the table's for
-      every floating-point dtype.
+    tolerances: ``{dtype: (rtol, atol)}`` replacing those of the table for floating-point dtypes; ``rtol`` /
+      ``atol`` replace the table's for every floating-point dtype. An element passes when ``|got - want| <= atol +
+      rtol * |want|`` (its own ``want``): a kernel that accumulates (a GEMM, a reduction) states an ``atol`` of
+      the size of its sums' rounding. Integers and bools are compared exactly (naming one here is an error).
     seed: of the random inputs (default: fresh; the report keeps it, to replay a failure).
-    raise_on_mismatch: raise `ReferenceMismatch` (carrying the report) when a comparison fails.
+    raise_on_mismatch: raise `ReferenceMismatch` (carrying the report) when a comparison fails (not when nothing
+      was checked).
 
   Returns:
-    A `CheckReport`: ``passed``, ``failures``, and ``print(report)`` for the table.
+    A `CheckReport`: ``status`` (``"passed"``, ``"failed"``, ``"not checked"``), ``passed``, ``failures``, and
+    ``print(report)`` for the table.
   """
   seed = int.from_bytes(os.urandom(4), "little") if seed is None else int(seed)
   rng = np.random.default_rng(seed)
-  checker = _Checker(fn, reference, inputs, _tolerances(tolerances, rtol, atol), rng)
+  checker = _Checker(fn, reference, inputs, numerics.lookup("jmf.check", tolerances, rtol, atol), rng)
   rows: list[Comparison] = []
   for case in check_cases.cases(example_args, shapes, dtypes):
     rows += checker.run(case, vmap=vmap, eager=eager, grads=grads, batch=batch)
-  report = CheckReport(tuple(rows), seed)
-  if raise_on_mismatch and not report.passed:
+  # Kernels that never ran (their fallbacks stood in for all of them) were not checked, whatever matched.
+  not_checked = shadow.unchecked_reason(set(), checker.stood_in) if checker.stood_in and not checker.ran else None
+  report = CheckReport(tuple(rows), seed, not_checked)
+  if raise_on_mismatch and report.failures:
     raise ReferenceMismatch(report)
   return report
-
-
-def _tolerances(tolerances, rtol, atol) -> Callable:
-  def lookup(dtype) -> tuple[float, float]:
-    default = numerics.tolerance(dtype, tolerances)
-    if numerics.exact(dtype):
-      return default
-    return (default[0] if rtol is None else float(rtol)), (default[1] if atol is None else float(atol))
-  return lookup
 
 
 def _first_line(error: BaseException) -> str:
@@ -127,6 +125,8 @@ class _Checker:
   def __init__(self, fn, reference, inputs, tolerance, rng, *, localize: bool = True):
     self.fn, self.user_reference, self.inputs, self.tolerance, self.rng = fn, reference, inputs, tolerance, rng
     self.localize = localize  # check each derivative rule alone when a derivative differs
+    # Over every program: whether a kernel call was lowered as its kernel, and those whose fallback stood in.
+    self.ran, self.stood_in = False, {}
 
   # ------------------------------------------------------------------ running
 
@@ -140,12 +140,15 @@ class _Checker:
 
   def _kernels(self, fn, args, label: str):
     """``fn`` freshly jitted (a new function: nothing cached), lowered with every kernel call checked against its
-    fallback; (compiled, outputs, the kernel rows)."""
+    fallback; (compiled, outputs, the kernel rows, the calls whose fallback stood in: {call: why})."""
     seen = shadow.Verification("always", "ignore", label=label, quiet=True, tolerance=self.tolerance)
     with seen, _highest():
       compiled = jax.jit(lambda *a: fn(*a)).trace(*args).lower().compile()
     out = jax.block_until_ready(compiled(*args))
-    return compiled, out, list(seen.report.rows)
+    stood_in = seen.stood_in
+    self.ran |= seen.kernels_ran
+    self.stood_in.update(stood_in)
+    return compiled, out, list(seen.report.rows), stood_in
 
   def _compare(self, what, case, got, want, names, kernel=None) -> list[Comparison]:
     rows = []
@@ -172,7 +175,7 @@ class _Checker:
     try:
       with _highest():
         want = jax.jit(reference)(*args)  # first: a kernel without a fallback is named before anything runs
-      compiled, out, kernel_rows = self._kernels(fn, args, "outputs")
+      compiled, out, kernel_rows, stood_in = self._kernels(fn, args, "outputs")
     except reference_lib.MissingFallback:
       raise
     except Exception as e:
@@ -182,7 +185,7 @@ class _Checker:
                                    f"{_first_line(e)}")]
     names = _names(out, "out")
     rows = _blamed(self._compare("outputs", case, out, want, names), kernel_rows)
-    rows += kernel_rows + self._unchecked(fn, args, kernel_rows)
+    rows += kernel_rows or self._unchecked(fn, args, stood_in)
     if eager:
       with _highest():
         rows += self._compare("jit vs eager", case, fn(*args), out, names)
@@ -192,14 +195,13 @@ class _Checker:
       rows += self.derivatives(case, args, out)
     return rows
 
-  def _unchecked(self, fn, args, kernel_rows) -> list[Comparison]:
-    """Where the kernels ran without their own comparison, a row says why."""
+  def _unchecked(self, fn, args, stood_in: dict[str, str]) -> list[Comparison]:
+    """Where a program's kernels ran without their own comparison, one row says why (empty: it calls none)."""
     kernels = [e for e in equations(jax.make_jaxpr(fn)(*args)) if e.primitive is mosaic_kernel_p]
-    if kernel_rows or not kernels:
+    if not kernels:
       return []
-    platform = jax.devices()[0].platform
-    if platform != "gpu":
-      why = f"the program ran on {platform}, where each kernel's fallback runs in its place"
+    if stood_in:
+      why = "; ".join(sorted(set(stood_in.values())))
     elif all(e.params["spec"].fallback is None for e in kernels):
       why = "the kernels have no fallbacks"
     else:  # check's programs are jitted for this one platform: of shadow.py's unchecked cases, only this is left
@@ -210,7 +212,7 @@ class _Checker:
     elements = [check_cases.make_inputs(self.rng, case, self.inputs) for _ in range(batch)]
     stacked = [jnp.stack(leaves) for leaves in zip(*elements)]
     try:
-      _, batched, kernel_rows = self._kernels(jax.vmap(fn), stacked, "vmap")
+      _, batched, kernel_rows, _ = self._kernels(jax.vmap(fn), stacked, "vmap")
     except reference_lib.MissingFallback:
       raise
     except Exception as e:
@@ -262,7 +264,7 @@ class _Checker:
 
   def _derivative(self, what, transform, operands, fn, reference, case, names) -> list[Comparison]:
     try:
-      _, got, kernel_rows = self._kernels(transform(fn), operands, what)
+      _, got, kernel_rows, _ = self._kernels(transform(fn), operands, what)
     except reference_lib.MissingFallback:
       raise
     except (TypeError, NotImplementedError) as e:  # no derivative defined: said so, not failed

@@ -25,8 +25,8 @@ frontend); and the whole compile, every target, runs under
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
+import hashlib
 import inspect
 import json
 import struct
@@ -39,13 +39,16 @@ from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import module_format
 from jax_mosaic_ffi.base import native_stderr
 from jax_mosaic_ffi.base import ptx_info
+from jax_mosaic_ffi.base.errors import KeyAuditError
 from jax_mosaic_ffi.base.module_format import Image, ImageKind, ParsedModule
 from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain import dump
+from jax_mosaic_ffi.toolchain import key_audit
 from jax_mosaic_ffi.toolchain.compiled import Compiled, param_sizes
 from jax_mosaic_ffi.toolchain.kernel import PDL_MIN_ARCH, Kernel, buffer_name
 from jax_mosaic_ffi.triton import compile_errors
 from jax_mosaic_ffi.triton import descriptors as triton_descriptors
+from jax_mosaic_ffi.triton import frontend
 from jax_mosaic_ffi.triton import ptxas_deadline
 from jax_mosaic_ffi.triton import specialize as triton_specialize
 from jax_mosaic_ffi.triton import tensor_bounds
@@ -62,7 +65,7 @@ from jax_mosaic_ffi.triton.options import LAUNCH_OPTIONS, TritonOptions
 SUPPORTED_TRITON = ((3, 6), (3, 10))
 SUPPORTED_TEXT = ("Triton >= 3.6, < 3.10 (tested: 3.6.0 to 3.9.0 compiling and lowering on CPU, "
                   "3.6.0 on an H200)")
-_CACHE_FORMAT = "triton-4"  # 2: TritonInfo.dropped and .aligned; 3: .tensordesc_meta; 4: values keyed exactly
+_CACHE_FORMAT = "triton-5"  # 2: TritonInfo.dropped, .aligned; 3: .tensordesc_meta; 4: values exact; 5: read whole
 
 
 # What a Triton alignment hint (tt.divisibility 16 on a pointer) promises.
@@ -185,10 +188,8 @@ def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: Triton
                          "scalars (i32, fp32, ...), tuples of them, and host tensor descriptors as Triton writes "
                          "them (tensordesc<fp16[64, 64]>, a Gluon kernel's with its shared layout: no im2col, not "
                          "in a tuple)")
-  # Each constexpr by its content (value_keys.py, with the language's own values), refused by name before Triton is
-  # asked anything.
-  constexpr_keys = json.dumps(sorted((k, value_keys.key(v, f"the constexpr {k}", made, language.values))
-                                     for k, v in constexprs.items()))
+  # Each constexpr read whole (value_keys.py); one that cannot be is keyed by the TTIR Triton's frontend makes.
+  constexpr_keys = json.dumps(sorted((k, value_keys.constexpr_key(v) or "ir") for k, v in constexprs.items()))
   config = compile_errors.config_text(signature, constexprs, options)
   specialization = _specialization(fn, signature, scalar_values, constexprs, targets, config, language)
   requests = _requests(fn, specialization, options, targets, config, language)
@@ -215,7 +216,12 @@ def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: Triton
       compile_cache.count_compiles("triton", len(targets))
     return kernel, True
 
-  found = compile_cache.cached(entry_key, compile=run, encode=_to_bytes, decode=decode)
+  read = ", ".join(f"{k} ({'its IR' if value_keys.constexpr_key(v) is None else type(v).__qualname__})"
+                   for k, v in constexprs.items())
+  witness = key_audit.Witness("TTIR", lambda: "\n".join(_witness(r) for r in requests),
+                              what=f"{made} for {', '.join(t.sm for t in targets)} with {config}",
+                              read=f"the kernel's code and what it reaches; the constexprs {read}" if read else "")
+  found = compile_cache.cached(entry_key, compile=run, encode=_to_bytes, decode=decode, witness=witness)
   if found.source != "memory":
     dump.maybe_dump(found.value)
   return found.value
@@ -229,6 +235,7 @@ class _Request:
   gpu_target: Any
   source: Any
   options: dict
+  parsed: Any  # the options as Triton's backend parsed them
   key: str
 
 
@@ -239,8 +246,9 @@ def _specialization(fn, signature, scalar_values, constexprs, targets, config,
   from triton.compiler import make_backend  # noqa: PLC0415  (optional dependency: Triton)
   try:
     return triton_specialize.specialize_cached(fn, signature, scalar_values, constexprs, targets[0].sm,
-                                               lambda: make_backend(GPUTarget("cuda", targets[0].number, 32)),
-                                               language.values)
+                                               lambda: make_backend(GPUTarget("cuda", targets[0].number, 32)))
+  except KeyAuditError:
+    raise
   except Exception as e:
     raise compile_errors.failed(fn, targets[0], config, language, e) from None
 
@@ -265,11 +273,23 @@ def _requests(fn, specialization, options: TritonOptions, targets, config, langu
       backend = make_backend(gpu_target)
       # As triton.compile parses them: the environment's knobs (TRITON_DEFAULT_FP_FUSION...) are in them.
       parsed = backend.parse_options(dict(compile_options, **source.parse_options()))
+      if source.unkeyed():  # a constexpr our keys cannot read whole: the compile is keyed by its IR
+        with _compile_lock:
+          text = frontend.ir_text(source, gpu_target, parsed)
+        source.ir_key = hashlib.sha256(key_audit.normal(text).encode()).hexdigest()
       key = get_cache_key(source, backend, parsed, env_vars)
+    except KeyAuditError:
+      raise
     except Exception as e:
       raise compile_errors.failed(fn, target, config, language, e) from None
-    requests.append(_Request(target, gpu_target, source, compile_options, key))
+    requests.append(_Request(target, gpu_target, source, compile_options, parsed, key))
   return requests
+
+
+def _witness(request: _Request) -> str:
+  """A request's TTIR, with its target: the key audit's witness (toolchain/key_audit.py)."""
+  with _compile_lock:
+    return f"// {request.target.sm}\n{frontend.ir_text(request.source, request.gpu_target, request.parsed)}"
 
 
 def _run_triton(triton, fn, signature, specialization, requests, meta, config, language: Language,
@@ -287,7 +307,7 @@ def _run_triton(triton, fn, signature, specialization, requests, meta, config, l
     ptxas = ptxas_deadline.Ptxas()
     with native_stderr.captured() as printed:  # Triton's passes say why they failed on stderr only
       try:
-        with _own_cache_only(specialization), ptxas_deadline.bounded(deadline) as ptxas:
+        with ptxas_deadline.bounded(deadline) as ptxas:
           compiled = triton.compile(request.source, target=request.gpu_target, options=request.options)
         failure = None
       except Exception as e:
@@ -348,20 +368,6 @@ def _run_triton(triton, fn, signature, specialization, requests, meta, config, l
                     meta=meta,
                     triton_version=triton.__version__, tensordesc_meta=descriptors)
   return TritonKernel(fn.__name__, Compiled.of(parsed, sizes), info)
-
-
-@contextlib.contextmanager
-def _own_cache_only(specialization):
-  """Triton's compile, without Triton's own cache where its key would not hold a constexpr exactly (an array:
-  `value_keys.triton_keys_exactly`): it would hand back a kernel compiled for another value that prints alike.
-  Ours, in front of it, keys the value exactly. The switch is Triton's ``always_compile`` knob, in its scope."""
-  if all(value_keys.triton_keys_exactly(v) for v in specialization.constexprs.values()):
-    yield
-    return
-  from triton import knobs  # noqa: PLC0415  (optional dependency: Triton)
-  with knobs.compilation.scope():
-    knobs.compilation.always_compile = True
-    yield
 
 
 def _to_bytes(kernel: TritonKernel) -> bytes:

@@ -281,8 +281,9 @@ class _Decorated:
 
   def tuned(self, metas: list[dict], zero_outputs, args: _Arguments, where):
     """The autotuned call over these candidates: one per distinct set of them, the latest kept."""
-    space = value_keys.key(tuple(tuple(sorted(m.items())) for m in metas), "the configs' values", where,
-                           self.function.language.values) + repr(zero_outputs)
+    # A space holding a value that cannot be read whole is its own (each config's compile is keyed by its IR).
+    space = (value_keys.constexpr_key(tuple(tuple(sorted(m.items())) for m in metas)) or f"unkeyed {id(metas)}"
+             ) + repr(zero_outputs)
     with self._lock:
       tuned_call = self._tuned.get(space)
       if tuned_call is None:

@@ -13,6 +13,7 @@ import functools
 from typing import Any, Callable
 
 from jax_mosaic_ffi.triton import tensor_bounds
+from jax_mosaic_ffi.triton import value_keys
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,14 +24,11 @@ class Language:
     name: its name, as messages call its kernels ("Triton", "Gluon").
     maker: the public function that makes its kernels ("triton_kernel"), as messages name it.
     source: ``(fn, signature, constexprs, attrs) -> source``: what ``triton.compile`` compiles. Its ``hash()``
-      is in Triton's cache key (``get_cache_key``), so in ours too: it must cover everything the compile reads.
-      Its class has `tensor_bounds.BoundedSource` first, whose ``make_ir`` refuses a tensor a CTA cannot hold
-      before any stage runs (compile.py checks that it does).
+      is in Triton's cache key (``get_cache_key``), so in ours too: it must cover everything the compile reads
+      (`value_keys.KeyedSource` reads it whole). Its class has `tensor_bounds.BoundedSource` too, whose ``make_ir``
+      refuses a tensor a CTA cannot hold before any stage runs (compile.py checks that it does).
     stages: the intermediate forms a compile with Triton's ``debug`` option prints, those it has.
     advice: ``(exception) -> str``: what a compile that failed in Triton's compiler advises.
-    values: the exact key of a kind of constexpr value the language takes beyond Triton's (`base.value_key`'s
-      ``extra``: bytes, or None for a value it does not know), or None: Gluon keys a class passed as a
-      constexpr by its code.
   """
 
   name: str
@@ -38,22 +36,22 @@ class Language:
   source: Callable[..., Any]
   stages: tuple[str, ...]
   advice: Callable[[BaseException], str]
-  values: Callable[[Any], bytes | None] | None = None
 
 
 @functools.cache
-def _source_class():
-  """Triton's source of a ``@triton.jit`` function, its tensors bounded (tensor_bounds.py)."""
+def _ast_source_class():
+  """Triton's source of a ``@triton.jit`` function, keyed whole (value_keys.py), its tensors bounded
+  (tensor_bounds.py)."""
   from triton.compiler import ASTSource  # noqa: PLC0415  (optional dependency: Triton)
 
-  class BoundedASTSource(tensor_bounds.BoundedSource, ASTSource):
+  class KeyedASTSource(value_keys.KeyedSource, tensor_bounds.BoundedSource, ASTSource):
     pass
 
-  return BoundedASTSource
+  return KeyedASTSource
 
 
 def _ast_source(fn, signature, constexprs, attrs):
-  return _source_class()(fn, signature, constexprs, attrs=attrs)
+  return _ast_source_class()(fn, signature, constexprs, attrs=attrs)
 
 
 def _triton_advice(error: BaseException) -> str:

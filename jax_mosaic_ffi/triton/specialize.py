@@ -40,6 +40,7 @@ import numpy as np
 
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.toolchain import compile_cache
+from jax_mosaic_ffi.toolchain import key_audit
 from jax_mosaic_ffi.triton import options
 from jax_mosaic_ffi.triton import value_keys
 
@@ -171,29 +172,42 @@ def specialize(fn, types: Sequence[Any], values: Mapping[int, Any], constexprs: 
   return Specialization(dict(signature), dict(packed_constexprs), dict(attrs), tuple(dropped), aligned)
 
 
-_FORMAT = "triton-specialization-2"  # 2: values keyed exactly
+_FORMAT = "triton-specialization-3"  # 2: values keyed exactly; 3: the function read whole
 
 
 def specialize_cached(fn, types: Sequence[Any], values: Mapping[int, Any], constexprs: Mapping[str, Any],
-                      target: str, make_backend, language_values=None) -> Specialization:
+                      target: str, make_backend) -> Specialization:
   """`specialize`, from the compile cache (memory, then disk) when the same question was answered before;
-  ``make_backend()`` gives Triton's backend for ``target`` (only when Triton is asked); ``language_values``: the
-  exact keys of the constexprs of the kernel's language beyond Triton's (`languages.Language.values`)."""
+  ``make_backend()`` gives Triton's backend for ``target`` (only when Triton is asked). Keyed by the function
+  read whole (its parameters' defaults, which Triton's binder puts among the constexprs, included); a call with a
+  value that cannot be read whole is answered again, not cached."""
   import triton  # noqa: PLC0415  (optional dependency: Triton)
   flags = [(p.name, bool(p.is_constexpr), bool(p.do_not_specialize), bool(p.do_not_specialize_on_alignment))
            for p in fn.params]
-  where = f"triton_kernel '{fn.__name__}'"
-  entry_key = disk_cache.key(
-      _FORMAT, f"triton {triton.__version__}", target, str(XLA_BUFFER_ALIGN), fn.cache_key, repr(flags),
-      repr(list(types)), *(f"{k}:{value_keys.key(v, f'scalar {k}', where)}" for k, v in sorted(values.items())),
-      *(f"{k}:{value_keys.key(v, f'the constexpr {k}', where, language_values)}"
-        for k, v in sorted(constexprs.items())))
+  named = [*((f"scalar {k}", v) for k, v in sorted(values.items())), *sorted(constexprs.items()), ("fn", fn)]
+  keys = [value_keys.constexpr_key(v) for _, v in named]
+  if None in keys:
+    return specialize(fn, types, values, constexprs, make_backend())
+  entry_key = disk_cache.key(_FORMAT, f"triton {triton.__version__}", target, str(XLA_BUFFER_ALIGN), fn.cache_key,
+                             repr(flags), repr(list(types)), *(f"{n}:{k}" for (n, _), k in zip(named, keys)))
   # An entry read back from disk is checked against this call before use; one that does not fit is deleted and
   # rebuilt.
+  # The audit proves a hit against the answer Triton gives now: a specialization holds the constexprs' values.
+  witness = key_audit.Witness("Triton specialization (parameters compiled in, hints, constexpr values)",
+                              lambda: _text(specialize(fn, types, values, constexprs, make_backend())), of=_text,
+                              what=f"triton_kernel '{fn.__name__}' for {target}",
+                              read="the function, the types and values of its arguments")
   found = compile_cache.cached(
       entry_key, compile=lambda: (specialize(fn, types, values, constexprs, make_backend()), True), encode=_stored,
-      decode=lambda payload: _fitting(_decode(payload), fn, types, values, constexprs), counted=False)
+      decode=lambda payload: _fitting(_decode(payload), fn, types, values, constexprs), counted=False,
+      witness=witness)
   return found.value
+
+
+def _text(s: Specialization) -> str:
+  """A specialization as the audit compares it: each constexpr by its exact key (an array's repr is shortened)."""
+  constexprs = sorted((list(k), value_keys.exact(v).hex()) for k, v in s.constexprs.items())
+  return json.dumps([s.description, constexprs, s.dropped, s.aligned], default=str)
 
 
 def _stored(s: Specialization) -> bytes | None:

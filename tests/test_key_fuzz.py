@@ -1,0 +1,81 @@
+"""The edit fuzzer: every kind of edit a user makes between two runs (a method's body, a JIT function an instance
+holds, a field, a module global, a closure cell, a default, an enum's value, a class's base, a setting, and
+controls that change nothing the kernel reads), to a program of each front end (tests/key_fuzz.py), with the key
+audit on. In this process (memory cache) and across processes (a warm disk cache, memory empty): no hit may serve a
+kernel made from other IR (KeyAuditError), an edit that changes the kernel must change the key, and a control must
+keep it (a warm cache still hits). The table of what was tried ends the test run's output."""
+
+import json
+import os
+
+import pytest
+
+import fresh_process
+import key_fuzz
+
+WARM = '''
+  import json, sys
+  sys.dont_write_bytecode = True
+  import key_fuzz
+  folder, wing, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+  found = key_fuzz.warm_run(folder, wing, names) if names else key_fuzz.lower(folder, key_fuzz.PROGRAMS[wing], None)
+  print(json.dumps(found))
+'''
+
+
+def _requirements(wing: str) -> None:
+  if wing in ("triton", "gluon"):
+    from triton_required import import_triton
+    import_triton()
+  if wing == "cute":
+    pytest.importorskip("cutlass.cute")
+
+
+def _lower_with(folder, program, edit, monkeypatch):
+  with monkeypatch.context() as m:
+    for name, value in (edit.env if edit else ()):
+      m.setenv(name, value)
+    return key_fuzz.lower(str(folder), program, edit)
+
+
+@pytest.mark.parametrize("wing", sorted(key_fuzz.PROGRAMS))
+def test_every_edit_that_changes_the_kernel_changes_its_key(wing, tmp_path, monkeypatch, record_property):
+  _requirements(wing)
+  monkeypatch.setenv("JAX_MOSAIC_FFI_KEY_AUDIT", "1")
+  monkeypatch.setenv("JAX_MOSAIC_FFI_CACHE_DIR", str(tmp_path / "memory-run-cache"))
+  monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+  monkeypatch.setattr("sys.dont_write_bytecode", True)  # each version is read from its text, never a stale .pyc
+  program = key_fuzz.PROGRAMS[wing]
+  folder = tmp_path / "program"
+  folder.mkdir()
+  rows = []
+
+  # In this process: each edit against the program as it was, from the memory cache.
+  base = _lower_with(folder, program, None, monkeypatch)
+  assert base["compiled"]
+  for edit in program.edits:
+    edited = _lower_with(folder, program, edit, monkeypatch)
+    rows.append(key_fuzz.row(program, edit, _lower_with(folder, program, None, monkeypatch), edited, "memory"))
+
+  # Across processes: the program compiled in one, each edit lowered in another from the warm disk cache (a
+  # setting is the environment of a process of its own).
+  env = {"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "disk-run-cache"), "PYTHONDONTWRITEBYTECODE": "1"}
+  cold = fresh_process.run(WARM, folder, wing, env=env, timeout=3600).result
+  assert cold["compiled"]
+  # Controls first: an edited header's compile takes its kernel's entry (one per key, its headers checked on use),
+  # so the program as it was would miss after it, rightly.
+  plain = sorted((e for e in program.edits if not e.env), key=lambda e: e.changes_kernel)
+  found = fresh_process.run(WARM, folder, wing, *(e.name for e in plain), env=env, timeout=3600).result
+  for edit in program.edits:
+    if edit.env:
+      (result,) = fresh_process.run(WARM, folder, wing, edit.name, env={**env, **dict(edit.env)}, timeout=3600).result
+    else:
+      result = found[plain.index(edit)]
+    rows.append(key_fuzz.row(program, edit, cold, result, "disk"))
+
+  record_property("key_fuzz", json.dumps(rows))
+  problems = [f"{r['where']}: {r['edit']}: {'; '.join(r['problems'])}" for r in rows if r["problems"]]
+  assert not problems, "\n".join(problems)
+  kinds = {r["kind"] for r in rows}
+  assert "control" in kinds and len(kinds) >= 4, kinds
+  assert os.environ["JAX_MOSAIC_FFI_KEY_AUDIT"] == "1"
