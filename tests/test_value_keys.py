@@ -273,3 +273,18 @@ def test_a_triton_table_edited_in_its_ninth_digit_is_not_served_from_disk(tmp_pa
   third = fresh_process.run(TRITON_ENTRY, "0.123456789", env=env).result
   assert first["compiles"] == 1 and second["compiles"] == 1
   assert third["compiles"] == 0 and third["disk_hits"] >= 1
+
+
+def test_tritons_knobs_that_reach_a_compile_are_in_the_key(monkeypatch):
+  """Triton's list of its settings (its knobs, set from the environment or by code) is read whole."""
+  triton_sources()
+  from triton import knobs
+  from jax_mosaic_ffi.triton import settings
+  before = settings.key()
+  with knobs.compilation.scope():
+    knobs.compilation.allow_non_constexpr_globals = True
+    assert settings.key() != before
+  monkeypatch.setenv("TRITON_OVERRIDE_ARCH", "sm90")
+  assert settings.key() != before
+  monkeypatch.delenv("TRITON_OVERRIDE_ARCH")
+  assert settings.key() == before

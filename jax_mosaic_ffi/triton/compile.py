@@ -50,6 +50,7 @@ from jax_mosaic_ffi.triton import compile_errors
 from jax_mosaic_ffi.triton import descriptors as triton_descriptors
 from jax_mosaic_ffi.triton import frontend
 from jax_mosaic_ffi.triton import ptxas_deadline
+from jax_mosaic_ffi.triton import settings
 from jax_mosaic_ffi.triton import specialize as triton_specialize
 from jax_mosaic_ffi.triton import tensor_bounds
 from jax_mosaic_ffi.triton import value_keys
@@ -194,7 +195,8 @@ def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: Triton
   specialization = _specialization(fn, signature, scalar_values, constexprs, targets, config, language)
   requests = _requests(fn, specialization, options, targets, config, language)
   entry_key = disk_cache.key(
-      _CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"triton {triton.__version__}", language.name,
+      _CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"triton {triton.__version__}", settings.key(),
+      language.name,
       fn.__name__,
       *(ty if isinstance(ty, str) else repr(ty) for ty in signature),
       constexpr_keys, specialization.description,
