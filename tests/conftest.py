@@ -6,6 +6,13 @@ import pytest
 # Every GPU test's outputs start as 0xFF bytes (NaN / -1), so an element a
 # kernel fails to write cannot pass for a right answer left by an earlier run.
 os.environ.setdefault("JAX_MOSAIC_FFI_POISON_OUTPUTS", "1")
+# Triton's own cache is the session's: one shared with another checkout holds kernels of the same code compiled
+# there, whose line info names that checkout's files (keys leave paths out, so that a kernel travels).
+if "TRITON_CACHE_DIR" not in os.environ:
+  import atexit
+  import tempfile
+  os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="jmf-tests-triton-cache-")
+  atexit.register(shutil.rmtree, os.environ["TRITON_CACHE_DIR"], True)
 # Tests start subprocesses that use the GPU too: do not let XLA take 75% of it.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 # Eight host devices, so collective lowering can be checked over real meshes
