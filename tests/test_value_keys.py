@@ -288,3 +288,9 @@ def test_tritons_knobs_that_reach_a_compile_are_in_the_key(monkeypatch):
   assert settings.key() != before
   monkeypatch.delenv("TRITON_OVERRIDE_ARCH")
   assert settings.key() == before
+
+
+def test_structured_fields_are_keyed_with_their_dtypes():
+  ints = np.zeros(2, [("a", "<i4"), ("b", "<i4")])
+  floats = np.zeros(2, [("a", "<f4"), ("b", "<i4")])
+  assert ints.tobytes() == floats.tobytes() and not same(ints, floats)

@@ -80,11 +80,6 @@ def value_key(value, *, toolchain: Toolchain = PLAIN, name: str = "the value") -
   return keyer.h.digest()
 
 
-def update(h, value, *, toolchain: Toolchain = PLAIN) -> None:
-  """Feeds ``value``'s key into ``h`` (a hashlib object), as `value_key` hashes it."""
-  Keyer(h, toolchain).put(value, 0, "the value")
-
-
 def _dtype_key(dtype: np.dtype) -> bytes:
   if dtype.hasobject:
     raise ValueKeyError(f"an array of dtype {dtype} holds Python objects (pointers), whose bytes are no key")
@@ -102,7 +97,8 @@ def _array_bytes(array: np.ndarray) -> list[bytes]:
     return [np.ascontiguousarray(array).tobytes()]
   out = []
   for name in array.dtype.names:
-    out += [name.encode(), *_array_bytes(np.ascontiguousarray(array[name]))]
+    field = np.ascontiguousarray(array[name])
+    out += [name.encode(), _dtype_key(field.dtype), *_array_bytes(field)]
   return out
 
 
