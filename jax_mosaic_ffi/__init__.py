@@ -26,7 +26,7 @@ from jax_mosaic_ffi.base.errors import (AutotuneError, CompileError, CompileTime
                                        NvshmemUnavailable, ReferenceMismatch, ReferenceMismatchWarning,
                                        UncheckedKernelWarning)
 from jax_mosaic_ffi.toolchain.kernel import Kernel
-from jax_mosaic_ffi.cuda.kernel import cubin_kernel, cuda_kernel, ptx_kernel
+from jax_mosaic_ffi.cuda.kernel import CudaKernel, cubin_kernel, cuda_kernel, ptx_kernel
 from jax_mosaic_ffi.call import lowering as _lowering  # noqa: F401  (registers the CUDA lowering)
 from jax_mosaic_ffi.call import registration  # noqa: F401  (jmf.registration.status(), as the docs say)
 from jax_mosaic_ffi.call.check_report import CheckReport
@@ -80,5 +80,5 @@ __all__ = [
     "load_tuning", "save_tuning", "triton_call", "CuteFunction", "CuteKernel", "CuteUnavailable", "cute_call",
     "cute_kernel", "check", "CheckReport", "verify", "ReferenceMismatch", "ReferenceMismatchWarning",
     "UncheckedKernelWarning", "testing", "GluonFunction", "GluonKernel", "gluon_kernel", "KeyAuditError",
-    "CompileTimeout", "TensorTooLarge",
+    "CompileTimeout", "TensorTooLarge", "CudaKernel",
 ]

@@ -22,6 +22,7 @@ from jax_mosaic_ffi.cuda import front_end as cuda_front_end
 from jax_mosaic_ffi.cute import front_end as cute_front_end
 from jax_mosaic_ffi.gluon import front_end as gluon_front_end
 from jax_mosaic_ffi.toolchain import compile_cache
+from jax_mosaic_ffi.toolchain.kernel import Kernel
 from jax_mosaic_ffi.transforms import autotune as autotune_lib
 from jax_mosaic_ffi.transforms import sharding as sharding_lib
 from jax_mosaic_ffi.transforms import untimed
@@ -45,12 +46,20 @@ _DEFAULTS = {field.name: field.default for front_end in FRONT_ENDS for field in 
 
 
 def front_end_of(kernel) -> FrontEnd:
-  """The front end that launches ``kernel``, by its type."""
+  """The front end that launches ``kernel``, by its type: the nearest registered type in its class's order. One of
+  no front end's types (a wing's compiled kernel another front end's call makes, a Kernel made by hand) is refused
+  by name, never handed to a launcher that would misread it."""
   for kernel_type in type(kernel).__mro__:
     if kernel_type in _BY_TYPE:
       return _BY_TYPE[kernel_type]
   makers = ", ".join(maker for front_end in FRONT_ENDS for maker in front_end.makers)
-  raise TypeError(f"mosaic_kernel needs a Kernel from {makers}, got {type(kernel).__name__}")
+  kind = f"{type(kernel).__module__}.{type(kernel).__qualname__}"
+  if isinstance(kernel, Kernel):
+    raise TypeError(f"mosaic_kernel launches the kernels of its front ends ({makers}); a {kind} is a compiled "
+                    "kernel of none of them (a CuteKernel is what the CuteFunction of cute_kernel compiles to inside "
+                    "a call: pass that CuteFunction). A new kind of kernel needs its front end: one line in "
+                    "jax_mosaic_ffi/api.py's FRONT_ENDS (docs/architecture.md, the front-end protocol)")
+  raise TypeError(f"mosaic_kernel needs a kernel from {makers}, got a {kind}")
 
 
 def mosaic_kernel(kernel, out_shape, *, input_output_aliases: Mapping[int, int] | None = None,

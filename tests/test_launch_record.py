@@ -120,8 +120,8 @@ def test_each_front_end_is_one_line_of_the_table_and_names_its_image_kinds(isola
   assert cuda is by_name["a CUDA kernel"]
   kernel = jmf.cuda_kernel(kernel_sources.ADD, "add", targets="sm_90")
   assert {image.kind for image in kernel.images} <= set(cuda.image_kinds)
-  with pytest.raises(TypeError, match=r"needs a Kernel from cuda_kernel, ptx_kernel, cubin_kernel, triton_kernel, "
-                                      r"cute_kernel, gluon_kernel, got str"):
+  with pytest.raises(TypeError, match=r"needs a kernel from cuda_kernel, ptx_kernel, cubin_kernel, triton_kernel, "
+                                      r"cute_kernel, gluon_kernel, got a builtins.str"):
     api.front_end_of("add")
 
 
@@ -144,3 +144,15 @@ def test_a_config_meta_reaches_a_cuda_kernels_callables(isolated_disk_cache):
                             scalars=(np.int32(1024),), configs=[{"B": 128}, {"B": 256}])
   spec = spec_of(tuned.factory({"B": 256}), X, X)
   assert spec.grid == (4, 1, 1) and spec.block == (256, 1, 1)
+
+
+def test_a_kernel_of_no_front_end_is_refused_by_name(isolated_disk_cache):
+  """The CUDA front end launches its own CudaKernel, not every Kernel: another wing's compiled kernel (or one made
+  by hand) used to reach the CUDA launcher, which asked it for a grid."""
+  from jax_mosaic_ffi.toolchain.kernel import Kernel
+  cuda = jmf.cuda_kernel(kernel_sources.ADD, "add")
+  assert isinstance(cuda, jmf.CudaKernel) and repr(cuda).startswith("CudaKernel('add'")
+  by_hand = Kernel(cuda.name, cuda.compiled)
+  with pytest.raises(TypeError, match=r"a jax_mosaic_ffi.toolchain.kernel.Kernel is a compiled kernel of none of "
+                                      r"them.*FRONT_ENDS"):
+    jmf.mosaic_kernel(by_hand, jax.ShapeDtypeStruct((8,), jnp.float32), grid=1, block=8)

@@ -16,6 +16,17 @@ from jax_mosaic_ffi.toolchain.compiled import Compiled
 from jax_mosaic_ffi.toolchain.kernel import DEFAULT_ARCH, Kernel, parse_targets
 
 
+class CudaKernel(Kernel):
+  """A compiled CUDA kernel: what `cuda_kernel`, `ptx_kernel` and `cubin_kernel` return, launched by
+  `mosaic_kernel` with ``grid=``, ``block=`` and the CUDA options. Its own type, so that `mosaic_kernel` launches
+  only the kernels of the CUDA front end as CUDA kernels (another front end's compiled kernel is refused by name):
+
+    >>> kernel = jmf.cuda_kernel('extern "C" __global__ void fill(float* y) {}', "fill")
+    >>> isinstance(kernel, jmf.CudaKernel), isinstance(kernel, jmf.Kernel)
+    (True, True)
+  """
+
+
 def _check_name(name, what: str) -> str:
   if not isinstance(name, str) or not name.strip():
     raise ValueError(f"{what} needs the name of the kernel's entry point as a non-empty string, got {name!r}")
@@ -39,7 +50,7 @@ def includes_nvshmem(source: str, headers: Mapping[str, str] | None) -> bool:
 def cuda_kernel(source: str, name: str, *, options: Sequence[str] = (),
                 headers: Mapping[str, str] | None = None,
                 targets: Sequence[str | int] | str | None = None, pdl: bool = True,
-                nvshmem: bool | None = None) -> Kernel:
+                nvshmem: bool | None = None) -> CudaKernel:
   """Compiles CUDA C++ with NVRTC, in this process: no GPU, nvcc or host compiler needed.
 
   The compile is cached in memory and on disk (the same source, options and targets never compile twice),
@@ -95,7 +106,7 @@ def cuda_kernel(source: str, name: str, *, options: Sequence[str] = (),
     raise TypeError(f"cuda_kernel: nvshmem must be True, False or None (detect it from the includes), got {nvshmem!r}")
   compiled = compiler.compile_cuda(source, name, options=options, headers=headers,
                                    targets=parse_targets(targets), pdl=bool(pdl), nvshmem=nvshmem)
-  return _made(Kernel(name, compiled))
+  return _made(CudaKernel(name, compiled))
 
 
 def _signature(signature, name: str, sizes: tuple[int, ...] | None, what: str) -> tuple[str, ...] | None:
@@ -117,7 +128,7 @@ def _signature(signature, name: str, sizes: tuple[int, ...] | None, what: str) -
   return types
 
 
-def ptx_kernel(ptx: str | bytes, name: str, *, pdl: bool = True, signature=None) -> Kernel:
+def ptx_kernel(ptx: str | bytes, name: str, *, pdl: bool = True, signature=None) -> CudaKernel:
   """Wraps PTX text; the driver compiles it for the GPU when it is loaded.
 
   ``name`` is the entry's symbol as it appears in the PTX (``.entry name``).
@@ -134,7 +145,7 @@ def ptx_kernel(ptx: str | bytes, name: str, *, pdl: bool = True, signature=None)
     >>> made = jmf.cuda_kernel(source, "add", targets=["sm_90"])
     >>> ptx = next(image.data for image in made.images if image.kind.name == "PTX")
     >>> jmf.ptx_kernel(ptx, "add", signature=["const float*", "float*", np.int32])
-    Kernel('add', images=[ptx:sm_90])
+    CudaKernel('add', images=[ptx:sm_90])
   """
   name = _check_name(name, "ptx_kernel")
   if not isinstance(ptx, (str, bytes)):
@@ -151,11 +162,11 @@ def ptx_kernel(ptx: str | bytes, name: str, *, pdl: bool = True, signature=None)
   types = _signature(signature, name, entries[name], "ptx_kernel")
   parsed = ParsedModule(name, (Image(ImageKind.PTX, arch, text.encode()),),
                         module_format.FLAG_PDL_WAIT if safe else 0)
-  return _made(Kernel(name, Compiled.of(parsed, entries[name], param_types=types)))
+  return _made(CudaKernel(name, Compiled.of(parsed, entries[name], param_types=types)))
 
 
 def cubin_kernel(images: Mapping[str | int, bytes] | bytes, name: str, *,
-                 arch: str | int | None = None, signature=None) -> Kernel:
+                 arch: str | int | None = None, signature=None) -> CudaKernel:
   """Wraps prebuilt cubins, e.g. from ``nvcc -cubin``.
 
   Args:
@@ -172,7 +183,7 @@ def cubin_kernel(images: Mapping[str | int, bytes] | bytes, name: str, *,
     >>> made = jmf.cuda_kernel(source, "add", targets=["sm_90"])
     >>> cubins = {image.arch.sm: image.data for image in made.images if image.kind.name == "CUBIN"}
     >>> jmf.cubin_kernel(cubins, "add", signature=["const float*", "float*", "int"])
-    Kernel('add', images=[cubin:sm_90])
+    CudaKernel('add', images=[cubin:sm_90])
   """
   name = _check_name(name, "cubin_kernel")
   types = _signature(signature, name, None, "cubin_kernel")
@@ -190,9 +201,9 @@ def cubin_kernel(images: Mapping[str | int, bytes] | bytes, name: str, *,
     if data[:4] != b"\x7fELF":
       raise ValueError(f"the image for {target} is not a cubin (no ELF header)")
     built.append(Image(ImageKind.CUBIN, Arch.parse(target), data))
-  return _made(Kernel(name, Compiled.of(ParsedModule(name, tuple(built)), None, param_types=types)))
+  return _made(CudaKernel(name, Compiled.of(ParsedModule(name, tuple(built)), None, param_types=types)))
 
 
-def _made(kernel: Kernel) -> Kernel:
+def _made(kernel: CudaKernel) -> CudaKernel:
   dump.maybe_dump(kernel)
   return kernel

@@ -87,7 +87,7 @@ class Kernel:
 
   def __repr__(self) -> str:
     images = ", ".join(f"{i.kind.name.lower()}:{i.arch}" for i in self.images)
-    return f"Kernel({self.name!r}, images=[{images}])"
+    return f"{type(self).__name__}({self.name!r}, images=[{images}])"
 
   def __hash__(self) -> int:
     return hash(self.hash)
