@@ -1,0 +1,27 @@
+"""The layer rule's contract (pyproject.toml, import-linter) covers the whole package: every subpackage and
+top-level module of jax_mosaic_ffi is in one of its layers, so a new folder cannot sit outside the rule unchecked."""
+
+import pathlib
+import tomllib
+
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "jax_mosaic_ffi"
+PYPROJECT = PACKAGE.parent / "pyproject.toml"
+# Not code that imports: the package's own __init__ (it re-exports every layer), its version, the C++ headers.
+OUTSIDE = {"__init__", "_version", "include"}
+
+
+def layers() -> list[set[str]]:
+  contracts = tomllib.loads(PYPROJECT.read_text())["tool"]["importlinter"]["contracts"]
+  (contract,) = [c for c in contracts if c["type"] == "layers"]
+  return [{name.strip() for name in layer.split("|")} for layer in contract["layers"]]
+
+
+def test_every_subpackage_and_module_is_in_one_layer():
+  parts = {p.stem if p.suffix == ".py" else p.name for p in PACKAGE.iterdir()
+           if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py")} | {"include"}
+  placed = [name for layer in layers() for name in layer]
+  assert len(placed) == len(set(placed)), f"a name in two layers: {placed}"
+  missing = sorted(parts - set(placed) - OUTSIDE)
+  assert not missing, (f"{missing} in no layer of pyproject.toml's import-linter contract: put each in the layer "
+                       "its imports allow (CONTRIBUTING.md, the layer rule)")
+  assert not set(placed) - parts, f"layers name what is not there: {sorted(set(placed) - parts)}"
