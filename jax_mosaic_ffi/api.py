@@ -39,7 +39,6 @@ FRONT_ENDS: tuple[FrontEnd, ...] = (
 # The shared layers read what the front ends' kernels need beyond the launch (runtime libraries, toolchains) there.
 front_end_lib.install(FRONT_ENDS)
 
-_BY_TYPE = {kernel_type: front_end for front_end in FRONT_ENDS for kernel_type in front_end.kernel_types}
 # Each front-end keyword of mosaic_kernel, with its default where a front end takes it: a keyword left at it is
 # not refused by a front end that does not take it.
 _DEFAULTS = {field.name: field.default for front_end in FRONT_ENDS for field in dataclasses.fields(front_end.options)}
@@ -49,9 +48,9 @@ def front_end_of(kernel) -> FrontEnd:
   """The front end that launches ``kernel``, by its type: the nearest registered type in its class's order. One of
   no front end's types (a wing's compiled kernel another front end's call makes, a Kernel made by hand) is refused
   by name, never handed to a launcher that would misread it."""
-  for kernel_type in type(kernel).__mro__:
-    if kernel_type in _BY_TYPE:
-      return _BY_TYPE[kernel_type]
+  found = front_end_lib.of(kernel)
+  if found is not None:
+    return found
   makers = ", ".join(maker for front_end in FRONT_ENDS for maker in front_end.makers)
   kind = f"{type(kernel).__module__}.{type(kernel).__qualname__}"
   if isinstance(kernel, Kernel):

@@ -156,3 +156,14 @@ def test_a_kernel_of_no_front_end_is_refused_by_name(isolated_disk_cache):
   with pytest.raises(TypeError, match=r"a jax_mosaic_ffi.toolchain.kernel.Kernel is a compiled kernel of none of "
                                       r"them.*FRONT_ENDS"):
     jmf.mosaic_kernel(by_hand, jax.ShapeDtypeStruct((8,), jnp.float32), grid=1, block=8)
+
+
+def test_a_module_with_an_image_kind_its_front_end_does_not_declare_is_refused(isolated_disk_cache):
+  from jax_mosaic_ffi.base.module_format import ImageKind
+  from jax_mosaic_ffi.call import front_end
+  kernel = jmf.cuda_kernel(kernel_sources.ADD, "add")
+  front_end.check_images(kernel, kernel.parsed, "here")  # CUBIN and PTX: the CUDA front end's own
+  cute_like = dataclasses.replace(kernel.parsed, images=(dataclasses.replace(kernel.images[0], kind=ImageKind.CUTE),))
+  with pytest.raises(jmf.LaunchError, match=r"here: a CUDA kernel's module holds CUTE images, which its front end "
+                                            r"does not declare"):
+    front_end.check_images(kernel, cute_like, "here")

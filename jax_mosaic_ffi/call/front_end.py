@@ -61,7 +61,8 @@ class FrontEnd:
     makers: the public functions that make its kernels, for messages.
     options: its options object: a frozen dataclass whose fields are the keywords of `mosaic_kernel` it takes
       beyond `LaunchOptions`, with their defaults.
-    image_kinds: the module images its kernels hold (base/module_format.py's `ImageKind`).
+    image_kinds: the module images its kernels hold (base/module_format.py's `ImageKind`): a module of its with
+      another is refused at lowering (`check_images`).
     launcher: ``(kernel, out_shape, launch: LaunchOptions, options, meta=None) -> call``: the function of
       arrays that launches the kernel, resolving one `CheckedLaunch` per traced call; ``meta``: one autotuning
       config's values (the kernel's constexprs, or what its launch's callables get), None without configs.
@@ -100,14 +101,38 @@ class FrontEnd:
 # The front ends, as api.py installs them (its FRONT_ENDS): the shared layers read their runtime libraries and
 # toolchains here, below every wing.
 _installed: tuple[FrontEnd, ...] = ()
+_by_type: dict[type, FrontEnd] = {}
 
 
 def install(front_ends: tuple[FrontEnd, ...]) -> None:
   """Makes ``front_ends`` the ones `installed` returns: api.py calls it at import, before anything is lowered."""
   global _installed
   _installed = tuple(front_ends)
+  _by_type.clear()
+  _by_type.update((kernel_type, f) for f in _installed for kernel_type in f.kernel_types)
 
 
 def installed() -> tuple[FrontEnd, ...]:
   """The front ends api.py installed."""
   return _installed
+
+
+def of(kernel) -> FrontEnd | None:
+  """The front end that launches ``kernel``: that of the nearest of its types in its class's order, or None."""
+  for kernel_type in type(kernel).__mro__:
+    if kernel_type in _by_type:
+      return _by_type[kernel_type]
+  return None
+
+
+def check_images(kernel, parsed, made: str) -> None:
+  """LaunchError where a compiled module holds an image kind its front end does not declare (`FrontEnd.image_kinds`):
+  the runtime would run it under another front end's rules. A kernel of no front end (one the package launches
+  itself) is not asked."""
+  front_end = of(kernel)
+  kinds = {image.kind for image in parsed.images}
+  if front_end is not None and not kinds <= set(front_end.image_kinds):
+    odd = ", ".join(sorted(k.name for k in kinds - set(front_end.image_kinds)))
+    raise LaunchError(f"{made}: {front_end.name}'s module holds {odd} images, which its front end does not declare "
+                      f"(it emits {', '.join(k.name for k in front_end.image_kinds)}): a front end's bug, not yours; "
+                      "please report it")

@@ -22,6 +22,7 @@ from jax_mosaic_ffi.call import collective as collective_lib
 from jax_mosaic_ffi.call import cross_process
 from jax_mosaic_ffi.call import export_stability
 from jax_mosaic_ffi.call import fallback as fallback_lib
+from jax_mosaic_ffi.call import front_end
 from jax_mosaic_ffi.call import launch_spec
 from jax_mosaic_ffi.call import nvshmem
 from jax_mosaic_ffi.call import registration
@@ -112,6 +113,7 @@ def _cuda_lowering(ctx, *operands, kernel: Kernel, out_avals, spec: LaunchSpec):
   registration.ensure_registered()
   if getattr(ctx.module_context.lowering_parameters, "for_export", False):
     export_stability.warn_if_refused(who(kernel, spec.call_site))
+  front_end.check_images(kernel, kernel.parsed, who(kernel, spec.call_site))
   runtime_libraries.check(kernel.parsed, who(kernel, spec.call_site))
   if kernel.parsed.host_code:
     # Host code this process made: JAX_MOSAIC_FFI_HOST_CODE=lowered runs only such images.
