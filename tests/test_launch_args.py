@@ -140,7 +140,7 @@ def test_cubin_archs_the_runtime_cannot_load_are_refused_on_any_machine(arch):
 
 
 def test_not_a_kernel():
-  with pytest.raises(TypeError, match="needs a Kernel"):
+  with pytest.raises(TypeError, match="needs a kernel from cuda_kernel"):
     jmf.mosaic_kernel("add", X, grid=1, block=1)
 
 
