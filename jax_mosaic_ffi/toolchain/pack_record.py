@@ -38,7 +38,7 @@ _ENTRY_NAME = re.compile(r"([0-9a-f]{64})\.[0-9]+-[0-9a-f]{16}\.entry")
 _NOTE_NAME = re.compile(r"(tuning|failed)-[0-9a-f]{64}\.json")
 
 _lock = threading.Lock()
-_written: set[str] = set()
+_written: set[tuple[str, str]] = set()  # (folder, entry key or note name): each written once per process
 
 
 def directory() -> str | None:
@@ -61,9 +61,9 @@ def entry(entry_key: str, kind: str, payload: bytes, about: Mapping[str, Any]) -
   if folder is None:
     return
   with _lock:
-    if entry_key in _written:
+    if (folder, entry_key) in _written:
       return
-    _written.add(entry_key)
+    _written.add((folder, entry_key))
   header = json.dumps({"key": entry_key, "kind": kind,
                        "about": _bounded({**about, "recorded_for": recorded_for()})}).encode()
   _write(folder, f"{entry_key}.{os.getpid()}-{secrets.token_hex(8)}.entry",
@@ -78,9 +78,9 @@ def note(kind: str, document: Mapping[str, Any]) -> None:
   data = json.dumps({**document, "recorded_for": recorded_for()}, sort_keys=True, default=str).encode()
   name = f"{kind}-{hashlib.sha256(data).hexdigest()}.json"
   with _lock:
-    if name in _written:
+    if (folder, name) in _written:
       return
-    _written.add(name)
+    _written.add((folder, name))
   _write(folder, name, data[:_MAX_NOTE_BYTES])
 
 

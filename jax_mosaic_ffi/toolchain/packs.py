@@ -85,23 +85,31 @@ def strict() -> bool:
                    "error) or 0 (it compiles)")
 
 
-def missing(about: Mapping[str, Any], why: str = "") -> NotInPacks:
-  """The strict mode's error for a compile the packs cannot serve. ``about``: what the front end says of it (kernel,
-  front_end, specialization, targets, call_sites)."""
+def missing(about: Mapping[str, Any], why: str = "", doing: str = "compiling it") -> NotInPacks:
+  """The strict mode's error for a compile the packs cannot serve (``doing``: what it would do instead). ``about``:
+  what the front end says of it (kernel, front_end, specialization, targets, call_sites)."""
   kernel = str(about.get("kernel", "?"))
   where = ", ".join(about.get("call_sites") or ()) or "<unknown call site>"
   targets = ", ".join(about.get("targets") or ()) or "?"
   in_use = paths()
   held = f"the packs in use ({', '.join(in_use)})" if in_use else f"no pack (set {PACKS_ENV} or call jmf.load_pack)"
   program = shlex.join(["python", *sys.argv]) if sys.argv and sys.argv[0] else "python your_program.py"
-  arch = ",".join(dict.fromkeys(f"sm_{Arch.parse(t).number}" for t in about.get("targets") or ())) or "sm_90"
+  arch = ",".join(dict.fromkeys(_gpu(t) for t in about.get("targets") or ())) or "sm_90"
   return NotInPacks(kernel, (
       f"{about.get('front_end', 'kernel')} '{kernel}' at {where} is not in {held}, and {STRICT_ENV}=1 forbids "
-      f"compiling it here{f' ({why})' if why else ''}.\n"
+      f"{doing} here{f' ({why})' if why else ''}.\n"
       f"  specialization: {about.get('specialization', '?')}\n  targets: {targets}\n"
       f"Add it to the pack: record the program that makes this call (it runs on the CPU, without a GPU), e.g.\n"
       f"  python -m jax_mosaic_ffi.pack record model.jmfpack --arch {arch} -- {program}\n"
       "then ship the new pack (or unset the strict mode to compile it here)."))
+
+
+def _gpu(target: str) -> str:
+  """A target as the record command's --arch names its GPU: sm_100a -> sm_100."""
+  try:
+    return f"sm_{Arch.parse(target).number}"
+  except ValueError:
+    return "sm_90"
 
 
 def describe_missing(about: Callable[[], Mapping[str, Any]] | None, call_site: str) -> dict:

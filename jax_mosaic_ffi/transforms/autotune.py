@@ -37,6 +37,7 @@ each table; `report()` returns them.
 from __future__ import annotations
 
 import concurrent.futures
+import contextvars
 import dataclasses
 import json
 import os
@@ -50,7 +51,7 @@ from jax.export import is_symbolic_dim
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.base import source_location
-from jax_mosaic_ffi.base.errors import AutotuneError
+from jax_mosaic_ffi.base.errors import AutotuneError, NotInPacks
 from jax_mosaic_ffi.transforms import timing as timing_lib
 from jax_mosaic_ffi.toolchain import packs
 from jax_mosaic_ffi.transforms import launch_identity
@@ -199,9 +200,11 @@ class Autotuned:
     scope = self._scope(avals)
     if scope in self._chosen:
       return self._chosen[scope]
-    # Its own thread: what it runs and compiles must not be staged into an enclosing trace.
+    # Its own thread: what it runs and compiles must not be staged into an enclosing trace. It names the caller's line.
+    with source_location.pinned(source_location.current()):
+      context = contextvars.copy_context()
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-      index = pool.submit(self._decide, avals, scope).result()
+      index = pool.submit(context.run, self._decide, avals, scope).result()
     if self.last_report and self.last_report["source"] == "untuned":
       source_location.warn(f"jax_mosaic_ffi.autotune '{self.name}': no GPU here, so nothing is timed; using "
                            f"config {index} {self.configs[index]}", AutotuneSkipped)
@@ -315,6 +318,8 @@ class Autotuned:
     """What config `index` launches (its kernels and their launch values), or how it fails to build."""
     try:
       return tuple(launch_identity.of_jaxpr(jax.make_jaxpr(self._call_for(index))(*avals)))
+    except NotInPacks:  # the strict mode's error is the program's, not one config's failure
+      raise
     except Exception as e:
       return f"compile: {tuning_failures.error_text(e)}"
 

@@ -41,7 +41,8 @@ def missing(name: str, shapes: list[str], env: tuning_records.Environment, untim
   error = packs.missing({"front_end": "autotuned call", "kernel": name, "call_sites": [source_location.current()],
                          "specialization": f"inputs {', '.join(shapes)}; configs not timed on {env.device} "
                                            f"(compute capability {env.compute_capability}): {'; '.join(untimed)}",
-                         "targets": [f"sm_{env.compute_capability.replace('.', '')}"]},
-                        "autotuning would time its configs here")
+                         "targets": [f"sm_{env.compute_capability.replace('.', '')}"]
+                         if env.compute_capability.replace(".", "").isdigit() else []},
+                        doing="timing its configs")
   return NotInPacks(name, f"{error}\nIts winners come from tuning files measured on this GPU model "
                           "(jmf.save_tuning there): pass them to the record command with --tuning FILE.")
