@@ -22,7 +22,8 @@ def _workload(pack_s=0.5, warm_s=0.45, compiles=0):
 
 def test_the_goals_judge_the_slowest_workload_and_any_compile():
   main = {"arch": "sm_100", "errors": {},
-          "workloads": {"cuda_corpus": _workload(), "triton_matmul": _workload(pack_s=0.7, warm_s=0.5)}, "measured": True, "pack_over_warm": 1.4, "pack_compiles": 0}
+          "workloads": {"cuda_corpus": _workload(), "triton_matmul": _workload(pack_s=0.7, warm_s=0.5)},
+          "measured": True, "pack_over_warm": 1.4, "pack_compiles": 0}
   dsl = {"arch": "sm_100", "workloads": {"gluon_gemm": {"skipped": "a Hopper (sm_90a) kernel; this GPU is sm_100"},
                                          "quack_softmax": _workload(compiles=1)},
          "errors": {"cute_gemm": "RuntimeError: boom"}, "measured": True, "pack_over_warm": 1.0, "pack_compiles": 1}
