@@ -88,7 +88,10 @@ def write(path: str, entries: Iterable[Entry], created: Mapping[str, Any],
               "entries": [{"key": e.key, "kind": e.kind, "size": len(e.payload), "sha256": e.sha256,
                            "about": dict(e.about)} for e in entries], **notes}
   text = json.dumps(manifest, sort_keys=True).encode()
-  _check_manifest(json.loads(text), sum(len(e.payload) for e in entries))
+  try:
+    _check_manifest(json.loads(text), sum(len(e.payload) for e in entries))
+  except ValueError as e:
+    raise PackError(f"the pack {path} cannot be written: {e} (over the bounds a pack is read with)") from None
   body = b"".join([_HEADER.pack(MAGIC, FORMAT_VERSION, len(text)), text, *(e.payload for e in entries)])
   if len(body) + _DIGEST_BYTES > MAX_PACK_BYTES:
     raise PackError(f"the pack would hold {len(body)} bytes, over the limit of {MAX_PACK_BYTES}: split it (prune "
