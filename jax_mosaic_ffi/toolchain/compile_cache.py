@@ -166,14 +166,19 @@ def _compiled(compile: Callable[[], tuple[Any, bool]], about) -> tuple[Any, bool
 @contextlib.contextmanager
 def noted(about: Callable[[], Mapping[str, Any]] | None):
   """While recording for a pack, a failure inside (a front end that cannot target an arch) is noted with what
-  ``about`` says of the compile, then raised as it was."""
+  ``about`` says of the compile, then raised as it was; so is a crash that ends the process (a note made before)."""
+  if not pack_record.on():
+    yield
+    return
+  found = packs.describe_missing(about, source_location.current())
+  running = pack_record.compiling(found)
   try:
     yield
   except Exception as e:
-    if pack_record.on():
-      found = packs.describe_missing(about, source_location.current())
-      pack_record.note("failed", {**found, "error": f"{type(e).__name__}: {str(e)[:2000]}"})
+    pack_record.note("failed", {**found, "error": f"{type(e).__name__}: {str(e)[:2000]}"})
     raise
+  finally:
+    pack_record.compiled(running)
 
 
 def _record(entry_key: str, kind: str, value, encode, portable: Portable | None, about) -> None:

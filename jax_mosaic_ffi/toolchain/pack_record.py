@@ -35,7 +35,10 @@ _MAGIC = b"JMFREC1\0"
 _HEADER = struct.Struct("<8sI")
 _MAX_NOTE_BYTES = 4 << 20
 _ENTRY_NAME = re.compile(r"([0-9a-f]{64})\.[0-9]+-[0-9a-f]{16}\.entry")
-_NOTE_NAME = re.compile(r"(tuning|failed)-[0-9a-f]{64}\.json")
+_NOTE_NAME = re.compile(r"(tuning|failed|compiling)-[0-9a-f]{64}\.json")
+# A compile that never ended: the process died in it (a compiler's native crash on an arch it cannot target).
+CRASHED = ("the process ended while this compile ran (the compiler crashed: it cannot build this kernel for "
+           "that arch, or the program was killed)")
 
 _lock = threading.Lock()
 _written: set[tuple[str, str]] = set()  # (folder, entry key or note name): each written once per process
@@ -82,6 +85,27 @@ def note(kind: str, document: Mapping[str, Any]) -> None:
       return
     _written.add((folder, name))
   _write(folder, name, data[:_MAX_NOTE_BYTES])
+
+
+def compiling(about: Mapping[str, Any]) -> str | None:
+  """Notes a compile about to run; `compiled` removes the note when it ends, in any way Python sees. A note left
+  behind names the compile a native crash ended the process in. Returns the note's path (None: not recording)."""
+  folder = directory()
+  if folder is None:
+    return None
+  data = json.dumps({**about, "recorded_for": recorded_for(), "pid": os.getpid(), "token": secrets.token_hex(8)},
+                    sort_keys=True, default=str).encode()
+  name = f"compiling-{hashlib.sha256(data).hexdigest()}.json"
+  _write(folder, name, data[:_MAX_NOTE_BYTES])
+  return os.path.join(folder, name)
+
+
+def compiled(note: str | None) -> None:
+  if note is not None:
+    try:
+      os.unlink(note)
+    except FileNotFoundError:
+      pass
 
 
 def _bounded(about: Mapping[str, Any]) -> dict:
@@ -162,6 +186,8 @@ def read(folder: str, into: Recording | None = None) -> Recording:
           document = json.loads(data)
           if not isinstance(document, dict):
             raise ValueError("not an object")
+          if note_match.group(1) == "compiling":
+            document = {k: v for k, v in document.items() if k not in ("pid", "token")} | {"error": CRASHED}
           (found.tuning if note_match.group(1) == "tuning" else found.failed).append(document)
       except (ValueError, RecursionError, struct.error) as e:
         raise PackError(f"recording {folder}: {name} is not a recorded entry ({e}): record again") from None
