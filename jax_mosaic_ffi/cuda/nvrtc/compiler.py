@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.metadata
 import os
 import pathlib
 import re
@@ -30,6 +29,7 @@ from jax_mosaic_ffi.base import file_deps
 from jax_mosaic_ffi.base import module_format
 from jax_mosaic_ffi.base import nvshmem_package
 from jax_mosaic_ffi.base import ptx_info
+from jax_mosaic_ffi.base import wheel_record
 from jax_mosaic_ffi.base.errors import CompileError, CompileTimeout
 from jax_mosaic_ffi.base.module_format import Arch, Image, ImageKind, ParsedModule
 from jax_mosaic_ffi.base.paths import DEVICE_INCLUDE_DIR
@@ -58,26 +58,20 @@ def nvrtc_identity() -> str:
   """What the cache key needs of the compiler: the NVRTC library's identity, the same on every machine with the
   same build (a kernel pack's keys are computed on the machine that loads it).
 
-  For the NVRTC wheel, its distribution, release and the sha256 its RECORD gives the library: read from the
-  installed metadata in about a millisecond, without loading NVRTC (tens of milliseconds; a process whose kernels
-  all come from a pack never loads it). NVRTC is asked its version only when the wheel is not there.
+  For the NVRTC wheel, its distribution, release and the sha256 its RECORD gives the library (base/wheel_record.py):
+  read without loading NVRTC (tens of milliseconds; a process whose kernels all come from a pack never loads it).
+  NVRTC is asked its version only when the wheel is not there.
   """
   try:
     import nvidia  # noqa: PLC0415  (optional: the NVRTC wheel, when it is there)
-    libraries = [lib.resolve() for base in nvidia.__path__
-                 for lib in sorted(pathlib.Path(base).glob("cu*/lib/libnvrtc.so*"))
+    libraries = [lib for base in nvidia.__path__ for lib in sorted(pathlib.Path(base).glob("cu*/lib/libnvrtc.so*"))
                  if "builtins" not in lib.name and "alt" not in lib.name]
   except (ImportError, OSError):
     libraries = []
-  for name in ("nvidia-cuda-nvrtc", "nvidia-cuda-nvrtc-cu13", "nvidia-cuda-nvrtc-cu12"):
-    try:
-      dist = importlib.metadata.distribution(name)
-    except importlib.metadata.PackageNotFoundError:
-      continue
-    for file in dist.files or ():
-      if file.hash is not None and "libnvrtc.so" in file.name and "builtins" not in file.name \
-          and "alt" not in file.name and pathlib.Path(dist.locate_file(file)).resolve() in libraries:
-        return f"{dist.metadata['Name']} {dist.version} {file.as_posix()} {file.hash.mode}={file.hash.value}"
+  for lib in libraries:
+    found = wheel_record.identity(lib, ("nvidia-cuda-nvrtc", "nvidia-cuda-nvrtc-cu13", "nvidia-cuda-nvrtc-cu12"))
+    if found is not None:
+      return found
   major, minor = nvrtc_version()
   return f"nvrtc{major}.{minor}"
 
