@@ -310,3 +310,17 @@ def test_load_pack_puts_a_pack_first(clean_packs, monkeypatch):
   assert jmf.load_pack(first) == 1
   assert packs.paths() == [first, second] and packs.lookup("ab" * 32, "compile").payload == b"one"
   assert packs.lookup("ab" * 32, "tuning") is None
+
+
+def test_the_build_command_makes_a_pack_from_a_recorded_folder(clean_packs, monkeypatch, capsys):
+  from jax_mosaic_ffi.pack import __main__ as command
+  monkeypatch.setenv(pack_record.ENV, str(clean_packs / "recording"))
+  jmf.cuda_kernel(kernel_sources.ADD, "add")
+  monkeypatch.delenv(pack_record.ENV)
+  out = str(clean_packs / "built.jmfpack")
+  assert command.main(["build", out, str(clean_packs / "recording")]) == 0
+  assert "1 compiles, 0 Triton specializations, 0 autotuning timings" in capsys.readouterr().out
+  assert [e.about["kernel"] for e in pack_file.read(out).entries.values()] == ["add"]
+  os.chmod(clean_packs / "recording", 0o777)
+  assert command.main(["build", out, str(clean_packs / "recording")]) == 2
+  assert "is not a folder of yours that no one else can write" in capsys.readouterr().err
