@@ -164,6 +164,8 @@ def test_packed_kernels_run_and_match_numpy_and_the_compiled_ones(tmp_path):
   compiled, nothing timed) and compiled in another, on the same fresh random inputs: each output checked against
   numpy (in pack_program.py) and the two equal bit for bit."""
   arch, seed = _gpu_arch(), str(secrets.randbits(31))
+  names = "cuda,tuned" + (",triton,gluon" if importlib.util.find_spec("triton") else "") + (
+      ",cute" if cute_package.compiler_release() and int(arch[3:]) >= 90 else "")
   tuning = str(tmp_path / "tuning.json")
   fresh_process.run(f"""
       import runpy, sys
@@ -174,11 +176,9 @@ def test_packed_kernels_run_and_match_numpy_and_the_compiled_ones(tmp_path):
       """, env={"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "tune-cache")}, timeout=600)
   os.chmod(tuning, 0o644)
   path = str(tmp_path / "gpu.jmfpack")
-  done = _cli("record", path, "--arch", arch, "--tuning", tuning, "--", sys.executable, PROGRAM, "lower",
+  done = _cli("record", path, "--arch", arch, "--tuning", tuning, "--", sys.executable, PROGRAM, "lower", names,
               env={"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "record-cache")})
-  assert done.returncode == 0 and "winners" in done.stdout, done.stderr[-3000:]
-  names = "cuda,tuned" + (",triton,gluon" if importlib.util.find_spec("triton") else "") + (
-      ",cute" if cute_package.compiler_release() and int(arch[3:]) >= 90 else "")
+  assert done.returncode == 0 and "(1 winners)" in done.stdout, done.stdout + done.stderr[-3000:]
   packed = _program(path, str(tmp_path / "empty-cache"), "run", names, seed).result
   counters = packed["counters"]
   assert _compiles(counters) == 0 and counters["autotune_tunings"] == 0 and counters["autotune_pack_hits"] == 1
