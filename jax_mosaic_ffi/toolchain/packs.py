@@ -115,7 +115,8 @@ def _gpu(target: str) -> str:
 def describe_missing(about: Callable[[], Mapping[str, Any]] | None, call_site: str) -> dict:
   """``about()`` with the call site added, for `missing`."""
   found = dict(about() if about is not None else {})
-  found.setdefault("call_sites", [call_site])
+  if not found.get("call_sites"):
+    found["call_sites"] = [call_site]
   return found
 
 
