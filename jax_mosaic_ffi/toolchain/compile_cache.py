@@ -182,7 +182,7 @@ def noted(about: Callable[[], Mapping[str, Any]] | None):
 
 
 def _record(entry_key: str, kind: str, value, encode, portable: Portable | None, about) -> None:
-  if not pack_record.on():
+  if not pack_record.on() or pack_record.written(entry_key):
     return
   data = (encode if portable is None else portable.encode)(value)
   if data is None:

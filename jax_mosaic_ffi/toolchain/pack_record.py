@@ -58,6 +58,13 @@ def recorded_for() -> list[str]:
   return [a.sm for a in kernel_lib.default_targets()]
 
 
+def written(entry_key: str) -> bool:
+  """Whether this process recorded ``entry_key`` into the folder already (each entry is written once)."""
+  folder = directory()
+  with _lock:
+    return (folder, entry_key) in _written
+
+
 def entry(entry_key: str, kind: str, payload: bytes, about: Mapping[str, Any]) -> None:
   """Records one compile-cache entry (once per process)."""
   folder = directory()
