@@ -71,6 +71,14 @@ GOALS = (
          metric="compile/main/memory_hit_us", compare="<=", threshold=50, unit="us"),
     Goal("Typed parameter check: under 1 ms per new call signature (median of 60 new shapes)",
          metric="compile/main/typed_check_us", compare="<=", threshold=1000, unit="us"),
+    *(Goal(f"Cold start with a kernel pack ({what}): a fresh process reaches its first result in at most 1.2x a "
+           "warm disk cache's time (the slowest workload)",
+           metric=f"cold_start/{run}/pack_over_warm", compare="<=", threshold=1.2,
+           explain_unmet="The cold-start table's rows say which workload is slow and by how much.")
+      for run, what in (("main", "CUDA corpus, autotuned Triton matmul"), ("dsl", "Gluon, CuTe DSL, FA4, quack"))),
+    *(Goal(f"Cold start with a kernel pack ({what}): nothing compiled and nothing tuned (strict mode)",
+           metric=f"cold_start/{run}/pack_compiles", compare="<=", threshold=0)
+      for run, what in (("main", "CUDA corpus, autotuned Triton matmul"), ("dsl", "Gluon, CuTe DSL, FA4, quack"))),
     Goal("Autotuned Triton matmul: a second process reaches its first result in at most 10% of the first's time",
          metric="autotune/main/second/triton/first_result_s", baseline="autotune/main/first/triton/first_result_s",
          compare="<=", threshold=0.10, unit="s"),

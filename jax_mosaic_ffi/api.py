@@ -215,6 +215,8 @@ class KernelCacheStats:
     autotune_skipped: calls left untuned for want of a GPU.
     tensor_map_encodes: TMA descriptors built (at a call site's first run on a device, then only when the
       buffer a descriptor describes moved).
+    pack_hits: compiles served by a kernel pack (`load_pack`, ``JAX_MOSAIC_FFI_PACKS``).
+    autotune_pack_hits: autotuning winners found in a kernel pack instead of timed.
   """
 
   nvrtc_compiles: int
@@ -237,6 +239,8 @@ class KernelCacheStats:
   autotune_memory_hits: int = 0
   autotune_skipped: int = 0
   tensor_map_encodes: int = 0
+  pack_hits: int = 0
+  autotune_pack_hits: int = 0
 
   @property
   def kernel_builds(self) -> int:
@@ -278,6 +282,8 @@ def kernel_cache_stats() -> KernelCacheStats:
       autotune_disk_hits=tune.disk_hits,
       autotune_memory_hits=tune.memory_hits,
       autotune_skipped=tune.skipped,
+      pack_hits=compile_stats.pack_hits,
+      autotune_pack_hits=tune.pack_hits,
   )
 
 

@@ -176,6 +176,18 @@ def verify_misspelt():
   return fresh_process.run(script, env={"JAX_MOSAIC_FFI_VERIFY": "frist"}).result
 
 
+def pack_not_there():
+  jmf.load_pack("model.jmfpack")
+
+
+def targets_with_a_suffix():
+  os.environ["JAX_MOSAIC_FFI_TARGETS"] = "sm_100a"
+  try:
+    jmf.cuda_kernel(AXPY, "axpy")
+  finally:
+    del os.environ["JAX_MOSAIC_FFI_TARGETS"]
+
+
 MISTAKES = {
     "a bf16 array into `const float*`": lambda: axpy_call(x_dtype=jnp.bfloat16),
     "an int32 array into `const float*`": lambda: axpy_call(x_dtype=jnp.int32),
@@ -196,6 +208,8 @@ MISTAKES = {
     "a `zeroed_outputs` callable that raises": triton_zeroed_outputs_raises,
     "the shadow mode on for a kernel without a fallback (a warning, at your line)": verify_without_fallback,
     "a misspelt `JAX_MOSAIC_FFI_VERIFY` (at `import jax_mosaic_ffi`)": verify_misspelt,
+    "a kernel pack that is not there (`jmf.load_pack`)": pack_not_there,
+    "an arch with a suffix in `JAX_MOSAIC_FFI_TARGETS`": targets_with_a_suffix,
 }
 
 

@@ -149,6 +149,43 @@ class UncheckedKernelWarning(UserWarning):
   """
 
 
+class PackError(ValueError):
+  """A kernel pack that cannot be used: not a regular file of yours (or root's), in a folder others can write, not a
+  pack, of another pack format version, or damaged (truncated or altered: its digest or an entry's sha256 does not
+  match).
+
+  Raised by `load_pack` and, for a pack named in ``JAX_MOSAIC_FFI_PACKS``, by the first compile that looks in the
+  packs; the message names the pack, why, and what to do. Nothing of a refused pack is used (:doc:`deploying
+  </guides/deploying>`)::
+
+    >>> try:
+    ...   jmf.load_pack("no/such/model.jmfpack")
+    ... except jmf.PackError as e:
+    ...   print(e)
+    pack no/such/model.jmfpack cannot be read: its folder ... cannot be opened (No such file or directory)
+  """
+
+
+class NotInPacks(RuntimeError):
+  """Under ``JAX_MOSAIC_FFI_PACKS_STRICT=1``, a kernel the packs do not hold: it would compile (or an autotuned call
+  would time its configs) in the middle of serving.
+
+  Raised where the compile would start, when the call is traced for lowering. The message names the kernel, its
+  call site, its specialization (types and shapes, constexprs, options), its targets and the command that adds it
+  to a pack (:doc:`deploying </guides/deploying>`)::
+
+    >>> issubclass(jmf.NotInPacks, RuntimeError)
+    True
+
+  Attributes:
+    kernel: the kernel's (or the autotuned call's) name.
+  """
+
+  def __init__(self, kernel: str, message: str):
+    self.kernel = kernel
+    super().__init__(message)
+
+
 class ValueKeyError(TypeError):
   """A value that a compile key cannot hold exactly (an arbitrary object, a traced value): raised by
   `base.value_key`, which never keys a value by its lossy text. Front ends turn it into their own message (a

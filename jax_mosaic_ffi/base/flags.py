@@ -35,6 +35,16 @@ AUTOTUNE_ON_CPU = "JAX_MOSAIC_FFI_AUTOTUNE_ON_CPU"
 # 1: every compile-cache hit also makes the compiler's input (Triton's TTIR, the CuTe DSL's MLIR; NVRTC: its PTX)
 # and raises KeyAuditError where the stored kernel came from another (toolchain/key_audit.py).
 KEY_AUDIT = "JAX_MOSAIC_FFI_KEY_AUDIT"
+# Kernel packs (toolchain/packs.py): the pack files to serve compiles and autotuning winners from, ahead of the disk
+# cache (separated by ':'); 1: a kernel missing from them is an error where it would compile (NotInPacks).
+PACKS = "JAX_MOSAIC_FFI_PACKS"
+PACKS_STRICT = "JAX_MOSAIC_FFI_PACKS_STRICT"
+# A folder to record every compile-cache entry and autotuning decision of this process into, for a pack
+# (toolchain/pack_record.py; python -m jax_mosaic_ffi.pack record sets it for the program it runs).
+PACK_RECORD = "JAX_MOSAIC_FFI_PACK_RECORD"
+# The GPU archs kernels without targets= compile for, in place of the visible GPUs' (sm_90,sm_100): how a machine
+# without those GPUs builds what a machine with them would (toolchain/kernel.py).
+TARGETS = "JAX_MOSAIC_FFI_TARGETS"
 # Read by the C++ runtime: seconds to wait for peers in other processes; synchronous launches (debugging).
 PEER_TIMEOUT_S = "JAX_MOSAIC_FFI_PEER_TIMEOUT_S"
 SYNC_LAUNCHES = "JAX_MOSAIC_FFI_SYNC_LAUNCHES"
@@ -44,4 +54,5 @@ SYNC_LAUNCHES = "JAX_MOSAIC_FFI_SYNC_LAUNCHES"
 HOST_CODE = "JAX_MOSAIC_FFI_HOST_CODE"
 
 ALL = (CACHE_DIR, CACHE_MAX_BYTES, COMPILE_TIMEOUT_S, DUMP_DIR, REFERENCE, VERIFY, POISON_OUTPUTS, RECORD,
-       SKIP_VERSION_CHECK, AUTOTUNE_LOG, AUTOTUNE_ON_CPU, KEY_AUDIT, PEER_TIMEOUT_S, SYNC_LAUNCHES, HOST_CODE)
+       SKIP_VERSION_CHECK, AUTOTUNE_LOG, AUTOTUNE_ON_CPU, KEY_AUDIT, PACKS, PACKS_STRICT, PACK_RECORD, TARGETS,
+       PEER_TIMEOUT_S, SYNC_LAUNCHES, HOST_CODE)

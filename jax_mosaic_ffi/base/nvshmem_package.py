@@ -12,6 +12,7 @@ import functools
 import pathlib
 import re
 
+from jax_mosaic_ffi.base import wheel_record
 from jax_mosaic_ffi.base.errors import NvshmemUnavailable
 
 INSTALL_HINT = "pip install 'jax_mosaic_ffi[nvshmem]' (the nvidia-nvshmem-cu13 wheel)"
@@ -34,9 +35,14 @@ class NvshmemPackage:
 
   @property
   def identity(self) -> str:
-    """What a compile cache key needs: the release and the device library file it links."""
+    """What a compile cache key needs: the release and the device library it links, by its wheel's RECORD (the
+    same wherever the wheel is installed: base/wheel_record.py), else by its path, size and time."""
+    release = f"nvshmem{'.'.join(map(str, self.version))}"
+    found = wheel_record.identity(self.device_library, ("nvidia-nvshmem-cu13", "nvidia-nvshmem-cu12"))
+    if found is not None:
+      return f"{release}:{found}"
     stat = self.device_library.stat()
-    return f"nvshmem{'.'.join(map(str, self.version))}:{self.device_library}:{stat.st_size}:{int(stat.st_mtime)}"
+    return f"{release}:{self.device_library}:{stat.st_size}:{int(stat.st_mtime)}"
 
 
 def _version(include_dir: pathlib.Path) -> tuple[int, int, int] | None:

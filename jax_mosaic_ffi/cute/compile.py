@@ -173,7 +173,16 @@ def compile_plan(launcher, plan: Plan, *, name: str, targets: tuple[Arch, ...], 
       read=(f"compile_key={compile_key!r}" if compile_key is not None else
             f"the launcher's code and everything it reaches ({identity.split(':')[0]})")
       + (f"; the constexprs {constexprs}" if constexprs else ""))
-  found = compile_cache.cached(entry_key, compile=compile, encode=_to_bytes, decode=decode, witness=witness)
+  def about():
+    tensors = ", ".join(f"{t.dtype}{[d if isinstance(d, int) else str(d) for d in t.shape]}" for t in plan.tensors)
+    values = ", ".join(f"{k}={v!r}"[:200] for k, v in plan.constexprs)
+    return {"front_end": "CuTe DSL", "kernel": name, "specialization": f"tensors {tensors}"
+            + (f"; constexprs {values}" if values else "") + (f"; options {options}" if options else ""),
+            "targets": [t.sm for t in targets],
+            "toolchain": f"nvidia-cutlass-dsl {release}", "call_sites": [where] if where else []}
+
+  found = compile_cache.cached(entry_key, compile=compile, encode=_to_bytes, decode=decode, witness=witness,
+                               about=about)
   kernel = found.value
   if kernel.name != name:  # the same code under another name (a cache hit of a twin launcher)
     kernel = dataclasses.replace(kernel, name=name)

@@ -1,22 +1,28 @@
 """The in-memory compile cache, shared by every compiler (NVRTC, Triton) and what a compile is decided from
 (Triton's specialization of a call): one LRU, one stats object.
 
-A compile is looked up first here, then on disk (`disk_cache`, under the same key), and only then run; its
-result goes to both. The key is the compiler's: everything that changes the binary, hashed. A compiler whose
-result can go stale while cached (headers read from disk) gives ``fresh``, asked on every memory hit. A compile
-gives its `key_audit.Witness` (its IR, made on demand), which ``JAX_MOSAIC_FFI_KEY_AUDIT=1`` checks every hit
-against.
+A compile is looked up first here, then in the kernel packs in use (`packs`), then on disk (`disk_cache`, under
+the same key), and only then run; its result goes to memory and disk. Under ``JAX_MOSAIC_FFI_PACKS_STRICT=1`` a
+compile the packs do not hold raises `NotInPacks` instead. Under ``JAX_MOSAIC_FFI_PACK_RECORD``, every entry used
+is recorded for a pack (`pack_record`), with what the front end's ``about`` says of it. The key is the compiler's:
+everything that changes the binary, hashed. A compiler whose result can go stale while cached (headers read from
+disk) gives ``fresh``, asked on every memory hit. A compile gives its `key_audit.Witness` (its IR, made on demand),
+which ``JAX_MOSAIC_FFI_KEY_AUDIT=1`` checks every hit against.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import threading
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Mapping, TypeVar
 
 from jax_mosaic_ffi.base import disk_cache
+from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.toolchain import key_audit
+from jax_mosaic_ffi.toolchain import pack_record
+from jax_mosaic_ffi.toolchain import packs
 
 _MEMORY_CACHE_SIZE = 512
 
@@ -28,6 +34,7 @@ class CompileStats:
   compiles: dict[str, int] = dataclasses.field(default_factory=dict)  # by compiler, one per target arch
   memory_hits: int = 0      # compiles served by this cache
   disk_hits: int = 0        # compiles served by the disk cache
+  pack_hits: int = 0        # compiles served by a kernel pack
   audits: int = 0           # compiles served and proven against the compiler's IR (JAX_MOSAIC_FFI_KEY_AUDIT=1)
 
 
@@ -57,18 +64,33 @@ def count_compiles(compiler: str, n: int) -> None:
 @dataclasses.dataclass(frozen=True)
 class Found:
   value: Any
-  source: str  # "memory", "disk" or "compiled"
+  source: str  # "memory", "pack", "disk" or "compiled"
+
+
+@dataclasses.dataclass(frozen=True)
+class Portable:
+  """How an entry goes into a pack and comes out on another machine, where that differs from the disk cache's
+  encode / decode (an NVRTC entry names the headers it read by this machine's paths: cuda/nvrtc/portable.py).
+  ``decode`` raises ValueError saying why an entry does not apply here."""
+
+  encode: Callable[[Any], bytes | None]
+  decode: Callable[[bytes], Any]
 
 
 def cached(entry_key: str, *, compile: Callable[[], tuple[_T, bool]], encode: Callable[[_T], bytes | None],
            decode: Callable[[bytes], _T | None], fresh: Callable[[_T], bool] | None = None,
-           counted: bool = True, witness: key_audit.Witness | None = None) -> Found:
-  """The compile of ``entry_key``: from memory, else from disk (``decode``; None refuses an entry), else
-  ``compile()``, which returns (result, cacheable): a result that cannot be checked later for staleness
-  is cached nowhere. ``encode`` may return None for a result that can be kept in memory only. Hits of an
-  entry that is not a compile (``counted=False``: a specialization) are not counted as compiles served.
-  ``witness``: what the compile is made from, which the key audit proves each hit against (key_audit.py)."""
+           counted: bool = True, witness: key_audit.Witness | None = None,
+           about: Callable[[], Mapping[str, Any]] | None = None, portable: Portable | None = None) -> Found:
+  """The compile of ``entry_key``: from memory, else from a kernel pack, else from disk (``decode``; None refuses
+  an entry), else ``compile()``, which returns (result, cacheable): a result that cannot be checked later for
+  staleness is cached nowhere. ``encode`` may return None for a result that can be kept in memory only. Hits of an
+  entry that is not a compile (``counted=False``: a specialization) are not counted as compiles served, and the
+  strict mode does not require them in a pack. ``witness``: what the compile is made from, which the key audit
+  proves each hit against (key_audit.py). ``about``: what the front end says of the compile (kernel, front_end,
+  specialization, targets, toolchain), asked only to record it or to name it in an error. ``portable``: its pack
+  form, where it is not ``encode`` / ``decode``'s."""
   audit = witness is not None and key_audit.on()
+  kind = "compile" if counted else "specialization"
   with _lock:
     value = _memory.get(entry_key)
   if value is not None and (fresh is None or fresh(value)) and (not audit or _audited(entry_key, witness, value,
@@ -77,16 +99,27 @@ def cached(entry_key: str, *, compile: Callable[[], tuple[_T, bool]], encode: Ca
       if entry_key in _memory:
         _memory.move_to_end(entry_key)
       _stats.memory_hits += counted
+    _record(entry_key, kind, value, encode, portable, about)
     return Found(value, "memory")
-  # Not in memory, or stale there: the disk entry if it is fresh, else a compile, whose entry replaces it.
-  value = disk_cache.load_decoded(entry_key, decode)
-  if value is not None and (not audit or _audited(entry_key, witness, value, "disk", counted)):
+  # Not in memory, or stale there: a pack's entry, else the disk entry if it is fresh, else a compile, whose entry
+  # replaces it.
+  value, why = _from_packs(entry_key, kind, decode if portable is None else portable.decode)
+  if value is not None and (not audit or _audited(entry_key, witness, value, "pack", counted)):
+    with _lock:
+      _stats.pack_hits += counted
+    source = "pack"
+  elif counted and packs.strict():
+    raise packs.missing(packs.describe_missing(about, source_location.current()), why)
+  elif (value := disk_cache.load_decoded(entry_key, decode)) is not None and (
+      not audit or _audited(entry_key, witness, value, "disk", counted)):
     with _lock:
       _stats.disk_hits += counted
     source = "disk"
   else:
-    value, cacheable = compile()
+    value, cacheable = _compiled(compile, about)
     if not cacheable:
+      if pack_record.on():
+        _note_unpackable(about, "what the compile read is not known, so it is cached nowhere")
       return Found(value, "compiled")
     if audit:
       key_audit.record(entry_key, witness, value)
@@ -94,6 +127,7 @@ def cached(entry_key: str, *, compile: Callable[[], tuple[_T, bool]], encode: Ca
     if data is not None:
       disk_cache.store(entry_key, data)
     source = "compiled"
+  _record(entry_key, kind, value, encode, portable, about)
   with _lock:
     _memory[entry_key] = value
     _memory.move_to_end(entry_key)
@@ -110,3 +144,54 @@ def _audited(entry_key: str, witness: key_audit.Witness, value, source: str, cou
     with _lock:
       _stats.audits += counted
   return proven
+
+
+def _from_packs(entry_key: str, kind: str, decode: Callable[[bytes], Any]) -> tuple[Any, str]:
+  """(the value a pack in use holds for ``entry_key``, or None; why a pack's entry does not apply here, or "")."""
+  entry = packs.lookup(entry_key, kind)
+  if entry is None:
+    return None, ""
+  try:
+    value = decode(entry.payload)
+  except Exception as e:  # an entry that does not apply here (an NVRTC header that differs): compiled instead
+    return None, f"its entry does not apply here: {e}"
+  return value, "" if value is not None else "its entry does not apply here"
+
+
+def _compiled(compile: Callable[[], tuple[Any, bool]], about) -> tuple[Any, bool]:
+  with noted(about):
+    return compile()
+
+
+@contextlib.contextmanager
+def noted(about: Callable[[], Mapping[str, Any]] | None):
+  """While recording for a pack, a failure inside (a front end that cannot target an arch) is noted with what
+  ``about`` says of the compile, then raised as it was; so is a crash that ends the process (a note made before)."""
+  if not pack_record.on():
+    yield
+    return
+  found = packs.describe_missing(about, source_location.current())
+  running = pack_record.compiling(found)
+  try:
+    yield
+  except Exception as e:
+    pack_record.note("failed", {**found, "error": f"{type(e).__name__}: {str(e)[:2000]}"})
+    raise
+  finally:
+    pack_record.compiled(running)
+
+
+def _record(entry_key: str, kind: str, value, encode, portable: Portable | None, about) -> None:
+  if not pack_record.on() or pack_record.written(entry_key):
+    return
+  data = (encode if portable is None else portable.encode)(value)
+  if data is None:
+    if kind == "compile":  # a specialization that cannot be written is only answered again on the node
+      _note_unpackable(about, "it is kept in memory only (its values cannot be written)")
+    return
+  pack_record.entry(entry_key, kind, data, packs.describe_missing(about, source_location.current()))
+
+
+def _note_unpackable(about, why: str) -> None:
+  pack_record.note("failed", {**packs.describe_missing(about, source_location.current()),
+                              "error": f"not packable: {why}"})

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
+from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.base import gpu_info
 from jax_mosaic_ffi.base.module_format import Arch, Image, ParsedModule
 from jax_mosaic_ffi.toolchain import param_types as param_types_lib
@@ -101,10 +103,41 @@ def buffer_name(buffer: int, num_inputs: int) -> str:
   return f"input {buffer}" if buffer < num_inputs else f"output {buffer - num_inputs}"
 
 
+TARGETS_ENV = flags.TARGETS
+
+
 def default_targets() -> tuple[Arch, ...]:
+  """The archs kernels without ``targets=`` compile for: ``JAX_MOSAIC_FFI_TARGETS`` where set, else the visible
+  GPUs', or sm_90 where there is none."""
+  return targets_setting() or visible_targets()
+
+
+def visible_targets() -> tuple[Arch, ...]:
   """The archs of the visible GPUs, or sm_90 where there is none."""
   archs = sorted({gpu.arch for gpu in gpu_info.visible_gpus()})
   return tuple(Arch(a) for a in archs) or (DEFAULT_ARCH,)
+
+
+def targets_setting() -> tuple[Arch, ...]:
+  """``JAX_MOSAIC_FFI_TARGETS`` read (empty where unset): GPUs as a machine with them computes its default targets,
+  so a machine without them (a CI runner recording a pack) makes the same kernels under the same keys. An arch is
+  written as a GPU reports it, without a suffix: Triton and the CuTe DSL pick the arch-specific target (sm_90a)
+  themselves, as they do for a visible GPU."""
+  value = os.environ.get(TARGETS_ENV, "").strip()
+  if not value:
+    return ()
+  archs = []
+  for text in value.split(","):
+    try:
+      arch = Arch.parse(text)
+    except ValueError as e:
+      raise ValueError(f"{TARGETS_ENV}={value!r}: {e}") from None
+    if arch.suffix:
+      raise ValueError(f"{TARGETS_ENV}={value!r} names {arch.sm}; it names GPUs as they report their arch, without a "
+                       f"suffix: write sm_{arch.number} (Triton and the CuTe DSL build sm_{arch.number}{arch.suffix} "
+                       f"for it themselves; a kernel that needs {arch.sm} from NVRTC passes targets=)")
+    archs.append(arch)
+  return tuple(sorted(dict.fromkeys(archs), key=lambda a: a.number))
 
 
 def parse_targets(targets) -> tuple[Arch, ...]:

@@ -10,21 +10,17 @@
 (`mosaic_kernel(..., configs=[...])`, in api.py, does the same for one kernel, Triton's
 constexprs, num_warps and num_stages included.)
 
-When: the first time a call is traced for some avals. How: every config is
-built (in threads: NVRTC runs in child processes); each config that has no
-stored timing is compiled and timed on random inputs of the call's shapes on
-the default device, after a warm-up, on the GPU's own clock (gpu_clock.py:
-not JAX's dispatch, not XLA's re-recording of a graph) around a program that
-makes the call enough times for about 2 ms, as the median of several rounds,
-the configs taking turns round by round; the winner is the fastest among the stored timings of
-the current list. Timings are kept per config (tuning_records.py: keyed by
-the config, its kernels and launch values, the call signature, the device,
-driver, jax_mosaic_ffi and toolchain releases) in memory and in the disk cache, so
-adding a config times that config alone, an edited kernel re-times only the
-configs that use it, and a second process times nothing (its compiles are
-compile-cache hits). `save_tuning` / `load_tuning` carry timings to another
-machine of the same GPU. A `jax.export` artifact holds the winner's binary
-alone.
+When: the first time a call is traced for some avals. How: every config is built (in threads: NVRTC runs in
+child processes); each config that has no stored timing is compiled and timed on random inputs of the call's
+shapes on the default device, after a warm-up, on the GPU's own clock (gpu_clock.py: not JAX's dispatch, not XLA's
+re-recording of a graph) around a program that makes the call enough times for about 2 ms, as the median of
+several rounds, the configs taking turns round by round; the winner is the fastest among the stored timings of the
+current list. Timings are kept per config (tuning_records.py: keyed by the config, its kernels and launch values,
+the call signature, the device, driver, jax_mosaic_ffi and toolchain releases) in memory, in kernel packs and in
+the disk cache, so adding a config times that config alone, an edited kernel re-times only the configs that use
+it, and a second process times nothing (its compiles are compile-cache hits). `save_tuning` / `load_tuning` carry
+timings to another machine of the same GPU, packs to any (tuning_packs.py). A `jax.export` artifact holds the
+winner's binary alone.
 
 A single config is taken as it is (nothing is timed). A config that fails to
 compile, lower or launch is skipped and reported; only failures that will
@@ -41,6 +37,7 @@ each table; `report()` returns them.
 from __future__ import annotations
 
 import concurrent.futures
+import contextvars
 import dataclasses
 import json
 import os
@@ -54,10 +51,12 @@ from jax.export import is_symbolic_dim
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.base import source_location
-from jax_mosaic_ffi.base.errors import AutotuneError
-from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
+from jax_mosaic_ffi.base.errors import AutotuneError, NotInPacks
 from jax_mosaic_ffi.transforms import timing as timing_lib
+from jax_mosaic_ffi.toolchain import packs
+from jax_mosaic_ffi.transforms import launch_identity
 from jax_mosaic_ffi.transforms import tuning_failures
+from jax_mosaic_ffi.transforms import tuning_packs
 from jax_mosaic_ffi.transforms import tuning_records
 
 LOG_ENV = flags.AUTOTUNE_LOG
@@ -78,6 +77,7 @@ class Stats:
   tunings: int = 0        # decisions that timed at least one config in this process
   configs_timed: int = 0
   disk_hits: int = 0      # decisions made from timings on disk or from a tuning file, nothing timed
+  pack_hits: int = 0      # decisions made from timings a kernel pack holds, nothing timed
   memory_hits: int = 0    # winners found in this process
   skipped: int = 0        # no GPU: the default config, untimed
 
@@ -106,7 +106,7 @@ def report() -> list[dict]:
 
   - ``"name"``: the autotuned call's name; ``"shapes"``: its inputs' dtypes and shapes;
   - ``"winner"`` and ``"config"``: the chosen config's index and values;
-  - ``"source"``: ``"tuned"`` (some configs were timed now), ``"disk"``, ``"file"`` (`load_tuning`) or
+  - ``"source"``: ``"tuned"`` (some configs were timed now), ``"disk"``, ``"file"`` (`load_tuning`), ``"pack"`` or
     ``"memory"`` (every timing was stored already), ``"untuned"`` (no GPU), ``"only config"`` (one config:
     nothing to time);
   - ``"timed"``: the indices of the configs timed now;
@@ -123,33 +123,6 @@ def report() -> list[dict]:
 
 def _plain_config(config) -> str:
   return json.dumps(config, sort_keys=True, default=repr)
-
-
-def _launch_identities(jaxpr) -> list[str]:
-  """One string per mosaic_kernel call in a jaxpr (sub-jaxprs included): its kernel's module hash and what it
-  launches (`LaunchSpec.identity`: grid, scalars...; the buffers' shapes), so that a timing is kept per config
-  and not reused once its kernel or launch changes, while a config whose kernel hash stays the same but whose
-  grid or scalars change is timed again."""
-  found = []
-  # A stack, not a recursive closure: a function that refers to itself is a cycle only the collector frees.
-  pending = [iter(jaxpr.jaxpr.eqns)]
-  while pending:
-    eqn = next(pending[-1], None)
-    if eqn is None:
-      pending.pop()
-      continue
-    if eqn.primitive is mosaic_kernel_p:
-      launch = eqn.params["spec"].identity()
-      launch["buffers"] = [f"{v.aval.dtype}{list(v.aval.shape)}" for v in (*eqn.invars, *eqn.outvars)]
-      found.append(f"{eqn.params['kernel'].hash.hex()} {json.dumps(launch, sort_keys=True, default=repr)}")
-    subs = []
-    for value in eqn.params.values():
-      for sub in value if isinstance(value, (list, tuple)) else (value,):
-        inner = getattr(sub, "jaxpr", sub)
-        if hasattr(inner, "eqns"):
-          subs.append(iter(inner.eqns))
-    pending.extend(reversed(subs))  # the first sub-jaxpr next, as the order of the launches found
-  return found
 
 
 def _log(entry: dict) -> None:
@@ -227,9 +200,11 @@ class Autotuned:
     scope = self._scope(avals)
     if scope in self._chosen:
       return self._chosen[scope]
-    # Its own thread: what it runs and compiles must not be staged into an enclosing trace.
+    # Its own thread: what it runs and compiles must not be staged into an enclosing trace. It names the caller's line.
+    with source_location.pinned(source_location.current()):
+      context = contextvars.copy_context()
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-      index = pool.submit(self._decide, avals, scope).result()
+      index = pool.submit(context.run, self._decide, avals, scope).result()
     if self.last_report and self.last_report["source"] == "untuned":
       source_location.warn(f"jax_mosaic_ffi.autotune '{self.name}': no GPU here, so nothing is timed; using "
                            f"config {index} {self.configs[index]}", AutotuneSkipped)
@@ -255,6 +230,9 @@ class Autotuned:
       return 0
     device = jax.devices()[0]
     if device.platform not in ("gpu", "cuda") and os.environ.get(CPU_ENV) != "1":
+      if tuning_packs.recording():  # every config built and its timing key noted, for a pack
+        keys, launches = self._keys(avals, scope)
+        tuning_packs.record(self.name, shapes, keys, [_plain_config(c) for c in self.configs], launches, self.default)
       with _lock:
         _stats.skipped += 1
       self._record({"name": self.name, "shapes": shapes, "source": "untuned", "winner": self.default,
@@ -267,14 +245,7 @@ class Autotuned:
           "(tuned.best_config(*concrete_avals)) and export the call it makes (tuned.factory(config)), "
           "or export per concrete size")
     env = tuning_records.environment(device)
-    signature = tuning_records.bounded_text(tuning_records.exact_text(scope))
-    workers = max(1, min(len(self.configs), os.cpu_count() or 1, 8))
-    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-      launches = list(pool.map(lambda k: self._launches(k, avals), range(len(self.configs))))
-    # A config by its JSON text (tuning files show it): a value that prints alike (a long array) is still told
-    # apart, as the timing is keyed by the kernels' hashes and the launch values the config makes too.
-    keys = [tuning_records.TimingKey(self.name, _plain_config(c), found, signature) if isinstance(found, tuple)
-            else None for c, found in zip(self.configs, launches)]
+    keys, launches = self._keys(avals, scope)
     decision = disk_cache.key(_FORMAT, repr(env), repr(keys))
     with _lock:
       if decision in _winners:
@@ -297,6 +268,8 @@ class Autotuned:
           if timing.us is None:
             stored_failures.append(k)
       table.append(row)
+    if missing and packs.strict():  # timing in the middle of serving: the packs should have held these timings
+      raise tuning_packs.missing(self.name, shapes, env, [table[k]["config"] for k in missing])
     if missing:
       self._tune_into(table, env, keys, avals, device, missing)
     if stored_failures and not any(row["us"] is not None for row in table):
@@ -308,10 +281,12 @@ class Autotuned:
       rows = "\n".join(f"  {k}: {row['config']}: {row['error']}" for k, row in enumerate(table))
       raise AutotuneError(f"autotune '{self.name}': no config could be compiled and run for {shapes}:\n{rows}")
     index = min(timed, key=lambda k: table[k]["us"])
-    source = "tuned" if missing else "file" if "file" in sources else "disk" if "disk" in sources else "memory"
+    source = ("tuned" if missing else next((s for s in ("pack", "file", "disk") if s in sources), "memory"))
     with _lock:
       if missing:
         _stats.tunings += 1
+      elif source == "pack":
+        _stats.pack_hits += 1
       elif source in ("disk", "file"):
         _stats.disk_hits += 1
       _winners[decision] = index
@@ -328,10 +303,23 @@ class Autotuned:
       if timing.us is not None or tuning_failures.lasting(timing.error):
         tuning_records.store(env, keys[k], timing)
 
+  def _keys(self, avals, scope) -> tuple[list, list]:
+    """Each config's timing key (None for one that fails to build), and what each launches or how it fails."""
+    signature = tuning_records.bounded_text(tuning_records.exact_text(scope))
+    workers = max(1, min(len(self.configs), os.cpu_count() or 1, 8))
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+      launches = list(pool.map(lambda k: self._launches(k, avals), range(len(self.configs))))
+    # A config by its JSON text (tuning files show it): a value that prints alike (a long array) is still told
+    # apart, as the timing is keyed by the kernels' hashes and the launch values the config makes too.
+    return [tuning_records.TimingKey(self.name, _plain_config(c), found, signature) if isinstance(found, tuple)
+            else None for c, found in zip(self.configs, launches)], launches
+
   def _launches(self, index: int, avals) -> tuple[str, ...] | str:
     """What config `index` launches (its kernels and their launch values), or how it fails to build."""
     try:
-      return tuple(_launch_identities(jax.make_jaxpr(self._call_for(index))(*avals)))
+      return tuple(launch_identity.of_jaxpr(jax.make_jaxpr(self._call_for(index))(*avals)))
+    except NotInPacks:  # the strict mode's error is the program's, not one config's failure
+      raise
     except Exception as e:
       return f"compile: {tuning_failures.error_text(e)}"
 

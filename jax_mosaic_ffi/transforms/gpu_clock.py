@@ -22,7 +22,7 @@ from jax_mosaic_ffi.base.module_format import FLAG_PDL_WAIT, Arch, Image, ImageK
 from jax_mosaic_ffi.call import primitive
 from jax_mosaic_ffi.call.launch_options import CheckedLaunch
 from jax_mosaic_ffi.toolchain.compiled import Compiled, param_sizes
-from jax_mosaic_ffi.toolchain.kernel import PDL_MIN_ARCH, Kernel, default_targets
+from jax_mosaic_ffi.toolchain.kernel import PDL_MIN_ARCH, Kernel, visible_targets
 
 # The stamps are written in PTX, as the runtime's own kernels are (csrc/driver/runtime_kernels.cc), so timing
 # needs no compiler: thread 0 writes %globaltimer's 64 bits as two 32-bit words (low, high) to the last
@@ -64,7 +64,7 @@ def stamp_ptx(symbol: str, reads: int, arch: int) -> str:
 
 
 def _stamp_kernel(symbol: str, reads: int) -> Kernel:
-  arch = min(a.number for a in default_targets())
+  arch = min(a.number for a in visible_targets())  # this GPU's clock: never JAX_MOSAIC_FFI_TARGETS'
   text = stamp_ptx(symbol, reads, arch)
   pdl = arch >= PDL_MIN_ARCH
   parsed = ParsedModule(symbol, (Image(ImageKind.PTX, Arch(PDL_MIN_ARCH if pdl else 70), text.encode()),),

@@ -45,11 +45,13 @@ from jax_mosaic_ffi.base import value_key
 from jax_mosaic_ffi.base.errors import ValueKeyError
 from jax_mosaic_ffi.base.paths import PACKAGE_DIR
 from jax_mosaic_ffi.call import front_end
+from jax_mosaic_ffi.toolchain import packs
 
 FILE_FORMAT = "jax_mosaic_ffi tuning"
 # 2: the environment's "toolchains" (every front end's) took the place of "triton"; a version 1 file is refused.
 FILE_VERSION = 2
 _RECORD_FORMAT = "tuning-record-1"
+_PACK_FORMAT = "pack-tuning-1"
 # Bounds on everything read (a file, a disk entry) before it is used.
 MAX_FILE_BYTES = 16 << 20
 MAX_RECORDS = 100_000        # in a file, and in memory (oldest dropped first)
@@ -159,18 +161,34 @@ def _record_id(env: Environment, key: TimingKey) -> str:
                         key.name, key.config, str(len(key.launches)), *key.launches, key.signature)
 
 
+def pack_key(device: str, compute_capability: str, key: TimingKey) -> str:
+  """A timing's key in a kernel pack: its call and config on a GPU model (name and compute capability). The driver
+  and the releases are left out: the config's kernels are in the key (their hashes), and a pack serves its winners
+  on whatever driver the machine that loads it has."""
+  return disk_cache.key(_PACK_FORMAT, f"format{module_format.FORMAT_VERSION}", device, compute_capability,
+                        key.name, key.config, str(len(key.launches)), *key.launches, key.signature)
+
+
+def pack_payload(timing: Timing) -> bytes:
+  return json.dumps({"format": _PACK_FORMAT, "us": timing.us, "error": timing.error}).encode()
+
+
 def lookup(env: Environment, key: TimingKey) -> tuple[Timing, str] | None:
-  """The stored timing of this config, and where it came from ("timed", "disk", "file"); None if none."""
+  """The stored timing of this config, and where it came from ("timed", "pack", "disk", "file"); None if none."""
   record_id = _record_id(env, key)
   with _lock:
     stored = _memory.get(record_id)
   if stored is not None:
     return stored.timing, stored.source
-  timing = disk_cache.load_decoded(record_id, _decode_entry)
+  entry = packs.lookup(pack_key(env.device, env.compute_capability, key), "tuning")
+  if entry is not None:
+    timing, source = _decode_pack_entry(entry.payload), "pack"
+  else:
+    timing, source = disk_cache.load_decoded(record_id, _decode_entry), "disk"
   if timing is None:
     return None
-  _remember(record_id, _Stored(env, key, timing, "disk"))
-  return timing, "disk"
+  _remember(record_id, _Stored(env, key, timing, source))
+  return timing, source
 
 
 def store(env: Environment, key: TimingKey, timing: Timing) -> None:
@@ -218,14 +236,22 @@ def _timing(us, error, where: str) -> Timing:
   return Timing(us, error)
 
 
-def _decode_entry(data: bytes) -> Timing | None:
+def _decode_entry(data: bytes, format: str = _RECORD_FORMAT) -> Timing | None:
   """A disk entry of ours; raises on one that is damaged (disk_cache then deletes it)."""
   if len(data) > MAX_TEXT * 2:
     raise _Malformed("entry too large")
   entry = json.loads(data)
-  if not isinstance(entry, dict) or entry.get("format") != _RECORD_FORMAT:
+  if not isinstance(entry, dict) or entry.get("format") != format:
     raise _Malformed("not a timing entry")
   return _timing(entry.get("us"), entry.get("error"), "entry")
+
+
+def _decode_pack_entry(data: bytes) -> Timing | None:
+  """A pack's timing (verified with its pack), or None for one that does not read as one (never used)."""
+  try:
+    return _decode_entry(data, _PACK_FORMAT)
+  except (ValueError, RecursionError):
+    return None
 
 
 # ------------------------------------------------------------------------------------------- the file
@@ -277,7 +303,11 @@ def load_tuning(path: str | os.PathLike, device=None) -> int:
   env = environment(device if device is not None else jax.devices()[0])
   path = os.fspath(path)
   try:
-    records = _read_file(path, env)
+    theirs, records = _read_file(path)
+    for field, label in _ENV_FIELDS:
+      if getattr(theirs, field) != getattr(env, field):
+        raise _Malformed(f"it was tuned with {label} {getattr(theirs, field)!r}, and this process has "
+                         f"{getattr(env, field)!r}")
   except _Malformed as e:
     warnings.warn(f"jax_mosaic_ffi.load_tuning: {path} is ignored: {e}; nothing was loaded", TuningFileIgnored,
                   skip_file_prefixes=(PACKAGE_DIR,))
@@ -287,7 +317,13 @@ def load_tuning(path: str | os.PathLike, device=None) -> int:
   return len(records)
 
 
-def _read_file(path: str, env: Environment) -> list[tuple[TimingKey, Timing]]:
+def read_file(path: str | os.PathLike) -> tuple[Environment, list[tuple[TimingKey, Timing]]]:
+  """A tuning file's environment and timings, whatever machine tuned it (for a kernel pack's winners); raises
+  ValueError saying why a file is refused, by the rules `load_tuning` applies."""
+  return _read_file(os.fspath(path))
+
+
+def _read_file(path: str) -> tuple[Environment, list[tuple[TimingKey, Timing]]]:
   # The file is the user's own choice, so a symlink to it is followed; what it is then must be ours.
   try:
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -321,10 +357,10 @@ def _read_file(path: str, env: Environment) -> list[tuple[TimingKey, Timing]]:
     document = json.loads(data)
   except (ValueError, RecursionError) as e:
     raise _Malformed(f"it is not JSON ({type(e).__name__})") from None
-  return _parse_document(document, env)
+  return _parse_document(document)
 
 
-def _parse_document(document: Any, env: Environment) -> list[tuple[TimingKey, Timing]]:
+def _parse_document(document: Any) -> tuple[Environment, list[tuple[TimingKey, Timing]]]:
   if not isinstance(document, dict) or document.get("format") != FILE_FORMAT:
     raise _Malformed(f"it is not a jax_mosaic_ffi tuning file (no \"format\": \"{FILE_FORMAT}\")")
   version = document.get("version")
@@ -333,10 +369,7 @@ def _parse_document(document: Any, env: Environment) -> list[tuple[TimingKey, Ti
   theirs = document.get("environment")
   if not isinstance(theirs, dict):
     raise _Malformed("environment is not an object")
-  for field, label in _ENV_FIELDS:
-    value = _text(theirs.get(field), f"environment.{field}")
-    if value != getattr(env, field):
-      raise _Malformed(f"it was tuned with {label} {value!r}, and this process has {getattr(env, field)!r}")
+  env = Environment(**{field: _text(theirs.get(field), f"environment.{field}") for field, _ in _ENV_FIELDS})
   timings = document.get("timings")
   if not isinstance(timings, list):
     raise _Malformed("timings is not a list")
@@ -354,7 +387,7 @@ def _parse_document(document: Any, env: Environment) -> list[tuple[TimingKey, Ti
                     launches=tuple(_text(s, f"{where}.launches[{j}]") for j, s in enumerate(launches)),
                     signature=_text(row.get("signature"), f"{where}.signature"))
     records.append((key, _timing(row.get("us"), row.get("error"), where)))
-  return records
+  return env, records
 
 
 def _shown(value) -> str:

@@ -23,6 +23,7 @@ from jax.interpreters import ad, batching
 
 from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.transforms import autotune as autotune_lib
+from jax_mosaic_ffi.transforms import tuning_packs
 
 mosaic_autotuned_untimed_p = jax.extend.core.Primitive("mosaic_autotuned_untimed")
 mosaic_autotuned_untimed_p.multiple_results = True
@@ -40,6 +41,8 @@ class WithFallback(autotune_lib.Autotuned):
     if _can_time():
       return super().__call__(*args)
     avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in map(jax.typeof, args)]
+    if tuning_packs.recording():  # recording for a pack: every config is built here, and the decision noted
+      self.choose(*avals)
     out = jax.eval_shape(self.fallback, *avals)
     single = not isinstance(out, (tuple, list))
     outs = mosaic_autotuned_untimed_p.bind(

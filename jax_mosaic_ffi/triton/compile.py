@@ -192,8 +192,11 @@ def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: Triton
   # Each constexpr read whole (value_keys.py); one that cannot be is keyed by the TTIR Triton's frontend makes.
   constexpr_keys = json.dumps(sorted((k, value_keys.constexpr_key(v) or "ir") for k, v in constexprs.items()))
   config = compile_errors.config_text(signature, constexprs, options)
-  specialization = _specialization(fn, signature, scalar_values, constexprs, targets, config, language)
-  requests = _requests(fn, specialization, options, targets, config, language)
+  about = lambda: {"front_end": language.name, "kernel": fn.__name__, "specialization": config,  # noqa: E731
+                   "targets": [t.sm for t in targets], "toolchain": f"triton {triton.__version__}"}
+  with compile_cache.noted(about):  # while recording for a pack, a target Triton refuses is noted per kernel
+    specialization = _specialization(fn, signature, scalar_values, constexprs, targets, config, language)
+    requests = _requests(fn, specialization, options, targets, config, language)
   entry_key = disk_cache.key(
       _CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"triton {triton.__version__}", settings.key(),
       language.name,
@@ -223,7 +226,7 @@ def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: Triton
   witness = key_audit.Witness("TTIR", lambda: "\n".join(_witness(r) for r in requests),
                               what=f"{made} for {', '.join(t.sm for t in targets)} with {config}",
                               read=f"the kernel's code and what it reaches; the constexprs {read}" if read else "")
-  found = compile_cache.cached(entry_key, compile=run, encode=_to_bytes, decode=decode, witness=witness)
+  found = compile_cache.cached(entry_key, compile=run, encode=_to_bytes, decode=decode, witness=witness, about=about)
   if found.source != "memory":
     dump.maybe_dump(found.value)
   return found.value

@@ -200,7 +200,9 @@ def specialize_cached(fn, types: Sequence[Any], values: Mapping[int, Any], const
   found = compile_cache.cached(
       entry_key, compile=lambda: (specialize(fn, types, values, constexprs, make_backend()), True), encode=_stored,
       decode=lambda payload: _fitting(_decode(payload), fn, types, values, constexprs), counted=False,
-      witness=witness)
+      witness=witness, about=lambda: {"front_end": "Triton specialization", "kernel": fn.__name__,
+                                      "targets": [target], "specialization": f"types {list(types)}",
+                                      "toolchain": f"triton {triton.__version__}"})
   return found.value
 
 

@@ -29,6 +29,7 @@ from jax_mosaic_ffi.base import file_deps
 from jax_mosaic_ffi.base import module_format
 from jax_mosaic_ffi.base import nvshmem_package
 from jax_mosaic_ffi.base import ptx_info
+from jax_mosaic_ffi.base import wheel_record
 from jax_mosaic_ffi.base.errors import CompileError, CompileTimeout
 from jax_mosaic_ffi.base.module_format import Arch, Image, ImageKind, ParsedModule
 from jax_mosaic_ffi.base.paths import DEVICE_INCLUDE_DIR
@@ -39,6 +40,7 @@ from jax_mosaic_ffi.toolchain.compiled import Compiled
 from jax_mosaic_ffi.cuda.nvrtc import compat
 from jax_mosaic_ffi.cuda.nvrtc import include_search
 from jax_mosaic_ffi.cuda.nvrtc import kernel_names
+from jax_mosaic_ffi.cuda.nvrtc import portable
 from jax_mosaic_ffi.cuda.nvrtc import program
 from jax_mosaic_ffi.cuda.nvrtc import worker
 
@@ -53,21 +55,23 @@ def nvrtc_version() -> tuple[int, int]:
 
 @functools.cache
 def nvrtc_identity() -> str:
-  """What the cache key needs of the compiler: the NVRTC library's identity.
+  """What the cache key needs of the compiler: the NVRTC library's identity, the same on every machine with the
+  same build (a kernel pack's keys are computed on the machine that loads it).
 
-  Reading the wheel's library file (path, size, mtime) costs microseconds,
-  where loading NVRTC to ask its version costs tens of milliseconds; the
-  version is asked only when the wheel is not there.
+  For the NVRTC wheel, its distribution, release and the sha256 its RECORD gives the library (base/wheel_record.py):
+  read without loading NVRTC (tens of milliseconds; a process whose kernels all come from a pack never loads it).
+  NVRTC is asked its version only when the wheel is not there.
   """
   try:
     import nvidia  # noqa: PLC0415  (optional: the NVRTC wheel, when it is there)
-    for base in nvidia.__path__:
-      for lib in sorted(pathlib.Path(base).glob("cu*/lib/libnvrtc.so*")):
-        if "builtins" not in lib.name and "alt" not in lib.name:
-          stat = lib.stat()
-          return f"{lib}:{stat.st_size}:{int(stat.st_mtime)}"
+    libraries = [lib for base in nvidia.__path__ for lib in sorted(pathlib.Path(base).glob("cu*/lib/libnvrtc.so*"))
+                 if "builtins" not in lib.name and "alt" not in lib.name]
   except (ImportError, OSError):
-    pass
+    libraries = []
+  for lib in libraries:
+    found = wheel_record.identity(lib, ("nvidia-cuda-nvrtc", "nvidia-cuda-nvrtc-cu13", "nvidia-cuda-nvrtc-cu12"))
+    if found is not None:
+      return found
   major, minor = nvrtc_version()
   return f"nvrtc{major}.{minor}"
 
@@ -142,8 +146,15 @@ def compile_cuda(source: str, name: str, *, options=(), headers=None,
                                                       counted=False)[0]),
       of=lambda compiled: _output_text(compiled.parsed), what=f"cuda_kernel '{name}' for "
       f"{', '.join(t.sm for t in targets)}", read="the source, the headers it read and their paths, the options")
+  def about():
+    return {"front_end": "CUDA C++ (NVRTC)", "kernel": name, "targets": [t.sm for t in targets],
+            "specialization": f"options: {' '.join(options) or 'none'}; headers given: {', '.join(headers) or 'none'}"
+                              + (f"; linked with {package.identity}" if package else ""),
+            "toolchain": nvrtc_identity()}
+
   return compile_cache.cached(entry_key, compile=compile, encode=Compiled.to_bytes, decode=_fresh_entry,
-                              fresh=_user_headers_unchanged, witness=witness).value
+                              fresh=_user_headers_unchanged, witness=witness, about=about,
+                              portable=portable.PORTABLE).value
 
 
 def _output_text(parsed: ParsedModule) -> str:

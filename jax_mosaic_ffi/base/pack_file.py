@@ -1,0 +1,264 @@
+"""A kernel pack's file: our format, versioned and bounded, written whole and verified whole before any use.
+
+    offset 0   magic b"JMFPACK\\0"
+           8   format version, u32 little-endian (FORMAT_VERSION)
+          12   the manifest's length in bytes, u32
+          16   the manifest: UTF-8 JSON (entries in order: key, kind, size, sha256, about)
+           .   the entries' payloads, one after another in the manifest's order, nothing between
+    end - 32   sha256 of every byte before it: the pack's digest
+
+A payload is what a compile-cache entry holds (the front end's ``encode`` bytes, toolchain/compile_cache.py), or a
+timing (``kind`` "tuning"). `read` refuses a file, by name and with what to do, before exposing any entry: not a
+regular file, owned by someone else than the user or root, writable by group or others, in a folder that is, over
+`MAX_PACK_BYTES`; not ours (magic), of another format version, truncated or altered (the digest), or with any
+manifest value out of bounds or any payload whose sha256 is not its entry's. Nothing of a pack is half-used.
+
+Nothing here depends on jax: a pack made under one jax release reads the same under every other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import secrets
+import stat
+import struct
+from typing import Any, Iterable, Mapping
+
+from jax_mosaic_ffi.base.errors import PackError
+
+MAGIC = b"JMFPACK\0"
+FORMAT = "jax_mosaic_ffi pack"
+FORMAT_VERSION = 1
+_HEADER = struct.Struct("<8sII")
+_DIGEST_BYTES = 32
+SUFFIX = ".jmfpack"
+
+# Bounds on everything read, checked before use.
+MAX_PACK_BYTES = 4 << 30
+MAX_MANIFEST_BYTES = 64 << 20
+MAX_ENTRIES = 200_000
+MAX_ENTRY_BYTES = 256 << 20   # as the disk cache: a kernel's binaries are far smaller
+MAX_TEXT = 4096
+MAX_LIST = 256
+KINDS = ("compile", "specialization", "tuning")
+# What an entry's "about" may hold (all text, or lists of text): for listings and messages, never for a lookup.
+ABOUT_FIELDS = ("front_end", "kernel", "specialization", "targets", "toolchain", "call_sites", "recorded_for",
+                "device", "compute_capability", "name", "signature", "config")
+# What the manifest's other lists hold (autotuning winners, calls without one, compiles a front end refused): each a
+# list of objects of text (or lists of text).
+NOTE_LISTS = ("winners", "untuned", "refused")
+_KEY = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+  key: str
+  kind: str
+  payload: bytes
+  about: Mapping[str, Any]
+
+  @property
+  def sha256(self) -> str:
+    return hashlib.sha256(self.payload).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class Pack:
+  """A verified pack: its entries by key and the manifest's other fields (``created``, ``untuned``, ...)."""
+
+  path: str
+  digest: str
+  size: int
+  entries: Mapping[str, Entry]
+  created: Mapping[str, Any]
+  notes: Mapping[str, tuple]
+
+
+def write(path: str, entries: Iterable[Entry], created: Mapping[str, Any],
+          notes: Mapping[str, Iterable[Mapping[str, Any]]] | None = None) -> str:
+  """Writes a pack to ``path`` (atomically: a temporary file renamed into place, mode 0644); returns its digest.
+  Everything written is bounded as `read` bounds it, so a pack we write is one we read back."""
+  entries = list(entries)
+  notes = {k: [dict(n) for n in v] for k, v in (notes or {}).items()}
+  manifest = {"format": FORMAT, "version": FORMAT_VERSION, "created": dict(created),
+              "entries": [{"key": e.key, "kind": e.kind, "size": len(e.payload), "sha256": e.sha256,
+                           "about": dict(e.about)} for e in entries], **notes}
+  text = json.dumps(manifest, sort_keys=True).encode()
+  try:
+    _check_manifest(json.loads(text), sum(len(e.payload) for e in entries))
+  except ValueError as e:
+    raise PackError(f"the pack {path} cannot be written: {e} (over the bounds a pack is read with)") from None
+  body = b"".join([_HEADER.pack(MAGIC, FORMAT_VERSION, len(text)), text, *(e.payload for e in entries)])
+  if len(body) + _DIGEST_BYTES > MAX_PACK_BYTES:
+    raise PackError(f"the pack would hold {len(body)} bytes, over the limit of {MAX_PACK_BYTES}: split it (prune "
+                    "archs, or make one pack per model)")
+  digest = hashlib.sha256(body).digest()
+  path = os.path.abspath(os.fspath(path))
+  temp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}-{secrets.token_hex(8)}.partial")
+  fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+  try:
+    with os.fdopen(fd, "wb") as f:
+      f.write(body)
+      f.write(digest)
+    os.chmod(temp, 0o644)  # whatever the umask: never group- or world-writable
+    os.replace(temp, path)
+  except BaseException:
+    if os.path.lexists(temp):
+      os.unlink(temp)
+    raise
+  return digest.hex()
+
+
+def read(path: str | os.PathLike) -> Pack:
+  """The pack at ``path``, verified whole; raises `PackError` naming it, why, and what to do."""
+  shown = os.fspath(path)
+  data = _read_trusted(shown)
+  if len(data) < _HEADER.size + _DIGEST_BYTES or data[:8] != MAGIC:
+    raise PackError(f"pack {shown} is not a jax_mosaic_ffi pack (no {MAGIC!r} at its start): name a file made by "
+                    "python -m jax_mosaic_ffi.pack")
+  _, version, manifest_size = _HEADER.unpack_from(data)
+  if version != FORMAT_VERSION:
+    raise PackError(f"pack {shown} has pack format version {version}, and this jax_mosaic_ffi reads version "
+                    f"{FORMAT_VERSION}: build it again with this release (python -m jax_mosaic_ffi.pack record ...)")
+  body, digest = data[:-_DIGEST_BYTES], data[-_DIGEST_BYTES:]
+  if hashlib.sha256(body).digest() != digest:
+    raise PackError(f"pack {shown} is damaged: its digest does not match its contents (truncated or altered after "
+                    "it was written); nothing of it was used. Copy it again from where it was built, or build it again")
+  if manifest_size > min(MAX_MANIFEST_BYTES, len(body) - _HEADER.size):
+    raise PackError(f"pack {shown} is damaged: its manifest's length {manifest_size} is out of bounds")
+  blobs = memoryview(body)[_HEADER.size + manifest_size:]
+  try:
+    manifest = json.loads(bytes(body[_HEADER.size:_HEADER.size + manifest_size]))
+    _check_manifest(manifest, len(blobs))
+  except (ValueError, RecursionError) as e:
+    raise PackError(f"pack {shown} is damaged: {e}; nothing of it was used. Build it again") from None
+  entries, offset = {}, 0
+  for row in manifest["entries"]:
+    payload = bytes(blobs[offset:offset + row["size"]])
+    offset += row["size"]
+    if hashlib.sha256(payload).hexdigest() != row["sha256"]:
+      raise PackError(f"pack {shown} is damaged: entry {row['key']} does not match its sha256; nothing of it was "
+                      "used. Build it again")
+    entries[row["key"]] = Entry(row["key"], row["kind"], payload, row["about"])
+  return Pack(path=shown, digest=digest.hex(), size=len(data), entries=entries, created=manifest["created"],
+              notes={k: tuple(manifest.get(k, ())) for k in NOTE_LISTS})
+
+
+def _read_trusted(path: str) -> bytes:
+  """The bytes of the file the user named, refused unless it and its folder are the user's (or root's) and
+  writable by no one else. The name is the user's choice, so a symlink to it is followed (as for a tuning file);
+  the folder is opened, checked, and the file opened inside it without following a link."""
+  real = os.path.realpath(path)
+  folder, name = os.path.split(real)
+  try:
+    dir_fd = os.open(folder or "/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+  except OSError as e:
+    raise PackError(f"pack {path} cannot be read: its folder {folder} cannot be opened ({e.strerror})") from None
+  try:
+    _check_owner(os.fstat(dir_fd), f"pack {path}: its folder {folder}", "chmod go-w on the folder, or move the pack "
+                 "into a folder of your own")
+    try:
+      fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError as e:
+      raise PackError(f"pack {path} cannot be opened ({e.strerror}): name a pack file that is there") from None
+  finally:
+    os.close(dir_fd)
+  try:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+      raise PackError(f"pack {path} is not a regular file: name the pack file itself")
+    _check_owner(st, f"pack {path}", "chmod go-w on it")
+    if st.st_size > MAX_PACK_BYTES:
+      raise PackError(f"pack {path} holds {st.st_size} bytes, over the limit of {MAX_PACK_BYTES}: split it")
+    chunks, left = [], st.st_size + 1
+    while left > 0:
+      chunk = os.read(fd, min(left, 1 << 24))
+      if not chunk:
+        break
+      chunks.append(chunk)
+      left -= len(chunk)
+  except OSError as e:
+    raise PackError(f"pack {path} cannot be read ({e.strerror})") from None
+  finally:
+    os.close(fd)
+  data = b"".join(chunks)
+  if len(data) != st.st_size:
+    raise PackError(f"pack {path} changed while it was read: read it when nothing writes it")
+  return data
+
+
+def _check_owner(st: os.stat_result, what: str, fix: str) -> None:
+  if st.st_uid not in (os.geteuid(), 0):
+    raise PackError(f"{what} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}) or root, so its owner "
+                    f"could put code there that this process would run: copy the pack into a folder of your own")
+  if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+    raise PackError(f"{what} is writable by others (mode {stat.S_IMODE(st.st_mode):o}), who could put code there "
+                    f"that this process would run: {fix}")
+
+
+def _text(value, what: str) -> str:
+  if not isinstance(value, str) or len(value) > MAX_TEXT:
+    raise ValueError(f"{what} is not a string of at most {MAX_TEXT} characters")
+  return value
+
+
+def _texts(value, what: str) -> None:
+  """Text, or a list of at most MAX_LIST texts."""
+  if isinstance(value, list):
+    if len(value) > MAX_LIST:
+      raise ValueError(f"{what} has over {MAX_LIST} items")
+    for k, item in enumerate(value):
+      _text(item, f"{what}[{k}]")
+  else:
+    _text(value, what)
+
+
+def _object_of_texts(value, what: str, fields: tuple[str, ...] | None = None) -> None:
+  if not isinstance(value, dict) or len(value) > len(ABOUT_FIELDS) + 16:
+    raise ValueError(f"{what} is not an object")
+  for field, item in value.items():
+    if fields is not None and field not in fields:
+      raise ValueError(f"{what} has an unknown field {_text(field, 'a field')!r}")
+    _texts(item, f"{what}.{field}")
+
+
+def _check_manifest(manifest, blob_bytes: int) -> None:
+  """Raises ValueError unless ``manifest`` is one we write, with every value bounded and the entries' sizes adding
+  up to exactly ``blob_bytes``."""
+  if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != FORMAT_VERSION:
+    raise ValueError("its manifest is not a jax_mosaic_ffi pack manifest of this version")
+  _object_of_texts(manifest.get("created"), "created")
+  rows = manifest.get("entries")
+  if not isinstance(rows, list) or len(rows) > MAX_ENTRIES:
+    raise ValueError(f"entries is not a list of at most {MAX_ENTRIES}")
+  total, seen = 0, set()
+  for k, row in enumerate(rows):
+    where = f"entries[{k}]"
+    if not isinstance(row, dict) or set(row) != {"key", "kind", "size", "sha256", "about"}:
+      raise ValueError(f"{where} is not an entry")
+    if not isinstance(row["key"], str) or not _KEY.fullmatch(row["key"]) or row["key"] in seen:
+      raise ValueError(f"{where}.key is not a new key of 64 hex digits")
+    seen.add(row["key"])
+    if row["kind"] not in KINDS:
+      raise ValueError(f"{where}.kind is not one of {', '.join(KINDS)}")
+    if type(row["size"]) is not int or not 0 <= row["size"] <= MAX_ENTRY_BYTES:
+      raise ValueError(f"{where}.size is not a size of at most {MAX_ENTRY_BYTES} bytes")
+    if not isinstance(row["sha256"], str) or not _KEY.fullmatch(row["sha256"]):
+      raise ValueError(f"{where}.sha256 is not 64 hex digits")
+    _object_of_texts(row["about"], f"{where}.about", ABOUT_FIELDS)
+    total += row["size"]
+  if total != blob_bytes:
+    raise ValueError(f"its entries hold {total} bytes, and it has {blob_bytes}")
+  for name in NOTE_LISTS:
+    notes = manifest.get(name, [])
+    if not isinstance(notes, list) or len(notes) > MAX_ENTRIES:
+      raise ValueError(f"{name} is not a list of at most {MAX_ENTRIES}")
+    for k, note in enumerate(notes):
+      _object_of_texts(note, f"{name}[{k}]")
+  extra = set(manifest) - {"format", "version", "created", "entries", *NOTE_LISTS}
+  if extra:
+    raise ValueError(f"its manifest has unknown fields {sorted(extra)[:4]}")

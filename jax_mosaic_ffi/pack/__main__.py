@@ -1,0 +1,153 @@
+"""python -m jax_mosaic_ffi.pack: make, inspect and combine kernel packs (docs/guides/deploying.md).
+
+    record OUT --arch sm_90,sm_100a [--tuning FILE ...] [--keep-going] -- python train_step.py ...
+    build OUT RECORDING... [--tuning FILE ...]
+    list PACK [--json]
+    merge OUT PACK PACK...
+    prune OUT PACK --arch sm_90,...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from jax_mosaic_ffi.base import flags
+from jax_mosaic_ffi.base import pack_file
+from jax_mosaic_ffi.base.errors import PackError
+from jax_mosaic_ffi.base.module_format import Arch
+from jax_mosaic_ffi.pack import build as build_lib
+from jax_mosaic_ffi.pack import contents
+from jax_mosaic_ffi.toolchain import pack_record
+from jax_mosaic_ffi.transforms import tuning_records
+
+
+def _archs(text: str) -> list[Arch]:
+  archs = []
+  for part in filter(None, (p.strip() for p in text.split(","))):
+    try:
+      archs.append(Arch.parse(part))
+    except ValueError as e:
+      raise SystemExit(f"--arch: {e}") from None
+  if not archs:
+    raise SystemExit("--arch names at least one GPU arch: --arch sm_90,sm_100")
+  return archs
+
+
+def _tuning(paths) -> list:
+  found = []
+  for path in paths or ():
+    try:
+      env, timings = tuning_records.read_file(path)
+    except ValueError as e:
+      raise SystemExit(f"--tuning {path} cannot be used: {e}") from None
+    found.append((path, env, timings))
+  return found
+
+
+def _write(out: str, built: build_lib.Built) -> None:
+  digest = pack_file.write(out, built.entries, built.created, built.notes)
+  kinds = {k: sum(e.kind == k for e in built.entries) for k in pack_file.KINDS}
+  print(f"wrote {out}: {kinds['compile']} compiles, {kinds['specialization']} Triton specializations, "
+        f"{kinds['tuning']} autotuning timings ({len(built.notes['winners'])} winners); sha256 {digest}")
+  for name, title in (("untuned", "without a winner"), ("refused", "refused")):
+    for note in built.notes.get(name, ()):
+      what = (f"{note.get('front_end')} '{note.get('kernel')}' for {contents.shown(note.get('targets'))}"
+              if name == "refused" else f"autotuned {note.get('name')} {contents.shown(note.get('shapes'))} on "
+              f"{note.get('device') or contents.shown(note.get('recorded_for'))}")
+      print(f"  {title}: {what}: {str(note.get('why') or note.get('error')).splitlines()[0]}")
+
+
+def record(args) -> int:
+  if not args.command:
+    raise SystemExit("record runs a program: put it after --, e.g. ... --arch sm_90 -- python train_step.py")
+  tuning = _tuning(args.tuning)
+  folder = tempfile.mkdtemp(prefix="jmf-pack-record-")
+  failed = []
+  try:
+    recording = pack_record.Recording()
+    for arch in _archs(args.arch):
+      gpu = f"sm_{arch.number}"
+      note = f" (kernels without targets= are built as on a {gpu} GPU)" if arch.suffix else ""
+      print(f"recording for {gpu}{note}: {' '.join(args.command)}", flush=True)
+      run_dir = os.path.join(folder, gpu)
+      # The program runs on the CPU: its kernels compile when their calls are traced, for this arch's GPUs.
+      env = dict(os.environ, **{flags.PACK_RECORD: run_dir, flags.TARGETS: gpu, "JAX_PLATFORMS": "cpu"})
+      env.pop(flags.PACKS_STRICT, None)
+      code = subprocess.run(args.command, env=env).returncode
+      if os.path.isdir(run_dir):
+        pack_record.read(run_dir, recording)
+      if code != 0:
+        failed.append(gpu)
+        print(f"{gpu}: the program exited with status {code}; what it compiled before is recorded, the rest is not",
+              file=sys.stderr)
+    _write(args.out, build_lib.build(recording, tuning))
+  finally:
+    if args.keep_recording:
+      print(f"the recording is in {folder}")
+    else:
+      shutil.rmtree(folder, ignore_errors=True)
+  return 1 if failed and not args.keep_going else 0
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(prog="python -m jax_mosaic_ffi.pack", description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  sub = parser.add_subparsers(dest="action", required=True)
+  rec = sub.add_parser("record", usage="%(prog)s OUT --arch ARCHS [--tuning FILE ...] -- PROGRAM [ARGS ...]",
+                       help="run a program once per arch (on the CPU), recording every kernel it compiles, and build "
+                            "the pack")
+  rec.add_argument("out", help="the pack to write (model.jmfpack)")
+  rec.add_argument("--arch", required=True, help="the GPUs to build for, comma-separated: sm_90,sm_100a,sm_120")
+  rec.add_argument("--tuning", action="append", help="a tuning file (jmf.save_tuning) measured on one GPU model: its "
+                                                      "winners go into the pack; repeat for each model")
+  rec.add_argument("--keep-going", action="store_true", help="exit 0 even where the program failed for an arch")
+  rec.add_argument("--keep-recording", action="store_true", help="keep the recording folder and print where it is")
+  bld = sub.add_parser("build", help=f"build a pack from folders recorded with {flags.PACK_RECORD}=DIR")
+  bld.add_argument("out")
+  bld.add_argument("recordings", nargs="+")
+  bld.add_argument("--tuning", action="append")
+  lst = sub.add_parser("list", help="what a pack holds")
+  lst.add_argument("pack")
+  lst.add_argument("--json", action="store_true")
+  mrg = sub.add_parser("merge", help="packs into one")
+  mrg.add_argument("out")
+  mrg.add_argument("packs", nargs="+")
+  prn = sub.add_parser("prune", help="keep only the entries for some archs")
+  prn.add_argument("out")
+  prn.add_argument("pack")
+  prn.add_argument("--arch", required=True, help="the GPUs to keep, comma-separated")
+  argv = list(sys.argv[1:] if argv is None else argv)
+  command = argv[argv.index("--") + 1:] if "--" in argv else []  # record's program, after --
+  args = parser.parse_args(argv[:len(argv) - len(command) - 1] if "--" in argv else argv)
+  args.command = command
+  try:
+    if args.action == "record":
+      return record(args)
+    if args.action == "build":
+      recording = pack_record.Recording()
+      for folder in args.recordings:
+        pack_record.read(folder, recording)
+      _write(args.out, build_lib.build(recording, _tuning(args.tuning)))
+    elif args.action == "list":
+      pack = pack_file.read(args.pack)
+      print(json.dumps(contents.as_json(pack), indent=1) if args.json else contents.listing(pack))
+    elif args.action == "merge":
+      entries, notes, created = contents.merged(pack_file.read(p) for p in args.packs)
+      _write(args.out, build_lib.Built(entries, notes, created))
+    else:
+      entries, notes, created = contents.pruned(pack_file.read(args.pack), [a.sm for a in _archs(args.arch)])
+      _write(args.out, build_lib.Built(entries, notes, created))
+  except PackError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,142 @@
+"""Kernel packs as a cache tier: compiles and autotuning winners served from pack files, ahead of the disk cache.
+
+The packs in use are those `load_pack` was given (first, in the order given), then those of
+``JAX_MOSAIC_FFI_PACKS`` (read at each lookup, separated by ``:``). Each is read and verified whole
+(base/pack_file.py) the first time it is needed, then kept; a pack that is refused raises its `PackError` at every
+lookup, so a deployment whose pack is damaged never quietly compiles. `lookup` answers by the compile cache's own
+entry key (toolchain/compile_cache.py), so a pack serves exactly what a compile would make here.
+
+``JAX_MOSAIC_FFI_PACKS_STRICT=1`` makes a compile the packs cannot serve an error (`NotInPacks`), raised by
+`missing` with the kernel, its call site, its specialization and the command that adds it.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import threading
+from typing import Any, Callable, Mapping
+
+from jax_mosaic_ffi.base import flags
+from jax_mosaic_ffi.base import pack_file
+from jax_mosaic_ffi.base.errors import NotInPacks, PackError
+from jax_mosaic_ffi.base.module_format import Arch
+
+PACKS_ENV = flags.PACKS
+STRICT_ENV = flags.PACKS_STRICT
+_ON = ("1", "true", "on", "yes")
+_OFF = ("", "0", "false", "off", "no")
+
+_lock = threading.Lock()
+_called: list[str] = []                                    # load_pack's paths, in order
+_read: dict[str, pack_file.Pack | PackError] = {}          # by path as named: the pack, or why it is refused
+
+
+def load_pack(path: str | os.PathLike) -> int:
+  """Puts the kernel pack at ``path`` ahead of the disk cache (and of the packs named in ``JAX_MOSAIC_FFI_PACKS``)
+  for this process; returns how many entries it holds. The pack is read and verified whole now: a file that is
+  not a pack of yours, is damaged or of another pack format version raises `PackError` naming it and what to do,
+  and nothing of it is used. Then each kernel it holds is taken from it instead of compiled, on any machine
+  (``JAX_MOSAIC_FFI_PACKS`` does the same from the environment; :doc:`deploying </guides/deploying>` makes one)::
+
+    >>> import os
+    >>> if os.path.exists("model.jmfpack"):   # made in CI by: python -m jax_mosaic_ffi.pack record ...
+    ...   jmf.load_pack("model.jmfpack")
+  """
+  path = os.fspath(path)
+  pack = _pack(path)
+  with _lock:
+    if path not in _called:
+      _called.append(path)
+  return len(pack.entries)
+
+
+def paths() -> list[str]:
+  """The packs in use, in lookup order."""
+  named = [p for p in os.environ.get(PACKS_ENV, "").split(os.pathsep) if p.strip()]
+  with _lock:
+    called = list(_called)
+  return called + [p for p in named if p not in called]
+
+
+def active() -> list[pack_file.Pack]:
+  """The packs in use, each verified; raises the `PackError` of one that is refused."""
+  return [_pack(p) for p in paths()]
+
+
+def lookup(entry_key: str, kind: str) -> pack_file.Entry | None:
+  """The entry ``entry_key`` of the first pack in use that holds one of ``kind``, or None."""
+  for pack in active():
+    entry = pack.entries.get(entry_key)
+    if entry is not None and entry.kind == kind:
+      return entry
+  return None
+
+
+def strict() -> bool:
+  """Whether ``JAX_MOSAIC_FFI_PACKS_STRICT`` is on; a value that is neither on nor off is an error."""
+  value = os.environ.get(STRICT_ENV, "").strip().lower()
+  if value in _ON:
+    return True
+  if value in _OFF:
+    return False
+  raise ValueError(f"{STRICT_ENV}={value!r} is neither on nor off: set it to 1 (a kernel missing from the packs is an "
+                   "error) or 0 (it compiles)")
+
+
+def missing(about: Mapping[str, Any], why: str = "", doing: str = "compiling it") -> NotInPacks:
+  """The strict mode's error for a compile the packs cannot serve (``doing``: what it would do instead). ``about``:
+  what the front end says of it (kernel, front_end, specialization, targets, call_sites)."""
+  kernel = str(about.get("kernel", "?"))
+  where = ", ".join(about.get("call_sites") or ()) or "<unknown call site>"
+  targets = ", ".join(about.get("targets") or ()) or "?"
+  in_use = paths()
+  held = f"the packs in use ({', '.join(in_use)})" if in_use else f"no pack (set {PACKS_ENV} or call jmf.load_pack)"
+  program = shlex.join(["python", *sys.argv]) if sys.argv and sys.argv[0] else "python your_program.py"
+  arch = ",".join(dict.fromkeys(_gpu(t) for t in about.get("targets") or ())) or "sm_90"
+  return NotInPacks(kernel, (
+      f"{about.get('front_end', 'kernel')} '{kernel}' at {where} is not in {held}, and {STRICT_ENV}=1 forbids "
+      f"{doing} here{f' ({why})' if why else ''}.\n"
+      f"  specialization: {about.get('specialization', '?')}\n  targets: {targets}\n"
+      f"Add it to the pack: record the program that makes this call (it runs on the CPU, without a GPU), e.g.\n"
+      f"  python -m jax_mosaic_ffi.pack record model.jmfpack --arch {arch} -- {program}\n"
+      "then ship the new pack (or unset the strict mode to compile it here)."))
+
+
+def _gpu(target: str) -> str:
+  """A target as the record command's --arch names its GPU: sm_100a -> sm_100."""
+  try:
+    return f"sm_{Arch.parse(target).number}"
+  except ValueError:
+    return "sm_90"
+
+
+def describe_missing(about: Callable[[], Mapping[str, Any]] | None, call_site: str) -> dict:
+  """``about()`` with the call site added, for `missing`."""
+  found = dict(about() if about is not None else {})
+  if not found.get("call_sites"):
+    found["call_sites"] = [call_site]
+  return found
+
+
+def forget() -> None:
+  """Drops every pack read and every `load_pack` (for tests: the next lookup reads the environment's again)."""
+  with _lock:
+    _called.clear()
+    _read.clear()
+
+
+def _pack(path: str) -> pack_file.Pack:
+  with _lock:
+    found = _read.get(path)
+  if found is None:
+    try:
+      found = pack_file.read(path)
+    except PackError as e:
+      found = e
+    with _lock:
+      found = _read.setdefault(path, found)
+  if isinstance(found, PackError):
+    raise PackError(str(found))
+  return found

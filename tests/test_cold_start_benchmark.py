@@ -1,0 +1,62 @@
+"""The cold-start benchmark (benchmarks/cold_start.py) on the CPU: its goals and table from results in the shape its
+GPU run writes, and its plumbing: the child lowers a workload, the record command makes the workload's pack from
+it, and a fresh child with that pack and an empty cache compiles nothing (the GPU run then times the same
+children running)."""
+
+import os
+
+import pytest
+
+import benchmarks_package
+
+bench = benchmarks_package.load()
+goals = bench.goals
+import benchmarks.cold_start as cold_start  # noqa: E402  (after the package is loaded from this tree)
+
+
+def _workload(pack_s=0.5, warm_s=0.45, compiles=0):
+  return {"calls": 14, "cold_s": 30.0, "cold_compiles": 14, "cold_tunings": 0, "warm_s": warm_s, "pack_s": pack_s,
+          "pack_over_warm": pack_s / warm_s, "pack_compiles": compiles, "pack_hits": 14, "winners_from_pack": 0,
+          "pack_bytes": 900_000, "pack_listing": "x.jmfpack: 14 entries"}
+
+
+def test_the_goals_judge_the_slowest_workload_and_any_compile():
+  main = {"arch": "sm_100", "errors": {},
+          "workloads": {"cuda_corpus": _workload(), "triton_matmul": _workload(pack_s=0.7, warm_s=0.5)},
+          "measured": True, "pack_over_warm": 1.4, "pack_compiles": 0}
+  dsl = {"arch": "sm_100", "workloads": {"gluon_gemm": {"skipped": "a Hopper (sm_90a) kernel; this GPU is sm_100"},
+                                         "quack_softmax": _workload(compiles=1)},
+         "errors": {"cute_gemm": "RuntimeError: boom"}, "measured": True, "pack_over_warm": 1.0, "pack_compiles": 1}
+  verdicts = {v.goal.metric: v for v in goals.verdicts({"results": {"cold_start": {"main": main, "dsl": dsl}}})}
+  assert verdicts["cold_start/main/pack_over_warm"].status == "not met"
+  assert verdicts["cold_start/main/pack_compiles"].status == "met"
+  assert verdicts["cold_start/dsl/pack_over_warm"].status == "met"
+  assert verdicts["cold_start/dsl/pack_compiles"].status == "not met"
+  (text,) = cold_start.tables({"main": main, "dsl": dsl})
+  assert "| cuda_corpus | 14 | 30.00 s (14 compiles, 0 tuned) | 0.450 s | 0.500 s | **1.11x** |" in text
+  assert "| gluon_gemm | n/a | a Hopper (sm_90a) kernel; this GPU is sm_100 |" in text
+  assert "| cute_gemm | failed | RuntimeError: boom |" in text and "| fa4_forward | n/a | not run |" in text
+  (text,) = cold_start.tables({"main": main, "dsl": {"error": "exit code 1\nTimeout"}})
+  assert "| gluon_gemm | n/a | run failed (exit code 1): Timeout |" in text
+  widths = {line.count("|") for line in text.splitlines() if line.startswith("|")}
+  assert len(widths) == 1
+  assert cold_start.tables({"main": {"skipped": "needs a GPU"}}) == ["n/a: skipped: needs a GPU"]
+
+
+def test_the_child_and_the_record_command_make_a_pack_that_compiles_nothing(tmp_path):
+  """Two CUDA corpus kernels: lowered by the child on the CPU under the record command, then lowered again by a
+  fresh child with the pack, an empty cache and the strict mode."""
+  listing = cold_start.record_pack("cuda_corpus", "sm_90", None, str(tmp_path / "corpus.jmfpack"),
+                                   {"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "record-cache")}, limit=2)
+  assert "2 compiles" in listing
+  lowered = cold_start.child("cuda_corpus", "lower", {
+      "JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "empty"), "JAX_MOSAIC_FFI_PACKS": str(tmp_path / "corpus.jmfpack"),
+      "JAX_MOSAIC_FFI_PACKS_STRICT": "1"}, limit=2)
+  assert lowered["calls"] == 2 and lowered["compiles"] == 0 and lowered["pack_hits"] == 2
+  assert not os.path.exists(tmp_path / "empty") or not os.listdir(tmp_path / "empty")
+
+
+def test_every_workload_is_known_and_an_unknown_one_is_refused():
+  assert set(cold_start.HOPPER_ONLY) <= set(cold_start.WORKLOADS)
+  with pytest.raises(ValueError, match="no workload 'nope'"):
+    cold_start.prepare("nope")
