@@ -47,7 +47,8 @@ from jax_mosaic_ffi.transforms.autotune import report as autotune_report
 from jax_mosaic_ffi.transforms.tuning_records import TuningFileIgnored, load_tuning, save_tuning
 from jax_mosaic_ffi.transforms.sharding import BatchDims, Elementwise, ShardingRule, sharded
 from jax_mosaic_ffi.triton.call import triton_call
-from jax_mosaic_ffi.triton.compile import TritonKernel, TritonUnavailable
+from jax_mosaic_ffi.triton.compile import TritonKernel
+from jax_mosaic_ffi.triton.release import TritonUnavailable
 from jax_mosaic_ffi.triton.kernel import TritonFunction, triton_kernel
 from jax_mosaic_ffi.triton.tensor_bounds import TensorTooLarge
 from jax_mosaic_ffi.triton.tensor_descriptor import TensorDescriptor

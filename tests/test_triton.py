@@ -16,6 +16,7 @@ triton = import_triton()
 import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.triton import compile as triton_lib
+from jax_mosaic_ffi.triton import release as triton_release
 from jax_mosaic_ffi.base.module_format import ImageKind
 
 import fresh_process
@@ -210,7 +211,7 @@ def test_mistakes_are_named(isolated_disk_cache):
   with pytest.raises(ValueError, match="'BLOK' is not one of its tl.constexpr"):
     jmf.triton_kernel(ts.add, constexprs={"BLOK": 1})
   with pytest.raises(jmf.TritonUnavailable, match=r"supports Triton >= 3.6, < 3.10.*Triton 3.2.0 is installed"):
-    triton_lib.check_version("3.2.0")
+    triton_release.check_version("3.2.0")
   with pytest.raises(TypeError, match="needs a @triton.jit function"):
     jmf.triton_kernel(lambda x: x)
   scale = jmf.triton_kernel(ts.scale_in_place, constexprs={"BLOCK": 256})
@@ -301,7 +302,7 @@ def test_triton_extra_is_declared():
   import tomllib
   with open(os.path.join(os.path.dirname(TESTS), "pyproject.toml"), "rb") as f:
     extras = tomllib.load(f)["project"]["optional-dependencies"]
-  low, high = triton_lib.SUPPORTED_TRITON
+  low, high = triton_release.SUPPORTED_TRITON
   assert any(dep.startswith(f"triton>={low[0]}.{low[1]},<{high[0]}.{high[1]};") for dep in extras["triton"])
   # CI compiles and lowers with the newest (the README venv) and the oldest (pinned in the second venv).
   assert f"JMF_TRITON={low[0]}.{low[1]}.0" in open(os.path.join(os.path.dirname(TESTS), ".ci", "run")).read()

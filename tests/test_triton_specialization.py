@@ -20,7 +20,7 @@ import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.base import gpu_info
 from jax_mosaic_ffi.base import module_format
 from jax_mosaic_ffi.base.module_format import ImageKind
-from jax_mosaic_ffi.triton import compile as triton_compile
+from jax_mosaic_ffi.triton import release as triton_release
 from jax_mosaic_ffi.toolchain.compiled import param_sizes
 
 import triton_sources as ts
@@ -404,18 +404,18 @@ def test_versions_outside_the_range_are_refused_by_name(version):
   with pytest.raises(jmf.TritonUnavailable, match=re.escape(
       f"jmf.triton_kernel supports Triton >= 3.6, < 3.10 (tested: 3.6.0 to 3.9.0 compiling and lowering on CPU, "
       f"3.6.0 on an H200); Triton {version} is installed.") + r".*pip install 'jax_mosaic_ffi\[triton\]'"):
-    triton_compile.check_version(version)
+    triton_release.check_version(version)
 
 
 @pytest.mark.parametrize("version", ["3.6.0", "3.7.0", "3.8.0", "3.9.0", "3.9.1", "3.7.0+gitabc"])
 def test_versions_inside_the_range_are_accepted(version):
-  triton_compile.check_version(version)
+  triton_release.check_version(version)
 
 
 @pytest.mark.parametrize("version", [triton.__version__])
 def test_the_installed_triton_compiles_and_lowers(version, isolated_disk_cache):
   """Runs with whatever Triton is installed (CI: the newest in one venv, the oldest in the other)."""
-  low, high = triton_compile.SUPPORTED_TRITON
+  low, high = triton_release.SUPPORTED_TRITON
   assert low <= tuple(int(p) for p in version.split("+")[0].split(".")[:2]) < high
   x = jax.ShapeDtypeStruct((5000,), jnp.float32)
   config, ptx, parsed = lowered_call(add_call(ts.add), x, x)

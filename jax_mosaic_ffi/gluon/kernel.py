@@ -16,7 +16,8 @@ import numpy as np
 from jax_mosaic_ffi.base.errors import LaunchError
 from jax_mosaic_ffi.gluon.language import GLUON
 from jax_mosaic_ffi.triton import decorators as triton_decorators
-from jax_mosaic_ffi.triton.compile import TritonKernel, TritonUnavailable, require_triton
+from jax_mosaic_ffi.triton.compile import TritonKernel
+from jax_mosaic_ffi.triton.release import TritonUnavailable, require_triton
 from jax_mosaic_ffi.triton.kernel import TritonFunction, function_type, make_function
 
 # The element widths a TMA descriptor of Gluon's moves (Gluon's own host check: 8, 16 or 32 bits).

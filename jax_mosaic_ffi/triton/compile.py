@@ -50,6 +50,7 @@ from jax_mosaic_ffi.triton import compile_errors
 from jax_mosaic_ffi.triton import descriptors as triton_descriptors
 from jax_mosaic_ffi.triton import frontend
 from jax_mosaic_ffi.triton import ptxas_deadline
+from jax_mosaic_ffi.triton.release import require_triton
 from jax_mosaic_ffi.triton import settings
 from jax_mosaic_ffi.triton import specialize as triton_specialize
 from jax_mosaic_ffi.triton import tensor_bounds
@@ -57,15 +58,6 @@ from jax_mosaic_ffi.triton import value_keys
 from jax_mosaic_ffi.triton.languages import TRITON, Language
 from jax_mosaic_ffi.triton.options import LAUNCH_OPTIONS, TritonOptions
 
-# The Triton releases this module is written and tested against: [min, max).
-# Triton's compile API, its specialization code and its kernels' calling
-# convention change between minor releases, so others are refused rather than
-# half-working. 3.6 to 3.9 share what we use: ASTSource / compile / get_cache_key,
-# the argument binder and JITFunction._pack_args, and the parameters an entry
-# takes (the non-constexpr ones, then a global and a profile scratch pointer).
-SUPPORTED_TRITON = ((3, 6), (3, 10))
-SUPPORTED_TEXT = ("Triton >= 3.6, < 3.10 (tested: 3.6.0 to 3.9.0 compiling and lowering on CPU, "
-                  "3.6.0 on an H200)")
 _CACHE_FORMAT = "triton-5"  # 2: TritonInfo.dropped, .aligned; 3: .tensordesc_meta; 4: values exact; 5: read whole
 
 
@@ -73,42 +65,6 @@ _CACHE_FORMAT = "triton-5"  # 2: TritonInfo.dropped, .aligned; 3: .tensordesc_me
 ASSUMED_ALIGNMENT = 16
 
 _compile_lock = threading.Lock()  # Triton's compiler is not known to be thread-safe
-
-
-def _version_tuple(version: str) -> tuple[int, ...]:
-  parts = []
-  for piece in version.split("+")[0].split(".")[:3]:
-    digits = "".join(c for c in piece if c.isdigit()) or "0"
-    parts.append(int(digits))
-  return tuple(parts)
-
-
-class TritonUnavailable(ImportError):
-  """Triton is not installed, or not a supported version.
-
-  Raised by `triton_kernel` and `triton_call`; the message names the supported range (``>=3.6,<3.10``).
-  ``pip install 'jax_mosaic_ffi[triton]'`` installs a supported Triton.
-  """
-
-
-def require_triton():
-  """The triton module, or TritonUnavailable saying what to install."""
-  try:
-    import triton  # noqa: PLC0415  (optional dependency: Triton)
-  except ImportError as e:
-    raise TritonUnavailable(
-        f"jmf.triton_kernel needs Triton ({SUPPORTED_TEXT}): pip install 'jax_mosaic_ffi[triton]' ({e})") from None
-  check_version(triton.__version__)
-  return triton
-
-
-def check_version(version: str) -> None:
-  low, high = SUPPORTED_TRITON
-  if not low <= _version_tuple(version)[:2] < high:
-    raise TritonUnavailable(
-        f"jmf.triton_kernel supports {SUPPORTED_TEXT}; Triton {version} is installed. Its compiler API and the "
-        f"parameters its kernels take change between releases: pip install 'jax_mosaic_ffi[triton]' for a "
-        f"supported one")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,7 +11,8 @@ from typing import Any, Mapping, Sequence
 from jax_mosaic_ffi.base.errors import LaunchError
 from jax_mosaic_ffi.toolchain.kernel import parse_targets
 from jax_mosaic_ffi.triton import decorators as decorators_lib
-from jax_mosaic_ffi.triton.compile import TritonKernel, compile_triton, require_triton
+from jax_mosaic_ffi.triton.compile import TritonKernel, compile_triton
+from jax_mosaic_ffi.triton.release import require_triton
 from jax_mosaic_ffi.triton.languages import TRITON, Language
 from jax_mosaic_ffi.triton.options import LAUNCH_OPTIONS, TritonOptions, backend_options
 
