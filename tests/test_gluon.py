@@ -354,6 +354,15 @@ def test_a_layout_that_does_not_fit_num_warps_names_the_cause(isolated_disk_cach
   assert "a layout's warps_per_cta must be num_warps" in message
 
 
+def test_a_failing_compile_names_each_option_once(isolated_disk_cache):
+  # axpy's num_warps parameter holds the launch option: the config names it once, with the options.
+  with pytest.raises(jmf.CompileError) as caught:
+    jmf.gluon_kernel(gs.axpy, signature=["*fp32"] * 3 + ["i32", "fp32"], constexprs={"XBLOCK": 16},
+                     targets=["sm_90"])
+  (config,) = re.findall(r"kernel 'axpy' for sm_90 with (.*); signature", str(caught.value))
+  assert config == "num_warps=4, num_stages=3, num_ctas=1, XBLOCK=16", config
+
+
 @pytest.mark.skipif(VERSION >= (3, 8), reason="Triton >= 3.8 has tma.async_load")
 def test_a_name_of_another_triton_release_gets_the_installed_ones(isolated_disk_cache):
   layout = repr(F16([64, 64], gl.float16))
