@@ -163,7 +163,7 @@ class _Decorated:
     self.layers, self.out_shape, self.launch, self.options = function.decorators, out_shape, launch, options
     self.function = function
     self.base = function.with_meta({})  # undecorated; its meta is what the scalars see
-    self.param_order = triton_launch.typed_order(options.param_order, f"mosaic_kernel '{function.name}'")
+    self.param_order = triton_launch.typed_order(options.param_order, f"{source_location.api()} '{function.name}'")
     tuners = [layer for layer in self.layers if isinstance(layer, Autotune)]
     self.tuner = tuners[0] if tuners else None
     self._tuned: collections.OrderedDict = collections.OrderedDict()
@@ -294,7 +294,7 @@ class _Decorated:
           return (tuple((tuple(a.shape), str(a.dtype)) for a in avals), tuple((n, named[n]) for n in key_names))
 
         tuned_call = autotune_lib.Autotuned(lambda meta: self.plain(meta, zero_outputs, where), metas, key=key,
-                                            name=f"mosaic_kernel {self.base.name} @triton.autotune")
+                                            name=f"{source_location.api()} {self.base.name} @triton.autotune")
         self._tuned[space] = tuned_call
         while len(self._tuned) > _TUNED_PER_CALL:
           self._tuned.popitem(last=False)
