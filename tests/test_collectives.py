@@ -122,7 +122,7 @@ def test_an_unknown_axis_is_named(isolated_disk_cache):
 
 
 def test_rendezvous_trades_deposits_between_ranks():
-  results = _core._testing.rendezvous_probe(participants=4, arriving=4, timeout_s=10.0)
+  results = _core._testing.rendezvous_probe(participants=4, arriving=4, timeout_s=fresh_process.INNER_GUARD_S)
   assert results == ["100 101 102 103 "] * 4
 
 

@@ -41,7 +41,7 @@ def test_exchange_times_out_naming_the_peer(variant):
   r = survivor(f"exchange:{variant}", env=CPU)
   assert r["error"].startswith("TimeoutError: k: rank 0 waited 2 s for peer rank 1 (device"), r
   assert "process 1)" in r["error"] and "JAX_MOSAIC_FFI_PEER_TIMEOUT_S" in r["error"]
-  assert 1.5 < r["seconds"] < 10, r
+  assert r["seconds"] >= 1.5, r  # it waited for the timeout (how much longer depends on the machine's load)
 
 
 def test_a_late_rank_never_uses_an_exchange_its_peer_abandoned():
@@ -55,15 +55,17 @@ def test_a_late_rank_never_uses_an_exchange_its_peer_abandoned():
 
 
 def test_after_a_peer_timeout_the_ranks_meet_again_once_the_peer_is_back():
-  # Rank 1 stalls 7.5 s before execution 2 (timeout 3 s). Rank 0 fails execution 2 (it waited for rank 1), then
-  # execution 3 (rank 1 is still away when it tries to meet again); rank 1 fails both at once when it comes
-  # back (its peer gave up; that attempt to meet was abandoned). At execution 4 both meet again, and go on.
+  # Rank 1 stalls before execution 2 until rank 0 has failed execution 2 (it waited 3 s for rank 1) and execution 3
+  # (rank 1 is still away when it tries to meet again); rank 1 fails both at once when it comes back (its peer gave
+  # up; that attempt to meet was abandoned), long before its own timeout (a hang guard). At execution 4 both meet
+  # again, and go on.
   first, late = (r["outcomes"] for r in outcomes("host:meet", env=CPU))
+  at_once = fresh_process.INNER_GUARD_S / 10
   assert first[:2] == late[:2] == ["ok", "ok"], (first, late)
   assert "waited 3 s for peer rank 1" in first[2]["error"] and first[2]["broken"], first
-  assert "gave up waiting for rank 1" in late[2]["error"] and late[2]["seconds"] < 1, late
+  assert "gave up waiting for rank 1" in late[2]["error"] and late[2]["seconds"] < at_once, late
   assert "meeting the peers again after a timeout" in first[3]["error"] and "never did" in first[3]["error"], first
-  assert "gave up on this collective workspace exchange" in late[3]["error"] and late[3]["seconds"] < 2, late
+  assert "gave up on this collective workspace exchange" in late[3]["error"] and late[3]["seconds"] < at_once, late
   assert first[4:] == late[4:] == ["ok"] * 4, (first, late)
 
 

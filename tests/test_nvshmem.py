@@ -376,7 +376,7 @@ def test_a_peer_that_never_starts_is_named():
       "TimeoutError: t: PE 0 waited 2 s for PE 1 (process 1 of the jax.distributed job) to start NVSHMEM; it never "
       "did. Did that process die, or does it not run this program? (JAX_MOSAIC_FFI_PEER_TIMEOUT_S sets the "
       "timeout)"), r
-  assert 1.5 < r["seconds"] < 10, r
+  assert r["seconds"] >= 1.5, r  # it waited for the timeout (how much longer depends on the machine's load)
 
 
 def test_peers_that_disagree_are_refused():
@@ -390,19 +390,19 @@ def test_peers_that_disagree_are_refused():
 
 
 def test_a_late_pe_fails_that_start_at_once_and_the_next_start_meets():
-  # PE 0 gives up its first start after 4 s; PE 1 arrives at 6 s. Each attempt ends in one verdict, so PE 1 fails
-  # that attempt at once (instead of waiting for a unique id PE 0 will never publish) and both meet at the next.
-  first, late = (f.result["outcomes"] for f in fresh_process.run_together("late", script=WORKER, env=CPU,
-                                                                           timeout=120))
+  # PE 0 gives up its first start after 4 s; PE 1 arrives then. Each attempt ends in one verdict, so PE 1 fails
+  # that attempt at once (instead of waiting out its timeout, a hang guard, for a unique id PE 0 will never publish)
+  # and both meet at the next.
+  first, late = (f.result["outcomes"] for f in fresh_process.run_together("late", script=WORKER, env=CPU))
   assert first[0]["error"].startswith("TimeoutError: t: PE 0 waited 4 s for PE 1"), first
   assert late[0]["error"].startswith("RuntimeError: t: PE 0 (after waiting 4 s) gave up on this NVSHMEM start "
                                      "before PE 1 joined it"), late
-  assert late[0]["seconds"] < 2, late
+  assert late[0]["seconds"] < fresh_process.INNER_GUARD_S / 10, late
   assert len(first) == len(late) == 2 and first[1].get("id") and first[1]["id"] == late[1].get("id"), (first, late)
 
 
 def test_a_key_another_process_set_is_named():
-  r = fresh_process.run_together("taken", script=WORKER, env=CPU, timeout=120)[0].result
+  r = fresh_process.run_together("taken", script=WORKER, env=CPU)[0].result
   assert r["error"].startswith("RuntimeError: t: the key 'jax_mosaic_ffi/nvshmem/1/joined/0' is already set in the "
                                "jax.distributed key-value store"), r
   assert "ALREADY_EXISTS" not in r["error"], r
