@@ -56,6 +56,15 @@ def test_without_a_gpu_a_call_with_configs_and_a_fallback_builds_and_says_nothin
   assert len(jmf.autotune_report()) == reports
 
 
+def test_without_a_gpu_a_check_says_no_kernel_ran(isolated_disk_cache, monkeypatch):
+  # The fallback stands in for every config's kernel: jmf.check must not call that a pass.
+  monkeypatch.delenv(autotuning.CPU_ENV, raising=False)
+  x = np.random.default_rng(1).standard_normal(1000).astype(np.float32)
+  report = jmf.check(typed_add_with_configs(), x, x)
+  assert not report.failures and report.status == "not checked", report
+  assert report.not_checked.startswith("no kernel ran: the program ran on cpu"), report.not_checked
+
+
 def test_without_a_gpu_a_program_lowered_for_cuda_holds_the_default_config_said_at_the_lowering(
     isolated_disk_cache, monkeypatch):
   monkeypatch.delenv(autotuning.CPU_ENV, raising=False)
