@@ -3,6 +3,8 @@ import shutil
 
 import pytest
 
+import fresh_process
+
 # Every GPU test's outputs start as 0xFF bytes (NaN / -1), so an element a
 # kernel fails to write cannot pass for a right answer left by an earlier run.
 os.environ.setdefault("JAX_MOSAIC_FFI_POISON_OUTPUTS", "1")
@@ -15,6 +17,9 @@ if "TRITON_CACHE_DIR" not in os.environ:
   atexit.register(shutil.rmtree, os.environ["TRITON_CACHE_DIR"], True)
 # Tests start subprocesses that use the GPU too: do not let XLA take 75% of it.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+# A compile's bound (300 s by default) only as a hang guard, in this process and its children: how long a compile
+# takes depends on the machine's load, and no outcome may. The tests of the bound set their own.
+os.environ.setdefault("JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S", str(fresh_process.INNER_GUARD_S))
 # Eight host devices, so collective lowering can be checked over real meshes
 # without GPUs. Set before jax initialises its backends.
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):

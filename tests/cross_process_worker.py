@@ -13,7 +13,7 @@ import re
 import time
 import traceback
 
-from worker_process import MODE, NPROCS, RANK, SEED, initialize
+from worker_process import GUARD_S, MODE, NPROCS, RANK, SEED, await_event, initialize, tell
 from worker_process import finish as finish_process
 
 # A peer killed on purpose (the "exit" modes) is not waited for.
@@ -31,53 +31,72 @@ def exchange_mode(variant: str) -> dict:
   if variant in ("absent", "exits") and RANK == 1:
     if variant == "exits":
       os._exit(0)
-    time.sleep(3)
+    await_event("rank 0 is done")  # alive, but never in the exchange
     finish({"rank": RANK})
-  if variant == "abandoned":  # rank 1 joins generation 0 after rank 0 gave up on it; both meet in generation 1
+  if variant == "abandoned":  # rank 1 joins generation 0 once rank 0 gave up on it; both meet in generation 1
     outcomes = []
-    for g, (delay, timeout) in enumerate([(3.5 if RANK == 1 else 0.0, 2.0), (0.0, 30.0)]):
-      time.sleep(delay)
+    for g in range(2):
+      if g == 0 and RANK == 1:
+        await_event("rank 0 gave up on generation 0")
+      timeout = 2.0 if g == 0 and RANK == 0 else GUARD_S
       try:
         values = cross_process.exchange("site-test/clique-0", RANK, ids, f"deposit {RANK} {g}".encode(), timeout, "k")
         outcomes.append([v.decode() for v in values])
       except Exception as err:  # noqa: BLE001
         outcomes.append(f"{type(err).__name__}: {err}")
+      if g == 0 and RANK == 0:
+        tell("rank 0 gave up on generation 0")
     return {"outcomes": outcomes}
+  # 2 s where the peer never comes (the message names it); where it comes, only a hang guard.
+  timeout = 2.0 if variant in ("absent", "exits") else GUARD_S
   start = time.monotonic()
   try:
-    values = [cross_process.exchange("site-test/clique-0", RANK, ids, f"deposit {RANK} {g}".encode(), 2.0, "k")
+    values = [cross_process.exchange("site-test/clique-0", RANK, ids, f"deposit {RANK} {g}".encode(), timeout, "k")
               for g in range(3)]  # three generations: keys of the first are deleted on the way
     return {"values": [[v.decode() for v in vs] for vs in values], "seconds": time.monotonic() - start}
   except Exception as err:  # noqa: BLE001
     return {"error": f"{type(err).__name__}: {err}", "seconds": time.monotonic() - start}
+  finally:
+    if variant == "absent" and RANK == 0:
+      tell("rank 0 is done")
 
 
 def host_mode(variant: str) -> dict:
   """The runtime's host half (its test hook, no GPU) with the real key-value exchange: each execution meets the
   peers as the runtime's does (`meet`; `arrive` alone, as before recovery existed, for `arrive`). Rank 1 stalls
-  past the timeout (3 s) before execution 2; every outcome is recorded."""
+  before execution 2 until rank 0 has run into its timeout (3 s) twice: at execution 2, and at 3 (`meet`: its
+  attempt to meet again; `arrive`: refused at once). Every outcome is recorded."""
   jax = initialize(cpu=True)
   from jax_mosaic_ffi import _core
   from jax_mosaic_ffi.call import cross_process
   ids = [10, 11]
   rank = _core._HostRankForTests(RANK, ids, 1 << 20, 0x7f0000000000 + (RANK << 24))
 
-  def trade(mine):
-    return cross_process.exchange("site-test/host", RANK, ids, mine, 3.0, "t")
+  def timeout(i):
+    """3 s where the test runs into it (rank 0's executions 2 and 3; every one after the stall without recovery),
+    else only a hang guard: the executions that meet."""
+    if i >= 2 and (variant == "arrive" or (RANK == 0 and i in (2, 3))):
+      return 3.0
+    return GUARD_S
 
-  rank.admit(trade(rank.deposit()))
+  def trade(seconds):
+    return lambda mine: cross_process.exchange("site-test/host", RANK, ids, mine, seconds, "t")
+
+  rank.admit(trade(GUARD_S)(rank.deposit()))
   outcomes = []
   for i in range(8):
     if i == 2 and RANK == 1:
-      time.sleep(7.5)  # past rank 0's timeout, and past its first attempt to meet again
+      await_event("rank 0 ran into its timeout twice")
     start = time.monotonic()
     try:
-      rank.meet(trade, 3.0) if variant == "meet" else rank.arrive(3.0)
+      rank.meet(trade(timeout(i)), timeout(i)) if variant == "meet" else rank.arrive(timeout(i))
       outcomes.append("ok")
     except Exception as err:  # noqa: BLE001
       outcomes.append({"error": str(err), "seconds": time.monotonic() - start, "broken": rank.broken})
+    if i == 3 and RANK == 0:
+      tell("rank 0 ran into its timeout twice")
   rank.close()
-  return {"outcomes": outcomes, "jax": jax.__version__}
+  return {"outcomes": outcomes, "jax": jax.__version__, "guard_s": GUARD_S}
 
 
 # --- collective kernels on one GPU shared by the processes ------------------------------------------

@@ -24,6 +24,16 @@ import time
 TESTS = os.path.dirname(os.path.abspath(__file__))
 _private_folder: str | None = None
 
+# How long a child may run before the test calls it hung, kills it and fails: a hang guard, never a measure of
+# speed, and the one every child of the suite gets (fresh processes, subprocesses, the processes run together).
+# An hour: far above the slowest child on the slowest machine (the release wheel's build, about 10 minutes on 2
+# shared cores; a few minutes more under a competing load), so that no outcome depends on the machine's speed or
+# load. A test whose subject is time measures it relatively instead (a ratio, or an outcome only a deadline gives).
+HANG_GUARD_S = 3600.0
+# The same for a wait inside a child (for a peer, a forked grandchild): below the child's own guard, so that the
+# child reports the hang itself.
+INNER_GUARD_S = HANG_GUARD_S / 4
+
 
 def private_folder() -> str:
   """An empty folder of this test session's own, where children run by default: `python -c` puts its
@@ -65,7 +75,7 @@ def start(script: str, *args, env: dict | None = None, cwd=None) -> subprocess.P
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def finish(process: subprocess.Popen, timeout: float = 300, check: bool = True) -> Finished:
+def finish(process: subprocess.Popen, timeout: float = HANG_GUARD_S, check: bool = True) -> Finished:
   """Waits for a started child; with ``check``, a non-zero exit fails the test with its stderr."""
   try:
     stdout, stderr = process.communicate(timeout=timeout)
@@ -79,7 +89,8 @@ def finish(process: subprocess.Popen, timeout: float = 300, check: bool = True) 
   return finished
 
 
-def run(script: str, *args, env: dict | None = None, cwd=None, timeout: float = 300, check: bool = True) -> Finished:
+def run(script: str, *args, env: dict | None = None, cwd=None, timeout: float = HANG_GUARD_S,
+        check: bool = True) -> Finished:
   """`start` then `finish`: the usual way."""
   return finish(start(script, *args, env=env, cwd=cwd), timeout=timeout, check=check)
 
@@ -97,7 +108,7 @@ _PORT_TAKEN = ("address already in use", "failed to add port", "failed to bind")
 
 
 def run_together(*args, script: str, nprocs: int = 2, env: dict | None = None,
-                 timeout: float = 180) -> list[Finished]:
+                 timeout: float = HANG_GUARD_S) -> list[Finished]:
   """Runs the script file ``script`` as ``nprocs`` processes at once, each with arguments
   ``rank nprocs port *args`` (a free port for jax.distributed's coordinator); returns each
   one's outcome, by rank. All are killed when one runs over ``timeout``, so a hang fails

@@ -7,7 +7,7 @@ on its last line and leaves with os._exit (as cross_process_worker.py does, for 
 import time
 import traceback
 
-from worker_process import MODE, NPROCS, RANK, SEED, initialize
+from worker_process import GUARD_S, MODE, NPROCS, RANK, SEED, await_event, initialize, tell
 from worker_process import finish
 
 
@@ -23,32 +23,36 @@ def agree_mode(variant: str) -> dict:
   if RANK == 1 and variant == "disagree":
     mine = mine.replace("heap=1073741824", "heap=2147483648")
   started = time.monotonic()
-  try:
-    nvshmem._agree(client, "test/agree", RANK, NPROCS, mine, 2.0, "t")
+  try:  # 2 s where the peer never comes (the message names it); where it comes, only a hang guard
+    nvshmem._agree(client, "test/agree", RANK, NPROCS, mine, 2.0 if variant == "absent" else GUARD_S, "t")
     return {"ok": True}
   except Exception as e:  # noqa: BLE001 - reported to the test
     return {"error": f"{type(e).__name__}: {e}", "seconds": time.monotonic() - started}
 
 
 def late_mode() -> dict:
-  """PE 1 arrives after PE 0 gave up its first start (timeout 4 s); each PE then tries again, as a program run
-  again does, up to three starts. The unique id is a stand-in for NVSHMEM's (on CPU): the trade is the test."""
+  """PE 1 arrives once PE 0 gave up its first start (timeout 4 s); each PE then tries again, as a program run
+  again does, up to three starts (timeout: a hang guard). The unique id is a stand-in for NVSHMEM's (on CPU): the
+  trade is the test."""
   import os
   initialize(cpu=True)
   from jax._src import distributed
   from jax_mosaic_ffi.call import nvshmem
   client = distributed.global_state.client
   if RANK == 1:
-    time.sleep(6.0)
+    await_event("PE 0 gave up its first start")
   outcomes = []
-  for _ in range(3):
+  for attempt in range(3):
     started = time.monotonic()
+    timeout = 4.0 if RANK == 0 and attempt == 0 else GUARD_S
     try:
-      unique_id = nvshmem.bootstrap(client, RANK, NPROCS, "same", lambda: b"id-" + os.urandom(16), 4.0, "t")
+      unique_id = nvshmem.bootstrap(client, RANK, NPROCS, "same", lambda: b"id-" + os.urandom(16), timeout, "t")
       outcomes.append({"id": unique_id.hex(), "seconds": time.monotonic() - started})
       break
     except Exception as e:  # noqa: BLE001 - reported to the test
       outcomes.append({"error": f"{type(e).__name__}: {e}", "seconds": time.monotonic() - started})
+    if RANK == 0 and attempt == 0:
+      tell("PE 0 gave up its first start")
   return {"outcomes": outcomes}
 
 
@@ -62,7 +66,7 @@ def taken_mode() -> dict:
     client.key_value_set("jax_mosaic_ffi/nvshmem/1/joined/0", "someone else")
     client.key_value_set("test/taken", "1")
     return {"skipped": True}
-  client.blocking_key_value_get("test/taken", 60_000)
+  client.blocking_key_value_get("test/taken", int(GUARD_S * 1000))
   try:
     nvshmem.bootstrap(client, RANK, NPROCS, "mine", lambda: b"id", 2.0, "t")
     return {"ok": True}

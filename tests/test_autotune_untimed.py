@@ -56,6 +56,15 @@ def test_without_a_gpu_a_call_with_configs_and_a_fallback_builds_and_says_nothin
   assert len(jmf.autotune_report()) == reports
 
 
+def test_without_a_gpu_a_check_says_no_kernel_ran(isolated_disk_cache, monkeypatch):
+  # The fallback stands in for every config's kernel: jmf.check must not call that a pass.
+  monkeypatch.delenv(autotuning.CPU_ENV, raising=False)
+  x = np.random.default_rng(1).standard_normal(1000).astype(np.float32)
+  report = jmf.check(typed_add_with_configs(), x, x)
+  assert not report.failures and report.status == "not checked", report
+  assert report.not_checked.startswith("no kernel ran: the program ran on cpu"), report.not_checked
+
+
 def test_without_a_gpu_a_program_lowered_for_cuda_holds_the_default_config_said_at_the_lowering(
     isolated_disk_cache, monkeypatch):
   monkeypatch.delenv(autotuning.CPU_ENV, raising=False)
@@ -87,3 +96,34 @@ def test_without_a_gpu_a_fallback_that_disagrees_with_the_config_is_named_at_the
           r"kernel's out_shape is \(float32\[1000\]\)")
   with pytest.warns(autotuning.AutotuneSkipped), pytest.raises(jmf.LaunchError, match=said):
     jax.jit(call).trace(x, x).lower(lowering_platforms=("cuda",))
+
+
+def test_without_a_gpu_an_autotuned_triton_kernel_with_a_fallback_builds_and_says_nothing(isolated_disk_cache,
+                                                                                           monkeypatch):
+  # @triton.autotune with fallback= is configs= with a fallback: the same silence where nothing can be timed,
+  # through mosaic_kernel and triton_call alike; a program lowered for CUDA holds the first config, said there.
+  monkeypatch.delenv(autotuning.CPU_ENV, raising=False)
+  ds = pytest.importorskip("triton_decorated_sources")  # scaled_copy: 1000 elements leave two configs to time
+  call = jmf.mosaic_kernel(jmf.triton_kernel(ds.scaled_copy), lambda x: x,
+                           grid=lambda meta, x: jmf.cdiv(x.size, meta["BLOCK"]),
+                           scalars=lambda meta, x: (np.int32(x.size), np.float32(2.5)), fallback=lambda x: 2.5 * x)
+
+  def through_triton_call(x):
+    return jmf.triton_call(x, n=x.size, factor=2.5, kernel=ds.scaled_copy, out_type=jax.typeof(x),
+                           grid=lambda meta: jmf.cdiv(x.size, meta["BLOCK"]), fallback=lambda x, n, factor: factor * x)
+
+  x = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
+  for fn in (call, through_triton_call):
+    before, reports = stats(), len(jmf.autotune_report())
+    with warnings.catch_warnings():
+      warnings.simplefilter("error")
+      np.testing.assert_allclose(np.asarray(jax.jit(fn)(x)), 2.5 * x, rtol=1e-6)
+      np.testing.assert_allclose(np.asarray(jax.jit(jax.vmap(fn))(np.stack([x, x]))), 2.5 * np.stack([x, x]),
+                                 rtol=1e-6)
+    after = stats()
+    assert after.triton_compiles == before.triton_compiles and after.autotune_skipped == before.autotune_skipped
+    assert len(jmf.autotune_report()) == reports
+    with pytest.warns(autotuning.AutotuneSkipped, match="config 0"):
+      traced = jax.jit(fn).trace(jax.ShapeDtypeStruct(x.shape, x.dtype))
+      (cc,) = custom_calls(traced.lower(lowering_platforms=("cuda",)))
+    assert cc["config"]["grid"] == [8, 1, 1] and cc["config"]["block"] == [64, 1, 1]  # BLOCK 128, num_warps 2

@@ -17,6 +17,7 @@ import sys
 import pytest
 
 import benchmarks_package
+import fresh_process
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURE = os.path.join(REPO, "tests", "data", "benchmark_results.json")
@@ -34,7 +35,8 @@ def results():
 
 def _python(*args, cwd, env=None):
   env = {**os.environ, "PYTHONPATH": REPO, **(env or {})}
-  return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=60, cwd=cwd, env=env)
+  return subprocess.run([sys.executable, *args], capture_output=True, text=True,
+                        timeout=fresh_process.HANG_GUARD_S, cwd=cwd, env=env)
 
 
 def test_every_benchmark_is_found_in_order_with_unique_runs():

@@ -118,6 +118,6 @@ def test_a_deleted_executable_unloads_its_module_without_the_cycle_collector(iso
       after = jmf.kernel_cache_stats().loaded_modules
       print(json.dumps({"ok": ok, "loaded": during - base, "left": after - base}))
   """
-  result = fresh_process.run(script, timeout=300, env={"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)}).result
+  result = fresh_process.run(script, env={"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)}).result
   assert result["ok"] and result["loaded"] >= 2, result
   assert result["left"] == 0, result

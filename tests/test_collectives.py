@@ -122,7 +122,7 @@ def test_an_unknown_axis_is_named(isolated_disk_cache):
 
 
 def test_rendezvous_trades_deposits_between_ranks():
-  results = _core._testing.rendezvous_probe(participants=4, arriving=4, timeout_s=10.0)
+  results = _core._testing.rendezvous_probe(participants=4, arriving=4, timeout_s=fresh_process.INNER_GUARD_S)
   assert results == ["100 101 102 103 "] * 4
 
 
@@ -377,7 +377,7 @@ MANY_ITERATIONS = '''
 @pytest.mark.multi_gpu
 @pytest.mark.parametrize("xla_flags", ["", "--xla_gpu_enable_command_buffer="])
 def test_a_thousand_iterations_without_a_hang_or_a_wrong_value(tmp_path, xla_flags):
-  result = fresh_process.run(MANY_ITERATIONS, 7, cwd=tmp_path, timeout=600,
+  result = fresh_process.run(MANY_ITERATIONS, 7, cwd=tmp_path,
                              env={"XLA_FLAGS": xla_flags, "NCCL_NVLS_ENABLE": "0"}).result
   assert result["wrong"] == 0
 
@@ -407,7 +407,7 @@ PEER_SKIPS = '''
 
 @pytest.mark.multi_gpu
 def test_a_peer_that_never_arrives_ends_in_a_timeout(tmp_path):
-  result = fresh_process.run(PEER_SKIPS, cwd=tmp_path, timeout=120,
+  result = fresh_process.run(PEER_SKIPS, cwd=tmp_path,
                              env={"JAX_MOSAIC_FFI_PEER_TIMEOUT_S": "3", "NCCL_NVLS_ENABLE": "0"}).result
   assert "never arrived" in (result["error"] or "")
 

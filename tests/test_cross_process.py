@@ -18,14 +18,14 @@ CPU = {"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""}
 GPU = {"CUDA_VISIBLE_DEVICES": "0", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
 
 
-def outcomes(*args, env, timeout=120):
+def outcomes(*args, env):
   """Every rank's JSON result; a rank that printed none fails the test with its stderr."""
-  return [f.result for f in fresh_process.run_together(*args, script=WORKER, env=env, timeout=timeout)]
+  return [f.result for f in fresh_process.run_together(*args, script=WORKER, env=env)]
 
 
-def survivor(*args, env, timeout=120):
+def survivor(*args, env):
   """Rank 0's result, when rank 1 dies on purpose."""
-  return fresh_process.run_together(*args, script=WORKER, env=env, timeout=timeout)[0].result
+  return fresh_process.run_together(*args, script=WORKER, env=env)[0].result
 
 
 # --- the exchange, on CPU -------------------------------------------------------------------------
@@ -41,7 +41,7 @@ def test_exchange_times_out_naming_the_peer(variant):
   r = survivor(f"exchange:{variant}", env=CPU)
   assert r["error"].startswith("TimeoutError: k: rank 0 waited 2 s for peer rank 1 (device"), r
   assert "process 1)" in r["error"] and "JAX_MOSAIC_FFI_PEER_TIMEOUT_S" in r["error"]
-  assert 1.5 < r["seconds"] < 10, r
+  assert r["seconds"] >= 1.5, r  # it waited for the timeout (how much longer depends on the machine's load)
 
 
 def test_a_late_rank_never_uses_an_exchange_its_peer_abandoned():
@@ -55,15 +55,17 @@ def test_a_late_rank_never_uses_an_exchange_its_peer_abandoned():
 
 
 def test_after_a_peer_timeout_the_ranks_meet_again_once_the_peer_is_back():
-  # Rank 1 stalls 7.5 s before execution 2 (timeout 3 s). Rank 0 fails execution 2 (it waited for rank 1), then
-  # execution 3 (rank 1 is still away when it tries to meet again); rank 1 fails both at once when it comes
-  # back (its peer gave up; that attempt to meet was abandoned). At execution 4 both meet again, and go on.
+  # Rank 1 stalls before execution 2 until rank 0 has failed execution 2 (it waited 3 s for rank 1) and execution 3
+  # (rank 1 is still away when it tries to meet again); rank 1 fails both at once when it comes back (its peer gave
+  # up; that attempt to meet was abandoned), long before its own timeout (a hang guard). At execution 4 both meet
+  # again, and go on.
   first, late = (r["outcomes"] for r in outcomes("host:meet", env=CPU))
+  at_once = fresh_process.INNER_GUARD_S / 10
   assert first[:2] == late[:2] == ["ok", "ok"], (first, late)
   assert "waited 3 s for peer rank 1" in first[2]["error"] and first[2]["broken"], first
-  assert "gave up waiting for rank 1" in late[2]["error"] and late[2]["seconds"] < 1, late
+  assert "gave up waiting for rank 1" in late[2]["error"] and late[2]["seconds"] < at_once, late
   assert "meeting the peers again after a timeout" in first[3]["error"] and "never did" in first[3]["error"], first
-  assert "gave up on this collective workspace exchange" in late[3]["error"] and late[3]["seconds"] < 2, late
+  assert "gave up on this collective workspace exchange" in late[3]["error"] and late[3]["seconds"] < at_once, late
   assert first[4:] == late[4:] == ["ok"] * 4, (first, late)
 
 
@@ -136,7 +138,7 @@ CPU_ONLY = {"JAX_PLATFORMS": "cpu"}
 
 
 def host(script: str):
-  return fresh_process.run(HOST + script, env=CPU_ONLY, timeout=120).result
+  return fresh_process.run(HOST + script, env=CPU_ONLY).result
 
 
 def test_two_ranks_of_one_process_take_each_others_address_and_meet():
@@ -305,7 +307,7 @@ done(out)
 @pytest.mark.parametrize("xla_flags", ["", "--xla_gpu_enable_command_buffer="], ids=["cmdbuf_on", "cmdbuf_off"])
 def test_all_reduce_and_all_gather_across_two_processes(xla_flags):
   seed = int.from_bytes(os.urandom(4), "little")
-  results = outcomes("correct", seed, env={**GPU, "XLA_FLAGS": xla_flags}, timeout=400)
+  results = outcomes("correct", seed, env={**GPU, "XLA_FLAGS": xla_flags})
   for r in results:
     assert "crash" not in r, r.get("crash")
     assert all(r["checks"].values()), (seed, r["checks"])
@@ -321,7 +323,7 @@ def test_all_reduce_and_all_gather_across_two_processes(xla_flags):
 @pytest.mark.gpu
 @pytest.mark.exclusive
 def test_a_stalled_peer_gives_an_error_naming_it_and_the_call_recovers_once_it_is_back():
-  stalled = outcomes("stall", env={**GPU, "JAX_MOSAIC_FFI_PEER_TIMEOUT_S": "3"}, timeout=240)
+  stalled = outcomes("stall", env={**GPU, "JAX_MOSAIC_FFI_PEER_TIMEOUT_S": "3"})
   waiting, sleeper = stalled
   assert "crash" not in waiting and "crash" not in sleeper, stalled
   assert waiting["ok_iterations"][:3] == [0, 1, 2] and waiting["errors"][0]["iteration"] == 3, waiting
@@ -338,7 +340,7 @@ def test_a_stalled_peer_gives_an_error_naming_it_and_the_call_recovers_once_it_i
 
 @pytest.mark.gpu
 def test_a_peer_that_exits_gives_an_error_not_a_hang():
-  r = survivor("exit", env={**GPU, "JAX_MOSAIC_FFI_PEER_TIMEOUT_S": "3"}, timeout=180)
+  r = survivor("exit", env={**GPU, "JAX_MOSAIC_FFI_PEER_TIMEOUT_S": "3"})
   assert "crash" not in r, r
   assert r["ok"] == 3 and r["errors"][0]["iteration"] == 3, r
   assert "peer rank 1 (device " in r["errors"][0]["error"], r

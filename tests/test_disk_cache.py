@@ -45,7 +45,7 @@ def test_a_new_process_compiles_nothing(isolated_disk_cache, tmp_path):
       s = jmf.kernel_cache_stats()
       print(json.dumps([s.nvrtc_compiles, s.disk_hits, k.hash.hex()]))
   """
-  compiles, hits, digest = fresh_process.run(script, cwd=tmp_path, timeout=120, env={
+  compiles, hits, digest = fresh_process.run(script, cwd=tmp_path, env={
       "JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)}).result
   assert (compiles, hits) == (0, 1)
   assert digest == jmf.cuda_kernel(kernel_sources.ADD, "add").hash.hex()
@@ -77,7 +77,7 @@ def test_an_edited_header_from_an_include_folder_is_compiled_again_in_a_fresh_pr
   runs = []
   for value in (V1, V1, V2):
     (include / "value.cuh").write_text(f"#define VALUE {value}\n")
-    runs.append(fresh_process.run(script, include, cwd=tmp_path, timeout=120, env=env).result)
+    runs.append(fresh_process.run(script, include, cwd=tmp_path, env=env).result)
   assert [(r["compiles"], r["disk"]) for r in runs] == [(1, 0), (0, 1), (1, 0)]
   assert V1 in runs[1]["ptx"]
   assert V2 in runs[2]["ptx"] and V1 not in runs[2]["ptx"]
@@ -140,9 +140,9 @@ def test_a_header_that_later_shadows_the_one_compiled_is_compiled_again_in_a_fre
       print(json.dumps({{"compiles": s.nvrtc_compiles, "disk": s.disk_hits, "ptx": t.ptx_of(k)}}))
   """
   env = {"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)}
-  runs = [fresh_process.run(script, cwd=tmp_path, timeout=120, env=env).result for _ in range(2)]
+  runs = [fresh_process.run(script, cwd=tmp_path, env=env).result for _ in range(2)]
   shadow.write_text(f"#define VALUE{'_OF_HEADER' if source == 'NESTED' else ''} {V2}\n")
-  runs.append(fresh_process.run(script, cwd=tmp_path, timeout=120, env=env).result)
+  runs.append(fresh_process.run(script, cwd=tmp_path, env=env).result)
   assert [(r["compiles"], r["disk"]) for r in runs] == [(1, 0), (0, 1), (1, 0)], where
   assert V1 in runs[1]["ptx"]
   assert V2 in runs[2]["ptx"] and V1 not in runs[2]["ptx"], where
@@ -225,11 +225,11 @@ def test_a_probe_through_a_macro_is_followed_in_a_fresh_process(isolated_disk_ca
   """
   env = {"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)}
   time.sleep(0.1)  # a file changed while it compiled is not cached: this one changed before
-  runs = [fresh_process.run(script, cwd=tmp_path, timeout=120, env=env).result for _ in range(2)]
+  runs = [fresh_process.run(script, cwd=tmp_path, env=env).result for _ in range(2)]
   (tmp_path / "b" / "probe_params.h").write_text(f"#define VALUE {V2}\n")  # the probe finds it now
-  runs.append(fresh_process.run(script, cwd=tmp_path, timeout=120, env=env).result)
+  runs.append(fresh_process.run(script, cwd=tmp_path, env=env).result)
   (tmp_path / "b" / "probe_params.h").unlink()
-  runs.append(fresh_process.run(script, cwd=tmp_path, timeout=120, env=env).result)
+  runs.append(fresh_process.run(script, cwd=tmp_path, env=env).result)
   assert [(r["compiles"], r["disk"]) for r in runs] == [(1, 0), (0, 1), (1, 0), (1, 0)]
   assert [next(v for v in (V1, V2) if v in r["ptx"]) for r in runs] == [V1, V1, V2, V1]
 
@@ -266,7 +266,7 @@ def test_several_processes_compiling_the_same_kernel_at_once(isolated_disk_cache
   """
   children = [fresh_process.start(script, cwd=tmp_path, env={"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)})
               for _ in range(6)]
-  results = [fresh_process.finish(child, timeout=180).result for child in children]
+  results = [fresh_process.finish(child).result for child in children]
   assert len(set(results)) == 1
   assert len(entries(isolated_disk_cache)) == 1
   assert not list(isolated_disk_cache.glob("*/.tmp-*"))
@@ -507,7 +507,7 @@ def test_special_files_at_an_entry_path_are_prompt_misses(isolated_disk_cache):
       resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
       print(json.dumps([disk_cache.load(k) is None for k in sys.argv[2:]]))
   """
-  result = fresh_process.run(script, disk_cache.__file__, KEYS["fifo"], KEYS["dev_zero"], timeout=10,
+  result = fresh_process.run(script, disk_cache.__file__, KEYS["fifo"], KEYS["dev_zero"],
                              env={"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)}).result
   assert result == [True, True]
   check_foreign_files(isolated_disk_cache, files)

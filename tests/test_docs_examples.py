@@ -241,7 +241,7 @@ def test_the_code_blocks_of_the_page_run(page, tmp_path):
   script.write_text(json.dumps([page, [dataclasses.asdict(b) for b in runs], EXPECTED.get(page)]))
   work = tmp_path / "work"
   work.mkdir()
-  results = fresh_process.run(RUN_PAGE, script, cwd=work, timeout=600,
+  results = fresh_process.run(RUN_PAGE, script, cwd=work,
                               env={"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache")}).result
   assert results == dict.fromkeys(results, True), f"{page}: these results are wrong: " + ", ".join(
       k for k, v in results.items() if not v)
@@ -270,7 +270,7 @@ RUN_DOCSTRINGS = '''
 def test_the_docstring_examples_run(tmp_path):
   """Every ``>>>`` example of a public name's docstring (the reference's pages) runs and prints what it shows:
   on the CPU through the fallbacks, the kernels too where there is a GPU."""
-  result = fresh_process.run(RUN_DOCSTRINGS, cwd=tmp_path, timeout=600,
+  result = fresh_process.run(RUN_DOCSTRINGS, cwd=tmp_path,
                              env={"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache")}).result
   assert result["failed"] == 0, result["report"]
   assert {"mosaic_kernel", "cuda_kernel", "differentiable", "autotune", "jax_triton.strides_from_shape"} <= set(

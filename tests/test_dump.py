@@ -3,7 +3,6 @@
 import os
 import re
 import shlex
-import time
 import warnings
 
 import pytest
@@ -125,9 +124,7 @@ def test_a_failing_cuobjdump_does_not_stop_kernel_creation(isolated_disk_cache, 
   monkeypatch.setattr(dump, "_CUOBJDUMP_TIMEOUT_S", 2)
   folder = tmp_path / "dump"
   monkeypatch.setenv(dump.DUMP_ENV, str(folder))
-  start = time.monotonic()
-  kernel = jmf.cubin_kernel({"sm_90": cubin}, "add")
-  assert time.monotonic() - start < 30
+  kernel = jmf.cubin_kernel({"sm_90": cubin}, "add")  # "hangs": stopped by the bound, not after its 600 s
   sass = (folder / f"add-{kernel.hash.hex()[:8]}.sm_90.sass").read_text()
   expected = {"exits_non_zero": r"no such file\n\n\[jax_mosaic_ffi: .* exited with status 3\]",
               "hangs": r"was stopped after 2 s", "cannot_start": "could not run"}[failure]

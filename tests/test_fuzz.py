@@ -12,6 +12,8 @@ import subprocess
 
 import pytest
 
+import fresh_process
+
 # Nothing here depends on jax: CI's second pass, with the oldest supported
 # jax, leaves it out.
 pytestmark = pytest.mark.slow
@@ -50,7 +52,7 @@ def _sanitizer_env(cxx: str, work) -> dict:
   # the contract code allocates by hand, so it is the one part worth dropping.
   for asan_options in (os.environ.get("ASAN_OPTIONS", ""), "detect_leaks=0"):
     env["ASAN_OPTIONS"] = asan_options
-    ran = subprocess.run([str(probe)], capture_output=True, text=True, env=env, timeout=60)
+    ran = subprocess.run([str(probe)], capture_output=True, text=True, env=env, timeout=fresh_process.HANG_GUARD_S)
     if ran.returncode == 0:
       return env
   pytest.skip(f"binaries built with {cxx} -fsanitize=address,undefined do not run here: {_tail(ran.stderr, 500)}")
@@ -69,7 +71,7 @@ def fuzzer(tmp_path_factory):
                             "-o", str(obj)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
           for source, obj in zip(SOURCES, objects)]
   for job, source in zip(jobs, SOURCES):
-    output, _ = job.communicate(timeout=600)
+    output, _ = job.communicate(timeout=fresh_process.HANG_GUARD_S)
     assert job.returncode == 0, f"compiling {source} failed:\n{_tail(output)}"
   binary = work / "contract_fuzz"
   linked = subprocess.run([cxx, *FLAGS, *map(str, objects), "-ldl", "-o", str(binary)], capture_output=True,
@@ -85,7 +87,8 @@ def _counts(stdout: str) -> dict:
 
 def test_the_corpus_replays_clean(fuzzer):
   binary, env, _ = fuzzer
-  ran = subprocess.run([str(binary), CORPUS], capture_output=True, text=True, env=env, timeout=300)
+  ran = subprocess.run([str(binary), CORPUS], capture_output=True, text=True, env=env,
+                       timeout=fresh_process.HANG_GUARD_S)
   assert ran.returncode == 0, f"replaying tests/fuzz/corpus failed:\n{_tail(ran.stderr)}"
   print(ran.stdout.strip())
   assert sum(cases for cases, _ in _counts(ran.stdout).values()) == len(os.listdir(CORPUS))
@@ -96,7 +99,7 @@ def test_the_contract_survives_fuzzing(fuzzer, request):
   seed = int(os.environ.get("JMF_FUZZ_SEED") or int.from_bytes(os.urandom(4), "little"))
   request.node.user_properties.append(("seed", seed))
   ran = subprocess.run([str(binary), "--seconds", str(SECONDS), "--seed", str(seed), "--artifacts", str(work)],
-                       capture_output=True, text=True, env=env, timeout=SECONDS + 300)
+                       capture_output=True, text=True, env=env, timeout=SECONDS + fresh_process.HANG_GUARD_S)
   print(ran.stdout.strip())
   # A failure leaves crash-SEED-N in `work`; `--seed SEED --cases N+1` runs
   # the same cases again anywhere.

@@ -110,7 +110,7 @@ def test_a_gemm_writes_its_output_through_a_descriptor(isolated_disk_cache, how)
 
 def test_a_wrong_layout_gets_our_error_naming_the_call(isolated_disk_cache):
   x = jax.ShapeDtypeStruct((16, 32), jnp.float32)
-  with pytest.raises(jmf.LaunchError, match=r"mosaic_kernel 'tile_copy' at test_gluon_call.py:\d+ .*has "
+  with pytest.raises(jmf.LaunchError, match=r"triton_call 'tile_copy' at test_gluon_call.py:\d+ .*has "
                                             r"element_bitwidth=16, but the array is float32 \(32-bit elements\)"):
     lower(lambda v: tile_copy(v, gl.NVMMASharedLayout(128, element_bitwidth=16, rank=2)), x)
   with pytest.raises(jmf.LaunchError, match=r"a block row is 8 x float32 = 32 bytes, less than the layout's "

@@ -123,8 +123,8 @@ AUTOTUNED = """
 def test_autotuning_times_the_configs_and_a_fresh_process_reuses_the_winner(rng, isolated_disk_cache):
   env = {"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)}
   seed = str(int(rng.integers(1 << 30)))
-  first = fresh_process.run(AUTOTUNED, seed, env=env, timeout=300).result
-  second = fresh_process.run(AUTOTUNED, seed, env=env, timeout=300).result
+  first = fresh_process.run(AUTOTUNED, seed, env=env).result
+  second = fresh_process.run(AUTOTUNED, seed, env=env).result
   assert first == {"ok": True, "tunings": 1, "disk": 0}, first
   assert second == {"ok": True, "tunings": 0, "disk": 1}, second
 
@@ -176,7 +176,7 @@ def test_a_chain_of_gluon_kernels_inside_and_outside_command_buffers(rng, tmp_pa
   hopper()
   env = {"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache"),
          "XLA_FLAGS": "" if command_buffers else "--xla_gpu_enable_command_buffer="}
-  result = fresh_process.run(CHAIN, str(int(rng.integers(1 << 30))), env=env, timeout=300).result
+  result = fresh_process.run(CHAIN, str(int(rng.integers(1 << 30))), env=env).result
   assert max(result["errors"]) < 1e-4, result
   # With command buffers the launches become graph nodes through the record stage; without, none is recorded.
   assert (result["records"] > 0) == command_buffers, result

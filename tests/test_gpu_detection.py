@@ -9,6 +9,8 @@ import pytest
 from jax_mosaic_ffi.base import driver_probe
 from jax_mosaic_ffi.base import gpu_info
 
+import fresh_process
+
 CONFTEST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conftest.py")
 no = lambda: False  # noqa: E731
 yes = lambda: True  # noqa: E731
@@ -37,7 +39,8 @@ def test_nvidia_smi_counts_only_when_it_lists_a_gpu(tmp_path):
 def test_the_script_setup_env_runs_answers_with_its_exit_code():
   probe = driver_probe.__file__
   # A bare interpreter with nothing installed: the standard library only.
-  finished = subprocess.run([sys.executable, "-I", probe], capture_output=True, text=True, timeout=60)
+  finished = subprocess.run([sys.executable, "-I", probe], capture_output=True, text=True,
+                            timeout=fresh_process.HANG_GUARD_S)
   assert finished.returncode == (0 if driver_probe.evidence() else 1), finished
   assert finished.stdout.strip()
 
@@ -97,7 +100,8 @@ def test_the_gpu_tests_skipped_are_one_summary_line_and_other_skips_stay_as_they
   (tmp_path / "test_sample.py").write_text(SAMPLE_TESTS)
   result = subprocess.run([sys.executable, "-m", "pytest", "-ra", "-p", "no:cacheprovider", "-W", "ignore",
                            *args, "test_sample.py"], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=300, env={**os.environ, "PYTHONPATH": os.path.dirname(CONFTEST)})
+                          cwd=tmp_path, timeout=fresh_process.HANG_GUARD_S,
+                          env={**os.environ, "PYTHONPATH": os.path.dirname(CONFTEST)})
   lines = result.stdout.splitlines()
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
   reason = gpu_info.gpu_unavailable_reason(0)

@@ -28,6 +28,7 @@ from jax_mosaic_ffi.base import gpu_info
 from jax_mosaic_ffi.base import versions
 
 import elf_info
+import fresh_process
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PYPROJECT = REPO / "pyproject.toml"
@@ -41,7 +42,7 @@ def run_python(code: str, env_extra=None, python=sys.executable, cwd=None):
   # -P: not the working directory on sys.path, where this checkout's package
   # (without its extension when installed from the wheel) would shadow the installed one.
   return subprocess.run([python, "-P", "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
-                        cwd=cwd, timeout=300)
+                        cwd=cwd, timeout=fresh_process.HANG_GUARD_S)
 
 
 def _requirement(requirements, name):
@@ -196,7 +197,7 @@ def _wheel() -> pathlib.Path:
   if os.environ.get("JMF_WHEEL"):
     return pathlib.Path(os.environ["JMF_WHEEL"])
   result = subprocess.run(["bash", str(REPO / "scripts" / "build_wheel.sh")], capture_output=True, text=True,
-                          env=dict(os.environ, JMF_PYTHON=sys.executable), timeout=2400)
+                          env=dict(os.environ, JMF_PYTHON=sys.executable), timeout=fresh_process.HANG_GUARD_S)
   assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
   return pathlib.Path(result.stdout.split()[-1])
 
@@ -326,7 +327,8 @@ def test_wheel_installs_into_a_fresh_venv_and_passes_the_smoke_tests(wheel, tmp_
   # them again from pip's cache would take a minute for 800 MB of jaxlib and
   # CUDA wheels. `pip check` then holds the wheel's requirements against them.
   venv = tmp_path / "venv"
-  subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+  subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                 timeout=fresh_process.HANG_GUARD_S)
   ours = ("jax_mosaic_ffi", "_editable_skbc_jax_mosaic_ffi", "__editable__")
   site = pathlib.Path(sysconfig.get_paths()["purelib"])
   new_site = pathlib.Path(run_python("import sysconfig; print(sysconfig.get_paths()['purelib'])",
@@ -340,7 +342,8 @@ def test_wheel_installs_into_a_fresh_venv_and_passes_the_smoke_tests(wheel, tmp_
       _link_or_copy(entry, new_site / entry.name)
   python = str(venv / "bin" / "python")
   for args in (["install", "-q", "--no-deps", str(wheel)], ["check"]):
-    result = subprocess.run([python, "-m", "pip", *args], capture_output=True, text=True, timeout=600)
+    result = subprocess.run([python, "-m", "pip", *args], capture_output=True, text=True,
+                            timeout=fresh_process.HANG_GUARD_S)
     assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
 
   # Imported from the venv, not from this checkout.
@@ -355,6 +358,6 @@ def test_wheel_installs_into_a_fresh_venv_and_passes_the_smoke_tests(wheel, tmp_
   result = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow",
                            "--rootdir", str(REPO), *tests], capture_output=True, text=True, cwd=tmp_path,
                           env=dict(os.environ, JAX_MOSAIC_FFI_CACHE_DIR=str(tmp_path / "cache"),
-                                   JMF_EXPECT_INSTALLED_UNDER=str(venv)), timeout=600)
+                                   JMF_EXPECT_INSTALLED_UNDER=str(venv)), timeout=fresh_process.HANG_GUARD_S)
   assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
   assert " passed" in result.stdout and " failed" not in result.stdout, result.stdout[-3000:]

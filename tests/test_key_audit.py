@@ -95,8 +95,8 @@ LOSSY_ON_DISK = '''
 
 def test_a_lossy_key_is_caught_on_disk_in_another_process():
   pytest.importorskip("triton")
-  fresh_process.run(LOSSY_ON_DISK, "0.5", timeout=1200)
-  stale = fresh_process.run(LOSSY_ON_DISK, "0.625", check=False, timeout=1200)
+  fresh_process.run(LOSSY_ON_DISK, "0.5")
+  stale = fresh_process.run(LOSSY_ON_DISK, "0.625", check=False)
   assert stale.returncode != 0 and "KeyAuditError" in stale.stderr and "disk entry" in stale.stderr, \
       stale.stderr[-3000:]
 

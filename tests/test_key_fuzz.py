@@ -60,15 +60,15 @@ def test_every_edit_that_changes_the_kernel_changes_its_key(wing, tmp_path, monk
   # Across processes: the program compiled in one, each edit lowered in another from the warm disk cache (a
   # setting is the environment of a process of its own).
   env = {"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "disk-run-cache"), "PYTHONDONTWRITEBYTECODE": "1"}
-  cold = fresh_process.run(WARM, folder, wing, env=env, timeout=3600).result
+  cold = fresh_process.run(WARM, folder, wing, env=env).result
   assert cold["compiled"]
   # Controls first: an edited header's compile takes its kernel's entry (one per key, its headers checked on use),
   # so the program as it was would miss after it, rightly.
   plain = sorted((e for e in program.edits if not e.env), key=lambda e: e.changes_kernel)
-  found = fresh_process.run(WARM, folder, wing, *(e.name for e in plain), env=env, timeout=3600).result
+  found = fresh_process.run(WARM, folder, wing, *(e.name for e in plain), env=env).result
   for edit in program.edits:
     if edit.env:
-      (result,) = fresh_process.run(WARM, folder, wing, edit.name, env={**env, **dict(edit.env)}, timeout=3600).result
+      (result,) = fresh_process.run(WARM, folder, wing, edit.name, env={**env, **dict(edit.env)}).result
     else:
       result = found[plain.index(edit)]
     rows.append(key_fuzz.row(program, edit, cold, result, "disk"))

@@ -371,16 +371,16 @@ def test_nothing_is_started_on_a_cpu_machine():
 
 
 def test_a_peer_that_never_starts_is_named():
-  r = fresh_process.run_together("agree:absent", script=WORKER, env=CPU, timeout=120)[0].result
+  r = fresh_process.run_together("agree:absent", script=WORKER, env=CPU)[0].result
   assert r["error"].startswith(
       "TimeoutError: t: PE 0 waited 2 s for PE 1 (process 1 of the jax.distributed job) to start NVSHMEM; it never "
       "did. Did that process die, or does it not run this program? (JAX_MOSAIC_FFI_PEER_TIMEOUT_S sets the "
       "timeout)"), r
-  assert 1.5 < r["seconds"] < 10, r
+  assert r["seconds"] >= 1.5, r  # it waited for the timeout (how much longer depends on the machine's load)
 
 
 def test_peers_that_disagree_are_refused():
-  results = [f.result for f in fresh_process.run_together("agree:disagree", script=WORKER, env=CPU, timeout=120)]
+  results = [f.result for f in fresh_process.run_together("agree:disagree", script=WORKER, env=CPU)]
   assert results[0]["error"] == (
       "RuntimeError: t: PE 1 starts NVSHMEM with 'nvshmem=3.4.5;heap=2147483648;npes=2' and PE 0 with "
       "'nvshmem=3.4.5;heap=1073741824;npes=2'; every process must have the same NVSHMEM release and "
@@ -390,26 +390,26 @@ def test_peers_that_disagree_are_refused():
 
 
 def test_a_late_pe_fails_that_start_at_once_and_the_next_start_meets():
-  # PE 0 gives up its first start after 4 s; PE 1 arrives at 6 s. Each attempt ends in one verdict, so PE 1 fails
-  # that attempt at once (instead of waiting for a unique id PE 0 will never publish) and both meet at the next.
-  first, late = (f.result["outcomes"] for f in fresh_process.run_together("late", script=WORKER, env=CPU,
-                                                                           timeout=120))
+  # PE 0 gives up its first start after 4 s; PE 1 arrives then. Each attempt ends in one verdict, so PE 1 fails
+  # that attempt at once (instead of waiting out its timeout, a hang guard, for a unique id PE 0 will never publish)
+  # and both meet at the next.
+  first, late = (f.result["outcomes"] for f in fresh_process.run_together("late", script=WORKER, env=CPU))
   assert first[0]["error"].startswith("TimeoutError: t: PE 0 waited 4 s for PE 1"), first
   assert late[0]["error"].startswith("RuntimeError: t: PE 0 (after waiting 4 s) gave up on this NVSHMEM start "
                                      "before PE 1 joined it"), late
-  assert late[0]["seconds"] < 2, late
+  assert late[0]["seconds"] < fresh_process.INNER_GUARD_S / 10, late
   assert len(first) == len(late) == 2 and first[1].get("id") and first[1]["id"] == late[1].get("id"), (first, late)
 
 
 def test_a_key_another_process_set_is_named():
-  r = fresh_process.run_together("taken", script=WORKER, env=CPU, timeout=120)[0].result
+  r = fresh_process.run_together("taken", script=WORKER, env=CPU)[0].result
   assert r["error"].startswith("RuntimeError: t: the key 'jax_mosaic_ffi/nvshmem/1/joined/0' is already set in the "
                                "jax.distributed key-value store"), r
   assert "ALREADY_EXISTS" not in r["error"], r
 
 
 def test_peers_that_agree_go_on():
-  assert [f.result for f in fresh_process.run_together("agree:ok", script=WORKER, env=CPU, timeout=120)] == \
+  assert [f.result for f in fresh_process.run_together("agree:ok", script=WORKER, env=CPU)] == \
       [{"ok": True}, {"ok": True}]
 
 
@@ -564,9 +564,9 @@ def _mps(action: str, directory: str) -> None:
   import subprocess
   env = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": directory, "CUDA_MPS_LOG_DIRECTORY": directory}
   if action == "start":
-    subprocess.run(["nvidia-cuda-mps-control", "-d"], env=env, check=True, timeout=30)
+    subprocess.run(["nvidia-cuda-mps-control", "-d"], env=env, check=True, timeout=fresh_process.HANG_GUARD_S)
   else:
-    subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, env=env, timeout=30)
+    subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, env=env, timeout=fresh_process.HANG_GUARD_S)
 
 
 @pytest.mark.gpu
@@ -582,6 +582,8 @@ def test_two_processes_on_one_gpu(tmp_path, mps):
     env.update(CUDA_MPS_PIPE_DIRECTORY=str(tmp_path), CUDA_MPS_LOG_DIRECTORY=str(tmp_path))
     _mps("start", str(tmp_path))
   try:
+    # NVSHMEM may hang starting two PEs on one GPU, which this test expects and skips on: its timeout is that hang's,
+    # not a hang guard, and a start that is only slow (a loaded machine) skips the same way, never fails.
     finished = fresh_process.run_together("gpu", 1234, script=WORKER, env=env, timeout=150)
   except AssertionError as e:  # a hang inside NVSHMEM's start: what rank 0 printed is what there is to say
     pytest.skip(f"NVSHMEM did not finish starting two PEs on one GPU{' under MPS' if mps else ''}: {e}")

@@ -140,7 +140,7 @@ CHAIN = '''
 @pytest.mark.exclusive
 @pytest.mark.parametrize("command_buffers", [True, False], ids=["command-buffers", "stream"])
 def test_a_chain_of_pdl_launches_reads_only_finished_results(tmp_path, command_buffers):
-  result = fresh_process.run(CHAIN, "wait", 20, cwd=tmp_path, timeout=600, env={
+  result = fresh_process.run(CHAIN, "wait", 20, cwd=tmp_path, env={
       "XLA_FLAGS": "" if command_buffers else "--xla_gpu_enable_command_buffer=",
       "JAX_MOSAIC_FFI_POISON_OUTPUTS": "0", "JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache")}).result
   assert result["pdl_safe"]
@@ -155,7 +155,7 @@ def test_the_chain_detects_the_race_when_a_kernel_does_not_wait(tmp_path):
   # same chain must read unfinished results, or that test could not fail.
   # Stream launches: each carries the PDL attribute, so a successor really is
   # let in early; inside a command buffer that depends on XLA's graph edges.
-  result = fresh_process.run(CHAIN, "no-wait", 20, cwd=tmp_path, timeout=600, env={
+  result = fresh_process.run(CHAIN, "no-wait", 20, cwd=tmp_path, env={
       "XLA_FLAGS": "--xla_gpu_enable_command_buffer=",
       "JAX_MOSAIC_FFI_POISON_OUTPUTS": "0", "JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache")}).result
   assert result["wrong"] > 0, "the kernel without the wait read no stale value: this chain cannot see a race"

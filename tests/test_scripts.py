@@ -13,6 +13,8 @@ import sys
 
 import pytest
 
+import fresh_process
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 FIND_PYTHON = REPO / "scripts" / "find_python.sh"
 # The interpreter under this test's venv: a venv's python is a link that only works inside the venv's folder.
@@ -54,7 +56,7 @@ def machine(tmp_path, *, pyenv_312: bool, python3: str | None) -> dict:
 def find_python(env: dict, jmf_python: str | None = None) -> subprocess.CompletedProcess:
   env = dict(env, **({"JMF_PYTHON": jmf_python} if jmf_python is not None else {}))
   return subprocess.run(["bash", "-c", f'source "{FIND_PYTHON}"; find_python'], capture_output=True, text=True,
-                        env=env, timeout=60)
+                        env=env, timeout=fresh_process.HANG_GUARD_S)
 
 
 def test_pyenvs_python_is_found_where_its_shims_point_at_an_older_version(tmp_path):
@@ -103,7 +105,7 @@ def test_every_setup_script_finds_python_the_one_way(tmp_path, script):
   env = machine(tmp_path, pyenv_312=False, python3=OLD_PYTHON)
   env["JMF_VENV"] = str(tmp_path / "venv")  # none yet, as in a fresh clone
   result = subprocess.run(["bash", str(REPO / "scripts" / script)], capture_output=True, text=True, env=env,
-                          cwd=tmp_path, timeout=120)
+                          cwd=tmp_path, timeout=fresh_process.HANG_GUARD_S)
   assert result.returncode == 1, result.stdout + result.stderr
   assert "error: no Python >= 3.12 found (tried " in result.stderr, result.stderr
   assert not (tmp_path / "venv").exists()
@@ -137,7 +139,7 @@ def pip_steps(tmp_path, status: int) -> subprocess.CompletedProcess:
   log = tmp_path / "install.log"
   script = (f'source "{PIP_STEPS}"; say_requirements "triton>=3.6,<3.10; platform_system == \'Linux\'" "pytest>=8"; '
             f'pip_showing_steps "{log}" "{pip}" install -e .')
-  return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+  return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=fresh_process.HANG_GUARD_S)
 
 
 def test_a_pip_install_says_each_step_and_keeps_the_whole_output(tmp_path):

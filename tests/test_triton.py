@@ -158,7 +158,7 @@ def test_a_fresh_process_compiles_nothing_and_exports(isolated_disk_cache):
     print(json.dumps({"hash": cc["config"]["kernel_hash"].hex(), "triton": s.triton_compiles, "disk": s.disk_hits,
                       "bytes": len(exported.serialize())}))
   """
-  result = fresh_process.run(script, timeout=180, env={"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)}).result
+  result = fresh_process.run(script, env={"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)}).result
   assert result["triton"] == 0 and result["disk"] == 1
   assert result["hash"] == first["config"]["kernel_hash"].hex() and result["bytes"] > 0
 
@@ -385,7 +385,7 @@ def test_a_warm_process_and_an_exported_artifact_run_without_triton(rng, isolate
     print(json.dumps({"export": ok_export, "triton_imported_by_export": loaded_triton, "warm": ok_warm,
                       "triton": s.triton_compiles, "disk": s.disk_hits}))
   """
-  result = fresh_process.run(script, tmp_path, timeout=240,
+  result = fresh_process.run(script, tmp_path,
                              env={"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)}).result
   assert result == {"export": True, "triton_imported_by_export": False, "warm": True, "triton": 0, "disk": 1}
 

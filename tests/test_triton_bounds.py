@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+import fresh_process
 from triton_required import import_triton
 
 import_triton()
@@ -64,11 +65,9 @@ def test_a_block_larger_than_a_cta_holds_is_refused_before_ptxas_starts(isolated
   log = recording_ptxas(tmp_path, monkeypatch)
   add(1024)
   assert len(compiles_logged(log)) == 1  # the log sees the ptxas Triton runs
-  start = time.monotonic()
   with pytest.raises(jmf.TensorTooLarge) as caught:
     add(2**20)  # ptxas would run for many minutes and gigabytes
-  assert time.monotonic() - start < 30
-  assert len(compiles_logged(log)) == 1  # no ptxas started
+  assert len(compiles_logged(log)) == 1  # no ptxas started: refused before it, whatever the machine's speed
   message = str(caught.value)
   assert message.startswith("triton_kernel 'add' for sm_90 with num_warps=4, num_stages=3, num_ctas=1, BLOCK=1048576; "
                             "signature (*fp32, *fp32, *fp32, i32): its tensor tensor<1048576x"), message
@@ -148,15 +147,14 @@ def test_a_gluon_compile_past_the_bound_is_stopped(isolated_disk_cache, triton_c
 def test_a_slow_ptxas_is_stopped_and_left_running_nowhere(isolated_disk_cache, triton_cache, tmp_path, monkeypatch):
   # 65536 elements a thread holds in one warp: about 6 s of Triton's stages and 70 s of ptxas on a 2-core machine,
   # many times the 3 s bound on any machine. Whether the bound ends in Triton's stages (ptxas not started) or in
-  # ptxas (killed) depends on the machine; the outcome does not.
+  # ptxas (killed) depends on the machine; the outcome does not, and it is the bound's: ptxas killed before it
+  # finished, or never started.
   monkeypatch.setenv(TIMEOUT, "3")
   monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # Triton's PTX and cubin files, found by their folder
-  start = time.monotonic()
   with pytest.raises(jmf.CompileTimeout, match=r"kernel 'add' for sm_90 with num_warps=1, .*BLOCK=65536.*\n"
                                                r"the compile ran past JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S=3 seconds"
                                                r".*(was killed|was not started)"):
     add(65536, num_warps=1)
-  assert time.monotonic() - start < 45
   running = []
   for pid in filter(str.isdigit, os.listdir("/proc")):
     try:
@@ -184,23 +182,28 @@ def slow_ptx(path, values: int = 6000):
 def test_the_wrapper_kills_ptxas_at_the_deadline_and_answers_version_as_ptxas(tmp_path):
   ptx, cubin = slow_ptx(tmp_path / "slow.ptx"), tmp_path / "slow.cubin"
   real = {name: getattr(knobs.nvidia, name).path for name in ptxas_deadline.KNOBS}
-  with ptxas_deadline.bounded(time.monotonic() + 1) as ptxas:
+  with ptxas_deadline.bounded(time.monotonic() + fresh_process.INNER_GUARD_S):
     wrappers = {name: getattr(knobs.nvidia, name).path for name in ptxas_deadline.KNOBS}
+    starts = []
     for name in ptxas_deadline.KNOBS:
       assert wrappers[name] != real[name] and os.stat(os.path.dirname(wrappers[name])).st_mode & 0o777 == 0o700
       # Triton's cache key holds ptxas' --version: the same through the wrapper.
-      assert subprocess.run([wrappers[name], "--version"], capture_output=True, check=True).stdout == \
-          subprocess.run([real[name], "--version"], capture_output=True, check=True).stdout
-    start = time.monotonic()
-    done = subprocess.run([wrappers["ptxas_blackwell"], "--gpu-name=sm_90a", str(ptx), "-o", str(cubin)],
-                          capture_output=True, timeout=120)
-    seconds = time.monotonic() - start
-  assert ptxas.stopped == "killed" and done.returncode == 0 and seconds < 8, (ptxas.stopped, done, seconds)
+      start = time.monotonic()
+      through = subprocess.run([wrappers[name], "--version"], capture_output=True, check=True).stdout
+      starts.append(time.monotonic() - start)
+      assert through == subprocess.run([real[name], "--version"], capture_output=True, check=True).stdout
+  # The deadline in this machine's time now: 20 times a --version run through the wrapper (about 50 ms on 2 cores:
+  # the wrapper's start and ptxas's), which is a tenth of ptxas's work on this PTX (about 10 s), at any load.
+  with ptxas_deadline.bounded(time.monotonic() + 20 * min(starts)) as ptxas:
+    done = subprocess.run([knobs.nvidia.ptxas_blackwell.path, "--gpu-name=sm_90a", str(ptx), "-o", str(cubin)],
+                          capture_output=True, timeout=fresh_process.HANG_GUARD_S)
+  # Killed once started, before it finished (ptxas writes the cubin last).
+  assert ptxas.stopped == "killed" and done.returncode == 0, (ptxas.stopped, done, starts)
   assert not cubin.exists()
   assert {name: getattr(knobs.nvidia, name).path for name in ptxas_deadline.KNOBS} == real  # the knobs restored
   with ptxas_deadline.bounded(time.monotonic() - 1) as ptxas:  # past already: ptxas is not started
-    subprocess.run([knobs.nvidia.ptxas_blackwell.path, "--gpu-name=sm_90a", str(ptx), "-o", str(cubin)], timeout=30,
-                   check=True)
+    subprocess.run([knobs.nvidia.ptxas_blackwell.path, "--gpu-name=sm_90a", str(ptx), "-o", str(cubin)],
+                   timeout=fresh_process.HANG_GUARD_S, check=True)
   assert ptxas.stopped == "not started" and not cubin.exists()
 
 

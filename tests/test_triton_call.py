@@ -441,6 +441,23 @@ def test_a_compute_capability_may_be_a_numpy_int_or_digits(isolated_disk_cache):
   for value in (np.int32(80), "80"):
     assert b".target sm_80" in module(only_call(lambda a, b: add(a, b, compute_capability=value), x, x))
 
+def test_its_errors_name_triton_call_at_the_users_line():
+  # Raised by the launch under triton_call, at the trace and at the lowering: the call as the user wrote it.
+  x = f32(1024)
+  with pytest.raises(jmf.LaunchError) as caught:
+    lower(lambda a, b: add(a, b, backend_options={"launch_pdl": True}), x, x)
+  assert re.match(r"triton_call 'add' at test_triton_call\.py:\d+ \(add\): uses_pdl=True", str(caught.value)), \
+      caught.value
+  with pytest.raises(NotImplementedError) as caught:  # no fallback, lowered for the CPU
+    jax.jit(add).trace(x, x).lower(lowering_platforms=("cpu",))
+  assert str(caught.value).startswith("triton_call 'add' at test_triton_call.py:"), caught.value
+  # A mosaic_kernel call after it is named as before.
+  call = jmf.mosaic_kernel(jmf.triton_kernel(ts.add, constexprs={"BLOCK": 128}), lambda x, y: x, grid=8,
+                           scalars=lambda meta, x, y: (np.int32(x.size),), uses_pdl=True)
+  with pytest.raises(jmf.LaunchError, match=r"^mosaic_kernel 'add' at .*uses_pdl=True"):
+    lower(call, x, x)
+
+
 def test_launch_pdl_is_uses_pdl():
   x = f32(1024)
   with pytest.raises(jmf.LaunchError, match="uses_pdl=True, but the kernel does not wait"):

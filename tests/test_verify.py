@@ -342,7 +342,7 @@ print(json.dumps({"y": y[[3, 19]].tolist(), "rows": len(seen.report.rows)}))
 def test_a_kernel_partitioned_across_devices_runs_unchecked(isolated_disk_cache):
   # XLA's partitioner lowers the per-shard function in a module of its own, whose host callbacks it drops: a
   # check there would call a callback that is not there (a crash: hence a process of its own).
-  found = fresh_process.run(PARTITIONED, timeout=300).result
+  found = fresh_process.run(PARTITIONED).result
   assert found == {"y": [7.0, 2 * 19.0 + 1], "rows": 0}   # each shard's element 3 is the stand-in's mistake
 
 
@@ -370,5 +370,5 @@ print(json.dumps({"rows": len(seen.report.rows), "passed": seen.report.passed}))
 
 def test_a_collective_kernels_check_is_run_by_every_device(isolated_disk_cache):
   # Gated, one device alone would enter the fallback's psum and wait for its peers for ever.
-  found = fresh_process.run(COLLECTIVE, timeout=120).result
+  found = fresh_process.run(COLLECTIVE).result
   assert found == {"rows": 16, "passed": True}   # 8 devices, 2 executions: a program lowered before its check

@@ -10,6 +10,12 @@ import json
 import os
 import sys
 
+import fresh_process
+
+# A wait that ends unless something hangs (a peer that should come, the success path of an exchange): only a
+# hang guard, never a measure of speed. A timeout a test is about is short and named where it is used.
+GUARD_S = fresh_process.INNER_GUARD_S
+
 RANK, NPROCS, PORT, MODE = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 SEED = int(sys.argv[5]) if len(sys.argv) > 5 else 0
 
@@ -26,10 +32,26 @@ def finish(result: dict, wait_for_peers: bool = True) -> None:
       client.key_value_set("worker/done/%d" % RANK, "1")
     elif client is not None and wait_for_peers:
       for r in range(1, NPROCS):
-        client.blocking_key_value_get("worker/done/%d" % r, 60_000)
+        client.blocking_key_value_get("worker/done/%d" % r, int(GUARD_S * 1000))
   except Exception:  # noqa: BLE001 - a peer that died; nothing to wait for
     pass
   os._exit(0)
+
+
+def _client():
+  from jax._src import distributed  # noqa: PLC0415  (once initialize ran)
+  return distributed.global_state.client
+
+
+def tell(event: str) -> None:
+  """Tells the peers that this process got to ``event``: a test orders its processes by events, never by sleeps,
+  so that its outcome is the same at any speed."""
+  _client().key_value_set(f"worker/event/{event}", "1")
+
+
+def await_event(event: str) -> None:
+  """Waits until a peer `tell`s ``event``."""
+  _client().blocking_key_value_get(f"worker/event/{event}", int(GUARD_S * 1000))
 
 
 def initialize(cpu: bool):

@@ -209,5 +209,6 @@ class KeyAuditError(RuntimeError):
 
 
 def who(kernel, call_site: str) -> str:
-  """A kernel call, as messages name it: "mosaic_kernel 'add' at model.py:42 (forward)"."""
-  return f"mosaic_kernel '{kernel.name}' at {call_site}"
+  """A kernel call, as messages name it: "mosaic_kernel 'add' at model.py:42 (forward)"; the public function a call
+  site names (``triton_call``: source_location.CallSite) in place of mosaic_kernel."""
+  return f"{getattr(call_site, 'api', 'mosaic_kernel')} '{kernel.name}' at {call_site}"

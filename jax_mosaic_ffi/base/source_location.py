@@ -4,6 +4,10 @@ Found by walking the stack to the first frame outside jax, jaxlib and this
 package. A sharded call is traced again per shard while XLA compiles, far
 from the user's line, so `transforms/sharding.py` pins the site it saw when the call
 was first traced.
+
+A call made through another public function than ``mosaic_kernel`` (``triton_call``) is traced inside
+`called_as`: its call site then names that function (`CallSite.api`), and so do the messages about the call
+(``errors.who``), at its trace and at its lowering alike.
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ from jax_mosaic_ffi.base.paths import PACKAGE_DIR
 source_info_util.register_exclusion(PACKAGE_DIR)
 
 _pinned: contextvars.ContextVar[str | None] = contextvars.ContextVar("jax_mosaic_ffi_call_site", default=None)
+# The public function the user called, as messages name a call: mosaic_kernel unless `called_as` says otherwise.
+DEFAULT_API = "mosaic_kernel"
+_api: contextvars.ContextVar[str] = contextvars.ContextVar("jax_mosaic_ffi_api", default=DEFAULT_API)
 # Each call site as `current` wrote it -> (file, line, module), so that a warning given later about that call (from
 # a lowering, or a host callback with no user's frame on the stack) points at its line; bounded.
 _sites: dict[str, tuple[str, int, str]] = {}
@@ -37,17 +44,50 @@ def _user_frame():
   return None
 
 
+class CallSite(str):
+  """A call site as `current` writes it, which also knows the public function called there (``api``): a
+  ``triton_call``'s messages name ``triton_call``, wherever the site is read (a lowering, a check)."""
+
+  api = DEFAULT_API
+
+  def __new__(cls, site: str, api: str):
+    self = super().__new__(cls, site)
+    self.api = api
+    return self
+
+  def __reduce__(self):
+    return CallSite, (str(self), self.api)
+
+
 def current() -> str:
   pinned = _pinned.get()
   if pinned is not None:
     return pinned
   frame = _user_frame()
   if frame is None:
-    return "<unknown call site>"
-  site = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} ({frame.f_code.co_name})"
-  if site not in _sites and len(_sites) < _MAX_SITES:
-    _sites[site] = (frame.f_code.co_filename, frame.f_lineno, frame.f_globals.get("__name__", "<unknown>"))
-  return site
+    site = "<unknown call site>"
+  else:
+    site = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} ({frame.f_code.co_name})"
+    if site not in _sites and len(_sites) < _MAX_SITES:
+      _sites[site] = (frame.f_code.co_filename, frame.f_lineno, frame.f_globals.get("__name__", "<unknown>"))
+  called = _api.get()
+  return site if called == DEFAULT_API else CallSite(site, called)
+
+
+def api() -> str:
+  """The public function the user called for the call being traced: ``mosaic_kernel``, or what `called_as` says."""
+  return _api.get()
+
+
+@contextlib.contextmanager
+def called_as(name: str):
+  """Within: the calls traced are the user's calls of ``name`` (a public function built on mosaic_kernel's front
+  ends, such as ``triton_call``), as their call sites and messages say."""
+  token = _api.set(name)
+  try:
+    yield
+  finally:
+    _api.reset(token)
 
 
 def warn(message: str, category: type[Warning]) -> None:

@@ -22,6 +22,7 @@ from jax._src.interpreters import mlir
 from jax.interpreters import ad, batching
 
 from jax_mosaic_ffi.base import source_location
+from jax_mosaic_ffi.call import shadow
 from jax_mosaic_ffi.transforms import autotune as autotune_lib
 from jax_mosaic_ffi.transforms import tuning_packs
 
@@ -84,7 +85,14 @@ def _abstract_eval(*avals, out_avals, **_):
   return out_avals
 
 
-def _fallback_lowering(ctx, *operands, fallback, in_axes, **_):
+def _fallback_lowering(ctx, *operands, fallback, in_axes, tuned: WithFallback, site: str, **_):
+  """Off CUDA: the fallback, standing in for the kernel, as a plain call's lowering notes for a check (jmf.check,
+  the shadow mode), whose report then says that no kernel ran."""
+  verification = shadow.active()
+  if verification is not None:
+    platforms = ", ".join(ctx.module_context.platforms)
+    verification.note(f"{tuned.name} at {site}",
+                      f"the program ran on {platforms}, where each kernel's fallback runs in its place")
   return mlir.lower_fun(_vmapped(fallback, in_axes), multiple_results=True)(ctx, *operands)
 
 

@@ -145,9 +145,11 @@ def triton_call(*args, kernel, out_type: Any = None, grid, name: str = "", num_w
   own = TritonLaunchOptions(grid=(lambda meta: grid(with_grid_meta(meta))) if callable(grid) else grid,
                             scalars=tuple(call_args.operands.scalars), uses_pdl=uses_pdl,
                             param_order=tuple(call_args.order))
-  call = front_end.launcher(function, tuple(out_avals), launch, own)
-  with jax.named_scope(name) if name else contextlib.nullcontext():
-    results = call(*call_args.operands.inputs)
+  # The launch's own messages (its checks, the lowering's) name triton_call at the user's line.
+  with source_location.called_as("triton_call"):
+    call = front_end.launcher(function, tuple(out_avals), launch, own)
+    with jax.named_scope(name) if name else contextlib.nullcontext():
+      results = call(*call_args.operands.inputs)
   for (_, ref), value in zip(call_args.operands.refs, results[n_out:]):
     ref[...] = value
   return tree_util.tree_unflatten(out_tree, list(results[:n_out]))

@@ -12,9 +12,12 @@ from jax_mosaic_ffi.triton.options import TritonOptions
 
 
 def config_text(signature, constexprs, options: TritonOptions) -> str:
-  """A Triton compile's config, as a failure names it."""
-  launch = ", ".join(f"{k}={v}" for k, v in options.meta().items())
-  values = ", ".join(f"{k}={v!r}" for k, v in [*options.backend_options, *constexprs.items()])
+  """A Triton compile's config, as a failure names it: each option once (a constexpr parameter named like a launch
+  option, as Gluon's ``num_warps: gl.constexpr``, holds the option's value and is named with the options)."""
+  meta = options.meta()
+  launch = ", ".join(f"{k}={v}" for k, v in meta.items())
+  values = ", ".join(f"{k}={v!r}" for k, v in [*options.backend_options, *constexprs.items()]
+                     if k not in meta or repr(meta[k]) != repr(v))
   return f"{launch}{', ' + values if values else ''}; signature ({', '.join(map(str, signature))})"
 
 

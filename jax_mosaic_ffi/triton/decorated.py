@@ -59,6 +59,7 @@ from jax_mosaic_ffi.call.launch_options import LaunchOptions
 from jax_mosaic_ffi.call.operands import Kind
 from jax_mosaic_ffi.call.tensor_map import row_major_strides
 from jax_mosaic_ffi.transforms import autotune as autotune_lib
+from jax_mosaic_ffi.transforms import untimed
 from jax_mosaic_ffi.triton import decorators as triton_decorators
 from jax_mosaic_ffi.triton import launch as triton_launch
 from jax_mosaic_ffi.triton import tensor_descriptor
@@ -163,7 +164,7 @@ class _Decorated:
     self.layers, self.out_shape, self.launch, self.options = function.decorators, out_shape, launch, options
     self.function = function
     self.base = function.with_meta({})  # undecorated; its meta is what the scalars see
-    self.param_order = triton_launch.typed_order(options.param_order, f"mosaic_kernel '{function.name}'")
+    self.param_order = triton_launch.typed_order(options.param_order, f"{source_location.api()} '{function.name}'")
     tuners = [layer for layer in self.layers if isinstance(layer, Autotune)]
     self.tuner = tuners[0] if tuners else None
     self._tuned: collections.OrderedDict = collections.OrderedDict()
@@ -293,8 +294,12 @@ class _Decorated:
           named = self.arguments(avals, where).named
           return (tuple((tuple(a.shape), str(a.dtype)) for a in avals), tuple((n, named[n]) for n in key_names))
 
-        tuned_call = autotune_lib.Autotuned(lambda meta: self.plain(meta, zero_outputs, where), metas, key=key,
-                                            name=f"mosaic_kernel {self.base.name} @triton.autotune")
+        factory = lambda meta: self.plain(meta, zero_outputs, where)  # noqa: E731
+        name = f"{source_location.api()} {self.base.name} @triton.autotune"
+        if self.launch.fallback is None:
+          tuned_call = autotune_lib.Autotuned(factory, metas, key=key, name=name)
+        else:  # as configs= with a fallback: where nothing can be timed the fallback runs, nothing built or said
+          tuned_call = untimed.WithFallback(factory, metas, fallback=self.launch.fallback, key=key, name=name)
         self._tuned[space] = tuned_call
         while len(self._tuned) > _TUNED_PER_CALL:
           self._tuned.popitem(last=False)

@@ -89,7 +89,7 @@ def typed_order(param_order, made: str) -> tuple | None:
 
 def launcher(target: TritonKernel | TritonFunction, out_shape, launch: LaunchOptions, options: TritonLaunchOptions):
   """The function of arrays that launches a Triton kernel (see module doc); sharding is the caller's."""
-  made = f"mosaic_kernel '{target.name}'"
+  made = f"{source_location.api()} '{target.name}'"
   if options.uses_pdl not in (None, True, False):
     raise LaunchError(f"{made}: uses_pdl must be True, False or None (PDL when the kernel waits "
                       f"with tl.extra.cuda.gdc_wait()), got {options.uses_pdl!r}")
