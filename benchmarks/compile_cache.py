@@ -55,7 +55,7 @@ import jax.numpy as jnp, numpy as np
 from jax_mosaic_ffi.call import param_types as typed_check
 from jax_mosaic_ffi.call.launch_options import LaunchOptions
 from jax_mosaic_ffi.cuda import launch as cuda_launch
-from jax_mosaic_ffi.cuda.options import CudaOptions
+from jax_mosaic_ffi.cuda.launch_options import CudaOptions
 from jax_mosaic_ffi.toolchain import param_types
 untyped = dataclasses.replace(kernel, compiled=dataclasses.replace(kernel.compiled, param_types=None))
 def call_for(k, m):

@@ -30,14 +30,15 @@ from jax_mosaic_ffi.toolchain.packs import load_pack
 from jax_mosaic_ffi.cuda.kernel import CudaKernel, cubin_kernel, cuda_kernel, ptx_kernel
 from jax_mosaic_ffi.call import lowering as _lowering  # noqa: F401  (registers the CUDA lowering)
 from jax_mosaic_ffi.call import registration  # noqa: F401  (jmf.registration.status(), as the docs say)
-from jax_mosaic_ffi.call.check_report import CheckReport
+from jax_mosaic_ffi.call.checking.check_report import CheckReport
 from jax_mosaic_ffi.call.collective import Collective
 from jax_mosaic_ffi.call.launch_programs import dim_scalar
 from jax_mosaic_ffi.call.launch_values import cdiv
 from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
-from jax_mosaic_ffi.call.shadow import verify
+from jax_mosaic_ffi.call.checking.shadow import verify
 from jax_mosaic_ffi.call.tensor_map import TensorMap
-from jax_mosaic_ffi.cute.call import cute_call, cute_kernel
+from jax_mosaic_ffi.adapters.cute_call import cute_call
+from jax_mosaic_ffi.cute.kernel import cute_kernel
 from jax_mosaic_ffi.cute.kernel import CuteFunction, CuteKernel
 from jax_mosaic_ffi.cute.package import CuteUnavailable
 from jax_mosaic_ffi.transforms.autodiff import differentiable
@@ -46,7 +47,7 @@ from jax_mosaic_ffi.transforms.autotune import Autotuned, autotune
 from jax_mosaic_ffi.transforms.autotune import report as autotune_report
 from jax_mosaic_ffi.transforms.tuning_records import TuningFileIgnored, load_tuning, save_tuning
 from jax_mosaic_ffi.transforms.sharding import BatchDims, Elementwise, ShardingRule, sharded
-from jax_mosaic_ffi.triton.call import triton_call
+from jax_mosaic_ffi.adapters.triton_call import triton_call
 from jax_mosaic_ffi.triton.compile import TritonKernel
 from jax_mosaic_ffi.triton.release import TritonUnavailable
 from jax_mosaic_ffi.triton.kernel import TritonFunction, triton_kernel

@@ -10,8 +10,8 @@ calls lower to), and ``__version__`` / ``__version_info__``: the jax-triton rele
 :doc:`Coming from jax-triton </coming_from_jax_triton>` has the mapping and the differences.
 """
 
-from jax_mosaic_ffi.triton.call import CUSTOM_CALL_TARGET_NAME, triton_call
-from jax_mosaic_ffi.triton.call_operands import TensorDescriptor, strides_from_shape
+from jax_mosaic_ffi.adapters.triton_call import CUSTOM_CALL_TARGET_NAME, triton_call
+from jax_mosaic_ffi.adapters.triton_call_operands import TensorDescriptor, strides_from_shape
 
 __version_info__ = (0, 4, 1)
 __version__ = ".".join(str(v) for v in __version_info__)

@@ -116,7 +116,7 @@ mutate nvshmem-symmetric jax_mosaic_ffi/call/launch_spec.py \
   's/attributes\["nvshmem_symmetric"\] = ",".join("1" if s else "0" for s in symmetric)/attributes["nvshmem_symmetric"] = ",".join("0" for s in symmetric)/' \
   tests/test_nvshmem.py::test_one_pe_puts_to_itself
 # NVSHMEM is started as PE 1 of 1.
-mutate nvshmem-start jax_mosaic_ffi/call/nvshmem.py 's/core.nvshmem_start(library, unique_id, pe, npes, device)/core.nvshmem_start(library, unique_id, pe + 1, npes, device)/' \
+mutate nvshmem-start jax_mosaic_ffi/call/peers/nvshmem.py 's/core.nvshmem_start(library, unique_id, pe, npes, device)/core.nvshmem_start(library, unique_id, pe + 1, npes, device)/' \
   tests/test_nvshmem.py::test_one_pe_barrier_and_signal_wait
 # The NVSHMEM all-reduce adds one to its first peer's values.
 mutate nvshmem-all-reduce jax_mosaic_ffi/ops/collectives.py 's/      out\[i\] = pe == 0 ? value : out\[i\] + value;/      out[i] = pe == 0 ? value + (T)1 : out[i] + value;/' \

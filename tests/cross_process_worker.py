@@ -24,7 +24,7 @@ finish = functools.partial(finish_process, wait_for_peers="exit" not in MODE)
 
 def exchange_mode(variant: str) -> dict:
   jax = initialize(cpu=True)
-  from jax_mosaic_ffi.call import cross_process
+  from jax_mosaic_ffi.call.peers import cross_process
   ids = [min(d.id for d in jax.devices() if d.process_index == p) for p in range(NPROCS)]
   if variant == "other_host" and RANK == 1:
     cross_process.host_identity = lambda: "elsewhere/boot"
@@ -68,7 +68,7 @@ def host_mode(variant: str) -> dict:
   attempt to meet again; `arrive`: refused at once). Every outcome is recorded."""
   jax = initialize(cpu=True)
   from jax_mosaic_ffi import _core
-  from jax_mosaic_ffi.call import cross_process
+  from jax_mosaic_ffi.call.peers import cross_process
   ids = [10, 11]
   rank = _core._HostRankForTests(RANK, ids, 1 << 20, 0x7f0000000000 + (RANK << 24))
 
@@ -165,7 +165,7 @@ def correctness_mode() -> dict:
     wrong += int((c.local(reduce(c.put(mine))) != both.sum(0)).sum())
   out["iterations"] = {"count": 1000, "wrong": wrong, "seconds": time.monotonic() - start}
 
-  from jax_mosaic_ffi.call import cross_process
+  from jax_mosaic_ffi.call.peers import cross_process
   c.jax.clear_caches()  # the executables above go, and their workspaces with them
   gc.collect()
   out["after_clear_caches"] = cross_process.stats()

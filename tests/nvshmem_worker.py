@@ -15,7 +15,7 @@ def agree_mode(variant: str) -> dict:
   """The start's agreement step alone, on CPU: every PE's description, a peer that never comes, one that differs."""
   initialize(cpu=True)
   from jax._src import distributed
-  from jax_mosaic_ffi.call import nvshmem
+  from jax_mosaic_ffi.call.peers import nvshmem
   client = distributed.global_state.client
   mine = f"nvshmem=3.4.5;heap={1 << 30};npes={NPROCS}"
   if RANK == 1 and variant == "absent":
@@ -37,7 +37,7 @@ def late_mode() -> dict:
   import os
   initialize(cpu=True)
   from jax._src import distributed
-  from jax_mosaic_ffi.call import nvshmem
+  from jax_mosaic_ffi.call.peers import nvshmem
   client = distributed.global_state.client
   if RANK == 1:
     await_event("PE 0 gave up its first start")
@@ -60,7 +60,7 @@ def taken_mode() -> dict:
   """Another process already published PE 0's key of the first start: PE 0's start names the key."""
   initialize(cpu=True)
   from jax._src import distributed
-  from jax_mosaic_ffi.call import nvshmem
+  from jax_mosaic_ffi.call.peers import nvshmem
   client = distributed.global_state.client
   if RANK == 1:
     client.key_value_set("jax_mosaic_ffi/nvshmem/1/joined/0", "someone else")
@@ -94,7 +94,7 @@ def all_reduce_mode() -> dict:
     out = np.asarray(f(x).addressable_shards[0].data)
   except Exception as e:  # noqa: BLE001 - what NVSHMEM said, for the test to record
     return {"refused": f"{type(e).__name__}: {e}"}
-  from jax_mosaic_ffi.call import nvshmem
+  from jax_mosaic_ffi.call.peers import nvshmem
   return {"max_error": float(np.max(np.abs(out - sum(xs)))), "job": nvshmem.job()}
 
 

@@ -1,5 +1,5 @@
-"""How jmf.check and the shadow mode compare an output with its reference (call/numerics.py), and the report's
-status and table (call/check_report.py): each element held to its own tolerance, non-finite values by position
+"""How jmf.check and the shadow mode compare an output with its reference (call/checking/numerics.py), and the report's
+status and table (call/checking/check_report.py): each element held to its own tolerance, non-finite values by position
 and component, integers and bools exactly, and a check that ran no kernel never reported as passed.
 
 Each comparison is made here with a function a defect of the comparison would let through: one huge element with
@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi.call import check_report
-from jax_mosaic_ffi.call import numerics
+from jax_mosaic_ffi.call.checking import check_report
+from jax_mosaic_ffi.call.checking import numerics
 
 F32, C64 = jnp.float32, jnp.complex64
 NAN, INF = math.nan, math.inf

@@ -14,8 +14,8 @@ import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi import api
 from jax_mosaic_ffi.call import launch_values
 from jax_mosaic_ffi.call.launch_options import LaunchOptions
-from jax_mosaic_ffi.cuda.options import CudaOptions
-from jax_mosaic_ffi.cute.options import CuteOptions
+from jax_mosaic_ffi.cuda.launch_options import CudaOptions
+from jax_mosaic_ffi.cute.launch_options import CuteOptions
 from jax_mosaic_ffi.triton.launch_options import TritonLaunchOptions
 from jax_mosaic_ffi.call.launch_spec import LaunchSpec
 from jax_mosaic_ffi.call.primitive import mosaic_kernel_p

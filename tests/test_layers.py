@@ -25,3 +25,25 @@ def test_every_subpackage_and_module_is_in_one_layer():
   assert not missing, (f"{missing} in no layer of pyproject.toml's import-linter contract: put each in the layer "
                        "its imports allow (CONTRIBUTING.md, the layer rule)")
   assert not set(placed) - parts, f"layers name what is not there: {sorted(set(placed) - parts)}"
+
+
+def _imports(path: pathlib.Path) -> set[str]:
+  import ast
+  found = set()
+  for node in ast.walk(ast.parse(path.read_text())):
+    if isinstance(node, ast.ImportFrom) and node.module:
+      found |= {f"{node.module}.{alias.name}" for alias in node.names} | {node.module}
+    elif isinstance(node, ast.Import):
+      found |= {alias.name for alias in node.names}
+  return found
+
+
+def test_the_rooms_below_call_import_nothing_of_call_above_them():
+  """call/peers/ (the Python side of csrc/peers/) and call/checking/ stand on base alone: the rest of call/ calls
+  into them, never the other way round, so each can be read (and replaced) by itself."""
+  for room in ("peers", "checking"):
+    folder = PACKAGE / "call" / room
+    for module in folder.glob("*.py"):
+      above = sorted(name for name in _imports(module) if name.startswith("jax_mosaic_ffi.call")
+                     and not name.startswith(f"jax_mosaic_ffi.call.{room}"))
+      assert not above, f"{module.relative_to(PACKAGE.parent)} imports {above}, outside call/{room}/"

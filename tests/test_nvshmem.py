@@ -22,7 +22,7 @@ from jax_mosaic_ffi import _core
 from jax_mosaic_ffi.base import contract
 from jax_mosaic_ffi.base import module_format
 from jax_mosaic_ffi.base import nvshmem_package
-from jax_mosaic_ffi.call import nvshmem as nvshmem_start
+from jax_mosaic_ffi.call.peers import nvshmem as nvshmem_start
 from jax_mosaic_ffi.cuda.nvrtc import compiler
 
 import fresh_process
@@ -508,7 +508,7 @@ def test_an_exported_nvshmem_call_starts_nvshmem_in_a_fresh_process(put_kernel, 
   import json, sys
   import jax, numpy as np
   import jax_mosaic_ffi as jmf
-  from jax_mosaic_ffi.call import nvshmem
+  from jax_mosaic_ffi.call.peers import nvshmem
   call = jax.export.deserialize(open(sys.argv[1] + "/put.jax_export", "rb").read())
   jmf.register()  # a process that only deserializes registers the targets itself (docs/guides/transformations.md)
   out, copy = call.call(np.load(sys.argv[1] + "/x.npy"))

@@ -7,7 +7,7 @@
 // every rank: the barrier area, the metadata, then one slot per symmetric
 // parameter. The IPC handles travel once per workspace through the
 // jax.distributed key-value store (a Python function the module registers:
-// jax_mosaic_ffi/call/cross_process.py), and each peer opens the others'.
+// jax_mosaic_ffi/call/peers/cross_process.py), and each peer opens the others'.
 //
 // Per execution the ranks meet on the host through flag pages in POSIX
 // shared memory, and every deposit and page a peer sends is checked before

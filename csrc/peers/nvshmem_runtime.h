@@ -1,7 +1,7 @@
 // The NVSHMEM job of this process: one PE, bound to one local GPU.
 //
 // Started once, on the first call site that loads a kernel using NVSHMEM,
-// through a starter Python registers (jax_mosaic_ffi/call/nvshmem.py: who the
+// through a starter Python registers (jax_mosaic_ffi/call/peers/nvshmem.py: who the
 // peers are, the unique id traded through jax.distributed's key-value store,
 // the checks that peers agree); the starter calls StartNvshmem. Modules that
 // use NVSHMEM are registered with it as they load (nvshmemx_cumodule_init).

@@ -1,5 +1,5 @@
 // The Python side of collectives across processes: the key-value exchange
-// (jax_mosaic_ffi/call/cross_process.py), called from XLA's thread with the GIL
+// (jax_mosaic_ffi/call/peers/cross_process.py), called from XLA's thread with the GIL
 // taken here. jax releases the GIL while executables run, as its own host
 // callbacks need, so this cannot deadlock against the caller.
 #include <nanobind/nanobind.h>
@@ -105,7 +105,7 @@ class HostRankForTests {
   }
 
   // What each execution does (HostRendezvous::Meet): `trade(deposit)` returns every rank's deposit, as the
-  // key-value exchange does (tests pass jax_mosaic_ffi.call.cross_process.exchange, bound to their key).
+  // key-value exchange does (tests pass jax_mosaic_ffi.call.peers.cross_process.exchange, bound to their key).
   void Meet(nb::object trade, double timeout_s) {
     const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
     const std::string who = "test rank " + std::to_string(Host().rank());

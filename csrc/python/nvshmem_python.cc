@@ -1,4 +1,4 @@
-// The Python side of NVSHMEM (jax_mosaic_ffi/call/nvshmem.py): its starter,
+// The Python side of NVSHMEM (jax_mosaic_ffi/call/peers/nvshmem.py): its starter,
 // called from XLA's thread with the GIL taken here (as the peer exchange is),
 // and the calls that starter makes: a unique id, the start, the finalize.
 #include <nanobind/nanobind.h>

@@ -19,15 +19,15 @@ from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.base import native
 from jax_mosaic_ffi.base.errors import LaunchError, who
 from jax_mosaic_ffi.call import collective as collective_lib
-from jax_mosaic_ffi.call import cross_process
+from jax_mosaic_ffi.call.peers import cross_process
 from jax_mosaic_ffi.call import export_stability
 from jax_mosaic_ffi.call import fallback as fallback_lib
 from jax_mosaic_ffi.call import front_end
 from jax_mosaic_ffi.call import launch_spec
-from jax_mosaic_ffi.call import nvshmem
+from jax_mosaic_ffi.call.peers import nvshmem
 from jax_mosaic_ffi.call import registration
 from jax_mosaic_ffi.call import runtime_libraries
-from jax_mosaic_ffi.call import shadow
+from jax_mosaic_ffi.call.checking import shadow
 from jax_mosaic_ffi.call.launch_spec import LaunchSpec
 from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
 from jax_mosaic_ffi.toolchain.kernel import Kernel

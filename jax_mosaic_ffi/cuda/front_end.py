@@ -4,7 +4,7 @@
 from jax_mosaic_ffi.base.module_format import ImageKind
 from jax_mosaic_ffi.call.front_end import FrontEnd
 from jax_mosaic_ffi.cuda import launch
-from jax_mosaic_ffi.cuda.options import CudaOptions
+from jax_mosaic_ffi.cuda.launch_options import CudaOptions
 from jax_mosaic_ffi.cuda.kernel import CudaKernel
 
 FRONT_END = FrontEnd(

@@ -21,7 +21,7 @@ from jax_mosaic_ffi.call import primitive
 from jax_mosaic_ffi.call.collective import Collective
 from jax_mosaic_ffi.call.launch_options import CheckedLaunch, LaunchOptions
 from jax_mosaic_ffi.call.tensor_map import TensorMap
-from jax_mosaic_ffi.cuda.options import CudaOptions
+from jax_mosaic_ffi.cuda.launch_options import CudaOptions
 from jax_mosaic_ffi.toolchain.kernel import Kernel
 from jax_mosaic_ffi.transforms import sharding as sharding_lib
 

@@ -7,7 +7,7 @@ from jax_mosaic_ffi.call.front_end import FrontEnd, RuntimeLibrary
 from jax_mosaic_ffi.cute import launch
 from jax_mosaic_ffi.cute import package
 from jax_mosaic_ffi.cute.kernel import CuteFunction
-from jax_mosaic_ffi.cute.options import HINTS, CuteOptions
+from jax_mosaic_ffi.cute.launch_options import HINTS, CuteOptions
 
 RUNTIME_LIBRARY = RuntimeLibrary(
     name=package.LIBRARY,

@@ -37,7 +37,7 @@ from jax_mosaic_ffi.cute import specs as specs_lib
 from jax_mosaic_ffi.cute.compile import compile_plan
 from jax_mosaic_ffi.cute.host_call import HostCall
 from jax_mosaic_ffi.cute.kernel import CuteFunction
-from jax_mosaic_ffi.cute.options import CuteOptions
+from jax_mosaic_ffi.cute.launch_options import CuteOptions
 from jax_mosaic_ffi.cute.plan import BATCH, Plan, TensorArg
 from jax_mosaic_ffi.toolchain.kernel import default_targets, parse_targets
 

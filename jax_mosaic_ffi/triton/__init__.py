@@ -5,7 +5,7 @@
     launch_options.py     TritonLaunchOptions: its keywords of mosaic_kernel (grid, scalars, uses_pdl, param_order)
 
     kernel.py             triton_kernel, TritonFunction: a @triton.jit function with its constexprs and options
-    options.py            TritonOptions: num_warps, num_stages, num_ctas, maxnreg, Triton's other compile options
+    compile_options.py    TritonOptions: num_warps, num_stages, num_ctas, maxnreg, Triton's other compile options
     compile.py            the compile (TritonKernel, TritonInfo) through the one compile cache
     specialize.py         a call's specialization, decided by Triton's own launcher code
     descriptors.py        Triton's calling convention for host tensor descriptors
@@ -13,6 +13,6 @@
     launch.py             a Triton kernel's launch from its metadata, handed to the call layer resolved
     decorated.py          a decorated kernel's launch: the decorators applied per traced call
     tensor_descriptor.py  jmf.TensorDescriptor: a call's operands as host tensor descriptors
-    call.py               triton_call: jax-triton's call, bound as jax-triton binds it, launched by front_end.py
-    call_operands.py      a triton_call's arguments as operands; jax-triton's TensorDescriptor
+
+jax-triton's ``triton_call``, which runs on this wing, is an adapter: jax_mosaic_ffi/adapters/triton_call.py.
 """

@@ -56,7 +56,7 @@ from jax_mosaic_ffi.triton import specialize as triton_specialize
 from jax_mosaic_ffi.triton import tensor_bounds
 from jax_mosaic_ffi.triton import value_keys
 from jax_mosaic_ffi.triton.languages import TRITON, Language
-from jax_mosaic_ffi.triton.options import LAUNCH_OPTIONS, TritonOptions
+from jax_mosaic_ffi.triton.compile_options import LAUNCH_OPTIONS, TritonOptions
 
 _CACHE_FORMAT = "triton-5"  # 2: TritonInfo.dropped, .aligned; 3: .tensordesc_meta; 4: values exact; 5: read whole
 

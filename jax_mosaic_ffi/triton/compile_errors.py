@@ -8,7 +8,7 @@ from jax_mosaic_ffi.base import compile_timeout
 from jax_mosaic_ffi.base.errors import CompileError, CompileTimeout
 from jax_mosaic_ffi.triton import tensor_bounds
 from jax_mosaic_ffi.triton.languages import Language
-from jax_mosaic_ffi.triton.options import TritonOptions
+from jax_mosaic_ffi.triton.compile_options import TritonOptions
 
 
 def config_text(signature, constexprs, options: TritonOptions) -> str:

@@ -14,7 +14,7 @@ from jax_mosaic_ffi.triton import decorators as decorators_lib
 from jax_mosaic_ffi.triton.compile import TritonKernel, compile_triton
 from jax_mosaic_ffi.triton.release import require_triton
 from jax_mosaic_ffi.triton.languages import TRITON, Language
-from jax_mosaic_ffi.triton.options import LAUNCH_OPTIONS, TritonOptions, backend_options
+from jax_mosaic_ffi.triton.compile_options import LAUNCH_OPTIONS, TritonOptions, backend_options
 
 
 class TritonFunction:

@@ -41,7 +41,7 @@ import numpy as np
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain import key_audit
-from jax_mosaic_ffi.triton import options
+from jax_mosaic_ffi.triton import compile_options
 from jax_mosaic_ffi.triton import value_keys
 
 # XLA aligns the buffers it allocates on the GPU to 256 bytes, and the
@@ -166,7 +166,8 @@ def specialize(fn, types: Sequence[Any], values: Mapping[int, Any], constexprs: 
     specialization[index] = ours(ty, specialization[index], (index,))
   # How Triton's launcher turns the specialization into the compiler's signature, constexprs and attributes. It
   # parses compile options it does not use here: fp fusion given, as at every compile, so Triton 3.9 does not warn.
-  _, signature, packed_constexprs, attrs = fn._pack_args(backend, {"enable_fp_fusion": options.FP_FUSION}, bound,  # noqa: SLF001  (Triton's own packing)
+  fp_fusion = {"enable_fp_fusion": compile_options.FP_FUSION}
+  _, signature, packed_constexprs, attrs = fn._pack_args(backend, fp_fusion, bound,  # noqa: SLF001  (Triton's own packing)
                                                          specialization, None)
   aligned = tuple(k for k, path in pointers if attrs.get(path))
   return Specialization(dict(signature), dict(packed_constexprs), dict(attrs), tuple(dropped), aligned)

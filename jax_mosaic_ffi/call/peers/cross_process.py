@@ -34,7 +34,7 @@ import jax
 from jax._src import distributed  # no public key-value API in jax 0.11/0.12
 
 from jax_mosaic_ffi.base.native import core
-from jax_mosaic_ffi.call import kv_store
+from jax_mosaic_ffi.call.peers import kv_store
 
 _KEY_PREFIX = "jax_mosaic_ffi"
 _lock = threading.Lock()

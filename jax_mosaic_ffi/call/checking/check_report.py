@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from jax_mosaic_ffi.call import numerics
+from jax_mosaic_ffi.call.checking import numerics
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,7 +32,7 @@ from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.base import nvshmem_package
 from jax_mosaic_ffi.base.errors import NvshmemUnavailable
 from jax_mosaic_ffi.base.native import core
-from jax_mosaic_ffi.call import kv_store
+from jax_mosaic_ffi.call.peers import kv_store
 
 _KEY_PREFIX = "jax_mosaic_ffi/nvshmem"
 HEAP_ENV = "NVSHMEM_SYMMETRIC_SIZE"  # NVSHMEM's own setting, read by it when it starts

@@ -31,14 +31,14 @@ from jax_mosaic_ffi.base.errors import LaunchError
 from jax_mosaic_ffi.call import launch_values
 from jax_mosaic_ffi.call import operands
 from jax_mosaic_ffi.call.launch_options import LaunchOptions
-from jax_mosaic_ffi.triton import call_operands
-from jax_mosaic_ffi.triton import call_options
+from jax_mosaic_ffi.adapters import triton_call_operands as call_operands
+from jax_mosaic_ffi.adapters import triton_call_options as call_options
 from jax_mosaic_ffi.triton import decorators as triton_decorators
 from jax_mosaic_ffi.triton import front_end
-from jax_mosaic_ffi.triton.call_operands import TensorDescriptor
+from jax_mosaic_ffi.adapters.triton_call_operands import TensorDescriptor
 from jax_mosaic_ffi.triton.kernel import TritonFunction, function_type, make_function
 from jax_mosaic_ffi.triton.launch_options import TritonLaunchOptions
-from jax_mosaic_ffi.triton.options import LAUNCH_OPTIONS
+from jax_mosaic_ffi.triton.compile_options import LAUNCH_OPTIONS
 
 # The custom call a `triton_call` lowers to (jax-triton's is "triton_kernel_call_ffi").
 CUSTOM_CALL_TARGET_NAME = contract.target_name(collective=False, nvshmem=False, programs=False)
