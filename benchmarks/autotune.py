@@ -65,7 +65,7 @@ if role == "ours":
     jax.block_until_ready(jax.jit(tuned)(*inputs))
     out[name] = {"first_result_s": time.perf_counter() - start, "report": tuned.last_report}
   s = jmf.kernel_cache_stats()
-  out["stats"] = {"triton_compiles": s.triton_compiles, "nvrtc_compiles": s.nvrtc_compiles,
+  out["stats"] = {"triton_compiles": s.compiles["triton"], "nvrtc_compiles": s.compiles["nvrtc"],
                   "tunings": s.autotune_tunings, "autotune_disk_hits": s.autotune_disk_hits,
                   "disk_hits": s.disk_hits}
   if sys.argv[2] == "time":

@@ -70,7 +70,7 @@ else:
     avals = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in inputs]
     jax.jit(fn).trace(*avals).lower(lowering_platforms=("cuda",))
 s = jmf.kernel_cache_stats()
-out.update(calls=len(calls), compiles=s.nvrtc_compiles + s.triton_compiles + s.cute_compiles, pack_hits=s.pack_hits,
+out.update(calls=len(calls), compiles=sum(s.compiles.values()), pack_hits=s.pack_hits,
            disk_hits=s.disk_hits, tunings=s.autotune_tunings, autotune_pack_hits=s.autotune_pack_hits)
 print("CHILD " + json.dumps(out), flush=True)
 '''

@@ -82,7 +82,7 @@ for m in range(1, 61):
   typed_check.check(kernel, spec, spec_avals, out, "bench")
   checks.append(time.perf_counter() - start)
   gc.enable()
-print(json.dumps({"first_s": first, "hit_s": hits[len(hits) // 2], "nvrtc": s.nvrtc_compiles,
+print(json.dumps({"first_s": first, "hit_s": hits[len(hits) // 2], "nvrtc": s.compiles["nvrtc"],
                   "disk_hits": s.disk_hits, "typed": kernel.param_types is not None,
                   "targets": sum(i.kind.name == "CUBIN" for i in kernel.images),
                   "check_s": statistics.median(checks), "check_max_s": max(checks),

@@ -335,7 +335,7 @@ print("CHILD " + json.dumps({
     "first_result_s": sum(seconds[s] for s in ("trace", "lower", "compile", "run")), "stages_s": seconds,
     "instantiate_s": after.instantiate_seconds - before.instantiate_seconds, "started": started,
     "first_result_wall": first_result, "value": float(corner.min()), "value_max": float(corner.max()),
-    "cute_compiles": after.cute_compiles - before.cute_compiles}))
+    "cute_compiles": after.compiles["cute"] - before.compiles["cute"]}))
 """
 
 

@@ -438,7 +438,7 @@ def measure(env: dict, cases, rounds: int, measure_case: Callable, measure_launc
       result["errors"][name] = f"{type(e).__name__}: {str(e)[:2000]}"
     gc.collect()  # the case's arrays and tensors, before the next case allocates its own
     env["torch"].cuda.empty_cache()
-  result["triton_compiles"] = env["jmf"].kernel_cache_stats().triton_compiles
+  result["triton_compiles"] = env["jmf"].kernel_cache_stats().compiles["triton"]
   return result
 
 

@@ -164,7 +164,7 @@ def lower_side(side: str, name: str) -> dict:
   if side == "jmf":
     import jax_mosaic_ffi as jmf
     stats = jmf.kernel_cache_stats()
-    out["stats"] = {"triton_compiles": stats.triton_compiles, "disk_hits": stats.disk_hits}
+    out["stats"] = {"triton_compiles": stats.compiles["triton"], "disk_hits": stats.disk_hits}
   return out
 
 

@@ -192,7 +192,9 @@ class KernelCacheStats:
   Counts are since the process started; compare two readings around the calls of interest.
 
   Attributes:
-    nvrtc_compiles: NVRTC invocations (one per target arch).
+    compiles: compiles run, by compiler ("nvrtc", "triton", "cute": each front end's, one per target arch; cache
+      hits count as memory_hits, pack_hits or disk_hits). ``nvrtc_compiles``, ``triton_compiles`` and
+      ``cute_compiles`` are its old, deprecated names for one compiler's count.
     memory_hits: compiles served by the in-memory cache.
     disk_hits: compiles served by the on-disk cache.
     module_parses: instantiate stages that parsed a module (``kernel_builds``: its old, deprecated name).
@@ -206,9 +208,6 @@ class KernelCacheStats:
     instantiate_seconds: the time spent in them.
     collective_prepares: prepare stages run by collective call sites (XLA runs them on every execution).
     collective_initializes: initialize stages run by collective call sites.
-    triton_compiles: Triton compiles (one per target arch; cache hits count as memory_hits / disk_hits).
-    cute_compiles: CuTe DSL compiles (``cute.compile``, one per target arch); a CuTe DSL object's runtime
-      module counts as a module_load.
     autotune_tunings: config spaces timed.
     autotune_disk_hits: autotuning winners found on disk instead of timed.
     autotune_memory_hits: autotuning winners found in this process instead of timed.
@@ -219,7 +218,7 @@ class KernelCacheStats:
     autotune_pack_hits: autotuning winners found in a kernel pack instead of timed.
   """
 
-  nvrtc_compiles: int
+  compiles: Mapping[str, int]
   memory_hits: int
   disk_hits: int
   module_parses: int
@@ -232,8 +231,6 @@ class KernelCacheStats:
   instantiate_seconds: float
   collective_prepares: int
   collective_initializes: int
-  triton_compiles: int = 0
-  cute_compiles: int = 0
   autotune_tunings: int = 0
   autotune_disk_hits: int = 0
   autotune_memory_hits: int = 0
@@ -241,6 +238,21 @@ class KernelCacheStats:
   tensor_map_encodes: int = 0
   pack_hits: int = 0
   autotune_pack_hits: int = 0
+
+  @property
+  def nvrtc_compiles(self) -> int:
+    """Deprecated: ``compiles["nvrtc"]``."""
+    return self.compiles.get("nvrtc", 0)
+
+  @property
+  def triton_compiles(self) -> int:
+    """Deprecated: ``compiles["triton"]``."""
+    return self.compiles.get("triton", 0)
+
+  @property
+  def cute_compiles(self) -> int:
+    """Deprecated: ``compiles["cute"]``."""
+    return self.compiles.get("cute", 0)
 
   @property
   def kernel_builds(self) -> int:
@@ -269,15 +281,15 @@ def kernel_cache_stats() -> KernelCacheStats:
     A `KernelCacheStats`; its docstring says what each field counts.
   """
   compile_stats = compile_cache.stats()
-  compiles = compile_stats.compiles
+  # Every installed front end's compiler, at 0 until it compiles: a count to subtract from another reading.
+  compiles = {name: 0 for front_end in FRONT_ENDS for name in front_end.compilers}
+  compiles.update(compile_stats.compiles)
   tune = autotune_lib.stats()
   return KernelCacheStats(
-      nvrtc_compiles=compiles.get("nvrtc", 0),
+      compiles=compiles,
       memory_hits=compile_stats.memory_hits,
       disk_hits=compile_stats.disk_hits,
       **core.cache_stats(),
-      triton_compiles=compiles.get("triton", 0),
-      cute_compiles=compiles.get("cute", 0),
       autotune_tunings=tune.tunings,
       autotune_disk_hits=tune.disk_hits,
       autotune_memory_hits=tune.memory_hits,

@@ -97,7 +97,7 @@ CALLS = {"cuda": cuda_call, "tuned": tuned_call, "triton": triton_call, "gluon":
 
 def counters() -> dict:
   stats = dataclasses.asdict(jmf.kernel_cache_stats())
-  keys = ("nvrtc_compiles", "triton_compiles", "cute_compiles", "pack_hits", "disk_hits", "memory_hits",
+  keys = ("compiles", "pack_hits", "disk_hits", "memory_hits",
           "autotune_tunings", "autotune_pack_hits", "autotune_disk_hits", "autotune_skipped")
   return {k: stats[k] for k in keys}
 

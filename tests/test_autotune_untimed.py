@@ -52,7 +52,7 @@ def test_without_a_gpu_a_call_with_configs_and_a_fallback_builds_and_says_nothin
     nested = jax.vmap(jax.vmap(call, in_axes=(0, None)), in_axes=(None, 0))(batch, batch[:2])
     np.testing.assert_array_equal(np.asarray(nested), batch[None, :, :] + batch[:2, None, :])
   after = stats()
-  assert after.triton_compiles == before.triton_compiles and after.autotune_skipped == before.autotune_skipped
+  assert after.compiles["triton"] == before.compiles["triton"] and after.autotune_skipped == before.autotune_skipped
   assert len(jmf.autotune_report()) == reports
 
 
@@ -121,7 +121,7 @@ def test_without_a_gpu_an_autotuned_triton_kernel_with_a_fallback_builds_and_say
       np.testing.assert_allclose(np.asarray(jax.jit(jax.vmap(fn))(np.stack([x, x]))), 2.5 * np.stack([x, x]),
                                  rtol=1e-6)
     after = stats()
-    assert after.triton_compiles == before.triton_compiles and after.autotune_skipped == before.autotune_skipped
+    assert after.compiles["triton"] == before.compiles["triton"] and after.autotune_skipped == before.autotune_skipped
     assert len(jmf.autotune_report()) == reports
     with pytest.warns(autotuning.AutotuneSkipped, match="config 0"):
       traced = jax.jit(fn).trace(jax.ShapeDtypeStruct(x.shape, x.dtype))

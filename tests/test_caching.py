@@ -39,7 +39,7 @@ def test_eight_call_sites_compile_once_and_a_new_jit_compiles_nothing(rng, isola
     expected = expected + b + 0.5
   np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-6, atol=1e-5)
   mid = jmf.kernel_cache_stats()
-  assert mid.nvrtc_compiles - before.nvrtc_compiles == 1
+  assert mid.compiles["nvrtc"] - before.compiles["nvrtc"] == 1
   assert mid.module_parses - before.module_parses == 1
   assert mid.parse_cache_hits - before.parse_cache_hits == 7
   assert mid.module_loads - before.module_loads == 1
@@ -47,7 +47,7 @@ def test_eight_call_sites_compile_once_and_a_new_jit_compiles_nothing(rng, isola
   again = jax.jit(lambda a, b: add(add(a, b), b))(a, b)
   np.testing.assert_allclose(np.asarray(again), a + 2 * b + 1.0, rtol=1e-6, atol=1e-5)
   after = jmf.kernel_cache_stats()
-  assert after.nvrtc_compiles == mid.nvrtc_compiles
+  assert after.compiles["nvrtc"] == mid.compiles["nvrtc"]
   assert after.module_parses == mid.module_parses
   assert after.module_loads == mid.module_loads
 
@@ -121,3 +121,13 @@ def test_a_deleted_executable_unloads_its_module_without_the_cycle_collector(iso
   result = fresh_process.run(script, env={"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)}).result
   assert result["ok"] and result["loaded"] >= 2, result
   assert result["left"] == 0, result
+
+
+def test_compiles_are_counted_by_compiler_and_the_old_fields_still_read(isolated_disk_cache):
+  before = jmf.kernel_cache_stats()
+  assert {"nvrtc", "triton", "cute"} <= set(before.compiles)  # every installed front end's compiler, from 0
+  jmf.cuda_kernel(kernel_sources.ADD, "add", targets="sm_90")
+  after = jmf.kernel_cache_stats()
+  assert after.compiles["nvrtc"] - before.compiles["nvrtc"] == 1
+  assert (after.nvrtc_compiles, after.triton_compiles, after.cute_compiles) == (
+      after.compiles["nvrtc"], after.compiles["triton"], after.compiles["cute"])

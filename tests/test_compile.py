@@ -79,7 +79,7 @@ def test_the_same_source_is_compiled_once_in_memory(isolated_disk_cache):
   second = jmf.cuda_kernel(kernel_sources.ADD, "add", targets="sm_90")
   after = jmf.kernel_cache_stats()
   assert first.hash == second.hash
-  assert after.nvrtc_compiles - before.nvrtc_compiles == 1
+  assert after.compiles["nvrtc"] - before.compiles["nvrtc"] == 1
   assert after.memory_hits - before.memory_hits == 1
 
 
@@ -232,7 +232,7 @@ def test_a_worker_that_prints_on_its_stdout_still_answers(isolated_disk_cache, t
       import json
       import jax_mosaic_ffi as jmf, kernel_sources
       k = jmf.cuda_kernel(kernel_sources.ADD, "add")
-      print(json.dumps([k.symbol, jmf.kernel_cache_stats().nvrtc_compiles]))
+      print(json.dumps([k.symbol, jmf.kernel_cache_stats().compiles["nvrtc"]]))
   """
   result = fresh_process.run(script, cwd=tmp_path, env={
       "JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache),

@@ -36,7 +36,7 @@ def one_call(fn, *avals):
 
 def test_cute_call_lowers_to_the_cute_target_with_its_object(isolated_disk_cache):
   x = jax.ShapeDtypeStruct((1000,), jnp.float32)
-  before = jmf.kernel_cache_stats().cute_compiles
+  before = jmf.kernel_cache_stats().compiles["cute"]
   cc = one_call(jmf.cute_call(K.add_one, output_shape_dtype=x), x)
   assert cc["target"] == contract.CUTE_TARGET == "jax_mosaic_ffi_cute_v1"
   config = cc["config"]
@@ -52,7 +52,7 @@ def test_cute_call_lowers_to_the_cute_target_with_its_object(isolated_disk_cache
   assert image.host_arg_kinds == (1, 2, 1, 2)
   assert config["grid"] == config["block"] == config["cluster"] == [1, 1, 1] and config["param_order"] == []
   assert config["kernel_name"] == b"add_one" and config["call_site"].startswith(b"test_cute_compile.py:")
-  assert jmf.kernel_cache_stats().cute_compiles - before == 1
+  assert jmf.kernel_cache_stats().compiles["cute"] - before == 1
 
 
 def test_static_tensors_take_only_their_address(isolated_disk_cache):
@@ -71,10 +71,10 @@ def test_allow_cuda_graph_false_uses_the_target_outside_graphs(isolated_disk_cac
 
 def test_compiled_once_per_specialization(isolated_disk_cache):
   a = jax.ShapeDtypeStruct((8, 32), jnp.float32)
-  before = jmf.kernel_cache_stats().cute_compiles
+  before = jmf.kernel_cache_stats().compiles["cute"]
   for alpha in (2.0, 2.0, 5.0):
     one_call(jmf.cute_call(K.axpy, output_shape_dtype=a, alpha=alpha), a, a)
-  assert jmf.kernel_cache_stats().cute_compiles - before == 2  # alpha 2.0 once, 5.0 once
+  assert jmf.kernel_cache_stats().compiles["cute"] - before == 2  # alpha 2.0 once, 5.0 once
 
 
 WARM = '''
@@ -87,7 +87,7 @@ WARM = '''
   f = jmf.cute_call(K.axpy, output_shape_dtype=a, alpha=1.5)
   text = jax.jit(f).trace(a, a).lower(lowering_platforms=("cuda",)).as_text()
   stats = jmf.kernel_cache_stats()
-  print(json.dumps({"compiles": stats.cute_compiles, "disk_hits": stats.disk_hits,
+  print(json.dumps({"compiles": stats.compiles["cute"], "disk_hits": stats.disk_hits,
                     "seconds": time.perf_counter() - start, "lowered": "jax_mosaic_ffi_cute_v1" in text}))
 '''
 
@@ -208,7 +208,7 @@ FIRST_COMPILE = '''
   for alpha in (2.0, 2.0, 3.0):  # the DSL rewrites the launcher's code when it first compiles it
     jax.jit(jmf.cute_call(K.axpy, output_shape_dtype=a, alpha=alpha)).trace(a, a).lower(lowering_platforms=("cuda",))
   print(json.dumps({"same": fingerprint.fingerprint(K.axpy) == before,
-                    "compiles": jmf.kernel_cache_stats().cute_compiles}))
+                    "compiles": jmf.kernel_cache_stats().compiles["cute"]}))
 '''
 
 
@@ -316,13 +316,13 @@ def test_a_layout_is_asked_of_xla_and_compiled_into_the_tensor(isolated_disk_cac
   m = jax.ShapeDtypeStruct((8, 32), jnp.float32)
   plain = one_call(jmf.cute_call(K.axpy, output_shape_dtype=m), m, m)
   assert plain["operand_layouts"] == [[1, 0], [1, 0]] and plain["result_layouts"] == [[1, 0]]
-  before = jmf.kernel_cache_stats().cute_compiles
+  before = jmf.kernel_cache_stats().compiles["cute"]
   f = jmf.cute_call(K.axpy, output_shape_dtype=m, input_spec=(COLUMN_MAJOR, None), output_spec=COLUMN_MAJOR)
   cc = one_call(f, m, m)
   assert cc["operand_layouts"] == [[0, 1], [1, 0]] and cc["result_layouts"] == [[0, 1]]
   assert cc["config"]["host_args"] == plain["config"]["host_args"]  # the contract's attributes are unchanged
   assert cc["config"]["kernel_hash"] != plain["config"]["kernel_hash"]  # compiled for the layout: its own key
-  assert jmf.kernel_cache_stats().cute_compiles - before == 1
+  assert jmf.kernel_cache_stats().compiles["cute"] - before == 1
   cube = jax.ShapeDtypeStruct((4, 8, 16), jnp.float32)
   g = jmf.cute_call(K.add_one, output_shape_dtype=cube, input_spec=TensorSpec(layout=(1, 2, 0)))
   (cc,) = custom_calls(lower(lambda x: g(x), cube))
@@ -539,7 +539,7 @@ def test_autotuning_over_constexprs_times_each_config_and_keeps_a_compile_failur
   error = report["table"][2]["error"]
   assert report["table"][2]["us"] is None and "CuTe DSL could not compile 'axpy'" in error, error
   assert tuning_failures.lasting(error), error
-  assert jmf.kernel_cache_stats().cute_compiles - before.cute_compiles == 2
+  assert jmf.kernel_cache_stats().compiles["cute"] - before.compiles["cute"] == 2
   # Each config's call is its own launch: another kernel, so the autotuner keys their timings apart.
   launches = [f._launches(k, (a, a)) for k in (0, 1)]  # noqa: SLF001
   assert launches[0] != launches[1] and all(len(found) == 1 for found in launches), launches
@@ -558,7 +558,7 @@ def test_vmap_lowers_one_call_that_runs_per_element(isolated_disk_cache):
 def test_a_launcher_with_a_batch_mode_is_vmapped_into_one_call(isolated_disk_cache):
   a = jax.ShapeDtypeStruct((8, 32), jnp.float32)
   f = jmf.cute_call(K.axpy_batched, output_shape_dtype=a, batch_mode=-1, alpha=2.0)
-  before = jmf.kernel_cache_stats().cute_compiles
+  before = jmf.kernel_cache_stats().compiles["cute"]
 
   def host_args(buffers):  # per buffer (2 inputs, 1 output): its address, then 3 dimensions, the batch first
     return [v for b in range(buffers) for v in (1, b, 0, 2, b, 0, 2, b, 1, 2, b, 2)]
@@ -572,7 +572,7 @@ def test_a_launcher_with_a_batch_mode_is_vmapped_into_one_call(isolated_disk_cac
   (cc,) = custom_calls(lower(jax.vmap(jax.vmap(f)), nested, nested))
   assert cc["config"].get("batch_size", 1) == 1
   # Dynamic tensors read the batch at run time: one compile for every batch size.
-  assert jmf.kernel_cache_stats().cute_compiles - before == 1
+  assert jmf.kernel_cache_stats().compiles["cute"] - before == 1
   with pytest.raises(jmf.LaunchError, match="batch_mode=3 is no mode position of input_spec #0"):
     lower(jmf.cute_call(K.axpy_batched, output_shape_dtype=a, batch_mode=3), a, a)
   with pytest.raises(TypeError, match="batch_mode is a mode position"):

@@ -27,7 +27,7 @@ def test_add_one_matches_numpy(rng, isolated_disk_cache):
   f = jax.jit(jmf.cute_call(K.add_one, output_shape_dtype=jax.ShapeDtypeStruct(x.shape, x.dtype)))
   np.testing.assert_allclose(np.asarray(f(x)), x + 1, rtol=1e-6)
   after = jmf.kernel_cache_stats()
-  assert after.cute_compiles - before.cute_compiles == 1 and after.loaded_modules >= 1
+  assert after.compiles["cute"] - before.compiles["cute"] == 1 and after.loaded_modules >= 1
 
 
 @pytest.mark.parametrize("static", [False, True])
@@ -135,7 +135,7 @@ EXPORTED = '''
   out = [np.asarray(exported.call(x[:n])) for n in (256, 512, 1024)]
   print(json.dumps({"max_error": max(float(np.max(np.abs(o - (x[:o.size] + 1)))) for o in out),
                     "dsl_imported": any(m == "cutlass" or m.startswith("cutlass.") for m in sys.modules),
-                    "compiles": jmf.kernel_cache_stats().cute_compiles,
+                    "compiles": jmf.kernel_cache_stats().compiles["cute"],
                     "registered": jmf.registration.status()["done"]}))
 '''
 
@@ -267,7 +267,7 @@ def test_autotuning_over_constexprs_persists_the_winner(rng, isolated_disk_cache
   before = jmf.kernel_cache_stats()
   np.testing.assert_allclose(np.asarray(jax.jit(f)(a, b)), 2 * a + b, rtol=1e-5)
   after = jmf.kernel_cache_stats()
-  assert after.autotune_tunings - before.autotune_tunings == 1 and after.cute_compiles - before.cute_compiles == 2
+  assert after.autotune_tunings - before.autotune_tunings == 1 and after.compiles["cute"] - before.compiles["cute"] == 2
   # A fresh process finds the winner and its object on disk: it times and compiles nothing.
   inputs = isolated_disk_cache.parent / "ab.npy"
   np.save(inputs, np.stack([a, b]))
@@ -287,7 +287,7 @@ TUNED = '''
   got = np.asarray(jax.jit(f)(a, b))
   s = jmf.kernel_cache_stats()
   print(json.dumps({"max_error": float(np.max(np.abs(got - (2 * a + b)))), "tunings": s.autotune_tunings,
-                    "autotune_disk_hits": s.autotune_disk_hits, "compiles": s.cute_compiles}))
+                    "autotune_disk_hits": s.autotune_disk_hits, "compiles": s.compiles["cute"]}))
 '''
 
 

@@ -28,7 +28,7 @@ def lowered_kernel(call) -> tuple[bytes, bytes]:
 
 
 def compiles() -> int:
-  return jmf.kernel_cache_stats().cute_compiles
+  return jmf.kernel_cache_stats().compiles["cute"]
 
 
 def entry_bytes(value: float) -> bytes:
@@ -100,7 +100,7 @@ ENTRY = '''
     call = jmf.cute_call(K.add_entry_of, output_shape_dtype=x, table=table)
   text = jax.jit(call).trace(x).lower(lowering_platforms=("cuda",)).as_text()
   stats = jmf.kernel_cache_stats()
-  print(json.dumps({"compiles": stats.cute_compiles, "disk_hits": stats.disk_hits}))
+  print(json.dumps({"compiles": stats.compiles["cute"], "disk_hits": stats.disk_hits}))
 '''
 
 

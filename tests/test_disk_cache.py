@@ -43,7 +43,7 @@ def test_a_new_process_compiles_nothing(isolated_disk_cache, tmp_path):
       import jax_mosaic_ffi as jmf, kernel_sources
       k = jmf.cuda_kernel(kernel_sources.ADD, "add")
       s = jmf.kernel_cache_stats()
-      print(json.dumps([s.nvrtc_compiles, s.disk_hits, k.hash.hex()]))
+      print(json.dumps([s.compiles["nvrtc"], s.disk_hits, k.hash.hex()]))
   """
   compiles, hits, digest = fresh_process.run(script, cwd=tmp_path, env={
       "JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)}).result
@@ -71,7 +71,7 @@ def test_an_edited_header_from_an_include_folder_is_compiled_again_in_a_fresh_pr
       import jax_mosaic_ffi as jmf, test_disk_cache as t
       k = jmf.cuda_kernel(t.HEADER_USER, "store_value", options=["-I" + sys.argv[1]])
       s = jmf.kernel_cache_stats()
-      print(json.dumps({"compiles": s.nvrtc_compiles, "disk": s.disk_hits, "ptx": t.ptx_of(k)}))
+      print(json.dumps({"compiles": s.compiles["nvrtc"], "disk": s.disk_hits, "ptx": t.ptx_of(k)}))
   """
   env = {"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)}
   runs = []
@@ -98,7 +98,7 @@ def test_an_edited_header_is_compiled_again_in_the_same_process(isolated_disk_ca
   second = jmf.cuda_kernel(HEADER_USER, "store_value", options=["-Iinc"])
   after = jmf.kernel_cache_stats()
   assert V2 in ptx_of(second)
-  assert after.nvrtc_compiles == before.nvrtc_compiles + 1 and after.memory_hits == before.memory_hits + 1
+  assert after.compiles["nvrtc"] == before.compiles["nvrtc"] + 1 and after.memory_hits == before.memory_hits + 1
   # Another folder with a header of the same name: what -Iinc means moves with the working directory.
   (tmp_path / "elsewhere" / "inc").mkdir(parents=True)
   (tmp_path / "elsewhere" / "inc" / "value.cuh").write_text(f"#define VALUE {V1}\n")
@@ -137,7 +137,7 @@ def test_a_header_that_later_shadows_the_one_compiled_is_compiled_again_in_a_fre
       import jax_mosaic_ffi as jmf, test_disk_cache as t
       k = jmf.cuda_kernel(t.{source}, "store_value", options=("-I a", "-I b"))
       s = jmf.kernel_cache_stats()
-      print(json.dumps({{"compiles": s.nvrtc_compiles, "disk": s.disk_hits, "ptx": t.ptx_of(k)}}))
+      print(json.dumps({{"compiles": s.compiles["nvrtc"], "disk": s.disk_hits, "ptx": t.ptx_of(k)}}))
   """
   env = {"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)}
   runs = [fresh_process.run(script, cwd=tmp_path, env=env).result for _ in range(2)]
@@ -163,7 +163,7 @@ def test_a_header_that_shadows_the_one_compiled_is_compiled_again_in_the_same_pr
   assert V2 in ptx_of(jmf.cuda_kernel(SHADOWED, "store_value", options=["-Ia", "-Ib"]))
   (tmp_path / "params.h").write_text(f"#define VALUE {V3}\n")  # the working directory comes first for quotes
   assert V3 in ptx_of(jmf.cuda_kernel(SHADOWED, "store_value", options=["-Ia", "-Ib"]))
-  assert jmf.kernel_cache_stats().nvrtc_compiles == before.nvrtc_compiles + 2
+  assert jmf.kernel_cache_stats().compiles["nvrtc"] == before.compiles["nvrtc"] + 2
 
 
 PROBING = r'''
@@ -201,7 +201,7 @@ def test_a_header_that_a_has_include_probe_finds_later_is_compiled_in(isolated_d
   for folder, value in steps:
     (tmp_path / folder / "probe_params.h").write_text(f"#define VALUE {value}\n")
     assert value in ptx_of(jmf.cuda_kernel(PROBING, "store_value", options=options)), folder
-  assert jmf.kernel_cache_stats().nvrtc_compiles == before.nvrtc_compiles + len(steps)
+  assert jmf.kernel_cache_stats().compiles["nvrtc"] == before.compiles["nvrtc"] + len(steps)
   for folder in (".", "a", "b"):  # every one gone: the probe is false again, as for the first compile
     (tmp_path / folder / "probe_params.h").unlink()
   hits = jmf.kernel_cache_stats().memory_hits
@@ -209,7 +209,7 @@ def test_a_header_that_a_has_include_probe_finds_later_is_compiled_in(isolated_d
   after = jmf.kernel_cache_stats()
   # Each step's compile took the key's one entry (whatever the time between the write and the compile), so the
   # probe false again is compiled once more.
-  assert (after.nvrtc_compiles, after.memory_hits) == (before.nvrtc_compiles + len(steps) + 1, hits)
+  assert (after.compiles["nvrtc"], after.memory_hits) == (before.compiles["nvrtc"] + len(steps) + 1, hits)
 
 
 def test_a_probe_through_a_macro_is_followed_in_a_fresh_process(isolated_disk_cache, tmp_path):
@@ -221,7 +221,7 @@ def test_a_probe_through_a_macro_is_followed_in_a_fresh_process(isolated_disk_ca
       import jax_mosaic_ffi as jmf, test_disk_cache as t
       k = jmf.cuda_kernel(t.WRAPPED_PROBE, "store_value", options=("-I inc", "-I a", "-I b"))
       s = jmf.kernel_cache_stats()
-      print(json.dumps({"compiles": s.nvrtc_compiles, "disk": s.disk_hits, "ptx": t.ptx_of(k)}))
+      print(json.dumps({"compiles": s.compiles["nvrtc"], "disk": s.disk_hits, "ptx": t.ptx_of(k)}))
   """
   env = {"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)}
   time.sleep(0.1)  # a file changed while it compiled is not cached: this one changed before
@@ -288,7 +288,7 @@ def test_a_damaged_entry_is_rebuilt(isolated_disk_cache, damage):
   before = jmf.kernel_cache_stats()
   rebuilt = jmf.cuda_kernel(kernel_sources.ADD, "add")
   after = jmf.kernel_cache_stats()
-  assert after.nvrtc_compiles == before.nvrtc_compiles + 1
+  assert after.compiles["nvrtc"] == before.compiles["nvrtc"] + 1
   assert rebuilt.module == good.module
   assert path.read_bytes() == data  # rewritten whole
 
@@ -306,7 +306,7 @@ def test_an_entry_that_does_not_decode_is_dropped_and_rebuilt(isolated_disk_cach
   before = jmf.kernel_cache_stats()
   rebuilt = jmf.cuda_kernel(kernel_sources.ADD, "add")
   assert rebuilt.module == good.module
-  assert jmf.kernel_cache_stats().nvrtc_compiles == before.nvrtc_compiles + 1
+  assert jmf.kernel_cache_stats().compiles["nvrtc"] == before.compiles["nvrtc"] + 1
   assert path.read_bytes() == data
   # A decoder that fails drops the entry, whatever it raises.
   entry_key = disk_cache.key("undecodable")
@@ -372,10 +372,10 @@ def test_a_bad_size_bound_is_reported_before_compiling(isolated_disk_cache, monk
   monkeypatch.setenv("JAX_MOSAIC_FFI_CACHE_MAX_BYTES", value)
   with pytest.raises(ValueError, match=r"JAX_MOSAIC_FFI_CACHE_MAX_BYTES=.* whole number of bytes, e\.g\."):
     disk_cache.check_settings()
-  before = jmf.kernel_cache_stats().nvrtc_compiles
+  before = jmf.kernel_cache_stats().compiles["nvrtc"]
   with pytest.raises(ValueError, match="JAX_MOSAIC_FFI_CACHE_MAX_BYTES"):
     jmf.cuda_kernel(kernel_sources.ADD, "add")
-  assert jmf.kernel_cache_stats().nvrtc_compiles == before
+  assert jmf.kernel_cache_stats().compiles["nvrtc"] == before
 
 
 @pytest.mark.parametrize("value, expected", [("", 1 << 30), ("0", 0), (" 2048 ", 2048)], ids=["unset", "0", "2048"])
@@ -532,9 +532,9 @@ def test_a_bound_of_zero_keeps_nothing(isolated_disk_cache, monkeypatch):
   assert entries(isolated_disk_cache) == []
   # Nothing kept, so a process with an empty memory compiles again.
   jmf.clear_kernel_cache()
-  before = jmf.kernel_cache_stats().nvrtc_compiles
+  before = jmf.kernel_cache_stats().compiles["nvrtc"]
   jmf.cuda_kernel(kernel_sources.ADD, "add")
-  assert jmf.kernel_cache_stats().nvrtc_compiles == before + 1
+  assert jmf.kernel_cache_stats().compiles["nvrtc"] == before + 1
   assert entries(isolated_disk_cache) == []
 
 
@@ -563,7 +563,7 @@ def test_a_cache_folder_another_user_can_write_is_not_used(tmp_path, monkeypatch
     again = jmf.cuda_kernel(kernel_sources.ADD.replace("a[i] + b[i]", "a[i] - b[i]"), "add")
   assert kernel.symbol == "add" and again.symbol == "add"
   after = jmf.kernel_cache_stats()
-  assert after.disk_hits == before.disk_hits and after.nvrtc_compiles == before.nvrtc_compiles + 2
+  assert after.disk_hits == before.disk_hits and after.compiles["nvrtc"] == before.compiles["nvrtc"] + 2
   refusals = [w for w in caught if issubclass(w.category, disk_cache.CacheFolderRefused)]
   assert len(refusals) == 1, [str(w.message) for w in caught]  # once per process, not per compile
   message = str(refusals[0].message)

@@ -74,7 +74,7 @@ def test_mosaic_kernel_picks_the_gluon_front_end_by_the_kernels_type(isolated_di
 
 
 def test_a_gluon_kernel_compiles_without_a_gpu(isolated_disk_cache):
-  before = jmf.kernel_cache_stats().triton_compiles
+  before = jmf.kernel_cache_stats().compiles["triton"]
   kernel = jmf.gluon_kernel(gs.add, signature=["*fp32", "*fp32", "*fp32", "i32"],
                             constexprs={"XBLOCK": 512, "layout": BLOCKED}, targets=["sm_90"])
   assert isinstance(kernel, jmf.GluonKernel) and isinstance(kernel, jmf.TritonKernel)
@@ -82,10 +82,10 @@ def test_a_gluon_kernel_compiles_without_a_gpu(isolated_disk_cache):
                                                                      (ImageKind.PTX, "sm_90a")}
   # The four parameters, then Triton's global and profile scratch pointers, as for a Triton kernel.
   assert kernel.param_sizes == (8, 8, 8, 4, 8, 8) and kernel.info.num_warps == 4
-  assert jmf.kernel_cache_stats().triton_compiles == before + 1
+  assert jmf.kernel_cache_stats().compiles["triton"] == before + 1
   again = jmf.gluon_kernel(gs.add, signature=["*fp32", "*fp32", "*fp32", "i32"],
                            constexprs={"XBLOCK": 512, "layout": BLOCKED}, targets=["sm_90"])
-  assert jmf.kernel_cache_stats().triton_compiles == before + 1 and ptx(again) == ptx(kernel)
+  assert jmf.kernel_cache_stats().compiles["triton"] == before + 1 and ptx(again) == ptx(kernel)
 
 
 def test_the_ptx_is_what_tritons_own_launcher_compiles(isolated_disk_cache):
@@ -213,7 +213,7 @@ COMPILE_WITH_OP = '''
                             constexprs={"Op": edited_op.Op, "XBLOCK": 512}, targets=["sm_90"])
   ptx = next(i.data.decode() for i in kernel.images if i.kind.name == "PTX")
   s = jmf.kernel_cache_stats()
-  print(json.dumps({"compiles": s.triton_compiles, "disk": s.disk_hits, "ptx": hashlib.sha256(ptx.encode()).hexdigest(),
+  print(json.dumps({"compiles": s.compiles["triton"], "disk": s.disk_hits, "ptx": hashlib.sha256(ptx.encode()).hexdigest(),
                     "times3": "0f40400000" in ptx, "plus5": "0f40A00000" in ptx}))
 '''
 
@@ -264,7 +264,7 @@ def test_a_warm_process_compiles_nothing_and_exports(isolated_disk_cache):
     exported = jax.export.export(jax.jit(t.add_call()), platforms=["cuda"],
                                  disabled_checks=jmf.export_disabled_checks())(x, x)
     s = jmf.kernel_cache_stats()
-    print(json.dumps({"compiles": s.triton_compiles, "disk": s.disk_hits,
+    print(json.dumps({"compiles": s.compiles["triton"], "disk": s.disk_hits,
                       "target": "jax_mosaic_ffi_launch_v1" in exported.mlir_module()}))
   """
   env = {"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)}
@@ -421,11 +421,11 @@ def test_a_descriptor_layout_gluon_cannot_take_is_refused_on_the_host(isolated_d
                    TD.from_tensor("in1", [64, 256], layout=F16([64, 256], gl.float16)),
                    TD.from_tensor("out0", [128, 256], layout=F16([128, 256], gl.float16))))
   a = jax.ShapeDtypeStruct((256, 256), jnp.float16)
-  before = jmf.kernel_cache_stats().triton_compiles
+  before = jmf.kernel_cache_stats().compiles["triton"]
   with pytest.raises(jmf.LaunchError, match=r"mosaic_kernel 'blocked_matmul_pipelined' at .*param_order entry "
                                             r"TensorDescriptor\('in0'\).*" + message):
     lower(call, a, a)
-  assert jmf.kernel_cache_stats().triton_compiles == before  # refused before Triton saw it
+  assert jmf.kernel_cache_stats().compiles["triton"] == before  # refused before Triton saw it
 
 
 def test_a_block_narrower_than_its_swizzle_is_refused():

@@ -198,7 +198,7 @@ def test_an_exported_gemm_runs_in_a_process_that_compiles_nothing(rng, isolated_
     exported = jax.export.deserialize(open(sys.argv[1] + "/gemm.bin", "rb").read())
     out = np.asarray(exported.call(np.load(sys.argv[1] + "/x.npy"), np.load(sys.argv[1] + "/y.npy")), np.float64)
     np.save(sys.argv[1] + "/out.npy", out)
-    print(json.dumps({"compiles": jmf.kernel_cache_stats().triton_compiles}))
+    print(json.dumps({"compiles": jmf.kernel_cache_stats().compiles["triton"]}))
   """
   result = fresh_process.run(script, str(tmp_path), env={"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "empty")}).result
   assert result == {"compiles": 0}

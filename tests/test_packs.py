@@ -152,7 +152,7 @@ def test_a_pack_serves_compiles_ahead_of_the_disk_cache(clean_packs, monkeypatch
   monkeypatch.setenv(packs.PACKS_ENV, path)
   kernel = jmf.cuda_kernel(kernel_sources.ADD, "add")
   after = _stats()
-  assert (after.pack_hits, after.nvrtc_compiles, after.disk_hits) == (before.pack_hits + 1, before.nvrtc_compiles,
+  assert (after.pack_hits, after.compiles["nvrtc"], after.disk_hits) == (before.pack_hits + 1, before.compiles["nvrtc"],
                                                                       before.disk_hits)
   assert kernel.images and jmf.cuda_kernel(kernel_sources.ADD, "add") is not None  # then from memory
   assert _stats().memory_hits == after.memory_hits + 1
@@ -170,14 +170,14 @@ def test_strict_mode_names_the_kernel_call_site_specialization_and_command(clean
   monkeypatch.setenv(packs.PACKS_ENV, path)
   monkeypatch.setenv(packs.STRICT_ENV, "1")
   jmf.cuda_kernel(kernel_sources.ADD, "add")  # in the pack
-  before = _stats().nvrtc_compiles
+  before = _stats().compiles["nvrtc"]
   with pytest.raises(jmf.NotInPacks) as missing:
     jmf.cuda_kernel(kernel_sources.ADD, "add", options=["-DVARIANT=2"], targets=["sm_100a"])
   text = str(missing.value)
   assert missing.value.kernel == "add" and "CUDA C++ (NVRTC) 'add' at test_packs.py:" in text
   assert "options: -DVARIANT=2" in text and "targets: sm_100a" in text and path in text
   assert "python -m jax_mosaic_ffi.pack record model.jmfpack --arch sm_100 -- python " in text
-  assert _stats().nvrtc_compiles == before
+  assert _stats().compiles["nvrtc"] == before
   monkeypatch.setenv(packs.STRICT_ENV, "maybe")
   with pytest.raises(ValueError, match="JAX_MOSAIC_FFI_PACKS_STRICT='maybe' is neither on nor off"):
     jmf.cuda_kernel(kernel_sources.ADD, "add", options=["-DVARIANT=3"])
@@ -297,7 +297,7 @@ def test_strict_mode_refuses_to_time_an_autotuned_call_the_packs_have_no_winner_
     again.best_config(X, X)
   after = _stats()
   # Both configs built from the pack (one kernel: the configs' threads may find it in memory once it is read).
-  assert after.nvrtc_compiles == before.nvrtc_compiles and after.pack_hits > before.pack_hits
+  assert after.compiles["nvrtc"] == before.compiles["nvrtc"] and after.pack_hits > before.pack_hits
   assert after.autotune_tunings == before.autotune_tunings
 
 

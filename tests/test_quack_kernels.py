@@ -51,7 +51,7 @@ with warnings.catch_warnings():
                                disabled_checks=jmf.export_disabled_checks())(x)
   back = jax.export.deserialize(exported.serialize())
 found["exported"] = [len(exported.serialize()), str(back.out_avals[0])]
-found["compiles"] = jmf.kernel_cache_stats().cute_compiles
+found["compiles"] = jmf.kernel_cache_stats().compiles["cute"]
 print(json.dumps(found))
 """
 

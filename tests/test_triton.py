@@ -48,7 +48,7 @@ def stats():
 # ---------------------------------------------------------------- any machine
 
 def test_compiles_to_a_kernel_for_an_explicit_target_without_a_gpu(isolated_disk_cache):
-  before = stats().triton_compiles
+  before = stats().compiles["triton"]
   kernel = jmf.triton_kernel(ts.add, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"},
                              constexprs={"BLOCK": 256}, targets=["sm_90"])
   assert isinstance(kernel, jmf.Kernel) and isinstance(kernel, jmf.TritonKernel)
@@ -57,7 +57,7 @@ def test_compiles_to_a_kernel_for_an_explicit_target_without_a_gpu(isolated_disk
   # The function's four parameters, then Triton's global and profile scratch pointers.
   assert kernel.param_sizes == (8, 8, 8, 4, 8, 8)
   assert kernel.info.num_warps == 4 and kernel.info.scratch == ((0, 1), (0, 1))
-  assert stats().triton_compiles == before + 1
+  assert stats().compiles["triton"] == before + 1
 
 
 def test_tritons_own_settings_are_in_the_cache_key(isolated_disk_cache, monkeypatch):
@@ -76,12 +76,12 @@ def test_tritons_own_settings_are_in_the_cache_key(isolated_disk_cache, monkeypa
   jmf.clear_kernel_cache()
   unfused = ptx()
   assert "fma.rn.f32" not in unfused and "mul.rn.f32" in unfused
-  assert stats().triton_compiles == before.triton_compiles + 1
+  assert stats().compiles["triton"] == before.compiles["triton"] + 1
   monkeypatch.delenv("TRITON_DEFAULT_FP_FUSION")
   jmf.clear_kernel_cache()
   assert ptx() == fused
   after = stats()
-  assert after.triton_compiles == before.triton_compiles + 1 and after.disk_hits == before.disk_hits + 1
+  assert after.compiles["triton"] == before.compiles["triton"] + 1 and after.disk_hits == before.disk_hits + 1
 
 
 def test_a_compile_pins_fp_fusion_on_without_tritons_warning(tmp_path, monkeypatch):
@@ -134,14 +134,14 @@ def test_the_signature_is_read_from_each_call(isolated_disk_cache):
     x = jax.ShapeDtypeStruct((300,), dtype)
     lower(call, x, x)
   s = stats()
-  assert s.triton_compiles - before.triton_compiles == 2
+  assert s.compiles["triton"] - before.compiles["triton"] == 2
 
 
 def test_a_fresh_process_compiles_nothing_and_exports(isolated_disk_cache):
   x = jax.ShapeDtypeStruct((4096,), jnp.float32)
-  before = stats().triton_compiles
+  before = stats().compiles["triton"]
   (first,) = custom_calls(lower(add_call(), x, x))
-  assert stats().triton_compiles == before + 1
+  assert stats().compiles["triton"] == before + 1
   script = """
     import json, sys
     import jax, jax.numpy as jnp, numpy as np
@@ -155,7 +155,7 @@ def test_a_fresh_process_compiles_nothing_and_exports(isolated_disk_cache):
     (cc,) = custom_calls(jax.jit(call).trace(x, x).lower(lowering_platforms=("cuda",)))
     exported = jax.export.export(jax.jit(call), platforms=["cuda"], disabled_checks=jmf.export_disabled_checks())(x, x)
     s = jmf.kernel_cache_stats()
-    print(json.dumps({"hash": cc["config"]["kernel_hash"].hex(), "triton": s.triton_compiles, "disk": s.disk_hits,
+    print(json.dumps({"hash": cc["config"]["kernel_hash"].hex(), "triton": s.compiles["triton"], "disk": s.disk_hits,
                       "bytes": len(exported.serialize())}))
   """
   result = fresh_process.run(script, env={"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)}).result
@@ -229,7 +229,7 @@ def test_clusters_before_hopper_are_refused_by_name_for_every_front_end(isolated
   refusal = ("triton_kernel 'add': num_ctas > 1 unsupported before Hopper (compute capability 90); the target is "
              "sm_80: pass num_ctas=1 (or a config without num_ctas), or compile for sm_90 or newer (triton_kernel's "
              "targets=, triton_call's compute_capability=)")
-  before = stats().triton_compiles
+  before = stats().compiles["triton"]
   with pytest.raises(ValueError, match=re.escape(refusal)):  # compiled now
     jmf.triton_kernel(ts.add, signature=["*fp32", "*fp32", "*fp32", "i32"], constexprs={"BLOCK": 256}, num_ctas=2,
                       targets=["sm_80"])
@@ -242,7 +242,7 @@ def test_clusters_before_hopper_are_refused_by_name_for_every_front_end(isolated
   one_config = triton.autotune(configs=[triton.Config({"BLOCK": 256}, num_ctas=2)], key=["n"])(ts.add)
   with pytest.raises(ValueError, match=re.escape(refusal)):  # a config's num_ctas
     lower(add_call(jmf.triton_kernel(one_config, targets=["sm_80"])), x, x)
-  assert stats().triton_compiles == before
+  assert stats().compiles["triton"] == before
   clustered = jmf.triton_kernel(ts.add, signature=["*fp32", "*fp32", "*fp32", "i32"], constexprs={"BLOCK": 256},
                                 num_ctas=2, targets=["sm_90"])
   assert clustered.info.num_ctas == 2
@@ -383,7 +383,7 @@ def test_a_warm_process_and_an_exported_artifact_run_without_triton(rng, isolate
     ok_warm = bool(np.allclose(np.asarray(jax.jit(call)(x, x)), 2 * x))
     s = jmf.kernel_cache_stats()
     print(json.dumps({"export": ok_export, "triton_imported_by_export": loaded_triton, "warm": ok_warm,
-                      "triton": s.triton_compiles, "disk": s.disk_hits}))
+                      "triton": s.compiles["triton"], "disk": s.disk_hits}))
   """
   result = fresh_process.run(script, tmp_path,
                              env={"JAX_MOSAIC_FFI_CACHE_DIR": str(isolated_disk_cache)}).result

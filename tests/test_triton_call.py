@@ -516,12 +516,12 @@ def test_pre_hooks_are_refused_as_jax_triton_refuses_them():
 def test_a_jit_function_as_a_constexpr_compiles_once_per_function(isolated_disk_cache):
   def call(x, op):  # unary(x_ptr, out_ptr, n, BLOCK, OP): n by keyword, after the output
     return jmf.triton_call(x, n=x.size, kernel=tc.unary, out_type=jax.typeof(x), grid=4, BLOCK=256, OP=op)
-  before = jmf.kernel_cache_stats().triton_compiles
+  before = jmf.kernel_cache_stats().compiles["triton"]
   x = f32(1000)
   negated = module(only_call(lambda a: call(a, tc.negate), x))
   squared = module(only_call(lambda a: call(a, tc.square), x))
   only_call(lambda a: call(a, tc.negate), x)
-  assert negated != squared and jmf.kernel_cache_stats().triton_compiles - before == 2
+  assert negated != squared and jmf.kernel_cache_stats().compiles["triton"] - before == 2
 
 
 # ---------------------------------------------------------------- effects and what travels with the call
@@ -561,12 +561,12 @@ def test_the_name_is_a_named_scope(isolated_disk_cache):
 
 def test_a_call_exports_with_its_cubin(isolated_disk_cache):
   x = jax.ShapeDtypeStruct((4096,), jnp.float32)
-  before = jmf.kernel_cache_stats().triton_compiles
+  before = jmf.kernel_cache_stats().compiles["triton"]
   exported = jax.export.export(jax.jit(add), platforms=["cuda"], disabled_checks=jmf.export_disabled_checks())(x, x)
   restored = jax.export.deserialize(exported.serialize())
   assert f"stablehlo.custom_call @{jt.CUSTOM_CALL_TARGET_NAME}" in restored.mlir_module()
   assert restored.out_avals[0].shape == (4096,)
-  assert jmf.kernel_cache_stats().triton_compiles - before == 1
+  assert jmf.kernel_cache_stats().compiles["triton"] - before == 1
 
 
 # ---------------------------------------------------------------- what jax-triton refuses, and fallback=

@@ -220,10 +220,10 @@ def test_launch_options_are_bounded_before_triton_sees_them(isolated_disk_cache)
       jmf.triton_kernel(ds.copy, constexprs={"BLOCK": 256}, **given)
   # A heuristic sets them per call, after triton_kernel checked its own: the compile checks again, before Triton.
   absurd = triton.heuristics({"BLOCK": lambda args: 256, "num_warps": lambda args: 2**40})(ds.copy)
-  before = jmf.kernel_cache_stats().triton_compiles
+  before = jmf.kernel_cache_stats().compiles["triton"]
   with pytest.raises(jmf.LaunchError, match=re.escape("triton_kernel 'copy': num_warps=1099511627776 is out of")):
     lower(copy_call(jmf.triton_kernel(absurd)), f32(1000))
-  assert jmf.kernel_cache_stats().triton_compiles == before
+  assert jmf.kernel_cache_stats().compiles["triton"] == before
   x = f32(1000)
   with pytest.raises(jmf.LaunchError, match="num_warps=1099511627776 is out of range"):
     lower(lambda a: jmf.triton_call(a, kernel=ds.copy, out_type=a, n=a.size, grid=(4,), BLOCK=256,

@@ -272,9 +272,9 @@ def test_a_warm_disk_cache_keeps_tritons_descriptor_metadata(isolated_disk_cache
   x = f16(200, 136)
   first = config(add_call(), x, x)
   jmf.clear_kernel_cache()  # memory only: the next trace reads the module and its metadata from disk
-  before = jmf.kernel_cache_stats().triton_compiles
+  before = jmf.kernel_cache_stats().compiles["triton"]
   assert config(add_call(), x, x) == first
-  assert jmf.kernel_cache_stats().triton_compiles == before
+  assert jmf.kernel_cache_stats().compiles["triton"] == before
 
 
 def _raises(call, avals, message):

@@ -251,9 +251,9 @@ def test_vmap_keeps_the_alignment_the_kernel_was_compiled_for(isolated_disk_cach
 
 def test_the_cache_keys_on_the_value_class(isolated_disk_cache):
   def compiles(stride_r, stride_c=1):
-    before = jmf.kernel_cache_stats().triton_compiles
+    before = jmf.kernel_cache_stats().compiles["triton"]
     lower(copy_call(ts.copy_2d, 100, 64, stride_r, stride_c), flat(100 * 200 + 6400))
-    return jmf.kernel_cache_stats().triton_compiles - before
+    return jmf.kernel_cache_stats().compiles["triton"] - before
 
   assert compiles(64) == 1
   assert compiles(128) == 0 and compiles(16) == 0    # 16-divisible: the same kernel
@@ -357,11 +357,11 @@ def test_an_autotuned_triton_call_runs_its_fallback_off_cuda(isolated_disk_cache
                            scalars=lambda meta, x, y: (np.int32(x.size),),
                            configs=[{"BLOCK": 256}, {"BLOCK": 1024}], fallback=lambda x, y: x - y)
   x = np.arange(3000, dtype=np.float32)
-  compiles = jmf.kernel_cache_stats().triton_compiles
+  compiles = jmf.kernel_cache_stats().compiles["triton"]
   with jax.default_device(jax.devices("cpu")[0]), warnings.catch_warnings():
     warnings.simplefilter("error")  # nothing to time, and nothing built: nothing to say
     np.testing.assert_array_equal(np.asarray(jax.jit(call)(x, 3 * x)), -2 * x)
-  assert jmf.kernel_cache_stats().triton_compiles == compiles
+  assert jmf.kernel_cache_stats().compiles["triton"] == compiles
 
 
 def test_reference_mode_lowers_a_triton_calls_fallback_on_cuda(isolated_disk_cache, monkeypatch):

@@ -261,7 +261,7 @@ TRITON_ENTRY = '''
                                    BLOCK=256)
   jax.jit(call).trace(x).lower(lowering_platforms=("cuda",))
   stats = jmf.kernel_cache_stats()
-  print(json.dumps({"compiles": stats.triton_compiles, "disk_hits": stats.disk_hits}))
+  print(json.dumps({"compiles": stats.compiles["triton"], "disk_hits": stats.disk_hits}))
 '''
 
 

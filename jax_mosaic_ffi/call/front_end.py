@@ -74,6 +74,8 @@ class FrontEnd:
     toolchains: ``() -> {distribution: release}``: the releases of the toolchains that compile its kernels
       ("none" where one is not installed), read without importing them: part of an autotuning timing's
       environment (optional).
+    compilers: the names its compiles are counted under (``compile_cache.count_compiles``), each a key of
+      `kernel_cache_stats().compiles` (optional: a wing built on another counts under that one's).
   """
 
   name: str
@@ -86,6 +88,7 @@ class FrontEnd:
   hints: Mapping[str, str] = dataclasses.field(default_factory=dict)
   runtime_libraries: tuple[RuntimeLibrary, ...] = ()
   toolchains: Callable[[], Mapping[str, str]] = dict
+  compilers: tuple[str, ...] = ()
 
   def options_of(self, given: Mapping[str, Any], defaults: Mapping[str, Any], made: str):
     """Its options object from `mosaic_kernel`'s front-end keywords ``given``. A keyword it does not take is

@@ -14,4 +14,5 @@ FRONT_END = FrontEnd(
     options=CudaOptions,
     image_kinds=(ImageKind.CUBIN, ImageKind.PTX),
     launcher=launch.launcher,
+    compilers=("nvrtc",),
 )

@@ -30,4 +30,5 @@ FRONT_END = FrontEnd(
     hints=HINTS,
     runtime_libraries=(RUNTIME_LIBRARY,),
     toolchains=lambda: {"nvidia-cutlass-dsl": package.compiler_release() or "none"},
+    compilers=("cute",),
 )

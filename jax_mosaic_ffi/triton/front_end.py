@@ -64,4 +64,5 @@ FRONT_END = FrontEnd(
     check_tunable=check_tunable,
     hints=HINTS,
     toolchains=toolchains,
+    compilers=("triton",),
 )
