@@ -243,7 +243,8 @@ FRESH_PROCESS = '''
     s = jmf.kernel_cache_stats()
     a = np.float32(3.0 if mode.startswith("deserialize") else 2.0)
     print(json.dumps({"ok": bool(np.allclose(out, a * x + y, rtol=1e-6, atol=1e-6)),
-                      "nvrtc": s.compiles["nvrtc"], "parses": s.module_parses, "registration": jmf.registration.status(),
+                      "nvrtc": s.compiles["nvrtc"], "parses": s.module_parses,
+                      "registration": jmf.registration.status(),
                       "cache_hits": len(hits) if not mode.startswith("deserialize") else None}))
 '''
 

@@ -213,7 +213,8 @@ COMPILE_WITH_OP = '''
                             constexprs={"Op": edited_op.Op, "XBLOCK": 512}, targets=["sm_90"])
   ptx = next(i.data.decode() for i in kernel.images if i.kind.name == "PTX")
   s = jmf.kernel_cache_stats()
-  print(json.dumps({"compiles": s.compiles["triton"], "disk": s.disk_hits, "ptx": hashlib.sha256(ptx.encode()).hexdigest(),
+  print(json.dumps({"compiles": s.compiles["triton"], "disk": s.disk_hits,
+                    "ptx": hashlib.sha256(ptx.encode()).hexdigest(),
                     "times3": "0f40400000" in ptx, "plus5": "0f40A00000" in ptx}))
 '''
 
