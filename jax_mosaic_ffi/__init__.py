@@ -46,7 +46,8 @@ from jax_mosaic_ffi.transforms.check import check
 from jax_mosaic_ffi.transforms.autotune import Autotuned, autotune
 from jax_mosaic_ffi.transforms.autotune import report as autotune_report
 from jax_mosaic_ffi.transforms.tuning_records import TuningFileIgnored, load_tuning, save_tuning
-from jax_mosaic_ffi.transforms.sharding import BatchDims, Elementwise, ShardingRule, sharded
+from jax_mosaic_ffi.transforms.sharding import sharded
+from jax_mosaic_ffi.transforms.sharding_rules import BatchDims, Elementwise, ShardingRule
 from jax_mosaic_ffi.adapters.triton_call import triton_call
 from jax_mosaic_ffi.triton.compile import TritonKernel
 from jax_mosaic_ffi.triton.release import TritonUnavailable

@@ -16,7 +16,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.base import contract
-from jax_mosaic_ffi.transforms.sharding import resolve
+from jax_mosaic_ffi.transforms.sharding_rules import resolve
 
 import fresh_process
 import kernel_sources
