@@ -19,6 +19,7 @@ from jax_mosaic_ffi.toolchain import kernel as kernel_lib
 from jax_mosaic_ffi.toolchain import pack_record
 from jax_mosaic_ffi.toolchain import packs
 from jax_mosaic_ffi.transforms import autotune as autotuning
+from jax_mosaic_ffi.transforms import tuning_files
 from jax_mosaic_ffi.transforms import tuning_records
 
 import kernel_sources
@@ -241,7 +242,7 @@ def tuned_pack(clean_packs, monkeypatch):
   keys = [tuning_records.TimingKey(decision["name"], row["config"], tuple(row["launches"]), decision["signature"])
           for row in decision["configs"]]
   file = clean_packs / "h200.json"
-  file.write_text(json.dumps({"format": tuning_records.FILE_FORMAT, "version": tuning_records.FILE_VERSION,
+  file.write_text(json.dumps({"format": tuning_files.FILE_FORMAT, "version": tuning_files.FILE_VERSION,
                               "environment": dataclasses.asdict(env),
                               "timings": [{**dataclasses.asdict(k), "launches": list(k.launches), "us": us,
                                            "error": None} for k, us in zip(keys, (7.0, 3.0))]}))
@@ -251,7 +252,7 @@ def tuned_pack(clean_packs, monkeypatch):
 
 def test_a_tuning_file_per_gpu_model_gives_the_pack_its_winners(tuned_pack, clean_packs):
   tuned, recording, keys, env, file = tuned_pack
-  tuning = [(str(file), *tuning_records.read_file(file))]
+  tuning = [(str(file), *tuning_files.read_file(file))]
   built = pack_build.build(recording, tuning)
   (winner,) = built.notes["winners"]
   assert (winner["device"], winner["compute_capability"], winner["config"]) == ("NVIDIA H200", "9.0",
@@ -272,7 +273,7 @@ def test_a_call_without_timings_for_a_gpu_model_is_listed_not_defaulted(tuned_pa
   document = json.loads(file.read_text())
   document["timings"] = document["timings"][:1]
   file.write_text(json.dumps(document))
-  built = pack_build.build(recording, [(str(file), *tuning_records.read_file(file))])
+  built = pack_build.build(recording, [(str(file), *tuning_files.read_file(file))])
   (untuned,) = built.notes["untuned"]
   assert untuned["device"] == "NVIDIA H200" and "has no timing of config(s) 1" in untuned["why"]
   assert built.notes["winners"] == [] and not any(e.kind == "tuning" for e in built.entries)

@@ -19,6 +19,7 @@ import pytest
 import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.base import gpu_info
 from jax_mosaic_ffi.transforms import autotune as autotuning
+from jax_mosaic_ffi.transforms import tuning_files
 from jax_mosaic_ffi.transforms import tuning_records
 
 from test_autotune import add_factory
@@ -200,7 +201,7 @@ def test_a_file_that_is_not_ours_or_not_json_is_ignored(cpu_timing, monkeypatch,
   check_ignored(path, "it is not JSON (JSONDecodeError)", tmp_path, monkeypatch)
   path.write_text("[" * 100000 + "]" * 100000)
   check_ignored(path, "it is not JSON (RecursionError)", tmp_path, monkeypatch)
-  monkeypatch.setattr(tuning_records, "MAX_FILE_BYTES", 100)
+  monkeypatch.setattr(tuning_files, "MAX_FILE_BYTES", 100)
   path.write_text(good)
   check_ignored(path, f"it holds {len(good.encode())} bytes, over the limit of 100", tmp_path, monkeypatch)
   monkeypatch.undo()  # the real bound, and the cache folder of the fixture, back

@@ -24,7 +24,7 @@ from jax_mosaic_ffi.base.module_format import Arch
 from jax_mosaic_ffi.pack import build as build_lib
 from jax_mosaic_ffi.pack import contents
 from jax_mosaic_ffi.toolchain import pack_record
-from jax_mosaic_ffi.transforms import tuning_records
+from jax_mosaic_ffi.transforms import tuning_files
 
 
 def _archs(text: str) -> list[Arch]:
@@ -43,7 +43,7 @@ def _tuning(paths) -> list:
   found = []
   for path in paths or ():
     try:
-      env, timings = tuning_records.read_file(path)
+      env, timings = tuning_files.read_file(path)
     except ValueError as e:
       raise SystemExit(f"--tuning {path} cannot be used: {e}") from None
     found.append((path, env, timings))
