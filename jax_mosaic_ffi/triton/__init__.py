@@ -12,6 +12,7 @@
     decorators.py         @triton.autotune / @triton.heuristics read into data
     launch.py             a Triton kernel's launch from its metadata, handed to the call layer resolved
     decorated.py          a decorated kernel's launch: the decorators applied per traced call
+    decorator_args.py     a traced call's arguments as the decorators see them (ArrayArg, ArgDtype)
     tensor_descriptor.py  jmf.TensorDescriptor: a call's operands as host tensor descriptors
 
 jax-triton's ``triton_call``, which runs on this wing, is an adapter: jax_mosaic_ffi/adapters/triton_call.py.
