@@ -44,7 +44,7 @@ from jax_mosaic_ffi.cute.package import CuteUnavailable
 from jax_mosaic_ffi.transforms.autodiff import differentiable
 from jax_mosaic_ffi.transforms.check import check
 from jax_mosaic_ffi.transforms.autotune import Autotuned, autotune
-from jax_mosaic_ffi.transforms.autotune import report as autotune_report
+from jax_mosaic_ffi.transforms.autotune_report import report as autotune_report
 from jax_mosaic_ffi.transforms.tuning_files import TuningFileIgnored, load_tuning, save_tuning
 from jax_mosaic_ffi.transforms.sharding import sharded
 from jax_mosaic_ffi.transforms.sharding_rules import BatchDims, Elementwise, ShardingRule

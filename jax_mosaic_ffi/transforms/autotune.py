@@ -31,7 +31,7 @@ a table with no config timed is never final: configs whose failures were
 stored are timed again before that. Without a GPU nothing is
 timed: the ``default`` config (the first, unless given) is used, with a
 warning, and nothing is stored. ``JAX_MOSAIC_FFI_AUTOTUNE_LOG=1`` prints
-each table; `report()` returns them.
+each table; `autotune_report.report()` (``jmf.autotune_report``) returns them.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ import contextvars
 import dataclasses
 import json
 import os
-import sys
 import threading
 from typing import Any, Callable, Mapping, Sequence
 
@@ -54,6 +53,7 @@ from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base.errors import AutotuneError, NotInPacks
 from jax_mosaic_ffi.transforms import timing as timing_lib
 from jax_mosaic_ffi.toolchain import packs
+from jax_mosaic_ffi.transforms import autotune_report
 from jax_mosaic_ffi.transforms import launch_identity
 from jax_mosaic_ffi.transforms import tuning_failures
 from jax_mosaic_ffi.transforms import tuning_packs
@@ -85,7 +85,6 @@ class Stats:
 _stats = Stats()
 _lock = threading.Lock()
 _winners: dict[str, int] = {}
-_reports: list[dict] = []
 
 
 def stats() -> Stats:
@@ -99,42 +98,8 @@ def clear_memory_cache() -> None:
   tuning_records.clear_memory()
 
 
-def report() -> list[dict]:
-  """Every autotuning decision of this process, oldest first (``jmf.autotune_report``).
-
-  Each is a dict:
-
-  - ``"name"``: the autotuned call's name; ``"shapes"``: its inputs' dtypes and shapes;
-  - ``"winner"`` and ``"config"``: the chosen config's index and values;
-  - ``"source"``: ``"tuned"`` (some configs were timed now), ``"disk"``, ``"file"`` (`load_tuning`), ``"pack"`` or
-    ``"memory"`` (every timing was stored already), ``"untuned"`` (no GPU), ``"only config"`` (one config:
-    nothing to time);
-  - ``"timed"``: the indices of the configs timed now;
-  - ``"table"``: one row per config, ``{"config", "us" (median GPU time per call, or None), "error"}``.
-
-  For example, where each decision came from and what it chose::
-
-    >>> [(d["name"], d["source"], d["config"]) for d in jmf.autotune_report()]
-    [...]
-  """
-  with _lock:
-    return [dict(r) for r in _reports]
-
-
 def _plain_config(config) -> str:
   return json.dumps(config, sort_keys=True, default=repr)
-
-
-def _log(entry: dict) -> None:
-  if os.environ.get(LOG_ENV, "").strip().lower() in ("", "0", "off", "false"):
-    return
-  lines = [f"jax_mosaic_ffi autotune '{entry['name']}' {entry['shapes']}: {entry['source']}, "
-           f"winner config {entry['winner']} {entry['config']}"]
-  for k, row in enumerate(entry["table"]):
-    mark = "*" if k == entry["winner"] else " "
-    time_text = f"{row['us']:10.2f} us" if row.get("us") is not None else "    failed   "
-    lines.append(f" {mark} {k:3d} {time_text}  {row['config']}" + (f"  ({row['error']})" if row.get("error") else ""))
-  print("\n".join(lines), file=sys.stderr, flush=True)
 
 
 class Autotuned:
@@ -217,10 +182,8 @@ class Autotuned:
     return tuple((tuple(a.shape), str(a.dtype)) for a in avals)
 
   def _record(self, entry: dict) -> None:
-    with _lock:
-      _reports.append(entry)
+    autotune_report.record(entry)
     self.last_report = entry
-    _log(entry)
 
   def _decide(self, avals, scope) -> int:
     shapes = [f"{a.dtype}{list(a.shape)}" for a in avals]

@@ -1,0 +1,58 @@
+"""What autotuning decided: every decision of this process (`report`, ``jmf.autotune_report``), and its table on
+stderr under ``JAX_MOSAIC_FFI_AUTOTUNE_LOG=1``.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+import threading
+
+from jax_mosaic_ffi.base import flags
+
+# Decisions kept, the oldest dropped past this: a long-running program decides for every new shape.
+MAX_REPORTS = 4096
+_lock = threading.Lock()
+_reports: collections.deque = collections.deque(maxlen=MAX_REPORTS)
+
+
+def record(entry: dict) -> None:
+  """One decision: kept for `report`, and printed when the log is on."""
+  with _lock:
+    _reports.append(entry)
+  _log(entry)
+
+
+def report() -> list[dict]:
+  """Every autotuning decision of this process, oldest first (the last 4096) (``jmf.autotune_report``).
+
+  Each is a dict:
+
+  - ``"name"``: the autotuned call's name; ``"shapes"``: its inputs' dtypes and shapes;
+  - ``"winner"`` and ``"config"``: the chosen config's index and values;
+  - ``"source"``: ``"tuned"`` (some configs were timed now), ``"disk"``, ``"file"`` (`load_tuning`), ``"pack"`` or
+    ``"memory"`` (every timing was stored already), ``"untuned"`` (no GPU), ``"only config"`` (one config:
+    nothing to time);
+  - ``"timed"``: the indices of the configs timed now;
+  - ``"table"``: one row per config, ``{"config", "us" (median GPU time per call, or None), "error"}``.
+
+  For example, where each decision came from and what it chose::
+
+    >>> [(d["name"], d["source"], d["config"]) for d in jmf.autotune_report()]
+    [...]
+  """
+  with _lock:
+    return [dict(r) for r in _reports]
+
+
+def _log(entry: dict) -> None:
+  if os.environ.get(flags.AUTOTUNE_LOG, "").strip().lower() in ("", "0", "off", "false"):
+    return
+  lines = [f"jax_mosaic_ffi autotune '{entry['name']}' {entry['shapes']}: {entry['source']}, "
+           f"winner config {entry['winner']} {entry['config']}"]
+  for k, row in enumerate(entry["table"]):
+    mark = "*" if k == entry["winner"] else " "
+    time_text = f"{row['us']:10.2f} us" if row.get("us") is not None else "    failed   "
+    lines.append(f" {mark} {k:3d} {time_text}  {row['config']}" + (f"  ({row['error']})" if row.get("error") else ""))
+  print("\n".join(lines), file=sys.stderr, flush=True)
