@@ -151,9 +151,12 @@ def record_pack(workload: str, arch: str, tuning: str | None, out: str, env: dic
   """Records the workload's pack for ``arch`` (on the CPU: the record command's children lower it); its listing."""
   command = [sys.executable, "-m", "jax_mosaic_ffi.pack", "record", out, "--arch", arch]
   command += ["--tuning", tuning] if tuning else []
-  command += ["--", sys.executable, "-c", CHILD, workload, "lower"] + ([str(limit)] if limit is not None else [])
+  # The repository reaches the child alone, not the record command: with an installed wheel the source tree's
+  # jax_mosaic_ffi (no extension built in it) would shadow the installed one (benchmarks/__init__.py takes it off
+  # the path again once the child has imported the benchmarks).
+  child_code = f"import sys\nsys.path.insert(0, {REPO!r})\n{CHILD}"
+  command += ["--", sys.executable, "-c", child_code, workload, "lower"] + ([str(limit)] if limit is not None else [])
   environment = {**os.environ, **env}
-  environment["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, environment.get("PYTHONPATH")) if p)
   done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=400,
                         cwd=tempfile.gettempdir())
   if done.returncode != 0:
