@@ -28,6 +28,7 @@ import stat
 import struct
 from typing import Any, Iterable, Mapping
 
+from jax_mosaic_ffi.base import owned_files
 from jax_mosaic_ffi.base.errors import PackError
 
 MAGIC = b"JMFPACK\0"
@@ -174,28 +175,21 @@ def _read_trusted(path: str) -> bytes:
     _check_owner(st, f"pack {path}", "chmod go-w on it")
     if st.st_size > MAX_PACK_BYTES:
       raise PackError(f"pack {path} holds {st.st_size} bytes, over the limit of {MAX_PACK_BYTES}: split it")
-    chunks, left = [], st.st_size + 1
-    while left > 0:
-      chunk = os.read(fd, min(left, 1 << 24))
-      if not chunk:
-        break
-      chunks.append(chunk)
-      left -= len(chunk)
+    data = owned_files.read_at_most(fd, st.st_size)
   except OSError as e:
     raise PackError(f"pack {path} cannot be read ({e.strerror})") from None
   finally:
     os.close(fd)
-  data = b"".join(chunks)
   if len(data) != st.st_size:
     raise PackError(f"pack {path} changed while it was read: read it when nothing writes it")
   return data
 
 
 def _check_owner(st: os.stat_result, what: str, fix: str) -> None:
-  if st.st_uid not in (os.geteuid(), 0):
+  if owned_files.foreign(st):
     raise PackError(f"{what} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}) or root, so its owner "
                     f"could put code there that this process would run: copy the pack into a folder of your own")
-  if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+  if owned_files.writable_by_others(st):
     raise PackError(f"{what} is writable by others (mode {stat.S_IMODE(st.st_mode):o}), who could put code there "
                     f"that this process would run: {fix}")
 

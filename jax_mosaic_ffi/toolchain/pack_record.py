@@ -26,6 +26,7 @@ import threading
 from typing import Any, Mapping
 
 from jax_mosaic_ffi.base import flags
+from jax_mosaic_ffi.base import owned_files
 from jax_mosaic_ffi.base import pack_file
 from jax_mosaic_ffi.base.errors import PackError
 from jax_mosaic_ffi.toolchain import kernel as kernel_lib
@@ -178,7 +179,7 @@ def read(folder: str, into: Recording | None = None) -> Recording:
     raise PackError(f"recording {folder} cannot be opened ({e.strerror})") from None
   try:
     st = os.fstat(dir_fd)
-    if st.st_uid not in (os.geteuid(), 0) or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+    if owned_files.foreign(st) or owned_files.writable_by_others(st):
       raise PackError(f"recording {folder} is not a folder of yours that no one else can write (uid {st.st_uid}, "
                       f"mode {stat.S_IMODE(st.st_mode):o}): record into a folder of your own")
     for name in sorted(os.listdir(dir_fd)):
@@ -211,10 +212,9 @@ def _read_file(dir_fd: int, name: str, folder: str) -> bytes:
   try:
     st = os.fstat(fd)
     limit = pack_file.MAX_ENTRY_BYTES + _MAX_NOTE_BYTES
-    if not stat.S_ISREG(st.st_mode) or st.st_size > limit or st.st_uid not in (os.geteuid(), 0):
+    if not stat.S_ISREG(st.st_mode) or st.st_size > limit or owned_files.foreign(st):
       raise PackError(f"recording {folder}: {name} is not a regular file of yours of at most {limit} bytes")
-    with os.fdopen(os.dup(fd), "rb") as f:
-      return f.read(limit + 1)
+    return owned_files.read_at_most(fd, limit)
   finally:
     os.close(fd)
 

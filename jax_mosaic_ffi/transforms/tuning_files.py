@@ -21,6 +21,7 @@ from typing import Any
 
 import jax
 
+from jax_mosaic_ffi.base import owned_files
 from jax_mosaic_ffi.base.paths import PACKAGE_DIR
 from jax_mosaic_ffi.transforms.tuning_records import (ENV_FIELDS, MAX_KERNELS, MAX_RECORDS, Environment, Malformed,
                                                       Timing, TimingKey, checked_text, checked_timing, environment,
@@ -115,20 +116,13 @@ def _read_file(path: str) -> tuple[Environment, list[tuple[TimingKey, Timing]]]:
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
       raise Malformed("it is not a regular file")
-    if st.st_uid not in (os.geteuid(), 0):
+    if owned_files.foreign(st):
       raise Malformed(f"it belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}) or root")
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+    if owned_files.writable_by_others(st):
       raise Malformed(f"others can write to it (mode {stat.S_IMODE(st.st_mode):o}); run chmod go-w on it")
     if st.st_size > MAX_FILE_BYTES:
       raise Malformed(f"it holds {st.st_size} bytes, over the limit of {MAX_FILE_BYTES}")
-    chunks, left = [], MAX_FILE_BYTES + 1
-    while left > 0:
-      chunk = os.read(fd, min(left, 1 << 20))
-      if not chunk:
-        break
-      chunks.append(chunk)
-      left -= len(chunk)
-    data = b"".join(chunks)
+    data = owned_files.read_at_most(fd, MAX_FILE_BYTES)
   except OSError as e:
     raise Malformed(f"it cannot be read ({e.strerror})") from None
   finally:
