@@ -91,9 +91,7 @@ def _dtype_key(dtype: np.dtype) -> bytes:
 def _array_bytes(array: np.ndarray) -> list[bytes]:
   """The array's content: a structured dtype field by field, so that its padding bytes (which differ from process
   to process) are never read."""
-  if array.dtype.names is None:
-    if array.dtype.subdtype is not None:
-      array = array.reshape(array.shape + array.dtype.shape) if array.dtype.shape else array
+  if array.dtype.names is None:  # (numpy expands a subarray dtype into the array's shape)
     return [np.ascontiguousarray(array).tobytes()]
   out = []
   for name in array.dtype.names:

@@ -122,7 +122,7 @@ def cached(entry_key: str, *, compile: Callable[[], tuple[_T, bool]], encode: Ca
         _note_unpackable(about, "what the compile read is not known, so it is cached nowhere")
       return Found(value, "compiled")
     if audit:
-      key_audit.record(entry_key, witness, value)
+      key_audit.record(entry_key, witness)
     data = encode(value)
     if data is not None:
       disk_cache.store(entry_key, data)

@@ -75,7 +75,7 @@ def normal(text: str) -> str:
   return _LOCATION_FILE.sub(r'loc("\1":', text)
 
 
-def record(entry_key: str, witness: Witness, value) -> None:
+def record(entry_key: str, witness: Witness) -> None:
   """A compile's witness, kept beside its entry (in memory and on disk)."""
   if witness.of is not None:
     return

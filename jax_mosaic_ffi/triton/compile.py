@@ -146,7 +146,8 @@ def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: Triton
                          "them (tensordesc<fp16[64, 64]>, a Gluon kernel's with its shared layout: no im2col, not "
                          "in a tuple)")
   # Each constexpr read whole (value_keys.py); one that cannot be is keyed by the TTIR Triton's frontend makes.
-  constexpr_keys = json.dumps(sorted((k, value_keys.constexpr_key(v) or "ir") for k, v in constexprs.items()))
+  keys = {k: value_keys.constexpr_key(v) for k, v in constexprs.items()}
+  constexpr_keys = json.dumps(sorted((k, found or "ir") for k, found in keys.items()))
   config = compile_errors.config_text(signature, constexprs, options)
   about = lambda: {"front_end": language.name, "kernel": fn.__name__, "specialization": config,  # noqa: E731
                    "targets": [t.sm for t in targets], "toolchain": f"triton {triton.__version__}"}
@@ -177,7 +178,7 @@ def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: Triton
       compile_cache.count_compiles("triton", len(targets))
     return kernel, True
 
-  read = ", ".join(f"{k} ({'its IR' if value_keys.constexpr_key(v) is None else type(v).__qualname__})"
+  read = ", ".join(f"{k} ({'its IR' if keys[k] is None else type(v).__qualname__})"
                    for k, v in constexprs.items())
   witness = key_audit.Witness("TTIR", lambda: "\n".join(_witness(r) for r in requests),
                               what=f"{made} for {', '.join(t.sm for t in targets)} with {config}",
