@@ -24,7 +24,7 @@ _versions.check(_core.BUILT_AGAINST["jaxlib"])
 from jax_mosaic_ffi.base import contract  # noqa: F401  (jmf.contract: the target names)
 from jax_mosaic_ffi.base.errors import (AutotuneError, CompileError, CompileTimeout, KeyAuditError, LaunchError,
                                        NotInPacks, NvshmemUnavailable, PackError, ReferenceMismatch,
-                                       ReferenceMismatchWarning, UncheckedKernelWarning)
+                                       ReferenceMismatchWarning, StreamCaptureWarning, UncheckedKernelWarning)
 from jax_mosaic_ffi.toolchain.kernel import Kernel
 from jax_mosaic_ffi.toolchain.packs import load_pack
 from jax_mosaic_ffi.cuda.kernel import CudaKernel, cubin_kernel, cuda_kernel, ptx_kernel
@@ -84,5 +84,5 @@ __all__ = [
     "load_tuning", "save_tuning", "triton_call", "CuteFunction", "CuteKernel", "CuteUnavailable", "cute_call",
     "cute_kernel", "check", "CheckReport", "verify", "ReferenceMismatch", "ReferenceMismatchWarning",
     "UncheckedKernelWarning", "testing", "GluonFunction", "GluonKernel", "gluon_kernel", "KeyAuditError",
-    "CompileTimeout", "TensorTooLarge", "CudaKernel", "load_pack", "PackError", "NotInPacks",
+    "CompileTimeout", "TensorTooLarge", "CudaKernel", "load_pack", "PackError", "NotInPacks", "StreamCaptureWarning",
 ]

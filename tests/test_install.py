@@ -9,6 +9,7 @@ this checkout.
 
 import importlib.metadata
 import importlib.util
+import json
 import os
 import pathlib
 import re
@@ -131,12 +132,13 @@ def test_skipping_the_version_check_warns_and_turns_record_handlers_off():
   assert "continuing because" in result.stdout and "RECORD OFF: True" in result.stdout, result.stdout
 
 
-def test_bootstrap_accepts_the_running_ffi_api_version():
-  # The bootstrap needs no GPU: run it on the CPU backend. It checks the FFI
-  # API version the running jaxlib reports against the built and the newest
-  # checked ones, then registers the real bundles, record handlers included
-  # (for CUDA, which nothing runs here), through that jaxlib's XLA_FFI_Api.
+def test_bootstrap_accepts_the_running_ffi_api_version_and_records_nothing_unproven():
+  # The bootstrap needs no GPU: run it on the CPU backend. It checks the FFI API version the running jaxlib reports
+  # against the built and the newest checked ones, then registers the record probe (for CUDA, which nothing runs
+  # here) through that jaxlib's XLA_FFI_Api. No probe program ran, so no record layout is proven: the kernel targets
+  # must not get record handlers.
   result = run_python("""
+      import json
       import jax, numpy as np
       import jax_mosaic_ffi as jmf
       from jax_mosaic_ffi import _core
@@ -146,10 +148,18 @@ def test_bootstrap_accepts_the_running_ffi_api_version():
       call = jax.ffi.ffi_call("jmf_test_bootstrap", jax.ShapeDtypeStruct((1,), np.int32))
       with jax.default_device(jax.devices("cpu")[0]):
         jax.jit(call)().block_until_ready()
-      print("BOOTSTRAP:", _core.record_registration())
+      bootstrapped = _core.record_registration()
+      print("BOOTSTRAP:", json.dumps({"bootstrapped": bootstrapped, "registered": _core.register_record_targets(),
+                                      "after": _core.record_registration()}))
       """)
   assert result.returncode == 0, result.stderr[-3000:]
-  assert "BOOTSTRAP: (True, True, 'registered with record handlers')" in result.stdout, result.stdout
+  (line,) = [line for line in result.stdout.splitlines() if line.startswith("BOOTSTRAP: ")]
+  seen = json.loads(line[len("BOOTSTRAP: "):])
+  assert seen["bootstrapped"]["attempted"] and seen["bootstrapped"]["probe_registered"], seen
+  assert seen["bootstrapped"]["message"] == "the record probe is registered", seen
+  assert not seen["bootstrapped"]["probe_seen"] and seen["bootstrapped"]["record_version"] is None, seen
+  assert seen["registered"] is False and not seen["after"]["registered"], seen
+  assert seen["after"]["message"] == "no record layout was proven", seen
 
 
 @pytest.mark.skipif(gpu_info.has_gpu(), reason="checks the machine without a GPU")

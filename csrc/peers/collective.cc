@@ -331,29 +331,27 @@ ffi::Error CollectiveState::LaunchBarrier(int32_t device, CUstream stream) {
 }
 
 ffi::Error CollectiveState::RecordBarrier(const RecordFrame& record, int32_t device,
-                                          const XLA_FFI_Command** dependency) {
+                                          const record_abi::Command** dependency) {
   *dependency = nullptr;
   if (skip_barrier_) return ffi::Error::Success();
   if (!record.creating()) return ffi::Error::Success();  // its arguments never change
-  BarrierArgs& a = devices_[device].barrier_args;
-  XLA_FFI_KernelArg args[] = {
-      {&a.areas, sizeof(a.areas), XLA_FFI_KernelArgType_HostValue},
-      {&a.rank, sizeof(a.rank), XLA_FFI_KernelArgType_HostValue},
-      {&a.peers, sizeof(a.peers), XLA_FFI_KernelArgType_HostValue},
-      {&a.timeout_ns, sizeof(a.timeout_ns), XLA_FFI_KernelArgType_HostValue},
+  DeviceResources& res = devices_[device];
+  BarrierArgs& a = res.barrier_args;
+  record_abi::KernelArg args[] = {
+      {&a.areas, sizeof(a.areas), record_abi::kHostValue},
+      {&a.rank, sizeof(a.rank), record_abi::kHostValue},
+      {&a.peers, sizeof(a.peers), record_abi::kHostValue},
+      {&a.timeout_ns, sizeof(a.timeout_ns), record_abi::kHostValue},
   };
-  XLA_FFI_KernelArgs kernel_args{args, 4};
-  XLA_FFI_LaunchDims dims{{1, 1, 1}, {kMaxPeers, 1, 1}, {0, 0, 0}};
-  const XLA_FFI_Command* command = nullptr;
-  const RuntimeKernelSource barrier = Source(RuntimeKernel::kBarrier);
-  if (ffi::Error e =
-          record.Take(record.frame->api->create_launch(record.frame->record_ctx, barrier.symbol, barrier.ptx,
-                                                       static_cast<int64_t>(barrier.size), XLA_FFI_SourceFormat_PTX,
-                                                       dims, 0, 0, &kernel_args, nullptr, 0, &command),
-                      "recording the device barrier");
-      e.failure()) {
-    return e;
-  }
+  record_abi::KernelArgs kernel_args{args, 4};
+  record_abi::LaunchDims dims{{1, 1, 1}, {kMaxPeers, 1, 1}, {0, 0, 0}};
+  const record_abi::Command* command = nullptr;
+  const RuntimeKernelSource source = Source(RuntimeKernel::kBarrier);
+  // Loaded at prepare, in this device's context, for the stream launch; record 0.5 launches that function.
+  const RecordedKernel barrier{source.symbol, source.ptx, static_cast<int64_t>(source.size), record_abi::kPtx,
+                               res.barrier};
+  JMF_RETURN_IF_ERROR(
+      record.CreateLaunch(barrier, dims, 0, false, &kernel_args, nullptr, &command, "recording the device barrier"));
   if (!record.Push(command)) {
     return ffi::Error(ffi::ErrorCode::kResourceExhausted, who_ + ": the record frame has no room");
   }

@@ -108,7 +108,7 @@ class CollectiveState {
   // Some clique of this call site has a peer in another process.
   bool cross_process() const { return cross_process_; }
   // Records the barrier; `*dependency` is what the launch must wait for.
-  ffi::Error RecordBarrier(const RecordFrame& record, int32_t device, const XLA_FFI_Command** dependency);
+  ffi::Error RecordBarrier(const RecordFrame& record, int32_t device, const record_abi::Command** dependency);
   int barrier_commands() const { return skip_barrier_ ? 0 : 1; }
 
   // Where this device's metadata pointer is kept: the launch passes it on.

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "contract/contract.h"
+#include "ffi/record_layouts.h"
 #include "peers/collective.h"
 #include "runtime/call_site.h"
 #include "runtime/handlers.h"
@@ -149,10 +150,28 @@ NB_MODULE(_core, m) {
     d["type_info"] = Capsule(&kCallSiteTypeInfo);
     return d;
   });
+  m.attr("RECORD_PROBE_TARGET") = kRecordProbeTarget;
   m.def("record_registration", [] {
     RecordRegistration r = GetRecordRegistration();
-    return std::make_tuple(r.attempted, r.registered, r.message);
+    nb::dict d;
+    d["attempted"] = r.attempted;
+    d["probe_registered"] = r.probe_registered;
+    d["probe_seen"] = r.probe_seen;
+    d["record_version"] = r.probe_seen ? nb::cast(std::make_tuple(r.record_major, r.record_minor)) : nb::none();
+    d["registered"] = r.registered;
+    d["message"] = r.message;
+    return d;
   });
+  m.def("register_record_targets", &RegisterRecordTargets, nb::call_guard<nb::gil_scoped_release>(),
+        "After the probe proved the record layout: the targets, with record handlers, through the plugin's API.");
+  m.def(
+      "record_layout_for",
+      [](int major, int minor) -> nb::object {
+        const char* name = record_abi::LayoutName(record_abi::LayoutFor(major, minor));
+        return *name ? nb::cast(std::string(name)) : nb::none();
+      },
+      nb::arg("major"), nb::arg("minor"),
+      "The record-extension layout this build calls for version (major, minor), or None: no record handlers.");
   m.def("cache_stats", [] {
     CacheStats& s = GetCacheStats();
     nb::dict d;

@@ -201,11 +201,11 @@ void CallSite::ConfigureLaunch(bool collective) {
   c.attrs = num_attrs ? launch_attrs_ : nullptr;
   c.numAttrs = num_attrs;
   auto dim = [](uint32_t v) { return static_cast<int32_t>(v); };  // bounded by the contract
-  record_dims_ = XLA_FFI_LaunchDims{{dim(spec.grid[0]), dim(spec.grid[1]), dim(spec.grid[2])},
-                                    {dim(spec.block[0]), dim(spec.block[1]), dim(spec.block[2])},
-                                    spec.has_cluster
-                                        ? XLA_FFI_Dim3{dim(spec.cluster[0]), dim(spec.cluster[1]), dim(spec.cluster[2])}
-                                        : XLA_FFI_Dim3{0, 0, 0}};
+  record_dims_ = record_abi::LaunchDims{
+      {dim(spec.grid[0]), dim(spec.grid[1]), dim(spec.grid[2])},
+      {dim(spec.block[0]), dim(spec.block[1]), dim(spec.block[2])},
+      spec.has_cluster ? record_abi::Dim3{dim(spec.cluster[0]), dim(spec.cluster[1]), dim(spec.cluster[2])}
+                       : record_abi::Dim3{0, 0, 0}};
   synchronize_launches_ = SynchronizeLaunchesRequested();
   // XLA loads its own copy of the module for a recorded launch and cannot be
   // told to allow non-portable clusters on it; a synchronizing debug launch

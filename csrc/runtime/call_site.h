@@ -94,7 +94,7 @@ class CallSite {
     // Per recorded command group on this device (one per graph that holds
     // this call site), the buffer addresses it was last given: an update
     // with the same addresses is skipped. Written by the device's own thread.
-    std::vector<std::pair<const XLA_FFI_Command*, std::unique_ptr<void*[]>>> recorded;
+    std::vector<std::pair<const record_abi::Command*, std::unique_ptr<void*[]>>> recorded;
     // The call's tensor maps on this device, one per map and vmap batch
     // element (TensorMapIndex), allocated before `ready` is set; re-encoded by
     // the device's own thread when their element's buffer moved.
@@ -122,7 +122,7 @@ class CallSite {
   CUresult LaunchOnce(CUstream stream, const LoadedModule& module, void** params) const;
   void* const* MetadataSlot(int32_t device) const;  // the collective metadata pointer's home
   void MoveToNextElement(Buffers& buffers) const;
-  int RecordArgs(const Buffers& buffers, int32_t device, XLA_FFI_KernelArg* args, uint32_t element) const;
+  int RecordArgs(const Buffers& buffers, int32_t device, record_abi::KernelArg* args, uint32_t element) const;
   template <typename Fn>
   ffi::Error ForEachElement(const Buffers& buffers, int32_t device, Fn&& fn) const;
   ffi::Error PrepareForStream(int32_t device, CUstream stream);
@@ -135,7 +135,7 @@ class CallSite {
   ffi::Error EncodeTensorMap(const TensorMapSpec& t, size_t m, uint32_t element, const Buffers& buffers,
                              EncodedTensorMap* encoded) const;
   void ConfigureLaunch(bool collective);
-  ffi::Error CreateFills(const RecordFrame& record, const Buffers& buffers, const XLA_FFI_Command** previous) const;
+  ffi::Error CreateFills(const RecordFrame& record, const Buffers& buffers, const record_abi::Command** previous) const;
   ffi::Error CreateCommands(const RecordFrame& record, int32_t device, const Buffers& buffers);
   ffi::Error UpdateCommands(const RecordFrame& record, int32_t device, const Buffers& buffers);
   ffi::Error SynchronizeAfter(CUstream stream, int32_t device, CUresult launch_result,
@@ -153,7 +153,7 @@ class CallSite {
   std::shared_ptr<const ParsedKernel> kernel_;
   CUlaunchConfig config_{};
   CUlaunchAttribute launch_attrs_[3]{};
-  XLA_FFI_LaunchDims record_dims_{};
+  record_abi::LaunchDims record_dims_{};
   bool record_by_capture_ = false;
   bool synchronize_launches_ = false;  // debug: JAX_MOSAIC_FFI_SYNC_LAUNCHES
   bool needs_bytes_ = false;           // buffers' sizes are read: fills, tensor maps, cross-process copies

@@ -25,16 +25,16 @@ struct FillArgs {
   FillArgs(const Buffers& buffers, int b, uint32_t word)
       : bytes(buffers.bytes[b]),
         word(word),
-        args{{buffers.ptrs[b], 0, XLA_FFI_KernelArgType_DevicePtr},
-             {&bytes, sizeof(bytes), XLA_FFI_KernelArgType_HostValue},
-             {&this->word, sizeof(this->word), XLA_FFI_KernelArgType_HostValue}},
+        args{{buffers.ptrs[b], 0, record_abi::kDevicePtr},
+             {&bytes, sizeof(bytes), record_abi::kHostValue},
+             {&this->word, sizeof(this->word), record_abi::kHostValue}},
         kernel_args{args, 3} {}
   FillArgs(const FillArgs&) = delete;
 
   uint64_t bytes;
   uint32_t word;
-  XLA_FFI_KernelArg args[3];
-  XLA_FFI_KernelArgs kernel_args;
+  record_abi::KernelArg args[3];
+  record_abi::KernelArgs kernel_args;
 };
 
 // The fills of a call, in record order: poisoned outputs, then zeroed ones.
@@ -170,10 +170,7 @@ ffi::Error CallSite::LaunchError(CUresult result, int32_t device, const LoadedMo
 ffi::Error CallSite::Record(const RecordFrame& record, int32_t device, const Buffers& buffers) {
   if (device < 0 || device >= kMaxDevices) [[unlikely]]
     return DeviceOutOfRange(who(), device);
-  if (record_by_capture_) {
-    return record.Take(record.frame->api->request_stream_capture(record.frame->record_ctx),
-                       "requesting stream capture");
-  }
+  if (record_by_capture_) return record.RequestStreamCapture("requesting stream capture");
   return record.creating() ? CreateCommands(record, device, buffers) : UpdateCommands(record, device, buffers);
 }
 
@@ -186,8 +183,8 @@ ffi::Error CallSite::ForEachElement(const Buffers& buffers, int32_t device, Fn&&
   Buffers element = buffers;
   for (uint32_t b = 0; b < spec_.batch_size; ++b) {
     if (b > 0) MoveToNextElement(element);
-    XLA_FFI_KernelArg args[kMaxParams];
-    XLA_FFI_KernelArgs kernel_args{args, RecordArgs(element, device, args, b)};
+    record_abi::KernelArg args[kMaxParams];
+    record_abi::KernelArgs kernel_args{args, RecordArgs(element, device, args, b)};
     JMF_RETURN_IF_ERROR(fn(b, &kernel_args));
   }
   return ffi::Error::Success();
@@ -196,17 +193,23 @@ ffi::Error CallSite::ForEachElement(const Buffers& buffers, int32_t device, Fn&&
 // Debug poisoning and zero_outputs inside a graph, where the record API
 // has no memset: one fill-kernel node per filled output, chained after `*previous`.
 ffi::Error CallSite::CreateFills(const RecordFrame& record, const Buffers& buffers,
-                                 const XLA_FFI_Command** previous) const {
-  const RuntimeKernelSource fill = Source(RuntimeKernel::kFill);
+                                 const record_abi::Command** previous) const {
+  if (spec_.poison_buffers.empty() && spec_.zero_buffers.empty()) return ffi::Error::Success();
+  const RuntimeKernelSource source = Source(RuntimeKernel::kFill);
+  RecordedKernel fill{source.symbol, source.ptx, static_cast<int64_t>(source.size), record_abi::kPtx, nullptr};
+  if (record.takes_functions()) {
+    CUcontext context = nullptr;
+    driver_->cuCtxGetCurrent(&context);
+    std::string error;
+    fill.function = LoadRuntimeKernel(*driver_, context, RuntimeKernel::kFill, &error);
+    if (fill.function == nullptr) return ffi::Error::Internal(who() + ": recording the output fills: " + error);
+  }
   return ForEachFill(spec_, [&](size_t, int b, uint32_t word) {
     FillArgs args(buffers, b, word);
-    XLA_FFI_LaunchDims dims{{static_cast<int32_t>(FillBlocks(args.bytes)), 1, 1}, {kFillThreads, 1, 1}, {0, 0, 0}};
-    const XLA_FFI_Command* command = nullptr;
-    JMF_RETURN_IF_ERROR(record.Take(
-        record.frame->api->create_launch(
-            record.frame->record_ctx, fill.symbol, fill.ptx, static_cast<int64_t>(fill.size), XLA_FFI_SourceFormat_PTX,
-            dims, 0, 0, &args.kernel_args, *previous ? previous : nullptr, *previous ? 1 : 0, &command),
-        "recording the output fills"));
+    record_abi::LaunchDims dims{{static_cast<int32_t>(FillBlocks(args.bytes)), 1, 1}, {kFillThreads, 1, 1}, {0, 0, 0}};
+    const record_abi::Command* command = nullptr;
+    JMF_RETURN_IF_ERROR(record.CreateLaunch(fill, dims, 0, false, &args.kernel_args, *previous, &command,
+                                            "recording the output fills"));
     if (!record.Push(command)) {
       return ffi::Error(ffi::ErrorCode::kResourceExhausted, who() + ": the record frame has no room");
     }
@@ -218,22 +221,20 @@ ffi::Error CallSite::CreateFills(const RecordFrame& record, const Buffers& buffe
 ffi::Error CallSite::CreateCommands(const RecordFrame& record, int32_t device, const Buffers& buffers) {
   JMF_RETURN_IF_ERROR(LoadForRecord(device));
   const LoadedModule& module = *slots_[device].ready.load(std::memory_order_acquire);
-  const XLA_FFI_RecordApi& api = *record.frame->api;
-  const XLA_FFI_Command* previous = nullptr;
+  const record_abi::Command* previous = nullptr;
   if (collective_ != nullptr) JMF_RETURN_IF_ERROR(collective_->RecordBarrier(record, device, &previous));
   JMF_RETURN_IF_ERROR(CreateFills(record, buffers, &previous));
   const Image& image = module.image();
   const bool ptx = image.kind == ImageKind::kPtx;
-  const XLA_FFI_Command* dependency = previous;  // the batch's launches are independent of each other
-  const XLA_FFI_Command* launches[kMaxRecordedCommands];
-  JMF_RETURN_IF_ERROR(ForEachElement(buffers, device, [&](uint32_t b, const XLA_FFI_KernelArgs* kernel_args) {
-    JMF_RETURN_IF_ERROR(
-        record.Take(api.create_launch(record.frame->record_ctx, kernel_->module.symbol.c_str(), image.data.c_str(),
-                                      static_cast<int64_t>(ptx ? image.data.size() + 1 : image.data.size()),
-                                      ptx ? XLA_FFI_SourceFormat_PTX : XLA_FFI_SourceFormat_CUBIN, record_dims_,
-                                      config_.sharedMemBytes, spec_.uses_pdl, kernel_args,
-                                      dependency ? &dependency : nullptr, dependency ? 1 : 0, &launches[b]),
-                    "creating the launch command"));
+  // Record 0.1 hands XLA the image, which XLA loads itself; record 0.5 takes the function loaded here.
+  const RecordedKernel kernel{kernel_->module.symbol.c_str(), image.data.c_str(),
+                              static_cast<int64_t>(ptx ? image.data.size() + 1 : image.data.size()),
+                              ptx ? record_abi::kPtx : record_abi::kCubin, module.function()};
+  const record_abi::Command* dependency = previous;  // the batch's launches are independent of each other
+  const record_abi::Command* launches[kMaxRecordedCommands];
+  JMF_RETURN_IF_ERROR(ForEachElement(buffers, device, [&](uint32_t b, const record_abi::KernelArgs* kernel_args) {
+    JMF_RETURN_IF_ERROR(record.CreateLaunch(kernel, record_dims_, config_.sharedMemBytes, spec_.uses_pdl, kernel_args,
+                                            dependency, &launches[b], "creating the launch command"));
     if (!record.Push(launches[b])) {
       return ffi::Error(ffi::ErrorCode::kResourceExhausted, who() + ": the record frame has no room for the launch");
     }
@@ -241,15 +242,13 @@ ffi::Error CallSite::CreateCommands(const RecordFrame& record, int32_t device, c
   }));
   if (spec_.batch_size > 1) {
     // The batch elements' launches are independent; later commands wait for all of them.
-    const XLA_FFI_Command* join = nullptr;
-    JMF_RETURN_IF_ERROR(
-        record.Take(api.create_empty_command(record.frame->record_ctx, launches, spec_.batch_size, &join),
-                    "joining the batch's launches"));
+    const record_abi::Command* join = nullptr;
+    JMF_RETURN_IF_ERROR(record.CreateEmpty(launches, spec_.batch_size, &join, "joining the batch's launches"));
     if (!record.Push(join)) {
       return ffi::Error(ffi::ErrorCode::kResourceExhausted, who() + ": the record frame has no room");
     }
   }
-  const XLA_FFI_Command* command = launches[0];
+  const record_abi::Command* command = launches[0];
   std::unique_ptr<void*[]> addresses(new void*[buffers.count]);  // once per recorded command
   std::copy(buffers.ptrs, buffers.ptrs + buffers.count, addresses.get());
   DeviceSlot& slot = slots_[device];
@@ -259,12 +258,12 @@ ffi::Error CallSite::CreateCommands(const RecordFrame& record, int32_t device, c
   return ffi::Error::Success();
 }
 
-int CallSite::RecordArgs(const Buffers& buffers, int32_t device, XLA_FFI_KernelArg* args, uint32_t element) const {
+int CallSite::RecordArgs(const Buffers& buffers, int32_t device, record_abi::KernelArg* args, uint32_t element) const {
   return ForEachParam(
       buffers, device,
       [&](int i, const void* value, size_t size) {
-        args[i] = size == 0 ? XLA_FFI_KernelArg{*static_cast<void* const*>(value), 0, XLA_FFI_KernelArgType_DevicePtr}
-                            : XLA_FFI_KernelArg{value, static_cast<int64_t>(size), XLA_FFI_KernelArgType_HostValue};
+        args[i] = size == 0 ? record_abi::KernelArg{*static_cast<void* const*>(value), 0, record_abi::kDevicePtr}
+                            : record_abi::KernelArg{value, static_cast<int64_t>(size), record_abi::kHostValue};
       },
       element);
 }
@@ -278,22 +277,19 @@ ffi::Error CallSite::UpdateCommands(const RecordFrame& record, int32_t device, c
   // XLA asks for an update whenever an allocation the graph uses moved; most
   // of the time this call's own buffers did not, and rewriting the node for
   // nothing costs more than the launch.
-  const XLA_FFI_Command* command = record.command(launch);
+  const record_abi::Command* command = record.command(launch);
   void** last = nullptr;
   for (auto& [recorded_command, addresses] : slots_[device].recorded) {
     if (recorded_command == command) last = addresses.get();
   }
   if (last != nullptr && std::equal(buffers.ptrs, buffers.ptrs + buffers.count, last)) return ffi::Error::Success();
-  const XLA_FFI_RecordApi& api = *record.frame->api;
   JMF_RETURN_IF_ERROR(ForEachFill(spec_, [&](size_t k, int b, uint32_t word) {
     FillArgs args(buffers, b, word);
-    return record.Take(api.update_launch(record.frame->record_ctx, record.command(first_fill + static_cast<int64_t>(k)),
-                                         &args.kernel_args),
-                       "updating the output fills");
+    return record.UpdateLaunch(record.command(first_fill + static_cast<int64_t>(k)), &args.kernel_args,
+                               "updating the output fills");
   }));
-  JMF_RETURN_IF_ERROR(ForEachElement(buffers, device, [&](uint32_t b, const XLA_FFI_KernelArgs* kernel_args) {
-    return record.Take(api.update_launch(record.frame->record_ctx, record.command(launch + b), kernel_args),
-                       "updating the launch command");
+  JMF_RETURN_IF_ERROR(ForEachElement(buffers, device, [&](uint32_t b, const record_abi::KernelArgs* kernel_args) {
+    return record.UpdateLaunch(record.command(launch + b), kernel_args, "updating the launch command");
   }));
   if (last != nullptr) std::copy(buffers.ptrs, buffers.ptrs + buffers.count, last);
   return ffi::Error::Success();

@@ -58,8 +58,8 @@ ffi::Error CallSite::ResolveLaunchPrograms(const ffi::RemainingArgs& args, const
       for (const DimRef& ref : programs.dims) program_dims_.push_back(shapes.dims[ref.buffer][ref.axis]);
       config_.gridDimX = spec_.grid[0], config_.gridDimY = spec_.grid[1], config_.gridDimZ = spec_.grid[2];
       // Bounded by the contract's grid limits, so they fit in int32.
-      record_dims_.grid = XLA_FFI_Dim3{static_cast<int32_t>(spec_.grid[0]), static_cast<int32_t>(spec_.grid[1]),
-                                       static_cast<int32_t>(spec_.grid[2])};
+      record_dims_.grid = record_abi::Dim3{static_cast<int32_t>(spec_.grid[0]), static_cast<int32_t>(spec_.grid[1]),
+                                           static_cast<int32_t>(spec_.grid[2])};
       programs_resolved_.store(true, std::memory_order_release);
       return ffi::Error::Success();
     }

@@ -219,37 +219,95 @@ namespace {
 
 std::mutex registration_mutex;
 RecordRegistration registration;
+const XLA_FFI_Api* bootstrap_api = nullptr;  // the calling plugin's, kept for RegisterRecordTargets
+
+std::string VersionText(int major, int minor) { return std::to_string(major) + "." + std::to_string(minor); }
+
+// The probe: its record stage reads the running record extension's version
+// and calls nothing the version does not prove (ffi/record.h).
+ffi::Error ProbeExecute(ffi::AnyBuffer, ffi::Result<ffi::AnyBuffer>) { return ffi::Error::Success(); }
+
+ffi::Error ProbeRecord(RecordProbeView view) {
+  const record_abi::Layout layout = record_abi::LayoutFor(view.major, view.minor);
+  {
+    std::lock_guard<std::mutex> lock(registration_mutex);
+    registration.probe_seen = true;
+    registration.record_major = view.major;
+    registration.record_minor = view.minor;
+  }
+  if (layout == record_abi::Layout::kNone) {
+    // Nothing of the frame is touched: its layout is unknown. The failed probe program is the answer.
+    return ffi::Error(ffi::ErrorCode::kUnimplemented, "record extension " + VersionText(view.major, view.minor) +
+                                                          " has no layout declared in this build of jax_mosaic_ffi");
+  }
+  return RecordFrame(view.api, view.frame, layout).RequestStreamCapture("the record probe");
+}
 
 ffi::Error Bootstrap(const XLA_FFI_Api* api, ffi::Result<ffi::AnyBuffer>) {
   std::lock_guard<std::mutex> lock(registration_mutex);
   if (registration.attempted) return ffi::Error::Success();
   registration.attempted = true;
-  // Older-built handlers run on newer runtimes of the same major version, but
-  // the record extension is only known good up to the newest API we checked.
-  const auto version = [](int major, int minor) { return std::to_string(major) + "." + std::to_string(minor); };
+  // Older-built handlers run on newer runtimes of the same major version; the
+  // core API is known good up to the newest minor we checked.
   const int major = api->api_version.major_version;
   const int minor = api->api_version.minor_version;
   if (major != XLA_FFI_API_MAJOR || minor < XLA_FFI_API_MINOR || minor > kNewestCheckedFfiApiMinor) {
-    registration.message = "the running XLA FFI API is " + version(major, minor) + "; record handlers are used from " +
-                           version(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR) + " (built against) to " +
-                           version(XLA_FFI_API_MAJOR, kNewestCheckedFfiApiMinor) + " (checked)";
+    registration.message = "the running XLA FFI API is " + VersionText(major, minor) +
+                           "; record handlers are used from " + VersionText(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR) +
+                           " (built against) to " + VersionText(XLA_FFI_API_MAJOR, kNewestCheckedFfiApiMinor) +
+                           " (checked)";
     return ffi::Error::Success();
   }
-  for (const TargetBundle& target : Targets()) {
-    const XLA_FFI_Handler_Traits traits = target.command_buffer ? XLA_FFI_HANDLER_TRAITS_COMMAND_BUFFER_COMPATIBLE : 0;
-    if (XLA_FFI_Error* error = ffi::Ffi::RegisterStaticHandler(api, target.name, "CUDA", target.bundle, traits)) {
-      registration.message =
-          std::string("registering ") + target.name + ": " + ffi::internal::GetErrorMessage(api, error);
-      ffi::internal::DestroyError(api, error);
-      return ffi::Error::Success();
-    }
+  if (XLA_FFI_Error* error = ffi::Ffi::RegisterStaticHandler(api, kRecordProbeTarget, "CUDA", RecordProbeBundle(),
+                                                             XLA_FFI_HANDLER_TRAITS_COMMAND_BUFFER_COMPATIBLE)) {
+    registration.message =
+        std::string("registering ") + kRecordProbeTarget + ": " + ffi::internal::GetErrorMessage(api, error);
+    ffi::internal::DestroyError(api, error);
+    return ffi::Error::Success();
   }
-  registration.registered = true;
-  registration.message = "registered with record handlers";
+  bootstrap_api = api;
+  registration.probe_registered = true;
+  registration.message = "the record probe is registered";
   return ffi::Error::Success();
 }
 
 }  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_record_probe_execute, ProbeExecute,
+                              ffi::Ffi::Bind().Arg<ffi::AnyBuffer>().Ret<ffi::AnyBuffer>(),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_record_probe_record, ProbeRecord,
+                              ffi::Ffi::BindRecord().Ctx<ffi::Extension<RecordProbeExtension>>());
+
+XLA_FFI_Handler_Bundle RecordProbeBundle() {
+  return {nullptr, nullptr, nullptr, jmf_record_probe_execute, jmf_record_probe_record};
+}
+
+bool RegisterRecordTargets() {
+  std::lock_guard<std::mutex> lock(registration_mutex);
+  if (registration.registered) return true;
+  const record_abi::Layout layout = record_abi::LayoutFor(registration.record_major, registration.record_minor);
+  if (bootstrap_api == nullptr || !registration.probe_seen || layout == record_abi::Layout::kNone) {
+    registration.message = "no record layout was proven";
+    return false;
+  }
+  ProvenRecordLayout().store(layout, std::memory_order_relaxed);  // before any handler can be called
+  for (const TargetBundle& target : Targets()) {
+    const XLA_FFI_Handler_Traits traits = target.command_buffer ? XLA_FFI_HANDLER_TRAITS_COMMAND_BUFFER_COMPATIBLE : 0;
+    if (XLA_FFI_Error* error =
+            ffi::Ffi::RegisterStaticHandler(bootstrap_api, target.name, "CUDA", target.bundle, traits)) {
+      registration.message =
+          std::string("registering ") + target.name + ": " + ffi::internal::GetErrorMessage(bootstrap_api, error);
+      ffi::internal::DestroyError(bootstrap_api, error);
+      return false;
+    }
+  }
+  registration.registered = true;
+  registration.message = std::string("registered with record handlers (record extension ") +
+                         VersionText(registration.record_major, registration.record_minor) + ", layout " +
+                         record_abi::LayoutName(layout) + ")";
+  return true;
+}
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_bootstrap, Bootstrap,
                               ffi::Ffi::BindExecute().Ctx<ApiPointer>().Ret<ffi::AnyBuffer>());

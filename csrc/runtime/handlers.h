@@ -32,6 +32,10 @@ inline constexpr char kLaunchTargetV2[] = "jax_mosaic_ffi_launch_v2";
 inline constexpr char kCuteTarget[] = "jax_mosaic_ffi_cute_v1";
 inline constexpr char kCuteNoGraphTarget[] = "jax_mosaic_ffi_cute_nograph_v1";
 inline constexpr char kBootstrapTarget[] = "jax_mosaic_ffi_bootstrap";
+// A target of the bootstrap's own: a program of its calls, put in a command
+// buffer, shows the record stage's extension version before any kernel
+// target gets a record handler (jax_mosaic_ffi/call/registration.py).
+inline constexpr char kRecordProbeTarget[] = "jax_mosaic_ffi_record_probe";
 
 struct TargetBundle {
   const char* name;
@@ -42,13 +46,25 @@ struct TargetBundle {
 // Every target this runtime serves.
 std::vector<TargetBundle> Targets();
 
-// The bootstrap target's execute handler: registers Targets(), record
-// handlers included, through the XLA_FFI_Api of the plugin that calls it.
+// The bootstrap target's execute handler: keeps the XLA_FFI_Api of the plugin
+// that calls it and registers the record probe through it, where the core
+// API's version is one we checked.
 XLA_FFI_Handler* BootstrapHandler();
+// The probe's handlers: a no-op execute, and a record stage that notes the
+// record extension's version and requests stream capture where a layout of
+// ours proves that call (else it fails, touching nothing).
+XLA_FFI_Handler_Bundle RecordProbeBundle();
+// After a probe proved the layout: registers Targets(), record handlers
+// included, through the bootstrap's API. False (and why in the message) otherwise.
+bool RegisterRecordTargets();
 
 struct RecordRegistration {
-  bool attempted = false;
-  bool registered = false;
+  bool attempted = false;         // the bootstrap ran
+  bool probe_registered = false;  // the core API is checked, and the probe target registered
+  bool probe_seen = false;        // a probe record stage ran: record_major/minor are the extension's
+  int record_major = -1;
+  int record_minor = -1;
+  bool registered = false;  // the targets have record handlers
   std::string message;
 };
 RecordRegistration GetRecordRegistration();

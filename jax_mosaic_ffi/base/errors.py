@@ -137,6 +137,19 @@ class ReferenceMismatchWarning(UserWarning):
     super().__init__(f"{report.summary()}\n\n{report}")
 
 
+class StreamCaptureWarning(UserWarning):
+  """Kernels join XLA's CUDA graphs by stream capture, not as kernel nodes: the running jaxlib's command-buffer record
+  extension has a version whose layout this build does not declare, so its record stage is never called.
+
+  Given once per process, at registration (`jax_mosaic_ffi.registration.status` says the same, with the version).
+  Results are unchanged; a launch inside a command buffer costs a little more. Upgrade jax_mosaic_ffi, or install a
+  jaxlib that it supports::
+
+    >>> import warnings
+    >>> warnings.simplefilter("error", jmf.StreamCaptureWarning)  # a CI job that must get kernel nodes
+  """
+
+
 class UncheckedKernelWarning(UserWarning):
   """The shadow mode (`verify`, ``JAX_MOSAIC_FFI_VERIFY``) is on, but a kernel call has no fallback to compare it
   with, so it runs unchecked: given once per call site, at the line that calls the kernel.

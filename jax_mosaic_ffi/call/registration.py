@@ -19,17 +19,29 @@ at their instantiate) and in `status()`.
 Why a bootstrap: XLA calls a record handler (which lets a kernel join a CUDA
 graph as a kernel node) only for bundles registered through the plugin's own
 ``XLA_FFI_Api``; ``jax.ffi.register_ffi_target`` drops it. So we run one tiny
-program whose handler registers the real bundles through that API. Where the
-running jaxlib is outside the range whose record extension we checked
-(jax_mosaic_ffi.base.versions), or the bootstrap refuses the running FFI API
-version, or fails, the targets are registered through ``jax.ffi`` without
-record, and XLA captures our stream launches into its graphs instead.
+program whose handler keeps that API and registers a probe target through it.
+
+Why a probe: the record extension's ABI has changed inside jaxlib's patch
+releases under an unchanged FFI API version (0.12.1), so neither jaxlib's
+version nor the API's proves how to call it. A second tiny program, of the
+probe's calls only, is put in a command buffer; the probe's record stage reads
+the extension's own (major, minor) and, where the C++ core declares that
+layout (``csrc/ffi/record_layouts.h``, an exact list), proves the call by
+requesting stream capture through it. Only then are the kernel targets
+registered with record handlers. An unknown version fails the probe program
+without a call into it, and the targets are registered without record
+handlers: XLA captures our stream launches into its graphs instead, correct
+and slower per launch, with one `StreamCaptureWarning`. So are they where the
+running jaxlib is outside the supported range (jax_mosaic_ffi.base.versions),
+the bootstrap refuses the running FFI API version, the bootstrap fails, or
+the probe never reached a record stage (command buffers off in this process).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import warnings
 
 import jax
 import jax.monitoring
@@ -38,6 +50,7 @@ import numpy as np
 from jax._src.lib import xla_client
 
 from jax_mosaic_ffi.base import contract
+from jax_mosaic_ffi.base import errors
 from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.base import versions
 from jax_mosaic_ffi.base.native import core
@@ -47,7 +60,8 @@ STATE_TYPE_NAME = "jax_mosaic_ffi.CallSite"
 RECORD_ENV = flags.RECORD  # set to 0 to use stream capture only
 
 _lock = threading.Lock()
-_state = {"done": False, "record": False, "message": "not registered yet"}
+_state = {"done": False, "record": False, "record_extension": None, "record_layout": None,
+          "message": "not registered yet"}
 # Set where jax has no CUDA device: nothing will ever need registering (jax's backends do not change).
 _no_cuda = False
 # Why registering failed, once it has: raised again by every later attempt, which is not made. A retry could not
@@ -55,18 +69,18 @@ _no_cuda = False
 _failure: str | None = None
 # Set in the bootstrap's own thread, whose lowering must not register (it is the registration).
 _bootstrapping = threading.local()
+# Calls in the probe program: more than XLA's smallest command buffer (5 by default), so it gets one.
+PROBE_CALLS = 16
 # jax's event after a program is lowered to MLIR, before XLA compiles it (jax._src.dispatch, 0.11 and 0.12).
 LOWERED_EVENT = "/jax/core/compile/jaxpr_to_mlir_module_duration"
 
 
 def _record_unsupported_reason() -> str | None:
-  """Why the running jaxlib gets no record handlers, or None when it gets them.
+  """Why the running jaxlib gets no record handlers before any probe, or None when the probe decides.
 
-  Every jaxlib in the supported range has a record extension whose frame
-  layout and create/update_launch signatures match the headers we were built
-  against (docs/compatibility.md); outside it (only with the version check
-  skipped) nobody checked, and stream capture is the safe choice. The
-  bootstrap checks the FFI API version the plugin reports as well.
+  Outside the supported range (only with the version check skipped) nothing else of the runtime was checked
+  either, and stream capture is the safe choice; inside it, the record extension's own version decides
+  (`_probe_record_layout`), never jaxlib's.
   """
   return versions.problem(jax.__version__, jaxlib.__version__, core.BUILT_AGAINST["jaxlib"])
 
@@ -98,25 +112,88 @@ def _register_without_record(reason: str) -> None:
   _state.update(done=True, record=False, message=f"registered without record handlers: {reason}")
 
 
-def _run_bootstrap(device) -> None:
-  call = jax.ffi.ffi_call(core.BOOTSTRAP_TARGET, jax.ShapeDtypeStruct((1,), np.int32))
-  # A thread of its own: the caller may be inside a trace, where this
-  # program would be staged instead of run.
-  errors = []
+def _run_on(device, program) -> None:
+  """Runs `program` on `device`, in a thread of its own: the caller may be inside a trace, where the program would
+  be staged instead of run."""
+  errors_seen = []
 
   def run():
     _bootstrapping.active = True
     try:
       with jax.default_device(device):
-        jax.jit(call)().block_until_ready()
+        program()
     except Exception as e:  # reported below, as a fallback reason
-      errors.append(e)
+      errors_seen.append(e)
 
   thread = threading.Thread(target=run, name="jax_mosaic_ffi-bootstrap")
   thread.start()
   thread.join()
-  if errors:
-    raise errors.pop()  # out of the list the thread's frame holds: no cycle through it
+  if errors_seen:
+    raise errors_seen.pop()  # out of the list the thread's frame holds: no cycle through it
+
+
+def _run_bootstrap(device) -> None:
+  call = jax.ffi.ffi_call(core.BOOTSTRAP_TARGET, jax.ShapeDtypeStruct((1,), np.int32))
+  _run_on(device, lambda: jax.jit(call)().block_until_ready())
+
+
+def _run_probe(device) -> None:
+  call = jax.ffi.ffi_call(core.RECORD_PROBE_TARGET, jax.ShapeDtypeStruct((1,), np.int32))
+
+  def chain(x):
+    for _ in range(PROBE_CALLS):
+      x = call(x)
+    return x
+
+  _run_on(device, lambda: jax.jit(chain)(np.zeros(1, np.int32)).block_until_ready())
+
+
+def decide_record_layout(version: tuple[int, int]) -> tuple[str | None, str | None]:
+  """The layout the record stage calls for the running record extension's ``(major, minor)``, as the C++ core
+  declares it, or None and why (with one `StreamCaptureWarning`): only an exact declared version gets record
+  handlers, never one above or below it."""
+  layout = core.record_layout_for(*version)
+  if layout is not None:
+    return layout, None
+  reason = (f"jaxlib {jaxlib.__version__}'s command-buffer record extension is {version[0]}.{version[1]}, a version "
+            f"whose layout this jax_mosaic_ffi does not declare (it calls only the layouts checked against each "
+            f"jaxlib's headers: docs/compatibility.md)")
+  warnings.warn(errors.StreamCaptureWarning(
+      f"{reason}. Kernels still run and join CUDA graphs, by stream capture: each launch inside a command buffer "
+      "becomes a captured child graph instead of a kernel node, without PDL edges to its neighbours (about 1-2 us "
+      "more per launch: docs/benchmarks.md). Upgrade jax_mosaic_ffi, or install a jaxlib it supports, to get kernel "
+      "nodes back"),
+      stacklevel=2)
+  return None, reason
+
+
+def _probe_record_layout(device) -> str | None:
+  """Registers the targets with record handlers where the probe proves the record layout (None), else says why."""
+  try:
+    _run_bootstrap(device)
+  except Exception as e:
+    return f"the bootstrap program failed: {e}"
+  if not core.record_registration()["probe_registered"]:
+    return core.record_registration()["message"] or "the bootstrap handler did not run"
+  probe_error = None
+  try:
+    _run_probe(device)
+  except Exception as e:  # an unknown layout fails the probe program on purpose; the registration says what it saw
+    probe_error = e
+  version = core.record_registration()["record_version"]
+  if version is None and probe_error is not None:
+    return f"the record probe program failed: {probe_error}"
+  if version is None:
+    return ("the probe program reached no record stage: command buffers are off for custom calls in this "
+            "process (XLA_FLAGS), so record handlers would never be called")
+  _state["record_extension"] = f"{version[0]}.{version[1]}"
+  layout, reason = decide_record_layout(version)
+  if layout is None:
+    return reason
+  if not core.register_record_targets():
+    return core.record_registration()["message"]
+  _state["record_layout"] = layout
+  return None
 
 
 def register() -> bool:
@@ -169,16 +246,11 @@ def _register() -> bool:
     if os.environ.get(RECORD_ENV, "1") in ("0", "false", "off"):
       _register_without_record(f"{RECORD_ENV}=0")
       return True
-    try:
-      _run_bootstrap(devices[0])
-    except Exception as e:
-      _register_without_record(f"the bootstrap program failed: {e}")
-      return True
-    _, registered, message = core.record_registration()
-    if registered:
-      _state.update(done=True, record=True, message=message)
+    reason = _probe_record_layout(devices[0])
+    if reason is None:
+      _state.update(done=True, record=True, message=core.record_registration()["message"])
     else:
-      _register_without_record(message or "the bootstrap handler did not run")
+      _register_without_record(reason)
     return True
 
 
@@ -204,13 +276,18 @@ jax.monitoring.register_event_duration_secs_listener(_on_lowered)
 
 
 def status() -> dict:
-  """How the targets were registered: ``{"done", "record", "message", "runtime_libraries"}``.
+  """How the targets were registered: ``{"done", "record", "record_extension", "record_layout", "message",
+  "runtime_libraries"}``.
+
+  ``"record"`` says whether kernels join CUDA graphs as kernel nodes (record handlers), ``"record_extension"`` the
+  running record extension's version as the probe read it (``"0.5"`` on jaxlib 0.12.1; None before or without a
+  probe), ``"record_layout"`` the declared layout the record stage calls (``"record-0.5"``), or None.
 
   ``"runtime_libraries"`` holds, by file name, each native library the front ends' images need (e.g.
   ``"libcute_dsl_runtime.so"``, NVIDIA's CuTe DSL runtime library): None, unless finding it failed, and then why
   (only the kernels that need it cannot run)::
 
     >>> sorted(jmf.registration.status())
-    ['done', 'message', 'record', 'runtime_libraries']
+    ['done', 'message', 'record', 'record_extension', 'record_layout', 'runtime_libraries']
   """
   return {**_state, "runtime_libraries": runtime_libraries.problems()}
