@@ -4,6 +4,7 @@ compared with the checked manifest csrc/ffi/checked_ffi_headers.json.
 
   python scripts/ffi_headers.py check            # exit 1, with the diff, when a release differs from the manifest
   python scripts/ffi_headers.py check --update   # after reading that diff (and porting csrc/ffi/): rewrite it
+                                                 # (exit 2 where pip cannot list or download jaxlib)
 
 A patch release may change the record extension's ABI under an unchanged FFI API version (jaxlib 0.12.1 did),
 so no version number alone tells us that a release is safe: the declarations' text does. Each release's

@@ -205,5 +205,7 @@ def test_the_real_headers_match_the_manifest(tmp_path):
   assert "0.12.1" in releases and "0.11.2" in releases
   result = subprocess.run([sys.executable, str(REPO / "scripts" / "ffi_headers.py"), "check", "--cache",
                            str(tmp_path)], capture_output=True, text=True, timeout=fresh_process.HANG_GUARD_S)
+  if result.returncode == 2 and not os.environ.get("CI"):  # the index listed jaxlib, then a download failed
+    pytest.skip(f"pip could not download a jaxlib wheel: {result.stderr[-800:]}")
   assert result.returncode == 0, result.stdout + result.stderr
   assert f"jaxlib {', '.join(releases)} match" in result.stdout
