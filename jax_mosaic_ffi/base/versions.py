@@ -3,8 +3,9 @@
 The C++ core is built against the XLA FFI headers of the oldest supported
 jaxlib (pyproject.toml's build requirements). XLA accepts a handler built
 against older headers, not newer ones, and the command-buffer record
-extension may change without a version bump, so each jaxlib minor release
-in the range had its headers compared with ours (docs/compatibility.md).
+extension may change without a version bump (jaxlib 0.12.1 did), so every
+release in the range has its headers compared with a checked manifest
+(scripts/ffi_headers.py, in CI; docs/compatibility.md).
 The same bounds are in pyproject.toml's dependencies; tests/test_install.py
 checks that they agree.
 """
@@ -23,7 +24,7 @@ from jax_mosaic_ffi.base.paths import PACKAGE_DIR
 
 OLDEST = (0, 11, 2)  # the jaxlib whose FFI headers the extension is built against
 BEFORE = (0, 13)  # first release not checked yet
-TESTED = ("0.11.2", "0.12.0.1")  # what CI runs the CPU suite against
+TESTED = ("0.11.2", "0.12.0.1", "0.12.1")  # what the CPU suite ran against (CI: the oldest and the newest)
 SUPPORTED = f">={'.'.join(map(str, OLDEST))},<{'.'.join(map(str, BEFORE))}"
 
 # Lets one try an unverified jax anyway (record handlers stay off then).
@@ -52,7 +53,7 @@ def problem(jax_version: str, jaxlib_version: str, built_jaxlib: str) -> str | N
   """Why this jax / jaxlib cannot be used with this build, or None when it can."""
   bad = [f"{name} {v}" for name, v in (("jax", jax_version), ("jaxlib", jaxlib_version)) if not in_range(v)]
   if bad:
-    return (f"jax_mosaic_ffi supports jax and jaxlib {SUPPORTED} (tested with {' and '.join(TESTED)}), "
+    return (f"jax_mosaic_ffi supports jax and jaxlib {SUPPORTED} (tested with {', '.join(TESTED)}), "
             f"but this environment has {' and '.join(bad)}. Install a supported one: "
             f"pip install 'jax{SUPPORTED}' 'jaxlib{SUPPORTED}'")
   if parse(jaxlib_version) < parse(built_jaxlib):
