@@ -135,7 +135,8 @@ class CallSite {
   ffi::Error EncodeTensorMap(const TensorMapSpec& t, size_t m, uint32_t element, const Buffers& buffers,
                              EncodedTensorMap* encoded) const;
   void ConfigureLaunch(bool collective);
-  ffi::Error CreateFills(const RecordFrame& record, const Buffers& buffers, const record_abi::Command** previous) const;
+  ffi::Error CreateFills(const RecordFrame& record, const Buffers& buffers, CUcontext context,
+                         const record_abi::Command** previous) const;
   ffi::Error CreateCommands(const RecordFrame& record, int32_t device, const Buffers& buffers);
   ffi::Error UpdateCommands(const RecordFrame& record, int32_t device, const Buffers& buffers);
   ffi::Error SynchronizeAfter(CUstream stream, int32_t device, CUresult launch_result,

@@ -192,14 +192,12 @@ ffi::Error CallSite::ForEachElement(const Buffers& buffers, int32_t device, Fn&&
 
 // Debug poisoning and zero_outputs inside a graph, where the record API
 // has no memset: one fill-kernel node per filled output, chained after `*previous`.
-ffi::Error CallSite::CreateFills(const RecordFrame& record, const Buffers& buffers,
+ffi::Error CallSite::CreateFills(const RecordFrame& record, const Buffers& buffers, CUcontext context,
                                  const record_abi::Command** previous) const {
   if (spec_.poison_buffers.empty() && spec_.zero_buffers.empty()) return ffi::Error::Success();
   const RuntimeKernelSource source = Source(RuntimeKernel::kFill);
   RecordedKernel fill{source.symbol, source.ptx, static_cast<int64_t>(source.size), record_abi::kPtx, nullptr};
-  if (record.takes_functions()) {
-    CUcontext context = nullptr;
-    driver_->cuCtxGetCurrent(&context);
+  if (record.takes_functions()) {  // loaded once per context, kept for the process
     std::string error;
     fill.function = LoadRuntimeKernel(*driver_, context, RuntimeKernel::kFill, &error);
     if (fill.function == nullptr) return ffi::Error::Internal(who() + ": recording the output fills: " + error);
@@ -223,7 +221,7 @@ ffi::Error CallSite::CreateCommands(const RecordFrame& record, int32_t device, c
   const LoadedModule& module = *slots_[device].ready.load(std::memory_order_acquire);
   const record_abi::Command* previous = nullptr;
   if (collective_ != nullptr) JMF_RETURN_IF_ERROR(collective_->RecordBarrier(record, device, &previous));
-  JMF_RETURN_IF_ERROR(CreateFills(record, buffers, &previous));
+  JMF_RETURN_IF_ERROR(CreateFills(record, buffers, module.context(), &previous));
   const Image& image = module.image();
   const bool ptx = image.kind == ImageKind::kPtx;
   // Record 0.1 hands XLA the image, which XLA loads itself; record 0.5 takes the function loaded here.
