@@ -227,7 +227,7 @@ std::string VersionText(int major, int minor) { return std::to_string(major) + "
 // and calls nothing the version does not prove (ffi/record.h).
 ffi::Error ProbeExecute(ffi::AnyBuffer, ffi::Result<ffi::AnyBuffer>) { return ffi::Error::Success(); }
 
-ffi::Error ProbeRecord(RecordProbeView view) {
+ffi::Error ProbeRecord(RecordProbeView view, ffi::AnyBuffer, ffi::Result<ffi::AnyBuffer>) {
   const record_abi::Layout layout = record_abi::LayoutFor(view.major, view.minor);
   {
     std::lock_guard<std::mutex> lock(registration_mutex);
@@ -276,8 +276,9 @@ ffi::Error Bootstrap(const XLA_FFI_Api* api, ffi::Result<ffi::AnyBuffer>) {
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_record_probe_execute, ProbeExecute,
                               ffi::Ffi::Bind().Arg<ffi::AnyBuffer>().Ret<ffi::AnyBuffer>(),
                               {ffi::Traits::kCmdBufferCompatible});
-XLA_FFI_DEFINE_HANDLER_SYMBOL(jmf_record_probe_record, ProbeRecord,
-                              ffi::Ffi::BindRecord().Ctx<ffi::Extension<RecordProbeExtension>>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    jmf_record_probe_record, ProbeRecord,
+    ffi::Ffi::BindRecord().Ctx<ffi::Extension<RecordProbeExtension>>().Arg<ffi::AnyBuffer>().Ret<ffi::AnyBuffer>());
 
 XLA_FFI_Handler_Bundle RecordProbeBundle() {
   return {nullptr, nullptr, nullptr, jmf_record_probe_execute, jmf_record_probe_record};
