@@ -176,6 +176,16 @@ def verify_misspelt():
   return fresh_process.run(script, env={"JAX_MOSAIC_FFI_VERIFY": "frist"}).result
 
 
+def check_output_dtype():
+  report = jmf.check(lambda x: (x / 3).astype(jnp.float16), jnp.zeros(1000), reference=lambda x: x / 3, shapes=None,
+                     vmap=False, eager=False, grads=False)
+  return report.failures[0].describe()
+
+
+def check_integer_tolerance():
+  jmf.check(lambda x: x + 1, jnp.zeros(8, jnp.int32), tolerances={jnp.int32: (0, 1)})
+
+
 def pack_not_there():
   jmf.load_pack("model.jmfpack")
 
@@ -207,6 +217,9 @@ MISTAKES = {
     "a `compute_capability` that is none": triton_bad_compute_capability,
     "a `zeroed_outputs` callable that raises": triton_zeroed_outputs_raises,
     "the shadow mode on for a kernel without a fallback (a warning, at your line)": verify_without_fallback,
+    "a function whose output's dtype is not its reference's (`jmf.check`: the failed row's `describe()`)":
+        check_output_dtype,
+    "a tolerance for an integer output (`jmf.check`, `jmf.verify`)": check_integer_tolerance,
     "a misspelt `JAX_MOSAIC_FFI_VERIFY` (at `import jax_mosaic_ffi`)": verify_misspelt,
     "a kernel pack that is not there (`jmf.load_pack`)": pack_not_there,
     "an arch with a suffix in `JAX_MOSAIC_FFI_TARGETS`": targets_with_a_suffix,

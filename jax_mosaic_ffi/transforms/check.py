@@ -36,10 +36,10 @@ from jax_mosaic_ffi.transforms import reference as reference_lib
 from jax_mosaic_ffi.transforms.autodiff import mosaic_linear_p
 
 
-def check(fn: Callable, *example_args, reference: Callable | None = None, shapes: Any = "edges", dtypes=None,
-          inputs: Callable | None = None, vmap: bool = True, eager: bool = True, grads: bool = True, batch: int = 3,
-          tolerances: Mapping | None = None, rtol: float | None = None, atol: float | None = None,
-          seed: int | None = None, raise_on_mismatch: bool = False) -> CheckReport:
+def check(fn: Callable, *example_args, reference: Callable | None = None, cast_reference: bool = False,
+          shapes: Any = "edges", dtypes=None, inputs: Callable | None = None, vmap: bool = True, eager: bool = True,
+          grads: bool = True, batch: int = 3, tolerances: Mapping | None = None, rtol: float | None = None,
+          atol: float | None = None, seed: int | None = None, raise_on_mismatch: bool = False) -> CheckReport:
   """Checks ``fn``, a function built from kernels, against its reference on fresh random inputs.
 
   The reference is each kernel's ``fallback`` (``fn`` with every kernel call replaced by its fallback), or
@@ -70,8 +70,13 @@ def check(fn: Callable, *example_args, reference: Callable | None = None, shapes
   Args:
     fn: a function of arrays (pytrees of them) that calls kernels (or any JAX function).
     *example_args: arrays or ``jax.ShapeDtypeStruct``: the shapes and dtypes to check; their values are not used.
-    reference: a function of the same arguments returning the same outputs (cast to the outputs' dtypes); by
-      default ``fn`` with each kernel's fallback in its place.
+    reference: a function of the same arguments returning the same outputs, of the same dtypes; by default ``fn``
+      with each kernel's fallback in its place. An output whose dtype is not its reference's fails its row
+      (``reference_dtype``), its values not compared: a float16 result of a float32 function has lost precision,
+      an int8 one wraps where int32 does not.
+    cast_reference: cast the reference's outputs to the function's dtypes before comparing (and differentiate the
+      reference so cast), for a reference written in a wider type on purpose: ``jmf.check(softmax_bf16, x,
+      reference=lambda x: jax.nn.softmax(x.astype(jnp.float32)), cast_reference=True)``.
     shapes: ``"edges"`` (the examples' shapes, then each size changed to one no block divides and to 1, everywhere
       it occurs), ``None`` (the examples' only), or a list of cases, each a tuple of shapes (one per array
       argument). A derived case the function refuses (an error when traced) is skipped, saying why.
@@ -93,7 +98,8 @@ def check(fn: Callable, *example_args, reference: Callable | None = None, shapes
   """
   seed = int.from_bytes(os.urandom(4), "little") if seed is None else int(seed)
   rng = np.random.default_rng(seed)
-  checker = _Checker(fn, reference, inputs, numerics.lookup("jmf.check", tolerances, rtol, atol), rng)
+  checker = _Checker(fn, reference, inputs, numerics.lookup("jmf.check", tolerances, rtol, atol), rng,
+                     cast_reference=bool(cast_reference))
   rows: list[Comparison] = []
   for case in check_cases.cases(example_args, shapes, dtypes):
     rows += checker.run(case, vmap=vmap, eager=eager, grads=grads, batch=batch)
@@ -122,8 +128,9 @@ def _highest():
 class _Checker:
   """The programs of one check; `run` makes the rows of one case."""
 
-  def __init__(self, fn, reference, inputs, tolerance, rng, *, localize: bool = True):
+  def __init__(self, fn, reference, inputs, tolerance, rng, *, cast_reference: bool = False, localize: bool = True):
     self.fn, self.user_reference, self.inputs, self.tolerance, self.rng = fn, reference, inputs, tolerance, rng
+    self.cast_reference = cast_reference
     self.localize = localize  # check each derivative rule alone when a derivative differs
     # Over every program: whether a kernel call was lowered as its kernel, and those whose fallback stood in.
     self.ran, self.stood_in = False, {}
@@ -134,9 +141,10 @@ class _Checker:
     return lambda *leaves: fn(*jax.tree.unflatten(case.tree, list(leaves)))
 
   def _reference(self, case):
-    if self.user_reference is not None:
-      return self._flat(self.user_reference, case)
-    return reference_lib.reference(self._flat(self.fn, case))
+    if self.user_reference is None:
+      return reference_lib.reference(self._flat(self.fn, case))
+    reference = self._flat(self.user_reference, case)
+    return _cast_like(reference, self._flat(self.fn, case)) if self.cast_reference else reference
 
   def _kernels(self, fn, args, label: str):
     """``fn`` freshly jitted (a new function: nothing cached), lowered with every kernel call checked against its
@@ -160,9 +168,13 @@ class _Checker:
       if np.shape(g) != np.shape(w):
         raise ValueError(f"jmf.check: {what}: {name} is {list(np.shape(g))} but its reference returns "
                          f"{list(np.shape(w))}")
-      dtype = jnp.result_type(g)
+      dtype, reference_dtype = jnp.result_type(g), jnp.result_type(w)
+      if dtype != reference_dtype:
+        rows.append(check_report.differing_dtype(what, case.describe(), name, kernel, np.shape(g), dtype,
+                                                 reference_dtype))
+        continue
       rtol, atol = self.tolerance(dtype)
-      summary = numerics.device_summary(jnp.asarray(g), jnp.asarray(w).astype(dtype), rtol, atol)
+      summary = numerics.device_summary(jnp.asarray(g), jnp.asarray(w), rtol, atol)
       rows.append(check_report.compared(what, case.describe(), name, kernel, np.shape(g), dtype, rtol, atol, summary))
     return rows
 
@@ -184,14 +196,19 @@ class _Checker:
       return [check_report.skipped("outputs", case.describe(), "", None, f"the function refuses these inputs: "
                                    f"{_first_line(e)}")]
     names = _names(out, "out")
-    rows = _blamed(self._compare("outputs", case, out, want, names), kernel_rows)
+    outputs = self._compare("outputs", case, out, want, names)
+    rows = _blamed(outputs, kernel_rows)
     rows += kernel_rows or self._unchecked(fn, args, stood_in)
     if eager:
       with _highest():
         rows += self._compare("jit vs eager", case, fn(*args), out, names)
     if vmap:
       rows += self._vmap(fn, compiled, case, batch, names)
-    if grads:
+    if grads and any(r.reference_dtype is not None for r in outputs):
+      # The reference's derivatives would take cotangents of its own dtypes: nothing to compare them with.
+      rows.append(check_report.skipped("VJP, JVP", case.describe(), "", None, "the reference returns other dtypes "
+                                       "than the function (its outputs row); cast_reference=True compares them cast"))
+    elif grads:
       rows += self.derivatives(case, args, out)
     return rows
 
@@ -310,6 +327,18 @@ def _blamed(rows: list[Comparison], kernel_rows: list[Comparison]) -> list[Compa
   if blame is None:
     return rows
   return [dataclasses.replace(r, kernel=f"{blame} (differs from its fallback)") if r.failed else r for r in rows]
+
+
+def _cast_like(reference, fn):
+  """``reference`` with each output cast to the dtype of ``fn``'s output at its place (where they are as many)."""
+  def cast(*args):
+    want = reference(*args)
+    leaves, tree = jax.tree.flatten(want)
+    like = jax.tree.leaves(jax.eval_shape(fn, *args))
+    if len(like) != len(leaves):  # _compare says how they differ
+      return want
+    return jax.tree.unflatten(tree, [jnp.asarray(w).astype(a.dtype) for w, a in zip(leaves, like)])
+  return cast
 
 
 def _single(outs: list):

@@ -34,6 +34,11 @@ class Comparison:
     worst: the element furthest outside the tolerance (or closest to it): its index, both values, absolute and
       relative error and distance in ULPs.
     skipped: why it was not compared (a shape the kernel refuses, a derivative it does not define), or None.
+    passed_by_atol: how many elements passed only by ``atol``: ``|got - want| > rtol * |want|``, but within
+      ``atol + rtol * |want|``. Many of them say the check holds by its absolute floor alone.
+    reference_dtype: the reference's dtype where it is not ``dtype``, or None. Such a row fails without comparing
+      values (an int8 output that wraps where its int32 reference does not, a float16 output of a float32
+      function); `check`'s ``cast_reference=True`` casts the reference to ``dtype`` instead.
   """
 
   what: str
@@ -48,10 +53,12 @@ class Comparison:
   size: int = 0
   worst: numerics.Worst | None = None
   skipped: str | None = None
+  passed_by_atol: int = 0
+  reference_dtype: str | None = None
 
   @property
   def failed(self) -> bool:
-    return self.skipped is None and self.mismatches > 0
+    return self.skipped is None and (self.mismatches > 0 or self.reference_dtype is not None)
 
   def describe(self) -> str:
     """One sentence: what was compared and, for a mismatch, where and by how much."""
@@ -60,27 +67,39 @@ class Comparison:
       head += f", {self.kernel}"
     if self.skipped is not None:
       return f"{head}: not compared: {self.skipped}"
+    if self.reference_dtype is not None:
+      return (f"{head}: returns {self.dtype} where its reference returns {self.reference_dtype}; return "
+              f"{self.reference_dtype}, or pass cast_reference=True to compare with the reference cast to {self.dtype}")
+    by_atol = f"; {self.passed_by_atol} passed only by atol" if self.passed_by_atol else ""
     if not self.failed:
-      return f"{head}: matches"
+      return f"{head}: matches{by_atol}"
     w = self.worst
     detail = (f"worst at {list(w.index)}: got {_value(w.got)}, want {_value(w.want)} (abs error {_value(w.abs_error)}, "
               f"rel error {_value(w.rel_error)}" + (f", {w.ulps} ULPs" if w.ulps is not None else "") + ")")
     return (f"{head}: {self.mismatches} of {self.size} elements differ beyond rtol={self.rtol:g}, "
-            f"atol={self.atol:g}; {detail}")
+            f"atol={self.atol:g}; {detail}{by_atol}")
 
 
 def compared(what: str, case: str, output: str, kernel: str | None, shape, dtype, rtol: float, atol: float,
              summary: Sequence) -> Comparison:
   """The row of one `numerics.summarize` result (numpy values on the host)."""
-  mismatches, worst, got, want, _ = summary
+  mismatches, worst, got, want, _, passed_by_atol = summary
   size = int(np.prod(shape)) if shape else 1
   found = numerics.worst_element(tuple(shape), dtype, int(worst), got, want) if size else None
   return Comparison(what, case, output, kernel, np.dtype(dtype).name, tuple(int(d) for d in shape), rtol, atol,
-                    int(mismatches), size, found)
+                    int(mismatches), size, found, passed_by_atol=int(passed_by_atol))
 
 
 def skipped(what: str, case: str, output: str, kernel: str | None, why: str, shape=(), dtype="float32") -> Comparison:
   return Comparison(what, case, output, kernel, np.dtype(dtype).name, tuple(shape), 0.0, 0.0, skipped=why)
+
+
+def differing_dtype(what: str, case: str, output: str, kernel: str | None, shape, dtype,
+                    reference_dtype) -> Comparison:
+  """The row of an output whose dtype is not its reference's: failed, its values not compared."""
+  size = int(np.prod(shape)) if shape else 1
+  return Comparison(what, case, output, kernel, np.dtype(dtype).name, tuple(int(d) for d in shape), 0.0, 0.0,
+                    size=size, reference_dtype=np.dtype(reference_dtype).name)
 
 
 def describe_avals(avals) -> str:
@@ -115,6 +134,9 @@ def _cells(row: Comparison) -> list[str]:
   details = [f"kernel: {row.kernel}"] if row.kernel else []
   if row.skipped is not None:
     return [row.what, row.case, row.output, "skipped", "\n".join(details + [row.skipped])]
+  if row.reference_dtype is not None:
+    details.append(f"returns {row.dtype}, its reference {row.reference_dtype}; values not compared")
+    return [row.what, row.case, row.output, "FAIL dtype", "\n".join(details)]
   w = row.worst
   if row.failed:
     result = f"FAIL {row.mismatches}/{row.size}"
@@ -130,6 +152,8 @@ def _cells(row: Comparison) -> list[str]:
     else:
       details.append(f"worst at {list(w.index)}: abs err {_g(w.abs_error)}" +
                      ("" if w.ulps is None else f", {w.ulps} ULP" + ("s" if w.ulps != 1 else "")))
+  if row.passed_by_atol:
+    details.append(f"{row.passed_by_atol} of {row.size} passed only by atol")
   return [row.what, row.case, row.output, result, "\n".join(details)]
 
 
@@ -196,7 +220,9 @@ class CheckReport:
   ``report.passed`` is True for ``"passed"`` only: a check that ran no kernel has not passed. ``report.failures``
   are the rows that differed, each a ``Comparison`` with ``what``, ``case``, ``output``, ``kernel`` (the kernel
   call and call site it is about, when it is one), ``mismatches`` of ``size`` elements, and ``worst`` (``index``,
-  ``got``, ``want``, ``abs_error``, ``rel_error``, ``ulps``)::
+  ``got``, ``want``, ``abs_error``, ``rel_error``, ``ulps``), or ``reference_dtype`` where the output's dtype is
+  not its reference's. ``report.passed_by_atol`` counts the elements that passed only by ``atol`` (their error
+  over ``rtol * |want|``), as each row and the summary do::
 
     >>> report = jmf.check(lambda x: x * 2, jnp.ones(8), reference=lambda x: x + x, shapes=None, seed=0)
     >>> report.status, [row.what for row in report.rows]
@@ -229,6 +255,11 @@ class CheckReport:
   def failures(self) -> list[Comparison]:
     return [r for r in self.rows if r.failed]
 
+  @property
+  def passed_by_atol(self) -> int:
+    """How many elements, over every row, passed only by ``atol`` (not within ``rtol * |want|``)."""
+    return sum(r.passed_by_atol for r in self.rows)
+
   def summary(self) -> str:
     """One line: the status, how many comparisons were made, and the first failure or why nothing was checked."""
     made = [r for r in self.rows if r.skipped is None]
@@ -236,10 +267,11 @@ class CheckReport:
     if self.failures:
       return (f"{len(self.failures)} of {len(made)} comparisons differ{seed}; the first: "
               f"{self.failures[0].describe()}")
+    by_atol = f"; {self.passed_by_atol} elements passed only by atol" if self.passed_by_atol else ""
     if self.not_checked is not None:
       made_text = f"; the {len(made)} comparisons of what ran instead match{seed}" if made else seed
-      return f"not checked: {self.not_checked}{made_text}"
-    return f"all {len(made)} comparisons match{seed}"
+      return f"not checked: {self.not_checked}{made_text}{by_atol}"
+    return f"all {len(made)} comparisons match{seed}{by_atol}"
 
   def __str__(self) -> str:
     return "\n".join([table(self.rows), "", *textwrap.wrap(self.summary(), WIDTH, break_on_hyphens=False)])

@@ -144,7 +144,7 @@ class Verification:
     """The host callback: the comparison's numbers -> rows; a mismatch warns or raises."""
     what = "kernel vs fallback" + (f" ({self.label})" if self.label else "")
     rows = tuple(check_report.compared(what, site.case, f"out{k}", site.who, shape, dtype, rtol, atol,
-                                       summaries[5 * k:5 * k + 5])
+                                       summaries[numerics.SUMMARY_SIZE * k:numerics.SUMMARY_SIZE * (k + 1)])
                  for k, (shape, dtype, rtol, atol) in enumerate(site.outputs))
     with self._lock:
       self._mark(site.key)
