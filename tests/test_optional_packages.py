@@ -79,9 +79,10 @@ def test_without_the_optional_packages_nothing_errors_at_collection(tmp_path):
              "sys.exit(pytest.main(['--collect-only', '-q', '-rs', '-p', 'no:cacheprovider', 'tests']))")
   # Nor PYTHONPATH, where carried packages come in (scripts/gpu_check.sh's JMF_CARRIED).
   env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-  probe = subprocess.run([sys.executable, "-S", "-c", "import site, sys; site.addsitedir(sys.argv[1]); "
-                          "import importlib.util as u; print([m for m in ('triton', 'cutlass', 'xdist', 'torch', "
-                          "'nvidia.nvshmem') if u.find_spec(m.split('.')[0]) and u.find_spec(m)])", str(links)], capture_output=True, text=True, env=env,
+  found = ("import site, sys; site.addsitedir(sys.argv[1]); import importlib.util as u; "
+           "print([m for m in ('triton', 'cutlass', 'xdist', 'torch', 'nvidia.nvshmem') "
+           "if u.find_spec(m.split('.')[0]) and u.find_spec(m)])")
+  probe = subprocess.run([sys.executable, "-S", "-c", found, str(links)], capture_output=True, text=True, env=env,
                          timeout=fresh_process.HANG_GUARD_S)
   assert probe.stdout.strip() == "[]", probe.stdout + probe.stderr
   result = subprocess.run([sys.executable, "-S", "-c", program, str(links)], capture_output=True, text=True,
