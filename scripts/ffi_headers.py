@@ -269,6 +269,11 @@ def versions_lines(entry: dict) -> list[str]:
           f"record_layout = {entry['record_layout']}"]
 
 
+def record_layouts(path: pathlib.Path = MANIFEST) -> dict[str, str]:
+  """Each checked release -> the name of the record layout of ours that serves it (RECORD_LAYOUTS)."""
+  return {release: entry["record_layout"] for release, entry in load(path).items()}
+
+
 def rendered(entry: dict) -> list[str]:
   lines = versions_lines(entry)
   for name in sorted(entry["declarations"]):

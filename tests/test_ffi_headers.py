@@ -189,8 +189,8 @@ def test_the_manifest_holds_every_tested_release_with_its_layout():
   assert ffi_headers.layout_problems(entries) == []
   record = ffi_headers.record_versions()
   assert record["0.11.2"] == (0, 1) and record["0.12.0.1"] == (0, 2) and record["0.12.1"] == (0, 5)
-  assert {release: entry["record_layout"] for release, entry in entries.items() if release in versions.TESTED} == {
-      "0.11.2": "record-0.1", "0.12.0.1": "record-0.1", "0.12.1": "record-0.5"}
+  assert {release: layout for release, layout in ffi_headers.record_layouts().items() if release in versions.TESTED} \
+      == {"0.11.2": "record-0.1", "0.12.0.1": "record-0.1", "0.12.1": "record-0.5"}
 
 
 @pytest.mark.slow
