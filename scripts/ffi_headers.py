@@ -106,6 +106,8 @@ def releases_in_range(versions_py: pathlib.Path = VERSIONS_PY) -> list[str]:
 
 def fetch(release: str, cache_dir: pathlib.Path = CACHE_DIR) -> pathlib.Path:
   """The folder holding jaxlib `release`'s xla/ffi/api/*.h, downloaded and extracted into cache_dir once."""
+  if not re.fullmatch(r"\d+(\.\d+)*", release):
+    raise ValueError(f"{release!r} is not a jaxlib release number (such as 0.12.1)")
   api_dir = pathlib.Path(cache_dir) / release
   if api_dir.is_dir():
     return api_dir
@@ -125,7 +127,11 @@ def fetch(release: str, cache_dir: pathlib.Path = CACHE_DIR) -> pathlib.Path:
           (extracted / name).write_bytes(wheel.read(member))
     if not any(extracted.glob("*.h")):
       raise RuntimeError(f"the jaxlib {release} wheel has no {HEADERS_IN_WHEEL}*.h: where did the headers go?")
-    extracted.rename(api_dir)  # whole or not at all: a stopped run leaves no half folder behind
+    try:
+      extracted.rename(api_dir)  # whole or not at all: a stopped run leaves no half folder behind
+    except OSError:
+      if not api_dir.is_dir():  # else another run put it there first
+        raise
   return api_dir
 
 
@@ -223,11 +229,15 @@ def describe(decls: dict[str, str]) -> dict:
 
 def load(path: pathlib.Path = MANIFEST) -> dict[str, dict]:
   """The manifest's releases, each entry with its declarations' text filled in."""
-  stored = json.loads(pathlib.Path(path).read_text())
-  texts = {key: "\n".join(lines) for key, lines in stored["texts"].items()}
-  return {release: {**entry, "declarations": {name: texts[key] if key else ABSENT
-                                               for name, key in entry["declarations"].items()}}
-          for release, entry in stored["releases"].items()}
+  try:
+    stored = json.loads(pathlib.Path(path).read_text())
+    texts = {key: "\n".join(lines) for key, lines in stored["texts"].items()}
+    return {release: {**entry, "declarations": {name: texts[key] if key else ABSENT
+                                                 for name, key in entry["declarations"].items()}}
+            for release, entry in stored["releases"].items()}
+  except (KeyError, TypeError, AttributeError, ValueError) as error:
+    raise ValueError(f"{path} is not a manifest this script wrote ({type(error).__name__}: {error}): restore it "
+                     "from git, or rewrite it with `python scripts/ffi_headers.py check --update`") from None
 
 
 def save(entries: dict[str, dict], path: pathlib.Path = MANIFEST) -> None:
@@ -257,6 +267,11 @@ def record_versions(path: pathlib.Path = MANIFEST) -> dict[str, tuple[int, int]]
 def versions_lines(entry: dict) -> list[str]:
   return [f"ffi_api = {entry['ffi_api']}", f"record_extension = {entry['record_extension']}",
           f"record_layout = {entry['record_layout']}"]
+
+
+def record_layouts(path: pathlib.Path = MANIFEST) -> dict[str, str]:
+  """Each checked release -> the name of the record layout of ours that serves it (RECORD_LAYOUTS)."""
+  return {release: entry["record_layout"] for release, entry in load(path).items()}
 
 
 def rendered(entry: dict) -> list[str]:
@@ -350,6 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     return check(args.update, args.cache, MANIFEST, releases)
   except IndexUnavailable as error:
     print(f"error: {error}\n(The check needs pip to reach an index that has jaxlib.)", file=sys.stderr)
+    return 2
+  except (ValueError, RuntimeError) as error:
+    print(f"error: {error}", file=sys.stderr)
     return 2
 
 

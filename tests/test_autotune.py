@@ -244,7 +244,8 @@ def test_cuda_cpp_matmul_autotuned_then_reused_by_a_fresh_process(rng, isolated_
 
 @gpu
 def test_triton_matmul_autotuned_through_configs(rng, isolated_disk_cache):
-  pytest.importorskip("triton")
+  import triton_required
+  triton_required.import_triton()
   import triton_sources as ts
   call = jmf.mosaic_kernel(
       jmf.triton_kernel(ts.matmul), lambda a, b: jax.ShapeDtypeStruct((a.shape[0], b.shape[1]), a.dtype),

@@ -36,7 +36,9 @@ def test_without_a_gpu_a_call_with_configs_and_a_fallback_builds_and_says_nothin
   # Nothing can be timed and the fallback runs: no config is built (a Triton kernel would compile here), none
   # chosen, nothing warned; under vmap and nested vmap too.
   monkeypatch.delenv(autotuning.CPU_ENV, raising=False)
-  triton_sources = pytest.importorskip("triton_sources")
+  import triton_required
+  triton_required.import_triton()
+  import triton_sources
   call = jmf.mosaic_kernel(jmf.triton_kernel(triton_sources.add), lambda x, y: jax.ShapeDtypeStruct(x.shape, x.dtype),
                            grid=lambda meta, x, y: jmf.cdiv(x.size, meta["BLOCK"]),
                            scalars=lambda meta, x, y: (np.int32(x.size),),
@@ -103,7 +105,9 @@ def test_without_a_gpu_an_autotuned_triton_kernel_with_a_fallback_builds_and_say
   # @triton.autotune with fallback= is configs= with a fallback: the same silence where nothing can be timed,
   # through mosaic_kernel and triton_call alike; a program lowered for CUDA holds the first config, said there.
   monkeypatch.delenv(autotuning.CPU_ENV, raising=False)
-  ds = pytest.importorskip("triton_decorated_sources")  # scaled_copy: 1000 elements leave two configs to time
+  import triton_required
+  triton_required.import_triton()
+  import triton_decorated_sources as ds  # scaled_copy: 1000 elements leave two configs to time
   call = jmf.mosaic_kernel(jmf.triton_kernel(ds.scaled_copy), lambda x: x,
                            grid=lambda meta, x: jmf.cdiv(x.size, meta["BLOCK"]),
                            scalars=lambda meta, x: (np.int32(x.size), np.float32(2.5)), fallback=lambda x: 2.5 * x)

@@ -189,8 +189,8 @@ def test_the_manifest_holds_every_tested_release_with_its_layout():
   assert ffi_headers.layout_problems(entries) == []
   record = ffi_headers.record_versions()
   assert record["0.11.2"] == (0, 1) and record["0.12.0.1"] == (0, 2) and record["0.12.1"] == (0, 5)
-  assert {release: entry["record_layout"] for release, entry in entries.items() if release in versions.TESTED} == {
-      "0.11.2": "record-0.1", "0.12.0.1": "record-0.1", "0.12.1": "record-0.5"}
+  assert {release: layout for release, layout in ffi_headers.record_layouts().items() if release in versions.TESTED} \
+      == {"0.11.2": "record-0.1", "0.12.0.1": "record-0.1", "0.12.1": "record-0.5"}
 
 
 @pytest.mark.slow
@@ -209,3 +209,15 @@ def test_the_real_headers_match_the_manifest(tmp_path):
     pytest.skip(f"pip could not download a jaxlib wheel: {result.stderr[-800:]}")
   assert result.returncode == 0, result.stdout + result.stderr
   assert f"jaxlib {', '.join(releases)} match" in result.stdout
+
+
+def test_bad_input_is_an_error_naming_what_to_change(tmp_path):
+  script = [sys.executable, str(REPO / "scripts" / "ffi_headers.py"), "check", "--cache", str(tmp_path)]
+  wrong = subprocess.run(script + ["--releases", "../0.12.1"], capture_output=True, text=True,
+                         timeout=fresh_process.HANG_GUARD_S)
+  assert wrong.returncode == 2 and "'../0.12.1' is not a jaxlib release number (such as 0.12.1)" in wrong.stderr
+  assert "Traceback" not in wrong.stderr and not any(tmp_path.iterdir())
+  broken = tmp_path / "manifest.json"
+  broken.write_text('{"releases": {"0.12.1": {}}}')
+  with pytest.raises(ValueError, match="is not a manifest this script wrote .*restore it from git"):
+    ffi_headers.load(broken)

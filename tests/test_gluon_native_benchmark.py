@@ -55,7 +55,8 @@ def test_the_tables():
 
 @pytest.fixture(scope="module")
 def env():
-  pytest.importorskip("triton")
+  import triton_required
+  triton_required.import_triton()
   return native.environment(with_torch=False)
 
 

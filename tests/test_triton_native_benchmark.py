@@ -10,10 +10,11 @@ import pytest
 
 import benchmarks_package
 from hlo_inspect import UNTUNED_OK, custom_calls, lower
+from triton_required import import_triton
 
 pytestmark = UNTUNED_OK
 
-pytest.importorskip("triton")
+import_triton()
 benchmarks_package.load()
 import benchmarks.triton_native as native  # noqa: E402  (after the package is loaded from this tree)
 
