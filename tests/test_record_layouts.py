@@ -29,10 +29,6 @@ CSRC = os.path.join(REPO, "csrc")
 ffi_headers = ffi_headers_script.load()
 CHECKED = ffi_headers.load()  # the manifest: each checked release's versions and the layout of ours it uses
 
-
-def record_layouts():
-  return {release: entry["record_layout"] for release, entry in CHECKED.items()}
-
 # What each release's record extension is and which layout it needs: facts read from the wheels' headers
 # (docs/compatibility.md), stated here too so that a manifest edited to agree with a wrong build cannot pass.
 KNOWN = {"0.11.2": ((0, 1), "record-0.1"), "0.12.0.1": ((0, 2), "record-0.1"), "0.12.1": ((0, 5), "record-0.5")}
@@ -40,13 +36,16 @@ KNOWN = {"0.11.2": ((0, 1), "record-0.1"), "0.12.0.1": ((0, 2), "record-0.1"), "
 
 def test_each_supported_jaxlib_gets_the_layout_its_record_version_declares():
   versions = ffi_headers.record_versions()
-  layouts = record_layouts()
+  layouts = ffi_headers.record_layouts()
   assert set(KNOWN) <= set(versions), sorted(versions)
   for release, (version, layout) in KNOWN.items():
     assert versions[release] == version, release
     assert layouts[release] == layout, release
   for release, version in versions.items():
     assert core.record_layout_for(*version) == layouts[release], (release, version)
+  # The drift check's names for the layouts are the C++ core's own.
+  for version, layout in ffi_headers.RECORD_LAYOUTS.items():
+    assert core.record_layout_for(*version) == layout, version
 
 
 @pytest.mark.parametrize("version", [(0, 0), (0, 3), (0, 4), (0, 6), (0, 99), (1, 0), (1, 5), (-1, 5), (0, -1)])
@@ -153,7 +152,7 @@ def test_the_probe_reads_the_running_record_extension_and_proves_its_layout(tmp_
   version = ffi_headers.record_versions().get(result["jaxlib"])
   assert seen["probe_seen"] and tuple(seen["record_version"]) == version, result
   assert status["record"] and status["record_extension"] == f"{version[0]}.{version[1]}", result
-  assert status["record_layout"] == record_layouts()[result["jaxlib"]], result
+  assert status["record_layout"] == ffi_headers.record_layouts()[result["jaxlib"]], result
 
 
 @pytest.mark.gpu
