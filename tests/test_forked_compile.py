@@ -125,3 +125,41 @@ def test_a_compile_inside_a_forked_one_runs_in_that_child():
         str(os.getpid()).encode()
   inner, outer = forked_compile.run(nested, fresh_process.INNER_GUARD_S).split()
   assert inner == outer and not forked_compile.in_child()
+
+
+ORPHANED = """
+  import os, sys, threading
+  from jax_mosaic_ffi.toolchain import forked_compile
+  def endless():
+    with open(sys.argv[1] + ".new", "w") as f:
+      f.write(str(os.getpid()))
+    os.replace(sys.argv[1] + ".new", sys.argv[1])
+    threading.Event().wait(float(sys.argv[2]))  # a guard: it is to die with its parent
+  forked_compile.run(endless, 3600)
+"""
+
+
+def alive(pid: int) -> bool:
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")  # a zombie has ended
+  except OSError:
+    return False
+
+
+def test_a_compile_whose_parent_is_killed_outright_ends_with_it(tmp_path):
+  started = tmp_path / "child"
+  parent = fresh_process.start(ORPHANED, started, fresh_process.INNER_GUARD_S)
+  try:
+    deadline = time.monotonic() + fresh_process.INNER_GUARD_S  # a guard: the wait ends when the child started
+    while not started.exists() and time.monotonic() < deadline and parent.poll() is None:
+      time.sleep(0.01)
+    child = int(started.read_text())
+    assert alive(child)
+  finally:
+    parent.kill()  # SIGKILL: no handler of the parent's runs
+    parent.communicate()
+  deadline = time.monotonic() + fresh_process.INNER_GUARD_S  # the kernel kills it at once; the guard is for a hang
+  while alive(child) and time.monotonic() < deadline:
+    time.sleep(0.01)
+  assert not alive(child)

@@ -24,6 +24,7 @@ the forking thread), and the bound would end such a wait too.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import os
 import pickle
@@ -43,6 +44,7 @@ _MAX_FAILURE_BYTES = 16 << 20
 _MAX_STAGE_BYTES = 4096
 _HEADER = struct.Struct("<cQ")  # tag, length
 _DIGEST_BYTES = 32
+_PR_SET_PDEATHSIG = 1
 # What the parent is warned of at a fork (JAX's and Python's warnings that a threaded process forks): the child
 # runs only the compiler, which takes no lock another thread may hold.
 _FORK_WARNINGS = r"(?s).*(os\.fork\(\) was called|multi-threaded, use of fork\(\))"
@@ -90,6 +92,7 @@ def run(work: Callable[[], bytes], seconds: float | None, first_stage: str = "")
     with contextlib.suppress(Exception):
       stream.flush()
   scratch = tempfile.mkdtemp(prefix="jmf-compile-")
+  parent = os.getpid()
   read_end, write_end = os.pipe()
   try:
     with warnings.catch_warnings():
@@ -101,7 +104,7 @@ def run(work: Callable[[], bytes], seconds: float | None, first_stage: str = "")
     shutil.rmtree(scratch, ignore_errors=True)
     raise
   if pid == 0:
-    _child(work, read_end, write_end, scratch)  # never returns
+    _child(work, read_end, write_end, scratch, parent)  # never returns
   os.close(write_end)
   deadline = time.monotonic() + seconds
   with contextlib.suppress(OSError):  # the child does it too: whichever runs first
@@ -115,12 +118,13 @@ def run(work: Callable[[], bytes], seconds: float | None, first_stage: str = "")
     shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _child(work: Callable[[], bytes], read_end: int, write_end: int, scratch: str) -> None:
+def _child(work: Callable[[], bytes], read_end: int, write_end: int, scratch: str, parent: int) -> None:
   global _reports
   status = 0
   try:
     os.close(read_end)
     os.setpgid(0, 0)  # its own group: the parent kills it with whatever it started
+    _die_with(parent)
     _reports = write_end
     tempfile.tempdir = scratch  # Triton's PTX and cubin files, and ptxas's, are the parent's to remove
     os.environ["TMPDIR"] = scratch
@@ -138,6 +142,15 @@ def _child(work: Callable[[], bytes], read_end: int, write_end: int, scratch: st
       with contextlib.suppress(Exception):
         stream.flush()
     os._exit(status)  # no atexit handler of the parent's runs in its copy
+
+
+def _die_with(parent: int) -> None:
+  """This child killed when its parent ends (Linux's PR_SET_PDEATHSIG), so a parent killed outright leaves no
+  compile running; and ended now if the parent already has."""
+  with contextlib.suppress(OSError, AttributeError):
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+  if os.getppid() != parent:
+    os._exit(1)
 
 
 def _failure(e: BaseException) -> bytes:
