@@ -71,7 +71,12 @@ def _bounded(work, stage: str, name: str, targets: tuple[Arch, ...], where: str)
   bound = compile_timeout.seconds()
   what = f"'{name}' for {', '.join(t.sm for t in targets)}" + (f" (called at {where})" if where else "")
 
-  with _lock:  # the DSL's state is whole at the fork
+  # What every child needs is made here first, so each inherits it: the DSL imported (seconds), and its runtime
+  # arch decided (else each child asks the driver, which a child forked from a CUDA process cannot use).
+  dsl.modules()
+  with dsl.importing("the DSL's tensor types"):
+    from jax_mosaic_ffi.cute import wrapper  # noqa: F401, PLC0415  (imports the DSL)
+  with _lock, dsl.runtime_arch(targets[0].sm):  # the DSL's state is whole at the fork
     try:
       return forked_compile.run(work, bound, stage)
     except forked_compile.Stopped as e:
