@@ -38,8 +38,18 @@ def test_a_cute_compile_past_the_bound_is_stopped_naming_the_kernel_and_its_stag
 
 
 def test_an_unrolled_trace_is_stopped(isolated_disk_cache, monkeypatch):
-  # A million unrolled loads: the DSL's trace of them takes far longer than the 2 s bound on any machine.
+  # 65536 unrolled loads: the DSL's trace and passes take about a minute on a 2-core machine (4096: 3.5 s), far
+  # longer than the 2 s bound on any machine.
   monkeypatch.setenv(TIMEOUT, "2")
   with pytest.raises(jmf.CompileTimeout, match=rf"ran past JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S=2 seconds in {STAGE}"):
-    lower(unrolled(10**6), X)
+    lower(unrolled(2**16), X)
   lower(unrolled(8), X)  # under the bound, in a process as it was
+
+
+def test_a_compile_that_ends_its_process_is_an_error_here(isolated_disk_cache):
+  # Where the key reader does not read the launcher whole, its IR key's trace is the first to end its process.
+  with pytest.raises(jmf.CompileError, match=r"'ends_the_process' for sm_90a .*\nthe compile's process ended \(exit "
+                                             rf"status 3\) in ({STAGE}|the launcher's trace for its IR key for "
+                                             r"sm_90a), without a result; this process is unharmed"):
+    lower(lambda x: jmf.mosaic_kernel(jmf.cute_kernel(K.ends_the_process, targets=("sm_90a",)), lambda x: x)(x), X)
+  lower(unrolled(4), X)  # and it goes on
