@@ -88,7 +88,8 @@ def _bounded(work, stage: str, name: str, targets: tuple[Arch, ...], where: str)
     except forked_compile.Died as e:
       raise CompileError(name, f"the compile's process ended ({e.how}) in {e.stage}, without a "
                          "result; this process is unharmed", "", "", compiler="CuTe DSL", what=what,
-                         advice="a crash in the CuTe DSL's compiler: its output above says where") from None
+                         advice="a crash of the CuTe DSL's compiler (or of code the launcher's trace ran): report it "
+                         "to the DSL with the launcher and this call") from None
 
 
 def _trace_key(launcher, plan: Plan, target: Arch, options: str | None, name: str = "launcher",

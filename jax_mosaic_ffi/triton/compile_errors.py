@@ -57,8 +57,8 @@ def died(fn, targets, config: str, language: Language, how: str, stage: str) -> 
                       f"{compile_stages.described(stage, language.name)}, without a result; this process is "
                       "unharmed", "", "", compiler="Triton",
                       what=f"kernel '{fn.__name__}' for {_targets(targets)} with {config}",
-                      advice=f"a crash in {language.name}'s compiler: its output above says where; report it to "
-                             f"{language.name} with the kernel and this config")
+                      advice=f"a crash of {language.name}'s compiler (or of code the kernel's trace ran): report it "
+                             f"to {language.name} with the kernel and this config")
 
 
 def _targets(targets) -> str:
