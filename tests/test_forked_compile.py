@@ -149,7 +149,8 @@ def alive(pid: int) -> bool:
 
 def test_a_compile_whose_parent_is_killed_outright_ends_with_it(tmp_path):
   started = tmp_path / "child"
-  parent = fresh_process.start(ORPHANED, started, fresh_process.INNER_GUARD_S)
+  # Its scratch folder is the killed parent's to remove: in this test's folder, not the machine's.
+  parent = fresh_process.start(ORPHANED, started, fresh_process.INNER_GUARD_S, env={"TMPDIR": str(tmp_path)})
   try:
     deadline = time.monotonic() + fresh_process.INNER_GUARD_S  # a guard: the wait ends when the child started
     while not started.exists() and time.monotonic() < deadline and parent.poll() is None:
