@@ -1,6 +1,8 @@
 """Small CuTe DSL launchers for the CuTe tests (the DSL reads their source, so they live in a file), and the
 corpus's add_one."""
 
+import os
+
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
@@ -104,3 +106,24 @@ def add_entry_of(stream: cuda.CUstream, x: cute.Tensor, y: cute.Tensor, *, table
   n = x.shape[0]
   _add_constant_kernel(x, y, cutlass.Float32(float(table[index]))).launch(grid=((n + 127) // 128, 1, 1),
                                                                         block=(128, 1, 1), stream=stream)
+
+
+@cute.kernel
+def _unrolled_kernel(x: cute.Tensor, y: cute.Tensor, steps: cutlass.Constexpr):
+  tidx, _, _ = cute.arch.thread_idx()
+  acc = x[tidx]
+  for k in cutlass.range_constexpr(steps):
+    acc = acc + x[(tidx + k) % 128]
+  y[tidx] = acc
+
+
+@cute.jit
+def unrolled(stream: cuda.CUstream, x: cute.Tensor, y: cute.Tensor, *, steps: cutlass.Constexpr = 4):
+  """Slow to compile by construction for a large ``steps``: the trace unrolls the loop, a load and an add each."""
+  _unrolled_kernel(x, y, steps).launch(grid=(1, 1, 1), block=(128, 1, 1), stream=stream)
+
+
+@cute.jit
+def ends_the_process(stream: cuda.CUstream, x: cute.Tensor, y: cute.Tensor):
+  """Its trace ends the process, as a crash of the DSL's native code would."""
+  os._exit(3)

@@ -10,8 +10,12 @@ import numpy as np
 import pytest
 
 import jax_mosaic_ffi as jmf
+from jax_mosaic_ffi.base import pack_file
 from jax_mosaic_ffi.base.errors import KeyAuditError
+from jax_mosaic_ffi.pack import build as pack_build
 from jax_mosaic_ffi.toolchain import compile_cache
+from jax_mosaic_ffi.toolchain import pack_record
+from jax_mosaic_ffi.toolchain import packs
 
 import fresh_process
 import kernel_sources
@@ -115,6 +119,45 @@ def test_an_entry_made_without_the_audit_is_compiled_again_under_it(monkeypatch)
   lower(triton_call(np.full(2000, 0.5)), X)  # its disk entry now has a witness
   final = compile_cache.stats()
   assert final.audits == after.audits + 1 and final.compiles["triton"] == after.compiles["triton"]
+
+
+@pytest.fixture
+def strict_pack(tmp_path, monkeypatch):
+  """``make()`` recorded into a pack (the caches emptied after), which is then in use in strict mode."""
+  for name in (packs.PACKS_ENV, packs.STRICT_ENV, pack_record.ENV):
+    monkeypatch.delenv(name, raising=False)
+  packs.forget()
+
+  def use(make):
+    monkeypatch.setenv(pack_record.ENV, str(tmp_path / "recording"))
+    make()
+    monkeypatch.delenv(pack_record.ENV)
+    built = pack_build.build(pack_record.read(str(tmp_path / "recording")))
+    path = str(tmp_path / "recorded.jmfpack")
+    pack_file.write(path, built.entries, built.created, built.notes)
+    jmf.clear_kernel_cache(disk=True)  # the witnesses too: the pack's entries have none here
+    monkeypatch.setenv(packs.PACKS_ENV, path)
+    monkeypatch.setenv(packs.STRICT_ENV, "1")
+
+  yield use
+  packs.forget()
+
+
+def test_the_audit_proves_a_pack_entry_in_strict_mode(strict_pack):
+  # The audit compiles an entry without a witness again to prove it; a pack's entries have none, and strict mode
+  # refused that compile as if the kernel were missing from the pack (NotInPacks for a kernel the pack holds).
+  strict_pack(lambda: lower(triton_call(np.full(2000, 0.5)), X))
+  before = compile_cache.stats()
+  lower(triton_call(np.full(2000, 0.5)), X)  # in the pack: compiled again as the audit's proof, and witnessed
+  after = compile_cache.stats()
+  assert after.compiles["triton"] == before.compiles["triton"] + 1
+  jmf.clear_kernel_cache()
+  lower(triton_call(np.full(2000, 0.5)), X)  # the pack's entry, proven by the witness the proof left
+  final = compile_cache.stats()
+  assert final.pack_hits == after.pack_hits + 1 and final.audits == after.audits + 1
+  assert final.compiles["triton"] == after.compiles["triton"]
+  with pytest.raises(jmf.NotInPacks, match="'add_entry_of' at "):  # not in the pack: still refused
+    lower(triton_call(np.full(2000, 0.625)), X)
 
 
 def test_a_bad_audit_setting_is_an_error(monkeypatch):

@@ -218,8 +218,10 @@ def test_a_compile_that_ends_the_process_is_listed_as_refused(tmp_path):
   program = tmp_path / "crashing.py"
   program.write_text(CRASHING)
   path = str(tmp_path / "crashed.jmfpack")
+  # Unbounded, the compile runs in the program's process, which it ends (bounded, a forked child would end instead:
+  # tests/test_cute_bounds.py).
   done = _cli("record", path, "--arch", "sm_90", "--", sys.executable, str(program),
-              env={"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache")})
+              env={"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache"), "JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S": "0"})
   assert done.returncode == 1 and "sm_90: the program exited with status 3" in done.stderr
   assert "refused: CuTe DSL 'crashes' for sm_90a: the process ended while this compile ran" in done.stdout
   (refused,) = pack_file.read(path).notes["refused"]

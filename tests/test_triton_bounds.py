@@ -1,11 +1,9 @@
 """Bounded Triton and Gluon compiles, with real Triton and ptxas on the CPU: a tensor larger than a CTA can hold is
 refused before Triton's stages run (triton/tensor_bounds.py), and a compile past JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S is
-stopped, its ptxas killed or never started (triton/ptxas_deadline.py)."""
+stopped in whatever stage it is, its process killed with its ptxas (toolchain/forked_compile.py)."""
 
 import os
 import re
-import subprocess
-import sys
 import tempfile
 import time
 
@@ -21,7 +19,6 @@ import triton_sources as ts  # noqa: E402
 from triton import knobs  # noqa: E402
 
 import jax_mosaic_ffi as jmf  # noqa: E402
-from jax_mosaic_ffi.triton import ptxas_deadline  # noqa: E402
 from jax_mosaic_ffi.triton import tensor_bounds  # noqa: E402
 
 ADD = ["*fp32", "*fp32", "*fp32", "i32"]
@@ -45,7 +42,7 @@ def recording_ptxas(tmp_path, monkeypatch):
   Triton starts. Returns the log's path."""
   log = tmp_path / "ptxas.log"
   log.touch()
-  for name in ptxas_deadline.KNOBS:
+  for name in ("ptxas", "ptxas_blackwell"):  # Triton's knobs for its ptxas binaries
     real = getattr(knobs.nvidia, name).path
     script = tmp_path / f"recorded-{name}"
     script.write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {real} "$@"\n')
@@ -120,120 +117,102 @@ def test_what_is_no_tensor_is_not_counted(text):
 
 # ---------------------------------------------------------------- the compile's deadline
 
-def test_a_compile_past_the_bound_is_stopped_naming_the_kernel(isolated_disk_cache, triton_cache, monkeypatch):
-  # 1 ms: Triton's own stages take longer on any machine, so ptxas is never started.
+def test_a_compile_past_the_bound_is_stopped_naming_the_kernel_and_its_stage(isolated_disk_cache, triton_cache,
+                                                                              monkeypatch):
+  # 1 ms: a compile's process takes longer to start, on any machine, so the bound ends it in its first stage.
   monkeypatch.setenv(TIMEOUT, "0.001")
   with pytest.raises(jmf.CompileTimeout) as caught:
     add(1024)
   assert str(caught.value) == (
       "Triton could not compile kernel 'add' for sm_90 with num_warps=4, num_stages=3, num_ctas=1, BLOCK=1024; "
       "signature (*fp32, *fp32, *fp32, i32):\n"
-      "the compile ran past JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S=0.001 seconds in Triton's own stages (they run in this "
-      "process and count towards it), so ptxas was not started\n\n"
-      "advice: a compile's time grows with the elements each thread holds: use smaller blocks (the constexprs that "
-      "size them) or more num_warps; or raise JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S (0: no bound)")
+      "the compile ran past JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S=0.001 seconds in Triton's frontend (the kernel's Python "
+      "traced to TTIR) for sm_90, and its process was killed\n\n"
+      "advice: a compile's time grows with the elements each thread holds and with the code unrolled "
+      "(tl.static_range): use smaller blocks (the constexprs that size them), more num_warps or a loop that is not "
+      "unrolled; or raise JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S (0: no bound)")
   assert isinstance(caught.value, jmf.CompileError) and caught.value.kernel == "add"
-  monkeypatch.setenv(TIMEOUT, "300")
+  before = jmf.kernel_cache_stats().compiles.get("triton", 0)
+  monkeypatch.setenv(TIMEOUT, "0")  # no bound: compiled in this process
   assert add(1024).name == "add"  # nothing kept of the stopped compile
+  assert jmf.kernel_cache_stats().compiles["triton"] == before + 1
 
 
 def test_a_gluon_compile_past_the_bound_is_stopped(isolated_disk_cache, triton_cache, monkeypatch):
   monkeypatch.setenv(TIMEOUT, "0.001")
   with pytest.raises(jmf.CompileTimeout, match=r"kernel 'axpy' for sm_90 with .*XBLOCK=1024.*\n.*"
-                                               r"in Gluon's own stages .* so ptxas was not started"):
+                                               r"in Gluon's frontend \(the kernel's Python traced to TTIR\) for "
+                                               r"sm_90, and its process was killed"):
     jmf.gluon_kernel(gs.axpy, constexprs={"XBLOCK": 1024}, signature=ADD + ["fp32"], targets=["sm_90"])
+  monkeypatch.setenv(TIMEOUT, "300")
+  assert jmf.gluon_kernel(gs.axpy, constexprs={"XBLOCK": 1024}, signature=ADD + ["fp32"], targets=["sm_90"])
+
+
+STAGES = r"Triton's (frontend|ttir stage|ttgir stage|llir stage|ptx stage|cubin stage \(ptxas\))"
+
+
+def test_an_unrolled_loop_is_stopped_in_tritons_own_stages(isolated_disk_cache, triton_cache, monkeypatch):
+  # The issue's case: a tl.static_range loop ran for 456 s under a 20 s bound, which stopped only ptxas. 65536
+  # unrolled loads take Triton's frontend alone about 100 s on a 2-core machine (8192: 12 s of frontend, 40 s of
+  # passes and ptxas), far longer than the 2 s bound on any machine.
+  monkeypatch.setenv(TIMEOUT, "2")
+  with pytest.raises(jmf.CompileTimeout, match=rf"kernel 'unrolled_sum' for sm_90 with .*STEPS=65536.*\n"
+                                               rf"the compile ran past JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S=2 seconds in "
+                                               rf"{STAGES} .*for sm_90, and its process was killed"):
+    jmf.triton_kernel(ts.unrolled_sum, constexprs={"STEPS": 2**16}, signature=["*fp32", "*fp32"], targets=["sm_90"])
+  # This process is as it was: the same kernel, unrolled less, compiles under the bound, and without one.
+  kernel = jmf.triton_kernel(ts.unrolled_sum, constexprs={"STEPS": 8}, signature=["*fp32", "*fp32"],
+                             targets=["sm_90"])
+  monkeypatch.setenv(TIMEOUT, "0")
+  jmf.clear_kernel_cache(disk=True)
+  again = jmf.triton_kernel(ts.unrolled_sum, constexprs={"STEPS": 8}, signature=["*fp32", "*fp32"],
+                            targets=["sm_90"])
+  assert again.compiled.to_bytes() == kernel.compiled.to_bytes()
 
 
 def test_a_slow_ptxas_is_stopped_and_left_running_nowhere(isolated_disk_cache, triton_cache, tmp_path, monkeypatch):
   # 65536 elements a thread holds in one warp: about 6 s of Triton's stages and 70 s of ptxas on a 2-core machine,
-  # many times the 3 s bound on any machine. Whether the bound ends in Triton's stages (ptxas not started) or in
-  # ptxas (killed) depends on the machine; the outcome does not, and it is the bound's: ptxas killed before it
-  # finished, or never started.
+  # many times the 3 s bound on any machine. Which stage the bound ends depends on the machine; the outcome does
+  # not: the compile's process is killed, with the ptxas it started, and its files are removed.
   monkeypatch.setenv(TIMEOUT, "3")
   monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # Triton's PTX and cubin files, found by their folder
-  with pytest.raises(jmf.CompileTimeout, match=r"kernel 'add' for sm_90 with num_warps=1, .*BLOCK=65536.*\n"
-                                               r"the compile ran past JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S=3 seconds"
-                                               r".*(was killed|was not started)"):
+  with pytest.raises(jmf.CompileTimeout, match=rf"kernel 'add' for sm_90 with num_warps=1, .*BLOCK=65536.*\n"
+                                               rf"the compile ran past JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S=3 seconds in "
+                                               rf"{STAGES} .*for sm_90, and its process was killed"):
     add(65536, num_warps=1)
-  running = []
+  deadline = time.monotonic() + fresh_process.INNER_GUARD_S  # SIGKILL lands at once; the guard is for a hang
+  while running(str(tmp_path)) and time.monotonic() < deadline:
+    time.sleep(0.01)
+  assert not running(str(tmp_path))
+  assert not list(tmp_path.glob("jmf-compile-*"))  # the compile's folder, with its PTX and cubin files, removed
+
+
+def running(marker: str) -> list[str]:
+  """The processes whose command line holds ``marker``."""
+  found = []
   for pid in filter(str.isdigit, os.listdir("/proc")):
     try:
       with open(f"/proc/{pid}/cmdline", "rb") as f:
-        if str(tmp_path).encode() in f.read():
-          running.append(pid)
+        if marker.encode() in f.read():
+          found.append(pid)
     except OSError:
       pass
-  assert not running
-  assert not list(tmp_path.glob("*.ptx.o"))  # the killed ptxas's output, removed
+  return found
 
 
-def slow_ptx(path, values: int = 6000):
-  """PTX that ptxas takes about 10 s over on a 2-core machine (1 GB): ``values`` loads all live at once."""
-  lines = [".version 8.0", ".target sm_90a", ".address_size 64", ".visible .entry slow(.param .u64 p) {",
-           f".reg .f32 %f<{values + 2}>;", ".reg .u64 %rd<3>;", "ld.param.u64 %rd1, [p];"]
-  lines += [f"ld.global.volatile.f32 %f{k}, [%rd1+{4 * k}];" for k in range(values)]
-  lines.append(f"mov.f32 %f{values}, 0f00000000;")
-  lines += [f"fma.rn.f32 %f{values}, %f{values}, %f{values}, %f{k};" for k in reversed(range(values))]
-  lines += [f"st.global.f32 [%rd1], %f{values};", "ret;", "}"]
-  path.write_text("\n".join(lines) + "\n")
-  return path
-
-
-def test_the_wrapper_kills_ptxas_at_the_deadline_and_answers_version_as_ptxas(tmp_path):
-  ptx, cubin = slow_ptx(tmp_path / "slow.ptx"), tmp_path / "slow.cubin"
-  real = {name: getattr(knobs.nvidia, name).path for name in ptxas_deadline.KNOBS}
-  with ptxas_deadline.bounded(time.monotonic() + fresh_process.INNER_GUARD_S):
-    wrappers = {name: getattr(knobs.nvidia, name).path for name in ptxas_deadline.KNOBS}
-    starts = []
-    for name in ptxas_deadline.KNOBS:
-      assert wrappers[name] != real[name] and os.stat(os.path.dirname(wrappers[name])).st_mode & 0o777 == 0o700
-      # Triton's cache key holds ptxas' --version: the same through the wrapper.
-      start = time.monotonic()
-      through = subprocess.run([wrappers[name], "--version"], capture_output=True, check=True).stdout
-      starts.append(time.monotonic() - start)
-      assert through == subprocess.run([real[name], "--version"], capture_output=True, check=True).stdout
-  # The deadline in this machine's time now: 20 times a --version run through the wrapper (about 50 ms on 2 cores:
-  # the wrapper's start and ptxas's), which is a tenth of ptxas's work on this PTX (about 10 s), at any load.
-  with ptxas_deadline.bounded(time.monotonic() + 20 * min(starts)) as ptxas:
-    done = subprocess.run([knobs.nvidia.ptxas_blackwell.path, "--gpu-name=sm_90a", str(ptx), "-o", str(cubin)],
-                          capture_output=True, timeout=fresh_process.HANG_GUARD_S)
-  # Killed once started, before it finished (ptxas writes the cubin last).
-  assert ptxas.stopped == "killed" and done.returncode == 0, (ptxas.stopped, done, starts)
-  assert not cubin.exists()
-  assert {name: getattr(knobs.nvidia, name).path for name in ptxas_deadline.KNOBS} == real  # the knobs restored
-  with ptxas_deadline.bounded(time.monotonic() - 1) as ptxas:  # past already: ptxas is not started
-    subprocess.run([knobs.nvidia.ptxas_blackwell.path, "--gpu-name=sm_90a", str(ptx), "-o", str(cubin)],
-                   timeout=fresh_process.HANG_GUARD_S, check=True)
-  assert ptxas.stopped == "not started" and not cubin.exists()
-
-
-def test_the_wrapper_leaves_tritons_cache_key_alone(isolated_disk_cache, triton_cache, monkeypatch):
-  monkeypatch.setenv(TIMEOUT, "0")  # no wrapper: Triton compiles and keeps the kernel in its cache
+def test_reporting_the_stages_leaves_tritons_cache_key_alone(isolated_disk_cache, triton_cache, monkeypatch):
+  monkeypatch.setenv(TIMEOUT, "0")  # in this process, no stage reported: Triton keeps the kernel in its cache
   plain = add(512)
   entries = sorted(os.listdir(triton_cache))
   assert entries
   jmf.clear_kernel_cache(disk=True)
-  monkeypatch.setenv(TIMEOUT, "300")  # the wrapper: the same key, so Triton's cache hits and nothing is added
+  monkeypatch.setenv(TIMEOUT, "300")  # forked, its stages reported: the same key, so Triton's cache hits
   bounded = add(512)
   assert sorted(os.listdir(triton_cache)) == entries
   assert bounded.compiled.to_bytes() == plain.compiled.to_bytes()
 
 
-def test_where_the_wrapper_cannot_run_a_warning_says_so_and_triton_compiles(isolated_disk_cache, triton_cache,
-                                                                           tmp_path, monkeypatch):
-  # As where TMPDIR is mounted noexec: the wrapper's --version fails (here: no Python where it points).
-  folder = ptxas_deadline._Folder()
-  monkeypatch.setattr(ptxas_deadline, "_folder", folder)
-  monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
-  try:
-    with pytest.warns(RuntimeWarning, match=r"Triton's compiles run without the JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S bound "
-                                            r"in this process: the ptxas wrapper in .* could not run"):
-      assert add(128).name == "add"
-  finally:
-    folder.remove()
-
 def test_a_bad_timeout_is_named_before_triton_compiles(isolated_disk_cache, monkeypatch):
   monkeypatch.setenv(TIMEOUT, "soon")
   with pytest.raises(ValueError, match=re.escape("JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S must be a number of seconds")):
     add(256)
-

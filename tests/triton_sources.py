@@ -143,3 +143,12 @@ def fill_warps(out_ptr, n, num_warps: tl.constexpr, BLOCK: tl.constexpr):
   Triton's launcher binds `kernel[grid](..., num_warps=8)` to both (Gluon's tutorials build layouts of it)."""
   offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
   tl.store(out_ptr + offsets, tl.full((BLOCK,), num_warps, tl.int32), mask=offsets < n)
+
+
+@triton.jit
+def unrolled_sum(x_ptr, out_ptr, STEPS: tl.constexpr):
+  """Slow to compile by construction for a large STEPS: Triton's frontend unrolls the loop, a load and an add each."""
+  acc = tl.load(x_ptr)
+  for i in tl.static_range(STEPS):
+    acc += tl.load(x_ptr + i)
+  tl.store(out_ptr, acc)

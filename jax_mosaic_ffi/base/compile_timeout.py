@@ -1,8 +1,8 @@
 """``JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S``: how long one compile may run, as every front end that can stop one reads it.
 
-NVRTC compiles in a worker process that is killed past it (cuda/nvrtc/worker.py); Triton and Gluon compile in this
-process, and their ptxas runs under its deadline (triton/ptxas_deadline.py). Read at each compile, so a test or a
-user may change it between calls.
+NVRTC compiles in a worker process that is killed past it (cuda/nvrtc/worker.py); Triton, Gluon and the CuTe DSL
+compile in a child forked for the compile, killed past it (toolchain/forked_compile.py). Read at each compile, so a
+test or a user may change it between calls.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ def seconds() -> float | None:
   except ValueError:
     raise ValueError(f"{ENV} must be a number of seconds (0 for no bound), got {value!r}") from None
   if not 0 <= bound < float("inf"):  # nan too
-    raise ValueError(f"{ENV} must be a finite number of seconds >= 0 (0: no bound, and NVRTC compiles in this "
-                     f"process), got {value!r}")
+    raise ValueError(f"{ENV} must be a finite number of seconds >= 0 (0: no bound, and every compiler runs in "
+                     f"this process), got {value!r}")
   return None if bound == 0 else min(bound, MAX_S)
 
 

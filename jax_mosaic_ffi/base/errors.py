@@ -71,10 +71,11 @@ class CompileError(RuntimeError):
 class CompileTimeout(CompileError):
   """A compile that ran past ``JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S`` seconds (default 300) and was stopped.
 
-  NVRTC's worker process is killed, and so is a Triton or Gluon compile's ptxas (Triton's own stages run in this
-  process and count towards the bound; ptxas is refused once it has passed). The message names the kernel, its
-  constexprs and target, and what to change: smaller blocks, or a higher bound (``0``: none). A `CompileError`, so
-  autotuning skips the config as any that fails to compile::
+  NVRTC's worker process is killed, and so is the child process a Triton, Gluon or CuTe DSL compile runs in, with
+  the ptxas it started, whatever stage it was in. The message names the kernel, its constexprs and target, the
+  stage (Triton's frontend, ``ttgir``, ``cubin`` (ptxas), ...) and what to change: smaller blocks, less unrolling,
+  or a higher bound (``0``: none). A `CompileError`, so autotuning skips the config as any that fails to
+  compile::
 
     try:
       kernel = jmf.triton_kernel(fn, constexprs={"BLOCK": 65536}, num_warps=1, signature=...)

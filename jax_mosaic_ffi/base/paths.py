@@ -2,8 +2,7 @@
 
 One constant instead of paths rebuilt from each module's ``__file__``, which break as modules move between
 folders. These keep their own ``__file__``: `disk_cache` (loaded on its own, from its file, by a test
-that must not import jax) and the programs that run as child processes: NVRTC's worker (cuda/nvrtc/program.py)
-and the ptxas wrapper of Triton's compiles (triton/ptxas_program.py).
+that must not import jax) and the program that runs as a child process: NVRTC's worker (cuda/nvrtc/program.py).
 """
 
 from __future__ import annotations

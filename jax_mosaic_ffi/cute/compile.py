@@ -8,6 +8,10 @@ compile cache, memory then disk, keyed by: the DSL release, the target, the comp
 the launcher as `fingerprint.py` reads it without tracing (or, where it cannot, the IR a trace of it
 produces, as the DSL's own cache keys it; or the caller's ``compile_key``). A warm process therefore neither
 traces nor compiles, and imports no DSL; `jax.export` carries the module.
+
+Every trace and compile runs under ``JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S``, in a child forked for it and killed at the
+deadline (toolchain/forked_compile.py): `CompileTimeout` names the stage (the trace of an IR key or of the key
+audit's witness; a target's compile: the launcher's trace, the DSL's MLIR passes and ptxas, which one call runs).
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ import struct
 import threading
 
 from jax_mosaic_ffi.cute import package
+from jax_mosaic_ffi.base import compile_timeout
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import module_format
-from jax_mosaic_ffi.base.errors import CompileError
+from jax_mosaic_ffi.base.errors import CompileError, CompileTimeout
 from jax_mosaic_ffi.base.module_format import Arch, Image, ImageKind, ParsedModule
 from jax_mosaic_ffi.base.native import core
 from jax_mosaic_ffi.cute import dsl
@@ -30,6 +35,7 @@ from jax_mosaic_ffi.cute.kernel import CuteKernel
 from jax_mosaic_ffi.cute.plan import Plan
 from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain import dump
+from jax_mosaic_ffi.toolchain import forked_compile
 from jax_mosaic_ffi.toolchain import key_audit
 from jax_mosaic_ffi.toolchain.compiled import Compiled
 
@@ -37,7 +43,9 @@ from jax_mosaic_ffi.toolchain.compiled import Compiled
 # runtime's parser refuses a CuTe DSL module of another symbol, or an object without this prefix's entry points.
 PREFIX = core.CUTE_PREFIX
 _CACHE_FORMAT = "cute-3"  # 2: values keyed by their content (base/value_key.py); 3: code and objects whole, settings
-_lock = threading.Lock()  # the DSL traces into process-wide state
+# The DSL traces into process-wide state. Reentrant: a bounded trace forks under it (so no other thread is inside
+# the DSL at the fork), and the child, whose one thread is the one that held it, takes it again.
+_lock = threading.RLock()
 
 
 def _options(target: Arch, options: str | None) -> str:
@@ -57,19 +65,51 @@ def _trace(launcher, plan: Plan, target: Arch, options: str | None):
   return artifact, cutlass_compiler
 
 
-def _trace_key(launcher, plan: Plan, target: Arch, options: str | None) -> str:
+def _bounded(work, stage: str, name: str, targets: tuple[Arch, ...], where: str) -> bytes:
+  """``work()`` under ``JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S``, in a forked child (toolchain/forked_compile.py) that
+  starts in ``stage`` ("... for sm_90a")."""
+  bound = compile_timeout.seconds()
+  what = f"'{name}' for {', '.join(t.sm for t in targets)}" + (f" (called at {where})" if where else "")
+
+  # What every child needs is made here first, so each inherits it: the DSL imported (seconds), and its runtime
+  # arch decided (else each child asks the driver, which a child forked from a CUDA process cannot use).
+  dsl.modules()
+  with dsl.importing("the DSL's tensor types"):
+    from jax_mosaic_ffi.cute import wrapper  # noqa: F401, PLC0415  (imports the DSL)
+  with _lock, dsl.runtime_arch(targets[0].sm):  # the DSL's state is whole at the fork
+    try:
+      return forked_compile.run(work, bound, stage)
+    except forked_compile.Stopped as e:
+      raise CompileTimeout(name, f"the compile ran past {compile_timeout.describe(bound)} seconds in "
+                           f"{e.stage}, and its process was killed", "", "", compiler="CuTe DSL",
+                           what=what, advice="a compile's time grows with the code the trace unrolls "
+                           "(cutlass.range_constexpr, Python loops) and the tile sizes: unroll less, or raise "
+                           f"{compile_timeout.ENV} (0: no bound)") from None
+    except forked_compile.Died as e:
+      raise CompileError(name, f"the compile's process ended ({e.how}) in {e.stage}, without a "
+                         "result; this process is unharmed", "", "", compiler="CuTe DSL", what=what,
+                         advice="a crash of the CuTe DSL's compiler (or of code the launcher's trace ran): report it "
+                         "to the DSL with the launcher and this call") from None
+
+
+def _trace_key(launcher, plan: Plan, target: Arch, options: str | None, name: str = "launcher",
+               where: str = "") -> str:
   """The DSL's own identity of the launcher: the digest of its IR."""
-  artifact, cutlass_compiler = _trace(launcher, plan, target, options)
-  return hashlib.sha256(bytes(cutlass_compiler.serialize_compilation_artifact(artifact))).hexdigest()
+  def digest() -> bytes:
+    artifact, cutlass_compiler = _trace(launcher, plan, target, options)
+    return hashlib.sha256(bytes(cutlass_compiler.serialize_compilation_artifact(artifact))).hexdigest().encode()
+  return _bounded(digest, f"the launcher's trace for its IR key for {target.sm}", name, (target,), where).decode()
 
 
-def _trace_text(launcher, plan: Plan, targets: tuple[Arch, ...], options: str | None) -> str:
+def _trace_text(launcher, plan: Plan, targets: tuple[Arch, ...], options: str | None, name: str, where: str) -> str:
   """The IR of each target's trace, as text: the key audit's witness (toolchain/key_audit.py)."""
-  return "\n".join(f"// {t.sm}\n{_trace(launcher, plan, t, options)[0]}" for t in targets)
+  def text() -> bytes:
+    return "\n".join(f"// {t.sm}\n{_trace(launcher, plan, t, options)[0]}" for t in targets).encode()
+  return _bounded(text, "the launcher's trace for the key audit", name, targets, where).decode()
 
 
 def launcher_identity(launcher, plan: Plan, target: Arch, options: str | None, compile_key=None,
-                      exact_plan: bool = True) -> str:
+                      exact_plan: bool = True, name: str = "", where: str = "") -> str:
   """The launcher's part of the key: ``compile_key`` (keyed exactly: `cute_kernel` refuses one that cannot be), else
   its code and data (`fingerprint.py`), else, or where the plan's constexprs could not all be keyed exactly
   (``exact_plan``), also the IR of a trace, which holds every value's effect."""
@@ -79,7 +119,7 @@ def launcher_identity(launcher, plan: Plan, target: Arch, options: str | None, c
   elif (found := fingerprint_lib.fingerprint(launcher)) is not None:
     parts.append("code:" + found)
   if not parts or not exact_plan:
-    parts.append("ir:" + _trace_key(launcher, plan, target, options))
+    parts.append("ir:" + _trace_key(launcher, plan, target, options, name or "launcher", where))
   return " ".join(parts)
 
 
@@ -95,8 +135,11 @@ def _compile_one(launcher, plan: Plan, target: Arch, options: str | None, name: 
     except Exception as e:  # the DSL's errors are many types; each says what it found and where
       raise CompileError(name, f"{type(e).__name__}: {str(e).rstrip()}", "", "", compiler="CuTe DSL",
                          what=f"'{name}' for {target.sm} (called at {where})") from None
-  compile_cache.count_compiles("cute", 1)
   return Image(ImageKind.CUTE, target, bytes(data), package.compiler_release() or "", plan.host_arg_kinds())
+
+
+def _compile_stage(target: Arch) -> str:
+  return f"the compile (the launcher's trace, the DSL's MLIR passes, ptxas: one call) for {target.sm}"
 
 
 def _to_bytes(kernel: CuteKernel) -> bytes:
@@ -122,7 +165,7 @@ def compile_plan(launcher, plan: Plan, *, name: str, targets: tuple[Arch, ...], 
   release = package.compiler_release()
   dsl.check_release(release)
   described, exact_plan = plan.describe()
-  identity = launcher_identity(launcher, plan, targets[0], options, compile_key, exact_plan)
+  identity = launcher_identity(launcher, plan, targets[0], options, compile_key, exact_plan, name, where)
   entry_key = disk_cache.key(_CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"nvidia-cutlass-dsl {release}",
                              fingerprint_lib.settings_key(), identity, described, options or "",
                              *(t.sm for t in targets))
@@ -130,14 +173,22 @@ def compile_plan(launcher, plan: Plan, *, name: str, targets: tuple[Arch, ...], 
   def decode(data: bytes) -> CuteKernel:
     return _from_bytes(name, data)
 
+  def compile_all() -> bytes:
+    images = []
+    for t in targets:
+      forked_compile.stage(_compile_stage(t))
+      images.append(_compile_one(launcher, plan, t, options, name, where))
+    compiled = Compiled.of(ParsedModule(PREFIX, tuple(images)), None)
+    return _to_bytes(CuteKernel(name, compiled, plan.host_args(), max(t.align for t in plan.tensors)))
+
   def compile():
-    images = tuple(_compile_one(launcher, plan, t, options, name, where) for t in targets)
-    compiled = Compiled.of(ParsedModule(PREFIX, images), None)
-    return CuteKernel(name, compiled, plan.host_args(), max(t.align for t in plan.tensors)), True
+    kernel = decode(_bounded(compile_all, _compile_stage(targets[0]), name, targets, where))
+    compile_cache.count_compiles("cute", len(targets))
+    return kernel, True
 
   constexprs = ", ".join(k for k, _ in plan.constexprs)
   witness = key_audit.Witness(
-      "CuTe DSL MLIR", lambda: _trace_text(launcher, plan, targets, options),
+      "CuTe DSL MLIR", lambda: _trace_text(launcher, plan, targets, options, name, where),
       what=f"cute_kernel '{name}' for {', '.join(t.sm for t in targets)} (called at {where})",
       read=(f"compile_key={compile_key!r}" if compile_key is not None else
             f"the launcher's code and everything it reaches ({identity.split(':')[0]})")

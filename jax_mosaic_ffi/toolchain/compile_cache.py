@@ -7,7 +7,8 @@ compile the packs do not hold raises `NotInPacks` instead. Under ``JAX_MOSAIC_FF
 is recorded for a pack (`pack_record`), with what the front end's ``about`` says of it. The key is the compiler's:
 everything that changes the binary, hashed. A compiler whose result can go stale while cached (headers read from
 disk) gives ``fresh``, asked on every memory hit. A compile gives its `key_audit.Witness` (its IR, made on demand),
-which ``JAX_MOSAIC_FFI_KEY_AUDIT=1`` checks every hit against.
+which ``JAX_MOSAIC_FFI_KEY_AUDIT=1`` checks every hit against; a pack's entry carries none, so under the audit it
+is compiled again (and witnessed) even in strict mode, which refuses only a compile the packs do not hold.
 """
 
 from __future__ import annotations
@@ -108,7 +109,9 @@ def cached(entry_key: str, *, compile: Callable[[], tuple[_T, bool]], encode: Ca
     with _lock:
       _stats.pack_hits += counted
     source = "pack"
-  elif counted and packs.strict():
+  elif counted and value is None and packs.strict():
+    # A pack's entry the audit could not prove (a pack carries no witness) is in the packs: it is compiled again
+    # below, the audit's proof, as a disk entry made without the audit is; strict mode refuses only what is missing.
     raise packs.missing(packs.describe_missing(about, source_location.current()), why)
   elif (value := disk_cache.load_decoded(entry_key, decode)) is not None and (
       not audit or _audited(entry_key, witness, value, "disk", counted)):

@@ -8,7 +8,8 @@ key read. NVRTC has no preprocess-only mode to give its input, so its witness is
 and compares the PTX (the cubins' digests for a kernel linked with NVSHMEM, which has none).
 
 An entry stored without the audit has no witness: under it, such a hit is compiled again (and witnessed), never
-trusted. The audit costs a trace (or an NVRTC compile) per hit; it is for tests and CI, not for production.
+trusted; so is a kernel pack's entry (a pack carries no witness), which strict mode allows (compile_cache.py).
+The audit costs a trace (or an NVRTC compile) per hit; it is for tests and CI, not for production.
 """
 
 from __future__ import annotations

@@ -18,9 +18,11 @@ Triton's own launcher decides (`specialize.py`). `kernel.py` holds the public
 
 A compile is bounded twice: before any of Triton's stages runs, a tensor larger than
 a CTA can hold on the target is refused (`tensor_bounds.py`, inside Triton's
-frontend); and the whole compile, every target, runs under
-``JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S``, its ptxas killed at the deadline
-(`ptxas_deadline.py`). Failures are worded in `compile_errors.py`.
+frontend); and the whole compile, every target and every stage (the frontend,
+the MLIR passes, ptxas), runs under ``JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S`` in a
+forked child killed at the deadline (toolchain/forked_compile.py; the stage it
+was in: `compile_stages.py`), as does the frontend's TTIR where a kernel is
+keyed by it. Failures are worded in `compile_errors.py`.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ import inspect
 import json
 import struct
 import threading
-import time
 from typing import Any, ClassVar, Mapping
 
 from jax_mosaic_ffi.base import compile_timeout
@@ -39,7 +40,7 @@ from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import module_format
 from jax_mosaic_ffi.base import native_stderr
 from jax_mosaic_ffi.base import ptx_info
-from jax_mosaic_ffi.base.errors import KeyAuditError
+from jax_mosaic_ffi.base.errors import CompileError, KeyAuditError
 from jax_mosaic_ffi.base.module_format import Image, ImageKind, ParsedModule
 from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain import dump
@@ -47,9 +48,9 @@ from jax_mosaic_ffi.toolchain import key_audit
 from jax_mosaic_ffi.toolchain.compiled import Compiled, param_sizes
 from jax_mosaic_ffi.toolchain.kernel import PDL_MIN_ARCH, Kernel, buffer_name
 from jax_mosaic_ffi.triton import compile_errors
+from jax_mosaic_ffi.triton import compile_stages
+from jax_mosaic_ffi.triton.bounded_compile import BoundedCompile
 from jax_mosaic_ffi.triton import descriptors as triton_descriptors
-from jax_mosaic_ffi.triton import frontend
-from jax_mosaic_ffi.triton import ptxas_deadline
 from jax_mosaic_ffi.triton.release import require_triton
 from jax_mosaic_ffi.triton import settings
 from jax_mosaic_ffi.triton import specialize as triton_specialize
@@ -149,11 +150,13 @@ def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: Triton
   keys = {k: value_keys.constexpr_key(v) for k, v in constexprs.items()}
   constexpr_keys = json.dumps(sorted((k, found or "ir") for k, found in keys.items()))
   config = compile_errors.config_text(signature, constexprs, options)
+  bound = compile_timeout.seconds()  # a bad setting is named before anything compiles
+  bounded = BoundedCompile(fn, targets, config, language, bound)
   about = lambda: {"front_end": language.name, "kernel": fn.__name__, "specialization": config,  # noqa: E731
                    "targets": [t.sm for t in targets], "toolchain": f"triton {triton.__version__}"}
   with compile_cache.noted(about):  # while recording for a pack, a target Triton refuses is noted per kernel
     specialization = _specialization(fn, signature, scalar_values, constexprs, targets, config, language)
-    requests = _requests(fn, specialization, options, targets, config, language)
+    requests = _requests(fn, specialization, options, targets, config, language, bounded)
   entry_key = disk_cache.key(
       _CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"triton {triton.__version__}", settings.key(),
       language.name,
@@ -163,7 +166,6 @@ def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: Triton
       options.key, *(t.sm for t in targets), *(r.key for r in requests))
   # The constexprs and launch options, for the launch's callables: this call's, never stored.
   meta = tuple({**constexprs, **options.meta()}.items())
-  bound = compile_timeout.seconds()  # a bad setting is named before anything compiles
 
   def decode(data: bytes) -> TritonKernel:
     kernel = _from_bytes(fn.__name__, data)
@@ -172,15 +174,14 @@ def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: Triton
   def run():
     with _compile_lock:
       # The bound covers the whole compile, every target and all of Triton's stages: from here, not from the wait.
-      deadline = None if bound is None else time.monotonic() + bound
-      kernel = _run_triton(triton, fn, signature, specialization, requests, meta, config, language, options.debug,
-                           (bound, deadline))
+      data = bounded.run_printing(lambda: _run_triton(triton, fn, signature, specialization, requests, meta, config,
+                                                      language, options.debug), targets[0].sm)
       compile_cache.count_compiles("triton", len(targets))
-    return kernel, True
+    return decode(data), True
 
   read = ", ".join(f"{k} ({'its IR' if keys[k] is None else type(v).__qualname__})"
                    for k, v in constexprs.items())
-  witness = key_audit.Witness("TTIR", lambda: "\n".join(_witness(r) for r in requests),
+  witness = key_audit.Witness("TTIR", lambda: "\n".join(_witness(r, bounded) for r in requests),
                               what=f"{made} for {', '.join(t.sm for t in targets)} with {config}",
                               read=f"the kernel's code and what it reaches; the constexprs {read}" if read else "")
   found = compile_cache.cached(entry_key, compile=run, encode=_to_bytes, decode=decode, witness=witness, about=about)
@@ -215,7 +216,8 @@ def _specialization(fn, signature, scalar_values, constexprs, targets, config,
     raise compile_errors.failed(fn, targets[0], config, language, e) from None
 
 
-def _requests(fn, specialization, options: TritonOptions, targets, config, language: Language) -> list[_Request]:
+def _requests(fn, specialization, options: TritonOptions, targets, config, language: Language,
+              bounded: BoundedCompile) -> list[_Request]:
   """Each target's compile and Triton's cache key for it, which covers what
   changes Triton's output beyond our inputs: its knobs, ptxas, own code, and
   the specialization (signature, constexprs, attributes)."""
@@ -237,10 +239,10 @@ def _requests(fn, specialization, options: TritonOptions, targets, config, langu
       parsed = backend.parse_options(dict(compile_options, **source.parse_options()))
       if source.unkeyed():  # a constexpr our keys cannot read whole: the compile is keyed by its IR
         with _compile_lock:
-          text = frontend.ir_text(source, gpu_target, parsed)
+          text = bounded.ir_text(source, gpu_target, parsed)
         source.ir_key = hashlib.sha256(key_audit.normal(text).encode()).hexdigest()
       key = get_cache_key(source, backend, parsed, env_vars)
-    except KeyAuditError:
+    except (KeyAuditError, CompileError):  # CompileTimeout: its frontend ran past the bound
       raise
     except Exception as e:
       raise compile_errors.failed(fn, target, config, language, e) from None
@@ -248,43 +250,38 @@ def _requests(fn, specialization, options: TritonOptions, targets, config, langu
   return requests
 
 
-def _witness(request: _Request) -> str:
+def _witness(request: _Request, bounded: BoundedCompile) -> str:
   """A request's TTIR, with its target: the key audit's witness (toolchain/key_audit.py)."""
   with _compile_lock:
-    return f"// {request.target.sm}\n{frontend.ir_text(request.source, request.gpu_target, request.parsed)}"
+    return f"// {request.target.sm}\n{bounded.ir_text(request.source, request.gpu_target, request.parsed)}"
 
 
 def _run_triton(triton, fn, signature, specialization, requests, meta, config, language: Language,
-                debug=False, timing=(None, None)) -> TritonKernel:
-  """Each target's compile; ``timing``: (the bound in seconds, its deadline, a ``time.monotonic()`` value), or
-  Nones for none."""
-  images, ptx, first, descriptors = [], None, None, None
+                debug=False) -> tuple[bytes, str]:
+  """Each target's compile (in a bounded compile's child: each stage reported as it starts): the kernel as the
+  cache stores it, and the intermediate forms Triton's ``debug`` option prints (printed by the caller, whose
+  stdout is the user's)."""
+  images, ptx, first, descriptors, forms = [], None, None, None, []
   flat = tuple(triton_specialize.flat_types(signature))  # tuple parameters' leaves, as the entry takes them
   waits = True
-  bound, deadline = timing
-  for k, request in enumerate(requests):
+  for request in requests:
     target = request.target
-    if k and deadline is not None and time.monotonic() >= deadline:  # the targets before took the whole bound
-      raise compile_errors.timed_out(fn, target, config, language, bound) from None
-    ptxas = ptxas_deadline.Ptxas()
     with native_stderr.captured() as printed:  # Triton's passes say why they failed on stderr only
       try:
-        with ptxas_deadline.bounded(deadline) as ptxas:
+        with compile_stages.reported(target.sm):
           compiled = triton.compile(request.source, target=request.gpu_target, options=request.options)
         failure = None
       except Exception as e:
         failure = e
     if isinstance(failure, tensor_bounds.OversizedTensor):  # found in Triton's frontend, before any stage ran
       raise compile_errors.too_large(fn, target, config, language, failure) from None
-    if failure is not None and (ptxas.stopped or (deadline is not None and time.monotonic() >= deadline)):
-      raise compile_errors.timed_out(fn, target, config, language, bound, ptxas.stopped, failure) from None
     if failure is not None:
       raise compile_errors.failed(fn, target, config, language, failure, printed.text) from None
     metadata = compiled.metadata
     if debug:  # Triton's debug option: the intermediate forms, as jax-triton's debug=True prints them
       for stage in language.stages:
         if stage in compiled.asm:
-          print(f"// ---- {fn.__name__} for {target.sm}: {stage} ----\n{compiled.asm[stage]}")
+          forms.append(f"// ---- {fn.__name__} for {target.sm}: {stage} ----\n{compiled.asm[stage]}\n")
     # Triton builds for the arch-specific target (sm_90a) where there is one: its PTX says which.
     arch = module_format.Arch.parse(ptx_info.target_arch(compiled.asm["ptx"]) or target.sm)
     images.append(Image(ImageKind.CUBIN, arch, bytes(compiled.asm["cubin"])))
@@ -329,7 +326,7 @@ def _run_triton(triton, fn, signature, specialization, requests, meta, config, l
                                   - sum(d < k for d in specialization.dropped) for k in specialization.aligned),
                     meta=meta,
                     triton_version=triton.__version__, tensordesc_meta=descriptors)
-  return TritonKernel(fn.__name__, Compiled.of(parsed, sizes), info)
+  return _to_bytes(TritonKernel(fn.__name__, Compiled.of(parsed, sizes), info)), "".join(forms)
 
 
 def _to_bytes(kernel: TritonKernel) -> bytes:

@@ -1,11 +1,13 @@
 """What a Triton (or Gluon) compile that did not give a kernel says, each naming the kernel, its config and target:
 `failed` (Triton's own failure), `refused` (what it gave that we cannot launch), `timed_out` (past
-``JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S``) and `too_large` (a tensor over the target's bound, tensor_bounds.py)."""
+``JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S``), `died` (its process crashed) and `too_large` (a tensor over the target's
+bound, tensor_bounds.py)."""
 
 from __future__ import annotations
 
 from jax_mosaic_ffi.base import compile_timeout
 from jax_mosaic_ffi.base.errors import CompileError, CompileTimeout
+from jax_mosaic_ffi.triton import compile_stages
 from jax_mosaic_ffi.triton import tensor_bounds
 from jax_mosaic_ffi.triton.languages import Language
 from jax_mosaic_ffi.triton.compile_options import TritonOptions
@@ -37,25 +39,30 @@ def refused(fn, log: str) -> CompileError:
   return CompileError(fn.__name__, log, "", "", compiler="Triton")
 
 
-def timed_out(fn, target, config: str, language: Language, bound: float, stopped: str | None = None,
-              failure: BaseException | None = None) -> CompileTimeout:
-  """A compile stopped at its deadline: before a target's compile, or in it, where ``stopped`` says what the ptxas
-  wrapper did ("killed", "not started"; ptxas_deadline.py), or else ``failure`` what Triton raised after it."""
-  ran_past = f"the compile ran past {compile_timeout.describe(bound)} seconds"
-  if stopped == "killed":
-    log = f"{ran_past}: ptxas was still running at the deadline and was killed"
-  elif stopped == "not started":
-    log = (f"{ran_past} in {language.name}'s own stages (they run in this process and count towards it), so ptxas "
-           "was not started")
-  else:
-    log = f"{ran_past} and was stopped"
-    if failure is not None:
-      log += f" ({type(failure).__name__}: {str(failure).rstrip()})"
+def timed_out(fn, targets, config: str, language: Language, bound: float, stage: str) -> CompileTimeout:
+  """A compile stopped at its deadline, its process killed; ``stage``: the last one it reported (compile_stages.py)."""
+  log = (f"the compile ran past {compile_timeout.describe(bound)} seconds in "
+         f"{compile_stages.described(stage, language.name)}, and its process was killed")
   return CompileTimeout(fn.__name__, log, "", "", compiler="Triton",
-                        what=f"kernel '{fn.__name__}' for {target.sm} with {config}",
-                        advice=("a compile's time grows with the elements each thread holds: use smaller blocks (the "
-                                "constexprs that size them) or more num_warps; or raise "
+                        what=f"kernel '{fn.__name__}' for {_targets(targets)} with {config}",
+                        advice=("a compile's time grows with the elements each thread holds and with the code "
+                                "unrolled (tl.static_range): use smaller blocks (the constexprs that size them), "
+                                "more num_warps or a loop that is not unrolled; or raise "
                                 f"{compile_timeout.ENV} (0: no bound)"))
+
+
+def died(fn, targets, config: str, language: Language, how: str, stage: str) -> CompileError:
+  """A compile whose process ended without an answer (a crash of Triton's native code), in ``stage``."""
+  return CompileError(fn.__name__, f"the compile's process ended ({how}) in "
+                      f"{compile_stages.described(stage, language.name)}, without a result; this process is "
+                      "unharmed", "", "", compiler="Triton",
+                      what=f"kernel '{fn.__name__}' for {_targets(targets)} with {config}",
+                      advice=f"a crash of {language.name}'s compiler (or of code the kernel's trace ran): report it "
+                             f"to {language.name} with the kernel and this config")
+
+
+def _targets(targets) -> str:
+  return ", ".join(t.sm for t in targets)
 
 
 def too_large(fn, target, config: str, language: Language,

@@ -23,8 +23,8 @@ LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 FP_FUSION = True
 # num_ctas > 1 launches clusters of CTAs, which GPUs have from Hopper on.
 MIN_CLUSTER_ARCH = 90
-# The bounds of each launch option, checked before Triton sees them: Triton compiles in this process, where its
-# stages cannot be stopped (only its ptxas, at JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S: ptxas_deadline.py), and hands
+# The bounds of each launch option, checked before Triton sees them: a compile is stopped only at
+# JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S (5 minutes by default; toolchain/forked_compile.py), and Triton hands
 # ptxas whatever it is given (num_warps=2**40 runs ptxas for minutes and gigabytes before anything refuses it).
 # num_warps: a block has at most 1024 threads (Triton wants a power of two); num_ctas: a cluster at most 16 blocks
 # (non-portable, Hopper and Blackwell); num_stages: software pipelines of a few stages (shared memory runs out long

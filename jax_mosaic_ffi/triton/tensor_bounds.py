@@ -16,7 +16,7 @@ larger than twice both lives in local memory, an access per element. A tensor's 
 element type's (a pointer 8, an i1 1): a 128x256 fp32 accumulator is 128 KiB, a 64K-element row of fp32 256 KiB
 (its pointers 512 KiB), both well inside; 2**20 fp32 elements are 4 MiB. The bound is per tensor and per CTA: fewer
 warps give each thread more of it, and a compile that is slow within it is stopped by
-``JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S`` instead (ptxas_deadline.py). Shared memory a Gluon kernel allocates
+``JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S`` instead (toolchain/forked_compile.py). Shared memory a Gluon kernel allocates
 (``memdesc``) is not counted: a launch refuses more than the GPU has.
 """
 

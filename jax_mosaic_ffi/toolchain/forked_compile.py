@@ -1,0 +1,245 @@
+"""A compile in a child forked from this process, killed at its deadline: `run`.
+
+Triton's and the CuTe DSL's compiles run Python (the kernel's trace), MLIR passes and ptxas in the process that
+holds the kernel's Python objects, and nothing stops one of those from outside once it started. So a bounded
+compile forks: the child, a copy of this process holding the same objects, compiles and sends back the bytes the
+compile cache would store, and the parent waits until the deadline, then kills the child's process group (a ptxas
+it started with it). The parent stays as it was: a compile that ran past its bound, or crashed (a segfault in an
+MLIR pass), costs a child, never the caller's process.
+
+What comes back is bounded as a disk-cache entry is: its length is checked before it is read, its sha256 digest
+after, and the front end's own ``decode`` reads it; a failure comes back as the exception the compile raised (its
+class, message and attributes). A killed compile leaves nothing: no cache entry (the caller stores only a result)
+and no file (the child's temporary files go in a folder of its own, which the parent removes).
+
+The child reports each stage it starts (`stage`), so a timeout names where the time went.
+
+Why a fork and not a fresh process: the kernel is a Python function of the user's program (a closure, a notebook
+cell), which only a copy of this process holds. The child runs the compiler and nothing else: no GPU (CUDA does not
+survive a fork), no JAX. Like every forked child of a threaded process, it would wait forever on a lock another
+thread held at the fork; the compilers take none that way (each front end compiles under its own lock, held by
+the forking thread), and the bound would end such a wait too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import os
+import pickle
+import select
+import shutil
+import signal
+import struct
+import sys
+import tempfile
+import time
+import warnings
+from typing import Callable
+
+# A kernel's binaries are far smaller; the disk cache reads no larger entry either.
+MAX_RESULT_BYTES = 256 << 20
+_MAX_FAILURE_BYTES = 16 << 20
+_MAX_STAGE_BYTES = 4096
+_HEADER = struct.Struct("<cQ")  # tag, length
+_DIGEST_BYTES = 32
+_PR_SET_PDEATHSIG = 1
+# What the parent is warned of at a fork (JAX's and Python's warnings that a threaded process forks): the child
+# runs only the compiler, which takes no lock another thread may hold.
+_FORK_WARNINGS = r"(?s).*(os\.fork\(\) was called|multi-threaded, use of fork\(\))"
+
+_reports: int | None = None  # in a child: the pipe it answers on
+
+
+class Stopped(Exception):
+  """The compile ran past its bound and its process was killed; ``stage`` is the last stage it reported (else
+  `run`'s ``first_stage``)."""
+
+  def __init__(self, stage: str):
+    super().__init__(stage)
+    self.stage = stage
+
+
+class Died(Exception):
+  """The compile's process ended without an answer (``how``: "signal 11 (SIGSEGV)", "exit status 1"), in
+  ``stage``."""
+
+  def __init__(self, how: str, stage: str):
+    super().__init__(f"{how} in {stage or 'its start'}")
+    self.how, self.stage = how, stage
+
+
+def in_child() -> bool:
+  """Whether this process is a forked compile's child."""
+  return _reports is not None
+
+
+def stage(name: str) -> None:
+  """In a forked compile's child: the stage it starts now (named in a `Stopped`); elsewhere nothing."""
+  if _reports is not None:
+    with contextlib.suppress(OSError):
+      _send(_reports, b"S", name.encode()[:_MAX_STAGE_BYTES])
+
+
+def run(work: Callable[[], bytes], seconds: float | None, first_stage: str = "") -> bytes:
+  """``work()`` in a child forked from this process, killed after ``seconds`` (`Stopped`); None: here, unbounded
+  (as in a child already). What it raises is raised here; a child that dies without an answer raises `Died`.
+  ``first_stage``: the stage it is in until it reports one (its process's start counts towards it)."""
+  if seconds is None or in_child():
+    return work()
+  for stream in (sys.stdout, sys.stderr):  # or the child would print what this process buffered, again
+    with contextlib.suppress(Exception):
+      stream.flush()
+  scratch = tempfile.mkdtemp(prefix="jmf-compile-")
+  parent = os.getpid()
+  read_end, write_end = os.pipe()
+  try:
+    with warnings.catch_warnings():
+      warnings.filterwarnings("ignore", _FORK_WARNINGS)
+      pid = os.fork()
+  except BaseException:
+    for fd in (read_end, write_end):
+      os.close(fd)
+    shutil.rmtree(scratch, ignore_errors=True)
+    raise
+  if pid == 0:
+    _child(work, read_end, write_end, scratch, parent)  # never returns
+  os.close(write_end)
+  deadline = time.monotonic() + seconds
+  with contextlib.suppress(OSError):  # the child does it too: whichever runs first
+    os.setpgid(pid, pid)
+  child = _Child(pid)
+  try:
+    return _answer(read_end, child, deadline, first_stage)
+  finally:
+    child.end()
+    os.close(read_end)
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _child(work: Callable[[], bytes], read_end: int, write_end: int, scratch: str, parent: int) -> None:
+  global _reports
+  status = 0
+  try:
+    os.close(read_end)
+    os.setpgid(0, 0)  # its own group: the parent kills it with whatever it started
+    _die_with(parent)
+    _reports = write_end
+    tempfile.tempdir = scratch  # Triton's PTX and cubin files, and ptxas's, are the parent's to remove
+    os.environ["TMPDIR"] = scratch
+    try:
+      data = work()
+      if not isinstance(data, bytes):
+        raise TypeError(f"a forked compile answers bytes, not {type(data).__name__}")
+      _send(write_end, b"R", hashlib.sha256(data).digest() + data)
+    except BaseException as e:  # noqa: BLE001  (every failure goes to the parent, which raises it)
+      _send(write_end, b"E", _failure(e))
+  except BaseException:  # noqa: BLE001  (the answer could not be sent: the parent says the child died)
+    status = 1
+  finally:
+    for stream in (sys.stdout, sys.stderr):
+      with contextlib.suppress(Exception):
+        stream.flush()
+    os._exit(status)  # no atexit handler of the parent's runs in its copy
+
+
+def _die_with(parent: int) -> None:
+  """This child killed when its parent ends (Linux's PR_SET_PDEATHSIG), so a parent killed outright leaves no
+  compile running; and ended now if the parent already has."""
+  with contextlib.suppress(OSError, AttributeError):
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+  if os.getppid() != parent:
+    os._exit(1)
+
+
+def _failure(e: BaseException) -> bytes:
+  """The exception as the parent rebuilds it: class, arguments and attributes; a plain RuntimeError with its text
+  where those do not pickle."""
+  try:
+    data = pickle.dumps((type(e), e.args, dict(vars(e))))
+    _rebuilt(data)
+  except Exception:  # noqa: BLE001
+    data = pickle.dumps((RuntimeError, (f"{type(e).__name__}: {e}",), {}))
+  return data
+
+
+def _rebuilt(data: bytes) -> BaseException:
+  kind, args, state = pickle.loads(data)  # our own child's answer
+  if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+    raise TypeError("not an exception")
+  error = kind.__new__(kind)
+  error.args = args
+  vars(error).update(state)
+  return error
+
+
+def _send(fd: int, tag: bytes, payload: bytes) -> None:
+  data = _HEADER.pack(tag, len(payload)) + payload
+  while data:
+    data = data[os.write(fd, data):]
+
+
+def _answer(fd: int, child: _Child, deadline: float, reached: str) -> bytes:
+  while True:
+    header = _read(fd, _HEADER.size, deadline, reached)
+    if header is None:
+      raise Died(child.end(), reached)
+    tag, length = _HEADER.unpack(header)
+    limit = {b"S": _MAX_STAGE_BYTES, b"E": _MAX_FAILURE_BYTES, b"R": _DIGEST_BYTES + MAX_RESULT_BYTES}.get(tag, -1)
+    if not 0 <= length <= limit:
+      raise RuntimeError(f"a forked compile answered a message {tag!r} of {length} bytes")
+    payload = _read(fd, length, deadline, reached)
+    if payload is None:
+      raise Died(child.end(), reached)
+    if tag == b"S":
+      reached = payload.decode(errors="replace")
+    elif tag == b"E":
+      raise _rebuilt(payload)
+    else:
+      digest, data = payload[:_DIGEST_BYTES], payload[_DIGEST_BYTES:]
+      if hashlib.sha256(data).digest() != digest:
+        raise RuntimeError("a forked compile's answer does not match its digest")
+      return data
+
+
+def _read(fd: int, size: int, deadline: float, reached: str) -> bytes | None:
+  """``size`` bytes, or None at the end of the pipe; `Stopped` at the deadline."""
+  chunks = []
+  while size > 0:
+    remaining = deadline - time.monotonic()
+    if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+      raise Stopped(reached)
+    chunk = os.read(fd, min(size, 1 << 20))
+    if not chunk:
+      return None
+    chunks.append(chunk)
+    size -= len(chunk)
+  return b"".join(chunks)
+
+
+class _Child:
+  """A forked compile's process, ended once: its group killed before it is reaped (so the group's id is no one
+  else's yet: a ptxas it started goes with it), then reaped."""
+
+  def __init__(self, pid: int):
+    self.pid = pid
+    self.how: str | None = None
+
+  def end(self) -> str:
+    """How it ended: "signal 11 (SIGSEGV)", "exit status 1"."""
+    if self.how is None:
+      with contextlib.suppress(OSError):
+        os.killpg(self.pid, signal.SIGKILL)
+      _, status = os.waitpid(self.pid, 0)
+      self.how = _described(status)
+    return self.how
+
+
+def _described(status: int) -> str:
+  if os.WIFSIGNALED(status):
+    number = os.WTERMSIG(status)
+    with contextlib.suppress(ValueError):
+      return f"signal {number} ({signal.Signals(number).name})"
+    return f"signal {number}"
+  return f"exit status {os.waitstatus_to_exitcode(status)}"

@@ -1,0 +1,166 @@
+"""A compile in a forked child (jax_mosaic_ffi/toolchain/forked_compile.py), with real processes: its answer and its
+failures come back, a child past its bound is killed with what it started and names the stage it was in, a child
+that crashes leaves this process working, and nothing of a stopped one stays behind (its process, its files)."""
+
+import faulthandler
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+
+import pytest
+
+import fresh_process
+from jax_mosaic_ffi.base.errors import CompileError
+from jax_mosaic_ffi.toolchain import forked_compile
+
+
+def test_the_answer_comes_back_from_another_process():
+  parent = os.getpid()
+  assert forked_compile.run(lambda: str(os.getpid() != parent).encode(), fresh_process.INNER_GUARD_S) == b"True"
+  assert forked_compile.run(lambda: b"x" * (3 << 20), fresh_process.INNER_GUARD_S) == b"x" * (3 << 20)
+
+
+def test_no_bound_runs_it_here():
+  assert forked_compile.run(lambda: str(os.getpid()).encode(), None) == str(os.getpid()).encode()
+
+
+def test_a_failure_comes_back_whole():
+  def refused():
+    raise CompileError("k", "the log", "", "", compiler="Triton", what="kernel 'k' for sm_90", advice="smaller")
+  with pytest.raises(CompileError) as caught:
+    forked_compile.run(refused, fresh_process.INNER_GUARD_S)
+  expected = CompileError("k", "the log", "", "", compiler="Triton", what="kernel 'k' for sm_90", advice="smaller")
+  assert str(caught.value) == str(expected)
+  assert (caught.value.kernel, caught.value.log, caught.value.compiler) == ("k", "the log", "Triton")
+  with pytest.raises(TypeError, match="a forked compile answers bytes, not str"):
+    forked_compile.run(lambda: "text", fresh_process.INNER_GUARD_S)
+
+
+class Unpicklable(Exception):
+  def __init__(self, detail):
+    super().__init__(f"with {detail}")
+    self.lock = threading.Lock()
+
+
+def test_a_failure_that_cannot_be_sent_comes_back_as_its_text():
+  def refused():
+    raise Unpicklable("a lock")
+  with pytest.raises(RuntimeError, match="^Unpicklable: with a lock$"):
+    forked_compile.run(refused, fresh_process.INNER_GUARD_S)
+
+
+def running(marker: str) -> list[str]:
+  """The processes whose command line holds ``marker`` (zombies have none)."""
+  found = []
+  for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+      with open(f"/proc/{pid}/cmdline", "rb") as f:
+        if marker.encode() in f.read():
+          found.append(pid)
+    except OSError:
+      pass
+  return found
+
+
+def test_past_its_bound_the_child_is_killed_naming_its_stage():
+  def endless():
+    threading.Event().wait()
+  with pytest.raises(forked_compile.Stopped) as caught:  # 1 ms: its start alone takes longer, on any machine
+    forked_compile.run(endless, 0.001, first_stage="the frontend for sm_90")
+  assert caught.value.stage == "the frontend for sm_90"
+  assert forked_compile.run(lambda: b"next", fresh_process.INNER_GUARD_S) == b"next"  # this process goes on
+
+
+def test_an_interrupted_compile_leaves_no_process_and_no_file_behind(tmp_path, monkeypatch):
+  monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the child's scratch folder, found by its folder
+  started = tmp_path / "started"
+  marker = f"0.0{os.getpid()}7"  # sleep adds its arguments: this one names it as this test's
+
+  def endless():
+    # A program it starts, as a compile starts ptxas: in its process group, and it never ends by itself.
+    sleeper = subprocess.Popen(["sleep", str(int(fresh_process.HANG_GUARD_S)), marker])
+    (tmp_path / "starting").write_text(f"{sleeper.pid} {tempfile.gettempdir()}")
+    os.replace(tmp_path / "starting", started)
+    threading.Event().wait()
+
+  def interrupt_once_started():
+    deadline = time.monotonic() + fresh_process.INNER_GUARD_S  # a guard: the wait ends when the child started it
+    while not started.exists() and time.monotonic() < deadline:
+      time.sleep(0.01)
+    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, in the main thread's wait
+
+  threading.Thread(target=interrupt_once_started, daemon=True).start()
+  with pytest.raises(KeyboardInterrupt):
+    forked_compile.run(endless, fresh_process.INNER_GUARD_S)
+  pid, scratch = started.read_text().split()
+  assert scratch.startswith(str(tmp_path / "jmf-compile-")) and not os.path.exists(scratch)  # its files removed
+  deadline = time.monotonic() + fresh_process.INNER_GUARD_S  # SIGKILL lands at once; the guard is for a hang
+  while running(marker) and time.monotonic() < deadline:
+    time.sleep(0.01)
+  assert not running(marker), pid  # killed with its group
+  assert forked_compile.run(lambda: b"next", fresh_process.INNER_GUARD_S) == b"next"
+
+
+def test_a_child_that_crashes_leaves_this_process_working():
+  def crash():
+    forked_compile.stage("llir for sm_90")
+    faulthandler.disable()  # pytest's would print this child's stack
+    os.kill(os.getpid(), signal.SIGSEGV)
+    threading.Event().wait()
+  with pytest.raises(forked_compile.Died) as caught:
+    forked_compile.run(crash, fresh_process.INNER_GUARD_S)
+  assert (caught.value.how, caught.value.stage) == ("signal 11 (SIGSEGV)", "llir for sm_90")
+  with pytest.raises(forked_compile.Died, match="exit status 3 in its start"):
+    forked_compile.run(lambda: os._exit(3), fresh_process.INNER_GUARD_S)
+  assert forked_compile.run(lambda: b"still here", fresh_process.INNER_GUARD_S) == b"still here"
+
+
+def test_a_compile_inside_a_forked_one_runs_in_that_child():
+  def nested():
+    assert forked_compile.in_child()
+    return forked_compile.run(lambda: str(os.getpid()).encode(), fresh_process.INNER_GUARD_S) + b" " + \
+        str(os.getpid()).encode()
+  inner, outer = forked_compile.run(nested, fresh_process.INNER_GUARD_S).split()
+  assert inner == outer and not forked_compile.in_child()
+
+
+ORPHANED = """
+  import os, sys, threading
+  from jax_mosaic_ffi.toolchain import forked_compile
+  def endless():
+    with open(sys.argv[1] + ".new", "w") as f:
+      f.write(str(os.getpid()))
+    os.replace(sys.argv[1] + ".new", sys.argv[1])
+    threading.Event().wait(float(sys.argv[2]))  # a guard: it is to die with its parent
+  forked_compile.run(endless, 3600)
+"""
+
+
+def alive(pid: int) -> bool:
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")  # a zombie has ended
+  except OSError:
+    return False
+
+
+def test_a_compile_whose_parent_is_killed_outright_ends_with_it(tmp_path):
+  started = tmp_path / "child"
+  # Its scratch folder is the killed parent's to remove: in this test's folder, not the machine's.
+  parent = fresh_process.start(ORPHANED, started, fresh_process.INNER_GUARD_S, env={"TMPDIR": str(tmp_path)})
+  try:
+    deadline = time.monotonic() + fresh_process.INNER_GUARD_S  # a guard: the wait ends when the child started
+    while not started.exists() and time.monotonic() < deadline and parent.poll() is None:
+      time.sleep(0.01)
+    child = int(started.read_text())
+    assert alive(child)
+  finally:
+    parent.kill()  # SIGKILL: no handler of the parent's runs
+    parent.communicate()
+  deadline = time.monotonic() + fresh_process.INNER_GUARD_S  # the kernel kills it at once; the guard is for a hang
+  while alive(child) and time.monotonic() < deadline:
+    time.sleep(0.01)
+  assert not alive(child)
