@@ -11,6 +11,7 @@ None, and the caller keys on a trace instead. So do the DSL's own settings that 
 
 from __future__ import annotations
 
+import functools
 import os
 import types
 
@@ -27,6 +28,9 @@ def _user_code(fn: types.FunctionType) -> types.CodeType:
   return original if isinstance(original, types.CodeType) else fn.__code__
 
 
+_CACHE_WRAPPER = type(functools.cache(lambda: None))  # functools.cache's and lru_cache's (a C type)
+
+
 def _dsl_value(value, keyer) -> bool:
   """A DSL number (``cutlass.Float32(0.5)``: a C-backed object) by its class and its Python value."""
   cls = type(value)
@@ -37,7 +41,7 @@ def _dsl_value(value, keyer) -> bool:
     keyer.put(value.value, 1, "a DSL number's value")
     return True
   wrapped = getattr(value, "__wrapped__", None)
-  if wrapped is not None:
+  if cls is _CACHE_WRAPPER and wrapped is not None:
     # functools.cache / lru_cache around a function (libraries of kernels cache their compiles so): its code is
     # the wrapped function's, and what the cache holds says nothing about it.
     keyer.text(b"wrapper", cls.__module__, cls.__qualname__)
