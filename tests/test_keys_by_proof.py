@@ -8,6 +8,8 @@ import enum
 import functools
 import importlib.util
 import json
+import os
+import posixpath
 import sys
 import textwrap
 import types
@@ -19,8 +21,10 @@ import pytest
 from jax_mosaic_ffi.base import code_origin
 from jax_mosaic_ffi.base.errors import ValueKeyError
 from jax_mosaic_ffi.base.value_key import value_key
+from jax_mosaic_ffi.triton import value_keys
 
 import fresh_process
+from triton_required import import_triton
 
 
 def load(folder, name: str, text: str):
@@ -70,8 +74,6 @@ def test_typing_is_read_by_its_parts():
 
 
 def test_reads_by_a_computed_name_or_of_the_process_are_refused():
-  import os
-
   def by_globals(name):
     return globals()[name]
 
@@ -245,6 +247,25 @@ def test_subclasses_of_numpy_scalars_are_not_keyed_as_numpys():
     pass
 
   assert refused(Scaled(1.0)) or value_key(Scaled(1.0)) != value_key(np.float64(1.0))
+
+
+def test_a_library_is_decided_by_where_its_code_lives(tmp_path):
+  libraries = code_origin.Libraries(frozenset())
+  # A frozen standard module's code names no file: it is the standard library's where its module holds it.
+  assert posixpath.join.__code__.co_filename.startswith("<frozen") and libraries.function(os.path.join)
+  forged = types.FunctionType(compile("def join(): pass", "<frozen posixpath>", "exec").co_consts[0], {})
+  forged.__module__ = "posixpath"
+  assert not libraries.function(forged)
+  user = load(tmp_path, "json", "class JSONEncoder:\n  def encode(self, o):\n    return ''\n")
+  assert libraries.cls(json.JSONEncoder) and not libraries.cls(user.JSONEncoder)
+  assert not libraries.module(user)
+
+
+def test_a_triton_type_is_keyed_by_every_attribute():
+  tl = import_triton().language
+  global_memory, shared_memory = tl.pointer_type(tl.float32, 1), tl.pointer_type(tl.float32, 3)
+  assert str(global_memory) == str(shared_memory)
+  assert value_keys.exact(global_memory) != value_keys.exact(shared_memory)
 
 
 KEYS = '''

@@ -77,6 +77,14 @@ def _real_file(filename: str) -> str | None:
   return _real(filename)
 
 
+def _holds(module: types.ModuleType, qualname: str, obj) -> bool:
+  """Whether ``module`` holds ``obj`` at ``qualname`` (a method through its class; no attribute is computed)."""
+  found = module
+  for part in str(qualname).split("."):
+    found = vars(found).get(part) if isinstance(found, (types.ModuleType, type)) else None
+  return found is obj or (found is not None and getattr(found, "__func__", None) is obj)
+
+
 class Libraries:
   """The libraries of a toolchain (``names``: its packages, beside the standard library), decided by where their
   code lives."""
@@ -109,7 +117,14 @@ class Libraries:
     return real is not None and (_in_stdlib(real) or _under(real, self.folders()))
 
   def function(self, fn: types.FunctionType) -> bool:
-    return self.file(fn.__code__.co_filename)
+    filename = fn.__code__.co_filename
+    if isinstance(filename, str) and filename.startswith("<frozen "):
+      # A frozen standard module's code (os, posixpath, ...) names no file: by the module that holds it.
+      module = sys.modules.get(str(fn.__module__))
+      spec = getattr(module, "__spec__", None)
+      return (getattr(spec, "origin", None) == "frozen" and self.module(module)
+              and _holds(module, fn.__qualname__, fn))
+    return self.file(filename)
 
   def module(self, module: types.ModuleType) -> bool:
     name = getattr(module, "__name__", None)
@@ -128,10 +143,7 @@ class Libraries:
       return False
     if not cls.__flags__ & _HEAPTYPE:
       return True
-    found = module
-    for part in cls.__qualname__.split("."):
-      found = vars(found).get(part) if isinstance(found, (types.ModuleType, type)) else None
-    if found is cls:
+    if _holds(module, cls.__qualname__, cls):
       return True
     # Made inside a library function (a class in <locals>): by its functions' files.
     functions = [f for f in vars(cls).values() if isinstance(f, types.FunctionType)]

@@ -3,7 +3,7 @@
 Our keys read every value through the one reader (`base.value_key`), with Triton's kinds of value added here: a
 ``@triton.jit`` or ``@gluon.jit`` function by its source, its flags and its Python function read to the end (its
 code, the globals it names, its closure and defaults: what Triton's own ``cache_key`` reads and what it misses,
-such as a default's value), a ``tl.constexpr`` by the value it wraps, a Triton type by its name. Triton's package
+such as a default's value), a ``tl.constexpr`` by the value it wraps, a Triton type by every attribute. Triton's package
 is named, not walked (its release is in every key). A class or an instance passed as a constexpr (Gluon's
 ``MMAImpl=WGMMA``, a config object) is read with every method and attribute, so an edit of the code a kernel runs
 through it changes the key.
@@ -53,9 +53,8 @@ def _triton_value(value, keyer) -> bool:
     keyer.tag(b"tl.constexpr")
     keyer.put(value.value, 1, "a tl.constexpr's value")
     return True
-  if any(base.__qualname__ == "base_type" for base in cls.__mro__):  # tl.float16, tl.pointer_type(...)
-    keyer.text(b"tl.type", cls.__qualname__, str(value))
-    return True
+  # A Triton type (tl.float16, tl.pointer_type(...)) is read as any library instance, by every attribute: its text
+  # left out a pointer's address space.
   return False
 
 
