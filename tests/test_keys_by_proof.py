@@ -3,6 +3,7 @@ admits only what it reads whole. Each test edits what a kernel reads, through a 
 by text, by name or not at all, and checks the key changed, or that the value is refused (its front end then keys
 the kernel by its IR); a refusal is never a crash, and a key is the same in every process."""
 
+import builtins
 import dataclasses
 import enum
 import functools
@@ -120,6 +121,34 @@ def test_a_module_read_by_computed_name_is_read_whole(tmp_path):
       """)
     user.helpers = helpers
     keys.append(value_key(user.pick))
+  assert keys[0] != keys[1]
+
+
+def test_a_module_imported_inside_a_function_is_read(tmp_path, monkeypatch):
+  user = load(tmp_path, "fz_importer", """
+    def scale():
+      import fz_local_params
+      from fz_local_params import OFFSET
+      return fz_local_params.SCALE + OFFSET
+    """)
+  keys = []
+  for scale in ("1.0", "2.0"):
+    monkeypatch.setitem(sys.modules, "fz_local_params", load(tmp_path, "fz_local_params",
+                                                             f"SCALE = {scale}\nOFFSET = 0.5\n"))
+    keys.append(value_key(user.scale))
+  assert keys[0] != keys[1]
+  monkeypatch.delitem(sys.modules, "fz_local_params")
+  assert refused(user.scale, "not imported yet")
+
+
+def test_a_builtin_a_program_set_is_read_like_a_global(monkeypatch):
+  def scale(x):
+    return x * FZ_SCALE  # noqa: F821  (set on builtins below)
+
+  keys = []
+  for value in (1.0, 2.0):
+    monkeypatch.setattr(builtins, "FZ_SCALE", value, raising=False)
+    keys.append(value_key(scale))
   assert keys[0] != keys[1]
 
 

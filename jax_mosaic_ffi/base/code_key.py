@@ -170,19 +170,43 @@ def _code(k, code: types.CodeType, depth: int, where: str) -> None:
 
 
 @functools.lru_cache(maxsize=4096)
-def _names(code: types.CodeType) -> tuple[frozenset[str], frozenset[str]]:
+def _names(code: types.CodeType) -> tuple[frozenset[str], frozenset[str], frozenset[tuple[str, int]]]:
   """(every name the code and the code inside it read: globals and attributes, ``mod.helper``; the names it
-  loads as globals or builtins). Code is immutable and compares by its content, so the answer is kept."""
-  names, loaded = set(code.co_names), set()
+  loads as globals or builtins; the modules it imports, with their levels). Code is immutable and compares by
+  its content, so the answer is kept."""
+  names, loaded, imports = set(code.co_names), set(), set()
+  previous = []
   for instruction in dis.get_instructions(code):
     if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(instruction.argval, str):
       loaded.add(instruction.argval)
+    elif instruction.opname == "IMPORT_NAME":
+      level = previous[-2].argval if len(previous) >= 2 and previous[-2].opname == "LOAD_CONST" else -1
+      imports.add((str(instruction.argval), level if type(level) is int else -1))
+    previous = [*previous[-1:], instruction]
   for const in code.co_consts:
     if type(const) is types.CodeType:
-      inner, inner_loaded = _names(const)
+      inner, inner_loaded, inner_imports = _names(const)
       names |= inner
       loaded |= inner_loaded
-  return frozenset(names), frozenset(loaded)
+      imports |= inner_imports
+  return frozenset(names), frozenset(loaded), frozenset(imports)
+
+
+def _imported(name: str, level: int, globals_: dict, where: str) -> list[types.ModuleType]:
+  """The modules an ``import`` in the code binds, as it will find them (sys.modules): the module and its top
+  package. One not imported yet, or a relative import the reader cannot place, is refused."""
+  if level < 0:
+    raise ValueKeyError(f"{where} imports {name!r} in a way the key cannot follow")
+  if level > 0:
+    package = globals_.get("__package__")
+    parts = package.split(".") if isinstance(package, str) and package else []
+    if len(parts) < level:
+      raise ValueKeyError(f"{where} imports {name!r} relative to a package the key cannot place")
+    name = ".".join([*parts[:len(parts) - level + 1], *([name] if name else [])])
+  found = [sys.modules.get(n) for n in dict.fromkeys((name, name.split(".")[0]))]
+  if any(type(m) is not types.ModuleType for m in found):
+    raise ValueKeyError(f"{where} imports {name!r}, which is not imported yet: what it will find is unknown")
+  return found
 
 
 def _function(k, fn: types.FunctionType, depth: int, where: str) -> None:
@@ -202,7 +226,7 @@ def _function_whole(k, fn: types.FunctionType, depth: int, where: str) -> None:
   if type(fn.__globals__) is not dict or fn.__builtins__ is not vars(builtins):
     raise ValueKeyError(f"{label} runs with globals or builtins of its own making, which the key cannot read")
   _code(k, code, depth, label)
-  names, loaded = _names(code)
+  names, loaded, imports = _names(code)
   dynamic_reads.check_code(loaded, fn.__globals__, label)
   # A module this code reaches is read for the names it reads of it, or whole where it reads by computed name.
   module_names = None if names & _BY_COMPUTED_NAME else names
@@ -222,6 +246,14 @@ def _function_whole(k, fn: types.FunctionType, depth: int, where: str) -> None:
     if name in fn.__globals__:
       k.text(b"global", name)
       k.put(fn.__globals__[name], depth + 1, f"the global {name} that {label} reads", module_names)
+  for name in sorted(loaded):  # a builtin it loads (one a program set on builtins is data like any global)
+    if name not in fn.__globals__ and name in vars(builtins):
+      k.text(b"builtin name", name)
+      k.put(vars(builtins)[name], depth + 1, f"the builtin {name} that {label} reads", module_names)
+  for name, level in sorted(imports):  # a module it imports in its body, as the import will find it
+    for module in _imported(name, level, fn.__globals__, label):
+      k.text(b"import", module.__name__)
+      k.put(module, depth + 1, f"the module {module.__name__} that {label} imports", module_names)
   # Every attribute (a private one too: code may read it as data), but the toolchain's own bookkeeping.
   bookkeeping = k.toolchain.bookkeeping
   skip = {"__wrapped__", *(a for a in vars(fn) if isinstance(a, str) and bookkeeping and bookkeeping(a))}

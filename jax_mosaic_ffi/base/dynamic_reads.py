@@ -31,7 +31,8 @@ from jax_mosaic_ffi.base.errors import ValueKeyError
 _BUILTINS = ("globals", "locals", "vars", "eval", "exec", "compile", "__import__", "open", "breakpoint", "input")
 _OBJECTS = {
     **{f"{name}()": vars(builtins)[name] for name in _BUILTINS},
-    "os.environ": os.environ, "os.environb": getattr(os, "environb", None), "os.getenv": os.getenv,
+    "os.environ": os.environ, "os.environb": getattr(os, "environb", None),
+    "posix.environ": getattr(sys.modules.get("posix"), "environ", None), "os.getenv": os.getenv,
     "os.getenvb": getattr(os, "getenvb", None), "os.putenv": os.putenv, "os.unsetenv": os.unsetenv,
     "sys.modules": sys.modules, "sys.argv": sys.argv, "sys.orig_argv": getattr(sys, "orig_argv", None),
     "sys._getframe": vars(sys).get("_getframe"), "sys._current_frames": vars(sys).get("_current_frames"),
