@@ -51,6 +51,12 @@ _ALIASES = frozenset(type(a) for a in (list[int], int | None, typing.List[int], 
                                        typing.Callable[[int], int], typing.Literal[1], typing.Annotated[int, 0],
                                        typing.List, typing.Tuple, typing.Callable))
 _SPECIAL_FORM = type(typing.Optional)
+# The opcodes the scan of a function's bytecode reads (`_names`): Python >= 3.12's.
+_OPS = dis.opmap
+_EXTENDED_ARG, _CACHE, _LOAD_GLOBAL, _IMPORT_NAME, _LOAD_CONST = (
+    _OPS["EXTENDED_ARG"], _OPS["CACHE"], _OPS["LOAD_GLOBAL"], _OPS["IMPORT_NAME"], _OPS["LOAD_CONST"])
+_LOAD_SMALL_INT = _OPS.get("LOAD_SMALL_INT", -1)
+_LOADS_BY_NAME = frozenset(_OPS[n] for n in ("LOAD_NAME", "LOAD_FROM_DICT_OR_GLOBALS") if n in _OPS)
 # Names that read attributes by a computed name: a user module such code reaches is read whole.
 _BY_COMPUTED_NAME = frozenset({"getattr", "hasattr", "__dict__", "__getattribute__"})
 
@@ -175,14 +181,28 @@ def _names(code: types.CodeType) -> tuple[frozenset[str], frozenset[str], frozen
   loads as globals or builtins; the modules it imports, with their levels). Code is immutable and compares by
   its content, so the answer is kept."""
   names, loaded, imports = set(code.co_names), set(), set()
-  previous = []
-  for instruction in dis.get_instructions(code):
-    if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(instruction.argval, str):
-      loaded.add(instruction.argval)
-    elif instruction.opname == "IMPORT_NAME":
-      level = previous[-2].argval if len(previous) >= 2 and previous[-2].opname == "LOAD_CONST" else -1
-      imports.add((str(instruction.argval), level if type(level) is int else -1))
-    previous = [*previous[-1:], instruction]
+  raw, extended, previous = code.co_code, 0, (None, None)
+  for i in range(0, len(raw), 2):  # the raw bytecode (dis's objects cost a warm start 25 ms on a GEMM)
+    op, arg = raw[i], raw[i + 1] | extended
+    if op == _EXTENDED_ARG:
+      extended = arg << 8
+      continue
+    extended = 0
+    if op == _CACHE:
+      continue
+    if op == _LOAD_GLOBAL:
+      loaded.add(code.co_names[arg >> 1])
+    elif op in _LOADS_BY_NAME:
+      loaded.add(code.co_names[arg])
+    elif op == _IMPORT_NAME:
+      level = previous[0]
+      imports.add((code.co_names[arg], level if type(level) is int else -1))
+    if op == _LOAD_CONST:
+      previous = (previous[1], code.co_consts[arg])
+    elif op == _LOAD_SMALL_INT:
+      previous = (previous[1], arg)
+    else:
+      previous = (previous[1], None)
   for const in code.co_consts:
     if type(const) is types.CodeType:
       inner, inner_loaded, inner_imports = _names(const)
