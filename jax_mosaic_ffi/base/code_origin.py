@@ -74,7 +74,14 @@ def _in_stdlib(real: str) -> bool:
 def _real_file(filename: str) -> str | None:
   if not filename or filename.startswith("<") or not os.path.isabs(filename):
     return None  # code made from text (exec, dataclasses) or of no file: the user's
-  return _real(filename)
+  folder, name = os.path.split(filename)
+  found = os.path.join(_real_folder(folder), name)  # a folder's symlinks resolved once for all its files
+  return _real(found) if os.path.islink(found) else found
+
+
+@functools.lru_cache(maxsize=4096)
+def _real_folder(folder: str) -> str:
+  return _real(folder)
 
 
 def _holds(module: types.ModuleType, qualname: str, obj) -> bool:
@@ -90,13 +97,15 @@ class Libraries:
   code lives."""
 
   def __init__(self, names: frozenset[str]):
-    self.names = names
+    self.names = tuple(sorted(names))
     self._folders: dict[str, tuple[object, tuple[str, ...]]] = {}  # name -> (the module seen, its folders)
+    self._seen: tuple = ()  # the packages imported when `_files` was filled (in-process only: no key holds it)
+    self._files: dict[str, bool] = {}  # a code file -> whether it is a library's, for those packages
 
   def folders(self) -> tuple[str, ...]:
     """The folders of the named packages imported now that are installed distributions'."""
     out = []
-    for name in sorted(self.names):
+    for name in self.names:
       module = sys.modules.get(name)
       if module is None:
         continue
@@ -113,8 +122,17 @@ class Libraries:
 
   def file(self, filename) -> bool:
     """Whether code in ``filename`` is a library's."""
-    real = _real_file(filename) if isinstance(filename, str) else None
-    return real is not None and (_in_stdlib(real) or _under(real, self.folders()))
+    if not isinstance(filename, str):
+      return False
+    seen = tuple(id(sys.modules.get(name)) for name in self.names)
+    if seen != self._seen:  # a package imported (or replaced) since: decide again
+      self._seen, self._files = seen, {}
+    found = self._files.get(filename)
+    if found is None:
+      real = _real_file(filename)
+      found = real is not None and (_in_stdlib(real) or _under(real, self.folders()))
+      self._files[filename] = found
+    return found
 
   def function(self, fn: types.FunctionType) -> bool:
     filename = fn.__code__.co_filename

@@ -19,6 +19,7 @@ These are checked by identity (the objects themselves, wherever the code finds t
 from __future__ import annotations
 
 import builtins
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -71,13 +72,28 @@ def check_code(loaded: frozenset[str], globals_: dict, where: str) -> None:
 
 
 def check_module(module: types.ModuleType, names: frozenset[str] | None, where: str) -> None:
-  """Refuses a library module that code reads a refused attribute of (``os.environ``, ``sys.modules``), or any
-  attribute by a computed name (``names`` None) of a module that holds one."""
+  """Refuses a library module that code reads a refused attribute of (``os.environ``, ``sys.modules``, and
+  through another module that holds ``os``: ``subprocess.os.environ``), or any attribute by a computed name
+  (``names`` None) of a module that holds one."""
   check_value(module, where)
+  found = _module_refusal(module, names)
+  if found is not None:
+    _refuse(found, where)
+
+
+@functools.lru_cache(maxsize=4096)
+def _module_refusal(module: types.ModuleType, names: frozenset[str] | None) -> str | None:
+  """What of the above the code reads through ``module`` (kept: a library module's attributes are its release's)."""
   if names is None:
-    if id(module) in _HOLDERS:
-      _refuse(f"an attribute of {module.__name__} by a computed name", where)
-    return
+    return f"an attribute of {module.__name__} by a computed name" if id(module) in _HOLDERS else None
   contents = vars(module)
   for name in sorted(names):
-    check_value(contents.get(name), f"{where} ({module.__name__}.{name})")
+    value = contents.get(name)
+    found = _REFUSED.get(id(value))
+    if found is not None and found[1] is value:
+      return f"{found[0]} ({module.__name__}.{name})"
+    if id(value) in _HOLDERS and value is not module:
+      inner = _module_refusal(value, names)
+      if inner is not None:
+        return inner
+  return None
