@@ -3,7 +3,10 @@ holds, a field, a module global, a closure cell, a default, an enum's value, a c
 controls that change nothing the kernel reads), to a program of each front end (tests/key_fuzz.py), with the key
 audit on. In this process (memory cache) and across processes (a warm disk cache, memory empty): no hit may serve a
 kernel made from other IR (KeyAuditError), an edit that changes the kernel must change the key, and a control must
-keep it (a warm cache still hits). The table of what was tried ends the test run's output."""
+keep it (a warm cache still hits). A second corpus (tests/key_fuzz_proof.py), per wing, reads through the patterns
+earlier readers keyed by text, by a trusted name or not at all (they must be read, keeping the fast key) and
+through what no key holds (the environment, computed names: only that kernel goes to its IR key). The table of
+what was tried ends the test run's output."""
 
 import json
 import os

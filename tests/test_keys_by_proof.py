@@ -22,8 +22,10 @@ import pytest
 from jax_mosaic_ffi.base import code_origin
 from jax_mosaic_ffi.base.errors import ValueKeyError
 from jax_mosaic_ffi.base.value_key import value_key
+from jax_mosaic_ffi.cute import fingerprint
 from jax_mosaic_ffi.triton import value_keys
 
+import benchmarks_package
 import fresh_process
 from triton_required import import_triton
 
@@ -325,3 +327,26 @@ KEYS = '''
 def test_keys_are_the_same_in_every_process():
   runs = [fresh_process.run(KEYS, env={"PYTHONHASHSEED": seed}).result for seed in ("1", "2", "3")]
   assert runs[0] == runs[1] == runs[2]
+
+
+CORPUS = [("cute_gemm", ("hopper_gemm",)), ("cute_rmsnorm", ("rmsnorm",)), ("cute_elementwise", ("axpy", "add_one")),
+          ("fa4_user", ("attention_launch", "backward_launch")), ("quack_user", ("softmax_launch", "softmax_backward_launch")),
+          ("triton_user", ("grouped_matmul", "attention_fwd", "softmax_kernel", "layer_norm_fwd", "add_one")),
+          ("gluon_user", ("blocked_matmul_pipelined",))]
+
+
+@pytest.mark.parametrize("name, kernels", CORPUS, ids=[name for name, _ in CORPUS])
+def test_the_corpus_kernels_keep_their_fast_key(name, kernels):
+  """The warm start: every kernel of the corpus (benchmarks/kernels/) is read, none sent to its IR key."""
+  if name.startswith(("triton", "gluon")):
+    import_triton()
+  else:
+    pytest.importorskip("cutlass.cute")
+  if name in ("fa4_user", "quack_user"):
+    pytest.importorskip("flash_attn.cute" if name == "fa4_user" else "quack")
+  module = benchmarks_package.module(f"kernels.{name}")
+  for kernel in kernels:
+    value = getattr(module, kernel)
+    key = (fingerprint.fingerprint(value) if name.startswith(("cute", "fa4", "quack"))
+           else value_keys.constexpr_key(value))
+    assert key is not None, f"{name}.{kernel} is keyed by its IR: a warm start traces it"
