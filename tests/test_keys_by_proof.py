@@ -330,7 +330,8 @@ def test_keys_are_the_same_in_every_process():
 
 
 CORPUS = [("cute_gemm", ("hopper_gemm",)), ("cute_rmsnorm", ("rmsnorm",)), ("cute_elementwise", ("axpy", "add_one")),
-          ("fa4_user", ("attention_launch", "backward_launch")), ("quack_user", ("softmax_launch", "softmax_backward_launch")),
+          ("fa4_user", ("attention_launch", "backward_launch")),
+          ("quack_user", ("softmax_launch", "softmax_backward_launch")),
           ("triton_user", ("grouped_matmul", "attention_fwd", "softmax_kernel", "layer_norm_fwd", "add_one")),
           ("gluon_user", ("blocked_matmul_pipelined",))]
 
