@@ -217,6 +217,14 @@ def test_every_attribute_of_a_function_is_read_the_private_ones_too():
   assert value_key(kernel) != first
 
 
+def test_attributes_set_on_a_partial_are_read():
+  bound = functools.partial(max, 1)
+  bound.block = 64
+  first = value_key(bound)
+  bound.block = 128
+  assert value_key(bound) != first
+
+
 def test_attributes_set_on_an_enum_member_are_read():
   class Mode(enum.Enum):
     FAST = 1

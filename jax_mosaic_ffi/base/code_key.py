@@ -89,6 +89,7 @@ def put_object(k, v, depth: int, where: str, names: frozenset[str] | None) -> No
     k.put(v.func, depth + 1, where)
     k.put(v.args, depth + 1, f"the arguments of {where}")
     k.put(v.keywords, depth + 1, f"the keywords of {where}")
+    k.put(dict(attributes(v, where)), depth + 1, f"the attributes of {where}")  # p.block = 64 is state too
   elif t is types.ModuleType:
     _module(k, v, depth, where, names)
   elif isinstance(v, type):
