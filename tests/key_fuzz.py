@@ -38,10 +38,15 @@ class Program:
   holes: dict
   edits: tuple[Edit, ...]
   files: tuple[tuple[str, str], ...] = ()  # other files beside the module (a header), with holes too
+  name: str = ""  # where a wing has several programs: this one's (the wing's otherwise)
+
+  @property
+  def id(self) -> str:
+    return self.name or self.wing
 
   def version(self, edit: Edit | None) -> dict[str, str]:
     holes = {**self.holes, **dict(edit.holes if edit else ())}
-    return {f"fz_{self.wing}.py": textwrap.dedent(self.text).format(**holes) + _LOWER,
+    return {f"fz_{self.id}.py": textwrap.dedent(self.text).format(**holes) + _LOWER,
             **{name: textwrap.dedent(text).format(**holes) for name, text in self.files}}
 
 
@@ -285,12 +290,17 @@ CUDA = Program("cuda", '''
 PROGRAMS = {p.wing: p for p in (TRITON, GLUON, CUTE, CUDA)}
 
 
-def _load(folder: str, wing: str, files: dict[str, str]):
+def load(folder: str, program: Program, edit: Edit | None):
+  """One version of the program, written to ``folder`` and imported afresh."""
+  return _load(folder, program.id, program.version(edit))
+
+
+def _load(folder: str, program_id: str, files: dict[str, str]):
   for name, text in files.items():
     with open(os.path.join(folder, name), "w") as f:
       f.write(text)
   linecache.clearcache()  # Triton and the DSL read a kernel's source through it
-  name = f"fz_{wing}"
+  name = f"fz_{program_id}"
   sys.modules.pop(name, None)
   spec = importlib.util.spec_from_file_location(name, os.path.join(folder, f"{name}.py"))
   module = importlib.util.module_from_spec(spec)
@@ -309,7 +319,7 @@ def _kernel_digest(lowered) -> str:
 def lower(folder: str, program: Program, edit: Edit | None) -> dict:
   """One version, lowered in this process: whether it compiled (its key was new) and its kernel's digest."""
   from jax_mosaic_ffi.toolchain import compile_cache
-  module = _load(folder, program.wing, program.version(edit))
+  module = _load(folder, program.id, program.version(edit))
   before = compile_cache.stats()
   digest = _kernel_digest(module.lower())
   after = compile_cache.stats()
@@ -327,16 +337,15 @@ def row(program: Program, edit: Edit, base: dict, edited: dict, where: str) -> d
     problems.append("the edit was meant to change the kernel but did not (the corpus is wrong)")
   if not edit.changes_kernel and key_changed:
     problems.append("a control edit changed the key (a warm cache would miss)")
-  return {"wing": program.wing, "edit": edit.name, "kind": edit.kind, "where": where,
+  return {"wing": program.id, "edit": edit.name, "kind": edit.kind, "where": where,
           "key": "changed" if key_changed else "same (audited)", "kernel": "changed" if kernel_changed else "same",
           "problems": problems}
 
 
-def warm_run(folder: str, wing: str, names: list[str]) -> list[dict]:
+def warm_run(folder: str, program: Program, names: list[str]) -> list[dict]:
   """In a process of its own with a warm disk cache: each named edit's version lowered with an empty memory
   cache, so every hit is a disk hit (and audited)."""
   import jax_mosaic_ffi as jmf
-  program = PROGRAMS[wing]
   out = []
   for name in names:
     edit = next(e for e in program.edits if e.name == name)
@@ -349,6 +358,6 @@ if __name__ == "__main__":  # python key_fuzz.py FOLDER WING [EDIT...]: the base
   folder, wing, names = sys.argv[1], sys.argv[2], sys.argv[3:]
   sys.dont_write_bytecode = True
   if names:
-    print(json.dumps(warm_run(folder, wing, names)))
+    print(json.dumps(warm_run(folder, PROGRAMS[wing], names)))
   else:
     print(json.dumps(lower(folder, PROGRAMS[wing], None)))

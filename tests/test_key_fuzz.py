@@ -3,22 +3,32 @@ holds, a field, a module global, a closure cell, a default, an enum's value, a c
 controls that change nothing the kernel reads), to a program of each front end (tests/key_fuzz.py), with the key
 audit on. In this process (memory cache) and across processes (a warm disk cache, memory empty): no hit may serve a
 kernel made from other IR (KeyAuditError), an edit that changes the kernel must change the key, and a control must
-keep it (a warm cache still hits). The table of what was tried ends the test run's output."""
+keep it (a warm cache still hits). A second corpus (tests/key_fuzz_proof.py), per wing, reads through the patterns
+earlier readers keyed by text, by a trusted name or not at all (they must be read, keeping the fast key) and
+through what no key holds (the environment, computed names: only that kernel goes to its IR key). The table of
+what was tried ends the test run's output."""
 
 import json
 import os
 
 import pytest
 
+from jax_mosaic_ffi.cute import fingerprint
+from jax_mosaic_ffi.triton import value_keys
+
 import fresh_process
 import key_fuzz
+import key_fuzz_proof
+
+PROGRAMS = {**key_fuzz.PROGRAMS, **key_fuzz_proof.PROGRAMS}
 
 WARM = '''
   import json, sys
   sys.dont_write_bytecode = True
-  import key_fuzz
+  import key_fuzz, key_fuzz_proof
   folder, wing, names = sys.argv[1], sys.argv[2], sys.argv[3:]
-  found = key_fuzz.warm_run(folder, wing, names) if names else key_fuzz.lower(folder, key_fuzz.PROGRAMS[wing], None)
+  program = {**key_fuzz.PROGRAMS, **key_fuzz_proof.PROGRAMS}[wing]
+  found = key_fuzz.warm_run(folder, program, names) if names else key_fuzz.lower(folder, program, None)
   print(json.dumps(found))
 '''
 
@@ -38,14 +48,14 @@ def _lower_with(folder, program, edit, monkeypatch):
     return key_fuzz.lower(str(folder), program, edit)
 
 
-@pytest.mark.parametrize("wing", sorted(key_fuzz.PROGRAMS))
+@pytest.mark.parametrize("wing", sorted(PROGRAMS))
 def test_every_edit_that_changes_the_kernel_changes_its_key(wing, tmp_path, monkeypatch, record_property):
-  _requirements(wing)
+  _requirements(PROGRAMS[wing].wing)
   monkeypatch.setenv("JAX_MOSAIC_FFI_KEY_AUDIT", "1")
   monkeypatch.setenv("JAX_MOSAIC_FFI_CACHE_DIR", str(tmp_path / "memory-run-cache"))
   monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
   monkeypatch.setattr("sys.dont_write_bytecode", True)  # each version is read from its text, never a stale .pyc
-  program = key_fuzz.PROGRAMS[wing]
+  program = PROGRAMS[wing]
   folder = tmp_path / "program"
   folder.mkdir()
   rows = []
@@ -79,3 +89,18 @@ def test_every_edit_that_changes_the_kernel_changes_its_key(wing, tmp_path, monk
   kinds = {r["kind"] for r in rows}
   assert "control" in kinds and len(kinds) >= 4, kinds
   assert os.environ["JAX_MOSAIC_FFI_KEY_AUDIT"] == "1"
+
+
+@pytest.mark.parametrize("wing", sorted(w for w in key_fuzz_proof.PROGRAMS if not w.startswith("cuda")))
+def test_what_the_reader_reads_keeps_its_fast_key_and_only_the_rest_goes_to_the_ir(wing, tmp_path, monkeypatch):
+  """The patterns the reader must read are read (the kernel keeps its key without a trace or TTIR: the warm
+  start), and those it cannot follow make only that kernel's key the IR's."""
+  program = PROGRAMS[wing]
+  _requirements(program.wing)
+  monkeypatch.setattr("sys.dont_write_bytecode", True)
+  module = key_fuzz.load(str(tmp_path), program, None)
+  if program.wing == "cute":
+    key = fingerprint.fingerprint(module.launcher)
+  else:
+    key = value_keys.constexpr_key(module.kernel)
+  assert (key is not None) == wing.endswith("_reads"), wing

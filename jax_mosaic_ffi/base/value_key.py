@@ -13,11 +13,16 @@ where it can read all of it:
   attribute it has (``__dict__`` and slots), following each to the end.
 
 A library's classes and functions (the standard library, numpy, jax, a toolchain's own packages: ``libraries``)
-are named, not walked: their release is in every key that reaches them. What the reader cannot read completely
-raises `ValueKeyError` naming where it stopped: a subclass of a container or an array (a masked array's mask, a
-matrix), an instance whose class computes its attributes or equality (``__getattr__``, ``__getattribute__``, a
-custom ``__eq__`` or ``__hash__``), a C extension's object, a value nested deeper than `MAX_DEPTH` or larger than
-`MAX_NODES`. A front end then keys that value by the IR it produces, never by a partial reading.
+are named, not walked: their release is in every key that reaches them. A library is decided by where its code
+lives (`code_origin`: an installed distribution's folder or the standard library's), never by ``__module__`` or
+a name. What the reader cannot read completely raises `ValueKeyError` naming where it stopped (and so does any
+exception while reading: a refusal, never a crash): a subclass of a container or an array (a masked array's
+mask, a matrix), an instance whose class computes its attributes or equality, a C extension's object, code that
+reads by a computed name or from the process (`dynamic_reads`), a value nested deeper than `MAX_DEPTH` or larger
+than `MAX_NODES`. A front end then keys that value by the IR it produces, never by a partial reading or by text.
+A key is the same in every process: no address, no order from hashing (a set by its members' sorted keys). A
+dict keeps its order, which code iterating it sees: a dict built from a set has the set's order, which differs
+between processes, and so does its key (a compile per process, never a kernel of another order).
 
     >>> value_key(1.0) == value_key(1.0), value_key(1.0) == value_key(1.0000000001)
     (True, False)
@@ -31,7 +36,6 @@ import dataclasses
 import enum
 import hashlib
 import struct
-import sys
 import types
 from typing import Any, Callable
 
@@ -39,6 +43,8 @@ import jax
 import numpy as np
 
 from jax_mosaic_ffi.base import code_key
+from jax_mosaic_ffi.base import code_origin
+from jax_mosaic_ffi.base import dynamic_reads
 from jax_mosaic_ffi.base.errors import ValueKeyError
 
 MAX_DEPTH = 64
@@ -55,17 +61,20 @@ Extra = Callable[[Any, "Keyer"], bool]
 
 @dataclasses.dataclass(frozen=True)
 class Toolchain:
-  """What a front end's compiler reads beyond plain Python: its packages (named, not walked), a reader of its own
-  values (`Extra`), and where its functions keep their user's code (the CuTe DSL's preprocessor replaces a
-  function's ``__code__`` with its rewrite)."""
+  """What a front end's compiler reads beyond plain Python: its packages (named, not walked, where their code
+  lives in their installed folders: `code_origin`), a reader of its own values (`Extra`), where its functions
+  keep their user's code (the CuTe DSL's preprocessor replaces a function's ``__code__`` with its rewrite), and
+  which attributes it sets on a user's function as its own bookkeeping (``bookkeeping(name)``: the DSL's compiler
+  object, set at its first compile; every other attribute of a function is read)."""
 
   libraries: frozenset[str] = frozenset()
   extra: Extra | None = None
   user_code: Callable[[types.FunctionType], types.CodeType] | None = None
+  bookkeeping: Callable[[str], bool] | None = None
+  origins: code_origin.Libraries = dataclasses.field(init=False, repr=False, compare=False)
 
-  def library(self, module: str | None) -> bool:
-    top = (module or "").split(".")[0]
-    return top in LIBRARIES or top in self.libraries or top in sys.stdlib_module_names or top == "builtins"
+  def __post_init__(self):
+    object.__setattr__(self, "origins", code_origin.Libraries(LIBRARIES | self.libraries))
 
 
 PLAIN = Toolchain()
@@ -76,16 +85,43 @@ def value_key(value, *, toolchain: Toolchain = PLAIN, name: str = "the value") -
   code of the same behaviour. Raises `ValueKeyError` naming (from ``name``, what the value is to the caller) what
   it cannot read completely."""
   keyer = Keyer(hashlib.sha256(), toolchain)
-  keyer.put(value, 0, name)
+  try:
+    keyer.put(value, 0, name)
+  except ValueKeyError:
+    raise
+  except Exception as e:  # whatever reading raised (a property, a repr, recursion): not read whole, so refused
+    raise ValueKeyError(f"{name} could not be read whole: reading it raised {type(e).__name__}") from None
   return keyer.h.digest()
 
 
 def _dtype_key(dtype: np.dtype) -> bytes:
+  """A dtype whole: its kind, byte order, size and alignment, and a structured one's every field (its dtype,
+  offset and title) and a subarray's base and shape."""
   if dtype.hasobject:
     raise ValueKeyError(f"an array of dtype {dtype} holds Python objects (pointers), whose bytes are no key")
+  if dtype.metadata:
+    raise ValueKeyError(f"the dtype {dtype} carries metadata, which the key does not read")
   # name tells ml_dtypes' types apart (bfloat16 and float16 are both 2 bytes); str has byte order and unit.
-  names = ",".join(dtype.names or ())
-  return "\0".join([dtype.name, dtype.str, names, str(dtype.shape)]).encode()
+  parts = [dtype.name.encode(), dtype.str.encode(), struct.pack("<QQ?", dtype.itemsize, dtype.alignment,
+                                                                 dtype.isalignedstruct)]
+  if dtype.subdtype is not None:
+    base, shape = dtype.subdtype
+    parts += [b"sub", _dtype_key(base), struct.pack(f"<{len(shape)}Q", *shape)]
+  for name in dtype.names or ():
+    field = dtype.fields[name]
+    title = field[2] if len(field) > 2 else None
+    if title is not None and type(title) is not str:
+      raise ValueKeyError(f"the field {name!r} of the dtype {dtype} has a title that is not a string")
+    parts += [b"field", name.encode(), _dtype_key(field[0]), struct.pack("<Q", field[1]), (title or "").encode()]
+  return b"".join(struct.pack("<Q", len(p)) + p for p in parts)
+
+
+def _scalar_type(t: type) -> bool:
+  """Whether ``t`` is numpy's (or ml_dtypes') own scalar type of a dtype, not a subclass of one."""
+  try:
+    return np.dtype(t).type is t
+  except TypeError:
+    return False
 
 
 def _array_bytes(array: np.ndarray) -> list[bytes]:
@@ -157,9 +193,9 @@ class Keyer:
         self.low = min(self.low, low)
     self.tag(b"#", found)
 
-  def put(self, v, depth: int, where: str, names: frozenset[str] = frozenset()) -> None:
+  def put(self, v, depth: int, where: str, names: frozenset[str] | None = None) -> None:
     """Writes ``v``'s key; ``where`` says how it was reached, for the error; ``names``: the attribute names the
-    code that reached a module reads of it."""
+    code that reached a module reads of it (None: any, so a user's module is read whole)."""
     self.nodes += 1
     if depth > MAX_DEPTH:
       raise ValueKeyError(f"{where} is nested more than {MAX_DEPTH} levels deep")
@@ -190,28 +226,31 @@ class Keyer:
       self.put(t, depth + 1, f"{where}'s class")
       self.items(v, depth, where)
     elif isinstance(v, enum.Enum):
-      self.tag(b"e")  # its class (every member, every method), then which member
+      self.tag(b"e")  # its class (every member, every method), then which member and all it holds
       self.put(t, depth + 1, f"{where}'s class")
       self.text(b"m", v.name)
       self.put(v.value, depth + 1, f"{where}.value")
+      for attr, x in code_key.attributes(v, where, skip=("__objclass__",)):
+        self.text(b"attr", attr)
+        self.put(x, depth + 1, f"{where}.{attr}")
     elif t is np.ndarray:
       self.tag(b"A", _dtype_key(v.dtype), struct.pack(f"<{v.ndim}Q", *v.shape), *_array_bytes(v))
-    elif isinstance(v, np.generic) and (t.__module__ == "numpy" or t.__module__.startswith("ml_dtypes")):
+    elif isinstance(v, np.generic) and _scalar_type(t):
       self.tag(b"a", _dtype_key(v.dtype), *_array_bytes(np.asarray(v)))
-    elif isinstance(v, np.dtype):
+    elif isinstance(v, np.dtype) and self.toolchain.origins.cls(t):
       self.tag(b"d", _dtype_key(v))
-    elif isinstance(v, type) and issubclass(v, np.generic) and self.toolchain.library(v.__module__):
+    elif isinstance(v, type) and issubclass(v, np.generic) and self.toolchain.origins.cls(v):
       try:
         dtype = np.dtype(v)
       except TypeError:  # an abstract one (np.floating): no dtype of its own
         raise ValueKeyError(f"{where}: numpy's {v.__name__} is an abstract scalar type, not a dtype") from None
       self.tag(b"t", _dtype_key(dtype))
-    elif isinstance(v, _jax_scalar_type):
+    elif t is _jax_scalar_type:
       self.tag(b"j", _dtype_key(np.dtype(v.dtype)))
     elif isinstance(v, jax.core.Tracer):
       raise ValueKeyError(f"{where} is a traced value ({v.aval.str_short()}), which has no value until the program "
                           "runs; pass a concrete array or number")
-    elif isinstance(v, jax.Array):
+    elif isinstance(v, jax.Array) and self.toolchain.origins.cls(t):
       try:
         data = np.asarray(v)
       except Exception as e:  # an array spread over processes, a deleted one: whatever numpy could not read
@@ -228,6 +267,7 @@ class Keyer:
       self.put(x, depth + 1, f"{where}[{i}]")
 
   def container(self, v, depth: int, where: str) -> None:
+    dynamic_reads.check_value(v, where)  # sys.modules, sys.argv
     t = type(v)
     if t is tuple or t is list:
       def fill():

@@ -11,6 +11,7 @@ None, and the caller keys on a trace instead. So do the DSL's own settings that 
 
 from __future__ import annotations
 
+import functools
 import os
 import types
 
@@ -27,15 +28,20 @@ def _user_code(fn: types.FunctionType) -> types.CodeType:
   return original if isinstance(original, types.CodeType) else fn.__code__
 
 
+_CACHE_WRAPPER = type(functools.cache(lambda: None))  # functools.cache's and lru_cache's (a C type)
+
+
 def _dsl_value(value, keyer) -> bool:
   """A DSL number (``cutlass.Float32(0.5)``: a C-backed object) by its class and its Python value."""
   cls = type(value)
-  if cls.__module__.split(".")[0] == "cutlass" and isinstance(getattr(value, "value", None), (bool, int, float)):
+  if not TOOLCHAIN.origins.cls(cls):  # the DSL's and the standard library's own, by where they live
+    return False
+  if cls.__module__.split(".")[0] == "cutlass" and type(getattr(value, "value", None)) in (bool, int, float):
     keyer.text(b"dsl number", cls.__module__, cls.__qualname__)
     keyer.put(value.value, 1, "a DSL number's value")
     return True
   wrapped = getattr(value, "__wrapped__", None)
-  if wrapped is not None and TOOLCHAIN.library(cls.__module__):
+  if cls is _CACHE_WRAPPER and wrapped is not None:
     # functools.cache / lru_cache around a function (libraries of kernels cache their compiles so): its code is
     # the wrapped function's, and what the cache holds says nothing about it.
     keyer.text(b"wrapper", cls.__module__, cls.__qualname__)
@@ -44,8 +50,17 @@ def _dsl_value(value, keyer) -> bool:
   return False
 
 
+def _bookkeeping(name: str) -> bool:
+  """The attributes the DSL sets on a function it compiles, its own state (the compiler object, the code it
+  replaced, whether and for what it rewrote the function, where it was decorated): they change at its first
+  compile, or name the file, and none is the kernel's. Every other attribute is read."""
+  return name.startswith(_DSL_ATTRIBUTES) or name in ("_original_code", "_decorator_location")
+
+
+_DSL_ATTRIBUTES = ("_dsl_", "_preprocessed", "_pyir_", "__pyir_")
+
 TOOLCHAIN = value_key_lib.Toolchain(libraries=frozenset({"cutlass", "cuda"}), extra=_dsl_value,
-                                    user_code=_user_code)
+                                    user_code=_user_code, bookkeeping=_bookkeeping)
 
 
 def exact_key(value, name: str = "the value") -> bytes:

@@ -237,7 +237,7 @@ def _requests(fn, specialization, options: TritonOptions, targets, config, langu
       backend = make_backend(gpu_target)
       # As triton.compile parses them: the environment's knobs (TRITON_DEFAULT_FP_FUSION...) are in them.
       parsed = backend.parse_options(dict(compile_options, **source.parse_options()))
-      if source.unkeyed():  # a constexpr our keys cannot read whole: the compile is keyed by its IR
+      if source.unkeyed():  # a constexpr or the function our keys cannot read whole: keyed by its IR
         with _compile_lock:
           text = bounded.ir_text(source, gpu_target, parsed)
         source.ir_key = hashlib.sha256(key_audit.normal(text).encode()).hexdigest()

@@ -3,13 +3,15 @@
 Our keys read every value through the one reader (`base.value_key`), with Triton's kinds of value added here: a
 ``@triton.jit`` or ``@gluon.jit`` function by its source, its flags and its Python function read to the end (its
 code, the globals it names, its closure and defaults: what Triton's own ``cache_key`` reads and what it misses,
-such as a default's value), a ``tl.constexpr`` by the value it wraps, a Triton type by its name. Triton's package
+such as a default's value), a ``tl.constexpr`` by the value it wraps, a Triton type by every attribute. Triton's package
 is named, not walked (its release is in every key). A class or an instance passed as a constexpr (Gluon's
 ``MMAImpl=WGMMA``, a config object) is read with every method and attribute, so an edit of the code a kernel runs
 through it changes the key.
 
-`constexpr_key` gives None for a value the reader cannot read whole: compile.py then keys that compile by the
-TTIR Triton's frontend makes of it (`KeyedSource`), never by a partial reading. Triton's own cache
+`constexpr_key` gives None for a value the reader cannot read whole (and so does the kernel's own function, where
+its code cannot be: it reads the environment, a global by computed name): compile.py then keys that compile by
+the TTIR Triton's frontend makes of it (`KeyedSource`), never by a partial reading. Only that kernel: every other
+keeps its fast key. Triton's own cache
 (``~/.triton/cache``, which ``triton.compile`` reads first) keys a constexpr by its ``str``; our sources give
 Triton our key instead (`KeyedSource.hash`), so its cache is as exact as ours.
 """
@@ -28,7 +30,8 @@ _JIT_FLAGS = ("noinline", "debug", "do_not_specialize", "do_not_specialize_on_al
 
 def _triton_value(value, keyer) -> bool:
   cls = type(value)
-  if not cls.__module__.startswith("triton."):
+  # Triton's own classes, by where they live (a user's class that names Triton's module is read as the user's).
+  if not (str(cls.__module__).startswith("triton.") and TOOLCHAIN.origins.cls(cls)):
     return False
   fn = getattr(value, "fn", None)
   if isinstance(fn, types.FunctionType):  # @triton.jit, @gluon.jit, constexpr_function: the code Triton compiles
@@ -50,9 +53,8 @@ def _triton_value(value, keyer) -> bool:
     keyer.tag(b"tl.constexpr")
     keyer.put(value.value, 1, "a tl.constexpr's value")
     return True
-  if any(base.__qualname__ == "base_type" for base in cls.__mro__):  # tl.float16, tl.pointer_type(...)
-    keyer.text(b"tl.type", cls.__qualname__, str(value))
-    return True
+  # A Triton type (tl.float16, tl.pointer_type(...)) is read as any library instance, by every attribute: its text
+  # left out a pointer's address space.
   return False
 
 
@@ -93,8 +95,16 @@ class KeyedSource:
   ir_key: str | None = None
 
   def unkeyed(self) -> list:
-    """The constexprs (by path) that cannot be read whole."""
-    return sorted(path for path, v in self.constants.items() if constexpr_key(v) is None)
+    """What cannot be read whole: the constexprs (by path), and ``"the function"`` where the kernel's own code
+    cannot be (it reads the environment, a global by computed name, ...)."""
+    paths = sorted(str(path) for path, v in self.constants.items() if constexpr_key(v) is None)
+    return paths + ["the function"] * (self.function_key() is None)
+
+  def function_key(self) -> str | None:
+    """The kernel's function read whole (`exact`), or None where it cannot be; once per source object."""
+    if "_jmf_function" not in self.__dict__:
+      self.__dict__["_jmf_function"] = constexpr_key(self.fn)
+    return self.__dict__["_jmf_function"]
 
   def hash(self) -> str:
     found = self.__dict__.get("_jmf_hash")
@@ -109,7 +119,12 @@ class KeyedSource:
         k = "ir:" + self.ir_key
       constants.append([list(path), k])
     # Not Triton's own hash(): it holds each constexpr's str, which for an object names its address.
-    parts = [type(self).__name__, self.fn.cache_key, exact(self.fn).hex(), str(self.attrs),
+    function = self.function_key()
+    if function is None:
+      if self.ir_key is None:
+        raise RuntimeError("the kernel's function cannot be keyed without the IR, which was not made")
+      function = "ir:" + self.ir_key
+    parts = [type(self).__name__, self.fn.cache_key, function, str(self.attrs),
              [v for _, v in sorted(self.signature.items())], constants]
     found = hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()
     self.__dict__["_jmf_hash"] = found
