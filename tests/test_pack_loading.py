@@ -129,6 +129,23 @@ def test_prune_and_merge(recorded, tmp_path):
   assert failed.returncode != 0 and "NotInPacks" in failed.stderr
 
 
+def test_a_pack_recorded_twice_in_fresh_processes_is_bit_identical_for_every_arch(tmp_path):
+  # NVRTC with its time trace on made other code for sm_100 and sm_120 in one process and the next, and without a
+  # seed it names a template kernel's internal-linkage symbols at random: every CI run gave the pack a new digest.
+  digests, payloads = [], []
+  for run in range(2):
+    path = str(tmp_path / f"run{run}.jmfpack")
+    done = _cli("record", path, "--arch", "sm_90a,sm_100a,sm_120a", "--", sys.executable, PROGRAM, "lower",
+                "cuda,template", env={"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / f"cache{run}")})
+    assert done.returncode == 0, done.stderr[-4000:]
+    pack = pack_file.read(path)
+    digests.append(pack.digest)
+    payloads.append({(e.about["kernel"], *e.about["targets"]): e.sha256 for e in pack.entries.values()})
+  assert {kernel for kernel, *_ in payloads[0]} == {"scale_add", "scale_add_t<2>"}
+  assert {target for _, *targets in payloads[0] for target in targets} == {"sm_90", "sm_100", "sm_120"}
+  assert payloads[0] == payloads[1] and digests[0] == digests[1]
+
+
 def test_a_pack_made_under_the_oldest_jax_serves_this_one(tmp_path):
   pack = pack_file.read(OLD_JAX_PACK)
   assert pack.created["jax"] == "0.11.2"
