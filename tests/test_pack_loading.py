@@ -93,7 +93,8 @@ def test_strict_mode_names_what_the_pack_lacks_and_how_to_add_it(recorded, tmp_p
   assert failed.returncode != 0
   error = failed.stderr[failed.stderr.index("NotInPacks"):]
   assert "CUDA C++ (NVRTC) 'scale_add' at pack_program.py:" in error and "targets: sm_120" in error
-  assert "python -m jax_mosaic_ffi.pack record model.jmfpack --arch sm_120 -- python " in error
+  assert "python -m jax_mosaic_ffi.pack record new.jmfpack --arch sm_120 -- python " in error
+  assert "what differs: targets: sm_90 in the pack, sm_120 here" in error or "sm_100 in the pack, sm_120 here" in error
 
 
 def test_the_listing_names_each_kernel_arch_and_the_calls_without_a_winner(recorded):
@@ -107,6 +108,27 @@ def test_the_listing_names_each_kernel_arch_and_the_calls_without_a_winner(recor
   as_json = json.loads(_cli("list", path, "--json").stdout)
   assert {e["kind"] for e in as_json["entries"]} == {"compile", "specialization"}
   assert all(len(e["sha256"]) == 64 and e["bytes"] > 0 for e in as_json["entries"])
+
+
+def test_check_says_how_each_gpu_would_be_served_by_the_recorded_pack(recorded):
+  done = _cli("check", recorded[0], "--fleet", "sm_90,sm_100,sm_103")
+  assert done.returncode == 1, done.stdout  # sm_103 was not recorded, and the autotuned call has no winner
+  scale_add = done.stdout[done.stdout.index("'scale_add'"):]
+  assert scale_add.startswith("'scale_add' (options: none; headers given: none):\n    sm_90: exact cubin: cubin sm_90\n"
+                              "    sm_100: exact cubin: cubin sm_100\n    sm_103: PROBLEM: missing: not recorded")
+
+
+def test_a_family_target_serves_every_gpu_of_its_family(tmp_path):
+  path = str(tmp_path / "family.jmfpack")
+  done = _cli("record", path, "--arch", "sm_100f", "--", sys.executable, PROGRAM, "lower", "cuda",
+              env={"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache")})
+  assert done.returncode == 0, done.stderr[-4000:]
+  check = _cli("check", path, "--fleet", "sm_100,sm_103,sm_120")
+  assert "sm_103: family cubin: cubin sm_100f with JAX_MOSAIC_FFI_TARGETS=sm_100f on the node" in check.stdout
+  assert "sm_120: PROBLEM: missing: not recorded for sm_120" in check.stdout and check.returncode == 1
+  # A node told the family target (a B300's, say) lowers from the pack, compiling nothing.
+  counters = _program(path, str(tmp_path / "node"), "lower", "cuda", targets="sm_100f", nvrtc=False).result["counters"]
+  assert _compiles(counters) == 0 and counters["pack_hits"] == 1
 
 
 def test_prune_and_merge(recorded, tmp_path):

@@ -177,11 +177,50 @@ def test_strict_mode_names_the_kernel_call_site_specialization_and_command(clean
   text = str(missing.value)
   assert missing.value.kernel == "add" and "CUDA C++ (NVRTC) 'add' at test_packs.py:" in text
   assert "options: -DVARIANT=2" in text and "targets: sm_100a" in text and path in text
-  assert "python -m jax_mosaic_ffi.pack record model.jmfpack --arch sm_100 -- python " in text
+  assert "python -m jax_mosaic_ffi.pack record new.jmfpack --arch sm_100 -- python " in text
+  assert f"python -m jax_mosaic_ffi.pack merge merged.jmfpack {path} new.jmfpack" in text
+  # The nearest packed compile, and what differs from it.
+  assert f"nearest in the packs: {path} holds 'add' under another key (recorded for sm_90)" in text
+  assert "targets: sm_90 in the pack, sm_100a here" in text and "options: -DVARIANT=2" in text
   assert _stats().compiles["nvrtc"] == before
   monkeypatch.setenv(packs.STRICT_ENV, "maybe")
   with pytest.raises(ValueError, match="JAX_MOSAIC_FFI_PACKS_STRICT='maybe' is neither on nor off"):
     jmf.cuda_kernel(kernel_sources.ADD, "add", options=["-DVARIANT=3"])
+
+
+def test_a_miss_names_another_compiler_release_as_what_differs(clean_packs, monkeypatch):
+  path, built = _recorded(clean_packs, monkeypatch, lambda: jmf.cuda_kernel(kernel_sources.ADD, "add"))
+  (entry,) = built.entries
+  older = {**entry.about, "toolchain": "nvidia-cuda-nvrtc 13.0.48"}  # as another NVRTC release keyed it
+  pack_file.write(path, [pack_file.Entry("cd" * 32, entry.kind, entry.payload, older)], built.created, built.notes)
+  monkeypatch.setenv(packs.PACKS_ENV, path)
+  monkeypatch.setenv(packs.STRICT_ENV, "1")
+  with pytest.raises(jmf.NotInPacks) as missing:
+    jmf.cuda_kernel(kernel_sources.ADD, "add")
+  assert (f"toolchain: nvidia-cuda-nvrtc 13.0.48 in the pack, {entry.about['toolchain']} here"
+          in str(missing.value)), str(missing.value)
+  assert "targets:" not in str(missing.value).split("what differs:")[1]
+
+
+def test_a_strict_setting_neither_on_nor_off_fails_the_first_kernel_even_one_the_pack_holds(clean_packs, monkeypatch):
+  path, _ = _recorded(clean_packs, monkeypatch, lambda: jmf.cuda_kernel(kernel_sources.ADD, "add"))
+  monkeypatch.setenv(packs.PACKS_ENV, path)
+  monkeypatch.setenv(packs.STRICT_ENV, "2")
+  with pytest.raises(ValueError, match="JAX_MOSAIC_FFI_PACKS_STRICT='2' is neither on nor off"):
+    jmf.cuda_kernel(kernel_sources.ADD, "add")
+
+
+def test_a_ptx_kernel_is_recorded_as_refused_and_is_an_error_in_the_strict_mode(clean_packs, monkeypatch):
+  made = jmf.cuda_kernel(kernel_sources.ADD, "add", targets=["sm_90"])
+  ptx = next(image.data for image in made.images if image.kind.name == "PTX")
+  path, built = _recorded(clean_packs, monkeypatch, lambda: jmf.ptx_kernel(ptx, "add"))
+  (note,) = built.notes["refused"]
+  assert note["front_end"] == "PTX" and "the driver compiles PTX on each node at its first launch" in note["error"]
+  monkeypatch.setenv(packs.PACKS_ENV, path)
+  monkeypatch.setenv(packs.STRICT_ENV, "1")
+  with pytest.raises(jmf.NotInPacks, match="PTX 'add' at test_packs.py:.*forbids JIT-compiling it here") as refused:
+    jmf.ptx_kernel(ptx, "add")
+  assert "Ship it compiled: jmf.cubin_kernel" in str(refused.value) and "pack record" not in str(refused.value)
 
 
 def test_a_header_of_the_user_that_is_not_here_is_taken_from_the_pack_one_that_differs_is_not(clean_packs,

@@ -26,6 +26,7 @@ import re
 import secrets
 import stat
 import struct
+import unicodedata
 from typing import Any, Iterable, Mapping
 
 from jax_mosaic_ffi.base import owned_files
@@ -46,9 +47,10 @@ MAX_ENTRY_BYTES = 256 << 20   # as the disk cache: a kernel's binaries are far s
 MAX_TEXT = 4096
 MAX_LIST = 256
 KINDS = ("compile", "specialization", "tuning")
-# What an entry's "about" may hold (all text, or lists of text): for listings and messages, never for a lookup.
+# What an entry's "about" may hold (all text, or lists of text): for listings, messages and `pack check` (a compile's
+# "images": module_format.image_name of each), never for a lookup.
 ABOUT_FIELDS = ("front_end", "kernel", "specialization", "targets", "toolchain", "call_sites", "recorded_for",
-                "device", "compute_capability", "name", "signature", "config")
+                "device", "compute_capability", "name", "signature", "config", "images")
 # What the manifest's other lists hold (autotuning winners, calls without one, compiles a front end refused): each a
 # list of objects of text (or lists of text).
 NOTE_LISTS = ("winners", "untuned", "refused")
@@ -147,6 +149,14 @@ def read(path: str | os.PathLike) -> Pack:
     entries[row["key"]] = Entry(row["key"], row["kind"], payload, row["about"])
   return Pack(path=shown, digest=digest.hex(), size=len(data), entries=entries, created=manifest["created"],
               notes={k: tuple(manifest.get(k, ())) for k in NOTE_LISTS})
+
+
+def escaped(value) -> str:
+  """``value`` as text with every control or format character escaped (\\x1b, \\u202e): text from a manifest
+  is anyone's, and a terminal escape or a line break in it could rewrite what a listing shows (the digest)."""
+  return "".join(c if c == " " or unicodedata.category(c)[0] not in "CZ" else
+                 (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}" if ord(c) < 0x10000 else
+                  f"\\U{ord(c):08x}") for c in str(value))
 
 
 def _read_trusted(path: str) -> bytes:

@@ -1,0 +1,135 @@
+"""`python -m jax_mosaic_ffi.pack check`: how each GPU of a fleet would be served by a pack, by the runtime's own
+image rule, and whether each autotuned call has a winner per GPU model; and the pack CLI's handling of what a
+manifest says (escaped, empty notes) and of the program it records."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from jax_mosaic_ffi.base import pack_file
+from jax_mosaic_ffi.pack import __main__ as cli
+
+import fresh_process
+
+KEY = "{:064x}".format
+
+
+def _entry(n: int, kernel: str, recorded_for: str, images: list[str], front_end: str = "CUDA C++ (NVRTC)",
+           kind: str = "compile") -> pack_file.Entry:
+  about = {"front_end": front_end, "kernel": kernel, "specialization": "options: none", "targets": [recorded_for],
+           "recorded_for": [recorded_for], "toolchain": "nvrtc", "call_sites": ["model.py:1"]}
+  return pack_file.Entry(KEY(n), kind, b"payload %d" % n, {**about, **({"images": images} if images else {})})
+
+
+def _pack(tmp_path, entries, notes=None, name="model.jmfpack") -> str:
+  path = str(tmp_path / name)
+  pack_file.write(path, entries, {"jax_mosaic_ffi": "test"}, notes or {})
+  return path
+
+
+def _check(capsys, *args) -> tuple[int, str]:
+  code = cli.main(["check", *args])
+  return code, capsys.readouterr().out
+
+
+def test_check_names_for_each_gpu_an_exact_cubin_a_family_one_ptx_or_nothing(tmp_path, capsys):
+  path = _pack(tmp_path, [
+      _entry(1, "k", "sm_90", ["cubin sm_90", "ptx sm_90"]),
+      _entry(2, "k", "sm_100f", ["cubin sm_100f", "ptx sm_100f"]),
+      _entry(3, "t", "sm_100f", ["cubin sm_100a"], front_end="Triton"),
+      _entry(4, "p", "sm_90", ["ptx sm_90"])])
+  code, out = _check(capsys, path, "--fleet", "sm_90,sm_100,sm_103,sm_110")
+  assert code == 1
+  k = out[out.index("'k'"):out.index("'p'")]
+  assert "sm_90: exact cubin: cubin sm_90\n" in k
+  assert "sm_100: family cubin: cubin sm_100f with JAX_MOSAIC_FFI_TARGETS=sm_100f on the node" in k
+  assert "sm_103: family cubin: cubin sm_100f with JAX_MOSAIC_FFI_TARGETS=sm_100f" in k
+  assert "sm_110: PROBLEM: missing: not recorded for sm_110" in k
+  # Triton builds sm_100a whatever it is asked: no image of it loads on sm_103.
+  t = out[out.index("Triton 't'"):]
+  assert "sm_100: exact cubin: cubin sm_100a with JAX_MOSAIC_FFI_TARGETS=sm_100f" in t
+  assert "sm_103: PROBLEM: missing: none of its images (cubin sm_100a) loads on sm_103" in t
+  p = out[out.index("'p'"):out.index("Triton 't'")]
+  assert "sm_90: PROBLEM: PTX JIT: ptx sm_90: the driver compiles it on the node" in p
+  assert out.rstrip().endswith("problems: a node would compile, JIT or time there")
+  # A fleet the pack covers passes.
+  assert _check(capsys, _pack(tmp_path, [_entry(1, "k", "sm_90", ["cubin sm_90"])], name="ok.jmfpack"),
+                "--fleet", "sm_90")[0] == 0
+
+
+def test_check_fails_on_refused_compiles_an_empty_pack_and_old_entries(tmp_path, capsys):
+  empty = _pack(tmp_path, [], name="empty.jmfpack")
+  code, out = _check(capsys, empty, "--fleet", "sm_90")
+  assert code == 1 and "PROBLEM: the pack holds no compile" in out
+  refused = _pack(tmp_path, [_entry(1, "k", "sm_90", ["cubin sm_90"])], name="refused.jmfpack",
+                  notes={"refused": [{"front_end": "CuTe DSL", "kernel": "gemm", "targets": ["sm_120"],
+                                      "error": "CompileError: sm_120 is not supported\nmore"}]})
+  code, out = _check(capsys, refused, "--fleet", "sm_90")
+  assert code == 1 and "PROBLEM: refused while recording: CuTe DSL 'gemm' for sm_120: CompileError: sm_120" in out
+  old = _pack(tmp_path, [_entry(1, "k", "sm_90", [])], name="old.jmfpack")
+  code, out = _check(capsys, old, "--fleet", "sm_90")
+  assert code == 1 and "does not say which images this compile holds" in out
+  with pytest.raises(SystemExit, match="sm_90a is a compile target"):
+    cli.main(["check", old, "--fleet", "sm_90a"])
+
+
+def test_check_wants_a_winner_per_gpu_model_and_never_borrows_another(tmp_path, capsys):
+  notes = {"winners": [{"name": "mm", "shapes": "float32[64]", "device": "NVIDIA H200", "compute_capability": "9.0",
+                        "config": "0", "us": "1.00"}],
+           "untuned": [{"name": "mm", "shapes": "float32[64]", "recorded_for": "sm_100", "why": "no tuning file"}]}
+  path = _pack(tmp_path, [_entry(1, "k", "sm_90", ["cubin sm_90"])], notes=notes)
+  code, out = _check(capsys, path, "--fleet", "sm_90", "--gpus", "NVIDIA H200,NVIDIA H100 80GB HBM3")
+  assert code == 1
+  assert "autotuned mm float32[64] on NVIDIA H200: winner in the pack" in out
+  assert "autotuned mm float32[64] on NVIDIA H100 80GB HBM3: PROBLEM: no winner in the pack" in out
+  code, out = _check(capsys, path, "--fleet", "sm_90")  # without --gpus: the models and archs the pack names
+  assert code == 1 and "on GPUs of sm_100: PROBLEM: no tuning file" in out
+
+
+def test_text_from_a_manifest_is_escaped_where_it_is_shown(tmp_path, capsys):
+  forged = "k\x1b[2K\r/tmp/model.jmfpack: 1 entries, sha256 " + "0" * 64 + "\u202e"
+  path = _pack(tmp_path, [_entry(1, forged, "sm_90", ["cubin sm_90"])])
+  assert cli.main(["list", path]) == 0
+  listing = capsys.readouterr().out
+  assert "\x1b" not in listing and "\r" not in listing and "\u202e" not in listing
+  assert "k\\x1b[2K\\x0d/tmp/model.jmfpack" in listing and "\\u202e" in listing
+  assert _check(capsys, path, "--fleet", "sm_90")[1].count("\x1b") == 0
+
+
+def test_merge_and_prune_take_notes_with_an_empty_reason(tmp_path, capsys):
+  notes = {"untuned": [{"name": "mm", "shapes": "", "recorded_for": "sm_90", "why": ""}],
+           "refused": [{"front_end": "Triton", "kernel": "t", "targets": ["sm_90"], "recorded_for": ["sm_90"],
+                        "error": ""}]}
+  path = _pack(tmp_path, [_entry(1, "k", "sm_90", ["cubin sm_90"])], notes=notes)
+  assert cli.main(["merge", str(tmp_path / "merged.jmfpack"), path, path]) == 0
+  assert cli.main(["prune", str(tmp_path / "pruned.jmfpack"), path, "--arch", "sm_90"]) == 0
+  assert cli.main(["list", str(tmp_path / "merged.jmfpack")]) == 0
+  assert "without a winner: autotuned mm  on sm_90: \n" in capsys.readouterr().out
+
+
+def _cli(*args, env=None) -> subprocess.CompletedProcess:
+  return subprocess.run([sys.executable, "-m", "jax_mosaic_ffi.pack", *args], env={**os.environ, **(env or {})},
+                        capture_output=True, text=True, timeout=fresh_process.HANG_GUARD_S,
+                        cwd=fresh_process.private_folder())
+
+
+def test_a_listing_read_in_part_ends_quietly(tmp_path):
+  # Over a pipe's buffer of JSON: `head` closes the pipe while the listing still writes.
+  path = _pack(tmp_path, [_entry(n, f"kernel_{n}", "sm_90", ["cubin sm_90"]) for n in range(2000)])
+  done = subprocess.run(f"{sys.executable} -m jax_mosaic_ffi.pack list --json {path} | head -c 100", shell=True,
+                        capture_output=True, text=True, timeout=fresh_process.HANG_GUARD_S)
+  assert len(done.stdout) == 100 and "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+  assert json.loads(_cli("list", "--json", path).stdout)["entries"][0]["kernel"] == "kernel_0"
+
+
+def test_record_runs_python_from_its_own_venv_and_writes_no_pack_for_a_program_that_compiles_nothing(tmp_path):
+  out = str(tmp_path / "nothing.jmfpack")
+  # No python on PATH: `python` is the interpreter the command runs in (a venv not on PATH records).
+  done = _cli("record", out, "--arch", "sm_90", "--", "python", "-c", "import sys; print('ran', sys.executable)",
+              env={"PATH": str(tmp_path)})
+  assert f"ran {sys.executable}" in done.stdout, done.stderr
+  assert done.returncode == 1 and "compiled no kernel for sm_90, so no pack was written" in done.stderr
+  assert not os.path.exists(out)
