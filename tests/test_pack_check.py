@@ -24,9 +24,9 @@ def _entry(n: int, kernel: str, recorded_for: str, images: list[str], front_end:
   return pack_file.Entry(KEY(n), kind, b"payload %d" % n, {**about, **({"images": images} if images else {})})
 
 
-def _pack(tmp_path, entries, notes=None, name="model.jmfpack") -> str:
+def _pack(tmp_path, entries, notes=None, name="model.jmfpack", created=None) -> str:
   path = str(tmp_path / name)
-  pack_file.write(path, entries, {"jax_mosaic_ffi": "test"}, notes or {})
+  pack_file.write(path, entries, created or {"jax_mosaic_ffi": "test"}, notes or {})
   return path
 
 
@@ -133,3 +133,32 @@ def test_record_runs_python_from_its_own_venv_and_writes_no_pack_for_a_program_t
   assert f"ran {sys.executable}" in done.stdout, done.stderr
   assert done.returncode == 1 and "compiled no kernel for sm_90, so no pack was written" in done.stderr
   assert not os.path.exists(out)
+
+
+def test_merge_keeps_where_each_entry_came_from_drops_answered_notes_and_names_conflicts(tmp_path, capsys):
+  winner = {"name": "mm", "shapes": "f32[64]", "compute_capability": "9.0", "us": "1.00"}
+  a = _pack(tmp_path, [_entry(1, "k", "sm_90", ["cubin sm_90"])], name="a.jmfpack",
+            created={"jax": "0.12.0", "toolchains": ["nvrtc 13.0.88"], "recorded_for": ["sm_90"]},
+            notes={"winners": [{**winner, "device": "NVIDIA H200", "config": "0"}],
+                   "untuned": [{"name": "mm", "shapes": "f32[64]", "device": "NVIDIA B200", "why": "not timed"}],
+                   "refused": [{"front_end": "Triton", "kernel": "t", "targets": ["sm_100"], "error": "crashed"}]})
+  other = _entry(1, "k", "sm_90", ["cubin sm_90"])
+  b = _pack(tmp_path, [pack_file.Entry(other.key, "compile", b"other bytes", other.about),
+                       _entry(2, "t", "sm_100", ["cubin sm_100a"], front_end="Triton")], name="b.jmfpack",
+            created={"jax": "0.11.2", "toolchains": ["triton 3.9.0"], "recorded_for": ["sm_100"]},
+            notes={"winners": [{**winner, "device": "NVIDIA B200", "config": "1"},
+                               {**winner, "device": "NVIDIA H200", "config": "1"}]})
+  out = str(tmp_path / "merged.jmfpack")
+  assert cli.main(["merge", out, a, b]) == 0
+  printed = capsys.readouterr().out
+  assert f"conflict: compile {KEY(1)[:16]} (k): {a} (" in printed and "hold different bytes" in printed
+  assert "conflict: autotuned mm f32[64] on NVIDIA H200: winners 0 and 1" in printed
+  merged = pack_file.read(out)
+  assert merged.created["jax"] == ["0.12.0", "0.11.2"] and merged.created["recorded_for"] == ["sm_90", "sm_100"]
+  assert merged.created["toolchains"] == ["nvrtc 13.0.88", "triton 3.9.0"]
+  assert [m.split(" (")[0] for m in merged.created["merged_from"]] == [a, b]
+  assert merged.entries[KEY(1)].payload == b"payload 1" and merged.entries[KEY(1)].about["from_pack"].startswith(a)
+  assert merged.entries[KEY(2)].about["from_pack"].startswith(b)
+  # B's winner answers A's "without a winner" for the B200, and B holds the compile A's recording refused.
+  assert merged.notes["untuned"] == () and merged.notes["refused"] == ()
+  assert cli.main(["list", out]) == 0 and f"; from {b} (" in capsys.readouterr().out

@@ -25,6 +25,7 @@ from jax_mosaic_ffi.base.module_format import Arch
 from jax_mosaic_ffi.pack import build as build_lib
 from jax_mosaic_ffi.pack import contents
 from jax_mosaic_ffi.pack import fleet
+from jax_mosaic_ffi.pack import merge
 from jax_mosaic_ffi.toolchain import pack_record
 from jax_mosaic_ffi.transforms import tuning_files
 
@@ -169,8 +170,10 @@ def main(argv=None) -> int:
       print(report)
       return 1 if problems else 0
     elif args.action == "merge":
-      entries, notes, created = contents.merged(pack_file.read(p) for p in args.packs)
-      _write(args.out, build_lib.Built(entries, notes, created))
+      found = merge.merged([pack_file.read(p) for p in args.packs])
+      _write(args.out, build_lib.Built(found.entries, found.notes, found.created))
+      for conflict in found.conflicts:
+        print(f"  conflict: {conflict}")
     else:
       entries, notes, created = contents.pruned(pack_file.read(args.pack), [a.sm for a in _archs(args.arch)])
       _write(args.out, build_lib.Built(entries, notes, created))

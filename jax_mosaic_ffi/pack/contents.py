@@ -1,5 +1,5 @@
-"""A pack's contents: listed (kernels, specializations, archs, sizes, toolchains, where each came from), packs
-merged into one, and entries for archs not wanted pruned."""
+"""A pack's contents: listed (kernels, specializations, archs, sizes, toolchains, where each came from), and
+entries for archs not wanted pruned."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def listing(pack: pack_file.Pack) -> str:
                  f"{shown(a.get('targets', '?'))}, {len(e.payload)} bytes, {shown(a.get('toolchain', '?'))}")
     lines.append(f"      {shown(a.get('specialization', ''))}")
     lines.append(f"      recorded for {shown(a.get('recorded_for', '?'))} at {shown(a.get('call_sites', '?'))}; "
-                 f"key {e.key[:16]}")
+                 f"key {e.key[:16]}" + (f"; from {shown(a['from_pack'])}" if a.get("from_pack") else ""))
   sections = (("winners", "autotuning winners", "{name} {shapes} on {device} ({compute_capability}): {config} "
                                                  "({us} us)"),
               ("untuned", "autotuned calls without a winner (they would time their configs there)",
@@ -51,20 +51,6 @@ def listing(pack: pack_file.Pack) -> str:
           values["recorded_for"] = f" of {values['recorded_for']}"
         lines.append("  " + first_line(line.format(**values)))
   return "\n".join(lines)
-
-
-def merged(packs: Iterable[pack_file.Pack]) -> tuple[list[pack_file.Entry], dict, dict]:
-  """(entries, notes, created) of the packs in one: an entry held by several is taken from the first."""
-  entries: dict[str, pack_file.Entry] = {}
-  notes: dict[str, list] = {name: [] for name in pack_file.NOTE_LISTS}
-  sources = []
-  for pack in packs:
-    sources.append(f"{pack.path} ({pack.digest[:16]})")
-    for key, entry in pack.entries.items():
-      entries.setdefault(key, entry)
-    for name in pack_file.NOTE_LISTS:
-      notes[name] += [dict(n) for n in pack.notes.get(name, ()) if dict(n) not in notes[name]]
-  return list(entries.values()), notes, {"merged_from": sources}
 
 
 def pruned(pack: pack_file.Pack, keep: Iterable[str]) -> tuple[list[pack_file.Entry], dict, dict]:
