@@ -200,6 +200,12 @@ def test_a_miss_names_another_compiler_release_as_what_differs(clean_packs, monk
   assert (f"toolchain: nvidia-cuda-nvrtc 13.0.48 in the pack, {entry.about['toolchain']} here"
           in str(missing.value)), str(missing.value)
   assert "targets:" not in str(missing.value).split("what differs:")[1]
+  # A keyed setting of the environment the pack was recorded in.
+  pack_file.write(path, [pack_file.Entry("cd" * 32, entry.kind, entry.payload,
+                                         {**entry.about, "settings": ["CUTE_DSL_LINEINFO=1"]})], built.created)
+  packs.forget()
+  with pytest.raises(jmf.NotInPacks, match="what differs: settings: CUTE_DSL_LINEINFO=1 in the pack, - here"):
+    jmf.cuda_kernel(kernel_sources.ADD, "add")
 
 
 def test_a_strict_setting_neither_on_nor_off_fails_the_first_kernel_even_one_the_pack_holds(clean_packs, monkeypatch):

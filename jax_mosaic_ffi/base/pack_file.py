@@ -48,9 +48,11 @@ MAX_TEXT = 4096
 MAX_LIST = 256
 KINDS = ("compile", "specialization", "tuning")
 # What an entry's "about" may hold (all text, or lists of text): for listings, messages and `pack check` (a compile's
-# "images": module_format.image_name of each; a merged entry's "from_pack"), never for a lookup.
+# "images": module_format.image_name of each; a merged entry's "from_pack"; "settings": the keyed environment
+# variables set where it compiled), never for a lookup.
 ABOUT_FIELDS = ("front_end", "kernel", "specialization", "targets", "toolchain", "call_sites", "recorded_for",
-                "device", "compute_capability", "name", "signature", "config", "images", "from_pack")
+                "device", "compute_capability", "name", "signature", "config", "images", "from_pack",
+                "settings")
 # What the manifest's other lists hold (autotuning winners, calls without one, compiles a front end refused): each a
 # list of objects of text (or lists of text).
 NOTE_LISTS = ("winners", "untuned", "refused")

@@ -3,7 +3,7 @@
     record OUT --arch sm_90,sm_100a [--tuning FILE ...] [--keep-going] -- python train_step.py ...
     build OUT RECORDING... [--tuning FILE ...]
     list PACK [--json]
-    check PACK --fleet sm_90,sm_100,sm_103 [--gpus "NVIDIA H200,NVIDIA B200"]
+    check PACK --fleet sm_90,sm_100,sm_103 [--gpus "NVIDIA H200,NVIDIA B200"] [--environment]
     merge OUT PACK PACK...
     prune OUT PACK --arch sm_90,...
 """
@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -22,11 +23,13 @@ from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.base import pack_file
 from jax_mosaic_ffi.base.errors import PackError
 from jax_mosaic_ffi.base.module_format import Arch
+from jax_mosaic_ffi.cute import fingerprint as cute_fingerprint
 from jax_mosaic_ffi.pack import build as build_lib
 from jax_mosaic_ffi.pack import contents
 from jax_mosaic_ffi.pack import fleet
 from jax_mosaic_ffi.pack import merge
 from jax_mosaic_ffi.toolchain import pack_record
+from jax_mosaic_ffi.triton import settings as triton_settings
 from jax_mosaic_ffi.transforms import tuning_files
 
 
@@ -71,6 +74,14 @@ def _program(command: list[str]) -> list[str]:
   """The program to record: ``python`` (or ``python3``) is this interpreter, the venv the command runs in, not the
   first on PATH (which may be another venv's, without the program's packages or this one)."""
   return [sys.executable, *command[1:]] if command[0] in ("python", "python3") else command
+
+
+def _environment() -> dict[str, list[str]]:
+  """The keyed settings this environment sets, by front end (Triton's only where Triton is installed)."""
+  here = {"CuTe DSL": cute_fingerprint.settings_environment()}
+  if importlib.util.find_spec("triton") is not None:
+    here["Triton"] = here["Gluon"] = triton_settings.environment()
+  return here
 
 
 def record(args) -> int:
@@ -138,6 +149,8 @@ def main(argv=None) -> int:
   chk.add_argument("--fleet", required=True, help="the fleet's GPU archs, comma-separated: sm_90,sm_100,sm_103")
   chk.add_argument("--gpus", default="", help="the fleet's GPU models as jax names them (device_kind), "
                                               "comma-separated: every autotuned call needs a winner for each")
+  chk.add_argument("--environment", action="store_true", help="compare the keyed settings of this environment (run "
+                   "it with the nodes' environment) with those the pack's kernels were compiled under")
   mrg = sub.add_parser("merge", help="packs into one")
   mrg.add_argument("out")
   mrg.add_argument("packs", nargs="+")
@@ -166,7 +179,8 @@ def main(argv=None) -> int:
       except ValueError as e:
         raise SystemExit(f"--fleet: {e}") from None
       report, problems = fleet.check(pack_file.read(args.pack), capabilities,
-                                     [g.strip() for g in args.gpus.split(",") if g.strip()])
+                                     [g.strip() for g in args.gpus.split(",") if g.strip()],
+                                     _environment() if args.environment else None)
       print(report)
       return 1 if problems else 0
     elif args.action == "merge":

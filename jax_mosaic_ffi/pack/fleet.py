@@ -146,8 +146,25 @@ def winners(pack: pack_file.Pack, gpus: list[str]) -> list[tuple[str, str, str |
   return rows
 
 
-def check(pack: pack_file.Pack, fleet: list[int], gpus: list[str]) -> tuple[str, int]:
-  """The report of how ``fleet`` would be served by ``pack``, and how many problems it names."""
+def settings_differences(pack: pack_file.Pack, here: dict[str, list[str]]) -> list[str]:
+  """Where the keyed settings a pack's compiles were made under (each entry's "settings") differ from ``here``'s
+  (by front end: the keyed variables this environment sets): a node with this environment misses those kernels."""
+  recorded: dict[str, set[tuple[str, ...]]] = {}
+  for entry in pack.entries.values():
+    front_end = str(entry.about.get("front_end"))
+    if entry.kind == "compile" and "settings" in entry.about and front_end in here:
+      recorded.setdefault(front_end, set()).add(tuple(_list(entry.about["settings"])))
+  return [f"{front_end} kernels were compiled under {contents.shown(list(made)) if made else 'no keyed setting'}, "
+          f"and this environment sets {contents.shown(here[front_end]) if here[front_end] else 'none'}: a node with "
+          f"it misses them (unset or set those variables there, or record under the nodes' settings)"
+          for front_end, variants in sorted(recorded.items()) for made in sorted(variants)
+          if list(made) != here[front_end]]
+
+
+def check(pack: pack_file.Pack, fleet: list[int], gpus: list[str],
+          here: dict[str, list[str]] | None = None) -> tuple[str, int]:
+  """The report of how ``fleet`` would be served by ``pack``, and how many problems it names; with ``here`` (the
+  keyed settings of the environment `check` runs in, by front end), where the pack's were others."""
   esc = pack_file.escaped
   lines = [f"{esc(pack.path)} (sha256 {pack.digest}) for sm_{', sm_'.join(map(str, fleet))}:"]
   problems = 0
@@ -165,6 +182,9 @@ def check(pack: pack_file.Pack, fleet: list[int], gpus: list[str]) -> tuple[str,
     problems += 1
     lines.append(f"  PROBLEM: refused while recording: {esc(note.get('front_end'))} '{esc(note.get('kernel'))}' "
                  f"for {contents.shown(note.get('targets'))}: {esc(contents.first_line(note.get('error')))}")
+  for difference in settings_differences(pack, here or {}):
+    problems += 1
+    lines.append(f"  PROBLEM: {difference}")
   for call, gpu, why in winners(pack, gpus):
     problems += why is not None
     lines.append(f"  autotuned {esc(call)} on {esc(gpu)}: " + ("winner in the pack" if why is None

@@ -111,8 +111,8 @@ def missing(about: Mapping[str, Any], why: str = "", doing: str = "compiling it"
 
 
 # What a pack's entry says of its compile that a node's own can differ in: the compiler release, the targets, the
-# specialization (options, types, constexprs).
-_INGREDIENTS = ("toolchain", "targets", "specialization")
+# specialization (options, types, constexprs), the keyed settings of the environment.
+_INGREDIENTS = ("toolchain", "targets", "specialization", "settings")
 
 
 def _nearest(about: Mapping[str, Any]) -> str:
@@ -143,9 +143,9 @@ def _nearest(about: Mapping[str, Any]) -> str:
 
 
 def _shown(value) -> str:
-  """A value of a manifest (anyone's text), escaped for a terminal (pack_file.escaped)."""
-  return pack_file.escaped(", ".join(map(str, value)) if isinstance(value, (list, tuple))
-                           else str(value if value is not None else "-"))
+  """A value of a manifest (anyone's text), escaped for a terminal (pack_file.escaped); "-" for none."""
+  return pack_file.escaped((", ".join(map(str, value)) if isinstance(value, (list, tuple)) else
+                            str(value if value is not None else "")) or "-")
 
 
 def _gpu(target: str) -> str:
