@@ -118,6 +118,14 @@ def test_check_says_how_each_gpu_would_be_served_by_the_recorded_pack(recorded):
                               "    sm_100: exact cubin: cubin sm_100\n    sm_103: PROBLEM: missing: not recorded")
 
 
+def test_check_with_a_program_lists_every_compile_the_pack_lacks_in_one_go(recorded):
+  done = _cli("check", recorded[0], "--fleet", "sm_90,sm_103", "--", "python", PROGRAM, "new")
+  assert done.returncode == 1, done.stderr[-3000:]
+  for gpu in ("sm_90", "sm_103"):
+    assert f"PROBLEM: {gpu}: CUDA C++ (NVRTC) 'not_packed' for {gpu} at pack_program.py:" in done.stdout, done.stdout
+  assert done.stdout.rstrip().endswith("2 compiles of python " + PROGRAM + " new not in the pack")
+
+
 def test_a_family_target_serves_every_gpu_of_its_family(tmp_path):
   path = str(tmp_path / "family.jmfpack")
   done = _cli("record", path, "--arch", "sm_100f", "--", sys.executable, PROGRAM, "lower", "cuda",

@@ -3,7 +3,7 @@
     record OUT --arch sm_90,sm_100a [--tuning FILE ...] [--keep-going] -- python train_step.py ...
     build OUT RECORDING... [--tuning FILE ...]
     list PACK [--json]
-    check PACK --fleet sm_90,sm_100,sm_103 [--gpus "NVIDIA H200,NVIDIA B200"] [--environment]
+    check PACK --fleet sm_90,sm_100,sm_103 [--gpus "NVIDIA H200,NVIDIA B200"] [--environment] [-- python serve.py]
     merge OUT PACK PACK...
     prune OUT PACK --arch sm_90,...
 """
@@ -84,6 +84,38 @@ def _environment() -> dict[str, list[str]]:
   return here
 
 
+def _run(command: list[str], target: str, run_dir: str, recording: pack_record.Recording,
+         packs: str | None = None) -> int:
+  """Runs ``command`` on the CPU as a GPU of ``target`` builds, recording every compile it uses into ``recording``
+  (with ``packs`` in use, if given); returns its exit status."""
+  # Its kernels compile when their calls are traced, for this arch's GPUs.
+  env = dict(os.environ, **{flags.PACK_RECORD: run_dir, flags.TARGETS: target, "JAX_PLATFORMS": "cpu"})
+  env.pop(flags.PACKS_STRICT, None)
+  if packs is not None:
+    env[flags.PACKS] = packs
+  code = subprocess.run(command, env=env).returncode
+  if os.path.isdir(run_dir):
+    pack_record.read(run_dir, recording)
+  return code
+
+
+def _program_misses(path: str, pack: pack_file.Pack, capabilities: list[int], command: list[str]) -> list[str]:
+  """Every compile the program uses on each GPU of the fleet that ``pack`` does not hold, in one run per GPU."""
+  misses = []
+  folder = tempfile.mkdtemp(prefix="jmf-pack-check-")
+  try:
+    for capability in capabilities:
+      target, setting = fleet.node_target(pack, capability)
+      print(f"running for sm_{capability}{f' ({setting})' if setting else ''}: {' '.join(command)}", flush=True)
+      recording = pack_record.Recording()
+      code = _run(command, target, os.path.join(folder, f"sm_{capability}"), recording, packs=os.path.abspath(path))
+      misses += [f"sm_{capability}: the program exited with status {code}"] if code != 0 else []
+      misses += [f"sm_{capability}: {miss}" for miss in fleet.misses(pack, recording)]
+  finally:
+    shutil.rmtree(folder, ignore_errors=True)
+  return misses
+
+
 def record(args) -> int:
   if not args.command:
     raise SystemExit("record runs a program: put it after --, e.g. ... --arch sm_90 -- python train_step.py")
@@ -98,13 +130,7 @@ def record(args) -> int:
       gpu = arch.sm if arch.suffix == "f" else f"sm_{arch.number}"
       note = f" (kernels without targets= are built as on a {gpu} GPU)" if arch.suffix == "a" else ""
       print(f"recording for {gpu}{note}: {' '.join(args.command)}", flush=True)
-      run_dir = os.path.join(folder, gpu)
-      # The program runs on the CPU: its kernels compile when their calls are traced, for this arch's GPUs.
-      env = dict(os.environ, **{flags.PACK_RECORD: run_dir, flags.TARGETS: gpu, "JAX_PLATFORMS": "cpu"})
-      env.pop(flags.PACKS_STRICT, None)
-      code = subprocess.run(command, env=env).returncode
-      if os.path.isdir(run_dir):
-        pack_record.read(run_dir, recording)
+      code = _run(command, gpu, os.path.join(folder, gpu), recording)
       if code != 0:
         failed.append(gpu)
         print(f"{gpu}: the program exited with status {code}; what it compiled before is recorded, the rest is not",
@@ -143,8 +169,11 @@ def main(argv=None) -> int:
   lst = sub.add_parser("list", help="what a pack holds")
   lst.add_argument("pack")
   lst.add_argument("--json", action="store_true")
-  chk = sub.add_parser("check", help="how each GPU of a fleet would be served (no GPU needed): exit 1 on anything a "
-                                      "node would compile, JIT or time; run it in CI")
+  chk = sub.add_parser("check", usage="%(prog)s PACK --fleet ARCHS [--gpus MODELS] [--environment] "
+                                      "[-- PROGRAM [ARGS ...]]",
+                       help="how each GPU of a fleet would be served (no GPU needed): exit 1 on anything a node would "
+                            "compile, JIT or time; run it in CI. With a program after --, every compile it uses on "
+                            "each GPU that the pack lacks, in one go")
   chk.add_argument("pack")
   chk.add_argument("--fleet", required=True, help="the fleet's GPU archs, comma-separated: sm_90,sm_100,sm_103")
   chk.add_argument("--gpus", default="", help="the fleet's GPU models as jax names them (device_kind), "
@@ -178,11 +207,14 @@ def main(argv=None) -> int:
         capabilities = fleet.parse_fleet(args.fleet)
       except ValueError as e:
         raise SystemExit(f"--fleet: {e}") from None
-      report, problems = fleet.check(pack_file.read(args.pack), capabilities,
-                                     [g.strip() for g in args.gpus.split(",") if g.strip()],
+      pack = pack_file.read(args.pack)
+      report, problems = fleet.check(pack, capabilities, [g.strip() for g in args.gpus.split(",") if g.strip()],
                                      _environment() if args.environment else None)
-      print(report)
-      return 1 if problems else 0
+      misses = _program_misses(args.pack, pack, capabilities, _program(args.command)) if args.command else []
+      print("\n".join([report, *(f"  PROBLEM: {miss}" for miss in misses)]))
+      if args.command:
+        print(f"{len(misses)} compile{'s' if len(misses) != 1 else ''} of {' '.join(args.command)} not in the pack")
+      return 1 if problems or misses else 0
     elif args.action == "merge":
       found = merge.merged([pack_file.read(p) for p in args.packs])
       _write(args.out, build_lib.Built(found.entries, found.notes, found.created))

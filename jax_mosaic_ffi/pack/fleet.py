@@ -21,6 +21,7 @@ from jax_mosaic_ffi.base import module_format
 from jax_mosaic_ffi.base import pack_file
 from jax_mosaic_ffi.base.module_format import Arch, ImageKind
 from jax_mosaic_ffi.pack import contents
+from jax_mosaic_ffi.toolchain import packs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +78,30 @@ def _fits_family(target: str, capability: int) -> bool:
   except ValueError:
     return False
   return arch.number // 10 == capability // 10 and arch.number <= capability
+
+
+def node_target(pack: pack_file.Pack, capability: int) -> tuple[str, str]:
+  """(the default target a node of ``capability`` keys its kernels by, the setting that takes): a family target the
+  pack was recorded for that fits, else its own arch."""
+  recorded = {t for e in pack.entries.values() for t in _list(e.about.get("recorded_for"))}
+  return next(iter(_reached_by(capability, recorded)), (f"sm_{capability}", ""))
+
+
+def misses(pack: pack_file.Pack, recording) -> list[str]:
+  """What a program's ``recording`` (toolchain/pack_record.py) used that ``pack`` does not hold: each compile, with
+  the nearest packed one and what differs, and each compile that failed."""
+  found = []
+  for entry in recording.entries.values():
+    if entry.kind == "compile" and entry.key not in pack.entries:
+      about = entry.about
+      line = packs.nearest(about, [pack]).strip().replace("\n", " ")
+      found.append(f"{contents.shown(about.get('front_end'))} '{contents.shown(about.get('kernel'))}' for "
+                   f"{contents.shown(about.get('targets'))} at {contents.shown(about.get('call_sites'))} is not in "
+                   f"the pack" + (f"; {line}" if line else ""))
+  for failure in recording.failed:
+    found.append(f"{contents.shown(failure.get('front_end'))} '{contents.shown(failure.get('kernel'))}' failed: "
+                 f"{contents.shown(contents.first_line(failure.get('error')))}")
+  return found
 
 
 def serving(entry: pack_file.Entry, capability: int, setting: str) -> Served:

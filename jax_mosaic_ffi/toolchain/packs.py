@@ -102,7 +102,7 @@ def missing(about: Mapping[str, Any], why: str = "", doing: str = "compiling it"
   return NotInPacks(kernel, (
       f"{about.get('front_end', 'kernel')} '{kernel}' at {where} is not in {held}, and {STRICT_ENV}=1 forbids "
       f"{doing} here{f' ({why})' if why else ''}.\n"
-      f"  specialization: {about.get('specialization', '?')}\n  targets: {targets}\n{_nearest(about)}" + (fix or (
+      f"  specialization: {about.get('specialization', '?')}\n  targets: {targets}\n{nearest(about)}" + (fix or (
           f"Add it to the pack: record the program that makes this call (it runs on the CPU, without a GPU) into a "
           f"new pack, and merge it with the one you ship, e.g.\n"
           f"  python -m jax_mosaic_ffi.pack record new.jmfpack --arch {arch} -- {program}\n"
@@ -115,12 +115,13 @@ def missing(about: Mapping[str, Any], why: str = "", doing: str = "compiling it"
 _INGREDIENTS = ("toolchain", "targets", "specialization", "settings")
 
 
-def _nearest(about: Mapping[str, Any]) -> str:
+def nearest(about: Mapping[str, Any], among: list[pack_file.Pack] | None = None) -> str:
   """A line naming the packed compile nearest this one (the same front end and kernel under another key) and the
-  ingredients of the key that differ, or "" where the packs hold none: why a kernel the listing shows is missed."""
+  ingredients of the key that differ, or "" where the packs (``among``, else those in use) hold none: why a kernel
+  the listing shows is missed."""
   same = []
   try:
-    for pack in active():
+    for pack in active() if among is None else among:
       same += [(pack, e) for e in pack.entries.values() if e.kind == "compile" and
                e.about.get("kernel") == about.get("kernel") and e.about.get("front_end") == about.get("front_end")]
   except PackError:
