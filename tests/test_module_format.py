@@ -255,11 +255,12 @@ def test_each_gpu_loads_the_image_the_contract_names(images, arch, picked):
 
 
 @pytest.mark.parametrize("images, arch, picked", [
-    # A CuTe DSL module: its own arch, or a generic build of its major version; never a family or 'a' one elsewhere.
+    # A CuTe DSL module: its own arch, or a generic or family build of its major version; an 'a' one elsewhere never.
     ([("cute", "sm_100a"), ("cute", "sm_90a")], 100, 0),
     ([("cute", "sm_100a")], 103, None),
     ([("cute", "sm_100")], 103, 0),
-    ([("cute", "sm_100f")], 103, None),
+    ([("cute", "sm_100f")], 103, 0),
+    ([("cute", "sm_100f")], 120, None),
 ])
 def test_a_cute_dsl_module_is_served_by_its_own_rule(images, arch, picked):
   assert module_format.served_image([(ImageKind.CUTE, Arch.parse(sm)) for _, sm in images], arch) == picked

@@ -122,8 +122,9 @@ def targets_setting() -> tuple[Arch, ...]:
   """``JAX_MOSAIC_FFI_TARGETS`` read (empty where unset): GPUs as a machine with them computes its default targets,
   so a machine without them (a CI runner recording a pack) makes the same kernels under the same keys. An arch is
   written as a GPU reports it, without a suffix: Triton and the CuTe DSL pick the arch-specific target (sm_90a)
-  themselves, as they do for a visible GPU. A family target (sm_100f: NVRTC's cubin runs on every GPU of the 10.x
-  family from sm_100 up) is kept as written, on the machine that records and on every node that loads."""
+  themselves, as they do for a visible GPU. A family target (sm_100f: NVRTC's cubin and the CuTe DSL's object run
+  on every GPU of the 10.x family from sm_100 up) is kept as written, on the machine that records and on every node
+  that loads."""
   value = os.environ.get(TARGETS_ENV, "").strip()
   if not value:
     return ()
