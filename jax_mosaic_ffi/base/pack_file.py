@@ -172,12 +172,18 @@ def _read_trusted(path: str) -> bytes:
   except OSError as e:
     raise PackError(f"pack {path} cannot be read: its folder {folder} cannot be opened ({e.strerror})") from None
   try:
-    _check_owner(os.fstat(dir_fd), f"pack {path}: its folder {folder}", "chmod go-w on the folder, or move the pack "
-                 "into a folder of your own")
+    # Opened before its folder is judged, so that a pack that is not there is said to be missing; nothing of it is
+    # read before both are.
     try:
       fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError as e:
       raise PackError(f"pack {path} cannot be opened ({e.strerror}): name a pack file that is there") from None
+    try:
+      _check_owner(os.fstat(dir_fd), f"pack {path}: its folder {folder}", "chmod go-w on the folder, or move the "
+                   "pack into a folder of your own")
+    except PackError:
+      os.close(fd)
+      raise
   finally:
     os.close(dir_fd)
   try:
@@ -197,13 +203,20 @@ def _read_trusted(path: str) -> bytes:
   return data
 
 
+# How a container or a shared machine installs a pack the way it is trusted (docs/guides/deploying.md).
+_RECIPE = ("in a container, unpack it with tar --no-same-owner (or COPY --chown=root:root) and chmod 0755 its "
+           "folders, 0644 the pack")
+
+
 def _check_owner(st: os.stat_result, what: str, fix: str) -> None:
   if owned_files.foreign(st):
     raise PackError(f"{what} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}) or root, so its owner "
-                    f"could put code there that this process would run: copy the pack into a folder of your own")
+                    f"could put code there that this process would run: copy the pack into a folder of your own, "
+                    f"or make root its owner ({_RECIPE})")
   if owned_files.writable_by_others(st):
-    raise PackError(f"{what} is writable by others (mode {stat.S_IMODE(st.st_mode):o}), who could put code there "
-                    f"that this process would run: {fix}")
+    who = " and ".join(w for w, bit in (("its group", stat.S_IWGRP), ("all users", stat.S_IWOTH)) if st.st_mode & bit)
+    raise PackError(f"{what} is writable by {who} (mode {stat.S_IMODE(st.st_mode):o}), who could put code there "
+                    f"that this process would run: {fix} ({_RECIPE})")
 
 
 def _text(value, what: str) -> str:
