@@ -169,13 +169,14 @@ def test_a_pack_recorded_twice_in_fresh_processes_is_bit_identical_for_every_arc
   for run in range(2):
     path = str(tmp_path / f"run{run}.jmfpack")
     done = _cli("record", path, "--arch", "sm_90a,sm_100a,sm_120a", "--", sys.executable, PROGRAM, "lower",
-                "cuda,template", env={"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / f"cache{run}")})
+                "cuda,template,targets", env={"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / f"cache{run}")})
     assert done.returncode == 0, done.stderr[-4000:]
     pack = pack_file.read(path)
     digests.append(pack.digest)
     payloads.append({(e.about["kernel"], *e.about["targets"]): e.sha256 for e in pack.entries.values()})
   assert {kernel for kernel, *_ in payloads[0]} == {"scale_add", "scale_add_t<2>"}
-  assert {target for _, *targets in payloads[0] for target in targets} == {"sm_90", "sm_100", "sm_120"}
+  assert {target for _, *targets in payloads[0] for target in targets} == {
+      "sm_90", "sm_100", "sm_120", "sm_90a", "sm_100a", "sm_120a", "sm_100f", "sm_120f"}
   assert payloads[0] == payloads[1] and digests[0] == digests[1]
 
 
