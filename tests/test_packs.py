@@ -67,6 +67,24 @@ def test_a_pack_reads_back_whole(clean_packs):
   assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
 
 
+def test_a_pack_is_in_memory_once_while_it_is_read(clean_packs):
+  # Each process (one per GPU) reads the pack: the file is read into one buffer, verified through views of it, and
+  # only the entries' own bytes are copied (it was read, copied whole for its digest, then copied per entry).
+  import tracemalloc
+  path = str(clean_packs / "large.jmfpack")
+  payloads = [os.urandom(4 << 20) for _ in range(4)]
+  pack_file.write(path, [_entry(f"{n:064x}", p) for n, p in enumerate(payloads)], {})
+  size = os.path.getsize(path)
+  tracemalloc.start()
+  try:
+    pack = pack_file.read(path)
+    peak = tracemalloc.get_traced_memory()[1]
+  finally:
+    tracemalloc.stop()
+  assert [e.payload for e in pack.entries.values()] == payloads
+  assert peak < 2.25 * size, f"{peak / size:.2f} times the pack's size"
+
+
 @pytest.mark.parametrize("damage, said", [
     (lambda data: data[:-1], "damaged: its digest does not match"),
     (lambda data: data[:len(data) // 2], "damaged: its digest does not match"),

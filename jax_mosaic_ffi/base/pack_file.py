@@ -129,13 +129,14 @@ def read(path: str | os.PathLike) -> Pack:
   if version != FORMAT_VERSION:
     raise PackError(f"pack {shown} has pack format version {version}, and this jax_mosaic_ffi reads version "
                     f"{FORMAT_VERSION}: build it again with this release (python -m jax_mosaic_ffi.pack record ...)")
-  body, digest = data[:-_DIGEST_BYTES], data[-_DIGEST_BYTES:]
+  # Views of the one buffer the file was read into: the pack is in memory once, plus the entries' own bytes.
+  body, digest = memoryview(data)[:-_DIGEST_BYTES], bytes(data[-_DIGEST_BYTES:])
   if hashlib.sha256(body).digest() != digest:
     raise PackError(f"pack {shown} is damaged: its digest does not match its contents (truncated or altered after "
                     "it was written); nothing of it was used. Copy it again from where it was built, or build it again")
   if manifest_size > min(MAX_MANIFEST_BYTES, len(body) - _HEADER.size):
     raise PackError(f"pack {shown} is damaged: its manifest's length {manifest_size} is out of bounds")
-  blobs = memoryview(body)[_HEADER.size + manifest_size:]
+  blobs = body[_HEADER.size + manifest_size:]
   try:
     manifest = json.loads(bytes(body[_HEADER.size:_HEADER.size + manifest_size]))
     _check_manifest(manifest, len(blobs))
@@ -161,7 +162,7 @@ def escaped(value) -> str:
                   f"\\U{ord(c):08x}") for c in str(value))
 
 
-def _read_trusted(path: str) -> bytes:
+def _read_trusted(path: str) -> bytearray:
   """The bytes of the file the user named, refused unless it and its folder are the user's (or root's) and
   writable by no one else. The name is the user's choice, so a symlink to it is followed (as for a tuning file);
   the folder is opened, checked, and the file opened inside it without following a link."""
@@ -193,13 +194,30 @@ def _read_trusted(path: str) -> bytes:
     _check_owner(st, f"pack {path}", "chmod go-w on it")
     if st.st_size > MAX_PACK_BYTES:
       raise PackError(f"pack {path} holds {st.st_size} bytes, over the limit of {MAX_PACK_BYTES}: split it")
-    data = owned_files.read_at_most(fd, st.st_size)
+    data = _read_into_one_buffer(fd, st.st_size)
   except OSError as e:
     raise PackError(f"pack {path} cannot be read ({e.strerror})") from None
   finally:
     os.close(fd)
-  if len(data) != st.st_size:
+  if data is None:
     raise PackError(f"pack {path} changed while it was read: read it when nothing writes it")
+  return data
+
+
+def _read_into_one_buffer(fd: int, size: int) -> bytearray | None:
+  """The open file's ``size`` bytes, read into one buffer (no second copy of a pack of gigabytes), or None where it
+  holds more or fewer (it changed while it was read); raises OSError."""
+  data = bytearray(size + 1)  # one more: a file that grew is seen
+  with memoryview(data) as view:
+    got = 0
+    while got < len(data):
+      count = os.readv(fd, [view[got:]])
+      if count == 0:
+        break
+      got += count
+  if got != size:
+    return None
+  del data[size:]
   return data
 
 
