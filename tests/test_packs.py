@@ -65,6 +65,10 @@ def test_a_pack_reads_back_whole(clean_packs):
   assert pack.digest == digest and set(pack.entries) == {"ab" * 32, "cd" * 32}
   assert pack.entries["ab" * 32].payload == b"kernel bytes" and pack.notes["untuned"][0]["why"] == "no file"
   assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
+  # Written as version 2 (a compile may name its images, source pack and settings); version 1 packs still read
+  # (tests/test_pack_loading.py loads one made under the oldest jax).
+  with open(path, "rb") as f:
+    assert f.read(12)[8:] == (2).to_bytes(4, "little")
 
 
 def test_a_pack_is_in_memory_once_while_it_is_read(clean_packs):
@@ -89,8 +93,8 @@ def test_a_pack_is_in_memory_once_while_it_is_read(clean_packs):
     (lambda data: data[:-1], "damaged: its digest does not match"),
     (lambda data: data[:len(data) // 2], "damaged: its digest does not match"),
     (lambda data: data[:-40] + bytes([data[-40] ^ 1]) + data[-39:], "damaged: its digest does not match"),
-    (lambda data: data[:8] + (2).to_bytes(4, "little") + data[12:], "pack format version 2, and this jax_mosaic_ffi "
-                                                                    "reads version 1"),
+    (lambda data: data[:8] + (3).to_bytes(4, "little") + data[12:], "pack format version 3, and this jax_mosaic_ffi "
+                                                                    "reads versions 1, 2"),
     (lambda data: b"PK\x03\x04" + data[4:], "is not a jax_mosaic_ffi pack"),
 ])
 def test_a_tampered_truncated_or_foreign_pack_is_refused_by_name(clean_packs, damage, said):

@@ -34,7 +34,10 @@ from jax_mosaic_ffi.base.errors import PackError
 
 MAGIC = b"JMFPACK\0"
 FORMAT = "jax_mosaic_ffi pack"
-FORMAT_VERSION = 1
+# Version 2: a compile's "about" may name its images, its source pack and its keyed settings (a release that reads
+# only version 1 refuses such a pack by its version, not as damaged); version 1 packs are read as they are.
+FORMAT_VERSION = 2
+READ_VERSIONS = (1, 2)
 _HEADER = struct.Struct("<8sII")
 _DIGEST_BYTES = 32
 SUFFIX = ".jmfpack"
@@ -94,7 +97,7 @@ def write(path: str, entries: Iterable[Entry], created: Mapping[str, Any],
                            "about": dict(e.about)} for e in entries], **notes}
   text = json.dumps(manifest, sort_keys=True).encode()
   try:
-    _check_manifest(json.loads(text), sum(len(e.payload) for e in entries))
+    _check_manifest(json.loads(text), sum(len(e.payload) for e in entries), FORMAT_VERSION)
   except ValueError as e:
     raise PackError(f"the pack {path} cannot be written: {e} (over the bounds a pack is read with)") from None
   body = b"".join([_HEADER.pack(MAGIC, FORMAT_VERSION, len(text)), text, *(e.payload for e in entries)])
@@ -126,9 +129,10 @@ def read(path: str | os.PathLike) -> Pack:
     raise PackError(f"pack {shown} is not a jax_mosaic_ffi pack (no {MAGIC!r} at its start): name a file made by "
                     "python -m jax_mosaic_ffi.pack")
   _, version, manifest_size = _HEADER.unpack_from(data)
-  if version != FORMAT_VERSION:
-    raise PackError(f"pack {shown} has pack format version {version}, and this jax_mosaic_ffi reads version "
-                    f"{FORMAT_VERSION}: build it again with this release (python -m jax_mosaic_ffi.pack record ...)")
+  if version not in READ_VERSIONS:
+    raise PackError(f"pack {shown} has pack format version {version}, and this jax_mosaic_ffi reads versions "
+                    f"{', '.join(map(str, READ_VERSIONS))}: build it again with this release "
+                    "(python -m jax_mosaic_ffi.pack record ...)")
   # Views of the one buffer the file was read into: the pack is in memory once, plus the entries' own bytes.
   body, digest = memoryview(data)[:-_DIGEST_BYTES], bytes(data[-_DIGEST_BYTES:])
   if hashlib.sha256(body).digest() != digest:
@@ -139,7 +143,7 @@ def read(path: str | os.PathLike) -> Pack:
   blobs = body[_HEADER.size + manifest_size:]
   try:
     manifest = json.loads(bytes(body[_HEADER.size:_HEADER.size + manifest_size]))
-    _check_manifest(manifest, len(blobs))
+    _check_manifest(manifest, len(blobs), version)
   except (ValueError, RecursionError) as e:
     raise PackError(f"pack {shown} is damaged: {e}; nothing of it was used. Build it again") from None
   entries, offset = {}, 0
@@ -263,10 +267,10 @@ def _object_of_texts(value, what: str, fields: tuple[str, ...] | None = None) ->
     _texts(item, f"{what}.{field}")
 
 
-def _check_manifest(manifest, blob_bytes: int) -> None:
-  """Raises ValueError unless ``manifest`` is one we write, with every value bounded and the entries' sizes adding
-  up to exactly ``blob_bytes``."""
-  if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != FORMAT_VERSION:
+def _check_manifest(manifest, blob_bytes: int, version: int) -> None:
+  """Raises ValueError unless ``manifest`` is one we write, of the file's format ``version``, with every value
+  bounded and the entries' sizes adding up to exactly ``blob_bytes``."""
+  if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != version:
     raise ValueError("its manifest is not a jax_mosaic_ffi pack manifest of this version")
   _object_of_texts(manifest.get("created"), "created")
   rows = manifest.get("entries")
