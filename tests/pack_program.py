@@ -7,8 +7,9 @@ recorded from, and what loads it.
                                                 and the counters
     python pack_program.py new                  compiles a CUDA kernel no pack holds (it must fail without NVRTC)
 
-Front ends: cuda (CUDA C++ reading <cuda_fp16.h> from disk), tuned (an autotuned CUDA kernel with a fallback),
-triton, gluon, cute (where the CuTe DSL is installed); all by default. The last line printed is JSON.
+Front ends: cuda (CUDA C++ reading <cuda_fp16.h> from disk), template (a CUDA C++ template reading CCCL), tuned (an
+autotuned CUDA kernel with a fallback), triton, gluon, cute (where the CuTe DSL is installed); all by default, and
+targets (the template for arch-specific and family targets, targets=) when named. The last line printed is JSON.
 """
 
 from __future__ import annotations
@@ -39,11 +40,29 @@ extern "C" __global__ void triple(const float* x, float* y, int n) {
 }
 '''
 
+# A template kernel (named by an expression) that reads CCCL: NVRTC gives its internal-linkage symbols (CCCL's
+# customization points) a random name unless seeded, so its bytes show whether a build is reproducible.
+SCALE_ADD_TEMPLATE = r'''
+#include <cuda/std/array>
+template <int SCALE>
+__global__ void scale_add_t(const float* x, const float* y, float* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = SCALE * x[i] + y[i];
+}
+'''
+
 N = 4096
 
 
 def cuda_call():
   kernel = jmf.cuda_kernel(SCALE_ADD, "scale_add")
+  return (jmf.mosaic_kernel(kernel, lambda x, y: x, grid=lambda x, y: jmf.cdiv(x.size, 256), block=256,
+                            scalars=lambda x, y: (np.int32(x.size),), fallback=lambda x, y: 2 * x + y),
+          lambda x, y: 2 * x + y, 2)
+
+
+def template_call(targets=None):
+  kernel = jmf.cuda_kernel(SCALE_ADD_TEMPLATE, "scale_add_t<2>", targets=targets)
   return (jmf.mosaic_kernel(kernel, lambda x, y: x, grid=lambda x, y: jmf.cdiv(x.size, 256), block=256,
                             scalars=lambda x, y: (np.int32(x.size),), fallback=lambda x, y: 2 * x + y),
           lambda x, y: 2 * x + y, 2)
@@ -92,7 +111,14 @@ def cute_call():
           lambda x: x + 1, 1)
 
 
-CALLS = {"cuda": cuda_call, "tuned": tuned_call, "triton": triton_call, "gluon": gluon_call, "cute": cute_call}
+# Last: the lines of the calls above are in their Triton keys, which tests/data/jax0112.jmfpack holds.
+def targets_call():
+  return template_call(targets=["sm_90a", "sm_100a", "sm_120a", "sm_100f", "sm_120f"])
+
+
+CALLS = {"cuda": cuda_call, "template": template_call, "targets": targets_call, "tuned": tuned_call,
+         "triton": triton_call, "gluon": gluon_call, "cute": cute_call}
+DEFAULT = [name for name in CALLS if name != "targets"]
 
 
 def counters() -> dict:
@@ -124,5 +150,5 @@ def main(mode: str, names: list[str], seed: int = 0) -> dict:
 
 
 if __name__ == "__main__":
-  chosen = sys.argv[2].split(",") if len(sys.argv) > 2 and sys.argv[2] else list(CALLS)
+  chosen = sys.argv[2].split(",") if len(sys.argv) > 2 and sys.argv[2] else DEFAULT
   print(json.dumps(main(sys.argv[1], chosen, int(sys.argv[3]) if len(sys.argv) > 3 else 0)))

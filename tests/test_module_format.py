@@ -248,3 +248,21 @@ def _pick(images, arch):
 ])
 def test_each_gpu_loads_the_image_the_contract_names(images, arch, picked):
   assert _pick(images, arch) == picked
+  # `pack check` asks the same rule from the images a pack's manifest names, without the module's bytes.
+  kinds = [(ImageKind.CUBIN if kind == "cubin" else ImageKind.PTX, Arch.parse(sm)) for kind, sm in images]
+  index = module_format.served_image(kinds, arch)
+  assert (None if index is None else images[index]) == picked
+
+
+@pytest.mark.parametrize("images, arch, picked", [
+    # A CuTe DSL module: its own arch, or a generic or family build of its major version; an 'a' one elsewhere never.
+    ([("cute", "sm_100a"), ("cute", "sm_90a")], 100, 0),
+    ([("cute", "sm_100a")], 103, None),
+    ([("cute", "sm_100")], 103, 0),
+    ([("cute", "sm_100f")], 103, 0),
+    ([("cute", "sm_100f")], 120, None),
+])
+def test_a_cute_dsl_module_is_served_by_its_own_rule(images, arch, picked):
+  assert module_format.served_image([(ImageKind.CUTE, Arch.parse(sm)) for _, sm in images], arch) == picked
+  assert [module_format.parse_image_name(module_format.image_name(ImageKind.CUTE, Arch.parse(sm)))
+          for _, sm in images] == [(ImageKind.CUTE, Arch.parse(sm)) for _, sm in images]

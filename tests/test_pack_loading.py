@@ -99,7 +99,8 @@ def test_strict_mode_names_what_the_pack_lacks_and_how_to_add_it(recorded, tmp_p
   assert failed.returncode != 0
   error = failed.stderr[failed.stderr.index("NotInPacks"):]
   assert "CUDA C++ (NVRTC) 'scale_add' at pack_program.py:" in error and "targets: sm_120" in error
-  assert "python -m jax_mosaic_ffi.pack record model.jmfpack --arch sm_120 -- python " in error
+  assert "python -m jax_mosaic_ffi.pack record new.jmfpack --arch sm_120 -- python " in error
+  assert "what differs: targets: sm_90 in the pack, sm_120 here" in error or "sm_100 in the pack, sm_120 here" in error
 
 
 def test_the_listing_names_each_kernel_arch_and_the_calls_without_a_winner(recorded):
@@ -115,6 +116,38 @@ def test_the_listing_names_each_kernel_arch_and_the_calls_without_a_winner(recor
   # Triton's specializations are packed beside its compiles.
   assert {e["kind"] for e in as_json["entries"]} == ({"compile", "specialization"} if HAS_TRITON else {"compile"})
   assert all(len(e["sha256"]) == 64 and e["bytes"] > 0 for e in as_json["entries"])
+
+
+def test_check_says_how_each_gpu_would_be_served_by_the_recorded_pack(recorded):
+  done = _cli("check", recorded[0], "--fleet", "sm_90,sm_100,sm_103")
+  assert done.returncode == 1, done.stdout  # sm_103 was not recorded, and the autotuned call has no winner
+  scale_add = done.stdout[done.stdout.index("'scale_add'"):]
+  assert scale_add.startswith("'scale_add' (options: none; headers given: none):\n    sm_90: exact cubin: cubin sm_90\n"
+                              "    sm_100: exact cubin: cubin sm_100\n    sm_103: PROBLEM: missing: not recorded")
+
+
+def test_check_with_a_program_lists_every_compile_the_pack_lacks_in_one_go(recorded):
+  done = _cli("check", recorded[0], "--fleet", "sm_90,sm_103", "--", "python", PROGRAM, "new")
+  assert done.returncode == 1, done.stderr[-3000:]
+  for gpu in ("sm_90", "sm_103"):
+    assert f"PROBLEM: {gpu}: CUDA C++ (NVRTC) 'not_packed' for {gpu} at pack_program.py:" in done.stdout, done.stdout
+  assert done.stdout.rstrip().endswith("2 compiles of python " + PROGRAM + " new not in the pack")
+
+
+def test_a_family_target_serves_every_gpu_of_its_family(tmp_path):
+  path = str(tmp_path / "family.jmfpack")
+  cute = cute_package.compiler_release() is not None  # the CuTe DSL builds family targets too
+  done = _cli("record", path, "--arch", "sm_100f", "--", sys.executable, PROGRAM, "lower", "cuda,cute" if cute else
+              "cuda", env={"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / "cache")})
+  assert done.returncode == 0, done.stderr[-4000:]
+  check = _cli("check", path, "--fleet", "sm_100,sm_103,sm_120")
+  assert "sm_103: family cubin: cubin sm_100f with JAX_MOSAIC_FFI_TARGETS=sm_100f on the node" in check.stdout
+  if cute:
+    assert "sm_103: family cubin: cute sm_100f with JAX_MOSAIC_FFI_TARGETS=sm_100f on the node" in check.stdout
+  assert "sm_120: PROBLEM: missing: not recorded for sm_120" in check.stdout and check.returncode == 1
+  # A node told the family target (a B300's, say) lowers from the pack, compiling nothing.
+  counters = _program(path, str(tmp_path / "node"), "lower", "cuda", targets="sm_100f", nvrtc=False).result["counters"]
+  assert _compiles(counters) == 0 and counters["pack_hits"] == 1
 
 
 def test_prune_and_merge(recorded, tmp_path):
@@ -135,6 +168,24 @@ def test_prune_and_merge(recorded, tmp_path):
   # The pruned pack serves sm_100 alone: sm_90 is not in it.
   failed = _program(parts[1].path, str(tmp_path / "cache"), "lower", "cuda", targets="sm_90", check=False)
   assert failed.returncode != 0 and "NotInPacks" in failed.stderr
+
+
+def test_a_pack_recorded_twice_in_fresh_processes_is_bit_identical_for_every_arch(tmp_path):
+  # NVRTC with its time trace on made other code for sm_100 and sm_120 in one process and the next, and without a
+  # seed it names a template kernel's internal-linkage symbols at random: every CI run gave the pack a new digest.
+  digests, payloads = [], []
+  for run in range(2):
+    path = str(tmp_path / f"run{run}.jmfpack")
+    done = _cli("record", path, "--arch", "sm_90a,sm_100a,sm_120a", "--", sys.executable, PROGRAM, "lower",
+                "cuda,template,targets", env={"JAX_MOSAIC_FFI_CACHE_DIR": str(tmp_path / f"cache{run}")})
+    assert done.returncode == 0, done.stderr[-4000:]
+    pack = pack_file.read(path)
+    digests.append(pack.digest)
+    payloads.append({(e.about["kernel"], *e.about["targets"]): e.sha256 for e in pack.entries.values()})
+  assert {kernel for kernel, *_ in payloads[0]} == {"scale_add", "scale_add_t<2>"}
+  assert {target for _, *targets in payloads[0] for target in targets} == {
+      "sm_90", "sm_100", "sm_120", "sm_90a", "sm_100a", "sm_120a", "sm_100f", "sm_120f"}
+  assert payloads[0] == payloads[1] and digests[0] == digests[1]
 
 
 @pytest.mark.skipif(not HAS_TRITON, reason=f"the pack holds a Triton kernel: {NO_TRITON}")

@@ -65,14 +65,36 @@ def test_a_pack_reads_back_whole(clean_packs):
   assert pack.digest == digest and set(pack.entries) == {"ab" * 32, "cd" * 32}
   assert pack.entries["ab" * 32].payload == b"kernel bytes" and pack.notes["untuned"][0]["why"] == "no file"
   assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
+  # Written as version 2 (a compile may name its images, source pack and settings); version 1 packs still read
+  # (tests/test_pack_loading.py loads one made under the oldest jax).
+  with open(path, "rb") as f:
+    assert f.read(12)[8:] == (2).to_bytes(4, "little")
+
+
+def test_a_pack_is_in_memory_once_while_it_is_read(clean_packs):
+  # Each process (one per GPU) reads the pack: the file is read into one buffer, verified through views of it, and
+  # only the entries' own bytes are copied (it was read, copied whole for its digest, then copied per entry).
+  import tracemalloc
+  path = str(clean_packs / "large.jmfpack")
+  payloads = [os.urandom(4 << 20) for _ in range(4)]
+  pack_file.write(path, [_entry(f"{n:064x}", p) for n, p in enumerate(payloads)], {})
+  size = os.path.getsize(path)
+  tracemalloc.start()
+  try:
+    pack = pack_file.read(path)
+    peak = tracemalloc.get_traced_memory()[1]
+  finally:
+    tracemalloc.stop()
+  assert [e.payload for e in pack.entries.values()] == payloads
+  assert peak < 2.25 * size, f"{peak / size:.2f} times the pack's size"
 
 
 @pytest.mark.parametrize("damage, said", [
     (lambda data: data[:-1], "damaged: its digest does not match"),
     (lambda data: data[:len(data) // 2], "damaged: its digest does not match"),
     (lambda data: data[:-40] + bytes([data[-40] ^ 1]) + data[-39:], "damaged: its digest does not match"),
-    (lambda data: data[:8] + (2).to_bytes(4, "little") + data[12:], "pack format version 2, and this jax_mosaic_ffi "
-                                                                    "reads version 1"),
+    (lambda data: data[:8] + (3).to_bytes(4, "little") + data[12:], "pack format version 3, and this jax_mosaic_ffi "
+                                                                    "reads versions 1, 2"),
     (lambda data: b"PK\x03\x04" + data[4:], "is not a jax_mosaic_ffi pack"),
 ])
 def test_a_tampered_truncated_or_foreign_pack_is_refused_by_name(clean_packs, damage, said):
@@ -126,15 +148,18 @@ def test_a_pack_others_can_write_or_not_a_regular_file_is_refused(clean_packs):
   path = str(clean_packs / "shared.jmfpack")
   pack_file.write(path, [_entry()], {})
   os.chmod(path, 0o664)
-  with pytest.raises(jmf.PackError, match="writable by others .mode 664.*chmod go-w"):
+  with pytest.raises(jmf.PackError, match="writable by its group .mode 664.*chmod go-w.*tar --no-same-owner"):
     pack_file.read(path)
   os.chmod(path, 0o644)
   folder = clean_packs / "open"
   folder.mkdir()
   os.replace(path, folder / "shared.jmfpack")
   os.chmod(folder, 0o777)
-  with pytest.raises(jmf.PackError, match="its folder .*open is writable by others"):
+  with pytest.raises(jmf.PackError, match="its folder .*open is writable by its group and all users .mode 777"):
     pack_file.read(str(folder / "shared.jmfpack"))
+  # A pack that is not there is said to be missing, whatever its folder.
+  with pytest.raises(jmf.PackError, match="other.jmfpack cannot be opened .No such file or directory"):
+    pack_file.read(str(folder / "other.jmfpack"))
   os.chmod(folder, 0o755)
   os.mkfifo(clean_packs / "fifo.jmfpack")
   with pytest.raises(jmf.PackError, match="not a regular file"):
@@ -177,11 +202,56 @@ def test_strict_mode_names_the_kernel_call_site_specialization_and_command(clean
   text = str(missing.value)
   assert missing.value.kernel == "add" and "CUDA C++ (NVRTC) 'add' at test_packs.py:" in text
   assert "options: -DVARIANT=2" in text and "targets: sm_100a" in text and path in text
-  assert "python -m jax_mosaic_ffi.pack record model.jmfpack --arch sm_100 -- python " in text
+  assert "python -m jax_mosaic_ffi.pack record new.jmfpack --arch sm_100 -- python " in text
+  assert f"python -m jax_mosaic_ffi.pack merge merged.jmfpack {path} new.jmfpack" in text
+  # The nearest packed compile, and what differs from it.
+  assert f"nearest in the packs: {path} holds 'add' under another key (recorded for sm_90)" in text
+  assert "targets: sm_90 in the pack, sm_100a here" in text and "options: -DVARIANT=2" in text
   assert _stats().compiles["nvrtc"] == before
   monkeypatch.setenv(packs.STRICT_ENV, "maybe")
   with pytest.raises(ValueError, match="JAX_MOSAIC_FFI_PACKS_STRICT='maybe' is neither on nor off"):
     jmf.cuda_kernel(kernel_sources.ADD, "add", options=["-DVARIANT=3"])
+
+
+def test_a_miss_names_another_compiler_release_as_what_differs(clean_packs, monkeypatch):
+  path, built = _recorded(clean_packs, monkeypatch, lambda: jmf.cuda_kernel(kernel_sources.ADD, "add"))
+  (entry,) = built.entries
+  older = {**entry.about, "toolchain": "nvidia-cuda-nvrtc 13.0.48"}  # as another NVRTC release keyed it
+  pack_file.write(path, [pack_file.Entry("cd" * 32, entry.kind, entry.payload, older)], built.created, built.notes)
+  monkeypatch.setenv(packs.PACKS_ENV, path)
+  monkeypatch.setenv(packs.STRICT_ENV, "1")
+  with pytest.raises(jmf.NotInPacks) as missing:
+    jmf.cuda_kernel(kernel_sources.ADD, "add")
+  assert (f"toolchain: nvidia-cuda-nvrtc 13.0.48 in the pack, {entry.about['toolchain']} here"
+          in str(missing.value)), str(missing.value)
+  assert "targets:" not in str(missing.value).split("what differs:")[1]
+  # A keyed setting of the environment the pack was recorded in.
+  pack_file.write(path, [pack_file.Entry("cd" * 32, entry.kind, entry.payload,
+                                         {**entry.about, "settings": ["CUTE_DSL_LINEINFO=1"]})], built.created)
+  packs.forget()
+  with pytest.raises(jmf.NotInPacks, match="what differs: settings: CUTE_DSL_LINEINFO=1 in the pack, - here"):
+    jmf.cuda_kernel(kernel_sources.ADD, "add")
+
+
+def test_a_strict_setting_neither_on_nor_off_fails_the_first_kernel_even_one_the_pack_holds(clean_packs, monkeypatch):
+  path, _ = _recorded(clean_packs, monkeypatch, lambda: jmf.cuda_kernel(kernel_sources.ADD, "add"))
+  monkeypatch.setenv(packs.PACKS_ENV, path)
+  monkeypatch.setenv(packs.STRICT_ENV, "2")
+  with pytest.raises(ValueError, match="JAX_MOSAIC_FFI_PACKS_STRICT='2' is neither on nor off"):
+    jmf.cuda_kernel(kernel_sources.ADD, "add")
+
+
+def test_a_ptx_kernel_is_recorded_as_refused_and_is_an_error_in_the_strict_mode(clean_packs, monkeypatch):
+  made = jmf.cuda_kernel(kernel_sources.ADD, "add", targets=["sm_90"])
+  ptx = next(image.data for image in made.images if image.kind.name == "PTX")
+  path, built = _recorded(clean_packs, monkeypatch, lambda: jmf.ptx_kernel(ptx, "add"))
+  (note,) = built.notes["refused"]
+  assert note["front_end"] == "PTX" and "the driver compiles PTX on each node at its first launch" in note["error"]
+  monkeypatch.setenv(packs.PACKS_ENV, path)
+  monkeypatch.setenv(packs.STRICT_ENV, "1")
+  with pytest.raises(jmf.NotInPacks, match="PTX 'add' at test_packs.py:.*forbids JIT-compiling it here") as refused:
+    jmf.ptx_kernel(ptx, "add")
+  assert "Ship it compiled: jmf.cubin_kernel" in str(refused.value) and "pack record" not in str(refused.value)
 
 
 def test_a_header_of_the_user_that_is_not_here_is_taken_from_the_pack_one_that_differs_is_not(clean_packs,

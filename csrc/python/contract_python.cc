@@ -8,8 +8,10 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -17,6 +19,7 @@
 #include "contract/launch_programs.h"
 #include "contract/module_format.h"
 #include "driver/zlib_inflate.h"
+#include "runtime/cute_module.h"
 #include "runtime/kernel_cache.h"
 
 namespace nb = nanobind;
@@ -154,6 +157,32 @@ int SelectImageForPython(nb::bytes data, int arch) {
   return image == nullptr ? -1 : static_cast<int>(image - module.images.data());
 }
 
+// The index in `images` ((kind, arch, suffix) each, as a module holds them) of the image a GPU of compute
+// capability `arch` would load, by the runtime's own rule for that kind of module, or -1: what `pack check`
+// reports for a fleet without loading anything.
+int ServedImageForPython(const std::vector<std::tuple<int, int, int>>& images, int arch) {
+  ParsedModule module;
+  for (const auto& [kind, image_arch, suffix] : images) {
+    if (kind != static_cast<int>(ImageKind::kCubin) && kind != static_cast<int>(ImageKind::kPtx) &&
+        kind != static_cast<int>(ImageKind::kCuteObject)) {
+      throw nb::value_error(("image kind " + std::to_string(kind) + " is none the runtime loads").c_str());
+    }
+    if (suffix < 0 || suffix >= static_cast<int>(std::size(kArchSuffixes)) || image_arch < 0) {
+      throw nb::value_error(
+          ("image arch " + std::to_string(image_arch) + " suffix " + std::to_string(suffix) + " is out of range")
+              .c_str());
+    }
+    Image image;
+    image.kind = static_cast<ImageKind>(kind);
+    image.arch = static_cast<uint32_t>(image_arch);
+    image.suffix = static_cast<uint32_t>(suffix);
+    module.images.push_back(std::move(image));
+  }
+  const bool cute = !module.images.empty() && module.images[0].kind == ImageKind::kCuteObject;
+  const Image* image = cute ? SelectCuteImage(module, arch) : SelectImage(module, arch);
+  return image == nullptr ? -1 : static_cast<int>(image - module.images.data());
+}
+
 nb::tuple ParseModuleForPython(nb::bytes data) {
   const ParsedModule module = ParseOrRaise(data);
   nb::list images;
@@ -224,6 +253,9 @@ void BindContract(nb::module_& m, nb::module_& testing) {
   m.def("parse_module", &ParseModuleForPython, nb::arg("data"),
         "Parses a serialized kernel module with the runtime's parser: (symbol, [(kind, arch, suffix, data)], flags); "
         "a CuTe DSL object's tuple adds its DSL release and host argument kinds.");
+  m.def("served_image", &ServedImageForPython, nb::arg("images"), nb::arg("arch"),
+        "The index in `images` ((kind, arch, suffix) each) of the image the runtime loads on a GPU of compute "
+        "capability `arch` (100), by its own rule for the module's kind, or -1.");
   testing.def("select_image", &SelectImageForPython, nb::arg("module"), nb::arg("arch"),
               "The index of the image the runtime loads on a GPU of compute capability `arch` (90), or -1.");
   testing.def("evaluate_launch", &EvaluateLaunchForPython, nb::arg("attributes"), nb::arg("shapes"),

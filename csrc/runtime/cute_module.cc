@@ -82,9 +82,10 @@ const Image* SelectCuteImage(const ParsedModule& module, int arch) {
   for (const Image& image : module.images) {
     if (image.kind != ImageKind::kCuteObject) continue;
     if (static_cast<int>(image.arch) == arch) return &image;
-    // A generic (no suffix) build of the same major version and a lower minor one runs too.
-    if (image.suffix == 0 && static_cast<int>(image.arch) / 10 == arch / 10 && static_cast<int>(image.arch) < arch &&
-        (best == nullptr || image.arch > best->arch)) {
+    // A generic or family build (sm_100f runs on sm_103) of the same major version and a lower minor one runs
+    // too, as for cubins (SelectImage); an arch-specific one (sm_100a) on its own arch only.
+    if (image.suffix != kSuffixArchSpecific && static_cast<int>(image.arch) / 10 == arch / 10 &&
+        static_cast<int>(image.arch) < arch && (best == nullptr || image.arch > best->arch)) {
       best = &image;
     }
   }

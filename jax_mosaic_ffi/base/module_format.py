@@ -172,6 +172,28 @@ def _image(kind, arch, suffix, blob, version="", kinds=()) -> Image:
   return Image(ImageKind(kind), Arch(arch, _SUFFIXES[suffix]), blob, version, tuple(kinds))
 
 
+def image_name(kind: ImageKind, arch: Arch) -> str:
+  """An image as a pack's manifest names it: "cubin sm_100f", "ptx sm_90", "cute sm_100a"."""
+  return f"{kind.name.lower()} {arch.sm}"
+
+
+def parse_image_name(text: str) -> tuple[ImageKind, Arch]:
+  """`image_name` read back; raises ValueError for text it does not write."""
+  kind, _, arch = str(text).partition(" ")
+  if kind.upper() not in ImageKind.__members__:
+    raise ValueError(f"{text!r} does not name an image")
+  return ImageKind[kind.upper()], Arch.parse(arch)
+
+
+def served_image(images: list[tuple[ImageKind, Arch]], capability: int) -> int | None:
+  """The index of the image a GPU of compute ``capability`` (103) loads from a module with ``images``, by the
+  runtime's own rule (csrc/runtime: an exact cubin, else a family or generic one of its major version, else PTX
+  it can JIT; for a CuTe DSL module, its own rule), or None: what a node would run, told without a GPU."""
+  index = core.served_image([(int(kind), arch.number, _SUFFIXES.index(arch.suffix)) for kind, arch in images],
+                            capability)
+  return None if index < 0 else index
+
+
 def kernel_hash(module_bytes: bytes) -> bytes:
   """The 32-byte key the runtime caches parsed kernels by."""
   return hashlib.sha256(module_bytes).digest()

@@ -26,6 +26,7 @@ import re
 import secrets
 import stat
 import struct
+import unicodedata
 from typing import Any, Iterable, Mapping
 
 from jax_mosaic_ffi.base import owned_files
@@ -33,7 +34,10 @@ from jax_mosaic_ffi.base.errors import PackError
 
 MAGIC = b"JMFPACK\0"
 FORMAT = "jax_mosaic_ffi pack"
-FORMAT_VERSION = 1
+# Version 2: a compile's "about" may name its images, its source pack and its keyed settings (a release that reads
+# only version 1 refuses such a pack by its version, not as damaged); version 1 packs are read as they are.
+FORMAT_VERSION = 2
+READ_VERSIONS = (1, 2)
 _HEADER = struct.Struct("<8sII")
 _DIGEST_BYTES = 32
 SUFFIX = ".jmfpack"
@@ -46,9 +50,12 @@ MAX_ENTRY_BYTES = 256 << 20   # as the disk cache: a kernel's binaries are far s
 MAX_TEXT = 4096
 MAX_LIST = 256
 KINDS = ("compile", "specialization", "tuning")
-# What an entry's "about" may hold (all text, or lists of text): for listings and messages, never for a lookup.
+# What an entry's "about" may hold (all text, or lists of text): for listings, messages and `pack check` (a compile's
+# "images": module_format.image_name of each; a merged entry's "from_pack"; "settings": the keyed environment
+# variables set where it compiled), never for a lookup.
 ABOUT_FIELDS = ("front_end", "kernel", "specialization", "targets", "toolchain", "call_sites", "recorded_for",
-                "device", "compute_capability", "name", "signature", "config")
+                "device", "compute_capability", "name", "signature", "config", "images", "from_pack",
+                "settings")
 # What the manifest's other lists hold (autotuning winners, calls without one, compiles a front end refused): each a
 # list of objects of text (or lists of text).
 NOTE_LISTS = ("winners", "untuned", "refused")
@@ -90,7 +97,7 @@ def write(path: str, entries: Iterable[Entry], created: Mapping[str, Any],
                            "about": dict(e.about)} for e in entries], **notes}
   text = json.dumps(manifest, sort_keys=True).encode()
   try:
-    _check_manifest(json.loads(text), sum(len(e.payload) for e in entries))
+    _check_manifest(json.loads(text), sum(len(e.payload) for e in entries), FORMAT_VERSION)
   except ValueError as e:
     raise PackError(f"the pack {path} cannot be written: {e} (over the bounds a pack is read with)") from None
   body = b"".join([_HEADER.pack(MAGIC, FORMAT_VERSION, len(text)), text, *(e.payload for e in entries)])
@@ -122,19 +129,21 @@ def read(path: str | os.PathLike) -> Pack:
     raise PackError(f"pack {shown} is not a jax_mosaic_ffi pack (no {MAGIC!r} at its start): name a file made by "
                     "python -m jax_mosaic_ffi.pack")
   _, version, manifest_size = _HEADER.unpack_from(data)
-  if version != FORMAT_VERSION:
-    raise PackError(f"pack {shown} has pack format version {version}, and this jax_mosaic_ffi reads version "
-                    f"{FORMAT_VERSION}: build it again with this release (python -m jax_mosaic_ffi.pack record ...)")
-  body, digest = data[:-_DIGEST_BYTES], data[-_DIGEST_BYTES:]
+  if version not in READ_VERSIONS:
+    raise PackError(f"pack {shown} has pack format version {version}, and this jax_mosaic_ffi reads versions "
+                    f"{', '.join(map(str, READ_VERSIONS))}: build it again with this release "
+                    "(python -m jax_mosaic_ffi.pack record ...)")
+  # Views of the one buffer the file was read into: the pack is in memory once, plus the entries' own bytes.
+  body, digest = memoryview(data)[:-_DIGEST_BYTES], bytes(data[-_DIGEST_BYTES:])
   if hashlib.sha256(body).digest() != digest:
     raise PackError(f"pack {shown} is damaged: its digest does not match its contents (truncated or altered after "
                     "it was written); nothing of it was used. Copy it again from where it was built, or build it again")
   if manifest_size > min(MAX_MANIFEST_BYTES, len(body) - _HEADER.size):
     raise PackError(f"pack {shown} is damaged: its manifest's length {manifest_size} is out of bounds")
-  blobs = memoryview(body)[_HEADER.size + manifest_size:]
+  blobs = body[_HEADER.size + manifest_size:]
   try:
     manifest = json.loads(bytes(body[_HEADER.size:_HEADER.size + manifest_size]))
-    _check_manifest(manifest, len(blobs))
+    _check_manifest(manifest, len(blobs), version)
   except (ValueError, RecursionError) as e:
     raise PackError(f"pack {shown} is damaged: {e}; nothing of it was used. Build it again") from None
   entries, offset = {}, 0
@@ -149,7 +158,15 @@ def read(path: str | os.PathLike) -> Pack:
               notes={k: tuple(manifest.get(k, ())) for k in NOTE_LISTS})
 
 
-def _read_trusted(path: str) -> bytes:
+def escaped(value) -> str:
+  """``value`` as text with every control or format character escaped (\\x1b, \\u202e): text from a manifest
+  is anyone's, and a terminal escape or a line break in it could rewrite what a listing shows (the digest)."""
+  return "".join(c if c == " " or unicodedata.category(c)[0] not in "CZ" else
+                 (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}" if ord(c) < 0x10000 else
+                  f"\\U{ord(c):08x}") for c in str(value))
+
+
+def _read_trusted(path: str) -> bytearray:
   """The bytes of the file the user named, refused unless it and its folder are the user's (or root's) and
   writable by no one else. The name is the user's choice, so a symlink to it is followed (as for a tuning file);
   the folder is opened, checked, and the file opened inside it without following a link."""
@@ -160,12 +177,18 @@ def _read_trusted(path: str) -> bytes:
   except OSError as e:
     raise PackError(f"pack {path} cannot be read: its folder {folder} cannot be opened ({e.strerror})") from None
   try:
-    _check_owner(os.fstat(dir_fd), f"pack {path}: its folder {folder}", "chmod go-w on the folder, or move the pack "
-                 "into a folder of your own")
+    # Opened before its folder is judged, so that a pack that is not there is said to be missing; nothing of it is
+    # read before both are.
     try:
       fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError as e:
       raise PackError(f"pack {path} cannot be opened ({e.strerror}): name a pack file that is there") from None
+    try:
+      _check_owner(os.fstat(dir_fd), f"pack {path}: its folder {folder}", "chmod go-w on the folder, or move the "
+                   "pack into a folder of your own")
+    except PackError:
+      os.close(fd)
+      raise
   finally:
     os.close(dir_fd)
   try:
@@ -175,23 +198,47 @@ def _read_trusted(path: str) -> bytes:
     _check_owner(st, f"pack {path}", "chmod go-w on it")
     if st.st_size > MAX_PACK_BYTES:
       raise PackError(f"pack {path} holds {st.st_size} bytes, over the limit of {MAX_PACK_BYTES}: split it")
-    data = owned_files.read_at_most(fd, st.st_size)
+    data = _read_into_one_buffer(fd, st.st_size)
   except OSError as e:
     raise PackError(f"pack {path} cannot be read ({e.strerror})") from None
   finally:
     os.close(fd)
-  if len(data) != st.st_size:
+  if data is None:
     raise PackError(f"pack {path} changed while it was read: read it when nothing writes it")
   return data
+
+
+def _read_into_one_buffer(fd: int, size: int) -> bytearray | None:
+  """The open file's ``size`` bytes, read into one buffer (no second copy of a pack of gigabytes), or None where it
+  holds more or fewer (it changed while it was read); raises OSError."""
+  data = bytearray(size + 1)  # one more: a file that grew is seen
+  with memoryview(data) as view:
+    got = 0
+    while got < len(data):
+      count = os.readv(fd, [view[got:]])
+      if count == 0:
+        break
+      got += count
+  if got != size:
+    return None
+  del data[size:]
+  return data
+
+
+# How a container or a shared machine installs a pack the way it is trusted (docs/guides/deploying.md).
+_RECIPE = ("in a container, unpack it with tar --no-same-owner (or COPY --chown=root:root) and chmod 0755 its "
+           "folders, 0644 the pack")
 
 
 def _check_owner(st: os.stat_result, what: str, fix: str) -> None:
   if owned_files.foreign(st):
     raise PackError(f"{what} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}) or root, so its owner "
-                    f"could put code there that this process would run: copy the pack into a folder of your own")
+                    f"could put code there that this process would run: copy the pack into a folder of your own, "
+                    f"or make root its owner ({_RECIPE})")
   if owned_files.writable_by_others(st):
-    raise PackError(f"{what} is writable by others (mode {stat.S_IMODE(st.st_mode):o}), who could put code there "
-                    f"that this process would run: {fix}")
+    who = " and ".join(w for w, bit in (("its group", stat.S_IWGRP), ("all users", stat.S_IWOTH)) if st.st_mode & bit)
+    raise PackError(f"{what} is writable by {who} (mode {stat.S_IMODE(st.st_mode):o}), who could put code there "
+                    f"that this process would run: {fix} ({_RECIPE})")
 
 
 def _text(value, what: str) -> str:
@@ -220,10 +267,10 @@ def _object_of_texts(value, what: str, fields: tuple[str, ...] | None = None) ->
     _texts(item, f"{what}.{field}")
 
 
-def _check_manifest(manifest, blob_bytes: int) -> None:
-  """Raises ValueError unless ``manifest`` is one we write, with every value bounded and the entries' sizes adding
-  up to exactly ``blob_bytes``."""
-  if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != FORMAT_VERSION:
+def _check_manifest(manifest, blob_bytes: int, version: int) -> None:
+  """Raises ValueError unless ``manifest`` is one we write, of the file's format ``version``, with every value
+  bounded and the entries' sizes adding up to exactly ``blob_bytes``."""
+  if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != version:
     raise ValueError("its manifest is not a jax_mosaic_ffi pack manifest of this version")
   _object_of_texts(manifest.get("created"), "created")
   rows = manifest.get("entries")

@@ -10,6 +10,7 @@ from jax_mosaic_ffi.base import ptx_info
 from jax_mosaic_ffi.base.module_format import Arch, Image, ImageKind, ParsedModule
 from jax_mosaic_ffi.cuda.nvrtc import compiler
 from jax_mosaic_ffi.cuda.nvrtc import program
+from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain import dump
 from jax_mosaic_ffi.toolchain import param_types as param_types_lib
 from jax_mosaic_ffi.toolchain.compiled import Compiled
@@ -162,6 +163,11 @@ def ptx_kernel(ptx: str | bytes, name: str, *, pdl: bool = True, signature=None)
   types = _signature(signature, name, entries[name], "ptx_kernel")
   parsed = ParsedModule(name, (Image(ImageKind.PTX, arch, text.encode()),),
                         module_format.FLAG_PDL_WAIT if safe else 0)
+  compile_cache.driver_compiled(
+      lambda: {"front_end": "PTX", "kernel": name, "targets": [arch.sm], "specialization": "ptx_kernel"},
+      "the driver compiles PTX on each node at its first launch",
+      "Ship it compiled: jmf.cubin_kernel with a cubin per arch (ptxas -arch=sm_XX, or nvcc -cubin), or CUDA C++ "
+      "(jmf.cuda_kernel), whose cubins a pack holds.")
   return _made(CudaKernel(name, Compiled.of(parsed, entries[name], param_types=types)))
 
 

@@ -199,7 +199,8 @@ def compile_plan(launcher, plan: Plan, *, name: str, targets: tuple[Arch, ...], 
     return {"front_end": "CuTe DSL", "kernel": name, "specialization": f"tensors {tensors}"
             + (f"; constexprs {values}" if values else "") + (f"; options {options}" if options else ""),
             "targets": [t.sm for t in targets],
-            "toolchain": f"nvidia-cutlass-dsl {release}", "call_sites": [where] if where else []}
+            "toolchain": f"nvidia-cutlass-dsl {release}", "call_sites": [where] if where else [],
+            "settings": fingerprint_lib.settings_environment()}
 
   found = compile_cache.cached(entry_key, compile=compile, encode=_to_bytes, decode=decode, witness=witness,
                                about=about)

@@ -12,7 +12,9 @@ None, and the caller keys on a trace instead. So do the DSL's own settings that 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
+import re
 import types
 
 from jax_mosaic_ffi.base import value_key as value_key_lib
@@ -78,8 +80,38 @@ def fingerprint(*objects) -> str | None:
 
 
 def settings_key() -> str:
-  """The DSL's settings in the environment: every ``CUTE_*`` variable (its settings are
-  ``CUTE_DSL_<NAME>`` and ``CUTE_EXPERIMENTAL_DSL_<NAME>``; those that do not change the compile are in too,
-  which costs a compile where one changes, never a stale kernel). Read without importing the DSL, so a warm
-  process still imports none."""
-  return "\0".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("CUTE_"))
+  """The DSL's settings in the environment: every ``CUTE_*`` variable but those the DSL itself declares do not
+  change its compile (`not_compiling`: logging, dumps, its own cache's folder), so a debug variable set on one node
+  does not lose it every packed kernel. A variable it does not declare (one it reads otherwise, or another tool's)
+  is keyed: at worst a compile where one that changes nothing is set, never a stale kernel. Read without importing
+  the DSL, so a warm process still imports none."""
+  return "\0".join(settings_environment())
+
+
+def settings_environment() -> list[str]:
+  """The keyed ``CUTE_*`` variables that are set, as ``NAME=value`` (what a pack's manifest shows of them)."""
+  skipped = not_compiling()
+  return [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("CUTE_") and k not in skipped]
+
+
+# The DSL's declarations of its settings (base_dsl/env_manager.py: ``env_var("LOG_LEVEL", affects_compile=False,
+# ...)``) and of the prefixes they are read under (``CUTLASS_FAMILY_DSL_PREFIXES``).
+_NOT_COMPILING = re.compile(rb'env_var\(\s*"([A-Z0-9_]+)"\s*,\s*affects_compile\s*=\s*False\b')
+_PREFIXES = re.compile(rb"CUTLASS_FAMILY_DSL_PREFIXES\b[^=]*=\s*frozenset\(\s*\{([^}]*)\}")
+_MAX_SOURCE_BYTES = 4 << 20
+
+
+@functools.cache
+def not_compiling() -> frozenset[str]:
+  """The environment variables the installed DSL declares ``affects_compile=False``, read from its source where the
+  import of ``cutlass`` would find it (none where it is not there or says otherwise: then every one is keyed)."""
+  try:
+    spec = importlib.util.find_spec("cutlass")
+    folders = list(spec.submodule_search_locations or ()) if spec is not None else []
+    with open(os.path.join(folders[0], "base_dsl", "env_manager.py"), "rb") as f:
+      source = f.read(_MAX_SOURCE_BYTES)
+  except (ImportError, ValueError, IndexError, OSError):
+    return frozenset()
+  declared = _PREFIXES.search(source)
+  prefixes = [p.decode() for p in re.findall(rb'"([A-Z_]+)"', declared.group(1))] if declared else ["CUTE_DSL"]
+  return frozenset(f"{prefix}_{name.decode()}" for prefix in prefixes for name in _NOT_COMPILING.findall(source))

@@ -3,6 +3,7 @@
     record OUT --arch sm_90,sm_100a [--tuning FILE ...] [--keep-going] -- python train_step.py ...
     build OUT RECORDING... [--tuning FILE ...]
     list PACK [--json]
+    check PACK --fleet sm_90,sm_100,sm_103 [--gpus "NVIDIA H200,NVIDIA B200"] [--environment] [-- python serve.py]
     merge OUT PACK PACK...
     prune OUT PACK --arch sm_90,...
 """
@@ -10,6 +11,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -21,9 +23,13 @@ from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.base import pack_file
 from jax_mosaic_ffi.base.errors import PackError
 from jax_mosaic_ffi.base.module_format import Arch
+from jax_mosaic_ffi.cute import fingerprint as cute_fingerprint
 from jax_mosaic_ffi.pack import build as build_lib
 from jax_mosaic_ffi.pack import contents
+from jax_mosaic_ffi.pack import fleet
+from jax_mosaic_ffi.pack import merge
 from jax_mosaic_ffi.toolchain import pack_record
+from jax_mosaic_ffi.triton import settings as triton_settings
 from jax_mosaic_ffi.transforms import tuning_files
 
 
@@ -57,35 +63,83 @@ def _write(out: str, built: build_lib.Built) -> None:
         f"{kinds['tuning']} autotuning timings ({len(built.notes['winners'])} winners); sha256 {digest}")
   for name, title in (("untuned", "without a winner"), ("refused", "refused")):
     for note in built.notes.get(name, ()):
-      what = (f"{note.get('front_end')} '{note.get('kernel')}' for {contents.shown(note.get('targets'))}"
-              if name == "refused" else f"autotuned {note.get('name')} {contents.shown(note.get('shapes'))} on "
-              f"{note.get('device') or contents.shown(note.get('recorded_for'))}")
-      print(f"  {title}: {what}: {str(note.get('why') or note.get('error')).splitlines()[0]}")
+      what = (f"{contents.shown(note.get('front_end'))} '{contents.shown(note.get('kernel'))}' for "
+              f"{contents.shown(note.get('targets'))}" if name == "refused" else
+              f"autotuned {contents.shown(note.get('name'))} {contents.shown(note.get('shapes'))} on "
+              f"{contents.shown(note.get('device') or note.get('recorded_for'))}")
+      print(f"  {title}: {what}: {contents.shown(contents.first_line(note.get('why') or note.get('error')))}")
+
+
+def _program(command: list[str]) -> list[str]:
+  """The program to record: ``python`` (or ``python3``) is this interpreter, the venv the command runs in, not the
+  first on PATH (which may be another venv's, without the program's packages or this one)."""
+  return [sys.executable, *command[1:]] if command[0] in ("python", "python3") else command
+
+
+def _environment() -> dict[str, list[str]]:
+  """The keyed settings this environment sets, by front end (Triton's only where Triton is installed)."""
+  here = {"CuTe DSL": cute_fingerprint.settings_environment()}
+  if importlib.util.find_spec("triton") is not None:
+    here["Triton"] = here["Gluon"] = triton_settings.environment()
+  return here
+
+
+def _run(command: list[str], target: str, run_dir: str, recording: pack_record.Recording,
+         packs: str | None = None) -> int:
+  """Runs ``command`` on the CPU as a GPU of ``target`` builds, recording every compile it uses into ``recording``
+  (with ``packs`` in use, if given); returns its exit status."""
+  # Its kernels compile when their calls are traced, for this arch's GPUs.
+  env = dict(os.environ, **{flags.PACK_RECORD: run_dir, flags.TARGETS: target, "JAX_PLATFORMS": "cpu"})
+  env.pop(flags.PACKS_STRICT, None)
+  if packs is not None:
+    env[flags.PACKS] = packs
+  code = subprocess.run(command, env=env).returncode
+  if os.path.isdir(run_dir):
+    pack_record.read(run_dir, recording)
+  return code
+
+
+def _program_misses(path: str, pack: pack_file.Pack, capabilities: list[int], command: list[str]) -> list[str]:
+  """Every compile the program uses on each GPU of the fleet that ``pack`` does not hold, in one run per GPU."""
+  misses = []
+  folder = tempfile.mkdtemp(prefix="jmf-pack-check-")
+  try:
+    for capability in capabilities:
+      target, setting = fleet.node_target(pack, capability)
+      print(f"running for sm_{capability}{f' ({setting})' if setting else ''}: {' '.join(command)}", flush=True)
+      recording = pack_record.Recording()
+      code = _run(command, target, os.path.join(folder, f"sm_{capability}"), recording, packs=os.path.abspath(path))
+      misses += [f"sm_{capability}: the program exited with status {code}"] if code != 0 else []
+      misses += [f"sm_{capability}: {miss}" for miss in fleet.misses(pack, recording)]
+  finally:
+    shutil.rmtree(folder, ignore_errors=True)
+  return misses
 
 
 def record(args) -> int:
   if not args.command:
     raise SystemExit("record runs a program: put it after --, e.g. ... --arch sm_90 -- python train_step.py")
   tuning = _tuning(args.tuning)
+  command = _program(args.command)
   folder = tempfile.mkdtemp(prefix="jmf-pack-record-")
   failed = []
   try:
     recording = pack_record.Recording()
     for arch in _archs(args.arch):
-      gpu = f"sm_{arch.number}"
-      note = f" (kernels without targets= are built as on a {gpu} GPU)" if arch.suffix else ""
+      # A family target is kept (nodes set it as their targets); sm_90a is recorded as its GPU (sm_90) would build.
+      gpu = arch.sm if arch.suffix == "f" else f"sm_{arch.number}"
+      note = f" (kernels without targets= are built as on a {gpu} GPU)" if arch.suffix == "a" else ""
       print(f"recording for {gpu}{note}: {' '.join(args.command)}", flush=True)
-      run_dir = os.path.join(folder, gpu)
-      # The program runs on the CPU: its kernels compile when their calls are traced, for this arch's GPUs.
-      env = dict(os.environ, **{flags.PACK_RECORD: run_dir, flags.TARGETS: gpu, "JAX_PLATFORMS": "cpu"})
-      env.pop(flags.PACKS_STRICT, None)
-      code = subprocess.run(args.command, env=env).returncode
-      if os.path.isdir(run_dir):
-        pack_record.read(run_dir, recording)
+      code = _run(command, gpu, os.path.join(folder, gpu), recording)
       if code != 0:
         failed.append(gpu)
         print(f"{gpu}: the program exited with status {code}; what it compiled before is recorded, the rest is not",
               file=sys.stderr)
+    if not recording.entries and not recording.failed:
+      print(f"error: {' '.join(command)} compiled no kernel for {', '.join(a.sm for a in _archs(args.arch))}, so "
+            f"no pack was written: run the program that calls your kernels (its jitted steps must run or lower)",
+            file=sys.stderr)
+      return 1
     _write(args.out, build_lib.build(recording, tuning))
   finally:
     if args.keep_recording:
@@ -115,6 +169,17 @@ def main(argv=None) -> int:
   lst = sub.add_parser("list", help="what a pack holds")
   lst.add_argument("pack")
   lst.add_argument("--json", action="store_true")
+  chk = sub.add_parser("check", usage="%(prog)s PACK --fleet ARCHS [--gpus MODELS] [--environment] "
+                                      "[-- PROGRAM [ARGS ...]]",
+                       help="how each GPU of a fleet would be served (no GPU needed): exit 1 on anything a node would "
+                            "compile, JIT or time; run it in CI. With a program after --, every compile it uses on "
+                            "each GPU that the pack lacks, in one go")
+  chk.add_argument("pack")
+  chk.add_argument("--fleet", required=True, help="the fleet's GPU archs, comma-separated: sm_90,sm_100,sm_103")
+  chk.add_argument("--gpus", default="", help="the fleet's GPU models as jax names them (device_kind), "
+                                              "comma-separated: every autotuned call needs a winner for each")
+  chk.add_argument("--environment", action="store_true", help="compare the keyed settings of this environment (run "
+                   "it with the nodes' environment) with those the pack's kernels were compiled under")
   mrg = sub.add_parser("merge", help="packs into one")
   mrg.add_argument("out")
   mrg.add_argument("packs", nargs="+")
@@ -137,15 +202,34 @@ def main(argv=None) -> int:
     elif args.action == "list":
       pack = pack_file.read(args.pack)
       print(json.dumps(contents.as_json(pack), indent=1) if args.json else contents.listing(pack))
+    elif args.action == "check":
+      try:
+        capabilities = fleet.parse_fleet(args.fleet)
+      except ValueError as e:
+        raise SystemExit(f"--fleet: {e}") from None
+      pack = pack_file.read(args.pack)
+      report, problems = fleet.check(pack, capabilities, [g.strip() for g in args.gpus.split(",") if g.strip()],
+                                     _environment() if args.environment else None)
+      misses = _program_misses(args.pack, pack, capabilities, _program(args.command)) if args.command else []
+      print("\n".join([report, *(f"  PROBLEM: {miss}" for miss in misses)]))
+      if args.command:
+        print(f"{len(misses)} compile{'s' if len(misses) != 1 else ''} of {' '.join(args.command)} not in the pack")
+      return 1 if problems or misses else 0
     elif args.action == "merge":
-      entries, notes, created = contents.merged(pack_file.read(p) for p in args.packs)
-      _write(args.out, build_lib.Built(entries, notes, created))
+      found = merge.merged([pack_file.read(p) for p in args.packs])
+      _write(args.out, build_lib.Built(found.entries, found.notes, found.created))
+      for conflict in found.conflicts:
+        print(f"  conflict: {conflict}")
     else:
       entries, notes, created = contents.pruned(pack_file.read(args.pack), [a.sm for a in _archs(args.arch)])
       _write(args.out, build_lib.Built(entries, notes, created))
+    sys.stdout.flush()  # here, where a reader that stopped (BrokenPipeError) is caught
   except PackError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
+  except BrokenPipeError:  # the reader stopped (list --json | head): nothing more to say, and no traceback
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 1
   return 0
 
 

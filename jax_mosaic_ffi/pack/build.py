@@ -61,6 +61,16 @@ def build(recording: pack_record.Recording,
   return Built(entries, notes, created)
 
 
+def _measured_for(arch: str, env: tuning_records.Environment) -> bool:
+  """Whether a tuning file measured on ``env``'s GPU times the kernels recorded for ``arch``: a GPU of that compute
+  capability, or for a family target (sm_100f) any GPU of the family (each model keeps its own winners)."""
+  wanted = capability(arch)
+  if not arch.endswith("f"):
+    return env.compute_capability == wanted
+  major, _, minor = str(env.compute_capability).partition(".")
+  return major == wanted.split(".")[0] and minor.isdigit() and int(minor) >= int(wanted.split(".")[1])
+
+
 def _winners(decision: dict, tuning: list) -> Built:
   """The packed timings of one decision for each GPU model tuned for its arch, and its notes."""
   out = Built([], {"winners": [], "untuned": []}, {})
@@ -72,7 +82,7 @@ def _winners(decision: dict, tuning: list) -> Built:
           if isinstance(row, dict) and isinstance(row.get("launches"), list) else None for row in rows]
   for arch in decision.get("recorded_for") or ():
     wanted = capability(str(arch))
-    files = [(path, env, dict(timings)) for path, env, timings in tuning if env.compute_capability == wanted]
+    files = [(path, env, dict(timings)) for path, env, timings in tuning if _measured_for(str(arch), env)]
     if not files:
       out.notes["untuned"].append({"name": name, "shapes": shapes, "recorded_for": str(arch),
                                    "why": f"no tuning file measured on a GPU of compute capability {wanted} was given "

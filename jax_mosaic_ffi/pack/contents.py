@@ -1,5 +1,5 @@
-"""A pack's contents: listed (kernels, specializations, archs, sizes, toolchains, where each came from), packs
-merged into one, and entries for archs not wanted pruned."""
+"""A pack's contents: listed (kernels, specializations, archs, sizes, toolchains, where each came from), and
+entries for archs not wanted pruned."""
 
 from __future__ import annotations
 
@@ -20,18 +20,18 @@ def as_json(pack: pack_file.Pack) -> dict:
 def listing(pack: pack_file.Pack) -> str:
   """The pack as text: what made it, then each compile (grouped by front end and kernel), the autotuning winners,
   the calls without one and the compiles a front end refused."""
-  lines = [f"{pack.path}: {len(pack.entries)} entries, {pack.size} bytes, sha256 {pack.digest}"]
-  lines += [f"  {k}: {shown(v)}" for k, v in pack.created.items()]
+  lines = [f"{pack_file.escaped(pack.path)}: {len(pack.entries)} entries, {pack.size} bytes, sha256 {pack.digest}"]
+  lines += [f"  {pack_file.escaped(k)}: {shown(v)}" for k, v in pack.created.items()]
   compiles = [e for e in pack.entries.values() if e.kind == "compile"]
   specializations = sum(e.kind == "specialization" for e in pack.entries.values())
   lines.append(f"\ncompiles ({len(compiles)}; and {specializations} Triton specializations):")
   for e in sorted(compiles, key=lambda e: (str(e.about.get("front_end")), str(e.about.get("kernel")))):
     a = e.about
-    lines.append(f"  {a.get('front_end', '?')} '{a.get('kernel', '?')}' for {shown(a.get('targets', '?'))}, "
-                 f"{len(e.payload)} bytes, {a.get('toolchain', '?')}")
-    lines.append(f"      {a.get('specialization', '')}")
+    lines.append(f"  {shown(a.get('front_end', '?'))} '{shown(a.get('kernel', '?'))}' for "
+                 f"{shown(a.get('targets', '?'))}, {len(e.payload)} bytes, {shown(a.get('toolchain', '?'))}")
+    lines.append(f"      {shown(a.get('specialization', ''))}")
     lines.append(f"      recorded for {shown(a.get('recorded_for', '?'))} at {shown(a.get('call_sites', '?'))}; "
-                 f"key {e.key[:16]}")
+                 f"key {e.key[:16]}" + (f"; from {shown(a['from_pack'])}" if a.get("from_pack") else ""))
   sections = (("winners", "autotuning winners", "{name} {shapes} on {device} ({compute_capability}): {config} "
                                                  "({us} us)"),
               ("untuned", "autotuned calls without a winner (they would time their configs there)",
@@ -49,22 +49,8 @@ def listing(pack: pack_file.Pack) -> str:
         if name == "untuned" and not note.get("device"):
           values["device"] = "GPUs"
           values["recorded_for"] = f" of {values['recorded_for']}"
-        lines.append("  " + line.format(**values).splitlines()[0])
+        lines.append("  " + first_line(line.format(**values)))
   return "\n".join(lines)
-
-
-def merged(packs: Iterable[pack_file.Pack]) -> tuple[list[pack_file.Entry], dict, dict]:
-  """(entries, notes, created) of the packs in one: an entry held by several is taken from the first."""
-  entries: dict[str, pack_file.Entry] = {}
-  notes: dict[str, list] = {name: [] for name in pack_file.NOTE_LISTS}
-  sources = []
-  for pack in packs:
-    sources.append(f"{pack.path} ({pack.digest[:16]})")
-    for key, entry in pack.entries.items():
-      entries.setdefault(key, entry)
-    for name in pack_file.NOTE_LISTS:
-      notes[name] += [dict(n) for n in pack.notes.get(name, ()) if dict(n) not in notes[name]]
-  return list(entries.values()), notes, {"merged_from": sources}
 
 
 def pruned(pack: pack_file.Pack, keep: Iterable[str]) -> tuple[list[pack_file.Entry], dict, dict]:
@@ -102,6 +88,13 @@ def _capability_number(cc: str) -> int | None:
 
 
 def shown(value) -> str:
+  """A manifest's value as text (a list joined with commas), escaped (`pack_file.escaped`)."""
   if isinstance(value, (list, tuple)):
-    return ", ".join(map(str, value)) or "-"
-  return str(value) if not isinstance(value, dict) else json.dumps(value)
+    return pack_file.escaped(", ".join(map(str, value)) or "-")
+  return pack_file.escaped(str(value) if not isinstance(value, dict) else json.dumps(value))
+
+
+def first_line(value) -> str:
+  """The first line of a note's text ("" for none): what a listing shows of an error or a reason."""
+  lines = str(value or "").splitlines()
+  return lines[0] if lines else ""

@@ -23,6 +23,7 @@ from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.toolchain import key_audit
 from jax_mosaic_ffi.toolchain import pack_record
+from jax_mosaic_ffi.toolchain.compiled import Compiled
 from jax_mosaic_ffi.toolchain import packs
 
 _MEMORY_CACHE_SIZE = 512
@@ -192,7 +193,19 @@ def _record(entry_key: str, kind: str, value, encode, portable: Portable | None,
     if kind == "compile":  # a specialization that cannot be written is only answered again on the node
       _note_unpackable(about, "it is kept in memory only (its values cannot be written)")
     return
-  pack_record.entry(entry_key, kind, data, packs.describe_missing(about, source_location.current()))
+  compiled = value if isinstance(value, Compiled) else getattr(value, "compiled", None)  # every front end's holds one
+  images = {"images": compiled.image_names()} if isinstance(compiled, Compiled) else {}
+  pack_record.entry(entry_key, kind, data, {**packs.describe_missing(about, source_location.current()), **images})
+
+
+def driver_compiled(about: Callable[[], Mapping[str, Any]], why: str, fix: str) -> None:
+  """A kernel the driver compiles where it is loaded (PTX), which no pack can hold: recorded as refused (``pack
+  check`` fails on it), and in the strict mode an error saying ``why`` and ``fix``; checked as each is made."""
+  if pack_record.on():
+    _note_unpackable(about, why)
+  if packs.strict():
+    raise packs.missing(packs.describe_missing(about, source_location.current()), why, doing="JIT-compiling it",
+                        fix=fix)
 
 
 def _note_unpackable(about, why: str) -> None:

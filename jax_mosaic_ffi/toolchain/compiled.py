@@ -37,6 +37,10 @@ class Compiled:
       param_types = None  # types that do not describe these parameters are no types
     return cls(parsed, data, module_format.kernel_hash(data), param_sizes, deps, param_types)
 
+  def image_names(self) -> list[str]:
+    """Its images as a pack's manifest names them (module_format.image_name): ["cubin sm_90", "ptx sm_90"]."""
+    return [module_format.image_name(i.kind, i.arch) for i in self.parsed.images]
+
   def to_bytes(self) -> bytes:
     header = json.dumps({"param_sizes": self.param_sizes, "deps": self.deps,
                          "param_types": self.param_types}).encode()

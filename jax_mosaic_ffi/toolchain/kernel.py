@@ -122,7 +122,9 @@ def targets_setting() -> tuple[Arch, ...]:
   """``JAX_MOSAIC_FFI_TARGETS`` read (empty where unset): GPUs as a machine with them computes its default targets,
   so a machine without them (a CI runner recording a pack) makes the same kernels under the same keys. An arch is
   written as a GPU reports it, without a suffix: Triton and the CuTe DSL pick the arch-specific target (sm_90a)
-  themselves, as they do for a visible GPU."""
+  themselves, as they do for a visible GPU. A family target (sm_100f: NVRTC's cubin and the CuTe DSL's object run
+  on every GPU of the 10.x family from sm_100 up) is kept as written, on the machine that records and on every node
+  that loads."""
   value = os.environ.get(TARGETS_ENV, "").strip()
   if not value:
     return ()
@@ -132,10 +134,11 @@ def targets_setting() -> tuple[Arch, ...]:
       arch = Arch.parse(text)
     except ValueError as e:
       raise ValueError(f"{TARGETS_ENV}={value!r}: {e}") from None
-    if arch.suffix:
+    if arch.suffix == "a":
       raise ValueError(f"{TARGETS_ENV}={value!r} names {arch.sm}; it names GPUs as they report their arch, without a "
                        f"suffix: write sm_{arch.number} (Triton and the CuTe DSL build sm_{arch.number}{arch.suffix} "
-                       f"for it themselves; a kernel that needs {arch.sm} from NVRTC passes targets=)")
+                       f"for it themselves; a kernel that needs {arch.sm} from NVRTC passes targets=), or a family "
+                       f"target, sm_{arch.number}f, for every GPU of its family")
     archs.append(arch)
   return tuple(sorted(dict.fromkeys(archs), key=lambda a: a.number))
 

@@ -66,7 +66,9 @@ def active() -> list[pack_file.Pack]:
 
 
 def lookup(entry_key: str, kind: str) -> pack_file.Entry | None:
-  """The entry ``entry_key`` of the first pack in use that holds one of ``kind``, or None."""
+  """The entry ``entry_key`` of the first pack in use that holds one of ``kind``, or None. The strict mode's setting
+  is checked here too: a value that is neither on nor off is an error at the first kernel, not at the first miss."""
+  strict()
   for pack in active():
     entry = pack.entries.get(entry_key)
     if entry is not None and entry.kind == kind:
@@ -85,9 +87,10 @@ def strict() -> bool:
                    "error) or 0 (it compiles)")
 
 
-def missing(about: Mapping[str, Any], why: str = "", doing: str = "compiling it") -> NotInPacks:
-  """The strict mode's error for a compile the packs cannot serve (``doing``: what it would do instead). ``about``:
-  what the front end says of it (kernel, front_end, specialization, targets, call_sites)."""
+def missing(about: Mapping[str, Any], why: str = "", doing: str = "compiling it", fix: str = "") -> NotInPacks:
+  """The strict mode's error for a compile the packs cannot serve (``doing``: what it would do instead; ``fix``:
+  what to do, where recording the program is not it). ``about``: what the front end says of it (kernel, front_end,
+  specialization, targets, call_sites)."""
   kernel = str(about.get("kernel", "?"))
   where = ", ".join(about.get("call_sites") or ()) or "<unknown call site>"
   targets = ", ".join(about.get("targets") or ()) or "?"
@@ -95,19 +98,62 @@ def missing(about: Mapping[str, Any], why: str = "", doing: str = "compiling it"
   held = f"the packs in use ({', '.join(in_use)})" if in_use else f"no pack (set {PACKS_ENV} or call jmf.load_pack)"
   program = shlex.join(["python", *sys.argv]) if sys.argv and sys.argv[0] else "python your_program.py"
   arch = ",".join(dict.fromkeys(_gpu(t) for t in about.get("targets") or ())) or "sm_90"
+  shipped = in_use[0] if in_use else "model.jmfpack"
   return NotInPacks(kernel, (
       f"{about.get('front_end', 'kernel')} '{kernel}' at {where} is not in {held}, and {STRICT_ENV}=1 forbids "
       f"{doing} here{f' ({why})' if why else ''}.\n"
-      f"  specialization: {about.get('specialization', '?')}\n  targets: {targets}\n"
-      f"Add it to the pack: record the program that makes this call (it runs on the CPU, without a GPU), e.g.\n"
-      f"  python -m jax_mosaic_ffi.pack record model.jmfpack --arch {arch} -- {program}\n"
-      "then ship the new pack (or unset the strict mode to compile it here)."))
+      f"  specialization: {about.get('specialization', '?')}\n  targets: {targets}\n{nearest(about)}" + (fix or (
+          f"Add it to the pack: record the program that makes this call (it runs on the CPU, without a GPU) into a "
+          f"new pack, and merge it with the one you ship, e.g.\n"
+          f"  python -m jax_mosaic_ffi.pack record new.jmfpack --arch {arch} -- {program}\n"
+          f"  python -m jax_mosaic_ffi.pack merge merged.jmfpack {shlex.quote(shipped)} new.jmfpack\n"
+          "then ship the merged pack (or unset the strict mode to compile it here)."))))
+
+
+# What a pack's entry says of its compile that a node's own can differ in: the compiler release, the targets, the
+# specialization (options, types, constexprs), the keyed settings of the environment.
+_INGREDIENTS = ("toolchain", "targets", "specialization", "settings")
+
+
+def nearest(about: Mapping[str, Any], among: list[pack_file.Pack] | None = None) -> str:
+  """A line naming the packed compile nearest this one (the same front end and kernel under another key) and the
+  ingredients of the key that differ, or "" where the packs (``among``, else those in use) hold none: why a kernel
+  the listing shows is missed."""
+  same = []
+  try:
+    for pack in active() if among is None else among:
+      same += [(pack, e) for e in pack.entries.values() if e.kind == "compile" and
+               e.about.get("kernel") == about.get("kernel") and e.about.get("front_end") == about.get("front_end")]
+  except PackError:
+    return ""
+  if not same:
+    return ""
+
+  def differs(entry) -> list[str]:
+    return [f"{field}: {_shown(entry.about.get(field))} in the pack, {_shown(about.get(field))} here"
+            for field in _INGREDIENTS if _shown(entry.about.get(field)) != _shown(about.get(field))]
+
+  pack, entry = min(same, key=lambda found: len(differs(found[1])))
+  found = differs(entry) or ["nothing the pack says of it: the source, a header it read or a value its key "
+                             "reads differs"]
+  pruned = pack.created.get("pruned_to")
+  if pruned and not any(_gpu(t) in pruned for t in about.get("targets") or ()):
+    found.append(f"the pack was pruned to {_shown(pruned)}")
+  return (f"  nearest in the packs: {pack_file.escaped(pack.path)} holds '{about.get('kernel')}' under another key "
+          f"(recorded for {_shown(entry.about.get('recorded_for'))}); what differs: {'; '.join(found)}\n")
+
+
+def _shown(value) -> str:
+  """A value of a manifest (anyone's text), escaped for a terminal (pack_file.escaped); "-" for none."""
+  return pack_file.escaped((", ".join(map(str, value)) if isinstance(value, (list, tuple)) else
+                            str(value if value is not None else "")) or "-")
 
 
 def _gpu(target: str) -> str:
-  """A target as the record command's --arch names its GPU: sm_100a -> sm_100."""
+  """A target as the record command's --arch names its GPU: sm_100a -> sm_100 (a family target as it is)."""
   try:
-    return f"sm_{Arch.parse(target).number}"
+    arch = Arch.parse(target)
+    return arch.sm if arch.suffix == "f" else f"sm_{arch.number}"
   except ValueError:
     return "sm_90"
 

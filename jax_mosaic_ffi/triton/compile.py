@@ -153,7 +153,8 @@ def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: Triton
   bound = compile_timeout.seconds()  # a bad setting is named before anything compiles
   bounded = BoundedCompile(fn, targets, config, language, bound)
   about = lambda: {"front_end": language.name, "kernel": fn.__name__, "specialization": config,  # noqa: E731
-                   "targets": [t.sm for t in targets], "toolchain": f"triton {triton.__version__}"}
+                   "targets": [t.sm for t in targets], "toolchain": f"triton {triton.__version__}",
+                   "settings": settings.environment()}
   with compile_cache.noted(about):  # while recording for a pack, a target Triton refuses is noted per kernel
     specialization = _specialization(fn, signature, scalar_values, constexprs, targets, config, language)
     requests = _requests(fn, specialization, options, targets, config, language, bounded)

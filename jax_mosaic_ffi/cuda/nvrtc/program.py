@@ -5,7 +5,14 @@ Run as a script it is the worker process that `worker.py` starts and bounds in t
 whatever the child prints (a ``sitecustomize``, a library) cannot garble an answer.
 
 Each compile also reports the files NVRTC read (``deps``), from NVRTC's own
-time trace, for the compile cache to revalidate (``file_deps``).
+time trace, for the compile cache to revalidate (``file_deps``). The trace comes
+from a second, front-end-only pass (``--fdevice-syntax-only``), never from the
+compile whose code is kept: with the trace on, NVRTC 13.0 optimizes otherwise
+and its code for sm_100 and sm_120 comes out in one of two variants per process.
+Each compile gets a fixed ``--frandom-seed`` (unless the options name one):
+without it NVRTC names internal-linkage symbols (a template kernel's, CCCL's
+customization points) with a new random number each time. So the same source,
+options, NVRTC and target give the same bytes in every process.
 
 This file imports nothing from jax_mosaic_ffi, and nothing but the standard
 library and cuda-python's NVRTC bindings, so the child starts in tens of
@@ -182,6 +189,32 @@ def _headers_read(trace_path: str) -> list[tuple[str, str | None]] | None:
   return read
 
 
+def _seed(request: dict) -> list[str]:
+  """A fixed seed for the names NVRTC gives internal-linkage symbols (random by default), unless the options set
+  one. The kernel's file name: any fixed value will do, as each module is loaded on its own."""
+  if any(o.startswith(("-frandom-seed", "--frandom-seed")) for o in request["options"]):
+    return []
+  return [f"--frandom-seed={request['filename']}"]
+
+
+def _headers_of(nvrtc, request: dict, source: str, options: list[bytes], trace: str) -> list | None:
+  """`_headers_read` of a front-end-only pass over ``source`` with ``options`` (the compile's own, target
+  included), traced into ``trace`` + ".json"; None if that pass fails. Its output is never used: NVRTC's code
+  changes with the trace on."""
+  with contextlib.suppress(OSError):
+    os.unlink(trace + ".json")  # an earlier compile's, which must not pass for this one's
+  headers = request["headers"]
+  err, prog = nvrtc.nvrtcCreateProgram(source.encode(), request["filename"].encode(), len(headers),
+                                       [v.encode() for v in headers.values()], [k.encode() for k in headers])
+  check(nvrtc, err, "nvrtcCreateProgram")
+  try:
+    traced = [*options, b"--fdevice-syntax-only", f"--fdevice-time-trace={trace}".encode()]
+    (err,) = nvrtc.nvrtcCompileProgram(prog, len(traced), traced)
+    return _headers_read(trace + ".json") if err == nvrtc.nvrtcResult.NVRTC_SUCCESS else None
+  finally:
+    nvrtc.nvrtcDestroyProgram(prog)
+
+
 def compile_here(request: dict, scratch: str | None = None) -> dict:
   """Compiles ``request`` (source, filename, name, headers, options, targets,
   pdl, probe: {"source", "expression"} or None, link_libraries: device libraries to link the relocatable
@@ -244,18 +277,13 @@ def _compile_all(request: dict, scratch: str, probe: dict | None) -> dict:
       check(nvrtc, nvrtc.nvrtcAddNameExpression(prog, request["name"].encode())[0], "nvrtcAddNameExpression")
       if probe:
         check(nvrtc, nvrtc.nvrtcAddNameExpression(prog, probe["expression"].encode())[0], "nvrtcAddNameExpression")
-      # NVRTC names each header it reads in its time trace (it adds ".json" to the name): the
-      # compile cache's dependencies. Per target, as includes may depend on __CUDA_ARCH__.
-      trace = os.path.join(scratch, f"trace{index}")
-      with contextlib.suppress(OSError):
-        os.unlink(trace + ".json")  # an earlier compile's, which must not pass for this one's
-      options = [o.encode() for o in request["options"]] + [f"--gpu-architecture={target}".encode(),
-                                                             f"--fdevice-time-trace={trace}".encode()]
+      options = [o.encode() for o in [*request["options"], *_seed(request), f"--gpu-architecture={target}"]]
       (err,) = nvrtc.nvrtcCompileProgram(prog, len(options), options)
       log = _log(nvrtc, prog)
       if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
         raise NvrtcFailure(log or str(err))
-      read = _headers_read(trace + ".json")
+      # Per target, as includes may depend on __CUDA_ARCH__.
+      read = _headers_of(nvrtc, request, source, options, os.path.join(scratch, f"trace{index}"))
       deps = None if deps is None or read is None else deps | {h for h, _ in read if h not in headers}
       includes.update((h, by) for h, by in read or () if h not in headers)
       err, lowered = nvrtc.nvrtcGetLoweredName(prog, request["name"].encode())
