@@ -338,6 +338,36 @@ def test_a_tuning_file_per_gpu_model_gives_the_pack_its_winners(tuned_pack, clea
   assert tuning_records.lookup(other_gpu, keys[1]) is None
 
 
+def test_a_winner_serves_another_gpu_model_only_where_an_alias_asks_and_says_so(tuned_pack, clean_packs):
+  _, recording, keys, env, file = tuned_pack
+  tuning = [(str(file), *tuning_files.read_file(file))]
+  pcie = dataclasses.replace(env, device="NVIDIA H100 PCIe")
+  plain = pack_build.build(recording, tuning)
+  aliases = pack_build.parse_aliases(["NVIDIA H100 PCIe=NVIDIA H200"])
+  built = pack_build.build(recording, tuning, aliases)
+  measured, aliased = built.notes["winners"]
+  assert measured["device"] == "NVIDIA H200" and "aliased_from" not in measured
+  assert (aliased["device"], aliased["config"], aliased["aliased_from"]) == ("NVIDIA H100 PCIe", keys[1].config,
+                                                                             "NVIDIA H200 (9.0)")
+  assert built.created["aliased_winners"] == ["NVIDIA H100 PCIe=NVIDIA H200"]
+  for made, served in ((plain, None), (built, (tuning_records.Timing(3.0, None), "pack"))):
+    path = str(clean_packs / f"aliased-{served is not None}.jmfpack")
+    pack_file.write(path, made.entries, made.created, made.notes)
+    packs.forget()
+    jmf.load_pack(path)
+    assert tuning_records.lookup(pcie, keys[1]) == served
+  # An alias to another compute capability needs kernels that run there (a family target): sm_90 ones do not.
+  other_cc = pack_build.build(recording, tuning, pack_build.parse_aliases(["NVIDIA B200@10.0=NVIDIA H200"]))
+  assert [w["device"] for w in other_cc.notes["winners"]] == ["NVIDIA H200"]
+  with pytest.raises(ValueError, match="no tuning file given was measured on NVIDIA B200"):
+    pack_build.build(recording, tuning, pack_build.parse_aliases(["NVIDIA H100 PCIe=NVIDIA B200"]))
+  with pytest.raises(ValueError, match="was measured on NVIDIA H200, so its own winners are used"):
+    pack_build.build(recording, tuning, pack_build.parse_aliases(["NVIDIA H200=NVIDIA H100 PCIe"]))
+  for bad in ("NVIDIA H100 PCIe", "=NVIDIA H200", "NVIDIA B300@x=NVIDIA B200", "NVIDIA H200=NVIDIA H200"):
+    with pytest.raises(ValueError, match="TARGET=SOURCE|to itself"):
+      pack_build.parse_aliases([bad])
+
+
 def test_a_call_without_timings_for_a_gpu_model_is_listed_not_defaulted(tuned_pack, clean_packs):
   _, recording, keys, env, file = tuned_pack
   document = json.loads(file.read_text())
