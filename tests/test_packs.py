@@ -65,10 +65,10 @@ def test_a_pack_reads_back_whole(clean_packs):
   assert pack.digest == digest and set(pack.entries) == {"ab" * 32, "cd" * 32}
   assert pack.entries["ab" * 32].payload == b"kernel bytes" and pack.notes["untuned"][0]["why"] == "no file"
   assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
-  # Written as version 2 (a compile may name its images, source pack and settings); version 1 packs still read
-  # (tests/test_pack_loading.py loads one made under the oldest jax).
+  # Written as version 3 (an NVRTC compile's headers in the pack's table); versions 1 and 2 still read
+  # (tests/test_pack_loading.py loads one made under the oldest jax; test_a_version_2_pack_is_still_read).
   with open(path, "rb") as f:
-    assert f.read(12)[8:] == (2).to_bytes(4, "little")
+    assert f.read(12)[8:] == (3).to_bytes(4, "little")
 
 
 def test_a_pack_is_in_memory_once_while_it_is_read(clean_packs):
@@ -93,8 +93,8 @@ def test_a_pack_is_in_memory_once_while_it_is_read(clean_packs):
     (lambda data: data[:-1], "damaged: its digest does not match"),
     (lambda data: data[:len(data) // 2], "damaged: its digest does not match"),
     (lambda data: data[:-40] + bytes([data[-40] ^ 1]) + data[-39:], "damaged: its digest does not match"),
-    (lambda data: data[:8] + (3).to_bytes(4, "little") + data[12:], "pack format version 3, and this jax_mosaic_ffi "
-                                                                    "reads versions 1, 2"),
+    (lambda data: data[:8] + (4).to_bytes(4, "little") + data[12:], "pack format version 4, and this jax_mosaic_ffi "
+                                                                    "reads versions 1, 2, 3"),
     (lambda data: b"PK\x03\x04" + data[4:], "is not a jax_mosaic_ffi pack"),
 ])
 def test_a_tampered_truncated_or_foreign_pack_is_refused_by_name(clean_packs, damage, said):
@@ -142,6 +142,64 @@ def test_every_value_of_a_manifest_is_bounded_before_use(clean_packs, edit, said
   _rewritten(path, edit)
   with pytest.raises(jmf.PackError, match=said):
     pack_file.read(path)
+
+
+def test_a_version_2_pack_is_still_read(clean_packs):
+  path = str(clean_packs / "old.jmfpack")
+  pack_file.write(path, [_entry()], {})
+
+  def as_version_2(manifest):
+    manifest["version"] = 2
+  _rewritten(path, as_version_2)
+  with open(path, "r+b") as f:  # the file's version too, and its digest made right again
+    data = bytearray(f.read())
+    data[8:12] = (2).to_bytes(4, "little")
+    import hashlib
+    data[-32:] = hashlib.sha256(data[:-32]).digest()
+    f.seek(0)
+    f.write(data)
+  assert pack_file.read(path).entries["ab" * 32].payload == b"kernel bytes"
+
+
+_SHARED = """#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+extern "C" __global__ void scale_{n}(__half* y) {{ y[0] = __hmul(y[0], __float2half({n}.0f)); }}
+"""
+
+
+def test_many_nvrtc_kernels_sharing_headers_store_them_once_and_a_tampered_table_is_refused(clean_packs, monkeypatch):
+  count = 6
+  make = lambda: [jmf.cuda_kernel(_SHARED.format(n=n), f"scale_{n}") for n in range(count)]  # noqa: E731
+  path, built = _recorded(clean_packs, monkeypatch, make)
+  payloads = {e.key: e.payload for e in built.entries}
+  pack = pack_file.read(path)
+  assert {k: e.payload for k, e in pack.entries.items()} == payloads  # every entry as it was recorded
+  with open(path, "rb") as f:
+    data = f.read()
+  manifest = json.loads(data[16:16 + int.from_bytes(data[12:16], "little")])
+  # Every kernel read the same headers: one list of rows, each row once in the table.
+  (refs,) = {tuple(row["headers"]) for row in manifest["entries"]}
+  assert len(refs) > 10 and sorted(refs) == list(range(len(manifest["headers"])))
+  # Each header once: the pack is far smaller than its entries' bytes (what version 2 held, plus its manifest).
+  assert os.path.getsize(path) < sum(map(len, payloads.values())) / 2
+  # Served as before: no compile, each header checked by the loader.
+  monkeypatch.setenv(packs.PACKS_ENV, path)
+  monkeypatch.setenv(packs.STRICT_ENV, "1")
+  before = _stats()
+  make()
+  assert _stats().pack_hits == before.pack_hits + count
+  # A header's sha256 changed in the shared table (by one who can write the pack and its digest): refused whole.
+  packs.forget()
+  jmf.clear_kernel_cache()
+  _rewritten(path, lambda m: m["headers"][0].__setitem__(1, "0" * 64))
+  with pytest.raises(jmf.PackError, match="is damaged: entry [0-9a-f]+ does not match its sha256"):
+    jmf.load_pack(path)
+  for edit, said in ((lambda m: m["entries"][0].__setitem__("headers", [len(m["headers"])]), "entries\\[0\\].headers"),
+                     (lambda m: m["headers"].append(["", None]), "bad deps")):
+    pack_file.write(path, built.entries, built.created, built.notes)
+    _rewritten(path, edit)
+    with pytest.raises(jmf.PackError, match=said):
+      pack_file.read(path)
 
 
 def test_a_pack_others_can_write_or_not_a_regular_file_is_refused(clean_packs):

@@ -3,15 +3,18 @@
     offset 0   magic b"JMFPACK\\0"
            8   format version, u32 little-endian (FORMAT_VERSION)
           12   the manifest's length in bytes, u32
-          16   the manifest: UTF-8 JSON (entries in order: key, kind, size, sha256, about)
-           .   the entries' payloads, one after another in the manifest's order, nothing between
+          16   the manifest: UTF-8 JSON (entries in order: key, kind, size, sha256, about, and from version 3
+               headers; the table of NVRTC headers, base/pack_headers.py)
+           .   the entries' payloads as stored, one after another in the manifest's order, nothing between
     end - 32   sha256 of every byte before it: the pack's digest
 
 A payload is what a compile-cache entry holds (the front end's ``encode`` bytes, toolchain/compile_cache.py), or a
-timing (``kind`` "tuning"). `read` refuses a file, by name and with what to do, before exposing any entry: not a
-regular file, owned by someone else than the user or root, writable by group or others, in a folder that is, over
-`MAX_PACK_BYTES`; not ours (magic), of another format version, truncated or altered (the digest), or with any
-manifest value out of bounds or any payload whose sha256 is not its entry's. Nothing of a pack is half-used.
+timing (``kind`` "tuning"); an entry's ``size`` is what is stored, its ``sha256`` that of the payload (with its
+headers put back, where the pack's table holds them). `read` refuses a file, by name and with what to do, before
+exposing any entry: not a regular file, owned by someone else than the user or root, writable by group or others,
+in a folder that is, over `MAX_PACK_BYTES`; not ours (magic), of another format version, truncated or altered (the
+digest), or with any manifest value out of bounds or any payload whose sha256 is not its entry's. Nothing of a
+pack is half-used.
 
 Nothing here depends on jax: a pack made under one jax release reads the same under every other.
 """
@@ -30,14 +33,16 @@ import unicodedata
 from typing import Any, Iterable, Mapping
 
 from jax_mosaic_ffi.base import owned_files
+from jax_mosaic_ffi.base import pack_headers
 from jax_mosaic_ffi.base.errors import PackError
 
 MAGIC = b"JMFPACK\0"
 FORMAT = "jax_mosaic_ffi pack"
 # Version 2: a compile's "about" may name its images, its source pack and its keyed settings (a release that reads
 # only version 1 refuses such a pack by its version, not as damaged); version 1 packs are read as they are.
-FORMAT_VERSION = 2
-READ_VERSIONS = (1, 2)
+# Version 3: the headers NVRTC compiles read are stored once per pack, in a table the entries refer to.
+FORMAT_VERSION = 3
+READ_VERSIONS = (1, 2, 3)
 _HEADER = struct.Struct("<8sII")
 _DIGEST_BYTES = 32
 SUFFIX = ".jmfpack"
@@ -92,15 +97,21 @@ def write(path: str, entries: Iterable[Entry], created: Mapping[str, Any],
   Everything written is bounded as `read` bounds it, so a pack we write is one we read back."""
   entries = list(entries)
   notes = {k: [dict(n) for n in v] for k, v in (notes or {}).items()}
-  manifest = {"format": FORMAT, "version": FORMAT_VERSION, "created": dict(created),
-              "entries": [{"key": e.key, "kind": e.kind, "size": len(e.payload), "sha256": e.sha256,
-                           "about": dict(e.about)} for e in entries], **notes}
+  table = pack_headers.Table()
+  rows, stored = [], []
+  for e in entries:
+    factored = table.factored(e.payload) if e.kind == "compile" else None
+    stored.append(e.payload if factored is None else factored[0])
+    rows.append({"key": e.key, "kind": e.kind, "size": len(stored[-1]), "sha256": e.sha256, "about": dict(e.about),
+                 **({"headers": factored[1]} if factored else {})})
+  manifest = {"format": FORMAT, "version": FORMAT_VERSION, "created": dict(created), "entries": rows, **notes,
+              **({"headers": table.rows} if table.rows else {})}
   text = json.dumps(manifest, sort_keys=True).encode()
   try:
-    _check_manifest(json.loads(text), sum(len(e.payload) for e in entries), FORMAT_VERSION)
+    _check_manifest(json.loads(text), sum(map(len, stored)), FORMAT_VERSION)
   except ValueError as e:
     raise PackError(f"the pack {path} cannot be written: {e} (over the bounds a pack is read with)") from None
-  body = b"".join([_HEADER.pack(MAGIC, FORMAT_VERSION, len(text)), text, *(e.payload for e in entries)])
+  body = b"".join([_HEADER.pack(MAGIC, FORMAT_VERSION, len(text)), text, *stored])
   if len(body) + _DIGEST_BYTES > MAX_PACK_BYTES:
     raise PackError(f"the pack would hold {len(body)} bytes, over the limit of {MAX_PACK_BYTES}: split it (prune "
                     "archs, or make one pack per model)")
@@ -146,10 +157,12 @@ def read(path: str | os.PathLike) -> Pack:
     _check_manifest(manifest, len(blobs), version)
   except (ValueError, RecursionError) as e:
     raise PackError(f"pack {shown} is damaged: {e}; nothing of it was used. Build it again") from None
-  entries, offset = {}, 0
+  entries, offset, table = {}, 0, manifest.get("headers", [])
   for row in manifest["entries"]:
     payload = bytes(blobs[offset:offset + row["size"]])
     offset += row["size"]
+    if "headers" in row:  # its headers from the pack's table (the sha256 below checks what that makes)
+      payload = pack_headers.joined(payload, row["headers"], table) or b""
     if hashlib.sha256(payload).hexdigest() != row["sha256"]:
       raise PackError(f"pack {shown} is damaged: entry {row['key']} does not match its sha256; nothing of it was "
                       "used. Build it again")
@@ -279,7 +292,8 @@ def _check_manifest(manifest, blob_bytes: int, version: int) -> None:
   total, seen = 0, set()
   for k, row in enumerate(rows):
     where = f"entries[{k}]"
-    if not isinstance(row, dict) or set(row) != {"key", "kind", "size", "sha256", "about"}:
+    fields = {"key", "kind", "size", "sha256", "about"}
+    if not isinstance(row, dict) or set(row) - {"headers"} != fields or ("headers" in row and version < 3):
       raise ValueError(f"{where} is not an entry")
     if not isinstance(row["key"], str) or not _KEY.fullmatch(row["key"]) or row["key"] in seen:
       raise ValueError(f"{where}.key is not a new key of 64 hex digits")
@@ -300,6 +314,8 @@ def _check_manifest(manifest, blob_bytes: int, version: int) -> None:
       raise ValueError(f"{name} is not a list of at most {MAX_ENTRIES}")
     for k, note in enumerate(notes):
       _object_of_texts(note, f"{name}[{k}]")
-  extra = set(manifest) - {"format", "version", "created", "entries", *NOTE_LISTS}
+  pack_headers.check_table(manifest.get("headers", []), rows)
+  extra = set(manifest) - {"format", "version", "created", "entries", *NOTE_LISTS,
+                           *(("headers",) if version >= 3 else ())}
   if extra:
     raise ValueError(f"its manifest has unknown fields {sorted(extra)[:4]}")
