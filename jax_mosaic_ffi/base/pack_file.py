@@ -30,7 +30,7 @@ import secrets
 import stat
 import struct
 import unicodedata
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from jax_mosaic_ffi.base import owned_files
 from jax_mosaic_ffi.base import pack_headers
@@ -89,6 +89,7 @@ class Pack:
   entries: Mapping[str, Entry]
   created: Mapping[str, Any]
   notes: Mapping[str, tuple]
+  left_out: int = 0  # entries verified (in the digest) but not held: `read`'s ``keep`` left them out
 
 
 def write(path: str, entries: Iterable[Entry], created: Mapping[str, Any],
@@ -132,43 +133,105 @@ def write(path: str, entries: Iterable[Entry], created: Mapping[str, Any],
   return digest.hex()
 
 
-def read(path: str | os.PathLike) -> Pack:
-  """The pack at ``path``, verified whole; raises `PackError` naming it, why, and what to do."""
+def read(path: str | os.PathLike, keep: Callable[[str, Mapping[str, Any]], bool] | None = None) -> Pack:
+  """The pack at ``path``, verified whole; raises `PackError` naming it, why, and what to do. ``keep(kind, about)``
+  says which entries this process holds (None: all): the file is read once, in pieces, every byte into its digest,
+  and only the payloads of the entries kept are held; the others are hashed and dropped (`Pack.left_out`). So a
+  process per GPU holds its GPU's entries, not the whole pack, and nothing of the file is mapped (a file truncated
+  or rewritten while it is read is refused, never half-used)."""
   shown = os.fspath(path)
-  data = _read_trusted(shown)
-  if len(data) < _HEADER.size + _DIGEST_BYTES or data[:8] != MAGIC:
+  fd, size = _open_trusted(shown)
+  try:
+    return _read_stream(shown, _Stream(fd, size), keep)
+  except OSError as e:
+    raise PackError(f"pack {shown} cannot be read ({e.strerror})") from None
+  finally:
+    os.close(fd)
+
+
+class _Stream:
+  """The open pack, read in order into one running sha256."""
+
+  _CHUNK = 1 << 20
+
+  def __init__(self, fd: int, size: int) -> None:
+    self.fd, self.size, self.hasher, self.read_bytes = fd, size, hashlib.sha256(), 0
+
+  def take(self, count: int, hold: bool = True, hashed: bool = True) -> bytes | None:
+    """The next ``count`` bytes (None where not ``hold``: hashed and dropped); raises _Changed short of them."""
+    data = bytearray(count if hold else min(count, self._CHUNK))
+    with memoryview(data) as view:
+      got = 0
+      while got < count:
+        part = view[got:] if hold else view[:min(count - got, len(data))]
+        n = os.readv(self.fd, [part])
+        if n == 0:
+          raise _Changed()
+        if hashed:
+          self.hasher.update(part[:n])
+        got += n
+    self.read_bytes += count
+    return bytes(data) if hold else None
+
+  def at_end(self) -> bool:
+    return os.read(self.fd, 1) == b""
+
+
+class _Changed(Exception):
+  """The file held fewer bytes than its size said: it changed while it was read."""
+
+
+def _read_stream(shown: str, stream: _Stream, keep) -> Pack:
+  if stream.size < _HEADER.size + _DIGEST_BYTES:
     raise PackError(f"pack {shown} is not a jax_mosaic_ffi pack (no {MAGIC!r} at its start): name a file made by "
                     "python -m jax_mosaic_ffi.pack")
-  _, version, manifest_size = _HEADER.unpack_from(data)
-  if version not in READ_VERSIONS:
-    raise PackError(f"pack {shown} has pack format version {version}, and this jax_mosaic_ffi reads versions "
-                    f"{', '.join(map(str, READ_VERSIONS))}: build it again with this release "
-                    "(python -m jax_mosaic_ffi.pack record ...)")
-  # Views of the one buffer the file was read into: the pack is in memory once, plus the entries' own bytes.
-  body, digest = memoryview(data)[:-_DIGEST_BYTES], bytes(data[-_DIGEST_BYTES:])
-  if hashlib.sha256(body).digest() != digest:
+  try:
+    magic, version, manifest_size = _HEADER.unpack(stream.take(_HEADER.size))
+    if magic != MAGIC:
+      raise PackError(f"pack {shown} is not a jax_mosaic_ffi pack (no {MAGIC!r} at its start): name a file made by "
+                      "python -m jax_mosaic_ffi.pack")
+    if version not in READ_VERSIONS:
+      raise PackError(f"pack {shown} has pack format version {version}, and this jax_mosaic_ffi reads versions "
+                      f"{', '.join(map(str, READ_VERSIONS))}: build it again with this release "
+                      "(python -m jax_mosaic_ffi.pack record ...)")
+    body = stream.size - _DIGEST_BYTES
+    # What is wrong with the manifest is said only once the digest holds: a truncated or altered file is damaged.
+    problem, kept = f"its manifest's length {manifest_size} is out of bounds", []
+    if manifest_size <= min(MAX_MANIFEST_BYTES, body - _HEADER.size):
+      try:
+        manifest = json.loads(stream.take(manifest_size))
+        _check_manifest(manifest, body - _HEADER.size - manifest_size, version)
+        problem = ""
+      except (ValueError, RecursionError) as e:
+        problem = f"{e}; nothing of it was used. Build it again"
+    if not problem:
+      for row in manifest["entries"]:
+        held = keep is None or keep(row["kind"], row["about"])
+        kept.append((row, stream.take(row["size"], hold=held)))
+    else:
+      stream.take(body - stream.read_bytes, hold=False)
+    digest = stream.take(_DIGEST_BYTES, hashed=False)
+    if not stream.at_end():
+      raise _Changed()
+  except _Changed:
+    raise PackError(f"pack {shown} changed while it was read: read it when nothing writes it") from None
+  if stream.hasher.digest() != digest:
     raise PackError(f"pack {shown} is damaged: its digest does not match its contents (truncated or altered after "
                     "it was written); nothing of it was used. Copy it again from where it was built, or build it again")
-  if manifest_size > min(MAX_MANIFEST_BYTES, len(body) - _HEADER.size):
-    raise PackError(f"pack {shown} is damaged: its manifest's length {manifest_size} is out of bounds")
-  blobs = body[_HEADER.size + manifest_size:]
-  try:
-    manifest = json.loads(bytes(body[_HEADER.size:_HEADER.size + manifest_size]))
-    _check_manifest(manifest, len(blobs), version)
-  except (ValueError, RecursionError) as e:
-    raise PackError(f"pack {shown} is damaged: {e}; nothing of it was used. Build it again") from None
-  entries, offset, table = {}, 0, manifest.get("headers", [])
-  for row in manifest["entries"]:
-    payload = bytes(blobs[offset:offset + row["size"]])
-    offset += row["size"]
+  if problem:
+    raise PackError(f"pack {shown} is damaged: {problem}")
+  entries, table = {}, manifest.get("headers", [])
+  for row, payload in kept:
+    if payload is None:
+      continue
     if "headers" in row:  # its headers from the pack's table (the sha256 below checks what that makes)
       payload = pack_headers.joined(payload, row["headers"], table) or b""
     if hashlib.sha256(payload).hexdigest() != row["sha256"]:
       raise PackError(f"pack {shown} is damaged: entry {row['key']} does not match its sha256; nothing of it was "
                       "used. Build it again")
     entries[row["key"]] = Entry(row["key"], row["kind"], payload, row["about"])
-  return Pack(path=shown, digest=digest.hex(), size=len(data), entries=entries, created=manifest["created"],
-              notes={k: tuple(manifest.get(k, ())) for k in NOTE_LISTS})
+  return Pack(path=shown, digest=digest.hex(), size=stream.size, entries=entries, created=manifest["created"],
+              notes={k: tuple(manifest.get(k, ())) for k in NOTE_LISTS}, left_out=len(kept) - len(entries))
 
 
 def escaped(value) -> str:
@@ -179,8 +242,8 @@ def escaped(value) -> str:
                   f"\\U{ord(c):08x}") for c in str(value))
 
 
-def _read_trusted(path: str) -> bytearray:
-  """The bytes of the file the user named, refused unless it and its folder are the user's (or root's) and
+def _open_trusted(path: str) -> tuple[int, int]:
+  """The open file the user named and its size, refused unless it and its folder are the user's (or root's) and
   writable by no one else. The name is the user's choice, so a symlink to it is followed (as for a tuning file);
   the folder is opened, checked, and the file opened inside it without following a link."""
   real = os.path.realpath(path)
@@ -211,31 +274,10 @@ def _read_trusted(path: str) -> bytearray:
     _check_owner(st, f"pack {path}", "chmod go-w on it")
     if st.st_size > MAX_PACK_BYTES:
       raise PackError(f"pack {path} holds {st.st_size} bytes, over the limit of {MAX_PACK_BYTES}: split it")
-    data = _read_into_one_buffer(fd, st.st_size)
-  except OSError as e:
-    raise PackError(f"pack {path} cannot be read ({e.strerror})") from None
-  finally:
+  except BaseException:
     os.close(fd)
-  if data is None:
-    raise PackError(f"pack {path} changed while it was read: read it when nothing writes it")
-  return data
-
-
-def _read_into_one_buffer(fd: int, size: int) -> bytearray | None:
-  """The open file's ``size`` bytes, read into one buffer (no second copy of a pack of gigabytes), or None where it
-  holds more or fewer (it changed while it was read); raises OSError."""
-  data = bytearray(size + 1)  # one more: a file that grew is seen
-  with memoryview(data) as view:
-    got = 0
-    while got < len(data):
-      count = os.readv(fd, [view[got:]])
-      if count == 0:
-        break
-      got += count
-  if got != size:
-    return None
-  del data[size:]
-  return data
+    raise
+  return fd, st.st_size
 
 
 # How a container or a shared machine installs a pack the way it is trusted (docs/guides/deploying.md).
