@@ -50,9 +50,11 @@ class Table:
     if not deps or header.count(listed) != 1 or header.count(_FIELD) != 1:
       return None
     stored = _framed(header.replace(listed, _EMPTY), module)
+    if joined(stored, list(range(len(deps))), deps) != payload:
+      return None  # it would not come back byte for byte: stored whole
     refs = [self._index.setdefault((path, value), len(self._index)) for path, value in deps]
     self.rows += [[path, value] for path, value in list(self._index)[len(self.rows):]]
-    return (stored, refs) if joined(stored, refs, self.rows) == payload else None
+    return stored, refs
 
 
 def joined(stored: bytes, refs: list[int], rows: list[list]) -> bytes | None:
@@ -70,7 +72,8 @@ def check_table(rows, entries: list) -> None:
   are bounded as an entry's own list is (file_deps.checked)."""
   if not isinstance(rows, list) or len(rows) > MAX_ROWS:
     raise ValueError(f"headers is not a list of at most {MAX_ROWS}")
-  file_deps.checked(rows)
+  for start in range(0, len(rows), file_deps.MAX_FILES):  # each row as an entry's own list bounds it
+    file_deps.checked(rows[start:start + file_deps.MAX_FILES])
   for k, row in enumerate(entries):
     refs = row.get("headers", [])
     if not isinstance(refs, list) or len(refs) > file_deps.MAX_FILES or not all(
