@@ -10,7 +10,18 @@ until every call's first result is back:
   timings are saved (jmf.save_tuning) for the pack;
 - warm disk: the cold run's disk cache: nothing compiles, nothing is timed;
 - pack: an empty disk cache and the pack, recorded on the CPU by `python -m jax_mosaic_ffi.pack record` for this
-  GPU's arch with the cold run's tuning file, under JAX_MOSAIC_FFI_PACKS_STRICT=1 (a compile would fail the run).
+  GPU's arch with the cold run's tuning file, under JAX_MOSAIC_FFI_PACKS_STRICT=1 (a compile would fail the run);
+- pack and XLA's cache: as "pack", with JAX's persistent compilation cache the cold run filled
+  (``jax_compilation_cache_dir``): the pack covers the kernels, that cache the XLA program (docs/guides/deploying.md).
+
+Each run's time is told in two parts as well: the kernels' (building the calls, then tracing and lowering each
+jitted step: where kernels compile, or come from a cache or the pack, and an autotuned call times its configs) and
+XLA's compile of the lowered program (``Lowered.compile``); the rest is running it.
+
+The same work cold through the peers, where their packages are importable (else the row says why not): the Triton
+matmul's 9 configs through jax-triton's ``triton_call`` (one call per config: jax-triton compiles each; it has no
+autotuning over them here), and the CuTe DSL GEMM through ``cutlass.jax.cutlass_call``. They have no pack, so only
+their cold run is measured.
 
 The goal: with a pack, a first result in at most 1.2x the warm disk cache's time, and nothing compiled or tuned.
 By hand: `python -m benchmarks --only cold_start`.
@@ -36,10 +47,14 @@ ORDER = 42
 # not installed, or where its kernel is Hopper's and the GPU is not).
 RUNS = (Run("main", kwargs={"workloads": ("cuda_corpus", "triton_matmul")}, timeout_s=590.0),
         Run("dsl", kwargs={"workloads": ("gluon_gemm", "cute_gemm", "fa4_forward", "quack_softmax")}, timeout_s=590.0,
+            optional=True),
+        Run("peers", kwargs={"workloads": ("jax_triton_matmul", "cutlass_call_gemm")}, timeout_s=590.0,
             optional=True))
 
-WORKLOADS = ("cuda_corpus", "triton_matmul", "gluon_gemm", "cute_gemm", "fa4_forward", "quack_softmax")
-HOPPER_ONLY = ("gluon_gemm", "cute_gemm", "fa4_forward")  # wgmma kernels: sm_90a
+WORKLOADS = ("cuda_corpus", "triton_matmul", "gluon_gemm", "cute_gemm", "fa4_forward", "quack_softmax",
+             "jax_triton_matmul", "cutlass_call_gemm")
+HOPPER_ONLY = ("gluon_gemm", "cute_gemm", "fa4_forward", "cutlass_call_gemm")  # wgmma kernels: sm_90a
+PEERS = ("jax_triton_matmul", "cutlass_call_gemm")  # another package's calls: no pack, the cold run alone
 PAIRS = 3  # warm and pack processes, alternating
 GEMM_N = 4096
 MATMUL_SHAPE = (4096, 4096, 4096)
@@ -51,6 +66,10 @@ import json, os, sys, time
 workload, mode = sys.argv[1], sys.argv[2]
 limit = int(sys.argv[3]) if len(sys.argv) > 3 else None
 import jax, jax.numpy as jnp
+if os.environ.get("JMF_XLA_CACHE"):  # JAX's persistent compilation cache, every program kept
+  jax.config.update("jax_compilation_cache_dir", os.environ["JMF_XLA_CACHE"])
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
 if mode == "run":
   jax.block_until_ready(jax.jit(lambda x: x + 1)(jnp.zeros(8)))  # JAX's own start is not the kernels'
 from benchmarks import cold_start as bench
@@ -60,9 +79,18 @@ start = time.perf_counter()
 calls = bench.calls(workload, prepared, limit)
 out = {}
 if mode == "run":
+  # The kernels' part (the calls built, each step traced and lowered) and XLA's (the lowered program compiled).
+  kernels_s, xla_s = time.perf_counter() - start, 0.0
   for fn, inputs in calls:
-    jax.block_until_ready(jax.jit(fn)(*inputs))
+    t0 = time.perf_counter()
+    lowered = jax.jit(fn).lower(*inputs)
+    t1 = time.perf_counter()
+    compiled = lowered.compile()
+    t2 = time.perf_counter()
+    kernels_s, xla_s = kernels_s + t1 - t0, xla_s + t2 - t1
+    jax.block_until_ready(compiled(*inputs))
   out["first_result_s"] = time.perf_counter() - start
+  out.update(kernels_s=kernels_s, xla_compile_s=xla_s)
   if os.environ.get("JMF_SAVE_TUNING"):
     jmf.save_tuning(os.environ["JMF_SAVE_TUNING"])
 else:
@@ -98,6 +126,14 @@ def prepare(workload: str):
     import quack.softmax_jax  # noqa: F401  (the installed quack: what the workload stands for)
     from benchmarks.kernels import quack_user
     return quack_user
+  if workload == "jax_triton_matmul":
+    import jax_triton
+    from benchmarks import autotune
+    return autotune, jax_triton
+  if workload == "cutlass_call_gemm":
+    import cutlass.jax as cjax
+    from benchmarks.kernels import cute_gemm
+    return cute_gemm, cjax
   raise ValueError(f"no workload {workload!r}; there are {', '.join(WORKLOADS)}")
 
 
@@ -137,6 +173,14 @@ def calls(workload: str, prepared, limit: int | None = None) -> list:
   if workload == "fa4_forward":
     q, k, v = (rng.standard_normal((2, 2048, 16, 128), dtype=np.float32).astype(jnp.bfloat16) for _ in range(3))
     return [(lambda q, k, v: prepared.flash_attention(q, k, v, causal=True), [q, k, v])]
+  if workload == "jax_triton_matmul":  # each config compiled, as the autotuned call builds them all
+    autotune, jt = prepared
+    return [autotune.jax_triton_call(jt, config) for config in autotune.TRITON_CONFIGS[:limit]]
+  if workload == "cutlass_call_gemm":
+    cute_gemm, cjax = prepared
+    out = jax.ShapeDtypeStruct((GEMM_N, GEMM_N), jnp.bfloat16)
+    gemm = cjax.cutlass_call(cute_gemm.hopper_gemm, output_shape_dtype=out, use_static_tensors=True)
+    return [(gemm, [rng.standard_normal((GEMM_N, GEMM_N), dtype=np.float32).astype(jnp.bfloat16) for _ in "ab"])]
   x = rng.standard_normal((4096, 4096), dtype=np.float32)
   return [(prepared.softmax_forward, [x])]
 
@@ -168,23 +212,32 @@ def measure(workload: str, arch: str, root: str) -> dict:
   """The workload's cold, warm and packed runs; every folder they use is made below ``root``."""
   fresh = lambda prefix: tempfile.mkdtemp(prefix=f"{prefix}-", dir=root)  # noqa: E731
   tuning = os.path.join(fresh("tuning"), "tuning.json")
-  cache = fresh("cache")
+  cache, xla_cache = fresh("cache"), fresh("xla")
   cold = child(workload, "run", {"JAX_MOSAIC_FFI_CACHE_DIR": cache, "TRITON_CACHE_DIR": fresh("triton"),
-                                 "JMF_SAVE_TUNING": tuning})
+                                 "JMF_SAVE_TUNING": tuning, "JMF_XLA_CACHE": xla_cache})
+  parts = {"cold_s": cold["first_result_s"], "cold_kernels_s": cold["kernels_s"],
+           "cold_xla_s": cold["xla_compile_s"], "calls": cold["calls"], "cold_compiles": cold["compiles"],
+           "cold_tunings": cold["tunings"]}
+  if workload in PEERS:
+    return parts
   os.chmod(tuning, 0o644)
   pack = os.path.join(fresh("pack"), f"{workload}.jmfpack")
   listing = record_pack(workload, arch, tuning if cold["tunings"] else None, pack,
                         {"JAX_MOSAIC_FFI_CACHE_DIR": fresh("record-cache")})
-  warm, packed = [], []
+  warm, packed, both = [], [], []
   for _ in range(PAIRS):
     warm.append(child(workload, "run", {"JAX_MOSAIC_FFI_CACHE_DIR": cache}))
-    packed.append(child(workload, "run", {"JAX_MOSAIC_FFI_CACHE_DIR": fresh("empty"), "JAX_MOSAIC_FFI_PACKS": pack,
-                                          "JAX_MOSAIC_FFI_PACKS_STRICT": "1", "TRITON_CACHE_DIR": fresh("triton")}))
-  warm_s = statistics.median(w["first_result_s"] for w in warm)
-  pack_s = statistics.median(p["first_result_s"] for p in packed)
-  return {"calls": cold["calls"], "cold_s": cold["first_result_s"], "cold_compiles": cold["compiles"],
-          "cold_tunings": cold["tunings"], "warm_s": warm_s, "pack_s": pack_s, "pack_over_warm": pack_s / warm_s,
-          "pack_compiles": max(p["compiles"] + p["tunings"] for p in packed),
+    with_pack = {"JAX_MOSAIC_FFI_CACHE_DIR": fresh("empty"), "JAX_MOSAIC_FFI_PACKS": pack,
+                 "JAX_MOSAIC_FFI_PACKS_STRICT": "1", "TRITON_CACHE_DIR": fresh("triton")}
+    packed.append(child(workload, "run", with_pack))
+    both.append(child(workload, "run", {**with_pack, "JAX_MOSAIC_FFI_CACHE_DIR": fresh("empty"),
+                                        "JMF_XLA_CACHE": xla_cache}))
+  median = lambda runs, key: statistics.median(r[key] for r in runs)  # noqa: E731
+  warm_s, pack_s = median(warm, "first_result_s"), median(packed, "first_result_s")
+  return {**parts, "warm_s": warm_s, "pack_s": pack_s, "pack_over_warm": pack_s / warm_s,
+          "pack_kernels_s": median(packed, "kernels_s"), "pack_xla_s": median(packed, "xla_compile_s"),
+          "both_s": median(both, "first_result_s"), "both_xla_s": median(both, "xla_compile_s"),
+          "pack_compiles": max(p["compiles"] + p["tunings"] for p in packed + both),
           "pack_hits": packed[0]["pack_hits"], "winners_from_pack": packed[0]["autotune_pack_hits"],
           "pack_bytes": os.path.getsize(pack), "pack_listing": listing.strip().splitlines()[0]}
 
@@ -232,7 +285,7 @@ def tables(results: dict) -> list[str]:
     r = results.get(run.name)
     why = failure(r)
     if why:
-      rows += [[w, "n/a", why[:80], "", "", "", ""] for w in run.kwargs["workloads"]]
+      rows += [[w, "n/a", why[:80], *[""] * (len(_COLUMNS) - 3)] for w in run.kwargs["workloads"]]
     else:
       measured = measured or r
       rows += _rows(r, run.kwargs["workloads"])
@@ -242,22 +295,38 @@ def tables(results: dict) -> list[str]:
             "to every call's first result: cold (empty caches: compiles and autotuning), warm disk cache (medians "
             f"of {PAIRS}), and an empty cache with the workload's kernel pack, recorded on the CPU by `python -m "
             "jax_mosaic_ffi.pack record` with the cold run's tuning file, under the strict mode (medians of "
-            f"{PAIRS}, alternating with the warm runs).")
-  return [method + "\n\n" + table(["workload", "calls", "cold", "warm disk", "pack", "pack / warm",
-                                   "compiled or tuned with the pack"], rows)]
+            f"{PAIRS}, alternating with the warm runs), and that again with JAX's persistent compilation cache the "
+            "cold run filled. Each time is split into the kernels' part (the calls built, traced and lowered: "
+            "compiles, pack or cache hits, autotuning) and XLA's compile of the program. jax-triton (9 configs, one "
+            "call each) and cutlass_call do the same work cold; they have no pack.")
+  return [method + "\n\n" + table(list(_COLUMNS), rows)]
+
+
+_COLUMNS = ("workload", "calls", "cold (kernels + XLA)", "warm disk", "pack (kernels + XLA)", "pack and XLA's cache",
+            "pack / warm", "compiled or tuned with the pack")
+
+
+def _split(total: float, kernels: float, xla: float, digits: int) -> str:
+  return f"{fmt(total, digits)} s ({fmt(kernels, digits)} + {fmt(xla, digits)} s)"
 
 
 def _rows(r: dict, workloads) -> list[list[str]]:
   rows = []
   for workload in workloads:
     w = r["workloads"].get(workload)
+    blank = [""] * (len(_COLUMNS) - 3)
     if workload in r.get("errors", {}):
-      rows.append([workload, "failed", r["errors"][workload][:80], "", "", "", ""])
+      rows.append([workload, "failed", r["errors"][workload][:80], *blank])
     elif w is None or "skipped" in w:
-      rows.append([workload, "n/a", (w or {}).get("skipped", "not run")[:80], "", "", "", ""])
+      rows.append([workload, "n/a", (w or {}).get("skipped", "not run")[:80], *blank])
     else:
-      rows.append([workload, str(w["calls"]), f"{fmt(w['cold_s'], 2)} s ({w['cold_compiles']} compiles, "
-                   f"{w['cold_tunings']} tuned)", f"{fmt(w['warm_s'], 3)} s", f"{fmt(w['pack_s'], 3)} s",
-                   f"**{fmt(w['pack_over_warm'])}x**", f"{w['pack_compiles']} ({w['pack_hits']} from the pack, "
-                   f"{w['pack_bytes'] // 1024} KiB)"])
+      cold = (f"{_split(w['cold_s'], w['cold_kernels_s'], w['cold_xla_s'], 2)}; {w['cold_compiles']} compiles, "
+              f"{w['cold_tunings']} tuned")
+      if "pack_s" not in w:  # a peer's: its cold run alone
+        rows.append([workload, str(w["calls"]), cold, "", "no pack", "", "", ""])
+        continue
+      rows.append([workload, str(w["calls"]), cold, f"{fmt(w['warm_s'], 3)} s",
+                   _split(w["pack_s"], w["pack_kernels_s"], w["pack_xla_s"], 3),
+                   f"{fmt(w['both_s'], 3)} s (XLA {fmt(w['both_xla_s'], 3)} s)", f"**{fmt(w['pack_over_warm'])}x**",
+                   f"{w['pack_compiles']} ({w['pack_hits']} from the pack, {w['pack_bytes'] // 1024} KiB)"])
   return rows

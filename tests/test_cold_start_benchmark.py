@@ -3,6 +3,7 @@ GPU run writes, and its plumbing: the child lowers a workload, the record comman
 it, and a fresh child with that pack and an empty cache compiles nothing (the GPU run then times the same
 children running)."""
 
+import importlib
 import os
 
 import pytest
@@ -14,10 +15,15 @@ goals = bench.goals
 import benchmarks.cold_start as cold_start  # noqa: E402  (after the package is loaded from this tree)
 
 
+def _cold():
+  return {"calls": 14, "cold_s": 30.0, "cold_kernels_s": 25.0, "cold_xla_s": 2.0, "cold_compiles": 14,
+          "cold_tunings": 0}
+
+
 def _workload(pack_s=0.5, warm_s=0.45, compiles=0):
-  return {"calls": 14, "cold_s": 30.0, "cold_compiles": 14, "cold_tunings": 0, "warm_s": warm_s, "pack_s": pack_s,
-          "pack_over_warm": pack_s / warm_s, "pack_compiles": compiles, "pack_hits": 14, "winners_from_pack": 0,
-          "pack_bytes": 900_000, "pack_listing": "x.jmfpack: 14 entries"}
+  return {**_cold(), "warm_s": warm_s, "pack_s": pack_s, "pack_kernels_s": 0.3, "pack_xla_s": 0.15, "both_s": 0.4,
+          "both_xla_s": 0.01, "pack_over_warm": pack_s / warm_s, "pack_compiles": compiles, "pack_hits": 14,
+          "winners_from_pack": 0, "pack_bytes": 900_000, "pack_listing": "x.jmfpack: 14 entries"}
 
 
 def test_the_goals_judge_the_slowest_workload_and_any_compile():
@@ -32,8 +38,17 @@ def test_the_goals_judge_the_slowest_workload_and_any_compile():
   assert verdicts["cold_start/main/pack_compiles"].status == "met"
   assert verdicts["cold_start/dsl/pack_over_warm"].status == "met"
   assert verdicts["cold_start/dsl/pack_compiles"].status == "not met"
-  (text,) = cold_start.tables({"main": main, "dsl": dsl})
-  assert "| cuda_corpus | 14 | 30.00 s (14 compiles, 0 tuned) | 0.450 s | 0.500 s | **1.11x** |" in text
+  peers = {"arch": "sm_90", "errors": {}, "measured": False,
+           "workloads": {"jax_triton_matmul": {"skipped": "not installed: No module named 'jax_triton'"},
+                         "cutlass_call_gemm": _cold()}}
+  (text,) = cold_start.tables({"main": main, "dsl": dsl, "peers": peers})
+  # Each time in its two parts: the kernels' and XLA's compile; and with XLA's persistent cache as well.
+  assert ("| cuda_corpus | 14 | 30.00 s (25.00 + 2.00 s); 14 compiles, 0 tuned | 0.450 s | 0.500 s (0.300 + 0.150 s) "
+          "| 0.400 s (XLA 0.010 s) | **1.11x** |") in text
+  assert "| jax_triton_matmul | n/a | not installed: No module named 'jax_triton' |" in text
+  assert "| cutlass_call_gemm | 14 | 30.00 s (25.00 + 2.00 s); 14 compiles, 0 tuned |  | no pack |" in text
+  verdicts = {v.goal.metric for v in goals.verdicts({"results": {"cold_start": {"peers": peers}}})}
+  assert not any("peers" in metric for metric in verdicts)  # the peers' rows are shown, not judged
   assert "| gluon_gemm | n/a | a Hopper (sm_90a) kernel; this GPU is sm_100 |" in text
   assert "| cute_gemm | failed | RuntimeError: boom |" in text and "| fa4_forward | n/a | not run |" in text
   (text,) = cold_start.tables({"main": main, "dsl": {"error": "exit code 1\nTimeout"}})
@@ -56,7 +71,20 @@ def test_the_child_and_the_record_command_make_a_pack_that_compiles_nothing(tmp_
   assert not os.path.exists(tmp_path / "empty") or not os.listdir(tmp_path / "empty")
 
 
+def test_a_peers_row_says_why_it_was_not_run_where_its_package_is_not_importable(tmp_path):
+  for workload, module in (("jax_triton_matmul", "jax_triton"), ("cutlass_call_gemm", "cutlass.jax")):
+    try:
+      importlib.import_module(module)
+      continue  # importable: its row is measured on a GPU
+    except ImportError as e:
+      missing = str(e)
+    results, errors = {}, {}
+    cold_start._measure_all([workload], 90, "sm_90", str(tmp_path), results, errors)
+    assert results == {workload: {"skipped": f"not installed: {missing}"}} and errors == {}
+
+
 def test_every_workload_is_known_and_an_unknown_one_is_refused():
-  assert set(cold_start.HOPPER_ONLY) <= set(cold_start.WORKLOADS)
+  assert set(cold_start.HOPPER_ONLY) <= set(cold_start.WORKLOADS) and set(cold_start.PEERS) <= set(cold_start.WORKLOADS)
+  assert {w for run in cold_start.RUNS for w in run.kwargs["workloads"]} == set(cold_start.WORKLOADS)
   with pytest.raises(ValueError, match="no workload 'nope'"):
     cold_start.prepare("nope")

@@ -89,6 +89,32 @@ def test_check_wants_a_winner_per_gpu_model_and_never_borrows_another(tmp_path, 
   assert code == 1 and "on GPUs of sm_100: PROBLEM: no tuning file" in out
 
 
+def test_check_and_list_say_a_winner_is_aliased_and_from_which_model(tmp_path, capsys):
+  winner = {"name": "mm", "shapes": "float32[64]", "compute_capability": "9.0", "config": "0", "us": "1.00"}
+  notes = {"winners": [{**winner, "device": "NVIDIA H200"},
+                       {**winner, "device": "NVIDIA H100 PCIe", "aliased_from": "NVIDIA H200 (9.0)"}]}
+  path = _pack(tmp_path, [_entry(1, "k", "sm_90", ["cubin sm_90"])], notes=notes)
+  code, out = _check(capsys, path, "--fleet", "sm_90", "--gpus", "NVIDIA H200,NVIDIA H100 PCIe")
+  assert code == 0
+  assert "autotuned mm float32[64] on NVIDIA H200: winner in the pack\n" in out
+  assert ("autotuned mm float32[64] on NVIDIA H100 PCIe: winner in the pack (aliased: measured on NVIDIA H200 "
+          "(9.0), asked for with --alias-winners)") in out
+  code, out = _check(capsys, path, "--fleet", "sm_90")
+  assert code == 0 and "on NVIDIA H100 PCIe: winner in the pack (aliased: measured on NVIDIA H200" in out
+  assert cli.main(["list", path]) == 0
+  assert "mm float32[64] on NVIDIA H100 PCIe (9.0): 0 (1.00 us); aliased: measured on NVIDIA H200 (9.0)" in (
+      capsys.readouterr().out)
+
+
+def test_an_alias_is_refused_before_the_program_runs_where_its_source_has_no_tuning_file(tmp_path, capsys):
+  with pytest.raises(SystemExit, match="--alias-winners: NVIDIA H100 PCIe=NVIDIA H200: no tuning file given"):
+    cli.main(["record", str(tmp_path / "out.jmfpack"), "--arch", "sm_90", "--alias-winners",
+              "NVIDIA H100 PCIe=NVIDIA H200", "--", "false"])
+  with pytest.raises(SystemExit, match="--alias-winners: 'NVIDIA H100 PCIe' is not TARGET=SOURCE"):
+    cli.main(["build", str(tmp_path / "out.jmfpack"), str(tmp_path), "--alias-winners", "NVIDIA H100 PCIe"])
+  assert not os.path.exists(tmp_path / "out.jmfpack")
+
+
 def test_text_from_a_manifest_is_escaped_where_it_is_shown(tmp_path, capsys):
   forged = "k\x1b[2K\r/tmp/model.jmfpack: 1 entries, sha256 " + "0" * 64 + "\u202e"
   path = _pack(tmp_path, [_entry(1, forged, "sm_90", ["cubin sm_90"])])

@@ -3,15 +3,18 @@
     offset 0   magic b"JMFPACK\\0"
            8   format version, u32 little-endian (FORMAT_VERSION)
           12   the manifest's length in bytes, u32
-          16   the manifest: UTF-8 JSON (entries in order: key, kind, size, sha256, about)
-           .   the entries' payloads, one after another in the manifest's order, nothing between
+          16   the manifest: UTF-8 JSON (entries in order: key, kind, size, sha256, about, and from version 3
+               headers; the table of NVRTC headers, base/pack_headers.py)
+           .   the entries' payloads as stored, one after another in the manifest's order, nothing between
     end - 32   sha256 of every byte before it: the pack's digest
 
 A payload is what a compile-cache entry holds (the front end's ``encode`` bytes, toolchain/compile_cache.py), or a
-timing (``kind`` "tuning"). `read` refuses a file, by name and with what to do, before exposing any entry: not a
-regular file, owned by someone else than the user or root, writable by group or others, in a folder that is, over
-`MAX_PACK_BYTES`; not ours (magic), of another format version, truncated or altered (the digest), or with any
-manifest value out of bounds or any payload whose sha256 is not its entry's. Nothing of a pack is half-used.
+timing (``kind`` "tuning"); an entry's ``size`` is what is stored, its ``sha256`` that of the payload (with its
+headers put back, where the pack's table holds them). `read` refuses a file, by name and with what to do, before
+exposing any entry: not a regular file, owned by someone else than the user or root, writable by group or others,
+in a folder that is, over `MAX_PACK_BYTES`; not ours (magic), of another format version, truncated or altered (the
+digest), or with any manifest value out of bounds or any payload whose sha256 is not its entry's. Nothing of a
+pack is half-used.
 
 Nothing here depends on jax: a pack made under one jax release reads the same under every other.
 """
@@ -27,17 +30,19 @@ import secrets
 import stat
 import struct
 import unicodedata
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from jax_mosaic_ffi.base import owned_files
+from jax_mosaic_ffi.base import pack_headers
 from jax_mosaic_ffi.base.errors import PackError
 
 MAGIC = b"JMFPACK\0"
 FORMAT = "jax_mosaic_ffi pack"
 # Version 2: a compile's "about" may name its images, its source pack and its keyed settings (a release that reads
 # only version 1 refuses such a pack by its version, not as damaged); version 1 packs are read as they are.
-FORMAT_VERSION = 2
-READ_VERSIONS = (1, 2)
+# Version 3: the headers NVRTC compiles read are stored once per pack, in a table the entries refer to.
+FORMAT_VERSION = 3
+READ_VERSIONS = (1, 2, 3)
 _HEADER = struct.Struct("<8sII")
 _DIGEST_BYTES = 32
 SUFFIX = ".jmfpack"
@@ -84,6 +89,7 @@ class Pack:
   entries: Mapping[str, Entry]
   created: Mapping[str, Any]
   notes: Mapping[str, tuple]
+  left_out: int = 0  # entries verified (in the digest) but not held: `read`'s ``keep`` left them out
 
 
 def write(path: str, entries: Iterable[Entry], created: Mapping[str, Any],
@@ -92,15 +98,21 @@ def write(path: str, entries: Iterable[Entry], created: Mapping[str, Any],
   Everything written is bounded as `read` bounds it, so a pack we write is one we read back."""
   entries = list(entries)
   notes = {k: [dict(n) for n in v] for k, v in (notes or {}).items()}
-  manifest = {"format": FORMAT, "version": FORMAT_VERSION, "created": dict(created),
-              "entries": [{"key": e.key, "kind": e.kind, "size": len(e.payload), "sha256": e.sha256,
-                           "about": dict(e.about)} for e in entries], **notes}
+  table = pack_headers.Table()
+  rows, stored = [], []
+  for e in entries:
+    factored = table.factored(e.payload) if e.kind == "compile" else None
+    stored.append(e.payload if factored is None else factored[0])
+    rows.append({"key": e.key, "kind": e.kind, "size": len(stored[-1]), "sha256": e.sha256, "about": dict(e.about),
+                 **({"headers": factored[1]} if factored else {})})
+  manifest = {"format": FORMAT, "version": FORMAT_VERSION, "created": dict(created), "entries": rows, **notes,
+              **({"headers": table.rows} if table.rows else {})}
   text = json.dumps(manifest, sort_keys=True).encode()
   try:
-    _check_manifest(json.loads(text), sum(len(e.payload) for e in entries), FORMAT_VERSION)
+    _check_manifest(json.loads(text), sum(map(len, stored)), FORMAT_VERSION)
   except ValueError as e:
     raise PackError(f"the pack {path} cannot be written: {e} (over the bounds a pack is read with)") from None
-  body = b"".join([_HEADER.pack(MAGIC, FORMAT_VERSION, len(text)), text, *(e.payload for e in entries)])
+  body = b"".join([_HEADER.pack(MAGIC, FORMAT_VERSION, len(text)), text, *stored])
   if len(body) + _DIGEST_BYTES > MAX_PACK_BYTES:
     raise PackError(f"the pack would hold {len(body)} bytes, over the limit of {MAX_PACK_BYTES}: split it (prune "
                     "archs, or make one pack per model)")
@@ -121,41 +133,105 @@ def write(path: str, entries: Iterable[Entry], created: Mapping[str, Any],
   return digest.hex()
 
 
-def read(path: str | os.PathLike) -> Pack:
-  """The pack at ``path``, verified whole; raises `PackError` naming it, why, and what to do."""
+def read(path: str | os.PathLike, keep: Callable[[str, Mapping[str, Any]], bool] | None = None) -> Pack:
+  """The pack at ``path``, verified whole; raises `PackError` naming it, why, and what to do. ``keep(kind, about)``
+  says which entries this process holds (None: all): the file is read once, in pieces, every byte into its digest,
+  and only the payloads of the entries kept are held; the others are hashed and dropped (`Pack.left_out`). So a
+  process per GPU holds its GPU's entries, not the whole pack, and nothing of the file is mapped (a file truncated
+  or rewritten while it is read is refused, never half-used)."""
   shown = os.fspath(path)
-  data = _read_trusted(shown)
-  if len(data) < _HEADER.size + _DIGEST_BYTES or data[:8] != MAGIC:
+  fd, size = _open_trusted(shown)
+  try:
+    return _read_stream(shown, _Stream(fd, size), keep)
+  except OSError as e:
+    raise PackError(f"pack {shown} cannot be read ({e.strerror})") from None
+  finally:
+    os.close(fd)
+
+
+class _Stream:
+  """The open pack, read in order into one running sha256."""
+
+  _CHUNK = 1 << 20
+
+  def __init__(self, fd: int, size: int) -> None:
+    self.fd, self.size, self.hasher, self.read_bytes = fd, size, hashlib.sha256(), 0
+
+  def take(self, count: int, hold: bool = True, hashed: bool = True) -> bytes | None:
+    """The next ``count`` bytes (None where not ``hold``: hashed and dropped); raises _Changed short of them."""
+    data = bytearray(count if hold else min(count, self._CHUNK))
+    with memoryview(data) as view:
+      got = 0
+      while got < count:
+        part = view[got:] if hold else view[:min(count - got, len(data))]
+        n = os.readv(self.fd, [part])
+        if n == 0:
+          raise _Changed()
+        if hashed:
+          self.hasher.update(part[:n])
+        got += n
+    self.read_bytes += count
+    return bytes(data) if hold else None
+
+  def at_end(self) -> bool:
+    return os.read(self.fd, 1) == b""
+
+
+class _Changed(Exception):
+  """The file held fewer bytes than its size said: it changed while it was read."""
+
+
+def _read_stream(shown: str, stream: _Stream, keep) -> Pack:
+  if stream.size < _HEADER.size + _DIGEST_BYTES:
     raise PackError(f"pack {shown} is not a jax_mosaic_ffi pack (no {MAGIC!r} at its start): name a file made by "
                     "python -m jax_mosaic_ffi.pack")
-  _, version, manifest_size = _HEADER.unpack_from(data)
-  if version not in READ_VERSIONS:
-    raise PackError(f"pack {shown} has pack format version {version}, and this jax_mosaic_ffi reads versions "
-                    f"{', '.join(map(str, READ_VERSIONS))}: build it again with this release "
-                    "(python -m jax_mosaic_ffi.pack record ...)")
-  # Views of the one buffer the file was read into: the pack is in memory once, plus the entries' own bytes.
-  body, digest = memoryview(data)[:-_DIGEST_BYTES], bytes(data[-_DIGEST_BYTES:])
-  if hashlib.sha256(body).digest() != digest:
+  try:
+    magic, version, manifest_size = _HEADER.unpack(stream.take(_HEADER.size))
+    if magic != MAGIC:
+      raise PackError(f"pack {shown} is not a jax_mosaic_ffi pack (no {MAGIC!r} at its start): name a file made by "
+                      "python -m jax_mosaic_ffi.pack")
+    if version not in READ_VERSIONS:
+      raise PackError(f"pack {shown} has pack format version {version}, and this jax_mosaic_ffi reads versions "
+                      f"{', '.join(map(str, READ_VERSIONS))}: build it again with this release "
+                      "(python -m jax_mosaic_ffi.pack record ...)")
+    body = stream.size - _DIGEST_BYTES
+    # What is wrong with the manifest is said only once the digest holds: a truncated or altered file is damaged.
+    problem, kept = f"its manifest's length {manifest_size} is out of bounds", []
+    if manifest_size <= min(MAX_MANIFEST_BYTES, body - _HEADER.size):
+      try:
+        manifest = json.loads(stream.take(manifest_size))
+        _check_manifest(manifest, body - _HEADER.size - manifest_size, version)
+        problem = ""
+      except (ValueError, RecursionError) as e:
+        problem = f"{e}; nothing of it was used. Build it again"
+    if not problem:
+      for row in manifest["entries"]:
+        held = keep is None or keep(row["kind"], row["about"])
+        kept.append((row, stream.take(row["size"], hold=held)))
+    else:
+      stream.take(body - stream.read_bytes, hold=False)
+    digest = stream.take(_DIGEST_BYTES, hashed=False)
+    if not stream.at_end():
+      raise _Changed()
+  except _Changed:
+    raise PackError(f"pack {shown} changed while it was read: read it when nothing writes it") from None
+  if stream.hasher.digest() != digest:
     raise PackError(f"pack {shown} is damaged: its digest does not match its contents (truncated or altered after "
                     "it was written); nothing of it was used. Copy it again from where it was built, or build it again")
-  if manifest_size > min(MAX_MANIFEST_BYTES, len(body) - _HEADER.size):
-    raise PackError(f"pack {shown} is damaged: its manifest's length {manifest_size} is out of bounds")
-  blobs = body[_HEADER.size + manifest_size:]
-  try:
-    manifest = json.loads(bytes(body[_HEADER.size:_HEADER.size + manifest_size]))
-    _check_manifest(manifest, len(blobs), version)
-  except (ValueError, RecursionError) as e:
-    raise PackError(f"pack {shown} is damaged: {e}; nothing of it was used. Build it again") from None
-  entries, offset = {}, 0
-  for row in manifest["entries"]:
-    payload = bytes(blobs[offset:offset + row["size"]])
-    offset += row["size"]
+  if problem:
+    raise PackError(f"pack {shown} is damaged: {problem}")
+  entries, table = {}, manifest.get("headers", [])
+  for row, payload in kept:
+    if payload is None:
+      continue
+    if "headers" in row:  # its headers from the pack's table (the sha256 below checks what that makes)
+      payload = pack_headers.joined(payload, row["headers"], table) or b""
     if hashlib.sha256(payload).hexdigest() != row["sha256"]:
       raise PackError(f"pack {shown} is damaged: entry {row['key']} does not match its sha256; nothing of it was "
                       "used. Build it again")
     entries[row["key"]] = Entry(row["key"], row["kind"], payload, row["about"])
-  return Pack(path=shown, digest=digest.hex(), size=len(data), entries=entries, created=manifest["created"],
-              notes={k: tuple(manifest.get(k, ())) for k in NOTE_LISTS})
+  return Pack(path=shown, digest=digest.hex(), size=stream.size, entries=entries, created=manifest["created"],
+              notes={k: tuple(manifest.get(k, ())) for k in NOTE_LISTS}, left_out=len(kept) - len(entries))
 
 
 def escaped(value) -> str:
@@ -166,8 +242,8 @@ def escaped(value) -> str:
                   f"\\U{ord(c):08x}") for c in str(value))
 
 
-def _read_trusted(path: str) -> bytearray:
-  """The bytes of the file the user named, refused unless it and its folder are the user's (or root's) and
+def _open_trusted(path: str) -> tuple[int, int]:
+  """The open file the user named and its size, refused unless it and its folder are the user's (or root's) and
   writable by no one else. The name is the user's choice, so a symlink to it is followed (as for a tuning file);
   the folder is opened, checked, and the file opened inside it without following a link."""
   real = os.path.realpath(path)
@@ -198,31 +274,10 @@ def _read_trusted(path: str) -> bytearray:
     _check_owner(st, f"pack {path}", "chmod go-w on it")
     if st.st_size > MAX_PACK_BYTES:
       raise PackError(f"pack {path} holds {st.st_size} bytes, over the limit of {MAX_PACK_BYTES}: split it")
-    data = _read_into_one_buffer(fd, st.st_size)
-  except OSError as e:
-    raise PackError(f"pack {path} cannot be read ({e.strerror})") from None
-  finally:
+  except BaseException:
     os.close(fd)
-  if data is None:
-    raise PackError(f"pack {path} changed while it was read: read it when nothing writes it")
-  return data
-
-
-def _read_into_one_buffer(fd: int, size: int) -> bytearray | None:
-  """The open file's ``size`` bytes, read into one buffer (no second copy of a pack of gigabytes), or None where it
-  holds more or fewer (it changed while it was read); raises OSError."""
-  data = bytearray(size + 1)  # one more: a file that grew is seen
-  with memoryview(data) as view:
-    got = 0
-    while got < len(data):
-      count = os.readv(fd, [view[got:]])
-      if count == 0:
-        break
-      got += count
-  if got != size:
-    return None
-  del data[size:]
-  return data
+    raise
+  return fd, st.st_size
 
 
 # How a container or a shared machine installs a pack the way it is trusted (docs/guides/deploying.md).
@@ -279,7 +334,8 @@ def _check_manifest(manifest, blob_bytes: int, version: int) -> None:
   total, seen = 0, set()
   for k, row in enumerate(rows):
     where = f"entries[{k}]"
-    if not isinstance(row, dict) or set(row) != {"key", "kind", "size", "sha256", "about"}:
+    fields = {"key", "kind", "size", "sha256", "about"}
+    if not isinstance(row, dict) or set(row) - {"headers"} != fields or ("headers" in row and version < 3):
       raise ValueError(f"{where} is not an entry")
     if not isinstance(row["key"], str) or not _KEY.fullmatch(row["key"]) or row["key"] in seen:
       raise ValueError(f"{where}.key is not a new key of 64 hex digits")
@@ -300,6 +356,8 @@ def _check_manifest(manifest, blob_bytes: int, version: int) -> None:
       raise ValueError(f"{name} is not a list of at most {MAX_ENTRIES}")
     for k, note in enumerate(notes):
       _object_of_texts(note, f"{name}[{k}]")
-  extra = set(manifest) - {"format", "version", "created", "entries", *NOTE_LISTS}
+  pack_headers.check_table(manifest.get("headers", []), rows)
+  extra = set(manifest) - {"format", "version", "created", "entries", *NOTE_LISTS,
+                           *(("headers",) if version >= 3 else ())}
   if extra:
     raise ValueError(f"its manifest has unknown fields {sorted(extra)[:4]}")

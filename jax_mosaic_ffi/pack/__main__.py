@@ -1,7 +1,8 @@
 """python -m jax_mosaic_ffi.pack: make, inspect and combine kernel packs (docs/guides/deploying.md).
 
-    record OUT --arch sm_90,sm_100a [--tuning FILE ...] [--keep-going] -- python train_step.py ...
-    build OUT RECORDING... [--tuning FILE ...]
+    record OUT --arch sm_90,sm_100a [--tuning FILE ...] [--alias-winners TARGET=SOURCE,...] [--keep-going]
+           -- python train_step.py ...
+    build OUT RECORDING... [--tuning FILE ...] [--alias-winners TARGET=SOURCE,...]
     list PACK [--json]
     check PACK --fleet sm_90,sm_100,sm_103 [--gpus "NVIDIA H200,NVIDIA B200"] [--environment] [-- python serve.py]
     merge OUT PACK PACK...
@@ -56,6 +57,14 @@ def _tuning(paths) -> list:
   return found
 
 
+def _built(recording: pack_record.Recording, args) -> build_lib.Built:
+  """The pack of ``recording`` with the tuning files and winner aliases ``args`` names."""
+  try:
+    return build_lib.build(recording, _tuning(args.tuning), build_lib.parse_aliases(args.alias_winners or ()))
+  except ValueError as e:
+    raise SystemExit(f"--alias-winners: {e}") from None
+
+
 def _write(out: str, built: build_lib.Built) -> None:
   digest = pack_file.write(out, built.entries, built.created, built.notes)
   kinds = {k: sum(e.kind == k for e in built.entries) for k in pack_file.KINDS}
@@ -68,6 +77,11 @@ def _write(out: str, built: build_lib.Built) -> None:
               f"autotuned {contents.shown(note.get('name'))} {contents.shown(note.get('shapes'))} on "
               f"{contents.shown(note.get('device') or note.get('recorded_for'))}")
       print(f"  {title}: {what}: {contents.shown(contents.first_line(note.get('why') or note.get('error')))}")
+  for note in built.notes.get("winners", ()):
+    if note.get("aliased_from"):  # asked for, and said: a winner measured on another model
+      print(f"  aliased: autotuned {contents.shown(note.get('name'))} {contents.shown(note.get('shapes'))} on "
+            f"{contents.shown(note.get('device'))} takes the winner measured on "
+            f"{contents.shown(note['aliased_from'])}")
 
 
 def _program(command: list[str]) -> list[str]:
@@ -119,7 +133,7 @@ def _program_misses(path: str, pack: pack_file.Pack, capabilities: list[int], co
 def record(args) -> int:
   if not args.command:
     raise SystemExit("record runs a program: put it after --, e.g. ... --arch sm_90 -- python train_step.py")
-  tuning = _tuning(args.tuning)
+  _built(pack_record.Recording(), args)  # the tuning files and aliases checked before anything runs
   command = _program(args.command)
   folder = tempfile.mkdtemp(prefix="jmf-pack-record-")
   failed = []
@@ -140,7 +154,7 @@ def record(args) -> int:
             f"no pack was written: run the program that calls your kernels (its jitted steps must run or lower)",
             file=sys.stderr)
       return 1
-    _write(args.out, build_lib.build(recording, tuning))
+    _write(args.out, _built(recording, args))
   finally:
     if args.keep_recording:
       print(f"the recording is in {folder}")
@@ -160,12 +174,17 @@ def main(argv=None) -> int:
   rec.add_argument("--arch", required=True, help="the GPUs to build for, comma-separated: sm_90,sm_100a,sm_120")
   rec.add_argument("--tuning", action="append", help="a tuning file (jmf.save_tuning) measured on one GPU model: its "
                                                       "winners go into the pack; repeat for each model")
+  rec.add_argument("--alias-winners", action="append",
+                   help="GPU models that take another model's winners, asked for by name (never done otherwise): "
+                        "TARGET=SOURCE, comma-separated, e.g. \"NVIDIA H100 PCIe=NVIDIA H100 80GB HBM3\"; "
+                        "MODEL@10.3=SOURCE for a model of another compute capability that runs a family target")
   rec.add_argument("--keep-going", action="store_true", help="exit 0 even where the program failed for an arch")
   rec.add_argument("--keep-recording", action="store_true", help="keep the recording folder and print where it is")
   bld = sub.add_parser("build", help=f"build a pack from folders recorded with {flags.PACK_RECORD}=DIR")
   bld.add_argument("out")
   bld.add_argument("recordings", nargs="+")
   bld.add_argument("--tuning", action="append")
+  bld.add_argument("--alias-winners", action="append", help="as record's")
   lst = sub.add_parser("list", help="what a pack holds")
   lst.add_argument("pack")
   lst.add_argument("--json", action="store_true")
@@ -198,7 +217,7 @@ def main(argv=None) -> int:
       recording = pack_record.Recording()
       for folder in args.recordings:
         pack_record.read(folder, recording)
-      _write(args.out, build_lib.build(recording, _tuning(args.tuning)))
+      _write(args.out, _built(recording, args))
     elif args.action == "list":
       pack = pack_file.read(args.pack)
       print(json.dumps(contents.as_json(pack), indent=1) if args.json else contents.listing(pack))

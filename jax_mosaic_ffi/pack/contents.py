@@ -33,7 +33,7 @@ def listing(pack: pack_file.Pack) -> str:
     lines.append(f"      recorded for {shown(a.get('recorded_for', '?'))} at {shown(a.get('call_sites', '?'))}; "
                  f"key {e.key[:16]}" + (f"; from {shown(a['from_pack'])}" if a.get("from_pack") else ""))
   sections = (("winners", "autotuning winners", "{name} {shapes} on {device} ({compute_capability}): {config} "
-                                                 "({us} us)"),
+                                                 "({us} us){aliased_from}"),
               ("untuned", "autotuned calls without a winner (they would time their configs there)",
                "{name} {shapes} on {device}{recorded_for}: {why}"),
               ("refused", "compiles that failed while recording (not in the pack)",
@@ -46,6 +46,8 @@ def listing(pack: pack_file.Pack) -> str:
         values = {k: shown(note.get(k, "")) for k in ("name", "shapes", "device", "compute_capability", "config",
                                                        "us", "recorded_for", "why", "front_end", "kernel",
                                                        "targets", "call_sites", "error")}
+        values["aliased_from"] = f"; aliased: measured on {shown(note['aliased_from'])}" if note.get(
+            "aliased_from") else ""
         if name == "untuned" and not note.get("device"):
           values["device"] = "GPUs"
           values["recorded_for"] = f" of {values['recorded_for']}"

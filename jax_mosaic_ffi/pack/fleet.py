@@ -7,7 +7,8 @@ are those recorded for that target. From each such entry's images the runtime's 
 (`module_format.served_image`) picks what the node would load: an exact cubin, a family or generic cubin of its
 major version, PTX the driver compiles there at the first launch (JIT), or nothing. For each autotuned call and GPU
 model (``--gpus``, as ``jax.devices()[0].device_kind`` names it), whether the pack holds its winner: winners are
-per GPU model and never stand in for another one.
+per GPU model and stand in for another one only where the pack was built asking for it (``--alias-winners``), which
+the report says, naming the model it was measured on.
 
 Everything short of an exact or family cubin, every compile refused while recording, a pack without a single
 compile and a call without a winner is a problem: `check` lists each and `problems` counts them.
@@ -147,28 +148,37 @@ def kernel_serving(entries: list[pack_file.Entry], capability: int) -> Served:
                            f"target sm_{capability // 10 * 10}f where its front end builds one)")
 
 
-def winners(pack: pack_file.Pack, gpus: list[str]) -> list[tuple[str, str, str | None]]:
-  """(call, GPU model, why it has no winner or None) for each autotuned call and GPU model: the models named, or
-  else those the pack's notes name; a recorded call with no tuning file for its arch counts as one without."""
+def winners(pack: pack_file.Pack, gpus: list[str]) -> list[tuple[str, str, str]]:
+  """(call, GPU model, what `check` says: "winner in the pack", aliased from which model, or "PROBLEM: " and why
+  it has none) for each autotuned call and GPU model: the models named, or else those the pack's notes name; a
+  recorded call with no tuning file for its arch counts as one without."""
   calls = {(str(n.get("name")), contents.shown(n.get("shapes"))) for name in ("winners", "untuned")
            for n in pack.notes.get(name, ())}
-  won = {(str(n.get("name")), contents.shown(n.get("shapes")), str(n.get("device"))) for n in pack.notes["winners"]}
+  won = {(str(n.get("name")), contents.shown(n.get("shapes")), str(n.get("device"))): _won(n)
+         for n in pack.notes["winners"]}
   rows = []
   for name, shapes in sorted(calls):
     call = f"{name} {shapes}"
     if gpus:
       for gpu in gpus:
-        rows.append((call, gpu, None if (name, shapes, gpu) in won else "no winner in the pack (measure one on that "
-                     "GPU with jmf.save_tuning and record with --tuning FILE)"))
+        rows.append((call, gpu, won.get((name, shapes, gpu)) or "PROBLEM: no winner in the pack (measure one on "
+                     "that GPU with jmf.save_tuning and record with --tuning FILE)"))
       continue
     for note in pack.notes["winners"]:
       if (str(note.get("name")), contents.shown(note.get("shapes"))) == (name, shapes):
-        rows.append((call, str(note.get("device")), None))
+        rows.append((call, str(note.get("device")), _won(note)))
     for note in pack.notes["untuned"]:
       if (str(note.get("name")), contents.shown(note.get("shapes"))) == (name, shapes):
         model = note.get("device") or f"GPUs of {contents.shown(note.get('recorded_for'))}"
-        rows.append((call, str(model), str(note.get("why") or "no winner")))
+        rows.append((call, str(model), f"PROBLEM: {note.get('why') or 'no winner'}"))
   return rows
+
+
+def _won(note) -> str:
+  """What `check` says of a winner note: in the pack, and measured on which model where it was aliased."""
+  source = note.get("aliased_from")
+  return "winner in the pack" + (f" (aliased: measured on {contents.shown(source)}, asked for with --alias-winners)"
+                                 if source else "")
 
 
 def settings_differences(pack: pack_file.Pack, here: dict[str, list[str]]) -> list[str]:
@@ -210,10 +220,9 @@ def check(pack: pack_file.Pack, fleet: list[int], gpus: list[str],
   for difference in settings_differences(pack, here or {}):
     problems += 1
     lines.append(f"  PROBLEM: {difference}")
-  for call, gpu, why in winners(pack, gpus):
-    problems += why is not None
-    lines.append(f"  autotuned {esc(call)} on {esc(gpu)}: " + ("winner in the pack" if why is None
-                                                                else f"PROBLEM: {esc(why)}"))
+  for call, gpu, said in winners(pack, gpus):
+    problems += said.startswith("PROBLEM: ")
+    lines.append(f"  autotuned {esc(call)} on {esc(gpu)}: {esc(said)}")
   lines.append(f"{problems} problem{'s' if problems != 1 else ''}" + (": a node would compile, JIT or time there"
                                                                       if problems else ""))
   return "\n".join(lines), problems

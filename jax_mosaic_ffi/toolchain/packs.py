@@ -2,9 +2,12 @@
 
 The packs in use are those `load_pack` was given (first, in the order given), then those of
 ``JAX_MOSAIC_FFI_PACKS`` (read at each lookup, separated by ``:``). Each is read and verified whole
-(base/pack_file.py) the first time it is needed, then kept; a pack that is refused raises its `PackError` at every
-lookup, so a deployment whose pack is damaged never quietly compiles. `lookup` answers by the compile cache's own
-entry key (toolchain/compile_cache.py), so a pack serves exactly what a compile would make here.
+(base/pack_file.py) the first time it is needed, then kept: on a machine with GPUs, only the compiles that would
+load on one of them (by the runtime's image rule: `module_format.served_image`) are held, so a process per GPU does
+not hold every generation's kernels (all are held where ``JAX_MOSAIC_FFI_TARGETS`` is set); a pack that is
+refused raises its `PackError` at every lookup, so a deployment whose pack is damaged never quietly compiles.
+`lookup` answers by the compile cache's own entry key (toolchain/compile_cache.py), so a pack serves exactly what
+a compile would make here.
 
 ``JAX_MOSAIC_FFI_PACKS_STRICT=1`` makes a compile the packs cannot serve an error (`NotInPacks`), raised by
 `missing` with the kernel, its call site, its specialization and the command that adds it.
@@ -19,6 +22,8 @@ import threading
 from typing import Any, Callable, Mapping
 
 from jax_mosaic_ffi.base import flags
+from jax_mosaic_ffi.base import gpu_info
+from jax_mosaic_ffi.base import module_format
 from jax_mosaic_ffi.base import pack_file
 from jax_mosaic_ffi.base.errors import NotInPacks, PackError
 from jax_mosaic_ffi.base.module_format import Arch
@@ -35,7 +40,8 @@ _read: dict[str, pack_file.Pack | PackError] = {}          # by path as named: t
 
 def load_pack(path: str | os.PathLike) -> int:
   """Puts the kernel pack at ``path`` ahead of the disk cache (and of the packs named in ``JAX_MOSAIC_FFI_PACKS``)
-  for this process; returns how many entries it holds. The pack is read and verified whole now: a file that is
+  for this process; returns how many of its entries this process holds (on a machine with GPUs, the compiles
+that load on none of them are left out). The pack is read and verified whole now: a file that is
   not a pack of yours, is damaged or of another pack format version raises `PackError` naming it and what to do,
   and nothing of it is used. Then each kernel it holds is taken from it instead of compiled, on any machine
   (``JAX_MOSAIC_FFI_PACKS`` does the same from the environment; :doc:`deploying </guides/deploying>` makes one)::
@@ -173,12 +179,33 @@ def forget() -> None:
     _read.clear()
 
 
+def _for_these_gpus(capabilities: tuple[int, ...]) -> Callable[[str, Mapping[str, Any]], bool] | None:
+  """Which entries of a pack a process with GPUs of ``capabilities`` holds: every entry but the compiles none of
+  whose images would load on them (None, all, where there is no GPU: recording and checking read every entry)."""
+  if not capabilities:
+    return None
+
+  def keep(kind: str, about: Mapping[str, Any]) -> bool:
+    names = about.get("images")
+    if kind != "compile" or not isinstance(names, list) or not names:
+      return True  # a timing, a specialization, or a compile that does not say its images: kept
+    try:
+      images = [module_format.parse_image_name(n) for n in names]
+    except ValueError:
+      return True
+    return any(module_format.served_image(images, c) is not None for c in capabilities)
+  return keep
+
+
 def _pack(path: str) -> pack_file.Pack:
   with _lock:
     found = _read.get(path)
   if found is None:
     try:
-      found = pack_file.read(path)
+      # Where the targets are set, kernels are built for GPUs other than these (pack check runs a program as each
+      # GPU of a fleet would): every entry is held.
+      here = () if os.environ.get(flags.TARGETS, "").strip() else tuple(g.arch for g in gpu_info.visible_gpus())
+      found = pack_file.read(path, keep=_for_these_gpus(here))
     except PackError as e:
       found = e
     with _lock:
