@@ -105,18 +105,9 @@ def test_the_check_fails_on_a_wrong_declaration(tmp_path, tmp_path_factory):
   text = open(os.path.join(CSRC, "ffi", "record_layouts.h")).read()
   swapped = text.replace("  uint32_t shared_mem_bytes;\n  int32_t uses_pdl;\n  const KernelArgs* args;",
                          "  int32_t uses_pdl;\n  uint32_t shared_mem_bytes;\n  const KernelArgs* args;")
-  widened = swapped.replace("const Command* const* dependencies, uint32_t num_dependencies,\n"
-                            "                                          const Command** out);\nstruct Api {\n"
-                            "  CreateLaunchFn create_launch;\n  UpdateLaunchFn update_launch;\n"
-                            "  CreateMemcpyFn create_memcpy_d2d;\n  UpdateMemcpyFn update_memcpy_d2d;\n"
-                            "  RequestCaptureFn request_stream_capture;\n  CreateEmptyFn create_empty_command;\n"
-                            "};\n}  // namespace v0_5",
-                            "const Command* const* dependencies, int64_t num_dependencies,\n"
-                            "                                          const Command** out);\nstruct Api {\n"
-                            "  CreateLaunchFn create_launch;\n  UpdateLaunchFn update_launch;\n"
-                            "  CreateMemcpyFn create_memcpy_d2d;\n  UpdateMemcpyFn update_memcpy_d2d;\n"
-                            "  RequestCaptureFn request_stream_capture;\n  CreateEmptyFn create_empty_command;\n"
-                            "};\n}  // namespace v0_5")
+  v0_5_launch = ("const Command* const* dependencies, {} num_dependencies,\n" + " " * 42 +
+                 "const Command** out);\nusing Api = ApiWith<CreateLaunchFn>;\n}}  // namespace v0_5")
+  widened = swapped.replace(v0_5_launch.format("uint32_t"), v0_5_launch.format("int64_t"))
   assert swapped != text and widened != swapped  # the edits took
   (wrong / "ffi" / "record_layouts.h").write_text(widened)
   done = compile_check(root, csrc=wrong)

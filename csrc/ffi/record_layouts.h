@@ -66,6 +66,17 @@ using UpdateMemcpyFn = XLA_FFI_Error* (*)(Context*, const Command*, void*, void*
 using RequestCaptureFn = XLA_FFI_Error* (*)(Context*);
 using CreateEmptyFn = XLA_FFI_Error* (*)(Context*, const Command* const*, uint32_t, const Command**);
 
+// The record API of a layout: every layout so far differs only in create_launch.
+template <typename CreateLaunchFn>
+struct ApiWith {
+  CreateLaunchFn create_launch;
+  UpdateLaunchFn update_launch;
+  CreateMemcpyFn create_memcpy_d2d;
+  UpdateMemcpyFn update_memcpy_d2d;
+  RequestCaptureFn request_stream_capture;
+  CreateEmptyFn create_empty_command;
+};
+
 // Record 0.1 (jaxlib 0.11.x) and 0.2 (0.12.0.x, which only added a source
 // format we do not use): the launch takes the kernel's image bytes.
 namespace v0_1 {
@@ -74,14 +85,7 @@ using CreateLaunchFn = XLA_FFI_Error* (*)(Context*, const char* kernel_name, con
                                           uint32_t shared_mem_bytes, int32_t uses_pdl, const KernelArgs* args,
                                           const Command* const* dependencies, uint32_t num_dependencies,
                                           const Command** out);
-struct Api {
-  CreateLaunchFn create_launch;
-  UpdateLaunchFn update_launch;
-  CreateMemcpyFn create_memcpy_d2d;
-  UpdateMemcpyFn update_memcpy_d2d;
-  RequestCaptureFn request_stream_capture;
-  CreateEmptyFn create_empty_command;
-};
+using Api = ApiWith<CreateLaunchFn>;
 }  // namespace v0_1
 
 // Record 0.5 (jaxlib 0.12.1): the launch takes a kernel loaded by the caller
@@ -111,14 +115,7 @@ inline constexpr size_t kLaunchParamsStructSize = offsetof(LaunchParams, args) +
 using CreateLaunchFn = XLA_FFI_Error* (*)(Context*, const Kernel* kernel, const LaunchParams* params,
                                           const Command* const* dependencies, uint32_t num_dependencies,
                                           const Command** out);
-struct Api {
-  CreateLaunchFn create_launch;
-  UpdateLaunchFn update_launch;
-  CreateMemcpyFn create_memcpy_d2d;
-  UpdateMemcpyFn update_memcpy_d2d;
-  RequestCaptureFn request_stream_capture;
-  CreateEmptyFn create_empty_command;
-};
+using Api = ApiWith<CreateLaunchFn>;
 }  // namespace v0_5
 
 // The frame and the extension are the same in every layout so far; `api`
