@@ -3,7 +3,7 @@
 As cutlass_call takes them: an int maps a whole top-level input to a whole top-level output (pytrees of the same
 structure, aliased leaf by leaf); a JAX key path maps one tensor leaf, the input's rooted at the tuple of
 positional arguments and the output's at the outer output sequence (so paths usually start with
-``SequenceKey(i)``). Aliased leaves need the same shape and dtype (and, checked with the specs in launch.py, the
+``SequenceKey(i)``). Aliased leaves need the same shape and dtype (and, checked with the specs in cute/launch.py, the
 same physical layout); no input or output is aliased twice. The launcher does not get the aliased outputs: a
 top-level output aliased by index is left out of its outputs, a leaf aliased by path is None there.
 """
