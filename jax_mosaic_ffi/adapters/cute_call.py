@@ -91,7 +91,7 @@ def cute_call(fn: Callable[..., None], *, output_shape_dtype: Any = None, input_
     leaves, in_tree = jax.tree_util.tree_flatten(args, is_leaf=lambda x: x is None)
     present = tuple(x is not None for x in leaves)
     arrays = [x for x in leaves if x is not None]
-    resolved = cute_call_aliases.resolve(aliases, args, outputs, f"mosaic_kernel '{kernel.name}' at "
+    resolved = cute_call_aliases.resolve(aliases, args, outputs, f"cute_call '{kernel.name}' at "
                                          f"{source_location.current()}")
     target = dataclasses.replace(kernel, input_tree=in_tree, input_present=present,
                                  output_tree=jax.tree_util.tree_structure(resolved.launcher_outputs))
