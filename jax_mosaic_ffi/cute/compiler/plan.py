@@ -109,7 +109,7 @@ class Plan:
 
   def describe(self) -> tuple[str, bool]:
     """Everything of the plan that changes the compiled code, as text for cache keys, and whether that text is
-    exact. Each constexpr is keyed whole (`cute_keys.exact_key`: an array by its bytes, a float by its 8 bytes,
+    exact. Each constexpr is keyed whole (`keys.exact_key`: an array by its bytes, a float by its 8 bytes,
     a function or an object by its code and every attribute), never by its printed text; one the reader cannot
     read whole is written by its type alone, and the text is not exact: the caller keys the specialization by a
     trace, which holds the value's effect."""
