@@ -30,17 +30,18 @@ from jax_mosaic_ffi.toolchain.packs import load_pack
 from jax_mosaic_ffi.cuda.kernel import CudaKernel, cubin_kernel, cuda_kernel, ptx_kernel
 from jax_mosaic_ffi.call import lowering as _lowering  # noqa: F401  (registers the CUDA lowering)
 from jax_mosaic_ffi.call import registration  # noqa: F401  (jmf.registration.status(), as the docs say)
-from jax_mosaic_ffi.call.checking.check_report import CheckReport
+from jax_mosaic_ffi.call.comparison.check_report import CheckReport
 from jax_mosaic_ffi.call.collective import Collective
 from jax_mosaic_ffi.call.launch_programs import dim_scalar
 from jax_mosaic_ffi.call.launch_values import cdiv
 from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
-from jax_mosaic_ffi.call.checking.shadow import verify
+from jax_mosaic_ffi.call.comparison.shadow import verify
 from jax_mosaic_ffi.call.tensor_map import TensorMap
 from jax_mosaic_ffi.adapters.cute_call import cute_call
 from jax_mosaic_ffi.cute.kernel import cute_kernel
-from jax_mosaic_ffi.cute.kernel import CuteFunction, CuteKernel
-from jax_mosaic_ffi.cute.package import CuteUnavailable
+from jax_mosaic_ffi.cute.kernel import CuteFunction
+from jax_mosaic_ffi.cute.compiler.compile import CuteKernel
+from jax_mosaic_ffi.cute.compiler.package import CuteUnavailable
 from jax_mosaic_ffi.transforms.autodiff import differentiable
 from jax_mosaic_ffi.transforms.check import check
 from jax_mosaic_ffi.transforms.autotune import Autotuned, autotune
@@ -49,10 +50,10 @@ from jax_mosaic_ffi.transforms.tuning_files import TuningFileIgnored, load_tunin
 from jax_mosaic_ffi.transforms.sharding import sharded
 from jax_mosaic_ffi.transforms.sharding_rules import BatchDims, Elementwise, ShardingRule
 from jax_mosaic_ffi.adapters.triton_call import triton_call
-from jax_mosaic_ffi.triton.compile import TritonKernel
-from jax_mosaic_ffi.triton.release import TritonUnavailable
+from jax_mosaic_ffi.triton.compiler.compile import TritonKernel
+from jax_mosaic_ffi.triton.compiler.release import TritonUnavailable
 from jax_mosaic_ffi.triton.kernel import TritonFunction, triton_kernel
-from jax_mosaic_ffi.triton.tensor_bounds import TensorTooLarge
+from jax_mosaic_ffi.triton.compiler.bounds import TensorTooLarge
 from jax_mosaic_ffi.triton.tensor_descriptor import TensorDescriptor
 from jax_mosaic_ffi.gluon.kernel import GluonFunction, GluonKernel, gluon_kernel
 from jax_mosaic_ffi.api import (KernelCacheStats, clear_kernel_cache, export_disabled_checks, kernel_cache_stats,

@@ -20,7 +20,7 @@ import jax
 
 from jax_mosaic_ffi.base.errors import ReferenceMismatch
 from jax_mosaic_ffi.base.gpu_info import gpu_unavailable_reason
-from jax_mosaic_ffi.call.checking.check_report import CheckReport
+from jax_mosaic_ffi.call.comparison.check_report import CheckReport
 from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
 from jax_mosaic_ffi.transforms.check import check, equations
 

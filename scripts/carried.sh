@@ -5,7 +5,7 @@
 #                                path entries it adds (the folder, plus what its .pth files add), ':'-joined
 #   carried_install VENV [PATHS]   puts PATHS (carried_path's output) on VENV's path as an installation does, in a
 #                                .pth file of its site-packages, not on PYTHONPATH (the CuTe DSL's runtime library
-#                                is loaded from installed folders only: jax_mosaic_ffi/cute/package.py); with no
+#                                is loaded from installed folders only: jax_mosaic_ffi/cute/compiler/package.py); with no
 #                                PATHS it removes that file (before a build: the build takes the machine's jaxlib).
 #                                site reads .pth files in name order: 00- puts them before the machine's packages,
 #                                which setup_env.sh's _jmf_parent_site.pth adds

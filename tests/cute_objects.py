@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from jax_mosaic_ffi.cute import package as cute_package
+from jax_mosaic_ffi.cute.compiler import package as cute_package
 
 PREFIX = "jmf_cute"
 

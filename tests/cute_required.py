@@ -2,7 +2,7 @@
 
 import pytest
 
-from jax_mosaic_ffi.cute import package as cute_package
+from jax_mosaic_ffi.cute.compiler import package as cute_package
 
 if cute_package.compiler_release() is None:
   pytest.skip("nvidia-cutlass-dsl is not installed (pip install 'jax_mosaic_ffi[cute]')", allow_module_level=True)

@@ -1,4 +1,4 @@
-"""The checker's defaults catch wrong kernels (call/checking/numerics.py, transforms/check.py): each dtype's
+"""The checker's defaults catch wrong kernels (call/comparison/numerics.py, transforms/check.py): each dtype's
 tolerance has a small absolute floor, an output of another dtype than its reference's fails unless the check casts
 on purpose (``cast_reference=True``), and the report counts the elements that passed only by ``atol``.
 
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi.call.checking import numerics
+from jax_mosaic_ffi.call.comparison import numerics
 
 F32, F16, BF16 = jnp.float32, jnp.float16, jnp.bfloat16
 OUTPUTS_ONLY = dict(shapes=None, vmap=False, eager=False, grads=False)

@@ -1,6 +1,7 @@
-"""How jmf.check and the shadow mode compare an output with its reference (call/checking/numerics.py), and the report's
-status and table (call/checking/check_report.py): each element held to its own tolerance, non-finite values by position
-and component, integers and bools exactly, and a check that ran no kernel never reported as passed.
+"""How jmf.check and the shadow mode compare an output with its reference (call/comparison/numerics.py), and the
+report's status and table (call/comparison/check_report.py): each element held to its own tolerance, non-finite
+values by position and component, integers and bools exactly, and a check that ran no kernel never reported as
+passed.
 
 Each comparison is made here with a function a defect of the comparison would let through: one huge element with
 the rest of the output zeroed, NaN in the other component of a complex number, an infinity of the wrong sign, an
@@ -18,8 +19,8 @@ import numpy as np
 import pytest
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi.call.checking import check_report
-from jax_mosaic_ffi.call.checking import numerics
+from jax_mosaic_ffi.call.comparison import check_report
+from jax_mosaic_ffi.call.comparison import numerics
 
 F32, C64 = jnp.float32, jnp.complex64
 NAN, INF = math.nan, math.inf

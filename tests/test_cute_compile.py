@@ -19,7 +19,7 @@ import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.base import contract
 from jax_mosaic_ffi.base import module_format
 from jax_mosaic_ffi.base.native import core
-from jax_mosaic_ffi.cute import fingerprint
+from jax_mosaic_ffi.cute.compiler import keys as cute_keys
 
 import cute_kernels as K
 import cute_objects
@@ -88,7 +88,7 @@ WARM = '''
   text = jax.jit(f).trace(a, a).lower(lowering_platforms=("cuda",)).as_text()
   stats = jmf.kernel_cache_stats()
   print(json.dumps({"compiles": stats.compiles["cute"], "disk_hits": stats.disk_hits,
-                    "seconds": time.perf_counter() - start, "lowered": "jax_mosaic_ffi_cute_v1" in text}))
+                   "seconds": time.perf_counter() - start, "lowered": "jax_mosaic_ffi_cute_v1" in text}))
 '''
 
 
@@ -103,15 +103,15 @@ def test_a_second_process_compiles_nothing(tmp_path):
 def test_fingerprint_follows_code_closures_and_constants():
   def make(k):
     return lambda stream, x, y: K.add_one(stream, x, y) if k else None
-  assert fingerprint.fingerprint(make(1)) == fingerprint.fingerprint(make(1))
-  assert fingerprint.fingerprint(make(1)) != fingerprint.fingerprint(make(2))
-  assert fingerprint.fingerprint(K.add_one) != fingerprint.fingerprint(K.axpy)
-  assert fingerprint.fingerprint(K.add_one) is not None
+  assert cute_keys.fingerprint(make(1)) == cute_keys.fingerprint(make(1))
+  assert cute_keys.fingerprint(make(1)) != cute_keys.fingerprint(make(2))
+  assert cute_keys.fingerprint(K.add_one) != cute_keys.fingerprint(K.axpy)
+  assert cute_keys.fingerprint(K.add_one) is not None
 
   class Opaque:
     __slots__ = ()
-  assert fingerprint.fingerprint(lambda s: Opaque()) is not None  # a class is read by its code
-  assert fingerprint.fingerprint(object()) is None  # nothing to read: keyed by a trace instead
+  assert cute_keys.fingerprint(lambda s: Opaque()) is not None  # a class is read by its code
+  assert cute_keys.fingerprint(object()) is None  # nothing to read: keyed by a trace instead
 
 
 def test_fingerprint_reads_through_functools_caches():
@@ -127,9 +127,9 @@ def test_fingerprint_reads_through_functools_caches():
       return tile(n) + k
     return lambda stream, x, y: K.add_one(stream, x, y) if threads(k) else None
 
-  assert fingerprint.fingerprint(make(1)) is not None
-  assert fingerprint.fingerprint(make(1)) == fingerprint.fingerprint(make(1))
-  assert fingerprint.fingerprint(make(1)) != fingerprint.fingerprint(make(2))
+  assert cute_keys.fingerprint(make(1)) is not None
+  assert cute_keys.fingerprint(make(1)) == cute_keys.fingerprint(make(1))
+  assert cute_keys.fingerprint(make(1)) != cute_keys.fingerprint(make(2))
 
 
 class _Barrier(enum.IntEnum):  # FlashAttention-4's named barriers are such enums
@@ -147,15 +147,15 @@ def test_fingerprint_reads_enums_and_dataclasses_of_kernel_libraries():
   def make(barrier_class, info_class):
     return lambda stream, x, y: K.add_one(stream, x, y) if barrier_class.EPILOGUE and info_class().tile_m else None
 
-  assert fingerprint.fingerprint(make(_Barrier, _Info)) is not None
-  assert fingerprint.fingerprint(make(_Barrier, _Info)) == fingerprint.fingerprint(make(_Barrier, _Info))
+  assert cute_keys.fingerprint(make(_Barrier, _Info)) is not None
+  assert cute_keys.fingerprint(make(_Barrier, _Info)) == cute_keys.fingerprint(make(_Barrier, _Info))
 
   @dataclasses.dataclass(frozen=True)
   class Other:
     tile_m: int = 64  # only a default differs
     offsets: tuple = dataclasses.field(default_factory=tuple)
   Other.__qualname__ = _Info.__qualname__
-  assert fingerprint.fingerprint(make(_Barrier, Other)) != fingerprint.fingerprint(make(_Barrier, _Info))
+  assert cute_keys.fingerprint(make(_Barrier, Other)) != cute_keys.fingerprint(make(_Barrier, _Info))
 
 
 class _Sync(abc.ABC):  # FlashAttention-4's named barriers subclass the DSL's, which are abstract base classes
@@ -173,20 +173,20 @@ def test_fingerprint_reads_subclasses_of_abstract_base_classes():
     return lambda stream, x, y: K.add_one(stream, x, y) if Barrier().arrive() else None
 
   assert vars(_Sync)["_abc_impl"] is not None  # C data the fingerprint cannot read: ABCMeta's caches, no code
-  assert fingerprint.fingerprint(make(128)) is not None
-  assert fingerprint.fingerprint(make(128)) == fingerprint.fingerprint(make(128))
-  assert fingerprint.fingerprint(make(128)) != fingerprint.fingerprint(make(64))
+  assert cute_keys.fingerprint(make(128)) is not None
+  assert cute_keys.fingerprint(make(128)) == cute_keys.fingerprint(make(128))
+  assert cute_keys.fingerprint(make(128)) != cute_keys.fingerprint(make(64))
 
 
 SET_CONSTANT = '''
   import json
-  from jax_mosaic_ffi.cute import fingerprint
+  from jax_mosaic_ffi.cute.compiler import keys as cute_keys
   import cute_kernels as K
 
   def launch(stream, x, y, *, name="tile_m"):
     if name in {"tile_m", "tile_n", "seqlen_q", "seqlen_k", "offset_q", "offset_k", "swap_AB", "num_splits"}:
       K.add_one(stream, x, y)
-  print(json.dumps({"fingerprint": fingerprint.fingerprint(launch)}))
+  print(json.dumps({"fingerprint": cute_keys.fingerprint(launch)}))
 '''
 
 
@@ -201,13 +201,13 @@ FIRST_COMPILE = '''
   import json
   import jax, jax.numpy as jnp
   import jax_mosaic_ffi as jmf
-  from jax_mosaic_ffi.cute import fingerprint
+  from jax_mosaic_ffi.cute.compiler import keys as cute_keys
   import cute_kernels as K
-  before = fingerprint.fingerprint(K.axpy)
+  before = cute_keys.fingerprint(K.axpy)
   a = jax.ShapeDtypeStruct((8, 32), jnp.float32)
   for alpha in (2.0, 2.0, 3.0):  # the DSL rewrites the launcher's code when it first compiles it
     jax.jit(jmf.cute_call(K.axpy, output_shape_dtype=a, alpha=alpha)).trace(a, a).lower(lowering_platforms=("cuda",))
-  print(json.dumps({"same": fingerprint.fingerprint(K.axpy) == before,
+  print(json.dumps({"same": cute_keys.fingerprint(K.axpy) == before,
                     "compiles": jmf.kernel_cache_stats().compiles["cute"]}))
 '''
 
@@ -226,7 +226,7 @@ def test_launchers_that_cannot_be_read_are_keyed_by_a_trace(isolated_disk_cache)
     assert opaque is not None
     K.add_one(stream, a, b)
 
-  assert fingerprint.fingerprint(launch) is None
+  assert cute_keys.fingerprint(launch) is None
   cc = one_call(jmf.cute_call(launch, output_shape_dtype=x), x)
   assert cc["target"] == contract.CUTE_TARGET
 
@@ -237,8 +237,9 @@ def test_the_tensors_the_launcher_sees_are_cutlass_calls(isolated_disk_cache, mo
   from cutlass.jax import compile as cutlass_compile
   from cutlass.jax.primitive import _resolve_spec_flat
   import cutlass.cute as cute
-  from jax_mosaic_ffi.cute import compile as ours, specs
-  from jax_mosaic_ffi.cute.plan import Plan
+  from jax_mosaic_ffi.cute import specs
+  from jax_mosaic_ffi.cute.compiler import compile as ours
+  from jax_mosaic_ffi.cute.compiler.plan import Plan
 
   seen = []
 
@@ -386,7 +387,7 @@ SHARDED_LAYOUT = '''
     error = str(e)
   (dump,) = glob.glob(os.path.join(sys.argv[1], "*after_spmd-partitioning*"))
   print(json.dumps({"calls": [line for line in open(dump).read().splitlines() if "jax_mosaic_ffi_cute" in line],
-                    "error": error}))
+                   "error": error}))
 '''
 
 
@@ -590,9 +591,9 @@ def test_a_batched_launcher_falls_back_per_batch_off_cuda(isolated_disk_cache, r
 
 def test_each_target_compiles_whatever_arch_the_dsl_believes_it_runs_on(isolated_disk_cache):
   # dump_to_object works only for the DSL's runtime arch (CUTE_DSL_ARCH, this GPU's, or sm_100a without one):
-  # cute/dsl.py sets it per compile. One of these two targets differs from it on any machine.
+  # cute/compiler/dsl.py sets it per compile. One of these two targets differs from it on any machine.
   from cutlass.cutlass_dsl.cutlass import CuTeDSL
-  env = CuTeDSL._get_dsl().envar  # the DSL's private name that cute/dsl.py relies on: this test fails with it
+  env = CuTeDSL._get_dsl().envar  # the DSL's private name that cute/compiler/dsl.py relies on: this test fails with it
   arch = getattr(type(env), "arch", None)
   assert isinstance(arch, property) and arch.fset and arch.fdel, "the DSL's runtime arch is no settable property"
   runtime = env.arch
@@ -638,8 +639,8 @@ def test_the_module_parser_bounds_cute_objects():
 
 
 def test_missing_dsl_names_the_extra(monkeypatch):
-  from jax_mosaic_ffi.cute import package as cute_package
-  from jax_mosaic_ffi.cute import dsl
+  from jax_mosaic_ffi.cute.compiler import package as cute_package
+  from jax_mosaic_ffi.cute.compiler import dsl
   monkeypatch.setattr(cute_package, "compiler_release", lambda: None)
   with pytest.raises(jmf.CuteUnavailable, match=r"jax_mosaic_ffi\[cute\]"):
     jmf.cute_kernel(K.add_one)
@@ -680,10 +681,10 @@ def test_a_damaged_dsl_import_is_named(tmp_path):
 def test_runtime_library_is_found_without_importing_the_dsl():
   code = '''
   import json, sys
-  from jax_mosaic_ffi.cute import package as cute_package
+  from jax_mosaic_ffi.cute.compiler import package as cute_package
   found = cute_package.runtime()
   print(json.dumps({"library": str(found.library), "release": found.release,
-                    "imported": any(m == "cutlass" or m.startswith("cutlass.") for m in sys.modules)}))
+                   "imported": any(m == "cutlass" or m.startswith("cutlass.") for m in sys.modules)}))
   '''
   result = fresh_process.run(code).result
   assert result["library"].endswith("nvidia_cutlass_dsl/cu13/lib/libcute_dsl_runtime.so")
@@ -692,7 +693,7 @@ def test_runtime_library_is_found_without_importing_the_dsl():
 
 FOUND_LIBRARY = '''
   import json
-  from jax_mosaic_ffi.cute import package as cute_package
+  from jax_mosaic_ffi.cute.compiler import package as cute_package
   print(json.dumps({"library": str(cute_package.runtime().library)}))
 '''
 
@@ -701,7 +702,7 @@ def test_a_library_planted_in_the_working_directory_or_on_pythonpath_is_not_load
   # nvidia_cutlass_dsl is a namespace package: a portion of it in the working directory (first on sys.path for
   # `python -c`) or on PYTHONPATH used to win. The library is found in its distribution's file list instead, and a
   # planted distribution there is not one either.
-  from jax_mosaic_ffi.cute import package as cute_package
+  from jax_mosaic_ffi.cute.compiler import package as cute_package
   installed = str(cute_package.runtime().library)
   cwd, path = tmp_path / "cwd", tmp_path / "path"
   for root in (cwd, path):
@@ -720,17 +721,17 @@ ONLY_ON_PYTHONPATH = '''
   import json, sys, sysconfig
   from jax_mosaic_ffi.base.native import core
   from jax_mosaic_ffi.call import runtime_libraries
-  from jax_mosaic_ffi.cute import package as cute_package
+  from jax_mosaic_ffi.cute.compiler import package as cute_package
   # The installed copy off the path (everything is imported): the one on PYTHONPATH is all there is.
   sys.path[:] = [p for p in sys.path if p != sysconfig.get_paths()["purelib"]]
   runtime_libraries.publish()
   print(json.dumps({"found": str(cute_package.runtime()), "problem": core.cute_dsl_runtime_problem(),
-                    "library": core.cute_dsl_runtime_library()}))
+                   "library": core.cute_dsl_runtime_library()}))
 '''
 
 
 def test_a_library_installed_only_on_pythonpath_is_named_not_loaded(tmp_path):
-  from jax_mosaic_ffi.cute import package as cute_package
+  from jax_mosaic_ffi.cute.compiler import package as cute_package
   installed = cute_package.runtime().library
   path = tmp_path / "path"
   library = path / "nvidia_cutlass_dsl" / "cu13" / "lib" / "libcute_dsl_runtime.so"
@@ -759,10 +760,10 @@ def test_the_first_lowering_tells_the_runtime_where_the_library_is():
   before = core.cute_dsl_runtime_library()
   jax.jit(lambda v: v + 1)(1.0)  # no mosaic_kernel in it: what a deserialized artifact's call does
   print(json.dumps({"before": before, "after": core.cute_dsl_runtime_library(),
-                    "registration": jmf.registration.status()["message"],
-                    "imported": any(m == "cutlass" or m.startswith("cutlass.") for m in sys.modules)}))
+                   "registration": jmf.registration.status()["message"],
+                   "imported": any(m == "cutlass" or m.startswith("cutlass.") for m in sys.modules)}))
   '''
-  from jax_mosaic_ffi.cute import package as cute_package
+  from jax_mosaic_ffi.cute.compiler import package as cute_package
   result = fresh_process.run(code, env={"JAX_PLATFORMS": "cpu"}).result
   assert result["before"] == "" and result["after"] == str(cute_package.runtime().library), result
   assert result["registration"] == "not registered: JAX has no CUDA device here" and not result["imported"], result
@@ -772,7 +773,7 @@ DAMAGED_RUNTIME = '''
   import json
   import jax, jax.numpy as jnp
   import jax_mosaic_ffi as jmf
-  from jax_mosaic_ffi.cute import package as cute_package
+  from jax_mosaic_ffi.cute.compiler import package as cute_package
   from jax_mosaic_ffi.base.native import core
   import cute_kernels as K
 
@@ -792,7 +793,7 @@ DAMAGED_RUNTIME = '''
 
   lowered = [lower(cuda), lower(cute, x), lower(cute, x), lower(cuda)]
   print(json.dumps({"lowered": lowered, "status": jmf.registration.status(),
-                    "runtime_problem": core.cute_dsl_runtime_problem(), "library": core.cute_dsl_runtime_library()}))
+                   "runtime_problem": core.cute_dsl_runtime_problem(), "library": core.cute_dsl_runtime_library()}))
 '''
 
 

@@ -159,7 +159,7 @@ DAMAGED_RUNTIME = '''
   import json, sys
   import jax, jax.numpy as jnp, numpy as np
   import jax_mosaic_ffi as jmf
-  from jax_mosaic_ffi.cute import package as cute_package
+  from jax_mosaic_ffi.cute.compiler import package as cute_package
 
   def damaged():
     raise OSError("the nvidia-cutlass-dsl package cannot be read")
@@ -295,7 +295,7 @@ MISMATCH = '''
   import json
   import jax, jax.numpy as jnp, numpy as np
   import jax_mosaic_ffi as jmf
-  from jax_mosaic_ffi.cute import package as cute_package
+  from jax_mosaic_ffi.cute.compiler import package as cute_package
   from jax_mosaic_ffi.base.native import core
   import cute_kernels as K
   jmf.register()

@@ -168,13 +168,13 @@ def test_every_dsl_setting_that_changes_its_compile_is_in_the_key(monkeypatch):
   """The DSL's own list of its settings (each marked affects_compile or not, as its own cache key reads them):
   each one that changes the compile is an environment variable our key reads."""
   from cutlass.cutlass_dsl.cutlass import CuTeDSL
-  from jax_mosaic_ffi.cute import fingerprint
+  from jax_mosaic_ffi.cute.compiler import keys as cute_keys
   env = CuTeDSL._get_dsl().envar
   names = [f"{env.prefix}_{entry.source}" for entry in type(env)._ENV_VAR_SPEC
            if entry.affects_compile and isinstance(entry.source, str)]
   assert "CUTE_DSL_LINEINFO" in names, names
   for name in names:
     monkeypatch.delenv(name, raising=False)
-    before = fingerprint.settings_key()
+    before = cute_keys.settings_key()
     monkeypatch.setenv(name, "1")
-    assert fingerprint.settings_key() != before, name
+    assert cute_keys.settings_key() != before, name

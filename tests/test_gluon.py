@@ -239,8 +239,8 @@ def test_the_code_of_a_class_passed_as_a_constexpr_is_in_the_key(tmp_path):
 
 
 def test_constexpr_classes_and_instances_are_keyed_by_their_code_and_layouts_by_their_fields():
-  from jax_mosaic_ffi.triton import value_keys
-  exact = value_keys.exact
+  from jax_mosaic_ffi.triton.compiler import keys as triton_keys
+  exact = triton_keys.exact
   assert exact(G.WGMMA) == exact(G.WGMMA) and exact((G.WGMMA, 4)) != exact(G.WGMMA)
 
   class Plain:  # a plain class with a JIT method: keyed by its methods' code, and so is an instance of it
@@ -398,7 +398,7 @@ def test_a_name_of_another_triton_release_gets_the_installed_ones(isolated_disk_
 
 
 def test_the_advice_for_each_moved_name():
-  from jax_mosaic_ffi.gluon import language
+  from jax_mosaic_ffi.gluon.compiler import language
   missing = AttributeError("module 'triton.experimental.gluon.language' has no attribute 'thread_barrier'")
   if VERSION >= (3, 7):
     assert "Triton 3.7 replaced thread_barrier with gl.barrier" in language.advice(missing)
@@ -440,7 +440,7 @@ def test_a_block_narrower_than_its_swizzle_is_refused():
 def test_a_descriptor_type_with_its_layout_is_written_as_tritons_specialization_writes_it():
   desc = _gluon_descriptor(type("T", (), {"dtype": "fp32", "data_ptr": lambda self: 1 << 20})(), [16, 32], [32, 1],
                            [16, 32], gl.NVMMASharedLayout(128, 32, 2))
-  from jax_mosaic_ffi.triton import descriptors
-  ours = descriptors.with_layout("tensordesc<fp32[16, 32]>", desc.layout)
+  from jax_mosaic_ffi.triton.compiler import tensordesc_abi
+  ours = tensordesc_abi.with_layout("tensordesc<fp32[16, 32]>", desc.layout)
   assert ours.replace(" ", "") == f"tensordesc<fp32[16,32],{desc.layout!r}>".replace(" ", "")
-  assert descriptors.parse_type(ours) == ("fp32", (16, 32))
+  assert tensordesc_abi.parse_type(ours) == ("fp32", (16, 32))

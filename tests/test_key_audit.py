@@ -14,6 +14,7 @@ from jax_mosaic_ffi.base import pack_file
 from jax_mosaic_ffi.base.errors import KeyAuditError
 from jax_mosaic_ffi.pack import build as pack_build
 from jax_mosaic_ffi.toolchain import compile_cache
+from jax_mosaic_ffi.pack import recordings
 from jax_mosaic_ffi.toolchain import pack_record
 from jax_mosaic_ffi.toolchain import packs
 
@@ -39,10 +40,10 @@ def triton_call(table):
 
 def test_a_lossy_triton_key_is_caught_in_memory(monkeypatch):
   lower(triton_call(np.full(2000, 0.5)), X)
-  from jax_mosaic_ffi.triton import value_keys
-  keyed = value_keys.constexpr_key
+  from jax_mosaic_ffi.triton.compiler import keys as triton_keys
+  keyed = triton_keys.constexpr_key
   # A key that reads an array by its shape only: the bug class of the repr keys.
-  monkeypatch.setattr(value_keys, "constexpr_key",
+  monkeypatch.setattr(triton_keys, "constexpr_key",
                       lambda v: keyed(v.shape) if isinstance(v, np.ndarray) else keyed(v))
   lower(triton_call(np.full(2000, 0.5)), X)  # its first entry, made under the lossy key
   before = compile_cache.stats().audits
@@ -61,8 +62,8 @@ def cute_call(alpha):
 
 
 def test_a_lossy_cute_key_is_caught(monkeypatch):
-  from jax_mosaic_ffi.cute import plan
-  monkeypatch.setattr(plan.fingerprint, "exact_key", lambda v: b"every constexpr alike")
+  from jax_mosaic_ffi.cute.compiler import plan
+  monkeypatch.setattr(plan.cute_keys, "exact_key", lambda v: b"every constexpr alike")
   a = jax.ShapeDtypeStruct((16, 8), jnp.float32)
   lower(cute_call(2.0), a)
   with pytest.raises(KeyAuditError, match=r"(?s)cute_kernel 'axpy'.*another CuTe DSL MLIR.*3\.0"):
@@ -87,9 +88,9 @@ def test_a_lossy_nvrtc_key_is_caught(monkeypatch):
 LOSSY_ON_DISK = '''
   import sys
   import numpy as np
-  from jax_mosaic_ffi.triton import value_keys
-  keyed = value_keys.constexpr_key
-  value_keys.constexpr_key = lambda v: keyed(v.shape) if isinstance(v, np.ndarray) else keyed(v)
+  from jax_mosaic_ffi.triton.compiler import keys as triton_keys
+  keyed = triton_keys.constexpr_key
+  triton_keys.constexpr_key = lambda v: keyed(v.shape) if isinstance(v, np.ndarray) else keyed(v)
   import test_key_audit as t
   from hlo_inspect import lower
   lower(t.triton_call(np.full(2000, float(sys.argv[1]))), t.X)
@@ -132,7 +133,7 @@ def strict_pack(tmp_path, monkeypatch):
     monkeypatch.setenv(pack_record.ENV, str(tmp_path / "recording"))
     make()
     monkeypatch.delenv(pack_record.ENV)
-    built = pack_build.build(pack_record.read(str(tmp_path / "recording")))
+    built = pack_build.build(recordings.read(str(tmp_path / "recording")))
     path = str(tmp_path / "recorded.jmfpack")
     pack_file.write(path, built.entries, built.created, built.notes)
     jmf.clear_kernel_cache(disk=True)  # the witnesses too: the pack's entries have none here

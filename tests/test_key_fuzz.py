@@ -13,8 +13,8 @@ import os
 
 import pytest
 
-from jax_mosaic_ffi.cute import fingerprint
-from jax_mosaic_ffi.triton import value_keys
+from jax_mosaic_ffi.cute.compiler import keys as cute_keys
+from jax_mosaic_ffi.triton.compiler import keys
 
 import fresh_process
 import key_fuzz
@@ -100,7 +100,7 @@ def test_what_the_reader_reads_keeps_its_fast_key_and_only_the_rest_goes_to_the_
   monkeypatch.setattr("sys.dont_write_bytecode", True)
   module = key_fuzz.load(str(tmp_path), program, None)
   if program.wing == "cute":
-    key = fingerprint.fingerprint(module.launcher)
+    key = cute_keys.fingerprint(module.launcher)
   else:
-    key = value_keys.constexpr_key(module.kernel)
+    key = keys.constexpr_key(module.kernel)
   assert (key is not None) == wing.endswith("_reads"), wing

@@ -22,8 +22,8 @@ import pytest
 from jax_mosaic_ffi.base import code_origin
 from jax_mosaic_ffi.base.errors import ValueKeyError
 from jax_mosaic_ffi.base.value_key import value_key
-from jax_mosaic_ffi.cute import fingerprint
-from jax_mosaic_ffi.triton import value_keys
+from jax_mosaic_ffi.cute.compiler import keys as cute_keys
+from jax_mosaic_ffi.triton.compiler import keys as triton_keys
 
 import benchmarks_package
 import fresh_process
@@ -315,7 +315,7 @@ def test_a_triton_type_is_keyed_by_every_attribute():
   tl = import_triton().language
   global_memory, shared_memory = tl.pointer_type(tl.float32, 1), tl.pointer_type(tl.float32, 3)
   assert str(global_memory) == str(shared_memory)
-  assert value_keys.exact(global_memory) != value_keys.exact(shared_memory)
+  assert triton_keys.exact(global_memory) != triton_keys.exact(shared_memory)
 
 
 KEYS = '''
@@ -356,6 +356,6 @@ def test_the_corpus_kernels_keep_their_fast_key(name, kernels):
   module = benchmarks_package.module(f"kernels.{name}")
   for kernel in kernels:
     value = getattr(module, kernel)
-    key = (fingerprint.fingerprint(value) if name.startswith(("cute", "fa4", "quack"))
-           else value_keys.constexpr_key(value))
+    key = (cute_keys.fingerprint(value) if name.startswith(("cute", "fa4", "quack"))
+           else triton_keys.constexpr_key(value))
     assert key is not None, f"{name}.{kernel} is keyed by its IR: a warm start traces it"

@@ -193,32 +193,32 @@ def test_merge_keeps_where_each_entry_came_from_drops_answered_notes_and_names_c
 # --- the environment: only the settings that change the kernel are keyed, and the manifest names them -----------
 
 def test_the_cute_dsl_key_holds_the_settings_it_declares_compiling_and_not_the_others(monkeypatch):
-  from jax_mosaic_ffi.cute import fingerprint
-  if "CUTE_DSL_CACHE_DIR" not in fingerprint.not_compiling():
+  from jax_mosaic_ffi.cute.compiler import keys as cute_keys
+  if "CUTE_DSL_CACHE_DIR" not in cute_keys.not_compiling():
     pytest.skip("nvidia-cutlass-dsl is not installed (or declares its settings otherwise)")
   for name in [k for k in os.environ if k.startswith("CUTE_")]:
     monkeypatch.delenv(name)
-  bare = fingerprint.settings_key()
+  bare = cute_keys.settings_key()
   for name, value in (("CUTE_DSL_CACHE_DIR", "/tmp/elsewhere"), ("CUTE_DSL_LOG_LEVEL", "10"),
                       ("CUTE_DSL_PRINT_IR", "1")):  # the DSL marks these affects_compile=False
     monkeypatch.setenv(name, value)
-    assert fingerprint.settings_key() == bare, name
-  assert fingerprint.settings_environment() == []
+    assert cute_keys.settings_key() == bare, name
+  assert cute_keys.settings_environment() == []
   monkeypatch.setenv("CUTE_DSL_LINEINFO", "1")  # affects_compile=True: keyed, and shown
-  assert fingerprint.settings_key() != bare and fingerprint.settings_environment() == ["CUTE_DSL_LINEINFO=1"]
+  assert cute_keys.settings_key() != bare and cute_keys.settings_environment() == ["CUTE_DSL_LINEINFO=1"]
 
 
 def test_tritons_key_leaves_out_the_knobs_that_only_print_or_dump(monkeypatch):
   pytest.importorskip("triton")
-  from jax_mosaic_ffi.triton import settings
+  from jax_mosaic_ffi.triton.compiler import keys as triton_keys
   for name in ("TRITON_KERNEL_DUMP", "TRITON_ALWAYS_COMPILE", "TRITON_DUMP_PTXAS_LOG", "TRITON_DISABLE_LINE_INFO"):
     monkeypatch.delenv(name, raising=False)
-  bare = settings.key()
+  bare = triton_keys.settings_key()
   for name in ("TRITON_KERNEL_DUMP", "TRITON_ALWAYS_COMPILE", "TRITON_DUMP_PTXAS_LOG"):
     monkeypatch.setenv(name, "1")
-    assert settings.key() == bare, name
+    assert triton_keys.settings_key() == bare, name
   monkeypatch.setenv("TRITON_DISABLE_LINE_INFO", "1")
-  assert settings.key() != bare and settings.environment() == ["TRITON_DISABLE_LINE_INFO=1"]
+  assert triton_keys.settings_key() != bare and triton_keys.settings_environment() == ["TRITON_DISABLE_LINE_INFO=1"]
 
 
 def test_check_compares_this_environments_keyed_settings_with_the_packs(tmp_path, capsys, monkeypatch):

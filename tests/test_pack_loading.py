@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from jax_mosaic_ffi.base import pack_file
-from jax_mosaic_ffi.cute import package as cute_package
+from jax_mosaic_ffi.cute.compiler import package as cute_package
 
 import fresh_process
 

@@ -16,6 +16,7 @@ import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.base import pack_file
 from jax_mosaic_ffi.pack import build as pack_build
 from jax_mosaic_ffi.toolchain import kernel as kernel_lib
+from jax_mosaic_ffi.pack import recordings
 from jax_mosaic_ffi.toolchain import pack_record
 from jax_mosaic_ffi.toolchain import packs
 from jax_mosaic_ffi.transforms import autotune as autotuning
@@ -46,7 +47,7 @@ def _recorded(folder, monkeypatch, make):
   monkeypatch.setenv(pack_record.ENV, str(folder / "recording"))
   make()
   monkeypatch.delenv(pack_record.ENV)
-  built = pack_build.build(pack_record.read(str(folder / "recording")))
+  built = pack_build.build(recordings.read(str(folder / "recording")))
   path = str(folder / "recorded.jmfpack")
   pack_file.write(path, built.entries, built.created, built.notes)
   jmf.clear_kernel_cache(disk=True)
@@ -400,7 +401,7 @@ def tuned_pack(clean_packs, monkeypatch):
   with pytest.warns(autotuning.AutotuneSkipped):
     tuned.best_config(X, X)
   monkeypatch.delenv(pack_record.ENV)
-  recording = pack_record.read(str(clean_packs / "recording"))
+  recording = recordings.read(str(clean_packs / "recording"))
   (decision,) = recording.tuning
   env = tuning_records.Environment("NVIDIA H200", "9.0", "cuda-driver 13000", "0.1.0", "triton 3.9.0")
   keys = [tuning_records.TimingKey(decision["name"], row["config"], tuple(row["launches"]), decision["signature"])

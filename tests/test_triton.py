@@ -15,8 +15,8 @@ triton = import_triton()
 
 import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.toolchain import compile_cache
-from jax_mosaic_ffi.triton import compile as triton_lib
-from jax_mosaic_ffi.triton import release as triton_release
+from jax_mosaic_ffi.triton.compiler import compile as triton_lib
+from jax_mosaic_ffi.triton.compiler import release as triton_release
 from jax_mosaic_ffi.base.module_format import ImageKind
 
 import fresh_process

@@ -1,5 +1,5 @@
 """Bounded Triton and Gluon compiles, with real Triton and ptxas on the CPU: a tensor larger than a CTA can hold is
-refused before Triton's stages run (triton/tensor_bounds.py), and a compile past JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S is
+refused before Triton's stages run (triton/compiler/bounds.py), and a compile past JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S is
 stopped in whatever stage it is, its process killed with its ptxas (toolchain/forked_compile.py)."""
 
 import os
@@ -19,7 +19,7 @@ import triton_sources as ts  # noqa: E402
 from triton import knobs  # noqa: E402
 
 import jax_mosaic_ffi as jmf  # noqa: E402
-from jax_mosaic_ffi.triton import tensor_bounds  # noqa: E402
+from jax_mosaic_ffi.triton.compiler import bounds as triton_bounds  # noqa: E402
 
 ADD = ["*fp32", "*fp32", "*fp32", "i32"]
 TIMEOUT = "JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S"
@@ -91,8 +91,8 @@ def test_real_kernels_fit_the_bound(isolated_disk_cache, triton_cache):
   row = jmf.triton_kernel(ts.row_sums_atomic, constexprs={"BLOCK": 65536}, signature=["*fp32", "*fp32", "i32", "i32"],
                           targets=["sm_75"])  # the smallest bound
   assert row.info.num_warps == 4
-  assert min(tensor_bounds.bound_bytes(a) for a in (75, 80, 86, 89, 90, 100, 103, 120, 121)) == 640 * 1024
-  assert [tensor_bounds.bound_bytes(a) // 1024 for a in (75, 80, 86, 90, 100, 120)] == [640, 840, 712, 968, 968, 712]
+  assert min(triton_bounds.bound_bytes(a) for a in (75, 80, 86, 89, 90, 100, 103, 120, 121)) == 640 * 1024
+  assert [triton_bounds.bound_bytes(a) // 1024 for a in (75, 80, 86, 90, 100, 120)] == [640, 840, 712, 968, 968, 712]
 
 
 @pytest.mark.parametrize("text, shape, element, size", [
@@ -105,14 +105,14 @@ def test_real_kernels_fit_the_bound(isolated_disk_cache, triton_cache):
     ("tensor<256xf8E4M3FN>", (256,), "f8E4M3FN", 256),
 ])
 def test_tensor_types_read_from_tritons_ir(text, shape, element, size):
-  tensor = tensor_bounds.parse(text)
+  tensor = triton_bounds.parse(text)
   assert (tensor.shape, tensor.element, tensor.bytes) == (shape, element, size)
 
 
 @pytest.mark.parametrize("text", ["f32", "!tt.ptr<f32>", "!tt.tensordesc<tensor<64x64xf16>>",
                                   "!ttg.memdesc<128x64xf16, #shared, #smem, mutable>"])
 def test_what_is_no_tensor_is_not_counted(text):
-  assert tensor_bounds.parse(text) is None
+  assert triton_bounds.parse(text) is None
 
 
 # ---------------------------------------------------------------- the compile's deadline

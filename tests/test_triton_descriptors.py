@@ -203,23 +203,23 @@ def test_a_view_describes_part_of_the_buffer(isolated_disk_cache):
 
 def test_metadata_we_cannot_encode_is_refused_by_name():
   # Entries as Triton's compile writes them, with what later releases or other lowerings may put there.
-  from jax_mosaic_ffi.triton import descriptors as triton_descriptors
+  from jax_mosaic_ffi.triton.compiler import tensordesc_abi
   entry = {"swizzle": 3, "elem_size": 2, "elem_type": 6, "block_size": [64, 64], "fp4_padded": False}
-  assert triton_descriptors.DescriptorMeta.from_triton(entry, 0).block_size == (64, 64)
+  assert tensordesc_abi.DescriptorMeta.from_triton(entry, 0).block_size == (64, 64)
   for change, message in [({"fp4_padded": True}, "descriptor 1: Triton lowered it as padded fp4"),
                           ({"is_im2col": True}, "descriptor 1: Triton lowered it as an im2col descriptor"),
                           ({"swizzle": 4}, "descriptor 1: Triton asks for swizzle mode 4; jax_mosaic_ffi encodes "
                                            "modes [0, 1, 2, 3]"),
                           ({"elem_type": 99}, "descriptor 1: Triton's element type 99 has no host TMA type")]:
     with pytest.raises(ValueError, match=re.escape(message)):
-      triton_descriptors.DescriptorMeta.from_triton({**entry, **change}, 1)
+      tensordesc_abi.DescriptorMeta.from_triton({**entry, **change}, 1)
   with pytest.raises(ValueError, match="Triton's metadata describes 1 tensor descriptors, the signature has 3"):
-    triton_descriptors.metas([entry], ["tensordesc<fp16[64, 64]>"] * 3, "add")
+    tensordesc_abi.metas([entry], ["tensordesc<fp16[64, 64]>"] * 3, "add")
   # Triton's element type must be the operand's: bf16 bits read as fp16 would be wrong numbers.
   bound = tensor_descriptor.bind(TMA.from_tensor("in0", [64, 64]), lambda v, what: v,
                                  (jax.core.ShapedArray((64, 64), jnp.float16),), (), "here")
-  from jax_mosaic_ffi.triton.compile import TritonInfo
-  bf16 = triton_descriptors.DescriptorMeta(3, 2, 9, (64, 64))
+  from jax_mosaic_ffi.triton.compiler.compile import TritonInfo
+  bf16 = tensordesc_abi.DescriptorMeta(3, 2, 9, (64, 64))
   meta = TritonInfo(num_warps=4, num_ctas=1, shared=0, scratch=(), signature=("tensordesc<fp16[64, 64]>",),
                     dropped=(), aligned=(), meta=(), triton_version="3.6.0", tensordesc_meta=(bf16,))
   with pytest.raises(jmf.LaunchError, match=re.escape(
@@ -229,11 +229,11 @@ def test_metadata_we_cannot_encode_is_refused_by_name():
 
 
 def test_targets_without_tma_get_the_decomposed_form(isolated_disk_cache):
-  from jax_mosaic_ffi.triton import descriptors as triton_descriptors
+  from jax_mosaic_ffi.triton.compiler import tensordesc_abi
   x = f16(200, 136)
   cfg = config(add_call(targets=("sm_80",), padding="nan"), x, x)
   assert "tensor_maps" not in cfg
-  flags = triton_descriptors.decomposed_flags()
+  flags = tensordesc_abi.decomposed_flags()
   per = [8] * 4 + [1] * flags + [4, 4, 8, 8]  # base pointer, then shape, strides (i64), flags, shape (i32), strides
   assert cfg["scalar_sizes"][:len(per)] == per
   assert scalars(cfg)[:len(per)] == [200, 136, 136, 1, 1] + [0] * (flags - 1) + [200, 136, 136, 1]

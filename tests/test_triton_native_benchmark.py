@@ -38,7 +38,7 @@ def test_the_decorators_unwrap_to_their_configs_and_heuristics(env):
 
 # Integer arguments equal to 1 (the innermost strides) are compiled in and not passed, as Triton's launcher does,
 # where jax_mosaic_ffi has Triton-exact specialization (issue 25 item 1); before it, they are passed by value.
-ONES_SPECIALIZED = importlib.util.find_spec("jax_mosaic_ffi.triton.specialize") is not None
+ONES_SPECIALIZED = importlib.util.find_spec("jax_mosaic_ffi.triton.compiler.specialize") is not None
 
 
 def scalars(n: int, ones: int, first: int = -1) -> list[int]:

@@ -20,7 +20,7 @@ import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.base import gpu_info
 from jax_mosaic_ffi.base import module_format
 from jax_mosaic_ffi.base.module_format import ImageKind
-from jax_mosaic_ffi.triton import release as triton_release
+from jax_mosaic_ffi.triton.compiler import release as triton_release
 from jax_mosaic_ffi.toolchain.compiled import param_sizes
 
 import triton_sources as ts
@@ -124,7 +124,7 @@ def test_the_specialization_is_tritons_own(isolated_disk_cache):
   # What the compiler is given, beside what Triton's launcher would give it (its binder and _pack_args).
   from triton.backends.compiler import GPUTarget
   from triton.compiler import make_backend
-  from jax_mosaic_ffi.triton import specialize as triton_specialize
+  from jax_mosaic_ffi.triton.compiler import specialize as triton_specialize
   backend = make_backend(GPUTarget("cuda", 90, 32))
   types = ["*fp32", "*fp32", "i32", "i32", "i32", "i32"]
   spec = triton_specialize.specialize(ts.copy_2d, types, {2: np.int32(100), 3: np.int32(64), 4: np.int32(48),
@@ -149,7 +149,7 @@ def test_a_specialization_is_asked_of_triton_once_then_read_from_the_disk_cache(
   from triton.compiler import make_backend
   from jax_mosaic_ffi.base import disk_cache
   from jax_mosaic_ffi.toolchain import compile_cache
-  from jax_mosaic_ffi.triton import specialize as triton_specialize
+  from jax_mosaic_ffi.triton.compiler import specialize as triton_specialize
   asked = []
   real = triton_specialize.specialize
   monkeypatch.setattr(triton_specialize, "specialize", lambda *a: asked.append(a) or real(*a))
@@ -206,7 +206,7 @@ def test_a_cached_specialization_that_does_not_fit_the_call_is_dropped_and_rebui
   from triton.compiler import make_backend
   from jax_mosaic_ffi.base import disk_cache
   from jax_mosaic_ffi.toolchain import compile_cache
-  from jax_mosaic_ffi.triton import specialize as triton_specialize
+  from jax_mosaic_ffi.triton.compiler import specialize as triton_specialize
   asked = []
   real = triton_specialize.specialize
   monkeypatch.setattr(triton_specialize, "specialize", lambda *a: asked.append(a) or real(*a))

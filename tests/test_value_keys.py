@@ -279,15 +279,15 @@ def test_tritons_knobs_that_reach_a_compile_are_in_the_key(monkeypatch):
   """Triton's list of its settings (its knobs, set from the environment or by code) is read whole."""
   triton_sources()
   from triton import knobs
-  from jax_mosaic_ffi.triton import settings
-  before = settings.key()
+  from jax_mosaic_ffi.triton.compiler import keys as triton_keys
+  before = triton_keys.settings_key()
   with knobs.compilation.scope():
     knobs.compilation.allow_non_constexpr_globals = True
-    assert settings.key() != before
+    assert triton_keys.settings_key() != before
   monkeypatch.setenv("TRITON_OVERRIDE_ARCH", "sm90")
-  assert settings.key() != before
+  assert triton_keys.settings_key() != before
   monkeypatch.delenv("TRITON_OVERRIDE_ARCH")
-  assert settings.key() == before
+  assert triton_keys.settings_key() == before
 
 
 def test_structured_fields_are_keyed_with_their_dtypes():

@@ -22,7 +22,7 @@ from jax.sharding import Mesh, PartitionSpec as P
 import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.call import fallback as fallback_lib
-from jax_mosaic_ffi.call.checking import shadow
+from jax_mosaic_ffi.call.comparison import shadow
 
 import fresh_process
 

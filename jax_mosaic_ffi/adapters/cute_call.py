@@ -17,7 +17,7 @@ from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base.errors import LaunchError
 from jax_mosaic_ffi.call import launch_values
 from jax_mosaic_ffi.call.launch_options import LaunchOptions
-from jax_mosaic_ffi.cute import aliases as aliases_lib
+from jax_mosaic_ffi.adapters import cute_call_aliases
 from jax_mosaic_ffi.cute import launch as cute_launch
 from jax_mosaic_ffi.cute.kernel import cute_kernel
 from jax_mosaic_ffi.cute.launch_options import CuteOptions
@@ -76,7 +76,7 @@ def cute_call(fn: Callable[..., None], *, output_shape_dtype: Any = None, input_
                       "runtime; jax_mosaic_ffi launches through its own targets. Leave ffi_call_target out")
   input_spec = input_spec or input_mode
   output_spec = output_spec or output_mode
-  aliases = aliases_lib.normalize(input_output_aliases)
+  aliases = cute_call_aliases.normalize(input_output_aliases)
   kernel = cute_kernel(fn, input_spec=input_spec, output_spec=output_spec, use_static_tensors=use_static_tensors,
                        compile_options=compile_options, compile_key=compile_key, allow_cuda_graph=allow_cuda_graph,
                        batch_mode=batch_mode, **kwargs)
@@ -91,8 +91,8 @@ def cute_call(fn: Callable[..., None], *, output_shape_dtype: Any = None, input_
     leaves, in_tree = jax.tree_util.tree_flatten(args, is_leaf=lambda x: x is None)
     present = tuple(x is not None for x in leaves)
     arrays = [x for x in leaves if x is not None]
-    resolved = aliases_lib.resolve(aliases, args, outputs, f"mosaic_kernel '{kernel.name}' at "
-                                   f"{source_location.current()}")
+    resolved = cute_call_aliases.resolve(aliases, args, outputs, f"cute_call '{kernel.name}' at "
+                                         f"{source_location.current()}")
     target = dataclasses.replace(kernel, input_tree=in_tree, input_present=present,
                                  output_tree=jax.tree_util.tree_structure(resolved.launcher_outputs))
     options = LaunchOptions(input_output_aliases=resolved.flat)

@@ -38,7 +38,7 @@ from jax_mosaic_ffi.triton import front_end
 from jax_mosaic_ffi.adapters.triton_call_operands import TensorDescriptor
 from jax_mosaic_ffi.triton.kernel import TritonFunction, function_type, make_function
 from jax_mosaic_ffi.triton.launch_options import TritonLaunchOptions
-from jax_mosaic_ffi.triton.compile_options import LAUNCH_OPTIONS
+from jax_mosaic_ffi.triton.compiler.options import LAUNCH_OPTIONS
 
 # The custom call a `triton_call` lowers to (jax-triton's is "triton_kernel_call_ffi").
 CUSTOM_CALL_TARGET_NAME = contract.target_name(collective=False, nvshmem=False, programs=False)

@@ -20,7 +20,7 @@ DUMP_DIR = "JAX_MOSAIC_FFI_DUMP_DIR"
 # 1: run the jax.numpy fallbacks instead of the kernels on CUDA, as programs are lowered.
 REFERENCE = "JAX_MOSAIC_FFI_REFERENCE"
 # first | always (with :raise, e.g. first:raise): compare each kernel call with its fallback inside the program
-# (the shadow mode, call/checking/shadow.py), on a specialization's first execution or on every one; off by default.
+# (the shadow mode, call/comparison/shadow.py), on a specialization's first execution or on every one; off by default.
 VERIFY = "JAX_MOSAIC_FFI_VERIFY"
 # 1: fill outputs with 0xFF bytes before each launch, so elements a kernel forgets read as NaN or -1.
 POISON_OUTPUTS = "JAX_MOSAIC_FFI_POISON_OUTPUTS"

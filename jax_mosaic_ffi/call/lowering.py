@@ -27,7 +27,7 @@ from jax_mosaic_ffi.call import launch_spec
 from jax_mosaic_ffi.call.peers import nvshmem
 from jax_mosaic_ffi.call import registration
 from jax_mosaic_ffi.call import runtime_libraries
-from jax_mosaic_ffi.call.checking import shadow
+from jax_mosaic_ffi.call.comparison import shadow
 from jax_mosaic_ffi.call.launch_spec import LaunchSpec
 from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
 from jax_mosaic_ffi.toolchain.kernel import Kernel

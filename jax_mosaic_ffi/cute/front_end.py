@@ -5,7 +5,7 @@ NVIDIA's CuTe DSL runtime library (`RUNTIME_LIBRARY`). Imports no DSL: the packa
 from jax_mosaic_ffi.base.module_format import ImageKind
 from jax_mosaic_ffi.call.front_end import FrontEnd, RuntimeLibrary
 from jax_mosaic_ffi.cute import launch
-from jax_mosaic_ffi.cute import package
+from jax_mosaic_ffi.cute.compiler import package
 from jax_mosaic_ffi.cute.kernel import CuteFunction
 from jax_mosaic_ffi.cute.launch_options import HINTS, CuteOptions
 

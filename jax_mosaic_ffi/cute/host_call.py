@@ -2,7 +2,7 @@
 
 A CuTe DSL object's entry is a host function that picks its own launch: it takes no kernel parameters, but the
 buffers' addresses and dimensions as ``host_args`` ((kind, buffer, dimension) per argument after the stream,
-plan.py), on the CuTe target of the contract (docs/contract.md), which XLA may put in a CUDA graph unless
+compiler/plan.py), on the CuTe target of the contract (docs/contract.md), which XLA may put in a CUDA graph unless
 ``allow_cuda_graph=False``.
 """
 

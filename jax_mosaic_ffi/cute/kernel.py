@@ -1,5 +1,5 @@
-"""The CuTe DSL wing's kernels: `cute_kernel`, which makes a `CuteFunction` (a launcher with how to compile it), and
-`CuteKernel`, a compiled specialization as a `Kernel`."""
+"""The CuTe DSL wing's kernels: `cute_kernel`, which makes a `CuteFunction` (a launcher with how to compile it); what
+one compiles to, `CuteKernel`, is the compiler room's (compiler/compile.py), as Triton's `TritonKernel` is."""
 
 from __future__ import annotations
 
@@ -7,31 +7,10 @@ import dataclasses
 from typing import Any, Callable
 
 from jax_mosaic_ffi.base.errors import LaunchError, ValueKeyError
-from jax_mosaic_ffi.cute import compile_options as compile_options_lib
-from jax_mosaic_ffi.cute import dsl
-from jax_mosaic_ffi.cute import fingerprint
-from jax_mosaic_ffi.cute import package
-from jax_mosaic_ffi.toolchain.kernel import Kernel, buffer_name
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class CuteKernel(Kernel):
-  """A `Kernel` whose module holds CuTe DSL objects (``cute.compile``'s output, one per target), made when a
-  `CuteFunction`'s call is traced; ``host_args`` are its host function's arguments after the stream, as
-  the contract's (kind, buffer, dimension) triples."""
-
-  host_args: tuple[int, ...] = ()
-  alignment: int = 256  # the largest address alignment its tensors assume (TensorSpec.ptr_assumed_align)
-
-  def batch_misalignment(self, strides, param_order, num_inputs) -> str | None:
-    # It was compiled taking each buffer as aligned as its TensorSpec says (at most as XLA aligns them).
-    misaligned = [b for b, s in enumerate(strides) if s % self.alignment]
-    if not misaligned:
-      return None
-    b = misaligned[0]
-    return (f"each batch element of {buffer_name(b, num_inputs)} starts {strides[b]} bytes after the last, not a "
-            f"multiple of the {self.alignment} bytes the CuTe DSL kernel assumes its buffers are aligned to "
-            "(TensorSpec.ptr_assumed_align). Lower it in the spec, or call the kernel in a lax.map")
+from jax_mosaic_ffi.cute.compiler import options as compile_options_lib
+from jax_mosaic_ffi.cute.compiler import dsl
+from jax_mosaic_ffi.cute.compiler import keys as cute_keys
+from jax_mosaic_ffi.cute.compiler import package
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -127,7 +106,7 @@ def cute_kernel(fn: Callable[..., None], *, input_spec=None, output_spec=None, u
   made = f"cute_kernel '{_name(fn)}'"
   if compile_key is not None:
     try:
-      fingerprint.exact_key(compile_key, "compile_key")
+      cute_keys.exact_key(compile_key, "compile_key")
     except ValueKeyError as e:
       raise LaunchError(f"{made}: compile_key={compile_key!r} cannot be keyed exactly ({e}); the cache would take "
                         "another launcher's kernel for this one. Pass a str, bytes, number, or a tuple of them "

@@ -6,14 +6,14 @@
 
 No grid, block or scalars: the launcher picks its launch, and its non-tensor arguments are compile-time
 constants (``cute_kernel(launch, BLOCK=128)``, or an autotuning config's). Each traced call builds the
-`Plan` of its avals (cute/plan.py), gets the kernel from the compile cache (cute/compile.py) and binds the
+`Plan` of its avals (compiler/plan.py), gets the kernel from the compile cache (compiler/compile.py) and binds the
 `mosaic_kernel` primitive with the plan's ``host_args``, which the lowering sends to the CuTe target. vmap
 runs the host function once per batch element (the runtime moves each buffer and reads each element's
 dimensions), unless the launcher takes a batch mode (``batch_mode=``): then every call has a leading batch
 axis on each array (of one in a plain call), the launcher's tensors take it at that mode, and vmap (nested
 ones merged) makes one call over the whole batch. The options every front end takes (aliases, ``zero_outputs``,
 ``fallback``, ``sharding``, ``has_side_effect``, ``cost_estimate``) and autotuning ``configs`` work as for every
-kernel; it has no options of its own (options.py). The launch this resolves goes to the call layer as a
+kernel; it has no options of its own (launch_options.py). The launch this resolves goes to the call layer as a
 `CheckedLaunch` in checked form, its host function a launch extension (`HostCall`, host_call.py): the user's
 options are checked once, when the launcher is made.
 """
@@ -34,11 +34,11 @@ from jax_mosaic_ffi.call import launch_values
 from jax_mosaic_ffi.call import primitive
 from jax_mosaic_ffi.call.launch_options import CheckedLaunch, LaunchOptions
 from jax_mosaic_ffi.cute import specs as specs_lib
-from jax_mosaic_ffi.cute.compile import compile_plan
+from jax_mosaic_ffi.cute.compiler.compile import compile_plan
 from jax_mosaic_ffi.cute.host_call import HostCall
 from jax_mosaic_ffi.cute.kernel import CuteFunction
 from jax_mosaic_ffi.cute.launch_options import CuteOptions
-from jax_mosaic_ffi.cute.plan import BATCH, Plan, TensorArg
+from jax_mosaic_ffi.cute.compiler.plan import BATCH, Plan, TensorArg
 from jax_mosaic_ffi.toolchain.kernel import default_targets, parse_targets
 
 

@@ -17,8 +17,8 @@ import jax
 from jax.export import is_symbolic_dim
 
 from jax_mosaic_ffi.base.errors import LaunchError
-from jax_mosaic_ffi.cute import dsl
-from jax_mosaic_ffi.cute.plan import XLA_BUFFER_ALIGNMENT, TensorArg
+from jax_mosaic_ffi.cute.compiler import dsl
+from jax_mosaic_ffi.cute.compiler.plan import XLA_BUFFER_ALIGNMENT, TensorArg
 
 
 def _is_spec_leaf(x) -> bool:

@@ -2,7 +2,7 @@
 
 A ``@gluon.jit`` function is a Triton kernel of another language: the Triton wing's specialization, decorators,
 launch and ``triton_call`` binding serve it unchanged (a `GluonFunction` is a `TritonFunction` whose language is
-`language.GLUON`). What is Gluon's own is here: which functions it takes, its source, and what its host
+`compiler.language.GLUON`). What is Gluon's own is here: which functions it takes, its source, and what its host
 descriptors must hold (a layout Gluon can load with TMA), checked on the host so that a wrong one gets our error.
 """
 
@@ -14,10 +14,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from jax_mosaic_ffi.base.errors import LaunchError
-from jax_mosaic_ffi.gluon.language import GLUON
+from jax_mosaic_ffi.gluon.compiler.language import GLUON
 from jax_mosaic_ffi.triton import decorators as triton_decorators
-from jax_mosaic_ffi.triton.compile import TritonKernel
-from jax_mosaic_ffi.triton.release import TritonUnavailable, require_triton
+from jax_mosaic_ffi.triton.compiler.compile import TritonKernel
+from jax_mosaic_ffi.triton.compiler.release import TritonUnavailable, require_triton
 from jax_mosaic_ffi.triton.kernel import TritonFunction, function_type, make_function
 
 # The element widths a TMA descriptor of Gluon's moves (Gluon's own host check: 8, 16 or 32 bits).

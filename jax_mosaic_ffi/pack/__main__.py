@@ -24,13 +24,13 @@ from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.base import pack_file
 from jax_mosaic_ffi.base.errors import PackError
 from jax_mosaic_ffi.base.module_format import Arch
-from jax_mosaic_ffi.cute import fingerprint as cute_fingerprint
+from jax_mosaic_ffi.cute.compiler import keys as cute_keys
 from jax_mosaic_ffi.pack import build as build_lib
 from jax_mosaic_ffi.pack import contents
 from jax_mosaic_ffi.pack import fleet
 from jax_mosaic_ffi.pack import merge
-from jax_mosaic_ffi.toolchain import pack_record
-from jax_mosaic_ffi.triton import settings as triton_settings
+from jax_mosaic_ffi.pack import recordings
+from jax_mosaic_ffi.triton.compiler import keys as triton_keys
 from jax_mosaic_ffi.transforms import tuning_files
 
 
@@ -57,7 +57,7 @@ def _tuning(paths) -> list:
   return found
 
 
-def _built(recording: pack_record.Recording, args) -> build_lib.Built:
+def _built(recording: recordings.Recording, args) -> build_lib.Built:
   """The pack of ``recording`` with the tuning files and winner aliases ``args`` names."""
   try:
     return build_lib.build(recording, _tuning(args.tuning), build_lib.parse_aliases(args.alias_winners or ()))
@@ -92,13 +92,13 @@ def _program(command: list[str]) -> list[str]:
 
 def _environment() -> dict[str, list[str]]:
   """The keyed settings this environment sets, by front end (Triton's only where Triton is installed)."""
-  here = {"CuTe DSL": cute_fingerprint.settings_environment()}
+  here = {"CuTe DSL": cute_keys.settings_environment()}
   if importlib.util.find_spec("triton") is not None:
-    here["Triton"] = here["Gluon"] = triton_settings.environment()
+    here["Triton"] = here["Gluon"] = triton_keys.settings_environment()
   return here
 
 
-def _run(command: list[str], target: str, run_dir: str, recording: pack_record.Recording,
+def _run(command: list[str], target: str, run_dir: str, recording: recordings.Recording,
          packs: str | None = None) -> int:
   """Runs ``command`` on the CPU as a GPU of ``target`` builds, recording every compile it uses into ``recording``
   (with ``packs`` in use, if given); returns its exit status."""
@@ -109,7 +109,7 @@ def _run(command: list[str], target: str, run_dir: str, recording: pack_record.R
     env[flags.PACKS] = packs
   code = subprocess.run(command, env=env).returncode
   if os.path.isdir(run_dir):
-    pack_record.read(run_dir, recording)
+    recordings.read(run_dir, recording)
   return code
 
 
@@ -121,7 +121,7 @@ def _program_misses(path: str, pack: pack_file.Pack, capabilities: list[int], co
     for capability in capabilities:
       target, setting = fleet.node_target(pack, capability)
       print(f"running for sm_{capability}{f' ({setting})' if setting else ''}: {' '.join(command)}", flush=True)
-      recording = pack_record.Recording()
+      recording = recordings.Recording()
       code = _run(command, target, os.path.join(folder, f"sm_{capability}"), recording, packs=os.path.abspath(path))
       misses += [f"sm_{capability}: the program exited with status {code}"] if code != 0 else []
       misses += [f"sm_{capability}: {miss}" for miss in fleet.misses(pack, recording)]
@@ -133,12 +133,12 @@ def _program_misses(path: str, pack: pack_file.Pack, capabilities: list[int], co
 def record(args) -> int:
   if not args.command:
     raise SystemExit("record runs a program: put it after --, e.g. ... --arch sm_90 -- python train_step.py")
-  _built(pack_record.Recording(), args)  # the tuning files and aliases checked before anything runs
+  _built(recordings.Recording(), args)  # the tuning files and aliases checked before anything runs
   command = _program(args.command)
   folder = tempfile.mkdtemp(prefix="jmf-pack-record-")
   failed = []
   try:
-    recording = pack_record.Recording()
+    recording = recordings.Recording()
     for arch in _archs(args.arch):
       # A family target is kept (nodes set it as their targets); sm_90a is recorded as its GPU (sm_90) would build.
       gpu = arch.sm if arch.suffix == "f" else f"sm_{arch.number}"
@@ -214,9 +214,9 @@ def main(argv=None) -> int:
     if args.action == "record":
       return record(args)
     if args.action == "build":
-      recording = pack_record.Recording()
+      recording = recordings.Recording()
       for folder in args.recordings:
-        pack_record.read(folder, recording)
+        recordings.read(folder, recording)
       _write(args.out, _built(recording, args))
     elif args.action == "list":
       pack = pack_file.read(args.pack)

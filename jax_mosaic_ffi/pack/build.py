@@ -1,4 +1,4 @@
-"""A pack built from recordings (toolchain/pack_record.py) and tuning files (transforms/tuning_records.py).
+"""A pack built from recordings (pack/recordings.py) and tuning files (transforms/tuning_records.py).
 
 Every recorded entry goes in as it was recorded. Each recorded autotuning decision is looked up in the tuning
 files measured on GPUs of the arch it was recorded for: where a file times every config the call builds (at least
@@ -22,7 +22,7 @@ import jax
 
 from jax_mosaic_ffi.base import pack_file
 from jax_mosaic_ffi.base.module_format import Arch
-from jax_mosaic_ffi.toolchain import pack_record
+from jax_mosaic_ffi.pack import recordings
 from jax_mosaic_ffi.transforms import tuning_failures
 from jax_mosaic_ffi.transforms import tuning_records
 
@@ -73,7 +73,7 @@ def capability(arch: str) -> str:
   return f"{number // 10}.{number % 10}"
 
 
-def build(recording: pack_record.Recording,
+def build(recording: recordings.Recording,
           tuning: Iterable[tuple[str, tuning_records.Environment, list]] = (), aliases: Iterable[Alias] = ()) -> Built:
   """The pack's contents: ``tuning`` holds (file, environment, timings) of each tuning file; ``aliases`` the GPU
   models that take another model's winners. Raises ValueError for an alias whose source no tuning file was measured

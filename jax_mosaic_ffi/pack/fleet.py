@@ -89,7 +89,7 @@ def node_target(pack: pack_file.Pack, capability: int) -> tuple[str, str]:
 
 
 def misses(pack: pack_file.Pack, recording) -> list[str]:
-  """What a program's ``recording`` (toolchain/pack_record.py) used that ``pack`` does not hold: each compile, with
+  """What a program's ``recording`` (pack/recordings.py) used that ``pack`` does not hold: each compile, with
   the nearest packed one and what differs, and each compile that failed."""
   found = []
   for entry in recording.entries.values():

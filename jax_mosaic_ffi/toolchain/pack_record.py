@@ -5,38 +5,34 @@ toolchain/compile_cache.py) is written into ``DIR`` once, with what its front en
 specialization, targets, toolchain, call site) and the default targets it was made for; so is every autotuning
 decision (its configs' timing keys: transforms/autotune.py) and every compile that failed (the front end refused
 the arch, say). ``python -m jax_mosaic_ffi.pack record`` sets it for the program it runs, once per arch, and builds
-the pack from the folder with `read`.
+the pack from the folder, which pack/recordings.py reads (the reading is the command line's: this half is what a
+recording process runs).
 
 Files are written whole (a temporary file renamed into place), one per entry and process, so processes may record
-into one folder at once. `read` trusts the folder as a pack is trusted (the user's, writable by no one else) and
-bounds every value before use.
+into one folder at once.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
 import re
 import secrets
-import stat
 import struct
 import threading
 from typing import Any, Mapping
 
 from jax_mosaic_ffi.base import flags
-from jax_mosaic_ffi.base import owned_files
 from jax_mosaic_ffi.base import pack_file
-from jax_mosaic_ffi.base.errors import PackError
 from jax_mosaic_ffi.toolchain import kernel as kernel_lib
 
 ENV = flags.PACK_RECORD
-_MAGIC = b"JMFREC1\0"
-_HEADER = struct.Struct("<8sI")
-_MAX_NOTE_BYTES = 4 << 20
-_ENTRY_NAME = re.compile(r"([0-9a-f]{64})\.[0-9]+-[0-9a-f]{16}\.entry")
-_NOTE_NAME = re.compile(r"(tuning|failed|compiling)-[0-9a-f]{64}\.json")
+MAGIC = b"JMFREC1\0"
+HEADER = struct.Struct("<8sI")
+MAX_NOTE_BYTES = 4 << 20
+ENTRY_NAME = re.compile(r"([0-9a-f]{64})\.[0-9]+-[0-9a-f]{16}\.entry")
+NOTE_NAME = re.compile(r"(tuning|failed|compiling)-[0-9a-f]{64}\.json")
 # A compile that never ended: the process died in it (a compiler's native crash on an arch it cannot target).
 CRASHED = ("the process ended while this compile ran (the compiler crashed: it cannot build this kernel for "
            "that arch, or the program was killed)")
@@ -76,9 +72,9 @@ def entry(entry_key: str, kind: str, payload: bytes, about: Mapping[str, Any]) -
       return
     _written.add((folder, entry_key))
   header = json.dumps({"key": entry_key, "kind": kind,
-                       "about": _bounded({**about, "recorded_for": recorded_for()})}).encode()
+                       "about": bounded({**about, "recorded_for": recorded_for()})}).encode()
   _write(folder, f"{entry_key}.{os.getpid()}-{secrets.token_hex(8)}.entry",
-         _HEADER.pack(_MAGIC, len(header)) + header + payload)
+         HEADER.pack(MAGIC, len(header)) + header + payload)
 
 
 def note(kind: str, document: Mapping[str, Any]) -> None:
@@ -92,7 +88,7 @@ def note(kind: str, document: Mapping[str, Any]) -> None:
     if (folder, name) in _written:
       return
     _written.add((folder, name))
-  _write(folder, name, data[:_MAX_NOTE_BYTES])
+  _write(folder, name, data[:MAX_NOTE_BYTES])
 
 
 def compiling(about: Mapping[str, Any]) -> str | None:
@@ -104,7 +100,7 @@ def compiling(about: Mapping[str, Any]) -> str | None:
   data = json.dumps({**about, "recorded_for": recorded_for(), "pid": os.getpid(), "token": secrets.token_hex(8)},
                     sort_keys=True, default=str).encode()
   name = f"compiling-{hashlib.sha256(data).hexdigest()}.json"
-  _write(folder, name, data[:_MAX_NOTE_BYTES])
+  _write(folder, name, data[:MAX_NOTE_BYTES])
   return os.path.join(folder, name)
 
 
@@ -116,7 +112,7 @@ def compiled(note: str | None) -> None:
       pass
 
 
-def _bounded(about: Mapping[str, Any]) -> dict:
+def bounded(about: Mapping[str, Any]) -> dict:
   """``about`` as a pack's manifest holds it: known fields, text (or lists of text), each bounded."""
   out = {}
   for field in pack_file.ABOUT_FIELDS:
@@ -146,95 +142,3 @@ def _write(folder: str, name: str, data: bytes) -> None:
     if os.path.lexists(temp):
       os.unlink(temp)
     raise
-
-
-# ------------------------------------------------------------------------------------------- reading
-
-
-@dataclasses.dataclass
-class Recorded:
-  key: str
-  kind: str
-  payload: bytes
-  about: dict
-
-
-@dataclasses.dataclass
-class Recording:
-  """What one or more recording folders hold: entries by key (their about merged: every arch and call site they
-  were recorded for), autotuning decisions and failures."""
-
-  entries: dict[str, Recorded] = dataclasses.field(default_factory=dict)
-  tuning: list[dict] = dataclasses.field(default_factory=list)
-  failed: list[dict] = dataclasses.field(default_factory=list)
-
-
-def read(folder: str, into: Recording | None = None) -> Recording:
-  """The recording in ``folder`` (added to ``into``); raises PackError for a folder that is not the user's or is
-  writable by others, or for a file in it that is not what we write."""
-  found = into if into is not None else Recording()
-  try:
-    dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-  except OSError as e:
-    raise PackError(f"recording {folder} cannot be opened ({e.strerror})") from None
-  try:
-    st = os.fstat(dir_fd)
-    if owned_files.foreign(st) or owned_files.writable_by_others(st):
-      raise PackError(f"recording {folder} is not a folder of yours that no one else can write (uid {st.st_uid}, "
-                      f"mode {stat.S_IMODE(st.st_mode):o}): record into a folder of your own")
-    for name in sorted(os.listdir(dir_fd)):
-      entry_match, note_match = _ENTRY_NAME.fullmatch(name), _NOTE_NAME.fullmatch(name)
-      if entry_match is None and note_match is None:
-        continue
-      data = _read_file(dir_fd, name, folder)
-      try:
-        if entry_match is not None:
-          _add_entry(found, entry_match.group(1), data)
-        else:
-          document = json.loads(data)
-          if not isinstance(document, dict):
-            raise ValueError("not an object")
-          if note_match.group(1) == "compiling":
-            document = {k: v for k, v in document.items() if k not in ("pid", "token")} | {"error": CRASHED}
-          (found.tuning if note_match.group(1) == "tuning" else found.failed).append(document)
-      except (ValueError, RecursionError, struct.error) as e:
-        raise PackError(f"recording {folder}: {name} is not a recorded entry ({e}): record again") from None
-  finally:
-    os.close(dir_fd)
-  return found
-
-
-def _read_file(dir_fd: int, name: str, folder: str) -> bytes:
-  try:
-    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
-  except OSError as e:
-    raise PackError(f"recording {folder}: {name} cannot be opened ({e.strerror})") from None
-  try:
-    st = os.fstat(fd)
-    limit = pack_file.MAX_ENTRY_BYTES + _MAX_NOTE_BYTES
-    if not stat.S_ISREG(st.st_mode) or st.st_size > limit or owned_files.foreign(st):
-      raise PackError(f"recording {folder}: {name} is not a regular file of yours of at most {limit} bytes")
-    return owned_files.read_at_most(fd, limit)
-  finally:
-    os.close(fd)
-
-
-def _add_entry(found: Recording, key: str, data: bytes) -> None:
-  magic, length = _HEADER.unpack_from(data)
-  if magic != _MAGIC or length > min(len(data) - _HEADER.size, _MAX_NOTE_BYTES):
-    raise ValueError("bad header")
-  header = json.loads(data[_HEADER.size:_HEADER.size + length])
-  payload = data[_HEADER.size + length:]
-  if not isinstance(header, dict) or header.get("key") != key or header.get("kind") not in pack_file.KINDS:
-    raise ValueError("bad header")
-  about = _bounded(header.get("about") if isinstance(header.get("about"), dict) else {})
-  known = found.entries.get(key)
-  if known is None:
-    found.entries[key] = Recorded(key, header["kind"], payload, about)
-    return
-  # The first payload is kept: two runs may compile one key into bytes that differ where a compiler is not
-  # deterministic (both are the kernel of that key).
-  for field in ("recorded_for", "call_sites"):
-    merged = list(dict.fromkeys([*known.about.get(field, ()), *about.get(field, ())]))
-    if merged:
-      known.about[field] = merged[:pack_file.MAX_LIST]

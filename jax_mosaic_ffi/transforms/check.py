@@ -4,7 +4,7 @@ against its own fallback on the inputs it got, so that a mismatch names the kern
 
 Each case (check_cases.py) runs these programs, each freshly traced, lowered and compiled:
 
-  outputs      jit(fn)            under the shadow mode (call/checking/shadow.py): each kernel call compared
+  outputs      jit(fn)            under the shadow mode (call/comparison/shadow.py): each kernel call compared
                jit(reference)     the user's reference, or fn with fallbacks for kernels (reference.py)
   jit vs eager fn, eagerly        each primitive on its own
   vmap vs loop jit(vmap(fn))      against jit(fn) per element (shadow mode on: the batched calls' own rows)
@@ -26,10 +26,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_mosaic_ffi.base.errors import ReferenceMismatch, who
-from jax_mosaic_ffi.call.checking import check_report
-from jax_mosaic_ffi.call.checking import numerics
-from jax_mosaic_ffi.call.checking import shadow
-from jax_mosaic_ffi.call.checking.check_report import CheckReport, Comparison
+from jax_mosaic_ffi.call.comparison import check_report
+from jax_mosaic_ffi.call.comparison import numerics
+from jax_mosaic_ffi.call.comparison import shadow
+from jax_mosaic_ffi.call.comparison.check_report import CheckReport, Comparison
 from jax_mosaic_ffi.call.primitive import mosaic_kernel_p
 from jax_mosaic_ffi.transforms import check_cases
 from jax_mosaic_ffi.transforms import reference as reference_lib

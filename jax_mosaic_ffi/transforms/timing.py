@@ -14,7 +14,7 @@ from typing import Callable
 import jax
 import numpy as np
 
-from jax_mosaic_ffi.call.checking import shadow
+from jax_mosaic_ffi.call.comparison import shadow
 from jax_mosaic_ffi.transforms import gpu_clock
 from jax_mosaic_ffi.transforms import tuning_failures
 from jax_mosaic_ffi.transforms import tuning_records

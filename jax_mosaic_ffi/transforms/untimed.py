@@ -22,7 +22,7 @@ from jax._src.interpreters import mlir
 from jax.interpreters import ad, batching
 
 from jax_mosaic_ffi.base import source_location
-from jax_mosaic_ffi.call.checking import shadow
+from jax_mosaic_ffi.call.comparison import shadow
 from jax_mosaic_ffi.transforms import autotune as autotune_lib
 from jax_mosaic_ffi.transforms import tuning_packs
 

@@ -62,7 +62,7 @@ from jax_mosaic_ffi.transforms import untimed
 from jax_mosaic_ffi.triton import decorators as triton_decorators
 from jax_mosaic_ffi.triton import launch as triton_launch
 from jax_mosaic_ffi.triton import tensor_descriptor
-from jax_mosaic_ffi.triton import value_keys
+from jax_mosaic_ffi.triton.compiler import keys as triton_keys
 from jax_mosaic_ffi.triton.decorator_args import ArrayArg
 from jax_mosaic_ffi.triton.decorators import Autotune, Heuristics
 from jax_mosaic_ffi.triton.kernel import TritonFunction, runtime_params
@@ -212,7 +212,7 @@ class _Decorated:
   def tuned(self, metas: list[dict], zero_outputs, args: _Arguments, where):
     """The autotuned call over these candidates: one per distinct set of them, the latest kept."""
     # A space holding a value that cannot be read whole is its own (each config's compile is keyed by its IR).
-    space = (value_keys.constexpr_key(tuple(tuple(sorted(m.items())) for m in metas)) or f"unkeyed {id(metas)}"
+    space = (triton_keys.constexpr_key(tuple(tuple(sorted(m.items())) for m in metas)) or f"unkeyed {id(metas)}"
              ) + repr(zero_outputs)
     with self._lock:
       tuned_call = self._tuned.get(space)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from jax_mosaic_ffi.triton.compile_options import LAUNCH_OPTIONS, TritonOptions
+from jax_mosaic_ffi.triton.compiler.options import LAUNCH_OPTIONS, TritonOptions
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -17,7 +17,7 @@ from jax_mosaic_ffi.call.front_end import FrontEnd
 from jax_mosaic_ffi.call.launch_options import LaunchOptions
 from jax_mosaic_ffi.triton import decorated
 from jax_mosaic_ffi.triton import launch
-from jax_mosaic_ffi.triton.compile import TritonKernel
+from jax_mosaic_ffi.triton.compiler.compile import TritonKernel
 from jax_mosaic_ffi.triton.kernel import TritonFunction
 from jax_mosaic_ffi.triton.launch_options import HINTS, TritonLaunchOptions
 

@@ -1,7 +1,7 @@
 """Triton kernels for `mosaic_kernel`: `triton_kernel`, and `TritonFunction`, a function compiled per call.
 
 Without ``signature=``, the Triton types are read from each call's avals and scalars (`launch.py`, which also
-launches them), and the kernel is compiled when the call is traced (`compile.py`).
+launches them), and the kernel is compiled when the call is traced (`compiler/compile.py`).
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Any, Mapping, Sequence
 from jax_mosaic_ffi.base.errors import LaunchError
 from jax_mosaic_ffi.toolchain.kernel import parse_targets
 from jax_mosaic_ffi.triton import decorators as decorators_lib
-from jax_mosaic_ffi.triton.compile import TritonKernel, compile_triton
-from jax_mosaic_ffi.triton.release import require_triton
-from jax_mosaic_ffi.triton.languages import TRITON, Language
-from jax_mosaic_ffi.triton.compile_options import LAUNCH_OPTIONS, TritonOptions, backend_options
+from jax_mosaic_ffi.triton.compiler.compile import TritonKernel, compile_triton
+from jax_mosaic_ffi.triton.compiler.release import require_triton
+from jax_mosaic_ffi.triton.compiler.languages import TRITON, Language
+from jax_mosaic_ffi.triton.compiler.options import LAUNCH_OPTIONS, TritonOptions, backend_options
 
 
 class TritonFunction:
@@ -32,7 +32,7 @@ class TritonFunction:
       which `mosaic_kernel` applies per call.
   """
 
-  # The language its functions are written in (languages.py). A language built on Triton's compiler subclasses
+  # The language its functions are written in (compiler/languages.py). A language built on Triton's compiler subclasses
   # this class for its functions (gluon/: GluonFunction), naming its own and saying which functions it `takes`;
   # `function_type` then picks the subclass for a function, so triton_call and the launch serve both.
   language: Language = TRITON

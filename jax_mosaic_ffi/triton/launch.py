@@ -44,10 +44,10 @@ from jax_mosaic_ffi.call import primitive
 from jax_mosaic_ffi.call.launch_options import CheckedLaunch, LaunchOptions
 from jax_mosaic_ffi.call.operands import Kind, Operand
 from jax_mosaic_ffi.triton import tensor_descriptor
-from jax_mosaic_ffi.triton.compile import TritonKernel
+from jax_mosaic_ffi.triton.compiler.compile import TritonKernel
 from jax_mosaic_ffi.triton.kernel import TritonFunction, runtime_params
 from jax_mosaic_ffi.triton.launch_options import TritonLaunchOptions
-from jax_mosaic_ffi.triton.specialize import XLA_BUFFER_ALIGN, flat_types
+from jax_mosaic_ffi.triton.compiler.specialize import XLA_BUFFER_ALIGN, flat_types
 
 
 _DTYPES = {

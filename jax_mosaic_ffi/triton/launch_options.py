@@ -3,7 +3,7 @@
 A Triton kernel's block, shared memory, cluster and scratch come from Triton's metadata of its compile, so of the
 launch it takes only the grid, its scalars, the parameters' order and whether to launch with PDL (besides the
 options every front end takes, `LaunchOptions`). Its compile options (num_warps, ...) are `triton_kernel`'s
-(`TritonOptions`, options.py).
+(`TritonOptions`, compiler/options.py).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ The block shape (and a view's shape and strides) may be callables of the config,
 names the block's shared layout (``layout=``, as Gluon's own host descriptor does); the kernel's language checks
 it (`kernel.TritonFunction.check_descriptor`) and its repr joins the parameter's type.
 
-The kernel then gets exactly what Triton's launcher passes (descriptors.py): where the
+The kernel then gets exactly what Triton's launcher passes (compiler/tensordesc_abi.py): where the
 compile lowered the descriptors to TMA, a `TensorMap` the runtime encodes with Triton's fields, once per
 buffer move and inside command buffers too, followed by the shape and strides as scalars; else the
 decomposed form (pointer, shape, strides, flags, shape, strides).
@@ -31,8 +31,8 @@ from jax_mosaic_ffi.base.errors import LaunchError
 from jax_mosaic_ffi.call import operands
 from jax_mosaic_ffi.call.operands import Kind, Operand
 from jax_mosaic_ffi.call.tensor_map import TensorMap, data_type, row_major_strides
-from jax_mosaic_ffi.triton import descriptors as triton_descriptors
-from jax_mosaic_ffi.triton.compile import TritonInfo
+from jax_mosaic_ffi.triton.compiler import tensordesc_abi
+from jax_mosaic_ffi.triton.compiler.compile import TritonInfo
 
 _PADDINGS = ("zero", "nan")
 _I32_MAX = 2**31 - 1
@@ -135,8 +135,8 @@ class Bound:
   @property
   def signature_type(self) -> str:
     """The parameter's Triton type, as Triton's specialization writes it (a layout's repr after a comma)."""
-    ty = triton_descriptors.type_string(self.aval.dtype, self.block_shape)
-    return ty if self.layout is None else triton_descriptors.with_layout(ty, self.layout)
+    ty = tensordesc_abi.type_string(self.aval.dtype, self.block_shape)
+    return ty if self.layout is None else tensordesc_abi.with_layout(ty, self.layout)
 
 
 def bind(decl: TensorDescriptor, evaluate: Callable[[Any, str], Any], in_avals, out_avals, where: str) -> Bound:
@@ -164,7 +164,7 @@ def bind(decl: TensorDescriptor, evaluate: Callable[[Any, str], Any], in_avals, 
                       f"{f' with {len(strides)} strides' if len(strides) != len(shape) else ''}; give one size "
                       "per axis (rank 1 to 5)")
   try:
-    triton_descriptors.type_string(aval.dtype, block)
+    tensordesc_abi.type_string(aval.dtype, block)
   except ValueError as e:
     raise LaunchError(f"{name}: {e}; describe an array of another dtype") from None
   from triton._utils import validate_block_shape  # noqa: PLC0415  (optional dependency: Triton)
@@ -225,7 +225,7 @@ def expand(order: Sequence[Any], values: Sequence[Any], bound: Sequence[Bound], 
                           f"{meta.block_size[-1]} x {b.aval.dtype} = {meta.block_size[-1] * meta.elem_size} bytes; "
                           f"make block_shape[-1] a multiple of {16 // math.gcd(16, meta.elem_size)}")
       names.append(TensorMap(b.decl.ref, box=meta.block_size,
-                             swizzle=triton_descriptors.SWIZZLE_BYTES[meta.swizzle], l2_promotion=128,
+                             swizzle=tensordesc_abi.SWIZZLE_BYTES[meta.swizzle], l2_promotion=128,
                              oob_fill="nan" if b.decl.padding == "nan" else "zero",
                              shape=b.shape if b.view else None, strides=b.strides if b.view else None,
                              round_f32_to_tf32=b.decl.round_f32_to_tf32))
@@ -234,7 +234,7 @@ def expand(order: Sequence[Any], values: Sequence[Any], bound: Sequence[Bound], 
       for v in b.shape + b.strides:
         scalar(np.int64(v))
       scalar(np.bool_(b.decl.padding == "nan"))
-      if triton_descriptors.decomposed_flags() > 1:
+      if tensordesc_abi.decomposed_flags() > 1:
         scalar(np.bool_(b.decl.round_f32_to_tf32))
       elif b.decl.round_f32_to_tf32:
         raise LaunchError(f"{name}: round_f32_to_tf32=True, but this Triton's descriptors have no such field "

@@ -1,16 +1,16 @@
 """What a Triton (or Gluon) compile that did not give a kernel says, each naming the kernel, its config and target:
 `failed` (Triton's own failure), `refused` (what it gave that we cannot launch), `timed_out` (past
 ``JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S``), `died` (its process crashed) and `too_large` (a tensor over the target's
-bound, tensor_bounds.py)."""
+bound, bounds.py)."""
 
 from __future__ import annotations
 
 from jax_mosaic_ffi.base import compile_timeout
 from jax_mosaic_ffi.base.errors import CompileError, CompileTimeout
-from jax_mosaic_ffi.triton import compile_stages
-from jax_mosaic_ffi.triton import tensor_bounds
-from jax_mosaic_ffi.triton.languages import Language
-from jax_mosaic_ffi.triton.compile_options import TritonOptions
+from jax_mosaic_ffi.triton.compiler import stages as triton_stages
+from jax_mosaic_ffi.triton.compiler import bounds
+from jax_mosaic_ffi.triton.compiler.languages import Language
+from jax_mosaic_ffi.triton.compiler.options import TritonOptions
 
 
 def config_text(signature, constexprs, options: TritonOptions) -> str:
@@ -40,9 +40,9 @@ def refused(fn, log: str) -> CompileError:
 
 
 def timed_out(fn, targets, config: str, language: Language, bound: float, stage: str) -> CompileTimeout:
-  """A compile stopped at its deadline, its process killed; ``stage``: the last one it reported (compile_stages.py)."""
+  """A compile stopped at its deadline, its process killed; ``stage``: the last one it reported (stages.py)."""
   log = (f"the compile ran past {compile_timeout.describe(bound)} seconds in "
-         f"{compile_stages.described(stage, language.name)}, and its process was killed")
+         f"{triton_stages.described(stage, language.name)}, and its process was killed")
   return CompileTimeout(fn.__name__, log, "", "", compiler="Triton",
                         what=f"kernel '{fn.__name__}' for {_targets(targets)} with {config}",
                         advice=("a compile's time grows with the elements each thread holds and with the code "
@@ -54,7 +54,7 @@ def timed_out(fn, targets, config: str, language: Language, bound: float, stage:
 def died(fn, targets, config: str, language: Language, how: str, stage: str) -> CompileError:
   """A compile whose process ended without an answer (a crash of Triton's native code), in ``stage``."""
   return CompileError(fn.__name__, f"the compile's process ended ({how}) in "
-                      f"{compile_stages.described(stage, language.name)}, without a result; this process is "
+                      f"{triton_stages.described(stage, language.name)}, without a result; this process is "
                       "unharmed", "", "", compiler="Triton",
                       what=f"kernel '{fn.__name__}' for {_targets(targets)} with {config}",
                       advice=f"a crash of {language.name}'s compiler (or of code the kernel's trace ran): report it "
@@ -66,13 +66,13 @@ def _targets(targets) -> str:
 
 
 def too_large(fn, target, config: str, language: Language,
-              oversized: tensor_bounds.OversizedTensor) -> tensor_bounds.TensorTooLarge:
+              oversized: bounds.OversizedTensor) -> bounds.TensorTooLarge:
   """A kernel refused before Triton's stages ran: a tensor over the target's bound."""
   tensor, bound = oversized.tensor, oversized.bound
-  smem = bound // 1024 // tensor_bounds.HEADROOM - tensor_bounds.REGISTER_FILE_KIB
+  smem = bound // 1024 // bounds.HEADROOM - bounds.REGISTER_FILE_KIB
   message = (f"{language.maker} '{fn.__name__}' for {target.sm} with {config}: its tensor {tensor.describe()} is "
              f"more than a CTA can hold on {target.sm}, at most {bound // 1024} KiB a tensor (twice an SM's "
-             f"{tensor_bounds.REGISTER_FILE_KIB} KiB of registers and {smem} KiB of shared memory). It was refused "
+             f"{bounds.REGISTER_FILE_KIB} KiB of registers and {smem} KiB of shared memory). It was refused "
              "before compiling, as ptxas would work on it for minutes: use smaller blocks (the constexprs that size "
              "this tensor), looping over the rest in the kernel or launching more programs")
-  return tensor_bounds.TensorTooLarge(fn.__name__, message, tensor, bound)
+  return bounds.TensorTooLarge(fn.__name__, message, tensor, bound)

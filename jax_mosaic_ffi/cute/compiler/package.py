@@ -5,8 +5,8 @@ library, ``libcute_dsl_runtime.so`` in the DSL's cu13 libraries, loads and runs.
 EULA: nothing of it is linked into or shipped with the extension, which opens the user's copy at run time
 (csrc/driver/cute_dsl_runtime.h). This module finds it and names its release without importing the DSL (which
 loads MLIR and takes a second): a process that only runs exported programs needs the library, not the compiler.
-It tells the runtime where the library is (`publish`) when the targets are registered (front_end.py names it as
-this wing's `RuntimeLibrary`, call/runtime_libraries.py).
+It tells the runtime where the library is (`publish`) when the targets are registered (the wing's front_end.py
+names it as this wing's `RuntimeLibrary`, call/runtime_libraries.py).
 """
 
 from __future__ import annotations

@@ -44,8 +44,8 @@ from jax.experimental import io_callback
 from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base.errors import ReferenceMismatch, ReferenceMismatchWarning, UncheckedKernelWarning, who
-from jax_mosaic_ffi.call.checking import check_report
-from jax_mosaic_ffi.call.checking import numerics
+from jax_mosaic_ffi.call.comparison import check_report
+from jax_mosaic_ffi.call.comparison import numerics
 
 MODES = ("off", "first", "always")
 ACTIONS = ("warn", "raise", "ignore")

@@ -12,8 +12,8 @@ import dataclasses
 import functools
 from typing import Any, Callable
 
-from jax_mosaic_ffi.triton import tensor_bounds
-from jax_mosaic_ffi.triton import value_keys
+from jax_mosaic_ffi.triton.compiler import bounds
+from jax_mosaic_ffi.triton.compiler import keys
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,7 +25,7 @@ class Language:
     maker: the public function that makes its kernels ("triton_kernel"), as messages name it.
     source: ``(fn, signature, constexprs, attrs) -> source``: what ``triton.compile`` compiles. Its ``hash()``
       is in Triton's cache key (``get_cache_key``), so in ours too: it must cover everything the compile reads
-      (`value_keys.KeyedSource` reads it whole). Its class has `tensor_bounds.BoundedSource` too, whose ``make_ir``
+      (`keys.KeyedSource` reads it whole). Its class has `bounds.BoundedSource` too, whose ``make_ir``
       refuses a tensor a CTA cannot hold before any stage runs (compile.py checks that it does).
     stages: the intermediate forms a compile with Triton's ``debug`` option prints, those it has.
     advice: ``(exception) -> str``: what a compile that failed in Triton's compiler advises.
@@ -40,11 +40,11 @@ class Language:
 
 @functools.cache
 def _ast_source_class():
-  """Triton's source of a ``@triton.jit`` function, keyed whole (value_keys.py), its tensors bounded
-  (tensor_bounds.py)."""
+  """Triton's source of a ``@triton.jit`` function, keyed whole (keys.py), its tensors bounded
+  (bounds.py)."""
   from triton.compiler import ASTSource  # noqa: PLC0415  (optional dependency: Triton)
 
-  class KeyedASTSource(value_keys.KeyedSource, tensor_bounds.BoundedSource, ASTSource):
+  class KeyedASTSource(keys.KeyedSource, bounds.BoundedSource, ASTSource):
     pass
 
   return KeyedASTSource

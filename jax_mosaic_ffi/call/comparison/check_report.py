@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from jax_mosaic_ffi.call.checking import numerics
+from jax_mosaic_ffi.call.comparison import numerics
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,7 +22,7 @@ from jax.export import is_symbolic_dim
 from jax_mosaic_ffi.base import module_format
 from jax_mosaic_ffi.base.errors import ValueKeyError
 from jax_mosaic_ffi.base.native import core
-from jax_mosaic_ffi.cute import fingerprint
+from jax_mosaic_ffi.cute.compiler import keys as cute_keys
 
 ADDRESS = core.LIMITS["host_arg_address"]
 DIMENSION = core.LIMITS["host_arg_dimension"]
@@ -109,14 +109,14 @@ class Plan:
 
   def describe(self) -> tuple[str, bool]:
     """Everything of the plan that changes the compiled code, as text for cache keys, and whether that text is
-    exact. Each constexpr is keyed whole (`fingerprint.exact_key`: an array by its bytes, a float by its 8 bytes,
+    exact. Each constexpr is keyed whole (`keys.exact_key`: an array by its bytes, a float by its 8 bytes,
     a function or an object by its code and every attribute), never by its printed text; one the reader cannot
     read whole is written by its type alone, and the text is not exact: the caller keys the specialization by a
     trace, which holds the value's effect."""
     constexprs, exact = [], True
     for k, v in self.constexprs:
       try:
-        constexprs.append([k, fingerprint.exact_key(v).hex()])
+        constexprs.append([k, cute_keys.exact_key(v).hex()])
       except (ValueKeyError, RecursionError):
         constexprs.append([k, f"{type(v).__module__}.{type(v).__qualname__}: not keyed"])
         exact = False

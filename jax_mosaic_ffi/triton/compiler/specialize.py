@@ -41,8 +41,8 @@ import numpy as np
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain import key_audit
-from jax_mosaic_ffi.triton import compile_options
-from jax_mosaic_ffi.triton import value_keys
+from jax_mosaic_ffi.triton.compiler import options as triton_options
+from jax_mosaic_ffi.triton.compiler import keys as triton_keys
 
 # XLA aligns the buffers it allocates on the GPU to 256 bytes, and the
 # runtime checks every buffer of every launch against this (contract.h).
@@ -166,7 +166,7 @@ def specialize(fn, types: Sequence[Any], values: Mapping[int, Any], constexprs: 
     specialization[index] = ours(ty, specialization[index], (index,))
   # How Triton's launcher turns the specialization into the compiler's signature, constexprs and attributes. It
   # parses compile options it does not use here: fp fusion given, as at every compile, so Triton 3.9 does not warn.
-  fp_fusion = {"enable_fp_fusion": compile_options.FP_FUSION}
+  fp_fusion = {"enable_fp_fusion": triton_options.FP_FUSION}
   _, signature, packed_constexprs, attrs = fn._pack_args(backend, fp_fusion, bound,  # noqa: SLF001  (Triton's own packing)
                                                          specialization, None)
   aligned = tuple(k for k, path in pointers if attrs.get(path))
@@ -186,7 +186,7 @@ def specialize_cached(fn, types: Sequence[Any], values: Mapping[int, Any], const
   flags = [(p.name, bool(p.is_constexpr), bool(p.do_not_specialize), bool(p.do_not_specialize_on_alignment))
            for p in fn.params]
   named = [*((f"scalar {k}", v) for k, v in sorted(values.items())), *sorted(constexprs.items()), ("fn", fn)]
-  keys = [value_keys.constexpr_key(v) for _, v in named]
+  keys = [triton_keys.constexpr_key(v) for _, v in named]
   if None in keys:
     return specialize(fn, types, values, constexprs, make_backend())
   entry_key = disk_cache.key(_FORMAT, f"triton {triton.__version__}", target, str(XLA_BUFFER_ALIGN), fn.cache_key,
@@ -209,7 +209,7 @@ def specialize_cached(fn, types: Sequence[Any], values: Mapping[int, Any], const
 
 def _text(s: Specialization) -> str:
   """A specialization as the audit compares it: each constexpr by its exact key (an array's repr is shortened)."""
-  constexprs = sorted((list(k), value_keys.exact(v).hex()) for k, v in s.constexprs.items())
+  constexprs = sorted((list(k), triton_keys.exact(v).hex()) for k, v in s.constexprs.items())
   return json.dumps([s.description, constexprs, s.dropped, s.aligned], default=str)
 
 

@@ -1,11 +1,11 @@
 """CuTe DSL kernels compiled once ever: `cute.compile` per specialization, through the compile cache.
 
-A specialization is a launcher and a `Plan` (cute/plan.py) for one target. It is compiled around our host
-function (cute/wrapper.py) for an explicit ``--gpu-arch`` (which needs no GPU), and the object
+A specialization is a launcher and a `Plan` (cute/compiler/plan.py) for one target. It is compiled around our host
+function (cute/compiler/wrapper.py) for an explicit ``--gpu-arch`` (which needs no GPU), and the object
 ``dump_to_object`` makes (host launch function plus cubin) becomes one image of a module of our format
 (kind 3, with the DSL release and the kinds of the host function's arguments). The module goes through the
 compile cache, memory then disk, keyed by: the DSL release, the target, the compile options, the plan, and
-the launcher as `fingerprint.py` reads it without tracing (or, where it cannot, the IR a trace of it
+the launcher as `keys.py` reads it without tracing (or, where it cannot, the IR a trace of it
 produces, as the DSL's own cache keys it; or the caller's ``compile_key``). A warm process therefore neither
 traces nor compiles, and imports no DSL; `jax.export` carries the module.
 
@@ -22,22 +22,22 @@ import json
 import struct
 import threading
 
-from jax_mosaic_ffi.cute import package
+from jax_mosaic_ffi.cute.compiler import package
 from jax_mosaic_ffi.base import compile_timeout
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import module_format
 from jax_mosaic_ffi.base.errors import CompileError, CompileTimeout
 from jax_mosaic_ffi.base.module_format import Arch, Image, ImageKind, ParsedModule
 from jax_mosaic_ffi.base.native import core
-from jax_mosaic_ffi.cute import dsl
-from jax_mosaic_ffi.cute import fingerprint as fingerprint_lib
-from jax_mosaic_ffi.cute.kernel import CuteKernel
-from jax_mosaic_ffi.cute.plan import Plan
+from jax_mosaic_ffi.cute.compiler import dsl
+from jax_mosaic_ffi.cute.compiler import keys as cute_keys
+from jax_mosaic_ffi.cute.compiler.plan import Plan
 from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain import dump
 from jax_mosaic_ffi.toolchain import forked_compile
 from jax_mosaic_ffi.toolchain import key_audit
 from jax_mosaic_ffi.toolchain.compiled import Compiled
+from jax_mosaic_ffi.toolchain.kernel import Kernel, buffer_name
 
 # The object's function prefix (its symbol in our module): objects load apart, so one name serves all. The
 # runtime's parser refuses a CuTe DSL module of another symbol, or an object without this prefix's entry points.
@@ -46,6 +46,26 @@ _CACHE_FORMAT = "cute-3"  # 2: values keyed by their content (base/value_key.py)
 # The DSL traces into process-wide state. Reentrant: a bounded trace forks under it (so no other thread is inside
 # the DSL at the fork), and the child, whose one thread is the one that held it, takes it again.
 _lock = threading.RLock()
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CuteKernel(Kernel):
+  """A `Kernel` whose module holds CuTe DSL objects (``cute.compile``'s output, one per target), made when a
+  `CuteFunction`'s call is traced; ``host_args`` are its host function's arguments after the stream, as
+  the contract's (kind, buffer, dimension) triples."""
+
+  host_args: tuple[int, ...] = ()
+  alignment: int = 256  # the largest address alignment its tensors assume (TensorSpec.ptr_assumed_align)
+
+  def batch_misalignment(self, strides, param_order, num_inputs) -> str | None:
+    # It was compiled taking each buffer as aligned as its TensorSpec says (at most as XLA aligns them).
+    misaligned = [b for b, s in enumerate(strides) if s % self.alignment]
+    if not misaligned:
+      return None
+    b = misaligned[0]
+    return (f"each batch element of {buffer_name(b, num_inputs)} starts {strides[b]} bytes after the last, not a "
+            f"multiple of the {self.alignment} bytes the CuTe DSL kernel assumes its buffers are aligned to "
+            "(TensorSpec.ptr_assumed_align). Lower it in the spec, or call the kernel in a lax.map")
 
 
 def _options(target: Arch, options: str | None) -> str:
@@ -57,7 +77,7 @@ def _trace(launcher, plan: Plan, target: Arch, options: str | None):
   cutlass, cute, cuda = dsl.modules()
   with dsl.importing("from cutlass import compiler"):
     from cutlass import compiler as cutlass_compiler  # noqa: PLC0415  (optional dependency: CuTe DSL)
-    from jax_mosaic_ffi.cute import wrapper  # noqa: PLC0415  (imports the DSL)
+    from jax_mosaic_ffi.cute.compiler import wrapper  # noqa: PLC0415  (imports the DSL)
   with _lock, dsl.runtime_arch(target.sm):
     artifact = cute.compile_to(cutlass_compiler.ArtifactType.PreCompiledMlir, wrapper.host_entry, cuda.CUstream(0),
                                *wrapper.placeholders(plan), launcher=launcher, plan=plan,
@@ -75,7 +95,7 @@ def _bounded(work, stage: str, name: str, targets: tuple[Arch, ...], where: str)
   # arch decided (else each child asks the driver, which a child forked from a CUDA process cannot use).
   dsl.modules()
   with dsl.importing("the DSL's tensor types"):
-    from jax_mosaic_ffi.cute import wrapper  # noqa: F401, PLC0415  (imports the DSL)
+    from jax_mosaic_ffi.cute.compiler import wrapper  # noqa: F401, PLC0415  (imports the DSL)
   with _lock, dsl.runtime_arch(targets[0].sm):  # the DSL's state is whole at the fork
     try:
       return forked_compile.run(work, bound, stage)
@@ -111,12 +131,12 @@ def _trace_text(launcher, plan: Plan, targets: tuple[Arch, ...], options: str | 
 def launcher_identity(launcher, plan: Plan, target: Arch, options: str | None, compile_key=None,
                       exact_plan: bool = True, name: str = "", where: str = "") -> str:
   """The launcher's part of the key: ``compile_key`` (keyed exactly: `cute_kernel` refuses one that cannot be), else
-  its code and data (`fingerprint.py`), else, or where the plan's constexprs could not all be keyed exactly
+  its code and data (`keys.py`), else, or where the plan's constexprs could not all be keyed exactly
   (``exact_plan``), also the IR of a trace, which holds every value's effect."""
   parts = []
   if compile_key is not None:
-    parts.append("key:" + fingerprint_lib.exact_key(compile_key).hex())
-  elif (found := fingerprint_lib.fingerprint(launcher)) is not None:
+    parts.append("key:" + cute_keys.exact_key(compile_key).hex())
+  elif (found := cute_keys.fingerprint(launcher)) is not None:
     parts.append("code:" + found)
   if not parts or not exact_plan:
     parts.append("ir:" + _trace_key(launcher, plan, target, options, name or "launcher", where))
@@ -126,7 +146,7 @@ def launcher_identity(launcher, plan: Plan, target: Arch, options: str | None, c
 def _compile_one(launcher, plan: Plan, target: Arch, options: str | None, name: str, where: str) -> Image:
   cutlass, cute, cuda = dsl.modules()
   with dsl.importing("the DSL's tensor types"):
-    from jax_mosaic_ffi.cute import wrapper  # noqa: PLC0415  (imports the DSL)
+    from jax_mosaic_ffi.cute.compiler import wrapper  # noqa: PLC0415  (imports the DSL)
   with _lock, dsl.runtime_arch(target.sm):
     try:
       compiled = cute.compile(wrapper.host_entry, cuda.CUstream(0), *wrapper.placeholders(plan), launcher=launcher,
@@ -167,7 +187,7 @@ def compile_plan(launcher, plan: Plan, *, name: str, targets: tuple[Arch, ...], 
   described, exact_plan = plan.describe()
   identity = launcher_identity(launcher, plan, targets[0], options, compile_key, exact_plan, name, where)
   entry_key = disk_cache.key(_CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"nvidia-cutlass-dsl {release}",
-                             fingerprint_lib.settings_key(), identity, described, options or "",
+                             cute_keys.settings_key(), identity, described, options or "",
                              *(t.sm for t in targets))
 
   def decode(data: bytes) -> CuteKernel:
@@ -200,7 +220,7 @@ def compile_plan(launcher, plan: Plan, *, name: str, targets: tuple[Arch, ...], 
             + (f"; constexprs {values}" if values else "") + (f"; options {options}" if options else ""),
             "targets": [t.sm for t in targets],
             "toolchain": f"nvidia-cutlass-dsl {release}", "call_sites": [where] if where else [],
-            "settings": fingerprint_lib.settings_environment()}
+            "settings": cute_keys.settings_environment()}
 
   found = compile_cache.cached(entry_key, compile=compile, encode=_to_bytes, decode=decode, witness=witness,
                                about=about)

@@ -10,8 +10,8 @@ import contextlib
 import functools
 import re
 
-from jax_mosaic_ffi.cute import package
-from jax_mosaic_ffi.cute.package import CuteUnavailable
+from jax_mosaic_ffi.cute.compiler import package
+from jax_mosaic_ffi.cute.compiler.package import CuteUnavailable
 
 # The releases this wing is written and tested against: [min, max). The host function's calling convention
 # (an 8-byte slot per Pointer or Int64 argument, after the stream, then an int32 result), dump_to_object's

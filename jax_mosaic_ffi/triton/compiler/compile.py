@@ -11,18 +11,18 @@ launch options, module format), so a warm process, `jax.export` or XLA's
 persistent compilation cache runs no Triton compile at all.
 
 A call's kernel is compiled per distinct signature and value class when the
-call is traced (`launch.py` reads the signature from its avals and scalars):
+call is traced (the wing's `launch.py` reads the signature from its avals and scalars):
 integers equal to 1 compiled in, 16-divisible integers and pointers hinted, as
-Triton's own launcher decides (`specialize.py`). `kernel.py` holds the public
-`triton_kernel`.
+Triton's own launcher decides (`specialize.py`). The wing's `kernel.py` holds the
+public `triton_kernel`.
 
 A compile is bounded twice: before any of Triton's stages runs, a tensor larger than
-a CTA can hold on the target is refused (`tensor_bounds.py`, inside Triton's
+a CTA can hold on the target is refused (`bounds.py`, inside Triton's
 frontend); and the whole compile, every target and every stage (the frontend,
 the MLIR passes, ptxas), runs under ``JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S`` in a
 forked child killed at the deadline (toolchain/forked_compile.py; the stage it
-was in: `compile_stages.py`), as does the frontend's TTIR where a kernel is
-keyed by it. Failures are worded in `compile_errors.py`.
+was in: `stages.py`), as does the frontend's TTIR where a kernel is
+keyed by it. Failures are worded in `errors.py`.
 """
 
 from __future__ import annotations
@@ -47,17 +47,16 @@ from jax_mosaic_ffi.toolchain import dump
 from jax_mosaic_ffi.toolchain import key_audit
 from jax_mosaic_ffi.toolchain.compiled import Compiled, param_sizes
 from jax_mosaic_ffi.toolchain.kernel import PDL_MIN_ARCH, Kernel, buffer_name
-from jax_mosaic_ffi.triton import compile_errors
-from jax_mosaic_ffi.triton import compile_stages
-from jax_mosaic_ffi.triton.bounded_compile import BoundedCompile
-from jax_mosaic_ffi.triton import descriptors as triton_descriptors
-from jax_mosaic_ffi.triton.release import require_triton
-from jax_mosaic_ffi.triton import settings
-from jax_mosaic_ffi.triton import specialize as triton_specialize
-from jax_mosaic_ffi.triton import tensor_bounds
-from jax_mosaic_ffi.triton import value_keys
-from jax_mosaic_ffi.triton.languages import TRITON, Language
-from jax_mosaic_ffi.triton.compile_options import LAUNCH_OPTIONS, TritonOptions
+from jax_mosaic_ffi.triton.compiler import errors
+from jax_mosaic_ffi.triton.compiler import stages as triton_stages
+from jax_mosaic_ffi.triton.compiler.forked import BoundedCompile
+from jax_mosaic_ffi.triton.compiler import tensordesc_abi
+from jax_mosaic_ffi.triton.compiler.release import require_triton
+from jax_mosaic_ffi.triton.compiler import keys as triton_keys
+from jax_mosaic_ffi.triton.compiler import specialize as triton_specialize
+from jax_mosaic_ffi.triton.compiler import bounds
+from jax_mosaic_ffi.triton.compiler.languages import TRITON, Language
+from jax_mosaic_ffi.triton.compiler.options import LAUNCH_OPTIONS, TritonOptions
 
 _CACHE_FORMAT = "triton-5"  # 2: TritonInfo.dropped, .aligned; 3: .tensordesc_meta; 4: values exact; 5: read whole
 
@@ -82,7 +81,7 @@ class TritonInfo:
   meta: tuple[tuple[str, Any], ...]     # constexprs and launch options, for grid callables
   triton_version: str
   # Host tensor descriptors lowered to TMA: one per tensordesc parameter; empty: decomposed (or none).
-  tensordesc_meta: tuple[triton_descriptors.DescriptorMeta, ...] = ()
+  tensordesc_meta: tuple[tensordesc_abi.DescriptorMeta, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -140,26 +139,27 @@ def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: Triton
   for ty in signature:
     nested = isinstance(ty, tuple)
     for leaf in triton_specialize.flat_types([ty]):
-      if not isinstance(leaf, str) or leaf == "constexpr" or (triton_descriptors.is_descriptor(leaf) and (
-          nested or triton_descriptors.parse_type(leaf) is None)):
+      if not isinstance(leaf, str) or leaf == "constexpr" or (tensordesc_abi.is_descriptor(leaf) and (
+          nested or tensordesc_abi.parse_type(leaf) is None)):
         raise ValueError(f"{made}: parameter type {ty!r} is not supported; parameters are pointers (*fp32), "
                          "scalars (i32, fp32, ...), tuples of them, and host tensor descriptors as Triton writes "
                          "them (tensordesc<fp16[64, 64]>, a Gluon kernel's with its shared layout: no im2col, not "
                          "in a tuple)")
-  # Each constexpr read whole (value_keys.py); one that cannot be is keyed by the TTIR Triton's frontend makes.
-  keys = {k: value_keys.constexpr_key(v) for k, v in constexprs.items()}
+  # Each constexpr read whole (keys.py); one that cannot be is keyed by the TTIR Triton's frontend makes.
+  keys = {k: triton_keys.constexpr_key(v) for k, v in constexprs.items()}
   constexpr_keys = json.dumps(sorted((k, found or "ir") for k, found in keys.items()))
-  config = compile_errors.config_text(signature, constexprs, options)
+  config = errors.config_text(signature, constexprs, options)
   bound = compile_timeout.seconds()  # a bad setting is named before anything compiles
   bounded = BoundedCompile(fn, targets, config, language, bound)
   about = lambda: {"front_end": language.name, "kernel": fn.__name__, "specialization": config,  # noqa: E731
                    "targets": [t.sm for t in targets], "toolchain": f"triton {triton.__version__}",
-                   "settings": settings.environment()}
+                   "settings": triton_keys.settings_environment()}
   with compile_cache.noted(about):  # while recording for a pack, a target Triton refuses is noted per kernel
     specialization = _specialization(fn, signature, scalar_values, constexprs, targets, config, language)
     requests = _requests(fn, specialization, options, targets, config, language, bounded)
   entry_key = disk_cache.key(
-      _CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"triton {triton.__version__}", settings.key(),
+      _CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"triton {triton.__version__}",
+      triton_keys.settings_key(),
       language.name,
       fn.__name__,
       *(ty if isinstance(ty, str) else repr(ty) for ty in signature),
@@ -214,7 +214,7 @@ def _specialization(fn, signature, scalar_values, constexprs, targets, config,
   except KeyAuditError:
     raise
   except Exception as e:
-    raise compile_errors.failed(fn, targets[0], config, language, e) from None
+    raise errors.failed(fn, targets[0], config, language, e) from None
 
 
 def _requests(fn, specialization, options: TritonOptions, targets, config, language: Language,
@@ -231,7 +231,7 @@ def _requests(fn, specialization, options: TritonOptions, targets, config, langu
   for target in targets:
     source = language.source(fn, dict(specialization.signature), dict(specialization.constexprs),
                              dict(specialization.attrs))
-    if not isinstance(source, tensor_bounds.BoundedSource):
+    if not isinstance(source, bounds.BoundedSource):
       raise TypeError(f"{language.name}'s source {type(source).__name__} does not bound its tensors (BoundedSource)")
     gpu_target = GPUTarget("cuda", target.number, 32)
     try:
@@ -246,7 +246,7 @@ def _requests(fn, specialization, options: TritonOptions, targets, config, langu
     except (KeyAuditError, CompileError):  # CompileTimeout: its frontend ran past the bound
       raise
     except Exception as e:
-      raise compile_errors.failed(fn, target, config, language, e) from None
+      raise errors.failed(fn, target, config, language, e) from None
     requests.append(_Request(target, gpu_target, source, compile_options, parsed, key))
   return requests
 
@@ -269,15 +269,15 @@ def _run_triton(triton, fn, signature, specialization, requests, meta, config, l
     target = request.target
     with native_stderr.captured() as printed:  # Triton's passes say why they failed on stderr only
       try:
-        with compile_stages.reported(target.sm):
+        with triton_stages.reported(target.sm):
           compiled = triton.compile(request.source, target=request.gpu_target, options=request.options)
         failure = None
       except Exception as e:
         failure = e
-    if isinstance(failure, tensor_bounds.OversizedTensor):  # found in Triton's frontend, before any stage ran
-      raise compile_errors.too_large(fn, target, config, language, failure) from None
+    if isinstance(failure, bounds.OversizedTensor):  # found in Triton's frontend, before any stage ran
+      raise errors.too_large(fn, target, config, language, failure) from None
     if failure is not None:
-      raise compile_errors.failed(fn, target, config, language, failure, printed.text) from None
+      raise errors.failed(fn, target, config, language, failure, printed.text) from None
     metadata = compiled.metadata
     if debug:  # Triton's debug option: the intermediate forms, as jax-triton's debug=True prints them
       for stage in language.stages:
@@ -288,13 +288,13 @@ def _run_triton(triton, fn, signature, specialization, requests, meta, config, l
     images.append(Image(ImageKind.CUBIN, arch, bytes(compiled.asm["cubin"])))
     # The descriptors' parameters and encoding are one for the whole module: every target must agree.
     try:
-      found = triton_descriptors.metas(getattr(metadata, "tensordesc_meta", None), flat, fn.__name__)
+      found = tensordesc_abi.metas(getattr(metadata, "tensordesc_meta", None), flat, fn.__name__)
     except ValueError as e:
-      raise compile_errors.refused(fn, f"for {target.sm}: {e}") from None
+      raise errors.refused(fn, f"for {target.sm}: {e}") from None
     if descriptors is not None and found != descriptors:
-      raise compile_errors.refused(fn, f"Triton lowers its tensor descriptors differently for {target.sm} than "
-                     f"for {requests[0].target.sm} ({found or 'no TMA'} against {descriptors or 'no TMA'}); "
-                     "compile it for targets of one family (targets=[...])")
+      raise errors.refused(fn, f"Triton lowers its tensor descriptors differently for {target.sm} than "
+                           f"for {requests[0].target.sm} ({found or 'no TMA'} against {descriptors or 'no TMA'}); "
+                           "compile it for targets of one family (targets=[...])")
     descriptors = found
     # tl.extra.cuda.gdc_wait() in the kernel: it waits for the previous kernel before reading what that wrote,
     # so it may launch with PDL, as our own compiled kernels do (Kernel.pdl_safe). Without it, never. XLA
@@ -307,23 +307,23 @@ def _run_triton(triton, fn, signature, specialization, requests, meta, config, l
   parsed = ParsedModule(first.name, tuple(images), module_format.FLAG_PDL_WAIT if waits else 0)
   sizes = param_sizes(parsed)
   if getattr(first, "launch_cooperative_grid", False):
-    raise compile_errors.refused(fn, "the kernel asks for a cooperative grid launch, which jax_mosaic_ffi does not "
-                                 "make")
+    raise errors.refused(fn, "the kernel asks for a cooperative grid launch, which jax_mosaic_ffi does not "
+                         "make")
   # The parameters passed: the non-constexpr ones (descriptors expanded as Triton's launcher expands them) less
   # those specialized to constexprs, then Triton's scratch.
-  n_scratch = (len(sizes) - (triton_descriptors.expanded_param_count(flat, bool(descriptors))
+  n_scratch = (len(sizes) - (tensordesc_abi.expanded_param_count(flat, bool(descriptors))
                              - len(specialization.dropped)) if sizes is not None else 2)
   if n_scratch > 2:
-    raise compile_errors.refused(fn, f"the compiled kernel takes {n_scratch} parameters after its own, more than "
-                   "Triton's global and profile scratch pointers (instrumentation, such as "
-                   "TRITON_INSTRUMENTATION_MODE, adds parameters of its own); compile it without")
+    raise errors.refused(fn, f"the compiled kernel takes {n_scratch} parameters after its own, more than "
+                         "Triton's global and profile scratch pointers (instrumentation, such as "
+                         "TRITON_INSTRUMENTATION_MODE, adds parameters of its own); compile it without")
   scratch = [(int(getattr(first, "global_scratch_size", 0)), int(getattr(first, "global_scratch_align", 1))),
              (int(getattr(first, "profile_scratch_size", 0)), int(getattr(first, "profile_scratch_align", 1)))]
   info = TritonInfo(num_warps=int(first.num_warps), num_ctas=int(first.num_ctas), shared=int(first.shared),
                     scratch=tuple(scratch[:max(n_scratch, 0)]), signature=tuple(signature),
                     dropped=specialization.dropped,
                     # By position among the parameters passed: descriptors before it expanded, dropped ones gone.
-                    aligned=tuple(triton_descriptors.expanded_param_count(flat[:k], bool(descriptors))
+                    aligned=tuple(tensordesc_abi.expanded_param_count(flat[:k], bool(descriptors))
                                   - sum(d < k for d in specialization.dropped) for k in specialization.aligned),
                     meta=meta,
                     triton_version=triton.__version__, tensordesc_meta=descriptors)
@@ -351,6 +351,6 @@ def _from_bytes(name: str, data: bytes) -> TritonKernel:
       scratch=tuple((int(s), int(a)) for s, a in info["scratch"]), signature=_tuples(info["signature"]),
       dropped=tuple(int(k) for k in info["dropped"]), aligned=tuple(int(k) for k in info["aligned"]),
       meta=(), triton_version=str(info["triton_version"]),
-      tensordesc_meta=tuple(triton_descriptors.DescriptorMeta(
+      tensordesc_meta=tuple(tensordesc_abi.DescriptorMeta(
           int(d["swizzle"]), int(d["elem_size"]), int(d["elem_type"]), tuple(int(b) for b in d["block_size"]))
           for d in info.get("tensordesc_meta", ()))))

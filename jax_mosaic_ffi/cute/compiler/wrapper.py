@@ -8,7 +8,7 @@ selected, or a static layout), drops outputs that alias inputs, restores the pyt
 ``(stream, *inputs, *outputs, **constexprs)``. Only the DSL's public API is used, so the arguments' layout
 (one 8-byte slot each) is ours, not an internal of ``cutlass.jax`` that changes between releases.
 
-Imported only when the DSL is installed (cute/dsl.py imports it on first use).
+Imported only when the DSL is installed (cute/compiler/dsl.py imports it on first use).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import math
 
 import jax
 
-from jax_mosaic_ffi.cute import dsl
+from jax_mosaic_ffi.cute.compiler import dsl
 
 cutlass, cute, cuda = dsl.modules()
 

@@ -2,8 +2,8 @@
 
 Each piece of a compile that runs the user's Python or Triton's compiler (the whole compile, every target; the
 frontend's TTIR where a kernel is keyed by it, and the key audit's) runs in a child forked for it and killed at the
-deadline (toolchain/forked_compile.py), which starts in the frontend and reports each stage (compile_stages.py).
-Its stop, or a crash of Triton's native code in it, is worded for the kernel (compile_errors.py); what it prints for
+deadline (toolchain/forked_compile.py), which starts in the frontend and reports each stage (stages.py).
+Its stop, or a crash of Triton's native code in it, is worded for the kernel (errors.py); what it prints for
 Triton's ``debug`` option comes back with its answer and is printed here, where the user's stdout is.
 """
 
@@ -14,10 +14,10 @@ import struct
 from typing import Any, Callable
 
 from jax_mosaic_ffi.toolchain import forked_compile
-from jax_mosaic_ffi.triton import compile_errors
-from jax_mosaic_ffi.triton import compile_stages
-from jax_mosaic_ffi.triton import frontend
-from jax_mosaic_ffi.triton.languages import Language
+from jax_mosaic_ffi.triton.compiler import errors as triton_errors
+from jax_mosaic_ffi.triton.compiler import stages
+from jax_mosaic_ffi.triton.compiler import ttir
+from jax_mosaic_ffi.triton.compiler.languages import Language
 
 _LENGTH = struct.Struct("<Q")
 
@@ -29,7 +29,7 @@ class BoundedCompile:
   Attributes:
     fn: the ``@triton.jit`` (or Gluon) function, as errors name it.
     targets: the targets it compiles for.
-    config: its config as errors name it (compile_errors.config_text).
+    config: its config as errors name it (triton_errors.config_text).
     language: what it is written in.
     bound: the bound in seconds, or None.
   """
@@ -43,12 +43,12 @@ class BoundedCompile:
   def run(self, work: Callable[[], bytes], target: str) -> bytes:
     """``work()`` bounded; it starts in the frontend for ``target`` (``"sm_90"``)."""
     try:
-      return forked_compile.run(work, self.bound, compile_stages.first(target))
+      return forked_compile.run(work, self.bound, stages.first(target))
     except forked_compile.Stopped as e:
-      raise compile_errors.timed_out(self.fn, self.targets, self.config, self.language, self.bound,
-                                     e.stage) from None
+      raise triton_errors.timed_out(self.fn, self.targets, self.config, self.language, self.bound,
+                                    e.stage) from None
     except forked_compile.Died as e:
-      raise compile_errors.died(self.fn, self.targets, self.config, self.language, e.how, e.stage) from None
+      raise triton_errors.died(self.fn, self.targets, self.config, self.language, e.how, e.stage) from None
 
   def run_printing(self, work: Callable[[], tuple[bytes, str]], target: str) -> bytes:
     """``work()``'s answer, bounded; it returns (its answer, the text it would print), printed here."""
@@ -64,10 +64,10 @@ class BoundedCompile:
     return answer[_LENGTH.size + length:]
 
   def ir_text(self, source, gpu_target, parsed) -> str:
-    """The frontend's TTIR (frontend.py), bounded: the user's Python runs in it."""
+    """The frontend's TTIR (ttir.py), bounded: the user's Python runs in it."""
     target = f"sm_{gpu_target.arch}"
 
     def frontend_ir() -> bytes:
-      with compile_stages.reported(target):
-        return frontend.ir_text(source, gpu_target, parsed).encode()
+      with stages.reported(target):
+        return ttir.ir_text(source, gpu_target, parsed).encode()
     return self.run(frontend_ir, target).decode()

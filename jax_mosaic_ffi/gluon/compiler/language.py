@@ -1,10 +1,10 @@
 """Gluon as Triton's compiler takes it: `GLUON`, the `Language` our Triton compile is given for ``@gluon.jit``.
 
-The compile is Triton's own (triton/compile.py), from Gluon's source object (``GluonASTSource``: the module gets its
-target, warps and CTAs before codegen, as Gluon checks layouts while it builds them, and Triton runs Gluon's stages,
-not Triton's optimizing ones). Its ``hash()``, Triton's cache key and so ours, is the Triton wing's, read whole
-(`triton.value_keys.KeyedSource`): a class passed as a constexpr (``MMAImpl=WGMMA``) by every method the kernel
-may call through it. A failure's advice names what usually fails in Gluon: a layout that does
+The compile is Triton's own (triton/compiler/compile.py), from Gluon's source object (``GluonASTSource``: the
+module gets its target, warps and CTAs before codegen, as Gluon checks layouts while it builds them, and Triton
+runs Gluon's stages, not Triton's optimizing ones). Its ``hash()``, Triton's cache key and so ours, is the Triton
+wing's, read whole (`triton.compiler.keys.KeyedSource`): a class passed as a constexpr (``MMAImpl=WGMMA``) by
+every method the kernel may call through it. A failure's advice names what usually fails in Gluon: a layout that does
 not fit ``num_warps`` or the block, or a name of Gluon's that the installed Triton calls otherwise.
 """
 
@@ -13,9 +13,9 @@ from __future__ import annotations
 import functools
 import re
 
-from jax_mosaic_ffi.triton import tensor_bounds
-from jax_mosaic_ffi.triton import value_keys
-from jax_mosaic_ffi.triton.languages import Language
+from jax_mosaic_ffi.triton.compiler import bounds
+from jax_mosaic_ffi.triton.compiler import keys
+from jax_mosaic_ffi.triton.compiler.languages import Language
 
 # Gluon's names that moved between the Triton releases we support (3.6 to 3.9): a kernel written for one release
 # fails in another with AttributeError naming one of them. name -> (the release that brought it, what before).
@@ -67,14 +67,14 @@ def advice(error: BaseException) -> str:
 
 @functools.cache
 def _source_class():
-  """Gluon's source, keyed whole (`value_keys.KeyedSource`), its tensors bounded (`tensor_bounds.BoundedSource`: its
+  """Gluon's source, keyed whole (`keys.KeyedSource`), its tensors bounded (`bounds.BoundedSource`: its
   make_ir checks Gluon's module, layouts and all)."""
   try:
     from triton.experimental.gluon import GluonASTSource  # noqa: PLC0415  (optional dependency: Triton >= 3.9)
   except ImportError:  # Triton 3.6 to 3.8 keep it in the module of Gluon's runtime
     from triton.experimental.gluon._runtime import GluonASTSource  # noqa: PLC0415  (optional dependency: Triton)
 
-  class KeyedGluonSource(value_keys.KeyedSource, tensor_bounds.BoundedSource, GluonASTSource):
+  class KeyedGluonSource(keys.KeyedSource, bounds.BoundedSource, GluonASTSource):
     pass
 
   return KeyedGluonSource

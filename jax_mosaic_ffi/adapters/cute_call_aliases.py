@@ -3,7 +3,7 @@
 As cutlass_call takes them: an int maps a whole top-level input to a whole top-level output (pytrees of the same
 structure, aliased leaf by leaf); a JAX key path maps one tensor leaf, the input's rooted at the tuple of
 positional arguments and the output's at the outer output sequence (so paths usually start with
-``SequenceKey(i)``). Aliased leaves need the same shape and dtype (and, checked with the specs in launch.py, the
+``SequenceKey(i)``). Aliased leaves need the same shape and dtype (and, checked with the specs in cute/launch.py, the
 same physical layout); no input or output is aliased twice. The launcher does not get the aliased outputs: a
 top-level output aliased by index is left out of its outputs, a leaf aliased by path is None there.
 """
@@ -32,12 +32,12 @@ def _ref(value, name: str) -> int | KeyPath:
       pass
     else:
       if index < 0:
-        raise ValueError(f"input_output_aliases {name} must be nonnegative; got {index}")
+        raise ValueError(f"cute_call: input_output_aliases {name} must be nonnegative; got {index}")
       return index
   if not isinstance(value, tuple):
-    raise TypeError(f"input_output_aliases {name} must be an integer or a JAX KeyPath, got {value!r}")
+    raise TypeError(f"cute_call: input_output_aliases {name} must be an integer or a JAX KeyPath, got {value!r}")
   if not all(isinstance(entry, _KEY_ENTRIES) for entry in value):
-    raise TypeError(f"input_output_aliases {name} {value!r}: a KeyPath's entries must be JAX key entries "
+    raise TypeError(f"cute_call: input_output_aliases {name} {value!r}: a KeyPath's entries must be JAX key entries "
                     "(jax.tree_util.SequenceKey, DictKey, GetAttrKey, FlattenedIndexKey)")
   return value
 
@@ -47,15 +47,15 @@ def normalize(aliases: Mapping[Any, Any] | None) -> tuple[tuple[int | KeyPath, i
   if aliases is None:
     return ()
   if not isinstance(aliases, Mapping):
-    raise TypeError("input_output_aliases must be a mapping")
+    raise TypeError("cute_call: input_output_aliases must be a mapping")
   pairs, outputs = [], set()
   for i, o in aliases.items():
     i, o = _ref(i, "input"), _ref(o, "output")
     if isinstance(i, int) != isinstance(o, int):
-      raise TypeError("input_output_aliases must map an integer to an integer or a JAX KeyPath to a JAX KeyPath; "
-                      f"got {_text(i)}: {_text(o)}")
+      raise TypeError("cute_call: input_output_aliases must map an integer to an integer or a JAX KeyPath to a JAX "
+                      f"KeyPath; got {_text(i)}: {_text(o)}")
     if o in outputs:
-      raise ValueError(f"input_output_aliases maps several inputs to output {_text(o)}")
+      raise ValueError(f"cute_call: input_output_aliases maps several inputs to output {_text(o)}")
     outputs.add(o)
     pairs.append((i, o))
   return tuple(pairs)

@@ -12,7 +12,7 @@ import os
 from typing import Any, Mapping
 
 from jax_mosaic_ffi.base.errors import LaunchError
-from jax_mosaic_ffi.triton import value_keys
+from jax_mosaic_ffi.triton.compiler import keys as triton_keys
 
 # What a config or a heuristic may set besides constexprs: TritonOptions' fields, by name.
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
@@ -114,7 +114,7 @@ class TritonOptions:
     return (f"w{self.num_warps} s{self.num_stages} c{self.num_ctas}"
             + ("" if self.maxnreg is None else f" r{self.maxnreg}")
             + ("" if not self.backend_options else
-               " " + json.dumps([(k, value_keys.exact(v).hex()) for k, v in self.backend_options])))
+               " " + json.dumps([(k, triton_keys.exact(v).hex()) for k, v in self.backend_options])))
 
 
 def backend_options(options: Mapping[str, Any] | None, name: str) -> tuple[tuple[str, Any], ...]:
@@ -139,5 +139,5 @@ def backend_options(options: Mapping[str, Any] | None, name: str) -> tuple[tuple
     except TypeError:
       raise TypeError(f"triton_kernel '{name}': the Triton option {key!r} must be hashable (a tuple, not a list or "
                       f"dict), got {value!r}") from None
-    value_keys.key(value, f"the Triton option {key!r}", f"triton_kernel '{name}'")  # keyed exactly (TritonOptions.key)
+    triton_keys.key(value, f"the Triton option {key!r}", f"triton_kernel '{name}'")  # keyed exactly (TritonOptions.key)
   return tuple(sorted(options.items()))
