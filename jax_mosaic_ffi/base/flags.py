@@ -45,6 +45,11 @@ PACK_RECORD = "JAX_MOSAIC_FFI_PACK_RECORD"
 # The GPU archs kernels without targets= compile for, in place of the visible GPUs' (sm_90,sm_100): how a machine
 # without those GPUs builds what a machine with them would (toolchain/kernel.py).
 TARGETS = "JAX_MOSAIC_FFI_TARGETS"
+# 0: the processes of a jax.distributed job do not share compiles and autotuning decisions through its key-value
+# store (toolchain/job_share.py; on by default where the job has several processes); how long a process waits for
+# the peer that claimed one before making it itself (default: the compile bound plus 30 s).
+JOB_SHARE = "JAX_MOSAIC_FFI_JOB_SHARE"
+JOB_SHARE_WAIT_S = "JAX_MOSAIC_FFI_JOB_SHARE_WAIT_S"
 # Read by the C++ runtime: seconds to wait for peers in other processes; synchronous launches (debugging).
 PEER_TIMEOUT_S = "JAX_MOSAIC_FFI_PEER_TIMEOUT_S"
 SYNC_LAUNCHES = "JAX_MOSAIC_FFI_SYNC_LAUNCHES"
@@ -55,4 +60,4 @@ HOST_CODE = "JAX_MOSAIC_FFI_HOST_CODE"
 
 ALL = (CACHE_DIR, CACHE_MAX_BYTES, COMPILE_TIMEOUT_S, DUMP_DIR, REFERENCE, VERIFY, POISON_OUTPUTS, RECORD,
        SKIP_VERSION_CHECK, AUTOTUNE_LOG, AUTOTUNE_ON_CPU, KEY_AUDIT, PACKS, PACKS_STRICT, PACK_RECORD, TARGETS,
-       PEER_TIMEOUT_S, SYNC_LAUNCHES, HOST_CODE)
+       JOB_SHARE, JOB_SHARE_WAIT_S, PEER_TIMEOUT_S, SYNC_LAUNCHES, HOST_CODE)

@@ -79,6 +79,7 @@ class Stats:
   disk_hits: int = 0      # decisions made from timings on disk or from a tuning file, nothing timed
   pack_hits: int = 0      # decisions made from timings a kernel pack holds, nothing timed
   memory_hits: int = 0    # winners found in this process
+  peer_hits: int = 0      # decisions taken from the process of the job that timed them (tuning_share.py)
   skipped: int = 0        # no GPU: the default config, untimed
 
 

@@ -1,0 +1,123 @@
+"""One process of a job that shares its compiles (tests/test_job_share.py), on the CPU: kernels are compiled for
+JAX_MOSAIC_FFI_TARGETS and lowered for CUDA, as the pack tests do, each process with its own empty disk cache.
+
+Run as ``job_share_worker.py RANK NPROCS PORT MODE SEED`` by fresh_process.run_together, with JMF_TEST_CACHES (a
+folder: each rank's disk cache is a folder of it); prints one JSON object on its last line (worker_process.py).
+
+Modes: ``share`` (every rank lowers the same call), ``killed`` (rank 1 claims the compile and dies in it), ``slow``
+(rank 1 claims it and compiles only once rank 0 gave up waiting and compiled it), ``forged-<how>`` (rank 1
+publishes a value that is not the entry), ``unshareable`` (rank 1's entry is over the bound), ``strict`` (rank 0
+serves from packs only: a peer's entry is a compile), ``tuning`` (an autotuned call, timed on the CPU).
+A peer is made slow, killed or a forger by replacing, in its own process, this package's function on the way
+(never CUDA, NVRTC or XLA): the compile itself is real everywhere.
+"""
+
+import hashlib
+import os
+import signal
+import sys
+
+os.environ["JAX_MOSAIC_FFI_CACHE_DIR"] = os.path.join(os.environ["JMF_TEST_CACHES"], "rank%s" % sys.argv[1])
+
+from worker_process import MODE, RANK, SEED, await_event, initialize, tell  # noqa: E402
+from worker_process import finish as finish_process  # noqa: E402
+
+SOURCE = r'''
+extern "C" __global__ void scaled_%d(const float* x, float* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = %d.0f * x[i];
+}
+'''
+N = 1024
+
+
+def _stats(jmf, before) -> dict:
+  after = jmf.kernel_cache_stats()
+  return {"compiles": sum(after.compiles.values()) - sum(before.compiles.values()),
+          "peer_hits": after.peer_hits - before.peer_hits,
+          "peer_published": after.peer_published - before.peer_published,
+          "peer_unshared": after.peer_unshared - before.peer_unshared,
+          "peer_timeouts": after.peer_timeouts - before.peer_timeouts,
+          "peer_refused": after.peer_refused - before.peer_refused,
+          "disk_hits": after.disk_hits - before.disk_hits}
+
+
+def lower(jax, jmf, np, count: int = 1) -> list[str]:
+  """Compiles ``count`` kernels of this run's seed and lowers a call of each for CUDA: the lowered texts' sha256."""
+  digests = []
+  for k in range(count):
+    kernel = jmf.cuda_kernel(SOURCE % (k, SEED % 1000 + 2), f"scaled_{k}")
+    call = jmf.mosaic_kernel(kernel, lambda x: x, grid=lambda x: jmf.cdiv(x.size, 256), block=256,
+                             scalars=lambda x: (np.int32(x.size),))
+    lowered = jax.jit(call).trace(jax.ShapeDtypeStruct((N,), np.float32)).lower(lowering_platforms=("cuda",))
+    digests.append(hashlib.sha256(lowered.as_text().encode()).hexdigest())
+  return digests
+
+
+def _cached_files() -> int:
+  return sum(len(files) for _, _, files in os.walk(os.environ["JAX_MOSAIC_FFI_CACHE_DIR"]))
+
+
+def main() -> dict:
+  jax = initialize(cpu=True)
+  import numpy as np
+  import jax_mosaic_ffi as jmf
+  from jax_mosaic_ffi.toolchain import compile_cache, job_share
+  before = jmf.kernel_cache_stats()
+  result = {"rank": RANK}
+  compiled = compile_cache._compiled
+
+  if MODE == "share":
+    result["lowered"] = lower(jax, jmf, np, count=int(os.environ.get("JMF_TEST_KERNELS", "1")))
+  elif MODE in ("killed", "slow"):
+    if RANK == 1:
+      def claimed(compile, about):
+        tell("rank 1 claimed the compile")
+        if MODE == "killed":
+          os.kill(os.getpid(), signal.SIGKILL)
+        await_event("rank 0 lowered")  # compiles only once rank 0 gave up on it and compiled it itself
+        return compiled(compile, about)
+      compile_cache._compiled = claimed
+      result["lowered"] = lower(jax, jmf, np)
+    else:
+      await_event("rank 1 claimed the compile")
+      result["lowered"] = lower(jax, jmf, np)
+      tell("rank 0 lowered")
+  elif MODE.startswith("forged-") or MODE == "unshareable":
+    if RANK == 1:
+      how = MODE.removeprefix("forged-")
+      encoded = job_share.encoded
+      forgeries = {
+          "digest": lambda key, payload: encoded(key, payload)[:-1] + bytes([encoded(key, payload)[-1] ^ 1]),
+          "garbage": lambda key, payload: b"not an entry",
+          "other_key": lambda key, payload: encoded("0" * 64, payload),
+          "large": lambda key, payload: encoded(key, payload) + b"\0" * (job_share.MAX_PAYLOAD_BYTES + 1),
+          "length": lambda key, payload: encoded(key, payload)[:9] + b"\xff\xff\xff\x7f" + encoded(key, payload)[13:],
+      }
+      if MODE == "unshareable":
+        job_share.MAX_PAYLOAD_BYTES = 16  # this process's bound: its entry is over it
+      else:
+        job_share.encoded = forgeries[how]
+      result["lowered"] = lower(jax, jmf, np)
+      tell("rank 1 published")
+    else:
+      await_event("rank 1 published")
+      result["lowered"] = lower(jax, jmf, np)
+  elif MODE == "strict":
+    if RANK == 1:
+      result["lowered"] = lower(jax, jmf, np)
+      tell("rank 1 published")
+    else:
+      await_event("rank 1 published")
+      os.environ["JAX_MOSAIC_FFI_PACKS_STRICT"] = "1"
+      try:
+        lower(jax, jmf, np)
+        result["error"] = None
+      except jmf.NotInPacks as err:
+        result["error"] = f"NotInPacks: {str(err)[:200]}"
+  result.update(_stats(jmf, before), cached_files=_cached_files())
+  return result
+
+
+if __name__ == "__main__":
+  finish_process(main(), wait_for_peers=MODE != "killed")

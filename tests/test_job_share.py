@@ -1,0 +1,83 @@
+"""Compiling once per job (toolchain/job_share.py): several processes under jax.distributed on one machine, on the
+CPU, each with its own empty disk cache, compile kernels for JAX_MOSAIC_FFI_TARGETS and lower them for CUDA, as the
+pack tests do (tests/job_share_worker.py). Processes are ordered by events in the store, never by sleeps; the one
+short timeout (JAX_MOSAIC_FFI_JOB_SHARE_WAIT_S=2) is where a test is about a peer that never publishes."""
+
+import os
+
+import pytest
+
+import fresh_process
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "job_share_worker.py")
+TARGETS = "sm_90"
+
+
+def _run(tmp_path, mode: str, nprocs: int = 2, **env) -> list[dict]:
+  environment = {"JMF_TEST_CACHES": str(tmp_path), "JAX_MOSAIC_FFI_TARGETS": TARGETS, **env}
+  seed = int.from_bytes(os.urandom(4), "little")
+  finished = fresh_process.run_together(mode, seed, script=WORKER, nprocs=nprocs, env=environment)
+  return finished
+
+
+def _results(finished, ranks=None) -> list[dict]:
+  out = []
+  for rank, f in enumerate(finished):
+    if ranks is not None and rank not in ranks:
+      continue
+    assert f.returncode == 0, f"rank {rank} failed:\n{f.stderr[-4000:]}"
+    out.append(f.result)
+  return out
+
+
+def test_each_kernel_is_compiled_once_per_job_and_every_process_lowers_the_same_call(tmp_path):
+  results = _results(_run(tmp_path, "share", nprocs=3, JMF_TEST_KERNELS="2"))
+  assert sum(r["compiles"] for r in results) == 2  # two kernels, one arch: one compile each across the job
+  assert sum(r["peer_hits"] for r in results) == 4
+  assert sum(r["peer_published"] for r in results) == 2
+  assert all(r["peer_timeouts"] == r["peer_refused"] == r["peer_unshared"] == 0 for r in results)
+  assert len({tuple(r["lowered"]) for r in results}) == 1
+  assert all(r["cached_files"] >= 2 for r in results)  # every process keeps both entries on its own disk
+
+
+def test_off_by_the_setting_every_process_compiles(tmp_path):
+  results = _results(_run(tmp_path, "share", JAX_MOSAIC_FFI_JOB_SHARE="0"))
+  assert [r["compiles"] for r in results] == [1, 1]
+  assert all(r["peer_hits"] == r["peer_published"] == 0 for r in results)
+  assert len({tuple(r["lowered"]) for r in results}) == 1
+
+
+def test_a_claimant_killed_mid_compile_leaves_the_others_to_compile_after_the_bound(tmp_path):
+  finished = _run(tmp_path, "killed", JAX_MOSAIC_FFI_JOB_SHARE_WAIT_S="2")
+  assert finished[1].returncode == -9
+  (survivor,) = _results(finished, ranks=(0,))
+  assert (survivor["compiles"], survivor["peer_timeouts"], survivor["peer_hits"]) == (1, 1, 0)
+  assert survivor["peer_published"] == 1  # for any process still to come
+
+
+def test_a_slow_claimant_is_not_waited_for_past_the_bound_and_both_lower_the_same_call(tmp_path):
+  results = _results(_run(tmp_path, "slow", JAX_MOSAIC_FFI_JOB_SHARE_WAIT_S="2"))
+  assert (results[0]["compiles"], results[0]["peer_timeouts"], results[0]["peer_published"]) == (1, 1, 1)
+  # The claimant compiled too, and found the entry already published: the store keeps the first.
+  assert (results[1]["compiles"], results[1]["peer_published"]) == (1, 0)
+  assert results[0]["lowered"] == results[1]["lowered"]
+
+
+@pytest.mark.parametrize("how", ["digest", "garbage", "other_key", "large", "length"])
+def test_a_forged_or_oversized_store_value_is_refused_and_compiled_here(tmp_path, how):
+  results = _results(_run(tmp_path, f"forged-{how}"))
+  assert (results[0]["compiles"], results[0]["peer_refused"], results[0]["peer_hits"]) == (1, 1, 0)
+  assert results[0]["lowered"] == results[1]["lowered"]
+
+
+def test_an_entry_over_the_bound_is_compiled_by_each_process_and_counted(tmp_path):
+  results = _results(_run(tmp_path, "unshareable"))
+  assert [r["compiles"] for r in results] == [1, 1]
+  assert [r["peer_unshared"] for r in results] == [1, 1]  # the claimant could not share; rank 0 was told so
+  assert results[0]["peer_timeouts"] == results[0]["peer_refused"] == 0
+
+
+def test_under_the_strict_pack_mode_a_peers_entry_is_a_compile_not_a_pack(tmp_path):
+  results = _results(_run(tmp_path, "strict"))
+  assert results[0]["error"] is not None and results[0]["error"].startswith("NotInPacks")
+  assert results[0]["peer_hits"] == 0
