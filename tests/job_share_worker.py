@@ -54,6 +54,22 @@ def lower(jax, jmf, np, count: int = 1) -> list[str]:
   return digests
 
 
+def tune(jax, jmf, np) -> dict:
+  """Lowers an autotuned call of four configs (a kernel each), timed on the CPU (JAX_MOSAIC_FFI_AUTOTUNE_ON_CPU=1:
+  their fallbacks run): its winner, where the decision came from, the lowered text's sha256."""
+  def factory(meta):
+    kernel = jmf.cuda_kernel(SOURCE % (meta["k"], SEED % 1000 + 2), f"scaled_{meta['k']}")
+    return jmf.mosaic_kernel(kernel, lambda x: x, grid=lambda x: jmf.cdiv(x.size, meta["block"]),
+                             block=meta["block"], scalars=lambda x: (np.int32(x.size),),
+                             fallback=lambda x: (x * float(SEED % 1000 + 2)) + 0.0 * meta["k"])
+  tuned = jmf.autotune(factory, configs=[{"k": k, "block": 64 << (k % 3)} for k in range(4)], name="job-tuned")
+  lowered = jax.jit(tuned).trace(jax.ShapeDtypeStruct((N,), np.float32)).lower(lowering_platforms=("cuda",))
+  after = jmf.kernel_cache_stats()
+  return {"winner": tuned.last_report["winner"], "source": tuned.last_report["source"],
+          "tunings": after.autotune_tunings, "autotune_peer_hits": after.autotune_peer_hits,
+          "lowered": [hashlib.sha256(lowered.as_text().encode()).hexdigest()]}
+
+
 def _cached_files() -> int:
   return sum(len(files) for _, _, files in os.walk(os.environ["JAX_MOSAIC_FFI_CACHE_DIR"]))
 
@@ -115,9 +131,30 @@ def main() -> dict:
         result["error"] = None
       except jmf.NotInPacks as err:
         result["error"] = f"NotInPacks: {str(err)[:200]}"
+  elif MODE in ("tuning", "tuning-slow"):
+    from jax_mosaic_ffi.transforms import autotune
+    if MODE == "tuning-slow":
+      decide_here = autotune.Autotuned._decide_here
+      if RANK == 1:
+        def slow(self, *args):
+          tell("rank 1 claimed the decision")
+          await_event("rank 0 decided")  # decides only once rank 0 gave up waiting and published its own
+          return decide_here(self, *args)
+        autotune.Autotuned._decide_here = slow
+      else:
+        await_event("rank 1 claimed the decision")
+    result.update(tune(jax, jmf, np))
+    if MODE == "tuning-slow" and RANK == 0:
+      tell("rank 0 decided")
   result.update(_stats(jmf, before), cached_files=_cached_files())
   return result
 
 
 if __name__ == "__main__":
-  finish_process(main(), wait_for_peers=MODE != "killed")
+  try:
+    outcome = main()
+  except Exception as err:  # noqa: BLE001 - reported, so that rank 0 does not wait for a peer that failed
+    import traceback
+    traceback.print_exc()
+    outcome = {"rank": RANK, "failed": f"{type(err).__name__}: {err}"}
+  finish_process(outcome, wait_for_peers=MODE != "killed")

@@ -25,7 +25,7 @@ def _results(finished, ranks=None) -> list[dict]:
   for rank, f in enumerate(finished):
     if ranks is not None and rank not in ranks:
       continue
-    assert f.returncode == 0, f"rank {rank} failed:\n{f.stderr[-4000:]}"
+    assert f.returncode == 0 and "failed" not in f.result, f"rank {rank} failed:\n{f.stderr[-4000:]}"
     out.append(f.result)
   return out
 
@@ -81,3 +81,21 @@ def test_under_the_strict_pack_mode_a_peers_entry_is_a_compile_not_a_pack(tmp_pa
   results = _results(_run(tmp_path, "strict"))
   assert results[0]["error"] is not None and results[0]["error"].startswith("NotInPacks")
   assert results[0]["peer_hits"] == 0
+
+
+def test_an_autotuned_call_is_timed_by_one_process_and_decided_alike_in_every_one(tmp_path):
+  """Timed on the CPU (JAX_MOSAIC_FFI_AUTOTUNE_ON_CPU=1: the real timing path, running the fallbacks), where every
+  process is of one model ("cpu"); on GPUs the same path times the kernels (test_job_share_gpu)."""
+  results = _results(_run(tmp_path, "tuning", nprocs=3, JAX_MOSAIC_FFI_AUTOTUNE_ON_CPU="1"))
+  assert sorted(r["source"] for r in results) == ["peer", "peer", "tuned"]
+  assert sum(r["tunings"] for r in results) == 1 and sum(r["autotune_peer_hits"] for r in results) == 2
+  assert len({r["winner"] for r in results}) == 1 and len({tuple(r["lowered"]) for r in results}) == 1
+  assert sum(r["compiles"] for r in results) == 4  # four configs, one kernel each, one arch: each compiled once
+
+
+def test_a_decision_taken_past_the_bound_gives_way_to_the_one_the_job_published_first(tmp_path):
+  results = _results(_run(tmp_path, "tuning-slow", JAX_MOSAIC_FFI_AUTOTUNE_ON_CPU="1",
+                          JAX_MOSAIC_FFI_JOB_SHARE_WAIT_S="2"))
+  assert results[0]["source"] == "tuned" and results[0]["tunings"] == 1  # gave up waiting, timed, published first
+  assert results[1]["source"] == "peer" and results[1]["tunings"] == 1  # timed too, then took rank 0's decision
+  assert results[0]["winner"] == results[1]["winner"] and results[0]["lowered"] == results[1]["lowered"]

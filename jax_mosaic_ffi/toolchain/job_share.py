@@ -197,6 +197,28 @@ class Turn:
     except Exception:  # noqa: BLE001 - the store gone (the job ends): the item is this process's anyway
       pass
 
+  def settle(self, payload: bytes) -> bytes:
+    """`publish`, for an item every process must hold alike (an autotuning decision): returns the payload the job
+    holds, this one or the one a peer published first (a claimant slower than a waiter's bound, or the waiter
+    that gave up on it); this one where the job's cannot be read or is refused."""
+    if self._client is None or self._settled:
+      return payload
+    self._settled = True
+    key = f"{self._base}/value"
+    try:
+      if _set_once(self._client, key, encoded(self.key, payload)):
+        _count(self.space, "published")
+        return payload
+      value = self._client.key_value_try_get_bytes(key)
+    except Exception:  # noqa: BLE001 - the store gone (the job ends): this process's own
+      return payload
+    valid, held = decoded(self.key, value)
+    if not valid or held is None:
+      _count(self.space, "refused" if not valid else "unshared")
+      return payload
+    _count(self.space, "received")
+    return held
+
   def decline(self) -> None:
     """This process's making of the item failed: the waiters stop waiting and make it themselves."""
     self.publish(None)
