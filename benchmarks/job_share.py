@@ -5,8 +5,8 @@ Measured on the CPU where lowering compiles (kernels for JAX_MOSAIC_FFI_TARGETS,
 calls timed on the CPU, JAX_MOSAIC_FFI_AUTOTUNE_ON_CPU=1, their fallbacks run), so it runs on a GPU machine and
 off one alike: per workload, one process alone; N processes each compiling everything (JAX_MOSAIC_FFI_JOB_SHARE=0:
 what every job did before); N processes sharing. Each process is timed from after jax.distributed's start to its
-last call lowered; "job wall" is the slowest process's time, "process time" their sum (what the job's CPUs spent),
-"compiles" the job's total.
+last call lowered; "job wall" is the slowest process's time, "summed" the processes' times added (a waiter's
+wait included: not CPU time), "compiles" the job's total (the work the job's CPUs did).
 
 Workloads, one per front end where installed: cuda (6 CUDA C++ kernels, lowered one after another: a program of
 many kernels), cuda_tuned (one call autotuned over 6 configs, a kernel each), triton_tuned (a kernel under
@@ -109,11 +109,11 @@ def prepare(workload: str, seed: int):
     def add_scaled(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
       i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
       mask = i < n
-      tl.store(out_ptr + i, tl.load(x_ptr + i, mask=mask) * (seed % 997 + 1.0), mask=mask)
+      tl.store(out_ptr + i, tl.load(x_ptr + i, mask=mask) * 2.0, mask=mask)  # new to each job's own caches
 
     call = jmf.mosaic_kernel(jmf.triton_kernel(add_scaled), lambda x: x,
                              grid=lambda meta, x: jmf.cdiv(x.size, meta["BLOCK"]),
-                             scalars=lambda meta, x: (np.int32(x.size),), fallback=lambda x: x * (seed % 997 + 1.0))
+                             scalars=lambda meta, x: (np.int32(x.size),), fallback=lambda x: x * 2.0)
     return lambda: [(call, (x,))]
   if workload == "cute":
     try:
@@ -207,7 +207,7 @@ def tables(results: dict) -> list[str]:
   n = r["processes"]
   method = (f"{n} processes under jax.distributed on one machine (and one process alone), each with its own empty "
             "disk cache, lowering every call for CUDA on the CPU (kernels compile; autotuned calls time their configs "
-            "on the CPU). Each cell: the job's wall (its slowest process) / the processes' summed time, and the "
-            "job's compiles. `independent`: JAX_MOSAIC_FFI_JOB_SHARE=0.")
+            "on the CPU). Each cell: the job's wall (its slowest process) / the processes' times added (waits "
+            "included), and the job's compiles. `independent`: JAX_MOSAIC_FFI_JOB_SHARE=0.")
   return [method + "\n\n" + table(["workload", "one process", f"{n} independent", f"{n} sharing",
-                                   "wall: independent / sharing", "process time: independent / sharing"], rows)]
+                                   "wall: independent / sharing", "summed: independent / sharing"], rows)]

@@ -5,7 +5,8 @@ Run as ``job_share_worker.py RANK NPROCS PORT MODE SEED`` by fresh_process.run_t
 folder: each rank's disk cache is a folder of it); prints one JSON object on its last line (worker_process.py).
 
 Modes: ``share`` (every rank lowers the same call), ``killed`` (rank 1 claims the compile and dies in it), ``slow``
-(rank 1 claims it and compiles only once rank 0 gave up waiting and compiled it), ``forged-<how>`` (rank 1
+(rank 1 claims it and compiles only once rank 0 gave up waiting and compiled it), ``share-gpu`` and ``tuning-gpu``
+(on a GPU: kernels for its arch, configs timed on it), ``forged-<how>`` (rank 1
 publishes a value that is not the entry), ``unshareable`` (rank 1's entry is over the bound), ``strict`` (rank 0
 serves from packs only: a peer's entry is a compile), ``tuning`` (an autotuned call, timed on the CPU).
 A peer is made slow, killed or a forger by replacing, in its own process, this package's function on the way
@@ -18,6 +19,8 @@ import signal
 import sys
 
 os.environ["JAX_MOSAIC_FFI_CACHE_DIR"] = os.path.join(os.environ["JMF_TEST_CACHES"], "rank%s" % sys.argv[1])
+if os.environ.get("JMF_TEST_RECORD") and sys.argv[1] == "1":  # one rank records what the job's program used
+  os.environ["JAX_MOSAIC_FFI_PACK_RECORD"] = os.environ["JMF_TEST_RECORD"]
 
 from worker_process import MODE, RANK, SEED, await_event, initialize, tell  # noqa: E402
 from worker_process import finish as finish_process  # noqa: E402
@@ -75,7 +78,7 @@ def _cached_files() -> int:
 
 
 def main() -> dict:
-  jax = initialize(cpu=True)
+  jax = initialize(cpu=not MODE.endswith("-gpu"))  # on a GPU: every process on GPU 0, as the collective tests do
   import numpy as np
   import jax_mosaic_ffi as jmf
   from jax_mosaic_ffi.toolchain import compile_cache, job_share
@@ -131,7 +134,7 @@ def main() -> dict:
         result["error"] = None
       except jmf.NotInPacks as err:
         result["error"] = f"NotInPacks: {str(err)[:200]}"
-  elif MODE in ("tuning", "tuning-slow"):
+  elif MODE in ("tuning", "tuning-slow", "tuning-gpu", "share-gpu"):
     from jax_mosaic_ffi.transforms import autotune
     if MODE == "tuning-slow":
       decide_here = autotune.Autotuned._decide_here
@@ -143,7 +146,10 @@ def main() -> dict:
         autotune.Autotuned._decide_here = slow
       else:
         await_event("rank 1 claimed the decision")
-    result.update(tune(jax, jmf, np))
+    if MODE == "share-gpu":
+      result["lowered"] = lower(jax, jmf, np, count=2)
+    else:
+      result.update(tune(jax, jmf, np))
     if MODE == "tuning-slow" and RANK == 0:
       tell("rank 0 decided")
   result.update(_stats(jmf, before), cached_files=_cached_files())

@@ -67,6 +67,7 @@ class Stats:
 
 _lock = threading.Lock()
 _stats: dict[str, Stats] = {}
+_late: set[bytes] = set()  # the claimants (process ids, as they claim) a wait for ran past the bound
 
 
 def stats(space: str) -> Stats:
@@ -233,14 +234,20 @@ def turn(space: str, key: str) -> Turn:
     return Turn(space, key)
   base = f"{_PREFIX}/{space}/{key}"
   me = str(distributed.global_state.process_id or 0).encode()
+  claimant = b""
   try:
     if _set_once(client, f"{base}/claim", me):
       return Turn(space, key, client, base, claimed=True)
-    bound = wait_s()
+    claimant = client.key_value_try_get_bytes(f"{base}/claim")[:32]
+    # A claimant this process already waited for in vain (it died, or is that slow) is not waited for again: only
+    # a value already there is taken. Else a dead process's every claim would cost the bound once more.
+    bound = 0.001 if claimant in _late else wait_s()
     value = client.blocking_key_value_get_bytes(f"{base}/value", max(1, int(bound * 1000)))
   except Exception as err:  # noqa: BLE001 - jax's error type is private
     if _timed_out(err):
       _count(space, "timeouts")
+      with _lock:
+        _late.add(claimant)
       return Turn(space, key, client, base)  # made here; published for later processes where still unset
     return Turn(space, key)  # the store failed otherwise (the job ends): made here, nothing shared
   valid, payload = decoded(key, value)
