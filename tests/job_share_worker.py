@@ -4,7 +4,8 @@ JAX_MOSAIC_FFI_TARGETS and lowered for CUDA, as the pack tests do, each process 
 Run as ``job_share_worker.py RANK NPROCS PORT MODE SEED`` by fresh_process.run_together, with JMF_TEST_CACHES (a
 folder: each rank's disk cache is a folder of it); prints one JSON object on its last line (worker_process.py).
 
-Modes: ``share`` (every rank lowers the same call), ``killed`` (rank 1 claims the compile and dies in it), ``slow``
+Modes: ``share`` (every rank lowers the same call), ``killed`` (rank 1 claims the compile and dies in it),
+``killed-two`` (rank 1 claims two and dies in them), ``slow``
 (rank 1 claims it and compiles only once rank 0 gave up waiting and compiled it), ``share-gpu`` and ``tuning-gpu``
 (on a GPU: kernels for its arch, configs timed on it), ``forged-<how>`` (rank 1
 publishes a value that is not the entry), ``unshareable`` (rank 1's entry is over the bound), ``strict`` (rank 0
@@ -17,6 +18,7 @@ import hashlib
 import os
 import signal
 import sys
+import threading
 
 os.environ["JAX_MOSAIC_FFI_CACHE_DIR"] = os.path.join(os.environ["JMF_TEST_CACHES"], "rank%s" % sys.argv[1])
 if os.environ.get("JMF_TEST_RECORD") and sys.argv[1] == "1":  # one rank records what the job's program used
@@ -102,6 +104,24 @@ def main() -> dict:
       await_event("rank 1 claimed the compile")
       result["lowered"] = lower(jax, jmf, np)
       tell("rank 0 lowered")
+  elif MODE == "killed-two":
+    if RANK == 1:  # claims two compiles (in two threads), then dies in them
+      both = threading.Barrier(2)
+
+      def claimed(compile, about):
+        if both.wait() == 0:
+          tell("rank 1 claimed both")
+          os.kill(os.getpid(), signal.SIGKILL)
+        threading.Event().wait()
+      compile_cache._compiled = claimed
+      threads = [threading.Thread(target=jmf.cuda_kernel, args=(SOURCE % (k, SEED % 1000 + 2), f"scaled_{k}"))
+                 for k in range(2)]
+      for thread in threads:
+        thread.start()
+      for thread in threads:
+        thread.join()
+    await_event("rank 1 claimed both")
+    result["lowered"] = lower(jax, jmf, np, count=2)
   elif MODE.startswith("forged-") or MODE == "unshareable":
     if RANK == 1:
       how = MODE.removeprefix("forged-")
@@ -163,4 +183,4 @@ if __name__ == "__main__":
     import traceback
     traceback.print_exc()
     outcome = {"rank": RANK, "failed": f"{type(err).__name__}: {err}"}
-  finish_process(outcome, wait_for_peers=MODE != "killed")
+  finish_process(outcome, wait_for_peers=not MODE.startswith("killed"))

@@ -60,6 +60,14 @@ def test_a_claimant_killed_mid_compile_leaves_the_others_to_compile_after_the_bo
   assert survivor["peer_published"] == 1  # for any process still to come
 
 
+def test_a_claimant_that_died_holding_two_claims_costs_the_others_no_hang(tmp_path):
+  """Rank 0 waits for the first (up to the bound), then takes the second's claimant for late: it compiles both."""
+  finished = _run(tmp_path, "killed-two", JAX_MOSAIC_FFI_JOB_SHARE_WAIT_S="2")
+  assert finished[1].returncode == -9
+  (survivor,) = _results(finished, ranks=(0,))
+  assert (survivor["compiles"], survivor["peer_timeouts"], survivor["peer_hits"]) == (2, 2, 0)
+
+
 def test_a_slow_claimant_is_not_waited_for_past_the_bound_and_both_lower_the_same_call(tmp_path):
   results = _results(_run(tmp_path, "slow", JAX_MOSAIC_FFI_JOB_SHARE_WAIT_S="2"))
   assert (results[0]["compiles"], results[0]["peer_timeouts"], results[0]["peer_published"]) == (1, 1, 1)

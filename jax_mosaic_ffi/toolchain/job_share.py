@@ -93,16 +93,13 @@ def enabled() -> bool:
 
 
 def _client():
-  """The store's client where this process is one of several of a jax.distributed job sharing, else None."""
+  """The store's client where this process is one of several of a jax.distributed job sharing, else None. Both
+  settings are checked first, in every process: a typo is an error at the first compile, not only in a job."""
+  bound_ok = enabled() and wait_s() > 0
   state = distributed.global_state
-  if state.client is None or (state.num_processes or 1) <= 1 or not enabled():
+  if not bound_ok or state.client is None or (state.num_processes or 1) <= 1:
     return None
   return state.client
-
-
-def active() -> bool:
-  """Whether this process shares with the other processes of its job now."""
-  return _client() is not None
 
 
 def process_rank() -> tuple[int, int]:
