@@ -19,7 +19,8 @@ current list. Timings are kept per config (tuning_records.py: keyed by the confi
 the call signature, the device, driver, jax_mosaic_ffi and toolchain releases) in memory, in kernel packs and in
 the disk cache, so adding a config times that config alone, an edited kernel re-times only the configs that use
 it, and a second process times nothing (its compiles are compile-cache hits). `save_tuning` / `load_tuning` carry
-timings to another machine of the same GPU, packs to any (tuning_packs.py). A `jax.export` artifact holds the
+timings to another machine of the same GPU, packs to any (tuning_packs.py). In a jax.distributed job one process
+per GPU model decides and the others take its decision (tuning_share.py). A `jax.export` artifact holds the
 winner's binary alone.
 
 A single config is taken as it is (nothing is timed). A config that fails to
