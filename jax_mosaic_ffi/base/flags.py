@@ -1,11 +1,14 @@
 """Every ``JAX_MOSAIC_FFI_*`` environment switch, declared once.
 
 Each is read where it takes effect (most when a kernel is compiled or a program lowered, so a test or a
-user may change them between calls); this module is the list. Three are read by the C++ runtime only.
-`disk_cache` declares its own (it is loaded without the package by a test), and this list names them.
+user may change them between calls); this module is the list, and how an on/off switch is read (`switch`). Three
+are read by the C++ runtime only. `disk_cache` declares its own (it is loaded without the package by a test), and
+this list names them.
 """
 
 from __future__ import annotations
+
+import os
 
 from jax_mosaic_ffi.base import disk_cache
 
@@ -61,3 +64,19 @@ HOST_CODE = "JAX_MOSAIC_FFI_HOST_CODE"
 ALL = (CACHE_DIR, CACHE_MAX_BYTES, COMPILE_TIMEOUT_S, DUMP_DIR, REFERENCE, VERIFY, POISON_OUTPUTS, RECORD,
        SKIP_VERSION_CHECK, AUTOTUNE_LOG, AUTOTUNE_ON_CPU, KEY_AUDIT, PACKS, PACKS_STRICT, PACK_RECORD, TARGETS,
        JOB_SHARE, JOB_SHARE_WAIT_S, PEER_TIMEOUT_S, SYNC_LAUNCHES, HOST_CODE)
+
+_ON = ("1", "true", "on", "yes")
+_OFF = ("0", "false", "off", "no")
+
+
+def switch(name: str, default: bool, on: str, off: str) -> bool:
+  """Whether the on/off setting ``name`` is on (``default`` where unset or empty); any other value is a ValueError
+  saying what 1 does (``on``) and what 0 does (``off``)."""
+  value = os.environ.get(name, "").strip().lower()
+  if not value:
+    return default
+  if value in _ON:
+    return True
+  if value in _OFF:
+    return False
+  raise ValueError(f"{name}={value!r} is neither on nor off: set it to 1 ({on}) or 0 ({off})")

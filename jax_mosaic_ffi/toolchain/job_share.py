@@ -40,8 +40,6 @@ from jax_mosaic_ffi.base import flags
 
 ENV = flags.JOB_SHARE
 WAIT_ENV = flags.JOB_SHARE_WAIT_S
-_ON = ("", "1", "true", "on", "yes")
-_OFF = ("0", "false", "off", "no")
 _PREFIX = "jax_mosaic_ffi/job"
 _MAGIC = b"JMFJOB1\0"
 _HEADER = struct.Struct("<8sBI32s")
@@ -83,13 +81,8 @@ def _count(space: str, field: str) -> None:
 
 def enabled() -> bool:
   """Whether ``JAX_MOSAIC_FFI_JOB_SHARE`` allows sharing (on by default); a value neither on nor off is an error."""
-  value = os.environ.get(ENV, "").strip().lower()
-  if value in _ON:
-    return True
-  if value in _OFF:
-    return False
-  raise ValueError(f"{ENV}={value!r} is neither on nor off: set it to 0 (every process compiles and tunes for "
-                   "itself) or 1 (the processes of a jax.distributed job share them: the default)")
+  return flags.switch(ENV, True, on="the processes of a jax.distributed job share compiles and autotuning "
+                      "decisions: the default", off="every process compiles and tunes for itself")
 
 
 def _client():
