@@ -22,6 +22,7 @@ from jax_mosaic_ffi.cuda import front_end as cuda_front_end
 from jax_mosaic_ffi.cute import front_end as cute_front_end
 from jax_mosaic_ffi.gluon import front_end as gluon_front_end
 from jax_mosaic_ffi.toolchain import compile_cache
+from jax_mosaic_ffi.toolchain import job_share
 from jax_mosaic_ffi.toolchain.kernel import Kernel
 from jax_mosaic_ffi.transforms import autotune as autotune_lib
 from jax_mosaic_ffi.transforms import sharding as sharding_lib
@@ -216,6 +217,17 @@ class KernelCacheStats:
       buffer a descriptor describes moved).
     pack_hits: compiles served by a kernel pack (`load_pack`, ``JAX_MOSAIC_FFI_PACKS``).
     autotune_pack_hits: autotuning winners found in a kernel pack instead of timed.
+    peer_hits: compiles served by another process of the ``jax.distributed`` job, which compiled them (each kept
+      on this process's disk too); the job's processes share their compiles unless ``JAX_MOSAIC_FFI_JOB_SHARE=0``.
+    peer_published: compiles this process ran and gave to the job's other processes.
+    peer_unshared: compiles that could not be shared (over the size bound, not cacheable, failed), run by each
+      process that needs them.
+    peer_timeouts: waits for the process of the job that claimed a compile that ran past
+      ``JAX_MOSAIC_FFI_JOB_SHARE_WAIT_S`` (it died or is slow): compiled here instead.
+    peer_refused: values from the job's key-value store that were not a valid entry (damaged, over the bound,
+      another entry's): compiled here instead.
+    autotune_peer_hits: autotuning decisions taken from the process of the job that timed them on a GPU of the
+      same model, nothing timed here.
   """
 
   compiles: Mapping[str, int]
@@ -238,6 +250,12 @@ class KernelCacheStats:
   tensor_map_encodes: int = 0
   pack_hits: int = 0
   autotune_pack_hits: int = 0
+  peer_hits: int = 0
+  peer_published: int = 0
+  peer_unshared: int = 0
+  peer_timeouts: int = 0
+  peer_refused: int = 0
+  autotune_peer_hits: int = 0
 
   @property
   def nvrtc_compiles(self) -> int:
@@ -285,6 +303,7 @@ def kernel_cache_stats() -> KernelCacheStats:
   compiles = {name: 0 for front_end in FRONT_ENDS for name in front_end.compilers}
   compiles.update(compile_stats.compiles)
   tune = autotune_lib.stats()
+  peers = job_share.stats("compile")
   return KernelCacheStats(
       compiles=compiles,
       memory_hits=compile_stats.memory_hits,
@@ -296,6 +315,12 @@ def kernel_cache_stats() -> KernelCacheStats:
       autotune_skipped=tune.skipped,
       pack_hits=compile_stats.pack_hits,
       autotune_pack_hits=tune.pack_hits,
+      peer_hits=peers.received,
+      peer_published=peers.published,
+      peer_unshared=peers.unshared,
+      peer_timeouts=peers.timeouts,
+      peer_refused=peers.refused,
+      autotune_peer_hits=tune.peer_hits,
   )
 
 

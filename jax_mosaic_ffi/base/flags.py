@@ -1,11 +1,14 @@
 """Every ``JAX_MOSAIC_FFI_*`` environment switch, declared once.
 
 Each is read where it takes effect (most when a kernel is compiled or a program lowered, so a test or a
-user may change them between calls); this module is the list. Three are read by the C++ runtime only.
-`disk_cache` declares its own (it is loaded without the package by a test), and this list names them.
+user may change them between calls); this module is the list, and how an on/off switch is read (`switch`). Three
+are read by the C++ runtime only. `disk_cache` declares its own (it is loaded without the package by a test), and
+this list names them.
 """
 
 from __future__ import annotations
+
+import os
 
 from jax_mosaic_ffi.base import disk_cache
 
@@ -45,6 +48,11 @@ PACK_RECORD = "JAX_MOSAIC_FFI_PACK_RECORD"
 # The GPU archs kernels without targets= compile for, in place of the visible GPUs' (sm_90,sm_100): how a machine
 # without those GPUs builds what a machine with them would (toolchain/kernel.py).
 TARGETS = "JAX_MOSAIC_FFI_TARGETS"
+# 0: the processes of a jax.distributed job do not share compiles and autotuning decisions through its key-value
+# store (toolchain/job_share.py; on by default where the job has several processes); how long a process waits for
+# the peer that claimed one before making it itself (default: the compile bound plus 30 s).
+JOB_SHARE = "JAX_MOSAIC_FFI_JOB_SHARE"
+JOB_SHARE_WAIT_S = "JAX_MOSAIC_FFI_JOB_SHARE_WAIT_S"
 # Read by the C++ runtime: seconds to wait for peers in other processes; synchronous launches (debugging).
 PEER_TIMEOUT_S = "JAX_MOSAIC_FFI_PEER_TIMEOUT_S"
 SYNC_LAUNCHES = "JAX_MOSAIC_FFI_SYNC_LAUNCHES"
@@ -55,4 +63,20 @@ HOST_CODE = "JAX_MOSAIC_FFI_HOST_CODE"
 
 ALL = (CACHE_DIR, CACHE_MAX_BYTES, COMPILE_TIMEOUT_S, DUMP_DIR, REFERENCE, VERIFY, POISON_OUTPUTS, RECORD,
        SKIP_VERSION_CHECK, AUTOTUNE_LOG, AUTOTUNE_ON_CPU, KEY_AUDIT, PACKS, PACKS_STRICT, PACK_RECORD, TARGETS,
-       PEER_TIMEOUT_S, SYNC_LAUNCHES, HOST_CODE)
+       JOB_SHARE, JOB_SHARE_WAIT_S, PEER_TIMEOUT_S, SYNC_LAUNCHES, HOST_CODE)
+
+_ON = ("1", "true", "on", "yes")
+_OFF = ("0", "false", "off", "no")
+
+
+def switch(name: str, default: bool, on: str, off: str) -> bool:
+  """Whether the on/off setting ``name`` is on (``default`` where unset or empty); any other value is a ValueError
+  saying what 1 does (``on``) and what 0 does (``off``)."""
+  value = os.environ.get(name, "").strip().lower()
+  if not value:
+    return default
+  if value in _ON:
+    return True
+  if value in _OFF:
+    return False
+  raise ValueError(f"{name}={value!r} is neither on nor off: set it to 1 ({on}) or 0 ({off})")

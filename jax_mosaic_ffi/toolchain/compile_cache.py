@@ -2,13 +2,17 @@
 (Triton's specialization of a call): one LRU, one stats object.
 
 A compile is looked up first here, then in the kernel packs in use (`packs`), then on disk (`disk_cache`, under
-the same key), and only then run; its result goes to memory and disk. Under ``JAX_MOSAIC_FFI_PACKS_STRICT=1`` a
+the same key), then, in a job of several processes, taken from the process of the job that compiled it
+(`job_share`: one compiles, the others wait for its entry), and only then run; its result goes to memory and disk
+(and to the job's other processes). Under ``JAX_MOSAIC_FFI_PACKS_STRICT=1`` a
 compile the packs do not hold raises `NotInPacks` instead. Under ``JAX_MOSAIC_FFI_PACK_RECORD``, every entry used
 is recorded for a pack (`pack_record`), with what the front end's ``about`` says of it. The key is the compiler's:
 everything that changes the binary, hashed. A compiler whose result can go stale while cached (headers read from
 disk) gives ``fresh``, asked on every memory hit. A compile gives its `key_audit.Witness` (its IR, made on demand),
 which ``JAX_MOSAIC_FFI_KEY_AUDIT=1`` checks every hit against; a pack's entry carries none, so under the audit it
-is compiled again (and witnessed) even in strict mode, which refuses only a compile the packs do not hold.
+is compiled again (and witnessed) even in strict mode, which refuses only a compile the packs do not hold. A peer's
+entry carries none either: under the audit nothing is shared, and under the strict mode a peer's entry is a
+compile (refused before it is asked for), never a pack's.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any, Callable, Mapping, TypeVar
 
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import source_location
+from jax_mosaic_ffi.toolchain import job_share
 from jax_mosaic_ffi.toolchain import key_audit
 from jax_mosaic_ffi.toolchain import pack_record
 from jax_mosaic_ffi.toolchain.compiled import Compiled
@@ -66,7 +71,7 @@ def count_compiles(compiler: str, n: int) -> None:
 @dataclasses.dataclass(frozen=True)
 class Found:
   value: Any
-  source: str  # "memory", "pack", "disk" or "compiled"
+  source: str  # "memory", "pack", "disk", "peer" (another process of the job compiled it) or "compiled"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,17 +125,35 @@ def cached(entry_key: str, *, compile: Callable[[], tuple[_T, bool]], encode: Ca
       _stats.disk_hits += counted
     source = "disk"
   else:
-    value, cacheable = _compiled(compile, about)
-    if not cacheable:
-      if pack_record.on():
-        _note_unpackable(about, "what the compile read is not known, so it is cached nowhere")
-      return Found(value, "compiled")
-    if audit:
-      key_audit.record(entry_key, witness)
-    data = encode(value)
-    if data is not None:
-      disk_cache.store(entry_key, data)
-    source = "compiled"
+    # Missing here: in a multi-process job, one process compiles it and the others take its entry (job_share.py).
+    # Not under the key audit: a peer's entry carries no witness, so each process would compile it again anyway.
+    shared = counted and not audit
+    turn = job_share.turn("compile", entry_key) if shared else job_share.Turn("compile", entry_key)
+    value = _from_peer(turn, decode if portable is None else portable.decode)
+    if value is not None:
+      data = encode(value)
+      if data is not None:  # kept on this machine's disk, as a compile's entry would be
+        disk_cache.store(entry_key, data)
+      source = "peer"
+    else:
+      try:
+        value, cacheable = _compiled(compile, about)
+      except BaseException:
+        turn.decline()
+        raise
+      if not cacheable:
+        turn.decline()
+        if pack_record.on():
+          _note_unpackable(about, "what the compile read is not known, so it is cached nowhere")
+        return Found(value, "compiled")
+      if audit:
+        key_audit.record(entry_key, witness)
+      data = encode(value)
+      if data is not None:
+        disk_cache.store(entry_key, data)
+      if turn.shared:
+        turn.publish(data if portable is None else portable.encode(value))
+      source = "compiled"
   _record(entry_key, kind, value, encode, portable, about)
   with _lock:
     _memory[entry_key] = value
@@ -140,6 +163,21 @@ def cached(entry_key: str, *, compile: Callable[[], tuple[_T, bool]], encode: Ca
       dropped.append(_memory.popitem(last=False)[0])
   key_audit.forget(dropped)
   return Found(value, source)
+
+
+def _from_peer(turn: job_share.Turn, decode: Callable[[bytes], Any]):
+  """The value of the entry a peer of the job published, or None (none, or refused: compiled here). A peer's entry
+  is read as a pack's, in its portable form."""
+  if turn.payload is None:
+    return None
+  try:
+    value = decode(turn.payload)
+  except Exception:  # noqa: BLE001 - a peer's entry that does not apply here (an NVRTC header that differs)
+    value = None
+  if value is None:
+    job_share.refused(turn)
+    return None
+  return value
 
 
 def _audited(entry_key: str, witness: key_audit.Witness, value, source: str, counted: bool) -> bool:

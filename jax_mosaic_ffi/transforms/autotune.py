@@ -19,7 +19,8 @@ current list. Timings are kept per config (tuning_records.py: keyed by the confi
 the call signature, the device, driver, jax_mosaic_ffi and toolchain releases) in memory, in kernel packs and in
 the disk cache, so adding a config times that config alone, an edited kernel re-times only the configs that use
 it, and a second process times nothing (its compiles are compile-cache hits). `save_tuning` / `load_tuning` carry
-timings to another machine of the same GPU, packs to any (tuning_packs.py). A `jax.export` artifact holds the
+timings to another machine of the same GPU, packs to any (tuning_packs.py). In a jax.distributed job one process
+per GPU model decides and the others take its decision (tuning_share.py). A `jax.export` artifact holds the
 winner's binary alone.
 
 A single config is taken as it is (nothing is timed). A config that fails to
@@ -58,6 +59,7 @@ from jax_mosaic_ffi.transforms import launch_identity
 from jax_mosaic_ffi.transforms import tuning_failures
 from jax_mosaic_ffi.transforms import tuning_packs
 from jax_mosaic_ffi.transforms import tuning_records
+from jax_mosaic_ffi.transforms import tuning_share
 
 LOG_ENV = flags.AUTOTUNE_LOG
 # For testing the machinery on a machine without a GPU: time the configs on
@@ -79,6 +81,7 @@ class Stats:
   disk_hits: int = 0      # decisions made from timings on disk or from a tuning file, nothing timed
   pack_hits: int = 0      # decisions made from timings a kernel pack holds, nothing timed
   memory_hits: int = 0    # winners found in this process
+  peer_hits: int = 0      # decisions taken from the process of the job that timed them (tuning_share.py)
   skipped: int = 0        # no GPU: the default config, untimed
 
 
@@ -191,7 +194,7 @@ class Autotuned:
       self._record({"name": self.name, "shapes": shapes, "source": "only config", "winner": 0,
                     "config": self.configs[0], "table": [], "timed": []})
       return 0
-    device = jax.devices()[0]
+    device = jax.local_devices()[0]  # in a job of several processes, jax.devices()[0] may be another process's
     if device.platform not in ("gpu", "cuda") and os.environ.get(CPU_ENV) != "1":
       if tuning_packs.recording():  # every config built and its timing key noted, for a pack
         keys, launches = self._keys(avals, scope)
@@ -214,6 +217,38 @@ class Autotuned:
       if decision in _winners:
         _stats.memory_hits += 1
         return _winners[decision]
+    # In a job of several processes, one per GPU model times and every one of the model takes its decision.
+    turn = tuning_share.turn(decision)
+    held = tuning_share.received(turn, [_plain_config(c) for c in self.configs], env, keys)
+    missing: list[int] = []
+    if held is None:
+      try:
+        index, table, missing, source = self._decide_here(env, keys, launches, avals, device, shapes)
+      except BaseException:
+        turn.decline()  # the others stop waiting and try it themselves
+        raise
+      held = tuning_share.settled(turn, index, table, [_plain_config(c) for c in self.configs], env, keys)
+    if held is not None:
+      (index, table), source = held, "peer"
+    with _lock:
+      if missing:
+        _stats.tunings += 1
+      elif source == "peer":
+        _stats.peer_hits += 1
+      elif source == "pack":
+        _stats.pack_hits += 1
+      elif source in ("disk", "file"):
+        _stats.disk_hits += 1
+      _winners[decision] = index
+      while len(_winners) > _MAX_DECISIONS:
+        del _winners[next(iter(_winners))]
+    self._record({"name": self.name, "shapes": shapes, "source": source, "winner": index,
+                  "config": self.configs[index], "table": table, "timed": missing})
+    return index
+
+  def _decide_here(self, env, keys, launches, avals, device, shapes) -> tuple[int, list, list, str]:
+    """(the winner, the table, the configs timed now, where the timings came from), from the stored timings and
+    this process's timing of the others."""
     table, sources, missing, stored_failures = [], set(), [], []
     for k, key in enumerate(keys):
       row = {"config": _plain_config(self.configs[k]), "us": None, "error": None}
@@ -245,19 +280,7 @@ class Autotuned:
       raise AutotuneError(f"autotune '{self.name}': no config could be compiled and run for {shapes}:\n{rows}")
     index = min(timed, key=lambda k: table[k]["us"])
     source = ("tuned" if missing else next((s for s in ("pack", "file", "disk") if s in sources), "memory"))
-    with _lock:
-      if missing:
-        _stats.tunings += 1
-      elif source == "pack":
-        _stats.pack_hits += 1
-      elif source in ("disk", "file"):
-        _stats.disk_hits += 1
-      _winners[decision] = index
-      while len(_winners) > _MAX_DECISIONS:
-        del _winners[next(iter(_winners))]
-    self._record({"name": self.name, "shapes": shapes, "source": source, "winner": index,
-                  "config": self.configs[index], "table": table, "timed": missing})
-    return index
+    return index, table, missing, source
 
   def _tune_into(self, table, env, keys, avals, device, indices: list[int]) -> None:
     """Times configs `indices` into `table`; keeps each timing, and each failure that will repeat."""
@@ -270,8 +293,12 @@ class Autotuned:
     """Each config's timing key (None for one that fails to build), and what each launches or how it fails."""
     signature = tuning_records.bounded_text(tuning_records.exact_text(scope))
     workers = max(1, min(len(self.configs), os.cpu_count() or 1, 8))
+    # Each process of a job starts at its own place in the list: the job's processes claim and compile different
+    # configs at once (job_share.py) instead of all waiting for the one that claimed the first.
+    order = tuning_share.rotation(len(self.configs))
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-      launches = list(pool.map(lambda k: self._launches(k, avals), range(len(self.configs))))
+      built = dict(zip(order, pool.map(lambda k: self._launches(k, avals), order)))
+    launches = [built[k] for k in range(len(self.configs))]
     # A config by its JSON text (tuning files show it): a value that prints alike (a long array) is still told
     # apart, as the timing is keyed by the kernels' hashes and the launch values the config makes too.
     return [tuning_records.TimingKey(self.name, _plain_config(c), found, signature) if isinstance(found, tuple)

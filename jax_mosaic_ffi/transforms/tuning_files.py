@@ -50,7 +50,7 @@ def save_tuning(path: str | os.PathLike, device=None) -> int:
 
     jmf.save_tuning("tuning.json")   # after tuning: the timings this process used (measured, from disk, loaded)
   """
-  env = environment(device if device is not None else jax.devices()[0])
+  env = environment(device if device is not None else jax.local_devices()[0])
   records = of_environment(env)
   document = {
       "format": FILE_FORMAT,
@@ -84,7 +84,7 @@ def load_tuning(path: str | os.PathLike, device=None) -> int:
 
     jmf.load_tuning("tuning.json")   # before the first call: autotuning picks winners without timing
   """
-  env = environment(device if device is not None else jax.devices()[0])
+  env = environment(device if device is not None else jax.local_devices()[0])
   path = os.fspath(path)
   try:
     theirs, records = _read_file(path)

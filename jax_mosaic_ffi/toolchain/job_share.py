@@ -1,0 +1,261 @@
+"""Once per job: the processes of a ``jax.distributed`` job share what one of them made (a compile-cache entry, an
+autotuning decision) through the coordination service's key-value store, which every multi-process job already
+runs (no other server, no shared folder).
+
+Where ``jax.distributed`` runs more than one process (and ``JAX_MOSAIC_FFI_JOB_SHARE`` is not 0), a process that
+must make something the job may already make asks for its `turn`: the first to set the item's claim key (the store
+refuses a second set) makes it and `Turn.publish`\\ es it; the others wait for the value, up to
+``JAX_MOSAIC_FFI_JOB_SHARE_WAIT_S`` (default: the compile bound plus a margin), then verify it and use it. A
+claimant that died or is slow leaves the others at the bound, never hanging: they make it themselves, and the
+first of them to finish publishes it for any process still to come (the store keeps the first value set).
+
+Keys: ``jax_mosaic_ffi/job/<space>/<key>/claim`` and ``.../value``; ``<key>`` is 64 hex digits (the compile cache's
+entry key, a decision's key). A value is ours, bounded and bound to its key before anything reads it:
+
+    offset 0   magic b"JMFJOB1\\0"
+           8   status, u8: 0 an item; 1 none (the claimant could not share it: compile it yourself)
+           9   the payload's length, u32 little-endian, at most MAX_PAYLOAD_BYTES
+          13   sha256 of the key and the payload (base/disk_cache.key's framing), 32 bytes
+          45   the payload (a compile: the bytes a pack's entry holds, its `Portable` form)
+
+What a peer can do with a value is what it could do anyway: the job's processes run one program under one
+coordinator, and each trusts the others' entries as it trusts its own disk cache (docs/threat_model.md). The
+checks stop a damaged, truncated, oversized or misplaced value (another key's, another release's) from being
+used, never a process that means harm. Compile time only: nothing here runs on a launch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import struct
+import threading
+
+from jax._src import distributed  # no public key-value API in jax 0.11/0.12
+
+from jax_mosaic_ffi.base import compile_timeout
+from jax_mosaic_ffi.base import disk_cache
+from jax_mosaic_ffi.base import flags
+
+ENV = flags.JOB_SHARE
+WAIT_ENV = flags.JOB_SHARE_WAIT_S
+_PREFIX = "jax_mosaic_ffi/job"
+_MAGIC = b"JMFJOB1\0"
+_HEADER = struct.Struct("<8sBI32s")
+_ITEM, _NONE = 0, 1
+# The coordinator (in process 0) holds every value for the job's life, in memory: a larger entry is compiled by
+# every process that needs it, counted as unshared. A kernel's cubins are far smaller (jax 0.11's store itself
+# carries 200 MiB values).
+MAX_PAYLOAD_BYTES = 32 << 20
+# Time for the claimant to encode and publish once its compile ended within the bound.
+_MARGIN_S = 30.0
+_KEY = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclasses.dataclass
+class Stats:
+  received: int = 0   # items this process took from a peer instead of making them
+  published: int = 0  # items this process made and gave to the job
+  unshared: int = 0   # items made here that could not be shared (too large, not cacheable, failed), or that a
+                      # claimant said it could not share
+  timeouts: int = 0   # waits for a peer's item that ran past the bound: made here instead
+  refused: int = 0    # values read from the store and refused (damaged, oversized, another key's): made here
+
+
+_lock = threading.Lock()
+_stats: dict[str, Stats] = {}
+_late: set[bytes] = set()  # the claimants (process ids, as they claim) a wait for ran past the bound
+
+
+def stats(space: str) -> Stats:
+  with _lock:
+    return dataclasses.replace(_stats.get(space, Stats()))
+
+
+def _count(space: str, field: str) -> None:
+  with _lock:
+    counts = _stats.setdefault(space, Stats())
+    setattr(counts, field, getattr(counts, field) + 1)
+
+
+def enabled() -> bool:
+  """Whether ``JAX_MOSAIC_FFI_JOB_SHARE`` allows sharing (on by default); a value neither on nor off is an error."""
+  return flags.switch(ENV, True, on="the processes of a jax.distributed job share compiles and autotuning "
+                      "decisions: the default", off="every process compiles and tunes for itself")
+
+
+def _client():
+  """The store's client where this process is one of several of a jax.distributed job sharing, else None. Both
+  settings are checked first, in every process: a typo is an error at the first compile, not only in a job."""
+  bound_ok = enabled() and wait_s() > 0
+  state = distributed.global_state
+  if not bound_ok or state.client is None or (state.num_processes or 1) <= 1:
+    return None
+  return state.client
+
+
+def process_rank() -> tuple[int, int]:
+  """(this process's index, the job's process count); (0, 1) where nothing is shared."""
+  state = distributed.global_state
+  if _client() is None:
+    return 0, 1
+  return int(state.process_id or 0), int(state.num_processes)
+
+
+def wait_s() -> float:
+  """How long a process waits for a peer's item before making it itself (``JAX_MOSAIC_FFI_JOB_SHARE_WAIT_S``;
+  default the compile bound plus a margin, its default where compiles are unbounded: never unbounded)."""
+  value = os.environ.get(WAIT_ENV, "").strip()
+  if not value:
+    return (compile_timeout.seconds() or compile_timeout.DEFAULT_S) + _MARGIN_S
+  try:
+    bound = float(value)
+  except ValueError:
+    raise ValueError(f"{WAIT_ENV} must be a number of seconds, got {value!r}") from None
+  if not 0 < bound < float("inf"):
+    raise ValueError(f"{WAIT_ENV} must be a finite number of seconds > 0 (the store never waits unbounded), "
+                     f"got {value!r}")
+  return min(bound, compile_timeout.MAX_S)
+
+
+def _digest(key: str, payload: bytes) -> bytes:
+  return bytes.fromhex(disk_cache.key(_MAGIC, key, payload))
+
+
+def encoded(key: str, payload: bytes | None) -> bytes:
+  """The store value for ``key``: the payload, or (None) a claimant's word that it cannot share it."""
+  data = b"" if payload is None else payload
+  return _HEADER.pack(_MAGIC, _NONE if payload is None else _ITEM, len(data), _digest(key, data)) + data
+
+
+def decoded(key: str, value) -> tuple[bool, bytes | None]:
+  """(whether ``value`` is a valid value for ``key``, its payload: None where the claimant could not share it).
+  Everything is bounded before it is read: a value from the store is a peer's."""
+  if not isinstance(value, bytes) or not _HEADER.size <= len(value) <= _HEADER.size + MAX_PAYLOAD_BYTES:
+    return False, None
+  magic, status, size, digest = _HEADER.unpack_from(value)
+  payload = value[_HEADER.size:]
+  if magic != _MAGIC or status not in (_ITEM, _NONE) or size != len(payload) or digest != _digest(key, payload):
+    return False, None
+  if status == _NONE:
+    return (size == 0), None
+  return True, payload
+
+
+def _set_once(client, key: str, value: bytes) -> bool:
+  """Sets ``key`` unless it is set; False where it was (the store keeps the first value)."""
+  try:
+    client.key_value_set_bytes(key, value, allow_overwrite=False)
+    return True
+  except Exception as err:  # noqa: BLE001 - jax's error type is private: its text says
+    if "ALREADY_EXISTS" in str(err):
+      return False
+    raise
+
+
+def _timed_out(err: Exception) -> bool:
+  return "DEADLINE_EXCEEDED" in str(err) or "timed out" in str(err).lower()
+
+
+class Turn:
+  """One process's part in one item of the job: a peer's verified payload (`payload`), or the item is this
+  process's to make, then to `publish` (or `decline`) once. Made by `turn`."""
+
+  def __init__(self, space: str, key: str, client=None, base: str = "", claimed: bool = False,
+               payload: bytes | None = None, settled: bool = False):
+    self.space, self.key, self._client, self._base = space, key, client, base
+    self._claimed, self.payload, self._settled = claimed, payload, settled
+
+  @property
+  def shared(self) -> bool:
+    """Whether this item goes through the job's store at all."""
+    return self._client is not None
+
+  def publish(self, payload: bytes | None) -> None:
+    """Gives the item this process made to the job (None: it cannot be shared; the waiters make it themselves).
+    Only where no value is set yet: a claimant's, or that of a process that waited past the bound."""
+    if self._client is None or self._settled:
+      return
+    self._settled = True
+    if payload is not None and len(payload) > MAX_PAYLOAD_BYTES:
+      payload = None
+    if payload is None:
+      _count(self.space, "unshared")
+    try:
+      if _set_once(self._client, f"{self._base}/value", encoded(self.key, payload)) and payload is not None:
+        _count(self.space, "published")
+    except Exception:  # noqa: BLE001 - the store gone (the job ends): the item is this process's anyway
+      pass
+
+  def settle(self, payload: bytes) -> bytes:
+    """`publish`, for an item every process must hold alike (an autotuning decision): returns the payload the job
+    holds, this one or the one a peer published first (a claimant slower than a waiter's bound, or the waiter
+    that gave up on it); this one where the job's cannot be read or is refused."""
+    if self._client is None or self._settled:
+      return payload
+    self._settled = True
+    key = f"{self._base}/value"
+    try:
+      if _set_once(self._client, key, encoded(self.key, payload)):
+        _count(self.space, "published")
+        return payload
+      value = self._client.key_value_try_get_bytes(key)
+    except Exception:  # noqa: BLE001 - the store gone (the job ends): this process's own
+      return payload
+    valid, held = decoded(self.key, value)
+    if not valid or held is None:
+      _count(self.space, "refused" if not valid else "unshared")
+      return payload
+    _count(self.space, "received")
+    return held
+
+  def decline(self) -> None:
+    """This process's making of the item failed: the waiters stop waiting and make it themselves."""
+    self.publish(None)
+
+
+def turn(space: str, key: str) -> Turn:
+  """This process's turn at the item ``key`` of ``space`` ("compile", "tuning"): a peer's payload where the job
+  has one (waiting for the claimant, up to `wait_s`), else this process's to make. Outside a job, or with
+  sharing off, always this process's."""
+  client = _client()
+  if client is None or not _KEY.fullmatch(key):
+    return Turn(space, key)
+  base = f"{_PREFIX}/{space}/{key}"
+  me = str(distributed.global_state.process_id or 0).encode()
+  claimant = b""
+  try:
+    if _set_once(client, f"{base}/claim", me):
+      return Turn(space, key, client, base, claimed=True)
+    claimant = client.key_value_try_get_bytes(f"{base}/claim")[:32]
+    # A claimant this process already waited for in vain (it died, or is that slow) is not waited for again: only
+    # a value already there is taken. Else a dead process's every claim would cost the bound once more.
+    bound = 0.001 if claimant in _late else wait_s()
+    value = client.blocking_key_value_get_bytes(f"{base}/value", max(1, int(bound * 1000)))
+  except Exception as err:  # noqa: BLE001 - jax's error type is private
+    if _timed_out(err):
+      _count(space, "timeouts")
+      with _lock:
+        _late.add(claimant)
+      return Turn(space, key, client, base)  # made here; published for later processes where still unset
+    return Turn(space, key)  # the store failed otherwise (the job ends): made here, nothing shared
+  valid, payload = decoded(key, value)
+  if not valid:
+    _count(space, "refused")
+  elif payload is None:
+    _count(space, "unshared")
+  else:
+    _count(space, "received")
+    return Turn(space, key, client, base, payload=payload, settled=True)
+  return Turn(space, key, client, base, settled=True)  # made here; the value set stays
+
+
+def refused(turn_: Turn) -> None:
+  """A peer's payload that passed the checks here but that the caller could not use (it does not decode, or the
+  key audit could not prove it): counted as refused instead of received; the caller makes the item itself."""
+  with _lock:
+    counts = _stats.setdefault(turn_.space, Stats())
+    counts.received -= 1
+    counts.refused += 1
+  turn_.payload = None
