@@ -118,7 +118,7 @@ def cached(entry_key: str, *, compile: Callable[[], tuple[_T, bool]], encode: Ca
   elif counted and value is None and packs.strict():
     # A pack's entry the audit could not prove (a pack carries no witness) is in the packs: it is compiled again
     # below, the audit's proof, as a disk entry made without the audit is; strict mode refuses only what is missing.
-    raise packs.missing(packs.describe_missing(about, source_location.current()), why)
+    raise packs.missing(packs.with_call_site(about, source_location.current()), why)
   elif (value := disk_cache.load_decoded(entry_key, decode)) is not None and (
       not audit or _audited(entry_key, witness, value, "disk", counted)):
     with _lock:
@@ -212,7 +212,7 @@ def noted(about: Callable[[], Mapping[str, Any]] | None):
   if not pack_record.on():
     yield
     return
-  found = packs.describe_missing(about, source_location.current())
+  found = packs.with_call_site(about, source_location.current())
   running = pack_record.compiling(found)
   try:
     yield
@@ -233,7 +233,7 @@ def _record(entry_key: str, kind: str, value, encode, portable: Portable | None,
     return
   compiled = value if isinstance(value, Compiled) else getattr(value, "compiled", None)  # every front end's holds one
   images = {"images": compiled.image_names()} if isinstance(compiled, Compiled) else {}
-  pack_record.entry(entry_key, kind, data, {**packs.describe_missing(about, source_location.current()), **images})
+  pack_record.entry(entry_key, kind, data, {**packs.with_call_site(about, source_location.current()), **images})
 
 
 def driver_compiled(about: Callable[[], Mapping[str, Any]], why: str, fix: str) -> None:
@@ -242,10 +242,10 @@ def driver_compiled(about: Callable[[], Mapping[str, Any]], why: str, fix: str) 
   if pack_record.on():
     _note_unpackable(about, why)
   if packs.strict():
-    raise packs.missing(packs.describe_missing(about, source_location.current()), why, doing="JIT-compiling it",
+    raise packs.missing(packs.with_call_site(about, source_location.current()), why, doing="JIT-compiling it",
                         fix=fix)
 
 
 def _note_unpackable(about, why: str) -> None:
-  pack_record.note("failed", {**packs.describe_missing(about, source_location.current()),
+  pack_record.note("failed", {**packs.with_call_site(about, source_location.current()),
                               "error": f"not packable: {why}"})

@@ -164,8 +164,9 @@ def _gpu(target: str) -> str:
     return "sm_90"
 
 
-def describe_missing(about: Callable[[], Mapping[str, Any]] | None, call_site: str) -> dict:
-  """``about()`` with the call site added, for `missing`."""
+def with_call_site(about: Callable[[], Mapping[str, Any]] | None, call_site: str) -> dict:
+  """What ``about()`` says of a compile, with the call site it was reached from where it names none: what an
+  error, a recording or a note of that compile names."""
   found = dict(about() if about is not None else {})
   if not found.get("call_sites"):
     found["call_sites"] = [call_site]
