@@ -145,8 +145,10 @@ def _cli(*args, env=None) -> subprocess.CompletedProcess:
 def test_a_listing_read_in_part_ends_quietly(tmp_path):
   # Over a pipe's buffer of JSON: `head` closes the pipe while the listing still writes.
   path = _pack(tmp_path, [_entry(n, f"kernel_{n}", "sm_90", ["cubin sm_90"]) for n in range(2000)])
+  # Run from a folder of its own, as _cli: from the checkout, `-m` would import its package ahead of an installed one.
   done = subprocess.run(f"{sys.executable} -m jax_mosaic_ffi.pack list --json {path} | head -c 100", shell=True,
-                        capture_output=True, text=True, timeout=fresh_process.HANG_GUARD_S)
+                        capture_output=True, text=True, timeout=fresh_process.HANG_GUARD_S,
+                        cwd=fresh_process.private_folder())
   assert len(done.stdout) == 100 and "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
   assert json.loads(_cli("list", "--json", path).stdout)["entries"][0]["kernel"] == "kernel_0"
 
