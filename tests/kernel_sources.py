@@ -63,10 +63,8 @@ extern "C" __global__ void reverse_in_smem(const float* in, float* out, int per_
 # Row softmax over the last dimension, one 256-thread block per row, and its
 # derivative: dx = y * (dy - sum(y * dy)), which is both the JVP (tangent dy)
 # and the VJP (cotangent dy), the softmax Jacobian being symmetric.
-SOFTMAX = r'''
-#define THREADS 256
-
-// The sum (or max) over the block; every thread gets it. smem is free again on return.
+# A block of THREADS threads reduced to one value: the softmaxes' of every dtype.
+BLOCK_REDUCE = r'''// The sum (or max) over the block; every thread gets it. smem is free again on return.
 __device__ float block_reduce(float v, float* smem, bool take_max) {
   smem[threadIdx.x] = v;
   __syncthreads();
@@ -82,7 +80,12 @@ __device__ float block_reduce(float v, float* smem, bool take_max) {
   return result;
 }
 
-extern "C" __global__ void softmax_fwd(const float* x, float* y, int cols) {
+'''
+
+SOFTMAX = r'''
+#define THREADS 256
+
+''' + BLOCK_REDUCE + r'''extern "C" __global__ void softmax_fwd(const float* x, float* y, int cols) {
   __shared__ float smem[THREADS];
   const float* xr = x + (long long)blockIdx.x * cols;
   float* yr = y + (long long)blockIdx.x * cols;

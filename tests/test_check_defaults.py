@@ -17,6 +17,8 @@ import pytest
 import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.call.comparison import numerics
 
+import kernel_sources
+
 F32, F16, BF16 = jnp.float32, jnp.float16, jnp.bfloat16
 OUTPUTS_ONLY = dict(shapes=None, vmap=False, eager=False, grads=False)
 ROWS = (8, 4096)   # a softmax over 4096 columns: every element is below 1.6e-2, most above 1e-5
@@ -74,21 +76,7 @@ SOFTMAX_BF16 = r'''
 #include <cuda_bf16.h>
 #define THREADS 256
 
-__device__ float block_reduce(float v, float* smem, bool take_max) {
-  smem[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = THREADS / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) {
-      float other = smem[threadIdx.x + s];
-      smem[threadIdx.x] = take_max ? fmaxf(smem[threadIdx.x], other) : smem[threadIdx.x] + other;
-    }
-    __syncthreads();
-  }
-  float result = smem[0];
-  __syncthreads();
-  return result;
-}
-
+''' + kernel_sources.BLOCK_REDUCE + r'''
 extern "C" __global__ void softmax_bf16(const __nv_bfloat16* x, __nv_bfloat16* y, int cols) {
   __shared__ float smem[THREADS];
   const __nv_bfloat16* xr = x + (long long)blockIdx.x * cols;

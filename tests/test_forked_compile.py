@@ -52,19 +52,6 @@ def test_a_failure_that_cannot_be_sent_comes_back_as_its_text():
     forked_compile.run(refused, fresh_process.INNER_GUARD_S)
 
 
-def running(marker: str) -> list[str]:
-  """The processes whose command line holds ``marker`` (zombies have none)."""
-  found = []
-  for pid in filter(str.isdigit, os.listdir("/proc")):
-    try:
-      with open(f"/proc/{pid}/cmdline", "rb") as f:
-        if marker.encode() in f.read():
-          found.append(pid)
-    except OSError:
-      pass
-  return found
-
-
 def test_past_its_bound_the_child_is_killed_naming_its_stage():
   def endless():
     threading.Event().wait()
@@ -98,9 +85,9 @@ def test_an_interrupted_compile_leaves_no_process_and_no_file_behind(tmp_path, m
   pid, scratch = started.read_text().split()
   assert scratch.startswith(str(tmp_path / "jmf-compile-")) and not os.path.exists(scratch)  # its files removed
   deadline = time.monotonic() + fresh_process.INNER_GUARD_S  # SIGKILL lands at once; the guard is for a hang
-  while running(marker) and time.monotonic() < deadline:
+  while fresh_process.running(marker) and time.monotonic() < deadline:
     time.sleep(0.01)
-  assert not running(marker), pid  # killed with its group
+  assert not fresh_process.running(marker), pid  # killed with its group
   assert forked_compile.run(lambda: b"next", fresh_process.INNER_GUARD_S) == b"next"
 
 

@@ -181,23 +181,10 @@ def test_a_slow_ptxas_is_stopped_and_left_running_nowhere(isolated_disk_cache, t
                                                rf"{STAGES} .*for sm_90, and its process was killed"):
     add(65536, num_warps=1)
   deadline = time.monotonic() + fresh_process.INNER_GUARD_S  # SIGKILL lands at once; the guard is for a hang
-  while running(str(tmp_path)) and time.monotonic() < deadline:
+  while fresh_process.running(str(tmp_path)) and time.monotonic() < deadline:
     time.sleep(0.01)
-  assert not running(str(tmp_path))
+  assert not fresh_process.running(str(tmp_path))
   assert not list(tmp_path.glob("jmf-compile-*"))  # the compile's folder, with its PTX and cubin files, removed
-
-
-def running(marker: str) -> list[str]:
-  """The processes whose command line holds ``marker``."""
-  found = []
-  for pid in filter(str.isdigit, os.listdir("/proc")):
-    try:
-      with open(f"/proc/{pid}/cmdline", "rb") as f:
-        if marker.encode() in f.read():
-          found.append(pid)
-    except OSError:
-      pass
-  return found
 
 
 def test_reporting_the_stages_leaves_tritons_cache_key_alone(isolated_disk_cache, triton_cache, monkeypatch):
