@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import os
 import re
 import threading
 import zlib
@@ -26,8 +25,6 @@ from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.base.errors import KeyAuditError
 
-_ON = {"1", "on", "true", "yes"}
-_OFF = {"", "0", "off", "false", "no"}
 _MAX_WITNESS_BYTES = 64 << 20
 # A location's file: the same code at another path is the same kernel (keys leave paths out, base/code_key.py).
 _LOCATION_FILE = re.compile(r'loc\("(?:[^"]*/)?([^"/]*)":')
@@ -35,13 +32,8 @@ _LOCATION_FILE = re.compile(r'loc\("(?:[^"]*/)?([^"/]*)":')
 
 def on() -> bool:
   """Whether the audit is on; ValueError for a value that is neither on nor off."""
-  value = os.environ.get(flags.KEY_AUDIT, "").strip().lower()
-  if value in _ON:
-    return True
-  if value in _OFF:
-    return False
-  raise ValueError(f"{flags.KEY_AUDIT}={value!r}: set it to 1 to audit every compile-cache hit against the "
-                   "compiler's IR, or 0 (or unset it) for no audit")
+  return flags.switch(flags.KEY_AUDIT, False, on="audit every compile-cache hit against the compiler's IR",
+                      off="no audit, as when it is unset")
 
 
 @dataclasses.dataclass(frozen=True)

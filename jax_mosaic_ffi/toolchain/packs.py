@@ -30,8 +30,6 @@ from jax_mosaic_ffi.base.module_format import Arch
 
 PACKS_ENV = flags.PACKS
 STRICT_ENV = flags.PACKS_STRICT
-_ON = ("1", "true", "on", "yes")
-_OFF = ("", "0", "false", "off", "no")
 
 _lock = threading.Lock()
 _called: list[str] = []                                    # load_pack's paths, in order
@@ -84,13 +82,7 @@ def lookup(entry_key: str, kind: str) -> pack_file.Entry | None:
 
 def strict() -> bool:
   """Whether ``JAX_MOSAIC_FFI_PACKS_STRICT`` is on; a value that is neither on nor off is an error."""
-  value = os.environ.get(STRICT_ENV, "").strip().lower()
-  if value in _ON:
-    return True
-  if value in _OFF:
-    return False
-  raise ValueError(f"{STRICT_ENV}={value!r} is neither on nor off: set it to 1 (a kernel missing from the packs is an "
-                   "error) or 0 (it compiles)")
+  return flags.switch(STRICT_ENV, False, on="a kernel missing from the packs is an error", off="it compiles")
 
 
 def missing(about: Mapping[str, Any], why: str = "", doing: str = "compiling it", fix: str = "") -> NotInPacks:
