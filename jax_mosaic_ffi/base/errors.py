@@ -28,14 +28,15 @@ class LaunchError(ValueError):
 class CompileError(RuntimeError):
   """A compiler (NVRTC, Triton or the CuTe DSL) refused a kernel's source.
 
-  The message names the kernel and carries the compiler's log, the source lines the log names and, for
-  habits of nvcc code that NVRTC does not share, one line of advice::
+  The message names the kernel and the line that called the compile, and carries the compiler's log, the
+  source lines the log names (as lines of your file, where the source is a literal in it or was read from a
+  file beside it) and, for habits of nvcc code that NVRTC does not share, one line of advice::
 
     >>> try:
     ...   jmf.cuda_kernel('extern "C" __global__ void broken(float* y) { y[0] = undefined; }', "broken")
     ... except jmf.CompileError as e:
     ...   print(str(e).splitlines()[0])
-    NVRTC could not compile kernel 'broken':
+    NVRTC could not compile kernel 'broken' (called at ...):
 
   Attributes:
     kernel: the kernel's name.
@@ -44,22 +45,26 @@ class CompileError(RuntimeError):
 
   The compilers construct it: ``advice`` is what the caller knows about the log; ``message``, when the
   caller knows the mistake exactly (a misspelt kernel name), replaces the log in the message; ``what``
-  says what was compiled (default: "kernel '<kernel>'"), e.g. with the config it was compiled with.
+  says what was compiled (default: "kernel '<kernel>'"), e.g. with the config it was compiled with and the
+  line that called the compile; ``excerpts``, the lines of "source lines named above" where the compiler
+  worked them out (the user's file and line of each position the log names), else those of ``filename(N)``.
   """
 
   def __init__(self, kernel: str, log: str, source: str, filename: str, advice: str | None = None,
-               message: str | None = None, compiler: str = "NVRTC", what: str | None = None):
+               message: str | None = None, compiler: str = "NVRTC", what: str | None = None,
+               excerpts: list[str] | None = None):
     self.kernel = kernel
     self.log = log
     self.compiler = compiler
     if message is not None:
       super().__init__(message)
       return
-    lines = source.splitlines()
-    excerpts = []
-    for line_no in sorted({int(n) for n in re.findall(rf"{re.escape(filename)}\((\d+)\)", log)})[:5]:
-      if 1 <= line_no <= len(lines):
-        excerpts.append(f"  {line_no:5d} | {lines[line_no - 1]}")
+    if excerpts is None:
+      lines = source.splitlines()
+      excerpts = []
+      for line_no in sorted({int(n) for n in re.findall(rf"{re.escape(filename)}\((\d+)\)", log)})[:5]:
+        if 1 <= line_no <= len(lines):
+          excerpts.append(f"  {line_no:5d} | {lines[line_no - 1]}")
     message = f"{compiler} could not compile {what or f"kernel '{kernel}'"}:\n{log.rstrip()}"
     if excerpts:
       message += "\n\nsource lines named above:\n" + "\n".join(excerpts)
