@@ -43,6 +43,7 @@ from jax_mosaic_ffi.cuda.nvrtc import include_search
 from jax_mosaic_ffi.cuda.nvrtc import kernel_names
 from jax_mosaic_ffi.cuda.nvrtc import portable
 from jax_mosaic_ffi.cuda.nvrtc import program
+from jax_mosaic_ffi.cuda.nvrtc import release
 from jax_mosaic_ffi.cuda.nvrtc import worker
 
 
@@ -213,10 +214,12 @@ def _compile_with_nvrtc(source, name, options, headers, targets, timeout, pdl,
              "ptx_renames": list(NVSHMEM_PTX_RENAMES) if package is not None else []}
   if counted:  # not the key audit's compiles
     compile_cache.count_compiles("nvrtc", len(targets))
+    release.check()  # NVRTC, nvJitLink and the driver, at the process's first compile (once)
   try:
     result = worker.compile_bounded(request, timeout)
   except program.NvrtcFailure as e:
-    raise error_lines.compile_error(name, e.log, source, filename, request, timeout, compat.advice(e.log),
+    raise error_lines.compile_error(name, e.log, source, filename, request, timeout,
+                                    release.advice() or compat.advice(e.log),
                                     kernel_names.misnamed(e.log, source, name)) from None
   except worker.NvrtcTimeout as e:
     raise CompileTimeout(name, str(e), source, filename, compat.advice(str(e))) from None
