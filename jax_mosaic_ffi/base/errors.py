@@ -227,6 +227,26 @@ class KeyAuditError(RuntimeError):
   """
 
 
+# How each public function takes a fallback (the call, then what fn is), as messages tell its users to give one: a
+# function built on the launch (an adapter's, such as triton_call) says its own way (`spell_fallback`), so that no
+# message tells its user to add an argument to a call they never wrote.
+_FALLBACK_SPELLED = {"mosaic_kernel": ("mosaic_kernel(..., fallback=fn)",
+                                       "fn is a jax.numpy function of the same inputs returning the same outputs")}
+
+
+def spell_fallback(api: str, call: str, fn: str) -> None:
+  """Says how ``api`` (a public function whose call sites name it: source_location.called_as) takes a fallback:
+  ``call`` ("triton_call(..., fallback=fn)") and what ``fn`` is, for the messages about its calls."""
+  _FALLBACK_SPELLED[api] = (call, fn)
+
+
+def how_to_give_fallback(call_site, short: bool = False) -> str:
+  """How the user gives the call at ``call_site`` a fallback, in the public function they called there: the call,
+  and (unless ``short``) what its function is."""
+  call, fn = _FALLBACK_SPELLED.get(getattr(call_site, "api", "mosaic_kernel"), _FALLBACK_SPELLED["mosaic_kernel"])
+  return call if short else f"{call}, where {fn}"
+
+
 def who(kernel, call_site: str) -> str:
   """A kernel call, as messages name it: "mosaic_kernel 'add' at model.py:42 (forward)"; the public function a call
   site names (``triton_call``: source_location.CallSite) in place of mosaic_kernel."""

@@ -29,10 +29,9 @@ def compile_error(name: str, log: str, source: str, filename: str, request: dict
                   advice: str | None, message: str | None = None) -> CompileError:
   """The `CompileError` for NVRTC's failure ``log`` of ``request`` (program.compile_here's), naming the user's
   line that called the compile and, for each position the log names, the line of the user's file."""
-  site = source_location.current()
-  what = f"kernel '{name}' (called at {site})"
-  if message is not None:
-    return CompileError(name, log, source, filename, message=f"{message} (called at {site})")
+  if message is not None:  # a mistake known exactly (kernel_names.misnamed), which names the call already
+    return CompileError(name, log, source, filename, message=message)
+  what = f"kernel '{name}' (called at {source_location.current()})"
   return CompileError(name, log, source, filename, advice, what=what,
                       excerpts=excerpts(log, source, filename, request, timeout))
 
