@@ -46,7 +46,7 @@ def line_of(start: str, path=HERE) -> int:
   """The number of the one line of ``path`` that starts with ``start`` (past its indent)."""
   with open(path) as f:
     found = [n for n, line in enumerate(f, 1) if line.strip().startswith(start.strip())]
-  assert len(found) == 1, (text, found)
+  assert len(found) == 1, (start, found)
   return found[0]
 
 

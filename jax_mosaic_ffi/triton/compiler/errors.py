@@ -77,9 +77,9 @@ def too_large(fn, target, config: str, language: Language,
   """A kernel refused before Triton's stages ran: a tensor over the target's bound."""
   tensor, bound = oversized.tensor, oversized.bound
   smem = bound // 1024 // bounds.HEADROOM - bounds.REGISTER_FILE_KIB
-  message = (f"{language.maker} '{fn.__name__}' for {target.sm} with {config}{_called_at()}: its tensor {tensor.describe()} is "
-             f"more than a CTA can hold on {target.sm}, at most {bound // 1024} KiB a tensor (twice an SM's "
-             f"{bounds.REGISTER_FILE_KIB} KiB of registers and {smem} KiB of shared memory). It was refused "
-             "before compiling, as ptxas would work on it for minutes: use smaller blocks (the constexprs that size "
-             "this tensor), looping over the rest in the kernel or launching more programs")
+  message = (f"{language.maker} '{fn.__name__}' for {target.sm} with {config}{_called_at()}: its tensor "
+             f"{tensor.describe()} is more than a CTA can hold on {target.sm}, at most {bound // 1024} KiB a tensor "
+             f"(twice an SM's {bounds.REGISTER_FILE_KIB} KiB of registers and {smem} KiB of shared memory). It was "
+             "refused before compiling, as ptxas would work on it for minutes: use smaller blocks (the constexprs that "
+             "size this tensor), looping over the rest in the kernel or launching more programs")
   return bounds.TensorTooLarge(fn.__name__, message, tensor, bound)
