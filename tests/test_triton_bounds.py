@@ -67,7 +67,8 @@ def test_a_block_larger_than_a_cta_holds_is_refused_before_ptxas_starts(isolated
   assert len(compiles_logged(log)) == 1  # no ptxas started: refused before it, whatever the machine's speed
   message = str(caught.value)
   assert message.startswith("triton_kernel 'add' for sm_90 with num_warps=4, num_stages=3, num_ctas=1, BLOCK=1048576; "
-                            "signature (*fp32, *fp32, *fp32, i32): its tensor tensor<1048576x"), message
+                            "signature (*fp32, *fp32, *fp32, i32) (called at test_triton_bounds.py:"), message
+  assert re.search(r"\(called at test_triton_bounds\.py:\d+ \(add\)\): its tensor tensor<1048576x", message), message
   assert ("is more than a CTA can hold on sm_90, at most 968 KiB a tensor (twice an SM's 256 KiB of registers and "
           "228 KiB of shared memory)") in message
   assert "use smaller blocks (the constexprs that size this tensor)" in message
