@@ -62,7 +62,8 @@ def front_end_of(kernel) -> FrontEnd:
   raise TypeError(f"mosaic_kernel needs a kernel from {makers}, got a {kind}")
 
 
-def mosaic_kernel(kernel, out_shape, *, input_output_aliases: Mapping[int, int] | None = None,
+def mosaic_kernel(kernel, out_shape, *, grid: Any = None, block: Any = None, scalars: Any = (),
+                  input_output_aliases: Mapping[int, int] | None = None,
                   fallback: Callable | None = None, sharding=None, zero_outputs=(), has_side_effect: bool = False,
                   cost_estimate: Mapping[str, Any] | None = None, configs=None, autotune_key=None,
                   autotune_default=None, **options) -> Callable[..., Any]:
@@ -99,7 +100,8 @@ def mosaic_kernel(kernel, out_shape, *, input_output_aliases: Mapping[int, int] 
     >>> jax.jit(scale)(jnp.ones(1000))[:3].tolist()
     [3.0, 3.0, 3.0]
 
-  Each front end takes, besides the options every front end takes, options of its own (``**options``): a CUDA
+  Each front end takes, besides the options every front end takes, options of its own (``grid``, ``block`` and
+  ``scalars``, named in the signature as most calls give them, and the rest through ``**options``): a CUDA
   kernel's are ``grid``, ``block``, ``cluster``, ``smem_bytes``, ``uses_pdl``, ``scalars``, ``param_order``,
   ``collective``, ``batch_grid_axis``, ``scratch_bytes`` and ``zero_scratch``; a Triton kernel's ``grid``,
   ``scalars``, ``uses_pdl`` and ``param_order``; a CuTe DSL launcher has none. Another front end's option is
@@ -161,6 +163,9 @@ def mosaic_kernel(kernel, out_shape, *, input_output_aliases: Mapping[int, int] 
       kernel and what to change (at this call for fixed values, when the call is traced for callables).
   """
   front_end = front_end_of(kernel)
+  # Named in the signature for editors and help(); to the front ends, front-end keywords like the others (left at
+  # these defaults, refused by none).
+  options = {"grid": grid, "block": block, "scalars": scalars, **options}
   unknown = sorted(options.keys() - _DEFAULTS.keys())
   if unknown:
     raise TypeError(f"mosaic_kernel() got an unexpected keyword argument {unknown[0]!r}")

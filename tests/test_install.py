@@ -59,7 +59,7 @@ def test_supported_range_is_the_same_in_pyproject_and_at_import():
   assert project["project"]["optional-dependencies"]["cuda"] == [f"jax[cuda13]{versions.SUPPORTED}"]
   # The headers come from the oldest jaxlib in range.
   oldest = ".".join(map(str, versions.OLDEST))
-  assert f"jaxlib=={oldest}" in project["build-system"]["requires"]
+  assert any(r.replace(" ", "").startswith(f"jaxlib=={oldest};") for r in project["build-system"]["requires"])
   assert versions.TESTED[0] == oldest and all(versions.in_range(v) for v in versions.TESTED)
   # CI runs the oldest in a venv of its own (the README command gets the newest).
   assert f"JMF_JAX={oldest}" in (REPO / ".ci" / "run").read_text()

@@ -255,7 +255,10 @@ def test_a_triton_compile_failure_names_triton_its_message_and_the_config(isolat
                       num_warps=2, targets=["sm_90"])
   message = str(caught.value)
   assert message.startswith("Triton could not compile kernel 'add' for sm_90 with num_warps=2, num_stages=3, "
-                            "num_ctas=1, BLOCK=255; signature (*fp32, *fp32, *fp32, i32):\nCompilationError"), message
+                            "num_ctas=1, BLOCK=255; signature (*fp32, *fp32, *fp32, i32) (called at "
+                            "test_triton.py:"), message
+  assert re.search(r"\(called at test_triton\.py:\d+ \(test_a_triton_compile_failure_names_triton_its_message_and_the_"
+                   r"config\)\):\nCompilationError", message), message
   assert "arange's range must be a power of 2" in message and "NVRTC" not in message
   assert caught.value.compiler == "Triton"
   with pytest.raises(jmf.CompileError) as caught:

@@ -451,6 +451,9 @@ def test_its_errors_name_triton_call_at_the_users_line():
   with pytest.raises(NotImplementedError) as caught:  # no fallback, lowered for the CPU
     jax.jit(add).trace(x, x).lower(lowering_platforms=("cpu",))
   assert str(caught.value).startswith("triton_call 'add' at test_triton_call.py:"), caught.value
+  # Its CPU path is triton_call's own fallback=, as a jax-triton user would write it: mosaic_kernel is not named.
+  assert "triton_call(..., fallback=fn)" in str(caught.value) and "mosaic_kernel" not in str(caught.value)
+  assert "a jax.numpy function of the kernel's operands in parameter order (outputs left out)" in str(caught.value)
   # A mosaic_kernel call after it is named as before.
   call = jmf.mosaic_kernel(jmf.triton_kernel(ts.add, constexprs={"BLOCK": 128}), lambda x, y: x, grid=8,
                            scalars=lambda meta, x, y: (np.int32(x.size),), uses_pdl=True)

@@ -27,7 +27,7 @@ from jax import tree_util
 
 from jax_mosaic_ffi.base import contract
 from jax_mosaic_ffi.base import source_location
-from jax_mosaic_ffi.base.errors import LaunchError
+from jax_mosaic_ffi.base.errors import LaunchError, spell_fallback
 from jax_mosaic_ffi.call import launch_values
 from jax_mosaic_ffi.call import operands
 from jax_mosaic_ffi.call.launch_options import LaunchOptions
@@ -39,6 +39,11 @@ from jax_mosaic_ffi.adapters.triton_call_operands import TensorDescriptor
 from jax_mosaic_ffi.triton.kernel import TritonFunction, function_type, make_function
 from jax_mosaic_ffi.triton.launch_options import TritonLaunchOptions
 from jax_mosaic_ffi.triton.compiler.options import LAUNCH_OPTIONS
+
+# What a message about a triton_call tells its user to give for a CPU path: its own argument, not mosaic_kernel's.
+spell_fallback("triton_call", "triton_call(..., fallback=fn) (an argument jax-triton's triton_call does not have)",
+               "fn is a jax.numpy function of the kernel's operands in parameter order (outputs left out) returning "
+               "what the call returns")
 
 # The custom call a `triton_call` lowers to (jax-triton's is "triton_kernel_call_ffi").
 CUSTOM_CALL_TARGET_NAME = contract.target_name(collective=False, nvshmem=False, programs=False)

@@ -28,14 +28,15 @@ class LaunchError(ValueError):
 class CompileError(RuntimeError):
   """A compiler (NVRTC, Triton or the CuTe DSL) refused a kernel's source.
 
-  The message names the kernel and carries the compiler's log, the source lines the log names and, for
-  habits of nvcc code that NVRTC does not share, one line of advice::
+  The message names the kernel and the line that called the compile, and carries the compiler's log, the
+  source lines the log names (as lines of your file, where the source is a literal in it or was read from a
+  file beside it) and, for habits of nvcc code that NVRTC does not share, one line of advice::
 
     >>> try:
     ...   jmf.cuda_kernel('extern "C" __global__ void broken(float* y) { y[0] = undefined; }', "broken")
     ... except jmf.CompileError as e:
     ...   print(str(e).splitlines()[0])
-    NVRTC could not compile kernel 'broken':
+    NVRTC could not compile kernel 'broken' (called at ...):
 
   Attributes:
     kernel: the kernel's name.
@@ -44,22 +45,26 @@ class CompileError(RuntimeError):
 
   The compilers construct it: ``advice`` is what the caller knows about the log; ``message``, when the
   caller knows the mistake exactly (a misspelt kernel name), replaces the log in the message; ``what``
-  says what was compiled (default: "kernel '<kernel>'"), e.g. with the config it was compiled with.
+  says what was compiled (default: "kernel '<kernel>'"), e.g. with the config it was compiled with and the
+  line that called the compile; ``excerpts``, the lines of "source lines named above" where the compiler
+  worked them out (the user's file and line of each position the log names), else those of ``filename(N)``.
   """
 
   def __init__(self, kernel: str, log: str, source: str, filename: str, advice: str | None = None,
-               message: str | None = None, compiler: str = "NVRTC", what: str | None = None):
+               message: str | None = None, compiler: str = "NVRTC", what: str | None = None,
+               excerpts: list[str] | None = None):
     self.kernel = kernel
     self.log = log
     self.compiler = compiler
     if message is not None:
       super().__init__(message)
       return
-    lines = source.splitlines()
-    excerpts = []
-    for line_no in sorted({int(n) for n in re.findall(rf"{re.escape(filename)}\((\d+)\)", log)})[:5]:
-      if 1 <= line_no <= len(lines):
-        excerpts.append(f"  {line_no:5d} | {lines[line_no - 1]}")
+    if excerpts is None:
+      lines = source.splitlines()
+      excerpts = []
+      for line_no in sorted({int(n) for n in re.findall(rf"{re.escape(filename)}\((\d+)\)", log)})[:5]:
+        if 1 <= line_no <= len(lines):
+          excerpts.append(f"  {line_no:5d} | {lines[line_no - 1]}")
     message = f"{compiler} could not compile {what or f"kernel '{kernel}'"}:\n{log.rstrip()}"
     if excerpts:
       message += "\n\nsource lines named above:\n" + "\n".join(excerpts)
@@ -220,6 +225,26 @@ class KeyAuditError(RuntimeError):
     >>> kernel = jmf.cuda_kernel('extern "C" __global__ void fill(float* y, int n) {}', "fill")  # audited hits
     >>> del os.environ["JAX_MOSAIC_FFI_KEY_AUDIT"]
   """
+
+
+# How each public function takes a fallback (the call, then what fn is), as messages tell its users to give one: a
+# function built on the launch (an adapter's, such as triton_call) says its own way (`spell_fallback`), so that no
+# message tells its user to add an argument to a call they never wrote.
+_FALLBACK_SPELLED = {"mosaic_kernel": ("mosaic_kernel(..., fallback=fn)",
+                                       "fn is a jax.numpy function of the same inputs returning the same outputs")}
+
+
+def spell_fallback(api: str, call: str, fn: str) -> None:
+  """Says how ``api`` (a public function whose call sites name it: source_location.called_as) takes a fallback:
+  ``call`` ("triton_call(..., fallback=fn)") and what ``fn`` is, for the messages about its calls."""
+  _FALLBACK_SPELLED[api] = (call, fn)
+
+
+def how_to_give_fallback(call_site, short: bool = False) -> str:
+  """How the user gives the call at ``call_site`` a fallback, in the public function they called there: the call,
+  and (unless ``short``) what its function is."""
+  call, fn = _FALLBACK_SPELLED.get(getattr(call_site, "api", "mosaic_kernel"), _FALLBACK_SPELLED["mosaic_kernel"])
+  return call if short else f"{call}, where {fn}"
 
 
 def who(kernel, call_site: str) -> str:

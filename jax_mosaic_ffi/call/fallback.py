@@ -25,7 +25,7 @@ import jax
 from jax._src.interpreters import mlir
 
 from jax_mosaic_ffi.base import flags
-from jax_mosaic_ffi.base.errors import LaunchError
+from jax_mosaic_ffi.base.errors import LaunchError, how_to_give_fallback
 
 REFERENCE_ENV = flags.REFERENCE
 
@@ -127,14 +127,13 @@ def lower(ctx, operands: Sequence, fallback: Fallback):
   return mlir.lower_fun(fallback.flat, multiple_results=True)(ctx, *operands)
 
 
-def warn_no_reference(where: str) -> None:
+def warn_no_reference(where: str, call_site=None) -> None:
   warnings.warn(f"{REFERENCE_ENV} is set, but {where} has no fallback, so the kernel itself runs; "
-                "give mosaic_kernel(..., fallback=fn) to compare it with a jax.numpy reference",
+                f"give {how_to_give_fallback(call_site, short=True)} to compare it with a jax.numpy reference",
                 stacklevel=2)
 
 
-def missing_message(where: str, platforms: str) -> str:
+def missing_message(where: str, platforms: str, call_site=None) -> str:
   return (f"{where} runs only on CUDA GPUs, but this computation is lowered for {platforms}. Put its "
-          "inputs on a GPU, export with platforms=['cuda'], or give the kernel a CPU path: "
-          f"mosaic_kernel(..., fallback=fn), where fn is a jax.numpy function of the same inputs "
-          f"returning the same outputs, runs instead of the kernel on {platforms}.")
+          "inputs on a GPU, export with platforms=['cuda'], or give the kernel a CPU path, run instead of the "
+          f"kernel on {platforms}: {how_to_give_fallback(call_site)}.")

@@ -109,7 +109,7 @@ def _cuda_lowering(ctx, *operands, kernel: Kernel, out_avals, spec: LaunchSpec):
     if spec.fallback is not None:
       shadow.stood_in(kernel, spec, f"{fallback_lib.REFERENCE_ENV}=1 runs each kernel's fallback in its place")
       return fallback_lib.lower(ctx, operands, spec.fallback)
-    fallback_lib.warn_no_reference(who(kernel, spec.call_site))
+    fallback_lib.warn_no_reference(who(kernel, spec.call_site), spec.call_site)
   registration.ensure_registered()
   if getattr(ctx.module_context.lowering_parameters, "for_export", False):
     export_stability.warn_if_refused(who(kernel, spec.call_site))
@@ -159,7 +159,7 @@ def _other_platform_lowering(ctx, *operands, kernel: Kernel, spec: LaunchSpec, *
     shadow.stood_in(kernel, spec, f"the program ran on {platforms}, where each kernel's fallback runs in its place")
     return fallback_lib.lower(ctx, operands, spec.fallback)
   platforms = ", ".join(ctx.module_context.platforms)
-  raise NotImplementedError(fallback_lib.missing_message(who(kernel, spec.call_site), platforms))
+  raise NotImplementedError(fallback_lib.missing_message(who(kernel, spec.call_site), platforms, spec.call_site))
 
 
 # The runtime starts NVSHMEM through this when it first loads a kernel that uses it, in a program lowered

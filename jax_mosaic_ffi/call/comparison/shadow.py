@@ -43,7 +43,8 @@ from jax.experimental import io_callback
 
 from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.base import source_location
-from jax_mosaic_ffi.base.errors import ReferenceMismatch, ReferenceMismatchWarning, UncheckedKernelWarning, who
+from jax_mosaic_ffi.base.errors import (ReferenceMismatch, ReferenceMismatchWarning, UncheckedKernelWarning,
+                                        how_to_give_fallback, who)
 from jax_mosaic_ffi.call.comparison import check_report
 from jax_mosaic_ffi.call.comparison import numerics
 
@@ -333,8 +334,8 @@ def lower(ctx, operands, results, kernel, spec, verification: Verification) -> N
     if not verification.quiet and where not in _unchecked_sites:
       _unchecked_sites.add(where)
       source_location.warn_at(f"the shadow mode ({verification!r}) is on, but {where} has no fallback, so it "
-                              "runs unchecked; give mosaic_kernel(..., fallback=fn) to compare it with a jax.numpy "
-                              "reference", UncheckedKernelWarning, spec.call_site)
+                              f"runs unchecked; give {how_to_give_fallback(spec.call_site, short=True)} "
+                              "to compare it with a jax.numpy reference", UncheckedKernelWarning, spec.call_site)
     return
   if not _can_call_back(ctx):
     return

@@ -30,7 +30,7 @@ from jax_mosaic_ffi.base import module_format
 from jax_mosaic_ffi.base import nvshmem_package
 from jax_mosaic_ffi.base import ptx_info
 from jax_mosaic_ffi.base import wheel_record
-from jax_mosaic_ffi.base.errors import CompileError, CompileTimeout
+from jax_mosaic_ffi.base.errors import CompileTimeout
 from jax_mosaic_ffi.base.module_format import Arch, Image, ImageKind, ParsedModule
 from jax_mosaic_ffi.base.paths import DEVICE_INCLUDE_DIR
 from jax_mosaic_ffi.toolchain import compile_cache
@@ -38,10 +38,12 @@ from jax_mosaic_ffi.toolchain import key_audit
 from jax_mosaic_ffi.toolchain import param_types
 from jax_mosaic_ffi.toolchain.compiled import Compiled
 from jax_mosaic_ffi.cuda.nvrtc import compat
+from jax_mosaic_ffi.cuda.nvrtc import error_lines
 from jax_mosaic_ffi.cuda.nvrtc import include_search
 from jax_mosaic_ffi.cuda.nvrtc import kernel_names
 from jax_mosaic_ffi.cuda.nvrtc import portable
 from jax_mosaic_ffi.cuda.nvrtc import program
+from jax_mosaic_ffi.cuda.nvrtc import release
 from jax_mosaic_ffi.cuda.nvrtc import worker
 
 
@@ -212,13 +214,13 @@ def _compile_with_nvrtc(source, name, options, headers, targets, timeout, pdl,
              "ptx_renames": list(NVSHMEM_PTX_RENAMES) if package is not None else []}
   if counted:  # not the key audit's compiles
     compile_cache.count_compiles("nvrtc", len(targets))
+    release.check()  # NVRTC, nvJitLink and the driver, at the process's first compile (once)
   try:
     result = worker.compile_bounded(request, timeout)
   except program.NvrtcFailure as e:
-    missing = kernel_names.misnamed(e.log, source, name)
-    if missing is not None:
-      raise CompileError(name, e.log, source, filename, message=missing) from None
-    raise CompileError(name, e.log, source, filename, compat.advice(e.log)) from None
+    raise error_lines.compile_error(name, e.log, source, filename, request, timeout,
+                                    release.advice() or compat.advice(e.log),
+                                    kernel_names.misnamed(e.log, source, name)) from None
   except worker.NvrtcTimeout as e:
     raise CompileTimeout(name, str(e), source, filename, compat.advice(str(e))) from None
   images = [Image(ImageKind.CUBIN, target, cubin) for target, cubin in zip(targets, result["cubins"])]

@@ -6,6 +6,7 @@ bound, bounds.py)."""
 from __future__ import annotations
 
 from jax_mosaic_ffi.base import compile_timeout
+from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base.errors import CompileError, CompileTimeout
 from jax_mosaic_ffi.triton.compiler import stages as triton_stages
 from jax_mosaic_ffi.triton.compiler import bounds
@@ -30,13 +31,13 @@ def failed(fn, target, config: str, language: Language, e: Exception, diagnostic
   if diagnostics.strip():
     log += f"\n{diagnostics.rstrip()}"
   return CompileError(fn.__name__, log, "", "", compiler="Triton",
-                      what=f"kernel '{fn.__name__}' for {target.sm} with {config}",
+                      what=f"kernel '{fn.__name__}' for {target.sm} with {config}{_called_at()}",
                       advice=language.advice(e))
 
 
 def refused(fn, log: str) -> CompileError:
   """What a Triton compile gave that we cannot launch."""
-  return CompileError(fn.__name__, log, "", "", compiler="Triton")
+  return CompileError(fn.__name__, log, "", "", compiler="Triton", what=f"kernel '{fn.__name__}'{_called_at()}")
 
 
 def timed_out(fn, targets, config: str, language: Language, bound: float, stage: str) -> CompileTimeout:
@@ -44,7 +45,7 @@ def timed_out(fn, targets, config: str, language: Language, bound: float, stage:
   log = (f"the compile ran past {compile_timeout.describe(bound)} seconds in "
          f"{triton_stages.described(stage, language.name)}, and its process was killed")
   return CompileTimeout(fn.__name__, log, "", "", compiler="Triton",
-                        what=f"kernel '{fn.__name__}' for {_targets(targets)} with {config}",
+                        what=f"kernel '{fn.__name__}' for {_targets(targets)} with {config}{_called_at()}",
                         advice=("a compile's time grows with the elements each thread holds and with the code "
                                 "unrolled (tl.static_range): use smaller blocks (the constexprs that size them), "
                                 "more num_warps or a loop that is not unrolled; or raise "
@@ -56,9 +57,15 @@ def died(fn, targets, config: str, language: Language, how: str, stage: str) -> 
   return CompileError(fn.__name__, f"the compile's process ended ({how}) in "
                       f"{triton_stages.described(stage, language.name)}, without a result; this process is "
                       "unharmed", "", "", compiler="Triton",
-                      what=f"kernel '{fn.__name__}' for {_targets(targets)} with {config}",
+                      what=f"kernel '{fn.__name__}' for {_targets(targets)} with {config}{_called_at()}",
                       advice=f"a crash of {language.name}'s compiler (or of code the kernel's trace ran): report it "
                              f"to {language.name} with the kernel and this config")
+
+
+def _called_at() -> str:
+  """The user's line that made the kernel (or called it, for a kernel compiled where a call is traced), as CuTe
+  DSL's compile errors name it."""
+  return f" (called at {source_location.current()})"
 
 
 def _targets(targets) -> str:
@@ -70,9 +77,9 @@ def too_large(fn, target, config: str, language: Language,
   """A kernel refused before Triton's stages ran: a tensor over the target's bound."""
   tensor, bound = oversized.tensor, oversized.bound
   smem = bound // 1024 // bounds.HEADROOM - bounds.REGISTER_FILE_KIB
-  message = (f"{language.maker} '{fn.__name__}' for {target.sm} with {config}: its tensor {tensor.describe()} is "
-             f"more than a CTA can hold on {target.sm}, at most {bound // 1024} KiB a tensor (twice an SM's "
-             f"{bounds.REGISTER_FILE_KIB} KiB of registers and {smem} KiB of shared memory). It was refused "
-             "before compiling, as ptxas would work on it for minutes: use smaller blocks (the constexprs that size "
-             "this tensor), looping over the rest in the kernel or launching more programs")
+  message = (f"{language.maker} '{fn.__name__}' for {target.sm} with {config}{_called_at()}: its tensor "
+             f"{tensor.describe()} is more than a CTA can hold on {target.sm}, at most {bound // 1024} KiB a tensor "
+             f"(twice an SM's {bounds.REGISTER_FILE_KIB} KiB of registers and {smem} KiB of shared memory). It was "
+             "refused before compiling, as ptxas would work on it for minutes: use smaller blocks (the constexprs that "
+             "size this tensor), looping over the rest in the kernel or launching more programs")
   return bounds.TensorTooLarge(fn.__name__, message, tensor, bound)
