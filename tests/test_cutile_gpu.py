@@ -88,14 +88,15 @@ def test_layer_norm_with_a_runtime_eps_matches_numpy(rng, isolated_disk_cache):
 def test_the_driver_runs_the_threads_and_shared_memory_the_cubin_declares(isolated_disk_cache):
   """What compiler/cubin.py reads from the cubin is what the driver reports of the loaded function."""
   import cuda.bindings.driver as driver  # noqa: PLC0415
-  f = matmul()
-  a = jax.ShapeDtypeStruct((512, 256), jnp.float16)
-  jax.jit(f).lower(a, jax.ShapeDtypeStruct((256, 384), jnp.float16)).compile()
-  from jax_mosaic_ffi.cutile.compiler import compile as compile_lib  # noqa: PLC0415
-  kernels = [v for v in compile_lib.compile_cache._memory.values() if isinstance(v, compile_lib.CutileKernel)]  # noqa: SLF001
-  kernel = next(k for k in kernels if k.name == "matmul")
+  from jax_mosaic_ffi.base.module_format import Arch  # noqa: PLC0415
+  from jax_mosaic_ffi.cutile.compiler import keys, plan as P  # noqa: PLC0415
+  from jax_mosaic_ffi.cutile.compiler.compile import compile_plan  # noqa: PLC0415
   arch = gpu_info.visible_gpus()[0].arch
-  image = next(i for i in kernel.images if i.arch.number == arch)
+  tiles = tuple(P.ConstantArg(v, keys.exact_key(v).hex()) for v in (128, 128, 64))
+  plan = P.Plan((P.ArrayArg(0, "float16", (512, 256)), P.ArrayArg(1, "float16", (256, 384)),
+                 P.ArrayArg(2, "float16", (512, 384)), *tiles))
+  kernel = compile_plan(S.matmul, plan, name="matmul", targets=(Arch(arch),))
+  (image,) = kernel.images
   info = kernel.launch_info(image.arch.sm)
   (err,) = driver.cuInit(0)
   err, library = driver.cuLibraryLoadData(image.data, [], [], 0, [], [], 0)

@@ -220,9 +220,8 @@ def compile_plan(kernel, plan: Plan, *, name: str, targets: tuple[Arch, ...], wh
   identity = "code:" + code if code is not None else "ir:" + _bytecode_key(kernel, plan, targets, name, where)
   described = plan.describe(_itemsize)
   entry_key = disk_cache.key(_CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"cuda-tile {release}", tileiras,
-                             cutile_keys.settings_key(), fn.__name__, identity, described, json.dumps(hints, sort_keys=True,
-                                                                                         default=str),
-                             *(t.sm for t in targets))
+                             cutile_keys.settings_key(), fn.__name__, identity, described,
+                             json.dumps(hints, sort_keys=True, default=str), *(t.sm for t in targets))
   what = f"kernel '{name}' for {', '.join(t.sm for t in targets)}" + (f" (called at {where})" if where else "")
 
   def compile_all() -> bytes:

@@ -27,7 +27,8 @@ def _constraint(arg, itemsize):
   assert isinstance(arg, ArrayArg)
   shape_div, stride_div = arg.divisors(itemsize(arg))
   return compilation.ArrayConstraint(
-      dtype=getattr(ct, ARRAY_TYPES[arg.dtype]), ndim=arg.rank, index_dtype=ct.int64 if arg.index_bits == 64 else ct.int32,
+      dtype=getattr(ct, ARRAY_TYPES[arg.dtype]), ndim=arg.rank,
+      index_dtype=ct.int64 if arg.index_bits == 64 else ct.int32,
       stride_lower_bound_incl=0, alias_groups=() if arg.alias_group is None else (arg.alias_group,),
       may_alias_internally=False, stride_constant=tuple(1 if d == arg.rank - 1 else None for d in range(arg.rank)),
       stride_divisible_by=stride_div, shape_divisible_by=shape_div, base_addr_divisible_by=XLA_BUFFER_ALIGNMENT)
@@ -39,4 +40,5 @@ def kernel_signature(plan: Plan, name: str, itemsize):
   release_lib.require_cutile()
   from cuda.tile import compilation  # noqa: PLC0415  (optional dependency: cuTile)
   constraints = [_constraint(a, itemsize) for a in plan.args]
-  return compilation.KernelSignature(constraints, compilation.CallingConvention.cutile_python_v1()).with_mangled_symbol(name)
+  convention = compilation.CallingConvention.cutile_python_v1()
+  return compilation.KernelSignature(constraints, convention).with_mangled_symbol(name)
