@@ -99,17 +99,16 @@ def cutile_call(grid, kernel, args):
   if len(args) != len(params):
     raise TypeError(f"{name} expects {len(params)} arguments, got {len(args)}")
   inputs: list = []
-  input_index: dict[int, int] = {}
   outputs: list[jax.ShapeDtypeStruct] = []
   scalars: list = []
   aliases: dict[int, int] = {}
   constants: dict[str, Any] = {}
 
   def input_of(array) -> str:
-    if id(array) not in input_index:
-      input_index[id(array)] = len(inputs)
-      inputs.append(array)
-    return f"in{input_index[id(array)]}"
+    # Each argument its own input, as cuda.tile.jax passes them: an array given twice is two operands (read-only
+    # reads may share memory; an InputOutput's buffer is its own, XLA copies the array for any other use of it).
+    inputs.append(array)
+    return f"in{len(inputs) - 1}"
 
   def entry(value, param, path: str):
     if param.is_tuple and not param.constant:
