@@ -56,6 +56,9 @@ from jax_mosaic_ffi.triton.kernel import TritonFunction, triton_kernel
 from jax_mosaic_ffi.triton.compiler.bounds import TensorTooLarge
 from jax_mosaic_ffi.triton.tensor_descriptor import TensorDescriptor
 from jax_mosaic_ffi.gluon.kernel import GluonFunction, GluonKernel, gluon_kernel
+from jax_mosaic_ffi.cutile.kernel import CutileFunction, cutile_kernel
+from jax_mosaic_ffi.cutile.compiler.compile import CutileKernel
+from jax_mosaic_ffi.cutile.compiler.release import CutileUnavailable
 from jax_mosaic_ffi.api import (KernelCacheStats, clear_kernel_cache, export_disabled_checks, kernel_cache_stats,
                                 mosaic_kernel)
 from jax_mosaic_ffi import ops
@@ -86,4 +89,5 @@ __all__ = [
     "cute_kernel", "check", "CheckReport", "verify", "ReferenceMismatch", "ReferenceMismatchWarning",
     "UncheckedKernelWarning", "testing", "GluonFunction", "GluonKernel", "gluon_kernel", "KeyAuditError",
     "CompileTimeout", "TensorTooLarge", "CudaKernel", "load_pack", "PackError", "NotInPacks", "StreamCaptureWarning",
+    "CutileFunction", "CutileKernel", "CutileUnavailable", "cutile_kernel",
 ]

@@ -20,6 +20,7 @@ from jax_mosaic_ffi.call.front_end import FrontEnd
 from jax_mosaic_ffi.call.launch_options import LaunchOptions
 from jax_mosaic_ffi.cuda import front_end as cuda_front_end
 from jax_mosaic_ffi.cute import front_end as cute_front_end
+from jax_mosaic_ffi.cutile import front_end as cutile_front_end
 from jax_mosaic_ffi.gluon import front_end as gluon_front_end
 from jax_mosaic_ffi.toolchain import compile_cache
 from jax_mosaic_ffi.toolchain import job_share
@@ -36,6 +37,7 @@ FRONT_ENDS: tuple[FrontEnd, ...] = (
     triton_front_end.FRONT_END,
     cute_front_end.FRONT_END,
     gluon_front_end.FRONT_END,
+    cutile_front_end.FRONT_END,
 )
 # The shared layers read what the front ends' kernels need beyond the launch (runtime libraries, toolchains) there.
 front_end_lib.install(FRONT_ENDS)

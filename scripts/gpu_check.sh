@@ -93,7 +93,7 @@ start=$(date +%s)
 # Appended: one call may run this script (and jax_triton_tests.sh) several times; at most 8 files come back.
 echo "== build, $(date -u '+%H:%M:%S UTC'): $what $*" >> "$out/build.log"
 first=$(($(wc -l < "$out/build.log") + 1))
-bash -c 'source scripts/setup_env.sh test,triton,nvshmem,cute' >> "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
+bash -c 'source scripts/setup_env.sh test,triton,nvshmem,cute,cutile' >> "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
 tail -n +"$first" "$out/build.log" | grep '^!!!'  # a venv whose jax cannot see the GPU says so here
 echo "built in $(( $(date +%s) - start )) s"
 

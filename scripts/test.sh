@@ -4,12 +4,12 @@
 #   -m "not slow"    leaves out the slow tests (the release wheel's build and install, the contract fuzzer)
 #   JMF_TEST_JOBS=N  pytest-xdist processes when no test file and no -n is given (default: the CPUs, at most 4;
 #                    1: one process)
-#   JMF_EXTRAS=test  the extras to install (default test,triton,nvshmem,cute); with `test` alone every test that
+#   JMF_EXTRAS=test  the extras to install (default test,triton,nvshmem,cute,cutile); with `test` alone every test that
 #                    needs Triton, the CuTe DSL, NVSHMEM or torch skips, saying so (a fresh JMF_VENV: extras
 #                    already installed there stay)
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$repo/scripts/setup_env.sh" "${JMF_EXTRAS:-test,triton,nvshmem,cute}"
+source "$repo/scripts/setup_env.sh" "${JMF_EXTRAS:-test,triton,nvshmem,cute,cutile}"
 cd "$repo"
 # The console script of the venv: its editable install maps jax_mosaic_ffi to
 # this checkout's Python files plus the extension built into the venv. An

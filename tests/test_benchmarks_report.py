@@ -44,7 +44,7 @@ def test_every_benchmark_is_found_in_order_with_unique_runs():
   names = [m.NAME for m in modules]
   assert names == ["launch", "bandwidth", "inplace", "sites", "compile", "cold_start", "job_share", "vmap", "shadow",
                    "allreduce", "cross_process", "autotune", "gluon_native", "triton_native", "cute_native",
-                   "vs_jax_triton", "fa4_attention", "vs_quack_jax", "corpus", "gemm"]
+                   "cutile_native", "vs_jax_triton", "fa4_attention", "vs_quack_jax", "corpus", "gemm"]
   for module in modules:
     runs = [r.name for r in module.RUNS]
     assert runs and len(set(runs)) == len(runs) and all("/" not in r for r in runs)

@@ -218,6 +218,10 @@ _IMPORTS = re.compile(r"^\s*(?:import|from)\s+(\w+)", re.MULTILINE)
 def _missing_packages(blocks: list[Block]) -> list[str]:
   wanted = {m for b in blocks for m in _IMPORTS.findall(b.code)} & set(_OPTIONAL)
   missing = [_OPTIONAL[m] for m in sorted(wanted) if importlib.util.find_spec(m) is None]
+  # cuTile's top-level name is cuda's (cuda-bindings, always here): its own package is asked for by name.
+  if any(re.search(r"^\s*import cuda\.tile\b", b.code, re.MULTILINE) for b in blocks) and \
+      importlib.util.find_spec("cuda.tile") is None:
+    missing.append("cuda-tile (the cutile extra)")
   # NVSHMEM is no import: a kernel that includes <nvshmem.h>, or a transport="nvshmem" collective, needs the extra.
   if any("nvshmem" in b.code for b in blocks) and nvshmem_package.find() is None:
     missing.append("nvidia-nvshmem-cu13 (the nvshmem extra)")

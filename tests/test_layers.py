@@ -52,7 +52,7 @@ def test_the_rooms_below_call_import_nothing_of_call_above_them():
 # Each wing's compiler room, and the wing it stands under (gluon's room builds on Triton's, so Triton's launch half
 # is off its limits too).
 COMPILER_ROOMS = {"cuda.nvrtc": ("cuda",), "triton.compiler": ("triton",), "cute.compiler": ("cute",),
-                  "gluon.compiler": ("gluon", "triton")}
+                  "gluon.compiler": ("gluon", "triton"), "cutile.compiler": ("cutile",)}
 
 
 def _launch_half(wing: str) -> set[str]:
