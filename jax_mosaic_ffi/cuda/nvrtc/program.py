@@ -173,12 +173,12 @@ def _ptx_of(nvrtc, prog) -> bytes:
   return text.rstrip(b"\0")
 
 
-def _trace_options(trace_path: str) -> list[str]:
+def trace_options(trace_path: str) -> list[str]:
   """NVRTC options that write its include trace (EDG's) into ``trace_path``: the compile's output is unchanged."""
   return ["-Xcudafe", "--trace_includes", "-Xcudafe", f"--error_output={trace_path}"]
 
 
-def _headers_read(trace_path: str) -> list[tuple[str, str | None]] | None:
+def headers_read(trace_path: str) -> list[tuple[str, str | None]] | None:
   """The files NVRTC's include trace says it read, each with the file that included it (None: the source itself,
   or a pre-included file), or None if there is no trace to read. A header is listed one space deeper than its
   includer; one included again (skipped by its guard) is listed again."""
@@ -280,13 +280,13 @@ def _compile_all(request: dict, scratch: str, probe: dict | None) -> dict:
       with contextlib.suppress(OSError):
         os.unlink(trace)  # an earlier compile's, which must not pass for this one's
       options = [o.encode() for o in [*request["options"], *_seed(request), f"--gpu-architecture={arch}",
-                                      *_trace_options(trace)]]
+                                      *trace_options(trace)]]
       (err,) = nvrtc.nvrtcCompileProgram(prog, len(options), options)
       log = _log(nvrtc, prog)
       if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
         raise NvrtcFailure(log or str(err))
       # Per target (includes may depend on __CUDA_ARCH__), from the compile itself.
-      read = _headers_read(trace)
+      read = headers_read(trace)
       deps = None if deps is None or read is None else deps | {h for h, _ in read if h not in headers}
       includes.update((h, by) for h, by in read or () if h not in headers)
       err, lowered = nvrtc.nvrtcGetLoweredName(prog, request["name"].encode())
