@@ -128,7 +128,8 @@ def test_the_prelude_and_cccl_define_the_same_names_without_a_word(order):
   compat = "".join(f"#include <{h}>\n" for h in ("climits", "cstdint", "cstddef", "sys/types.h", "cstdlib"))
   kernel = ('struct S { int a; double b; };\nextern "C" __global__ void k(long long* y) {\n'
             '  y[0] = (uint)INT_MAX + INT64_MAX / 4 + (long long)(SIZE_MAX / 8) + CHAR_MIN + LONG_MIN / 4;\n'
-            '  y[1] = (long long)offsetof(S, b) + (long long)UINT64_C(3) + INTPTR_MAX / 8 + (long long)(ULONG_MAX / 8);\n'
+            '  y[1] = (long long)offsetof(S, b) + (long long)UINT64_C(3) + INTPTR_MAX / 8\n'
+            '       + (long long)(ULONG_MAX / 8);\n'
             '}\n')
   source = {"prelude, CCCL, compat": cccl + compat, "CCCL, compat": cccl + compat,
             "compat, CCCL": compat + cccl}[order] + kernel
