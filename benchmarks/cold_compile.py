@@ -44,7 +44,7 @@ extern "C" __global__ void mix(const __half* x, __nv_bfloat16* y, int n) {
 }
 '''
 
-ROUNDS = {"nvrtc_small": 9, "nvrtc_halves": 3, "triton": 5, "cute": 5}
+ROUNDS = {"nvrtc_small": 15, "nvrtc_halves": 3, "triton": 5, "cute": 5}
 N = 1 << 16
 
 
