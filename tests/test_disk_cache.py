@@ -589,8 +589,9 @@ def test_cache_folders_are_created_private(tmp_path, monkeypatch):
 
 
 def test_a_failed_compile_hides_no_header_from_the_next_ones_record(isolated_disk_cache):
-  # NVRTC's time trace, which names the headers a compile read, leaves some out in a process where a compile
-  # failed: the compile worker is replaced after a failure, so what a cache entry depends on stays complete.
+  # NVRTC's time trace, which named the headers a compile read before its include trace did, left some out in a
+  # process where a compile had failed (the compile worker is replaced after a failure); the include trace does
+  # not, and what a cache entry depends on must stay complete after a failure either way.
   with pytest.raises(jmf.CompileError):
     jmf.cuda_kernel('#include <cub/device/device_reduce.cuh>\nextern "C" __global__ void k(float* x) {}', "k")
   kernel = jmf.cuda_kernel(kernel_sources.AXPB, "ops::axpb<float>")
