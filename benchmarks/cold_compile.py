@@ -19,6 +19,7 @@ ratios of numbers of the same run.
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -55,10 +56,13 @@ def _arch() -> str:
   return f"sm_{number}a" if number in (90, 100, 103, 120, 121) else f"sm_{number}"
 
 
+_ROOT: list[str] = []  # the run's folder, which every cache folder is made in (and removed with)
+
+
 def _fresh_caches() -> None:
   import jax_mosaic_ffi as jmf
-  os.environ["JAX_MOSAIC_FFI_CACHE_DIR"] = tempfile.mkdtemp(prefix="jmf-cold-compile-")
-  os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="jmf-cold-compile-triton-")
+  os.environ["JAX_MOSAIC_FFI_CACHE_DIR"] = tempfile.mkdtemp(prefix="cache-", dir=_ROOT[0])
+  os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-", dir=_ROOT[0])
   jmf.clear_kernel_cache()
 
 
@@ -170,6 +174,16 @@ def run() -> dict:
   if arch == "sm_90a":
     os.environ.setdefault("CUTE_DSL_ARCH", arch)  # the DSL compiles for the arch it runs on: without a GPU, this one
   out = {"arch": arch, "rows": {}, "errors": {}}
+  _ROOT[:] = [tempfile.mkdtemp(prefix="jmf-cold-compile-")]
+  try:
+    _measure_all(arch, out)
+  finally:
+    shutil.rmtree(_ROOT[0], ignore_errors=True)
+  out["measured"] = bool(out["rows"])
+  return out
+
+
+def _measure_all(arch: str, out: dict) -> None:
   for name, measure in (("nvrtc", lambda: _nvrtc_rows(arch)), ("triton", lambda: {"triton": _triton_row(arch)}),
                         ("cute", lambda: {"cute": _cute_row()})):
     try:
@@ -178,8 +192,6 @@ def run() -> dict:
       out["errors"][name] = f"not installed: {last_line(str(e))}"
     except Exception as e:  # one front end's failure is its row
       out["errors"][name] = last_line(f"{type(e).__name__}: {e}")
-  out["measured"] = bool(out["rows"])
-  return out
 
 
 _ROWS = (("nvrtc_small", "nvrtc", "CUDA C++, a small kernel", "`jmf.cuda_kernel`", "NVRTC alone"),
