@@ -24,6 +24,9 @@ autotuning over them here), and the CuTe DSL GEMM through ``cutlass.jax.cutlass_
 their cold run is measured.
 
 The goal: with a pack, a first result in at most 1.2x the warm disk cache's time, and nothing compiled or tuned.
+
+Its "compilers" run (benchmarks/cold_compile.py, on the CPU too): a cold compile per front end against its native
+compiler alone (NVRTC as CuPy calls it, ``triton.compile``, ``cute.compile``).
 By hand: `python -m benchmarks --only cold_start`.
 """
 
@@ -37,19 +40,22 @@ import sys
 import tempfile
 
 from benchmarks import REPO
+from benchmarks import cold_compile
 from benchmarks.markdown import failure, fmt, last_line, table
 from benchmarks.suite import Run, json_child
 
 NAME = "cold_start"
 TITLE = "Cold start: a fresh process to its first result, with a kernel pack"
 ORDER = 42
+COMPILERS = "compilers"  # each front end's cold compile against its native compiler's (cold_compile.py)
 # The corpus's CUDA and Triton kernels; then those of the DSLs built on Triton and the CuTe DSL (each n/a where it is
 # not installed, or where its kernel is Hopper's and the GPU is not).
 RUNS = (Run("main", kwargs={"workloads": ("cuda_corpus", "triton_matmul")}, timeout_s=590.0),
         Run("dsl", kwargs={"workloads": ("gluon_gemm", "cute_gemm", "fa4_forward", "quack_softmax")}, timeout_s=590.0,
             optional=True),
         Run("peers", kwargs={"workloads": ("jax_triton_matmul", "cutlass_call_gemm")}, timeout_s=590.0,
-            optional=True))
+            optional=True),
+        Run(COMPILERS, kwargs={"workloads": (), "compilers": True}, timeout_s=590.0))
 
 WORKLOADS = ("cuda_corpus", "triton_matmul", "gluon_gemm", "cute_gemm", "fa4_forward", "quack_softmax",
              "jax_triton_matmul", "cutlass_call_gemm")
@@ -242,8 +248,15 @@ def measure(workload: str, arch: str, root: str) -> dict:
           "pack_bytes": os.path.getsize(pack), "pack_listing": listing.strip().splitlines()[0]}
 
 
-def run(workloads=WORKLOADS) -> dict:
-  """Each of ``workloads`` measured (`measure`); a workload that fails is its row, the others go on."""
+def run(workloads=WORKLOADS, compilers: bool = False) -> dict:
+  """Each of ``workloads`` measured (`measure`); a workload that fails is its row, the others go on. ``compilers``:
+  instead, each front end's cold compile against its native compiler's (cold_compile.py)."""
+  if compilers:  # no GPU needed
+    out = cold_compile.run()
+    rows = out["rows"]
+    if "nvrtc_small" in rows and "nvrtc_halves" in rows:  # the goal: the slower kernel's ratio
+      out["nvrtc_over_alone"] = max(rows[r]["ratio"] for r in ("nvrtc_small", "nvrtc_halves"))
+    return out
   from jax_mosaic_ffi.base import gpu_info
   gpus = gpu_info.visible_gpus()
   if not gpus:
@@ -281,7 +294,12 @@ def _measure_all(workloads, number: int, arch: str, root: str, results: dict, er
 
 def tables(results: dict) -> list[str]:
   rows, measured = [], None
+  compilers = results.get(COMPILERS)
+  compiled = [] if compilers is None else [cold_compile.table_of(compilers) if not failure(compilers)
+                                           else f"Compilers: n/a: {failure(compilers)}"]
   for run in RUNS:
+    if run.name == COMPILERS:
+      continue
     r = results.get(run.name)
     why = failure(r)
     if why:
@@ -290,7 +308,7 @@ def tables(results: dict) -> list[str]:
       measured = measured or r
       rows += _rows(r, run.kwargs["workloads"])
   if measured is None:
-    return [f"n/a: {failure(results.get('main'))}"]
+    return [f"n/a: {failure(results.get('main'))}", *compiled]
   method = (f"Each workload in fresh processes on {measured.get('arch', '?')}, from after its imports and JAX's start "
             "to every call's first result: cold (empty caches: compiles and autotuning), warm disk cache (medians "
             f"of {PAIRS}), and an empty cache with the workload's kernel pack, recorded on the CPU by `python -m "
@@ -299,7 +317,7 @@ def tables(results: dict) -> list[str]:
             "cold run filled. Each time is split into the kernels' part (the calls built, traced and lowered: "
             "compiles, pack or cache hits, autotuning) and XLA's compile of the program. jax-triton (9 configs, one "
             "call each) and cutlass_call do the same work cold; they have no pack.")
-  return [method + "\n\n" + table(list(_COLUMNS), rows)]
+  return [method + "\n\n" + table(list(_COLUMNS), rows), *compiled]
 
 
 _COLUMNS = ("workload", "calls", "cold (kernels + XLA)", "warm disk", "pack (kernels + XLA)", "pack and XLA's cache",

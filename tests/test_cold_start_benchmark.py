@@ -88,3 +88,23 @@ def test_every_workload_is_known_and_an_unknown_one_is_refused():
   assert {w for run in cold_start.RUNS for w in run.kwargs["workloads"]} == set(cold_start.WORKLOADS)
   with pytest.raises(ValueError, match="no workload 'nope'"):
     cold_start.prepare("nope")
+
+
+def test_the_compilers_table_and_its_goal():
+  # The compilers run (benchmarks/cold_compile.py) in the shape it writes: a front end that is missing is its row.
+  row = lambda ours, native: {"ours_s": ours, "native_s": native, "ratio": ours / native, "rounds": 3}  # noqa: E731
+  compilers = {"arch": "sm_90a", "measured": True, "errors": {"cute": "not installed: No module named 'cutlass'"},
+               "rows": {"nvrtc_small": {**row(0.026, 0.022), "first_in_process_s": 0.2},
+                        "nvrtc_halves": row(0.66, 0.60), "triton": row(0.2, 0.1)}, "nvrtc_over_alone": 0.026 / 0.022}
+  (text, table) = cold_start.tables({"main": {"skipped": "needs a GPU"}, "compilers": compilers})
+  assert text == "n/a: skipped: needs a GPU"
+  assert "| CUDA C++, a small kernel | `jmf.cuda_kernel` | NVRTC alone | 26.0 ms | 22.0 ms | **1.18x** |" in table
+  assert "| Triton, an elementwise kernel |" in table and "| **2.00x** |" in table
+  assert "| CuTe DSL, the corpus's add_one | `jmf.cute_call`, built and lowered | `cute.compile` | n/a | n/a | " \
+         "not installed: No module named 'cutlass' |" in table
+  assert "took 200.0 ms" in table
+  verdicts = {v.goal.metric: v for v in goals.verdicts({"results": {"cold_start": {"compilers": compilers}}})}
+  assert verdicts["cold_start/compilers/nvrtc_over_alone"].status == "met"
+  slow = {**compilers, "nvrtc_over_alone": 1.3}
+  verdicts = {v.goal.metric: v for v in goals.verdicts({"results": {"cold_start": {"compilers": slow}}})}
+  assert verdicts["cold_start/compilers/nvrtc_over_alone"].status == "not met"

@@ -250,10 +250,14 @@ def test_probes_are_listed_up_to_the_file_they_find(tmp_path, monkeypatch):
 
 
 def test_the_packaged_and_cuda_headers_read_are_recorded(isolated_disk_cache):
-  kernel = jmf.cuda_kernel(kernel_sources.AXPB, "ops::axpb<float>")
+  # Named by the compile's own include trace, the prelude's headers among them, CCCL's too for a kernel that
+  # includes it (the prelude itself includes none of CCCL).
+  kernel = jmf.cuda_kernel("#include <cuda/std/limits>\n" + kernel_sources.AXPB, "ops::axpb<float>")
   read = {path for path, digest in kernel.compiled.deps if digest is not None}
-  assert str(nvrtc_compat.PRELUDE) in read
+  assert {str(nvrtc_compat.PRELUDE), str(nvrtc_compat.INCLUDE_DIR / "sys" / "types.h")} <= read
   assert any(path.endswith("/cuda_fp16.h") for path in read) and any("/cuda/std/" in path for path in read)
+  assert not any("/cuda/std/" in path for path, _ in jmf.cuda_kernel(kernel_sources.AXPB, "ops::axpb<float>")
+                 .compiled.deps)
   assert all(digest == hashlib.sha256(open(path, "rb").read()).hexdigest() for path, digest in kernel.compiled.deps
              if digest is not None)
 
@@ -585,8 +589,9 @@ def test_cache_folders_are_created_private(tmp_path, monkeypatch):
 
 
 def test_a_failed_compile_hides_no_header_from_the_next_ones_record(isolated_disk_cache):
-  # NVRTC's time trace, which names the headers a compile read, leaves some out in a process where a compile
-  # failed: the compile worker is replaced after a failure, so what a cache entry depends on stays complete.
+  # NVRTC's time trace, which named the headers a compile read before its include trace did, left some out in a
+  # process where a compile had failed (the compile worker is replaced after a failure); the include trace does
+  # not, and what a cache entry depends on must stay complete after a failure either way.
   with pytest.raises(jmf.CompileError):
     jmf.cuda_kernel('#include <cub/device/device_reduce.cuh>\nextern "C" __global__ void k(float* x) {}', "k")
   kernel = jmf.cuda_kernel(kernel_sources.AXPB, "ops::axpb<float>")

@@ -198,8 +198,10 @@ def test_a_version_2_pack_is_still_read(clean_packs):
   assert pack_file.read(path).entries["ab" * 32].payload == b"kernel bytes"
 
 
+# Headers with a deep include tree (CCCL's), shared by every kernel below.
 _SHARED = """#include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include <cuda/std/limits>
 extern "C" __global__ void scale_{n}(__half* y) {{ y[0] = __hmul(y[0], __float2half({n}.0f)); }}
 """
 

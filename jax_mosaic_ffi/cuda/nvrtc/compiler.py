@@ -87,8 +87,9 @@ _INSTRUMENTATION = "pdl-wait-1"
 # Entries before deps-1 did not list the headers they read; before param-types-1, the parameter types; before
 # include-search-1, the paths NVRTC tried before each header; before include-search-2, the paths its
 # __has_include probes searched (include_search.py); before reproducible-1, code compiled with NVRTC's time trace on
-# and a random seed (program.py: it varied from one process to the next).
-_ENTRY_FORMAT = "reproducible-1"
+# and a random seed (program.py: it varied from one process to the next); before one-pass-1, a PDL-safe kernel's
+# entry that managed PDL itself kept NVRTC's cubin (now nvJitLink builds every such cubin from the PTX).
+_ENTRY_FORMAT = "one-pass-1"
 
 
 def cache_key(source: str, name: str, options, headers: dict, targets, compiler: str, pdl: bool = True,

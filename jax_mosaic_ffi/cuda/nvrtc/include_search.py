@@ -12,7 +12,7 @@ NVRTC's search (measured with NVRTC 13.0; tests/test_disk_cache.py checks it):
 - ``#include <x>``: each ``-I`` folder in the order given;
 - a header found in folder ``d`` is named ``d/x`` (``d`` as given, ``"a/"`` giving ``"a/x"``).
 
-NVRTC's time trace names the files read and, by nesting, which file included which (program.py); how the
+NVRTC's include trace names the files read and, by nesting, which file included which (program.py); how the
 includer wrote its ``#include`` (the name, quotes or brackets) is read from its text. Where that text does not
 say (a name built by a macro, an includer that cannot be read), every path either form could have tried is
 listed: a superset costs at most a needless compile once such a path appears, never a stale kernel.

@@ -4,15 +4,19 @@ Run as a script it is the worker process that `worker.py` starts and bounds in t
 `compile_here` compiles in the calling process. It answers on a pipe of its own, not its stdout, so
 whatever the child prints (a ``sitecustomize``, a library) cannot garble an answer.
 
-Each compile also reports the files NVRTC read (``deps``), from NVRTC's own
-time trace, for the compile cache to revalidate (``file_deps``). The trace comes
-from a second, front-end-only pass (``--fdevice-syntax-only``), never from the
-compile whose code is kept: with the trace on, NVRTC 13.0 optimizes otherwise
-and its code for sm_100 and sm_120 comes out in one of two variants per process.
-Each compile gets a fixed ``--frandom-seed`` (unless the options name one):
-without it NVRTC names internal-linkage symbols (a template kernel's, CCCL's
-customization points) with a new random number each time. So the same source,
-options, NVRTC and target give the same bytes in every process.
+Each compile also reports the files NVRTC read (``deps``), for the compile cache to revalidate
+(``file_deps``), from the compile itself: its front end's include trace (EDG's ``--trace_includes``,
+one line per ``#include``, indented by depth) written into a scratch file (``--error_output``; the
+program log keeps its diagnostics). NVRTC 13.0's code is byte for byte the same with the trace on
+(unlike its time trace, with which sm_100 and sm_120 code came out in one of two variants per
+process), so no second pass is needed, for any target. Each compile gets a fixed ``--frandom-seed``
+(unless the options name one): without it NVRTC names internal-linkage symbols (a template kernel's,
+CCCL's customization points) with a new random number each time. So the same source, options, NVRTC
+and target give the same bytes in every process.
+
+Where the cubin is built from the PTX anyway (the PDL wait added at the entry, or relocatable code
+linked with device libraries), NVRTC is asked for the PTX alone (``compute_XX``: the same PTX as
+``sm_XX``'s), and nvJitLink runs ptxas once, not NVRTC and then nvJitLink both.
 
 This file imports nothing from jax_mosaic_ffi, and nothing but the standard
 library and cuda-python's NVRTC bindings, so the child starts in tens of
@@ -22,7 +26,6 @@ milliseconds.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import pickle
 import re
@@ -30,8 +33,10 @@ import struct
 import sys
 import tempfile
 
-# NVRTC's time trace of one compile; a template-heavy one is a few MiB.
+# NVRTC's include trace of one compile: a line per #include (a template-heavy kernel's is a few MiB).
 _MAX_TRACE_BYTES = 256 << 20
+# NVRTC's own pseudo-files, which its trace names and no disk holds.
+_BUILT_IN = frozenset({"__nv_nvrtc_builtin_header.h", "__nv_name_map"})
 
 
 class NvrtcFailure(Exception):
@@ -168,24 +173,33 @@ def _ptx_of(nvrtc, prog) -> bytes:
   return text.rstrip(b"\0")
 
 
-def _headers_read(trace_path: str) -> list[tuple[str, str | None]] | None:
-  """The files NVRTC's time trace says it processed, each with the file that included it (None: the source
-  itself), or None if there is no trace to read. A header's span of processing lies inside its includer's."""
+def trace_options(trace_path: str) -> list[str]:
+  """NVRTC options that write its include trace (EDG's) into ``trace_path``: the compile's output is unchanged."""
+  return ["-Xcudafe", "--trace_includes", "-Xcudafe", f"--error_output={trace_path}"]
+
+
+def headers_read(trace_path: str) -> list[tuple[str, str | None]] | None:
+  """The files NVRTC's include trace says it read, each with the file that included it (None: the source itself,
+  or a pre-included file), or None if there is no trace to read. A header is listed one space deeper than its
+  includer; one included again (skipped by its guard) is listed again."""
   try:
     with open(trace_path, "rb") as f:
       data = f.read(_MAX_TRACE_BYTES + 1)
-    events = json.loads(data)["traceEvents"] if len(data) <= _MAX_TRACE_BYTES else None
-    spans = sorted((float(e["ts"]), -float(e["dur"]), str(e["args"]["detail"]))
-                   for e in events if e.get("name") == "Processing Header File")
-  except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+  except OSError:
     return None
-  read, enclosing = [], []  # enclosing: (end, path) of the spans open at this point, innermost last
-  for start, minus_duration, path in spans:
-    end = start - minus_duration
-    while enclosing and enclosing[-1][0] < end:
-      enclosing.pop()
-    read.append((path, enclosing[-1][1] if enclosing else None))
-    enclosing.append((end, path))
+  if len(data) > _MAX_TRACE_BYTES:
+    return None
+  read, enclosing = [], []  # enclosing: the includers open at this depth, outermost first
+  for line in data.splitlines():
+    name = line.lstrip(b" ")
+    depth = len(line) - len(name)
+    if not name or depth > len(enclosing):
+      return None  # not a trace: a header nested deeper than an includer
+    del enclosing[depth:]
+    path = os.fsdecode(name)
+    if path not in _BUILT_IN:
+      read.append((path, enclosing[-1] if enclosing else None))
+    enclosing.append(path)
   return read
 
 
@@ -197,24 +211,6 @@ def _seed(request: dict) -> list[str]:
   return [f"--frandom-seed={request['filename']}"]
 
 
-def _headers_of(nvrtc, request: dict, source: str, options: list[bytes], trace: str) -> list | None:
-  """`_headers_read` of a front-end-only pass over ``source`` with ``options`` (the compile's own, target
-  included), traced into ``trace`` + ".json"; None if that pass fails. Its output is never used: NVRTC's code
-  changes with the trace on."""
-  with contextlib.suppress(OSError):
-    os.unlink(trace + ".json")  # an earlier compile's, which must not pass for this one's
-  headers = request["headers"]
-  err, prog = nvrtc.nvrtcCreateProgram(source.encode(), request["filename"].encode(), len(headers),
-                                       [v.encode() for v in headers.values()], [k.encode() for k in headers])
-  check(nvrtc, err, "nvrtcCreateProgram")
-  try:
-    traced = [*options, b"--fdevice-syntax-only", f"--fdevice-time-trace={trace}".encode()]
-    (err,) = nvrtc.nvrtcCompileProgram(prog, len(traced), traced)
-    return _headers_read(trace + ".json") if err == nvrtc.nvrtcResult.NVRTC_SUCCESS else None
-  finally:
-    nvrtc.nvrtcDestroyProgram(prog)
-
-
 def compile_here(request: dict, scratch: str | None = None) -> dict:
   """Compiles ``request`` (source, filename, name, headers, options, targets,
   pdl, probe: {"source", "expression"} or None, link_libraries: device libraries to link the relocatable
@@ -223,8 +219,8 @@ def compile_here(request: dict, scratch: str | None = None) -> dict:
   image waits at entry, "deps": the files read, as NVRTC named them (None if it did not say),
   "includes": (file read, the file that included it or None for the source), "probe_symbol": the probe's lowered
   name}. Raises
-  NvrtcFailure with the log. ``scratch``: a private folder for NVRTC's trace
-  files (default: a temporary one)."""
+  NvrtcFailure with the log. ``scratch``: a private folder for NVRTC's include
+  trace (default: a temporary one)."""
   if scratch is not None:
     return _compile_targets(request, scratch)
   with tempfile.TemporaryDirectory(prefix="jmf-nvrtc-") as scratch:
@@ -265,8 +261,10 @@ def _compile_all(request: dict, scratch: str, probe: dict | None) -> dict:
   deps: set[str] | None = set()
   includes: set[tuple[str, str | None]] = set()
   libraries = list(request.get("link_libraries") or ())
-  pdl_wait = bool(request.get("pdl")) and all(_arch_number(t) >= PDL_MIN_ARCH for t in request["targets"]) \
+  instrumented = bool(request.get("pdl")) and all(_arch_number(t) >= PDL_MIN_ARCH for t in request["targets"]) \
       and not libraries
+  pdl_wait = instrumented
+  trace = os.path.join(scratch, "includes.txt")
   for index, target in enumerate(request["targets"]):
     # The probe goes after the user's source, so NVRTC's line numbers stay the user's.
     source = request["source"] + (probe["source"] if probe else "")
@@ -277,13 +275,18 @@ def _compile_all(request: dict, scratch: str, probe: dict | None) -> dict:
       check(nvrtc, nvrtc.nvrtcAddNameExpression(prog, request["name"].encode())[0], "nvrtcAddNameExpression")
       if probe:
         check(nvrtc, nvrtc.nvrtcAddNameExpression(prog, probe["expression"].encode())[0], "nvrtcAddNameExpression")
-      options = [o.encode() for o in [*request["options"], *_seed(request), f"--gpu-architecture={target}"]]
+      # A cubin nvJitLink builds from the PTX needs no ptxas run by NVRTC: the PTX alone (compute_XX).
+      arch = target.replace("sm_", "compute_", 1) if libraries or instrumented else target
+      with contextlib.suppress(OSError):
+        os.unlink(trace)  # an earlier compile's, which must not pass for this one's
+      options = [o.encode() for o in [*request["options"], *_seed(request), f"--gpu-architecture={arch}",
+                                      *trace_options(trace)]]
       (err,) = nvrtc.nvrtcCompileProgram(prog, len(options), options)
       log = _log(nvrtc, prog)
       if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
         raise NvrtcFailure(log or str(err))
-      # Per target, as includes may depend on __CUDA_ARCH__.
-      read = _headers_of(nvrtc, request, source, options, os.path.join(scratch, f"trace{index}"))
+      # Per target (includes may depend on __CUDA_ARCH__), from the compile itself.
+      read = headers_read(trace)
       deps = None if deps is None or read is None else deps | {h for h, _ in read if h not in headers}
       includes.update((h, by) for h, by in read or () if h not in headers)
       err, lowered = nvrtc.nvrtcGetLoweredName(prog, request["name"].encode())
@@ -294,18 +297,17 @@ def _compile_all(request: dict, scratch: str, probe: dict | None) -> dict:
         err, lowered = nvrtc.nvrtcGetLoweredName(prog, probe["expression"].encode())
         probe_symbol = lowered.decode() if err == nvrtc.nvrtcResult.NVRTC_SUCCESS and lowered else None
       target_ptx = _ptx_of(nvrtc, prog)
-      cubin = None
       if libraries:  # relocatable code: its calls into the libraries are resolved by the link
         for pattern, replacement in request.get("ptx_renames") or ():
           target_ptx = re.sub(pattern.encode(), replacement.encode(), target_ptx)
         cubin = _link_ptx(target_ptx, target, request["filename"], request["options"], libraries,
                           f"'{request['name']}' with {', '.join(os.path.basename(x) for x in libraries)}")
-      elif pdl_wait:
-        text, pdl_wait = wait_at_entry(target_ptx.decode(), symbol)
-        if text.encode() != target_ptx:  # instrumented here: build the cubin from it
-          target_ptx = text.encode()
-          cubin = _link_ptx(target_ptx, target, request["filename"], request["options"])
-      if cubin is None:
+      elif instrumented:  # the wait first at the entry (unless it manages PDL itself), then the cubin
+        text, waits = wait_at_entry(target_ptx.decode(), symbol)
+        pdl_wait = pdl_wait and waits
+        target_ptx = text.encode()
+        cubin = _link_ptx(target_ptx, target, request["filename"], request["options"])
+      else:
         err, size = nvrtc.nvrtcGetCUBINSize(prog)
         check(nvrtc, err, "nvrtcGetCUBINSize")
         cubin = b" " * size
