@@ -1,9 +1,13 @@
 """The errors table of the docs (docs/guides/errors.md, "What each mistake says"), row by row: each mistake made
 here, on the CPU, gives exactly the message the table shows (the call site written as the table writes it,
-`model.py:12 (forward)`)."""
+`model.py:12 (forward)`); a message of several lines, its first line, and the whole in a text block of the
+guide."""
 
+import contextlib
 import os
 import re
+import sys
+import tempfile
 import warnings
 
 import jax
@@ -39,6 +43,12 @@ def table_rows() -> dict[str, str]:
     text = f.read()
   section = text.split("\n## What each mistake says\n", 1)[1].split("\n## ", 1)[0]
   return dict(re.findall(r"^\| (.+?) \| `(.+)` \|$", section, re.MULTILINE))
+
+
+def text_blocks() -> list[str]:
+  """The ```text blocks of the errors guide."""
+  with open(ERRORS_GUIDE) as f:
+    return re.findall(r"^```text\n(.*?)\n```$", f.read(), re.MULTILINE | re.DOTALL)
 
 
 def axpy_call(x_dtype=jnp.float32, scalars=None, kernel_name="axpy"):
@@ -153,6 +163,36 @@ def triton_zeroed_outputs_raises():
   jmf.triton_call(x, x, n=8, kernel=ts.add, out_type=x, grid=1, BLOCK=8, zeroed_outputs=zeroed)
 
 
+# The user's model.py, as the guide shows its message: the kernel's source a literal, compiled at line 12.
+MODEL = '''import jax_mosaic_ffi as jmf
+
+SOURCE = r"""
+extern "C" __global__ void scale(float* y, float a) {
+  int i = threadIdx.x;
+  y[i] = a * undefined_name;
+}
+"""
+
+
+def forward():
+  return jmf.cuda_kernel(SOURCE, "scale")
+'''
+
+
+def typo_in_a_kernel():
+  with tempfile.TemporaryDirectory() as folder, contextlib.chdir(folder):
+    with open("model.py", "w") as f:
+      f.write(MODEL)
+    sys.path.insert(0, folder)
+    sys.modules.pop("model", None)
+    try:
+      import model
+      model.forward()
+    finally:
+      sys.path.remove(folder)
+      sys.modules.pop("model", None)
+
+
 def verify_without_fallback():
   call = jmf.mosaic_kernel(jmf.cuda_kernel(AXPY, "axpy"), jax.ShapeDtypeStruct((N,), jnp.float32), grid=N // 256,
                            block=256, scalars=(np.float32(2), np.int32(N)))
@@ -206,6 +246,7 @@ MISTAKES = {
     "a scalar of the wrong width": lambda: axpy_call(scalars=(np.float32(2), np.int64(N))),
     "a Python number as a scalar": lambda: axpy_call(scalars=(np.float32(2), N)),
     "a misspelt kernel name": lambda: axpy_call(kernel_name="axpyy"),
+    "a typo in a CUDA C++ kernel (`jmf.CompileError`; its whole message below)": typo_in_a_kernel,
     "`jax.grad` of a kernel without derivatives": no_derivative,
     "a second derivative of a `jmf.differentiable` kernel": second_derivative,
     "`jmf.autotune` without a GPU (a warning, at your line)": autotune_without_gpu,
@@ -242,4 +283,8 @@ def test_every_row_has_a_mistake_here():
 @pytest.mark.parametrize("row", sorted(MISTAKES))
 def test_the_readme_shows_the_exact_message(isolated_disk_cache, monkeypatch, row):
   monkeypatch.delenv(autotuning.CPU_ENV, raising=False)
-  assert message_of(MISTAKES[row]) == table_rows()[row]
+  message = message_of(MISTAKES[row])
+  first, _, rest = message.partition("\n")
+  assert first == table_rows()[row]
+  if rest:  # a message of several lines: the table shows its first, a text block of the guide the whole
+    assert message in text_blocks(), message

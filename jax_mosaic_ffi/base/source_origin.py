@@ -5,7 +5,9 @@ Python file, or read it from a file of their own. `Origin.where` finds the line 
 message only (never for a key): the files of the user's frames on the stack, the modules that hold the very
 string, and the text files beside them and in the working directory. A line is placed where the whole source
 occurs in the file, else where the line and the lines around it occur together once (a literal the user formats,
-``SOURCE % (...)``, still matches on its other lines). Every read is bounded; what cannot be found is None.
+``SOURCE % (...)``, still matches on its other lines). A compiler that names the user's file itself (an MLIR
+location ``/home/me/model.py:17:5``, a ``.loc`` of Triton's PTX, a Python traceback) is read at that line: `line_of`,
+`places_in`, `raised_at`. Every read is bounded; what cannot be found is None.
 
     >>> origin = Origin("int x;\\nint y = undefined;\\n", files=[])
     >>> origin.where(2) is None   # no file of the user's holds it
@@ -16,7 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import sys
+import sysconfig
 
 from jax._src import source_info_util
 
@@ -41,6 +45,10 @@ class Place:
   def __str__(self) -> str:
     return f"{self.path}:{self.line}"
 
+  def excerpt(self, label: str = "") -> list[str]:
+    """The lines a compile error shows it in: ``"  {label} is {place}:"`` (or ``"  {place}:"``), then the line."""
+    return [f"  {label} is {self}:" if label else f"  {self}:", f"  {self.line:5d} | {self.text}"]
+
 
 def _shown(path: str) -> str:
   try:
@@ -58,6 +66,57 @@ def _read(path: str) -> str | None:
       return f.read(_MAX_FILE_BYTES)
   except OSError:
     return None
+
+
+def line_of(path: str, number: int) -> Place | None:
+  """Line ``number`` of the user's file ``path`` (an absolute path, as compilers name it), or None."""
+  if not _user_file(path) or number < 1:
+    return None
+  text = _read(path)
+  lines = [] if text is None else text.splitlines()
+  return Place(_shown(path), number, lines[number - 1]) if number <= len(lines) else None
+
+
+# An absolute path of a Python file and a line: an MLIR location (`loc("/a/k.py":17:5)`, `/a/k.py:17:5: error`).
+_POSITION = re.compile(r"(/[^\s:\"'()\x1b]+\.py)\"?:(\d+)\b")
+_MAX_PLACES = 5
+
+
+def places_in(text: str) -> list[Place]:
+  """The lines of the user's files that ``text`` (a compiler's log) names by absolute path, a bounded few, each
+  once."""
+  found: list[Place] = []
+  for path, number in dict.fromkeys(_POSITION.findall(text)):
+    place = line_of(path, int(number))
+    if place is not None and place not in found:
+      found.append(place)
+      if len(found) == _MAX_PLACES:
+        break
+  return found
+
+
+def raised_at(error: BaseException, outside: tuple[str, ...] = ()) -> Place | None:
+  """The innermost line of a user's file in ``error``'s traceback, not under a folder of ``outside`` (a
+  compiler's own package), the standard library's or the installed packages'; its causes first (the first raised
+  is nearest the mistake)."""
+  chain: list[BaseException] = []
+  while error is not None and error not in chain and len(chain) < 8:
+    chain.append(error)
+    error = error.__cause__ or error.__context__
+  libraries = [sysconfig.get_paths()[name] for name in ("stdlib", "purelib", "platlib")]
+  excluded = tuple(os.path.join(os.path.realpath(folder), "") for folder in (*outside, *libraries))
+  for raised in reversed(chain):
+    frames = []
+    tb = raised.__traceback__
+    while tb is not None and len(frames) < 1024:
+      frames.append((tb.tb_frame.f_code.co_filename, tb.tb_lineno))
+      tb = tb.tb_next
+    for path, number in reversed(frames):
+      if not os.path.realpath(path).startswith(excluded):
+        place = line_of(path, number)
+        if place is not None:
+          return place
+  return None
 
 
 def _user_file(filename) -> bool:

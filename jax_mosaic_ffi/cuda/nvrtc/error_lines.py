@@ -5,7 +5,8 @@ NVRTC counts ``k.cu(4)`` from the start of the string it was given; ptxas (insid
 30`` in the PTX NVRTC made. The first is found in the user's files through `base/source_origin.py` (the Python file
 holding the source as a literal, or a file it was read from). The second is taken back to the source by the PTX's
 own line table: the failed request is compiled again to PTX alone (a virtual arch, so ptxas does not run) with
-``-lineinfo``, under the same time bound, and the ``.loc`` before that PTX line names the source line. Only on the
+``-lineinfo``, under the same time bound, and the ``.loc`` before that PTX line names the source line; not where
+the toolchain failed (`toolchain_failure`: its releases mismatched), which no source line explains. Only on the
 error path; what cannot be found is left out, never guessed.
 """
 
@@ -13,16 +14,18 @@ from __future__ import annotations
 
 import re
 
+from jax_mosaic_ffi.base import ptx_info
 from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base import source_origin
 from jax_mosaic_ffi.base.errors import CompileError
 from jax_mosaic_ffi.cuda.nvrtc import program
+from jax_mosaic_ffi.cuda.nvrtc import release
 from jax_mosaic_ffi.cuda.nvrtc import worker
 
 _MAX_NAMED = 5
 _PTXAS_LINE = re.compile(r"^ptxas\b[^\n]*?\bptx input, line (\d+)", re.MULTILINE)
-_LOC = re.compile(r"^\s*\.loc\s+(\d+)\s+(\d+)\b")
-_FILE = re.compile(r'^\s*\.file\s+(\d+)\s+"((?:[^"\\]|\\.)*)"')
+# ptxas refusing the PTX's own release or target: a toolchain's fault, which no line of the source explains.
+_TOOLCHAIN_REFUSAL = re.compile(r"\bUnsupported \.(?:version|target)\b")
 
 
 def compile_error(name: str, log: str, source: str, filename: str, request: dict, timeout: float | None,
@@ -46,7 +49,7 @@ def excerpts(log: str, source: str, filename: str, request: dict | None, timeout
     if 1 <= number <= len(lines):
       out += _excerpt(f"{filename}({number})", number, lines[number - 1], origin)
   ptx_lines = sorted({int(n) for n in _PTXAS_LINE.findall(log)})[:_MAX_NAMED]
-  if ptx_lines and request is not None:
+  if ptx_lines and request is not None and not toolchain_failure(log):
     for ptx_line, (path, number) in ptx_source_lines(request, ptx_lines, timeout).items():
       label = f"ptx input line {ptx_line}, {path}({number})"
       if path == filename and 1 <= number <= len(lines):
@@ -56,6 +59,13 @@ def excerpts(log: str, source: str, filename: str, request: dict | None, timeout
         if text is not None:
           out += [f"  {label}:", f"  {number:5d} | {text}"]
   return out
+
+
+def toolchain_failure(log: str) -> bool:
+  """Whether ``log`` failed for the toolchain, not the source: releases that do not work together (release.py
+  names them) or ptxas refusing the PTX's release or target. Its ptxas lines are then not mapped: the re-compile
+  that maps them costs about a second and finds no line of the user's to blame."""
+  return release.advice() is not None or _TOOLCHAIN_REFUSAL.search(log) is not None
 
 
 def _excerpt(label: str, number: int, text: str, origin: source_origin.Origin, always: bool = False) -> list[str]:
@@ -100,26 +110,6 @@ def located(ptx: str, ptx_lines: list[int], filename: str) -> dict[int, tuple[st
     >>> located('.entry k(\\n{\\n.loc 1 4 3\\nmov.b32.bogus %f1, 1.0;\\n}\\n.file 1 "/tmp/k.cu"\\n', [3], "k.cu")
     {3: ('k.cu', 4)}
   """
-  files: dict[int, str] = {}
-  for text in ptx.splitlines():
-    match = _FILE.match(text)
-    if match:
-      files[int(match.group(1))] = match.group(2)
-  main = next((index for index, path in sorted(files.items()) if path.endswith("/" + filename) or path == filename),
-              None)
-  found: dict[int, tuple[str, int]] = {}
-  wanted = set(ptx_lines)
-  plain_line = 0
-  last = None
-  for text in ptx.splitlines():
-    loc = _LOC.match(text)
-    if loc:
-      last = (int(loc.group(1)), int(loc.group(2)))
-      continue
-    if _FILE.match(text):
-      continue
-    plain_line += 1
-    if plain_line in wanted and last is not None and last[1] > 0:
-      index, number = last
-      found[plain_line] = (filename if index == main else files.get(index, "?"), number)
-  return {k: v for k, v in found.items() if v[0] != "?"}
+  found = ptx_info.source_lines(ptx, ptx_lines, count_directives=False)
+  return {line: (filename if path.endswith("/" + filename) or path == filename else path, number)
+          for line, (path, number) in found.items()}

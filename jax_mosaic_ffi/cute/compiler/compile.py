@@ -30,6 +30,7 @@ from jax_mosaic_ffi.base.errors import CompileError, CompileTimeout
 from jax_mosaic_ffi.base.module_format import Arch, Image, ImageKind, ParsedModule
 from jax_mosaic_ffi.base.native import core
 from jax_mosaic_ffi.cute.compiler import dsl
+from jax_mosaic_ffi.cute.compiler import error_lines as cute_error_lines
 from jax_mosaic_ffi.cute.compiler import keys as cute_keys
 from jax_mosaic_ffi.cute.compiler.plan import Plan
 from jax_mosaic_ffi.toolchain import compile_cache
@@ -153,8 +154,9 @@ def _compile_one(launcher, plan: Plan, target: Arch, options: str | None, name: 
                               plan=plan, options=_options(target, options))
       data = compiled.dump_to_object(PREFIX)
     except Exception as e:  # the DSL's errors are many types; each says what it found and where
-      raise CompileError(name, f"{type(e).__name__}: {str(e).rstrip()}", "", "", compiler="CuTe DSL",
-                         what=f"'{name}' for {target.sm} (called at {where})") from None
+      log = f"{type(e).__name__}: {str(e).rstrip()}"
+      raise CompileError(name, log, "", "", compiler="CuTe DSL", what=f"'{name}' for {target.sm} (called at {where})",
+                         excerpts=cute_error_lines.excerpts(e, log)) from None
   return Image(ImageKind.CUTE, target, bytes(data), package.compiler_release() or "", plan.host_arg_kinds())
 
 

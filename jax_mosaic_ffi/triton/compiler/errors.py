@@ -10,6 +10,7 @@ from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base.errors import CompileError, CompileTimeout
 from jax_mosaic_ffi.triton.compiler import stages as triton_stages
 from jax_mosaic_ffi.triton.compiler import bounds
+from jax_mosaic_ffi.triton.compiler import error_lines
 from jax_mosaic_ffi.triton.compiler.languages import Language
 from jax_mosaic_ffi.triton.compiler.options import TritonOptions
 
@@ -26,13 +27,13 @@ def config_text(signature, constexprs, options: TritonOptions) -> str:
 
 def failed(fn, target, config: str, language: Language, e: Exception, diagnostics: str = "") -> CompileError:
   """Triton's own failure: its message (and what its passes printed, `diagnostics`), for this config, with the
-  language's advice."""
+  lines of the user's file it names (error_lines.py) and the language's advice."""
   log = f"{type(e).__name__}: {e}".rstrip()
   if diagnostics.strip():
     log += f"\n{diagnostics.rstrip()}"
   return CompileError(fn.__name__, log, "", "", compiler="Triton",
                       what=f"kernel '{fn.__name__}' for {target.sm} with {config}{_called_at()}",
-                      advice=language.advice(e))
+                      advice=language.advice(e), excerpts=error_lines.excerpts(fn, e, log))
 
 
 def refused(fn, log: str) -> CompileError:
