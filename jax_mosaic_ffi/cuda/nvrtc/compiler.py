@@ -83,7 +83,7 @@ def _has_option(options, *prefixes) -> bool:
 
 
 # Bumped whenever the code we add to a kernel changes (program.wait_at_entry).
-_INSTRUMENTATION = "pdl-wait-1"
+_INSTRUMENTATION = "pdl-wait-2"
 # Entries before deps-1 did not list the headers they read; before param-types-1, the parameter types; before
 # include-search-1, the paths NVRTC tried before each header; before include-search-2, the paths its
 # __has_include probes searched (include_search.py); before reproducible-1, code compiled with NVRTC's time trace on

@@ -81,8 +81,9 @@ def _log(nvrtc, prog) -> str:
 # kernel start its own launch (it waits likewise before reading anything).
 # Hopper (sm_90) and newer only.
 PDL_MIN_ARCH = 90
-PDL_ENTRY = ("\n\tgriddepcontrol.wait;  // jax_mosaic_ffi: PDL-safe entry"
-             "\n\tgriddepcontrol.launch_dependents;")
+# On the line of the body's opening brace: ptxas names lines of the PTX it reads (nvJitLink's, from this PTX), and
+# cuda/nvrtc/error_lines.py maps them through the PTX NVRTC made, so the instrumented PTX keeps its line numbers.
+PDL_ENTRY = " griddepcontrol.wait; griddepcontrol.launch_dependents;  /* jax_mosaic_ffi: PDL-safe entry */"
 
 
 def _entry_body(ptx: str, symbol: str) -> tuple[int, int] | None:
