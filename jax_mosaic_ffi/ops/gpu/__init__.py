@@ -10,3 +10,11 @@ They need Triton (the ``triton`` extra); without a GPU each runs its reference m
 and every kernel lowers and exports for CUDA anywhere (:doc:`coming from Pallas </guides/coming_from_pallas>`).
 """
 
+from jax_mosaic_ffi.ops.gpu import attention
+from jax_mosaic_ffi.ops.gpu import decode_attention
+from jax_mosaic_ffi.ops.gpu import layer_norm
+from jax_mosaic_ffi.ops.gpu import paged_attention
+from jax_mosaic_ffi.ops.gpu import rms_norm
+from jax_mosaic_ffi.ops.gpu import softmax
+
+__all__ = ["attention", "decode_attention", "layer_norm", "paged_attention", "rms_norm", "softmax"]
