@@ -129,7 +129,7 @@ def _launch(fn, configs, constexprs, **options):
 def forward_call(static: Static, head_dim: int, dtype: str):
   """The forward kernel's call: (q, k, v[, segment_ids]) -> (out, lse)."""
   module = calls.kernels("attention_forward")
-  fn = module.forward_segments if static.segments else module.forward_plain
+  fn = module.mha_forward_segments if static.segments else module.mha_forward_plain
   return _launch(
       fn, static.forward_configs, _constexprs(head_dim, dtype, CAUSAL=static.causal),
       out_shape=lambda q, *_: (jax.ShapeDtypeStruct(q.shape, q.dtype),
@@ -159,7 +159,7 @@ def delta_call(head_dim: int, dtype: str, seq_q: int):
   block = min(64, calls.padded(seq_q))
   constexprs = _constexprs(head_dim, dtype, BLOCK_Q=block)
   del constexprs["PRECISION"]
-  kernel = triton_kernel(calls.kernels("attention_backward").delta, constexprs=constexprs)
+  kernel = triton_kernel(calls.kernels("attention_backward").mha_delta, constexprs=constexprs)
   return mosaic_kernel(
       kernel, out_shape=lambda o, do, dlse: jax.ShapeDtypeStruct(dlse.shape, jnp.float32),
       grid=lambda meta, o, do, dlse: (cdiv(o.shape[1], block), o.shape[0], o.shape[2]),
@@ -186,7 +186,7 @@ def _split_segments(static: Static, args):
 def dkdv_call(static: Static, head_dim: int, dtype: str):
   """(q, k, v[, segment_ids], do, lse, delta) -> (dk, dv)."""
   module = calls.kernels("attention_backward")
-  fn = module.dkdv_segments if static.segments else module.dkdv_plain
+  fn = module.mha_dkdv_segments if static.segments else module.mha_dkdv_plain
   constexprs = _constexprs(head_dim, dtype, CAUSAL=static.causal)
 
   def fallback(*args):
@@ -203,7 +203,7 @@ def dkdv_call(static: Static, head_dim: int, dtype: str):
 def dq_call(static: Static, head_dim: int, dtype: str):
   """(q, k, v[, segment_ids], do, lse, delta) -> dq."""
   module = calls.kernels("attention_backward")
-  fn = module.dq_segments if static.segments else module.dq_plain
+  fn = module.mha_dq_segments if static.segments else module.mha_dq_plain
   constexprs = _constexprs(head_dim, dtype, CAUSAL=static.causal)
 
   def fallback(*args):

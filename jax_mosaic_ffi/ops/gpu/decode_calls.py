@@ -85,7 +85,7 @@ def combine_reference(o_part, l_part, m_part, normalize: bool, dtype):
 @calls.cached
 def combine_call(normalize: bool, head_dim: int, splits: int, dtype: str):
   """(o_part, l_part, m_part) -> (o (B * Hq, D) in ``dtype``, l, m)."""
-  kernel = triton_kernel(calls.kernels("decode").combine, num_warps=4 if head_dim * splits <= 4096 else 8,
+  kernel = triton_kernel(calls.kernels("decode").decode_combine, num_warps=4 if head_dim * splits <= 4096 else 8,
                          constexprs={"NORMALIZE": normalize, "HEAD_DIM": head_dim, "D_PAD": calls.padded(head_dim),
                                      "SPLITS_PAD": calls.padded(splits, 2)})
   return mosaic_kernel(
@@ -124,7 +124,7 @@ def decode_split_call(split: Split, sm_scale: float, head_dim: int, dtype: str):
   constexprs = {"HEAD_DIM": head_dim, "D_PAD": calls.padded(head_dim), "PRECISION": calls.precision(dtype)}
   qk_scale = calls.f32(sm_scale * math.log2(math.e))
   return launch(
-      calls.kernels("decode").split, split, constexprs,
+      calls.kernels("decode").decode_split, split, constexprs,
       out_shape=lambda q, k, *_: partials_out_shape(q.shape[0] * q.shape[1], split.k_splits, head_dim),
       grid=lambda meta, q, k, *_: (cdiv(q.shape[1] // k.shape[2], meta["BLOCK_H"]), split.k_splits,
                                    q.shape[0] * k.shape[2]),

@@ -93,10 +93,10 @@ def forward_call(norm: Norm, n: int, rows_fill: int):
       fallback=lambda x, w, b: forward_reference(norm, x, w, b),
       sharding=BatchDims(inputs=(0, None, None), outputs=0))
   if n > MAX_BLOCK_N:
-    return _launch(module.forward_long, [calls.config(norm.num_warps or 8, 1)],
+    return _launch(module.norm_forward_long, [calls.config(norm.num_warps or 8, 1)],
                    {"SUBTRACT_MEAN": norm.subtract_mean, "BLOCK_N": LONG_BLOCK},
                    grid=lambda meta, x, w, b: x.shape[0], **options)
-  return _launch(module.forward, row_configs(n, rows_fill, norm.num_warps),
+  return _launch(module.norm_forward, row_configs(n, rows_fill, norm.num_warps),
                  {"SUBTRACT_MEAN": norm.subtract_mean, "BLOCK_N": calls.padded(n, 1)},
                  grid=lambda meta, x, w, b: cdiv(x.shape[0], meta["BLOCK_M"]), **options)
 
@@ -111,12 +111,12 @@ def backward_call(norm: Norm, n: int, rows_fill: int):
                                   jax.ShapeDtypeStruct(x.shape[1:], jnp.float32)),
       zero_outputs=(1, 2), fallback=lambda *args: backward_reference(norm, *args))
   if n > MAX_BLOCK_N:
-    return _launch(module.backward_long, [calls.config(norm.num_warps or 8, 1)],
+    return _launch(module.norm_backward_long, [calls.config(norm.num_warps or 8, 1)],
                    {"SUBTRACT_MEAN": norm.subtract_mean, "BLOCK_N": LONG_BLOCK},
                    grid=lambda meta, x, *_: x.shape[0],
                    scalars=lambda meta, x, *_: (calls.i32(x.shape[0]), calls.i32(x.shape[1])), **options)
   programs = lambda x: max(1, min(x.shape[0], BACKWARD_PROGRAMS))  # noqa: E731
-  return _launch(module.backward, row_configs(n, rows_fill, norm.num_warps),
+  return _launch(module.norm_backward, row_configs(n, rows_fill, norm.num_warps),
                  {"SUBTRACT_MEAN": norm.subtract_mean, "BLOCK_N": calls.padded(n, 1)},
                  grid=lambda meta, x, *_: programs(x),
                  scalars=lambda meta, x, *_: (calls.i32(x.shape[0]), calls.i32(x.shape[1]),

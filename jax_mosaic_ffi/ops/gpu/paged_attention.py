@@ -65,7 +65,7 @@ def _split_call(split: Split, page_size: int, head_dim: int, dtype: str, soft_ca
             calls.f32(soft_cap), calls.f32(mask_value))
 
   return decode_calls.launch(
-      calls.kernels("paged").split, split, constexprs,
+      calls.kernels("paged").paged_split, split, constexprs,
       out_shape=lambda q, *_: decode_calls.partials_out_shape(q.shape[0] * q.shape[1], split.k_splits, head_dim),
       grid=lambda meta, q, k_pages, *_: (cdiv(q.shape[1] // k_pages.shape[0], meta["BLOCK_H"]), split.k_splits,
                                          q.shape[0] * k_pages.shape[0]),

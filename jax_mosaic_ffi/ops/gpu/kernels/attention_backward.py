@@ -18,7 +18,7 @@ LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
-def delta(O, DO, DLSE, DELTA, seq_q, heads, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr):
+def mha_delta(O, DO, DLSE, DELTA, seq_q, heads, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr):
   """grid (cdiv(T, BLOCK_Q), B, H)."""
   b = tl.program_id(1).to(tl.int64)
   h = tl.program_id(2)
@@ -188,7 +188,7 @@ def dq(Q, K, V, Seg, DO, LSE, DELTA, DQ, qk_scale, sm_scale, seq_q, seq_k, heads
 
 
 @triton.jit
-def dkdv_segments(Q, K, V, Seg, DO, LSE, DELTA, DK, DV, qk_scale, sm_scale, seq_q, seq_k, heads,
+def mha_dkdv_segments(Q, K, V, Seg, DO, LSE, DELTA, DK, DV, qk_scale, sm_scale, seq_q, seq_k, heads,
                   CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr,
                   BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
   dkdv(Q, K, V, Seg, DO, LSE, DELTA, DK, DV, qk_scale, sm_scale, seq_q, seq_k, heads, True, CAUSAL, HEAD_DIM,
@@ -196,7 +196,7 @@ def dkdv_segments(Q, K, V, Seg, DO, LSE, DELTA, DK, DV, qk_scale, sm_scale, seq_
 
 
 @triton.jit
-def dkdv_plain(Q, K, V, DO, LSE, DELTA, DK, DV, qk_scale, sm_scale, seq_q, seq_k, heads, CAUSAL: tl.constexpr,
+def mha_dkdv_plain(Q, K, V, DO, LSE, DELTA, DK, DV, qk_scale, sm_scale, seq_q, seq_k, heads, CAUSAL: tl.constexpr,
                HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
                PRECISION: tl.constexpr):
   dkdv(Q, K, V, Q, DO, LSE, DELTA, DK, DV, qk_scale, sm_scale, seq_q, seq_k, heads, False, CAUSAL, HEAD_DIM,
@@ -204,7 +204,7 @@ def dkdv_plain(Q, K, V, DO, LSE, DELTA, DK, DV, qk_scale, sm_scale, seq_q, seq_k
 
 
 @triton.jit
-def dq_segments(Q, K, V, Seg, DO, LSE, DELTA, DQ, qk_scale, sm_scale, seq_q, seq_k, heads, CAUSAL: tl.constexpr,
+def mha_dq_segments(Q, K, V, Seg, DO, LSE, DELTA, DQ, qk_scale, sm_scale, seq_q, seq_k, heads, CAUSAL: tl.constexpr,
                 HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
                 PRECISION: tl.constexpr):
   dq(Q, K, V, Seg, DO, LSE, DELTA, DQ, qk_scale, sm_scale, seq_q, seq_k, heads, True, CAUSAL, HEAD_DIM, D_PAD,
@@ -212,7 +212,7 @@ def dq_segments(Q, K, V, Seg, DO, LSE, DELTA, DQ, qk_scale, sm_scale, seq_q, seq
 
 
 @triton.jit
-def dq_plain(Q, K, V, DO, LSE, DELTA, DQ, qk_scale, sm_scale, seq_q, seq_k, heads, CAUSAL: tl.constexpr,
+def mha_dq_plain(Q, K, V, DO, LSE, DELTA, DQ, qk_scale, sm_scale, seq_q, seq_k, heads, CAUSAL: tl.constexpr,
              HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
              PRECISION: tl.constexpr):
   dq(Q, K, V, Q, DO, LSE, DELTA, DQ, qk_scale, sm_scale, seq_q, seq_k, heads, False, CAUSAL, HEAD_DIM, D_PAD,

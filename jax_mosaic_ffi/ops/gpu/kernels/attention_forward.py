@@ -106,7 +106,7 @@ def forward(Q, K, V, Seg, O, LSE, qk_scale, seq_q, seq_k, heads, HAS_SEG: tl.con
 
 
 @triton.jit
-def forward_segments(Q, K, V, Seg, O, LSE, qk_scale, seq_q, seq_k, heads, CAUSAL: tl.constexpr,
+def mha_forward_segments(Q, K, V, Seg, O, LSE, qk_scale, seq_q, seq_k, heads, CAUSAL: tl.constexpr,
                      HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
                      PRECISION: tl.constexpr):
   """`forward` with segment ids (B, S): a query sees the keys of its own segment only."""
@@ -115,7 +115,7 @@ def forward_segments(Q, K, V, Seg, O, LSE, qk_scale, seq_q, seq_k, heads, CAUSAL
 
 
 @triton.jit
-def forward_plain(Q, K, V, O, LSE, qk_scale, seq_q, seq_k, heads, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr,
+def mha_forward_plain(Q, K, V, O, LSE, qk_scale, seq_q, seq_k, heads, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr,
                   D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
   """`forward` without segment ids (the segment pointer is never read)."""
   forward(Q, K, V, Q, O, LSE, qk_scale, seq_q, seq_k, heads, False, CAUSAL, HEAD_DIM, D_PAD, BLOCK_Q, BLOCK_K,

@@ -1,10 +1,10 @@
 """Decoding attention (one query per head) split along the keys: `split` attends one split of the keys for a
 block of query heads that share a key/value head, writing its unnormalized output and its softmax statistics
-(max and sum, natural units of the scaled logits, as Pallas's residuals); `combine` merges the splits.
+(max and sum, natural units of the scaled logits, as Pallas's residuals); `decode_combine` merges the splits.
 
 q is (B, Hq, D); k and v (B, S, Hkv, D) (mqa: Hkv = 1); Hq = Hkv * G. The partials are (B * Hq, SPLITS, D),
 (B * Hq, SPLITS) float32. A split with no key to attend (past the length, before the start) writes l = 0 and
-m = `EMPTY`, which `combine` weighs by zero; a row without any key gives 0, as Pallas's kernel.
+m = `EMPTY`, which `decode_combine` weighs by zero; a row without any key gives 0, as Pallas's kernel.
 """
 
 import triton
@@ -16,7 +16,7 @@ EMPTY = tl.constexpr(-3.4028234663852886e38)
 
 
 @triton.jit
-def split(Q, K, V, START, LENGTH, O_PART, L_PART, M_PART, qk_scale, seq_k, kv_heads, group, split_len,
+def decode_split(Q, K, V, START, LENGTH, O_PART, L_PART, M_PART, qk_scale, seq_k, kv_heads, group, split_len,
           HAS_START: tl.constexpr, HAS_LENGTH: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr,
           BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
   """grid (cdiv(G, BLOCK_H), SPLITS, B * Hkv). ``qk_scale`` is sm_scale * log2(e)."""
@@ -76,7 +76,7 @@ def split(Q, K, V, START, LENGTH, O_PART, L_PART, M_PART, qk_scale, seq_k, kv_he
 
 
 @triton.jit
-def combine(O_PART, L_PART, M_PART, O, L, M, splits, NORMALIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
+def decode_combine(O_PART, L_PART, M_PART, O, L, M, splits, NORMALIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
             D_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr):
   """grid (B * Hq,): one row's splits merged; o divided by l + eps where NORMALIZE (Pallas's eps)."""
   row = tl.program_id(0).to(tl.int64)

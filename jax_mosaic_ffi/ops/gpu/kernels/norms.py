@@ -11,7 +11,7 @@ import triton.language as tl
 
 
 @triton.jit
-def forward(X, W, B, Y, MEAN, RSTD, rows, n, eps, SUBTRACT_MEAN: tl.constexpr, BLOCK_M: tl.constexpr,
+def norm_forward(X, W, B, Y, MEAN, RSTD, rows, n, eps, SUBTRACT_MEAN: tl.constexpr, BLOCK_M: tl.constexpr,
             BLOCK_N: tl.constexpr):
   """grid (cdiv(M, BLOCK_M),): BLOCK_M whole rows per program (n <= BLOCK_N)."""
   offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -36,7 +36,7 @@ def forward(X, W, B, Y, MEAN, RSTD, rows, n, eps, SUBTRACT_MEAN: tl.constexpr, B
 
 
 @triton.jit
-def forward_long(X, W, B, Y, MEAN, RSTD, rows, n, eps, SUBTRACT_MEAN: tl.constexpr, BLOCK_N: tl.constexpr):
+def norm_forward_long(X, W, B, Y, MEAN, RSTD, rows, n, eps, SUBTRACT_MEAN: tl.constexpr, BLOCK_N: tl.constexpr):
   """grid (M,): one row longer than a block, walked in blocks of BLOCK_N."""
   row = tl.program_id(0).to(tl.int64)
   x_row = X + row * n
@@ -66,7 +66,7 @@ def forward_long(X, W, B, Y, MEAN, RSTD, rows, n, eps, SUBTRACT_MEAN: tl.constex
 
 
 @triton.jit
-def backward(X, W, DY, MEAN, RSTD, DX, DW, DB, rows, n, rows_per_program, SUBTRACT_MEAN: tl.constexpr,
+def norm_backward(X, W, DY, MEAN, RSTD, DX, DW, DB, rows, n, rows_per_program, SUBTRACT_MEAN: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
   """grid (programs,): each program rows [pid * rows_per_program, ...), BLOCK_M at a time (n <= BLOCK_N); its
   sums of dy * xhat and dy are added to DW and DB (float32, zeroed by the runtime) once, at the end."""
@@ -105,7 +105,7 @@ def backward(X, W, DY, MEAN, RSTD, DX, DW, DB, rows, n, rows_per_program, SUBTRA
 
 
 @triton.jit
-def backward_long(X, W, DY, MEAN, RSTD, DX, DW, DB, rows, n, SUBTRACT_MEAN: tl.constexpr, BLOCK_N: tl.constexpr):
+def norm_backward_long(X, W, DY, MEAN, RSTD, DX, DW, DB, rows, n, SUBTRACT_MEAN: tl.constexpr, BLOCK_N: tl.constexpr):
   """grid (M,): one row longer than a block; its dw and db terms are added block by block."""
   row = tl.program_id(0).to(tl.int64)
   rstd = tl.load(RSTD + row)

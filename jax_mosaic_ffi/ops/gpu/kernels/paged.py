@@ -1,6 +1,6 @@
-"""Paged decoding attention: `decode.split`'s loop over keys gathered page by page through each sequence's block
+"""Paged decoding attention: `decode.decode_split`'s loop over keys gathered page by page through each sequence's block
 table, with Pallas's options (int8 pages with per-token scales, a logits soft cap, the mask value); the splits
-are merged by `decode.combine`.
+are merged by `decode.decode_combine`.
 
 q is (B, Hq, D); k_pages and v_pages (Hkv, P, PAGE_SIZE, D); their scales (Hkv, P, PAGE_SIZE); block_tables
 (B, pages_per_sequence) int32; lengths (B,) int32. No softmax scale, as Pallas's kernel. Tokens of the split's
@@ -15,7 +15,7 @@ EMPTY = tl.constexpr(-3.4028234663852886e38)
 
 
 @triton.jit
-def split(Q, KP, VP, KS, VS, TABLES, LENGTHS, O_PART, L_PART, M_PART, total_pages, pages_per_seq, kv_heads, group,
+def paged_split(Q, KP, VP, KS, VS, TABLES, LENGTHS, O_PART, L_PART, M_PART, total_pages, pages_per_seq, kv_heads, group,
           pages_per_split, soft_cap, mask_value, HAS_K_SCALES: tl.constexpr, HAS_V_SCALES: tl.constexpr,
           HAS_LENGTHS: tl.constexpr, HAS_CAP: tl.constexpr, PAGE_SIZE: tl.constexpr, PAGES_PER_BLOCK: tl.constexpr,
           BLOCK_T: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_H: tl.constexpr,

@@ -6,7 +6,7 @@ import triton.language as tl
 
 
 @triton.jit
-def forward(X, Y, rows, n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def softmax_forward(X, Y, rows, n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
   """grid (cdiv(M, BLOCK_M),)."""
   offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
   offs_n = tl.arange(0, BLOCK_N)
@@ -18,7 +18,7 @@ def forward(X, Y, rows, n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def forward_long(X, Y, rows, n, BLOCK_N: tl.constexpr):
+def softmax_forward_long(X, Y, rows, n, BLOCK_N: tl.constexpr):
   """grid (M,): one row longer than a block."""
   row = tl.program_id(0).to(tl.int64)
   m = tl.full([BLOCK_N], float("-inf"), dtype=tl.float32)
