@@ -178,6 +178,8 @@ def mha(q, k, v, segment_ids: jnp.ndarray | None, sm_scale: float = 1.0, causal:
   if k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
     raise ValueError(f"mha: k and v must have one shape, and q their batch and heads; got {q.shape=}, "
                      f"{k.shape=}, {v.shape=}")
+  if not q.dtype == k.dtype == v.dtype:
+    raise ValueError(f"mha: q, k and v must have one dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
   if segment_ids is not None and (segment_ids.shape != (q.shape[0], q.shape[1]) or q.shape[1] != k.shape[1]):
     raise ValueError(f"mha: segment_ids must be (batch, seq_len) with seq_len == kv_seq_len; got "
                      f"{segment_ids.shape=}, {q.shape=}, {k.shape=}")

@@ -71,9 +71,12 @@ def backward_configs(dtype, seq_q: int, seq_k: int) -> tuple[list[dict], list[di
           calls.clamp_configs([c for c in _DQ if keep(c)], limits))
 
 
-def _rule(segments: bool, outputs: str) -> ShardingRule:
-  inputs = "b t h d, b s h d, b s h d" + (", b s" if segments else "")
-  return ShardingRule(f"{inputs}{outputs}", replicated=("t", "s", "d"))
+def _rule(segments: bool) -> ShardingRule:
+  """Batch (a) and heads (c) may be split; query positions (b), the head dimension (d) and key positions (e) not.
+  The factors are named in the order they first appear: Factors.sdy_rule lists the replicated ones sorted by
+  name, and Shardy wants them in that order."""
+  inputs = "a b c d, a e c d, a e c d" + (", a e" if segments else "")
+  return ShardingRule(f"{inputs} -> a b c d, a c b", replicated=("b", "d", "e"))
 
 
 def _mask(static: Static, seq_q: int, seq_k: int, segment_ids):
@@ -138,7 +141,7 @@ def forward_call(static: Static, head_dim: int, dtype: str):
       scalars=lambda meta, q, k, *_: (calls.f32(static.sm_scale * LOG2E), calls.i32(q.shape[1]),
                                       calls.i32(k.shape[1]), calls.i32(q.shape[2])),
       fallback=lambda *args: forward_reference(static, *args),
-      sharding=_rule(static.segments, " -> b t h d, b h t"))
+      sharding=_rule(static.segments))
 
 
 def backward_reference(static: Static, q, k, v, segment_ids, do, lse, delta):

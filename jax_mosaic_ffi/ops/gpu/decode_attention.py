@@ -63,6 +63,8 @@ def _decode(split: Split, sm_scale: float, head_dim: int, dtype: str, normalize:
 
 def _attend(name, q, k4, v4, start_idx, kv_seq_len, sm_scale, block_h, block_k, k_splits, num_warps, num_stages,
             return_residuals, normalize_output, default_k):
+  if not q.dtype == k4.dtype == v4.dtype:
+    raise ValueError(f"{name}: q, k and v must have one dtype; got {q.dtype}, {k4.dtype}, {v4.dtype}")
   batch = q.shape[0]
   split = _split(name, q, k4, start_idx, kv_seq_len, block_h, block_k, k_splits, num_warps, num_stages, default_k)
   start = (jnp.zeros((batch,), jnp.int32) if start_idx is None

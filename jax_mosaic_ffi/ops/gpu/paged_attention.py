@@ -149,6 +149,10 @@ def paged_attention(q: jax.Array, k_pages: jax.Array, v_pages: jax.Array, block_
     if scales is not None and scales.shape != k_pages.shape[:3]:
       raise ValueError(f"paged_attention: {name} must be (num_kv_heads, total_num_pages, page_size) = "
                        f"{k_pages.shape[:3]}, got {scales.shape}")
+  for name, pages, scales in (("k_pages", k_pages, k_scales_pages), ("v_pages", v_pages, v_scales_pages)):
+    if scales is None and pages.dtype != q.dtype:
+      raise ValueError(f"paged_attention: {name} must be q's dtype ({q.dtype}) unless it comes with its scales "
+                       f"(int8 pages); got {pages.dtype}")
   if not isinstance(k_splits, int) or k_splits < 1:
     raise ValueError(f"paged_attention: k_splits must be a positive int, got {k_splits!r}")
   pages_per_split = cdiv(block_tables.shape[1], k_splits)

@@ -10,5 +10,7 @@ split-K decoding, one-pass norms), imported only when an op builds its call: Tri
     softmax.py              softmax over the last axis
 
 Each kernel takes the arrays as they come from XLA (row-major, contiguous) and computes its strides from the
-sizes it is given, so every pointer keeps the alignment our launcher tells Triton about.
+sizes it is given, so every pointer keeps the alignment our launcher tells Triton about. The small per-row
+arrays (lengths, segment ids, softmax statistics) are marked ``do_not_specialize_on_alignment``: under ``vmap``
+each batch element of them starts wherever the last ended, and nothing of them is read in vectors that matter.
 """

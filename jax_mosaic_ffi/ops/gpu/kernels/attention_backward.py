@@ -17,7 +17,7 @@ import triton.language as tl
 LOG2E = tl.constexpr(1.4426950408889634)
 
 
-@triton.jit
+@triton.jit(do_not_specialize_on_alignment=["DLSE", "DELTA"])
 def mha_delta(O, DO, DLSE, DELTA, seq_q, heads, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr):
   """grid (cdiv(T, BLOCK_Q), B, H)."""
   b = tl.program_id(1).to(tl.int64)
@@ -187,7 +187,7 @@ def dq(Q, K, V, Seg, DO, LSE, DELTA, DQ, qk_scale, sm_scale, seq_q, seq_k, heads
   tl.store(DQ + q_offsets, (acc * sm_scale).to(DQ.dtype.element_ty), mask=qd_mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize_on_alignment=["Seg", "LSE", "DELTA"])
 def mha_dkdv_segments(Q, K, V, Seg, DO, LSE, DELTA, DK, DV, qk_scale, sm_scale, seq_q, seq_k, heads,
                   CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr,
                   BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
@@ -195,7 +195,7 @@ def mha_dkdv_segments(Q, K, V, Seg, DO, LSE, DELTA, DK, DV, qk_scale, sm_scale, 
        D_PAD, BLOCK_Q, BLOCK_K, PRECISION)
 
 
-@triton.jit
+@triton.jit(do_not_specialize_on_alignment=["LSE", "DELTA"])
 def mha_dkdv_plain(Q, K, V, DO, LSE, DELTA, DK, DV, qk_scale, sm_scale, seq_q, seq_k, heads, CAUSAL: tl.constexpr,
                HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
                PRECISION: tl.constexpr):
@@ -203,7 +203,7 @@ def mha_dkdv_plain(Q, K, V, DO, LSE, DELTA, DK, DV, qk_scale, sm_scale, seq_q, s
        D_PAD, BLOCK_Q, BLOCK_K, PRECISION)
 
 
-@triton.jit
+@triton.jit(do_not_specialize_on_alignment=["Seg", "LSE", "DELTA"])
 def mha_dq_segments(Q, K, V, Seg, DO, LSE, DELTA, DQ, qk_scale, sm_scale, seq_q, seq_k, heads, CAUSAL: tl.constexpr,
                 HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
                 PRECISION: tl.constexpr):
@@ -211,7 +211,7 @@ def mha_dq_segments(Q, K, V, Seg, DO, LSE, DELTA, DQ, qk_scale, sm_scale, seq_q,
      BLOCK_Q, BLOCK_K, PRECISION)
 
 
-@triton.jit
+@triton.jit(do_not_specialize_on_alignment=["LSE", "DELTA"])
 def mha_dq_plain(Q, K, V, DO, LSE, DELTA, DQ, qk_scale, sm_scale, seq_q, seq_k, heads, CAUSAL: tl.constexpr,
              HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
              PRECISION: tl.constexpr):

@@ -105,7 +105,7 @@ def forward(Q, K, V, Seg, O, LSE, qk_scale, seq_q, seq_k, heads, HAS_SEG: tl.con
   tl.store(lse_base + offs_q, m_i + tl.math.log2(l_i), mask=q_ok)
 
 
-@triton.jit
+@triton.jit(do_not_specialize_on_alignment=["Seg", "LSE"])
 def mha_forward_segments(Q, K, V, Seg, O, LSE, qk_scale, seq_q, seq_k, heads, CAUSAL: tl.constexpr,
                      HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
                      PRECISION: tl.constexpr):
@@ -114,7 +114,7 @@ def mha_forward_segments(Q, K, V, Seg, O, LSE, qk_scale, seq_q, seq_k, heads, CA
           PRECISION)
 
 
-@triton.jit
+@triton.jit(do_not_specialize_on_alignment=["LSE"])
 def mha_forward_plain(Q, K, V, O, LSE, qk_scale, seq_q, seq_k, heads, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr,
                   D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
   """`forward` without segment ids (the segment pointer is never read)."""

@@ -15,7 +15,7 @@ LN2 = tl.constexpr(0.6931471805599453)
 EMPTY = tl.constexpr(-3.4028234663852886e38)
 
 
-@triton.jit
+@triton.jit(do_not_specialize_on_alignment=["START", "LENGTH", "L_PART", "M_PART"])
 def decode_split(Q, K, V, START, LENGTH, O_PART, L_PART, M_PART, qk_scale, seq_k, kv_heads, group, split_len,
           HAS_START: tl.constexpr, HAS_LENGTH: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr,
           BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
@@ -75,7 +75,7 @@ def decode_split(Q, K, V, START, LENGTH, O_PART, L_PART, M_PART, qk_scale, seq_k
   tl.store(M_PART + part, m_i, mask=h_ok)
 
 
-@triton.jit
+@triton.jit(do_not_specialize_on_alignment=["L_PART", "M_PART", "L", "M"])
 def decode_combine(O_PART, L_PART, M_PART, O, L, M, splits, NORMALIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
             D_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr):
   """grid (B * Hq,): one row's splits merged; o divided by l + eps where NORMALIZE (Pallas's eps)."""

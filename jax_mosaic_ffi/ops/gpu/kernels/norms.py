@@ -10,7 +10,7 @@ import triton
 import triton.language as tl
 
 
-@triton.jit
+@triton.jit(do_not_specialize_on_alignment=["MEAN", "RSTD"])
 def norm_forward(X, W, B, Y, MEAN, RSTD, rows, n, eps, SUBTRACT_MEAN: tl.constexpr, BLOCK_M: tl.constexpr,
             BLOCK_N: tl.constexpr):
   """grid (cdiv(M, BLOCK_M),): BLOCK_M whole rows per program (n <= BLOCK_N)."""
@@ -35,7 +35,7 @@ def norm_forward(X, W, B, Y, MEAN, RSTD, rows, n, eps, SUBTRACT_MEAN: tl.constex
   tl.store(RSTD + offs_m, rstd, mask=m_ok)
 
 
-@triton.jit
+@triton.jit(do_not_specialize_on_alignment=["MEAN", "RSTD"])
 def norm_forward_long(X, W, B, Y, MEAN, RSTD, rows, n, eps, SUBTRACT_MEAN: tl.constexpr, BLOCK_N: tl.constexpr):
   """grid (M,): one row longer than a block, walked in blocks of BLOCK_N."""
   row = tl.program_id(0).to(tl.int64)
@@ -65,7 +65,7 @@ def norm_forward_long(X, W, B, Y, MEAN, RSTD, rows, n, eps, SUBTRACT_MEAN: tl.co
   tl.store(RSTD + row, rstd)
 
 
-@triton.jit
+@triton.jit(do_not_specialize_on_alignment=["MEAN", "RSTD"])
 def norm_backward(X, W, DY, MEAN, RSTD, DX, DW, DB, rows, n, rows_per_program, SUBTRACT_MEAN: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
   """grid (programs,): each program rows [pid * rows_per_program, ...), BLOCK_M at a time (n <= BLOCK_N); its
@@ -104,7 +104,7 @@ def norm_backward(X, W, DY, MEAN, RSTD, DX, DW, DB, rows, n, rows_per_program, S
   tl.atomic_add(DB + offs_n, db, mask=n_ok, sem="relaxed")
 
 
-@triton.jit
+@triton.jit(do_not_specialize_on_alignment=["MEAN", "RSTD"])
 def norm_backward_long(X, W, DY, MEAN, RSTD, DX, DW, DB, rows, n, SUBTRACT_MEAN: tl.constexpr, BLOCK_N: tl.constexpr):
   """grid (M,): one row longer than a block; its dw and db terms are added block by block."""
   row = tl.program_id(0).to(tl.int64)

@@ -14,7 +14,7 @@ LOG2E = tl.constexpr(1.4426950408889634)
 EMPTY = tl.constexpr(-3.4028234663852886e38)
 
 
-@triton.jit
+@triton.jit(do_not_specialize_on_alignment=["KS", "VS", "TABLES", "LENGTHS", "L_PART", "M_PART"])
 def paged_split(Q, KP, VP, KS, VS, TABLES, LENGTHS, O_PART, L_PART, M_PART, total_pages, pages_per_seq, kv_heads, group,
           pages_per_split, soft_cap, mask_value, HAS_K_SCALES: tl.constexpr, HAS_V_SCALES: tl.constexpr,
           HAS_LENGTHS: tl.constexpr, HAS_CAP: tl.constexpr, PAGE_SIZE: tl.constexpr, PAGES_PER_BLOCK: tl.constexpr,
