@@ -23,7 +23,7 @@ import_triton()
 
 import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.ops import gpu as ops_gpu
-from jax_mosaic_ffi.ops.gpu import attention, decode_attention, layer_norm, paged_attention, rms_norm, softmax
+from jax_mosaic_ffi.ops.gpu import attention, decode_attention, paged_attention, softmax
 
 import fresh_process
 import pallas_ops_cases as cases

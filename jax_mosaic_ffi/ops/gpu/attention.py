@@ -134,7 +134,7 @@ def _function(frozen: Static, head_dim: int, dtype: str, seq_q: int, backward_pa
 
 
 def mha(q, k, v, segment_ids: jnp.ndarray | None, sm_scale: float = 1.0, causal: bool = False,
-        block_sizes: BlockSizes = BlockSizes.get_default(), backward_pass_impl: str = "triton",
+        block_sizes: BlockSizes = BlockSizes.get_default(), backward_pass_impl: str = "triton",  # noqa: B008  (Pallas's)
         num_warps: int | None = None, num_stages: int = 2, grid: tuple[int, ...] | None = None,
         interpret: bool = False, debug: bool = False, return_residuals: bool = False):
   """Multi-head attention, ``softmax(q k^T * sm_scale) v`` per batch and head, FlashAttention-style.

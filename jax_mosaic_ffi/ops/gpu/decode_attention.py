@@ -54,9 +54,9 @@ def _decode(split: Split, sm_scale: float, head_dim: int, dtype: str, normalize:
   combine = decode_calls.combine_call(normalize, head_dim, split.k_splits, dtype)
 
   def run(q, k, v, start, length):
-    o, l, m = combine(*split_call(q, k, v, start, length))
+    o, sums, maxes = combine(*split_call(q, k, v, start, length))
     b, hq = q.shape[:2]
-    return o.reshape(b, hq, head_dim), l.reshape(b, hq), m.reshape(b, hq)
+    return o.reshape(b, hq, head_dim), sums.reshape(b, hq), maxes.reshape(b, hq)
 
   return jax.jit(sharded(run, BatchDims(0, 0), name="decode_attention"))
 
@@ -73,8 +73,8 @@ def _attend(name, q, k4, v4, start_idx, kv_seq_len, sm_scale, block_h, block_k, 
             else jnp.broadcast_to(jnp.asarray(kv_seq_len, jnp.int32), (batch,)))
   sm_scale = sm_scale if sm_scale is not None else 1 / math.sqrt(q.shape[-1])
   fn = _decode(split, float(sm_scale), q.shape[-1], str(jnp.dtype(q.dtype)), bool(normalize_output))
-  o, l, m = fn(q, k4, v4, start, length)
-  return (o, (l, m)) if return_residuals else o
+  o, sums, maxes = fn(q, k4, v4, start, length)
+  return (o, (sums, maxes)) if return_residuals else o
 
 
 def mqa(q, k, v, start_idx=None, kv_seq_len=None, sm_scale: float | None = None, block_h: int = 16,
@@ -164,11 +164,11 @@ def mqa_reference(q, k, v, start_idx=None, kv_seq_len=None, sm_scale=None, retur
   logits = _masked_logits(logits, k.shape[1], start_idx, kv_seq_len, q.shape[0], lambda m: m[:, None, :])
   m = logits.max(axis=-1)
   s = jnp.exp(logits - m[..., None])
-  l = s.sum(axis=-1)
+  sums = s.sum(axis=-1)
   if normalize_output:
-    s = s / l[..., None]
+    s = s / sums[..., None]
   o = jnp.einsum("bns,bsd->bnd", s, v).astype(original_dtype)
-  return (o, (l, m)) if return_residuals else o
+  return (o, (sums, m)) if return_residuals else o
 
 
 @jax.jit(static_argnames=["sm_scale"])
@@ -210,11 +210,11 @@ def gqa_reference(q, k, v, start_idx=None, kv_seq_len=None, sm_scale=None, retur
   logits = _masked_logits(logits, k.shape[1], start_idx, kv_seq_len, bs, lambda m: m[:, None, None, :])
   m = logits.max(axis=-1)
   s = jnp.exp(logits - m[..., None])
-  l = s.sum(axis=-1)
+  sums = s.sum(axis=-1)
   if normalize_output:
-    s = s / l[..., None]
+    s = s / sums[..., None]
   o = jnp.einsum("bkgs,bksd->bkgd", s, jnp.swapaxes(v, 1, 2)).astype(original_dtype).reshape(bs, num_q_heads,
                                                                                                  head_dim)
   if return_residuals:
-    return o, (l.reshape(bs, num_q_heads), m.reshape(bs, num_q_heads))
+    return o, (sums.reshape(bs, num_q_heads), m.reshape(bs, num_q_heads))
   return o

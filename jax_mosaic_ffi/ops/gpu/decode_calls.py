@@ -75,11 +75,11 @@ def by_splits(x, splits: int, split_len: int, axis: int):
 def combine_reference(o_part, l_part, m_part, normalize: bool, dtype):
   m = jnp.max(m_part, axis=1)
   weight = jnp.exp(m_part - m[:, None])
-  l = jnp.sum(l_part * weight, axis=1)
+  sums = jnp.sum(l_part * weight, axis=1)
   o = jnp.sum(o_part * weight[..., None], axis=1)
   if normalize:
-    o = o / (l[:, None] + EPS)
-  return o.astype(dtype), l, m
+    o = o / (sums[:, None] + EPS)
+  return o.astype(dtype), sums, m
 
 
 @calls.cached
@@ -89,11 +89,11 @@ def combine_call(normalize: bool, head_dim: int, splits: int, dtype: str):
                          constexprs={"NORMALIZE": normalize, "HEAD_DIM": head_dim, "D_PAD": calls.padded(head_dim),
                                      "SPLITS_PAD": calls.padded(splits, 2)})
   return mosaic_kernel(
-      kernel, out_shape=lambda o, l, m: (jax.ShapeDtypeStruct((o.shape[0], head_dim), jnp.dtype(dtype)),
-                                         jax.ShapeDtypeStruct(l.shape[:1], jnp.float32),
-                                         jax.ShapeDtypeStruct(l.shape[:1], jnp.float32)),
-      grid=lambda meta, o, l, m: o.shape[0], scalars=lambda meta, o, l, m: (calls.i32(splits),),
-      fallback=lambda o, l, m: combine_reference(o, l, m, normalize, jnp.dtype(dtype)))
+      kernel, out_shape=lambda o, sums, m: (jax.ShapeDtypeStruct((o.shape[0], head_dim), jnp.dtype(dtype)),
+                                            jax.ShapeDtypeStruct(m.shape[:1], jnp.float32),
+                                            jax.ShapeDtypeStruct(m.shape[:1], jnp.float32)),
+      grid=lambda meta, o, *_: o.shape[0], scalars=lambda meta, *_: (calls.i32(splits),),
+      fallback=lambda *parts: combine_reference(*parts, normalize, jnp.dtype(dtype)))
 
 
 def decode_split_reference(q, k, v, start, length, sm_scale, k_splits, has_start, has_length):

@@ -44,7 +44,8 @@ def _function(n: int, rows_fill: int, num_warps: int | None):
                  scalars=lambda meta, x: (calls.i32(x.shape[0]), calls.i32(x.shape[1])),
                  fallback=softmax_reference, sharding=BatchDims(0, 0))
   if n > norms.MAX_BLOCK_N:
-    kernel = triton_kernel(module.softmax_forward_long, num_warps=num_warps or 8, constexprs={"BLOCK_N": norms.LONG_BLOCK})
+    kernel = triton_kernel(module.softmax_forward_long, num_warps=num_warps or 8,
+                           constexprs={"BLOCK_N": norms.LONG_BLOCK})
     call = mosaic_kernel(kernel, grid=lambda meta, x: x.shape[0], **options)
   else:
     configs = norms.row_configs(n, rows_fill, num_warps)
@@ -52,7 +53,8 @@ def _function(n: int, rows_fill: int, num_warps: int | None):
     constexprs = {"BLOCK_N": calls.padded(n, 1)}
     if len(configs) == 1:
       fixed = dict(configs[0])
-      kernel = triton_kernel(module.softmax_forward, num_warps=fixed.pop("num_warps"), num_stages=fixed.pop("num_stages"),
+      warps, stages = fixed.pop("num_warps"), fixed.pop("num_stages")
+      kernel = triton_kernel(module.softmax_forward, num_warps=warps, num_stages=stages,
                              constexprs={**constexprs, **fixed})
       call = mosaic_kernel(kernel, grid=grid, **options)
     else:

@@ -18,7 +18,7 @@ LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit(do_not_specialize_on_alignment=["DLSE", "DELTA"])
-def mha_delta(O, DO, DLSE, DELTA, seq_q, heads, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr):
+def mha_delta(OUT, DO, DLSE, DELTA, seq_q, heads, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr):
   """grid (cdiv(T, BLOCK_Q), B, H)."""
   b = tl.program_id(1).to(tl.int64)
   h = tl.program_id(2)
@@ -27,7 +27,7 @@ def mha_delta(O, DO, DLSE, DELTA, seq_q, heads, HEAD_DIM: tl.constexpr, D_PAD: t
   offs_d = tl.arange(0, D_PAD)
   mask = (offs_q < seq_q)[:, None] & (offs_d < HEAD_DIM)[None, :]
   offsets = b * seq_q * row_stride + h * HEAD_DIM + offs_q[:, None] * row_stride + offs_d[None, :]
-  o = tl.load(O + offsets, mask=mask, other=0.0).to(tl.float32)
+  o = tl.load(OUT + offsets, mask=mask, other=0.0).to(tl.float32)
   do = tl.load(DO + offsets, mask=mask, other=0.0).to(tl.float32)
   rows = (b * heads + h) * seq_q + offs_q
   dlse = tl.load(DLSE + rows, mask=offs_q < seq_q, other=0.0)

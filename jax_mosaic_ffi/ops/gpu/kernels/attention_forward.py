@@ -55,7 +55,7 @@ def attend(acc, l_i, m_i, q, seg_q, k_base, v_base, seg_base, lo, hi, offs_q, of
 
 
 @triton.jit
-def forward(Q, K, V, Seg, O, LSE, qk_scale, seq_q, seq_k, heads, HAS_SEG: tl.constexpr, CAUSAL: tl.constexpr,
+def forward(Q, K, V, Seg, OUT, LSE, qk_scale, seq_q, seq_k, heads, HAS_SEG: tl.constexpr, CAUSAL: tl.constexpr,
             HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
             PRECISION: tl.constexpr):
   """One block of queries of one (batch, head): grid (cdiv(T, BLOCK_Q), B, H), Pallas's order. The causal
@@ -99,24 +99,24 @@ def forward(Q, K, V, Seg, O, LSE, qk_scale, seq_q, seq_k, heads, HAS_SEG: tl.con
     acc, l_i, m_i = attend(acc, l_i, m_i, q, seg_q, k_base, v_base, seg_base, full_k, seq_k, offs_q, offs_d,
                            row_stride, seq_k, qk_scale, HEAD_DIM, D_PAD, BLOCK_K, False, True, HAS_SEG, PRECISION)
   out = acc / l_i[:, None]
-  tl.store(O + b * seq_q * row_stride + h * HEAD_DIM + offs_q[:, None] * row_stride + offs_d[None, :],
-           out.to(O.dtype.element_ty), mask=q_mask)
+  tl.store(OUT + b * seq_q * row_stride + h * HEAD_DIM + offs_q[:, None] * row_stride + offs_d[None, :],
+           out.to(OUT.dtype.element_ty), mask=q_mask)
   lse_base = LSE + (b * heads + h) * seq_q
   tl.store(lse_base + offs_q, m_i + tl.math.log2(l_i), mask=q_ok)
 
 
 @triton.jit(do_not_specialize_on_alignment=["Seg", "LSE"])
-def mha_forward_segments(Q, K, V, Seg, O, LSE, qk_scale, seq_q, seq_k, heads, CAUSAL: tl.constexpr,
+def mha_forward_segments(Q, K, V, Seg, OUT, LSE, qk_scale, seq_q, seq_k, heads, CAUSAL: tl.constexpr,
                      HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
                      PRECISION: tl.constexpr):
   """`forward` with segment ids (B, S): a query sees the keys of its own segment only."""
-  forward(Q, K, V, Seg, O, LSE, qk_scale, seq_q, seq_k, heads, True, CAUSAL, HEAD_DIM, D_PAD, BLOCK_Q, BLOCK_K,
+  forward(Q, K, V, Seg, OUT, LSE, qk_scale, seq_q, seq_k, heads, True, CAUSAL, HEAD_DIM, D_PAD, BLOCK_Q, BLOCK_K,
           PRECISION)
 
 
 @triton.jit(do_not_specialize_on_alignment=["LSE"])
-def mha_forward_plain(Q, K, V, O, LSE, qk_scale, seq_q, seq_k, heads, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr,
+def mha_forward_plain(Q, K, V, OUT, LSE, qk_scale, seq_q, seq_k, heads, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr,
                   D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
   """`forward` without segment ids (the segment pointer is never read)."""
-  forward(Q, K, V, Q, O, LSE, qk_scale, seq_q, seq_k, heads, False, CAUSAL, HEAD_DIM, D_PAD, BLOCK_Q, BLOCK_K,
+  forward(Q, K, V, Q, OUT, LSE, qk_scale, seq_q, seq_k, heads, False, CAUSAL, HEAD_DIM, D_PAD, BLOCK_Q, BLOCK_K,
           PRECISION)

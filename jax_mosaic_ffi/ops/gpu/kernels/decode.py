@@ -76,7 +76,7 @@ def decode_split(Q, K, V, START, LENGTH, O_PART, L_PART, M_PART, qk_scale, seq_k
 
 
 @triton.jit(do_not_specialize_on_alignment=["L_PART", "M_PART", "L", "M"])
-def decode_combine(O_PART, L_PART, M_PART, O, L, M, splits, NORMALIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
+def decode_combine(O_PART, L_PART, M_PART, OUT, L, M, splits, NORMALIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
             D_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr):
   """grid (B * Hq,): one row's splits merged; o divided by l + eps where NORMALIZE (Pallas's eps)."""
   row = tl.program_id(0).to(tl.int64)
@@ -84,15 +84,15 @@ def decode_combine(O_PART, L_PART, M_PART, O, L, M, splits, NORMALIZE: tl.conste
   offs_d = tl.arange(0, D_PAD)
   s_ok = offs_s < splits
   m = tl.load(M_PART + row * splits + offs_s, mask=s_ok, other=EMPTY)
-  l = tl.load(L_PART + row * splits + offs_s, mask=s_ok, other=0.0)
+  sums = tl.load(L_PART + row * splits + offs_s, mask=s_ok, other=0.0)
   mask = s_ok[:, None] & (offs_d < HEAD_DIM)[None, :]
   o = tl.load(O_PART + (row * splits + offs_s)[:, None] * HEAD_DIM + offs_d[None, :], mask=mask, other=0.0)
   m_max = tl.max(m, 0)
   weight = tl.exp(m - m_max)
-  l_sum = tl.sum(l * weight, 0)
+  l_sum = tl.sum(sums * weight, 0)
   out = tl.sum(o * weight[:, None], 0)
   if NORMALIZE:
     out = out / (l_sum + 1.1920928955078125e-07)
-  tl.store(O + row * HEAD_DIM + offs_d, out.to(O.dtype.element_ty), mask=offs_d < HEAD_DIM)
+  tl.store(OUT + row * HEAD_DIM + offs_d, out.to(OUT.dtype.element_ty), mask=offs_d < HEAD_DIM)
   tl.store(L + row, l_sum)
   tl.store(M + row, m_max)
