@@ -3,6 +3,7 @@ their fallbacks match the references (outputs and gradients) in every dtype, and
 CUDA with its kernels inside, runs under jit, vmap and sharding, passes jmf.check, and records into a pack.
 (The kernels against the references on a GPU: tests/test_pallas_ops_gpu.py.)"""
 
+import dataclasses
 import doctest
 import importlib
 import inspect
@@ -90,9 +91,21 @@ def test_where_this_jax_still_has_pallas_ops_our_signatures_are_theirs():
     module, name = path.split(".")
     fn = getattr(importlib.import_module(f"jax.experimental.pallas.ops.gpu.{module}"), name)
     fn = getattr(fn, "fun", fn)  # mha: the custom_vjp's function
-    theirs = [(p.name, p.default, p.kind) for p in inspect.signature(fn).parameters.values()]
-    ours = [(p.name, p.default, p.kind) for p in inspect.signature(_ours(path)).parameters.values()]
-    assert ours == theirs, path
+    values = lambda f: [(p.name, _plain(p.default), p.kind) for p in inspect.signature(f).parameters.values()]  # noqa: E731
+    assert values(_ours(path)) == values(fn), path
+  # Their BlockSizes (a program that switched one import and not the other) means what ours does.
+  q = jnp.ones((1, 64, 1, 16), jnp.float32)
+  mixed = attention.mha(q, q, q, None, block_sizes=theirs_module().BlockSizes(32, 16, 16, 16, 16, 16))
+  np.testing.assert_allclose(mixed, attention.mha(q, q, q, None, block_sizes=attention.BlockSizes(32, 16)))
+
+
+def theirs_module():
+  return importlib.import_module("jax.experimental.pallas.ops.gpu.attention")
+
+
+def _plain(default):
+  """A dataclass default (BlockSizes) as its fields' values, whichever module's class it is."""
+  return dataclasses.astuple(default) if dataclasses.is_dataclass(default) else default
 
 
 def test_importing_the_package_imports_no_triton():

@@ -80,17 +80,20 @@ def _block(value: int, name: str) -> int:
 def _static(q, k, segment_ids, sm_scale, causal, block_sizes, num_warps, num_stages, grid) -> Static:
   """Pallas's static arguments, resolved for these shapes: the kernels' configs (one: fixed; several: tuned)."""
   seq_q, seq_k, head_dim = q.shape[1], k.shape[1], q.shape[3]
-  if block_sizes == BlockSizes.get_default() and num_warps is None and num_stages == 2 and grid is None:
+  # Read by field, so that jax 0.11's own BlockSizes (a program half switched) means the same.
+  sizes = tuple(getattr(block_sizes, f.name, None) for f in dataclasses.fields(BlockSizes))
+  default = dataclasses.astuple(BlockSizes.get_default())
+  if sizes == default and num_warps is None and num_stages == 2 and grid is None:
     dkdv, dq = attention_calls.backward_configs(q.dtype, seq_q, seq_k)
     forward = attention_calls.forward_configs(q.dtype, head_dim, seq_q, seq_k)
   else:
     fill_q, fill_k = calls.padded(seq_q), calls.padded(seq_k)
-    blocks = {f.name: getattr(block_sizes, f.name) for f in dataclasses.fields(BlockSizes)}
-    blocks = {name: None if b is None else _block(b, name) for name, b in blocks.items()}
+    names = [f.name for f in dataclasses.fields(BlockSizes)]
+    blocks = {name: None if b is None else _block(b, name) for name, b in zip(names, sizes)}
     forward = [calls.config(num_warps or (4 if head_dim <= 64 else 8), num_stages,
                             BLOCK_Q=min(blocks["block_q"], fill_q), BLOCK_K=min(blocks["block_k"], fill_k))]
     dkdv = dq = ()
-    if block_sizes.has_backward_blocks:  # Pallas's backward: its warps, two stages
+    if all(blocks[name] is not None for name in names[2:]):  # Pallas's backward: its warps, two stages
       small = min(blocks["block_q_dkv"] * blocks["block_kv_dkv"], blocks["block_q_dq"] * blocks["block_kv_dq"])
       warps = num_warps or (4 if small < 128 * 128 else 8)
       dkdv = [calls.config(warps, 2, BLOCK_Q=min(blocks["block_q_dkv"], fill_q),
