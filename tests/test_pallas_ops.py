@@ -24,7 +24,7 @@ import_triton()
 
 import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.ops import gpu as ops_gpu
-from jax_mosaic_ffi.ops.gpu import attention, decode_attention, paged_attention, softmax
+from jax_mosaic_ffi.ops.gpu import attention, decode_attention, layer_norm, paged_attention, rms_norm, softmax
 
 import fresh_process
 import pallas_ops_cases as cases
@@ -302,3 +302,56 @@ def test_the_docstring_examples_run(module):
     runner.run(test)
   failed, attempted = runner.summarize(verbose=False)
   assert failed == 0 and attempted >= 2, (failed, attempted)
+
+
+def _interpreted(module: str):
+  try:
+    return importlib.import_module(f"jax.experimental.pallas.ops.gpu.{module}")
+  except ImportError:
+    pytest.skip(f"jax {jax.__version__} has no jax.experimental.pallas.ops.gpu.{module} (removed in 0.12)")
+
+
+def test_where_this_jax_has_pallas_ops_ours_give_what_their_kernels_give_interpreted(rng):
+  """jax 0.11's Pallas kernels run by Pallas's interpreter on the CPU, against our ops (their fallbacks) on the
+  same inputs and arguments: masks, residuals, eps and defaults mean the same on both sides."""
+  theirs = _interpreted("attention")
+  q, k, v, seg = cases._attention_inputs(rng, jnp.float32, b=1, t=128, h=1, d=32, segments=True)
+  for causal in (False, True):
+    cases.assert_close(attention.mha(q, k, v, seg, sm_scale=0.3, causal=causal),
+                       theirs.mha(q, k, v, seg, sm_scale=0.3, causal=causal, interpret=True), jnp.float32, "mha")
+  out, lse = attention.mha(q, k, v, None, causal=True, return_residuals=True)
+  their_out, their_lse = theirs.mha(q, k, v, None, causal=True, return_residuals=True, interpret=True)
+  cases.assert_close(lse, their_lse, jnp.float32, "mha lse")
+  decode = _interpreted("decode_attention")
+  q, k, v = (cases._normal(rng, shape, jnp.float32) for shape in ((2, 16, 32), (2, 256, 2, 32), (2, 256, 2, 32)))
+  start, length = jnp.array([3, 40], jnp.int32), jnp.array([200, 41], jnp.int32)
+  for normalize in (True, False):
+    ours = decode_attention.gqa(q, k, v, start, length, k_splits=4, return_residuals=True,
+                                normalize_output=normalize)
+    their = decode.gqa(q, k, v, start, length, k_splits=4, block_k=16, return_residuals=True,
+                       normalize_output=normalize, interpret=True)
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(their)):
+      cases.assert_close(a, b, jnp.float32, f"gqa normalize={normalize}")
+  ours = decode_attention.mqa(q, k[:, :, 0], v[:, :, 0], None, length, sm_scale=0.5, k_splits=4)
+  their = decode.mqa(q, k[:, :, 0], v[:, :, 0], None, length, sm_scale=0.5, k_splits=4, block_k=16,
+                     interpret=True)
+  cases.assert_close(ours, their, jnp.float32, "mqa")
+  paged = _interpreted("paged_attention")
+  q, k_pages, v_pages, tables, lengths = cases._paged_inputs(rng, jnp.float32)
+  tables = tables[:, :12]
+  for cap in (None, 10.0):
+    cases.assert_close(
+        paged_attention.paged_attention(q, k_pages, v_pages, tables, lengths, k_splits=4, attn_logits_soft_cap=cap),
+        paged.paged_attention(q, k_pages, v_pages, tables, lengths, k_splits=4, attn_logits_soft_cap=cap,
+                              interpret=True), jnp.float32, f"paged cap={cap}")
+  x, w, b = cases._norm_inputs(rng, jnp.float32, n=256)
+  x = x[:, :4]
+  for ours_module, name in ((layer_norm, "layer_norm"), (rms_norm, "rms_norm")):
+    ours_fn, their_fn = getattr(ours_module, name), getattr(_interpreted(name), name)
+    cases.assert_close(ours_fn(x, w, b), their_fn(x, w, b, interpret=True), jnp.float32, name)
+    ours_grads = jax.grad(cases.loss(ours_fn), argnums=(0, 1, 2))(x, w, b)
+    their_grads = jax.grad(cases.loss(lambda *a: their_fn(*a, interpret=True)), argnums=(0, 1, 2))(x, w, b)
+    for g, h in zip(ours_grads, their_grads):
+      cases.assert_close(g, h, jnp.float32, f"{name} grad", scale=5)
+  cases.assert_close(softmax.softmax(x), _interpreted("softmax").softmax(x, interpret=True), jnp.float32,
+                     "softmax")
