@@ -44,7 +44,7 @@ def test_every_benchmark_is_found_in_order_with_unique_runs():
   names = [m.NAME for m in modules]
   assert names == ["launch", "bandwidth", "inplace", "sites", "compile", "cold_start", "job_share", "vmap", "shadow",
                    "allreduce", "cross_process", "autotune", "gluon_native", "triton_native", "cute_native",
-                   "cutile_native", "vs_jax_triton", "fa4_attention", "vs_quack_jax", "corpus", "gemm"]
+                   "cutile_native", "vs_jax_triton", "fa4_attention", "vs_quack_jax", "corpus", "pallas_ops", "gemm"]
   for module in modules:
     runs = [r.name for r in module.RUNS]
     assert runs and len(set(runs)) == len(runs) and all("/" not in r for r in runs)
@@ -371,6 +371,22 @@ def test_the_fa4_attention_rows_compare_each_side_with_ours():
   assert "head dim 64" not in grad.split("\n- ")[0]  # no grad results for that case: no row
   assert "- causal_d64/fa4: n/a: ModuleNotFoundError" in page
   assert "- causal_d64/grad/ours: n/a: AssertionError: the dQ is off" in page
+
+
+def test_the_pallas_ops_rows_compare_pallas_and_cudnn_with_ours():
+  results = {"results": {"pallas_ops": {"gpu": {
+      "cases": {"mha_causal_d128": {"forward": {"us": {"ours": 400.0, "pallas": 600.0, "cudnn": 380.0}},
+                                    "grad": {"us": {"ours": 1200.0, "pallas": 3000.0}}},
+                "softmax": {"forward": {"us": {"ours": 50.0}}}},
+      "errors": {"softmax/pallas": "skipped: jax 0.12.1 ships no jax.experimental.pallas.ops.gpu.softmax"},
+      "versions": {"jax": "0.11.2"}, "chain": 10, "rounds": 15}}}}
+  page = report.render(results)
+  assert ("| mha causal, batch 4, seqlen 4096, 16 heads, head dim 128 | 400 us | 600 us | 380 us | **1.50x** | "
+          "**0.95x** |") in page
+  assert ("| mha causal, batch 4, seqlen 4096, 16 heads, head dim 128 (forward + backward) | 1200 us | 3000 us | "
+          "n/a | **2.50x** | n/a |") in page
+  assert "| softmax, (16384, 4096) | 50 us | n/a | n/a | n/a | n/a |" in page
+  assert "- softmax/pallas: n/a: skipped: jax 0.12.1 ships no" in page
 
 
 def test_a_run_of_some_benchmarks_is_spliced_into_the_page(tmp_path, results):
