@@ -283,3 +283,22 @@ def test_every_gpu_runs_its_shard(rng, isolated_disk_cache):
   np.testing.assert_allclose(np.asarray(y), jax.nn.softmax(np.asarray(x), axis=-1), rtol=2e-5, atol=1e-6)
   assert y.sharding.spec == P("x")
   assert "all-gather" not in compiled(softmax, x)
+
+
+def test_replicated_names_in_any_alphabetical_order_lower(rng):
+  # Shardy wants the factors kept whole in the order they first appear (z before a here), not sorted by name.
+  mesh = cpu_mesh((4, 2), ("b", "n"))
+  scan = jmf.sharded(lambda x, w: jnp.cumsum(x * w, axis=-1),
+                     jmf.ShardingRule("b z a, a -> b z a", replicated=("z", "a")))
+  x, w = rng.standard_normal((16, 4, 32)).astype(np.float32), rng.standard_normal(32).astype(np.float32)
+  y = jax.jit(scan)(put(x, mesh, P("b", "n")), w)
+  np.testing.assert_allclose(np.asarray(y), np.cumsum(x * w, axis=-1), rtol=1e-5, atol=1e-5)
+
+
+def test_eager_grad_through_a_sharded_backward(rng):
+  # The transformations guide puts sharding= on backward kernels; jax.grad without jit must take it too.
+  mesh = cpu_mesh((8,), ("x",))
+  double = jmf.sharded(lambda g: 2 * g, jmf.Elementwise())
+  twice = jmf.differentiable(jmf.sharded(lambda x: 2 * x, jmf.Elementwise()), bwd=double)
+  x = put(rng.standard_normal(64).astype(np.float32), mesh, P("x"))
+  np.testing.assert_array_equal(np.asarray(jax.grad(lambda v: twice(v).sum())(x)), np.full(64, 2, np.float32))

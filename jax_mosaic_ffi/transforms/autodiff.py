@@ -155,6 +155,9 @@ mosaic_linear_p = Primitive("mosaic_linear")
 mosaic_linear_p.multiple_results = True
 mosaic_linear_p.def_abstract_eval(lambda *avals, out_avals, **_: out_avals)
 mosaic_linear_p.def_impl(functools.partial(dispatch.apply_primitive, mosaic_linear_p))
+# Run eagerly (jax.grad without jit), it is lowered on its own; a sharded call inside its transpose (sharding= on a
+# backward kernel, as the transformations guide suggests) needs the devices then, as mosaic_sharded_p does.
+dispatch.prim_requires_devices_during_lowering.add(mosaic_linear_p)
 
 
 def _evaluate(fn, args, *, out_avals, names, where) -> list:

@@ -103,10 +103,11 @@ class Factors:
   replicated: frozenset
 
   def sdy_rule(self) -> SdyShardingRule:
-    used = {f for m in self.operands + self.results for f in m}
+    # Shardy numbers the factors in the order they first appear and wants the ones kept whole in that order.
+    appearing = dict.fromkeys(f for m in self.operands + self.results for f in m)
     return SdyShardingRule(tuple(ArrayMapping(*m) for m in self.operands),
                            tuple(ArrayMapping(*m) for m in self.results),
-                           need_replication_factors=tuple(sorted(self.replicated & used)))
+                           need_replication_factors=tuple(f for f in appearing if f in self.replicated))
 
   def batched(self, mapped: Sequence[bool]) -> "Factors":
     """The rule under vmap: a new leading factor on the mapped inputs and every output; it may be split."""
