@@ -21,8 +21,8 @@ from jax_mosaic_ffi.call.launch_options import LaunchOptions
 from jax_mosaic_ffi.cuda import front_end as cuda_front_end
 from jax_mosaic_ffi.cute import front_end as cute_front_end
 from jax_mosaic_ffi.gluon import front_end as gluon_front_end
-from jax_mosaic_ffi.toolchain import compile_cache
-from jax_mosaic_ffi.toolchain import job_share
+from jax_mosaic_ffi.store import compile_cache
+from jax_mosaic_ffi.store import job_share
 from jax_mosaic_ffi.toolchain.kernel import Kernel
 from jax_mosaic_ffi.transforms import autotune as autotune_lib
 from jax_mosaic_ffi.transforms import sharding as sharding_lib

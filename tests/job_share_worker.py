@@ -83,7 +83,7 @@ def main() -> dict:
   jax = initialize(cpu=not MODE.endswith("-gpu"))  # on a GPU: every process on GPU 0, as the collective tests do
   import numpy as np
   import jax_mosaic_ffi as jmf
-  from jax_mosaic_ffi.toolchain import compile_cache, job_share
+  from jax_mosaic_ffi.store import compile_cache, job_share
   before = jmf.kernel_cache_stats()
   result = {"rank": RANK}
   compiled = compile_cache._compiled

@@ -1,4 +1,4 @@
-"""Compiling once per job (toolchain/job_share.py): several processes under jax.distributed on one machine, on the
+"""Compiling once per job (store/job_share.py): several processes under jax.distributed on one machine, on the
 CPU, each with its own empty disk cache, compile kernels for JAX_MOSAIC_FFI_TARGETS and lower them for CUDA, as the
 pack tests do (tests/job_share_worker.py). Processes are ordered by events in the store, never by sleeps; the one
 short timeout (JAX_MOSAIC_FFI_JOB_SHARE_WAIT_S=2) is where a test is about a peer that never publishes."""

@@ -1,5 +1,5 @@
 """What a process of a job reads from the key-value store, checked in one process: a compile's value
-(toolchain/job_share.py) and an autotuning decision (transforms/tuning_share.py), each bounded and bound to its key
+(store/job_share.py) and an autotuning decision (store/tuning_share.py), each bounded and bound to its key
 before use; the settings. The processes themselves are tests/test_job_share.py's."""
 
 import json
@@ -8,8 +8,8 @@ import os
 import pytest
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi.toolchain import job_share
-from jax_mosaic_ffi.transforms import tuning_share
+from jax_mosaic_ffi.store import job_share
+from jax_mosaic_ffi.store import tuning_share
 
 KEY, OTHER = "ab" * 32, "cd" * 32
 

@@ -14,7 +14,7 @@ from triton_required import import_triton
 triton = import_triton()
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi.toolchain import compile_cache
+from jax_mosaic_ffi.store import compile_cache
 from jax_mosaic_ffi.triton.compiler import compile as triton_lib
 from jax_mosaic_ffi.triton.compiler import release as triton_release
 from jax_mosaic_ffi.base.module_format import ImageKind

@@ -18,7 +18,7 @@ triton = import_triton()
 import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.base import gpu_info
 from jax_mosaic_ffi.base.module_format import ImageKind
-from jax_mosaic_ffi.toolchain import compile_cache
+from jax_mosaic_ffi.store import compile_cache
 from jax_mosaic_ffi.transforms.autotune import AutotuneSkipped
 
 import triton_decorated_sources as ds

@@ -22,7 +22,7 @@ from jax_mosaic_ffi.base import module_format
 from jax_mosaic_ffi.base import pack_file
 from jax_mosaic_ffi.base.module_format import Arch, ImageKind
 from jax_mosaic_ffi.pack import contents
-from jax_mosaic_ffi.toolchain import packs
+from jax_mosaic_ffi.store import packs
 
 
 @dataclasses.dataclass(frozen=True)

@@ -53,13 +53,14 @@ from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base.errors import AutotuneError, NotInPacks
 from jax_mosaic_ffi.transforms import timing as timing_lib
-from jax_mosaic_ffi.toolchain import packs
+from jax_mosaic_ffi.store import packs
 from jax_mosaic_ffi.transforms import autotune_report
 from jax_mosaic_ffi.transforms import launch_identity
-from jax_mosaic_ffi.transforms import tuning_failures
+from jax_mosaic_ffi.store import tuning_failures
 from jax_mosaic_ffi.transforms import tuning_packs
-from jax_mosaic_ffi.transforms import tuning_records
-from jax_mosaic_ffi.transforms import tuning_share
+from jax_mosaic_ffi.store import tuning_records
+from jax_mosaic_ffi.transforms import tuning_environment
+from jax_mosaic_ffi.store import tuning_share
 
 LOG_ENV = flags.AUTOTUNE_LOG
 # For testing the machinery on a machine without a GPU: time the configs on
@@ -210,7 +211,7 @@ class Autotuned:
           "polymorphism), and configs can only be timed on concrete shapes. Pick the config first "
           "(tuned.best_config(*concrete_avals)) and export the call it makes (tuned.factory(config)), "
           "or export per concrete size")
-    env = tuning_records.environment(device)
+    env = tuning_environment.environment(device)
     keys, launches = self._keys(avals, scope)
     decision = disk_cache.key(_FORMAT, repr(env), repr(keys))
     with _lock:

@@ -33,8 +33,8 @@ from jax_mosaic_ffi.base import wheel_record
 from jax_mosaic_ffi.base.errors import CompileError, CompileTimeout
 from jax_mosaic_ffi.base.module_format import Arch, Image, ImageKind, ParsedModule
 from jax_mosaic_ffi.base.paths import DEVICE_INCLUDE_DIR
-from jax_mosaic_ffi.toolchain import compile_cache
-from jax_mosaic_ffi.toolchain import key_audit
+from jax_mosaic_ffi.store import compile_cache
+from jax_mosaic_ffi.store import key_audit
 from jax_mosaic_ffi.toolchain import param_types
 from jax_mosaic_ffi.toolchain.compiled import Compiled
 from jax_mosaic_ffi.cuda.nvrtc import compat

@@ -32,10 +32,10 @@ from jax_mosaic_ffi.base.native import core
 from jax_mosaic_ffi.cute.compiler import dsl
 from jax_mosaic_ffi.cute.compiler import keys as cute_keys
 from jax_mosaic_ffi.cute.compiler.plan import Plan
-from jax_mosaic_ffi.toolchain import compile_cache
+from jax_mosaic_ffi.store import compile_cache
 from jax_mosaic_ffi.toolchain import dump
 from jax_mosaic_ffi.toolchain import forked_compile
-from jax_mosaic_ffi.toolchain import key_audit
+from jax_mosaic_ffi.store import key_audit
 from jax_mosaic_ffi.toolchain.compiled import Compiled
 from jax_mosaic_ffi.toolchain.kernel import Kernel, buffer_name
 
@@ -122,7 +122,7 @@ def _trace_key(launcher, plan: Plan, target: Arch, options: str | None, name: st
 
 
 def _trace_text(launcher, plan: Plan, targets: tuple[Arch, ...], options: str | None, name: str, where: str) -> str:
-  """The IR of each target's trace, as text: the key audit's witness (toolchain/key_audit.py)."""
+  """The IR of each target's trace, as text: the key audit's witness (store/key_audit.py)."""
   def text() -> bytes:
     return "\n".join(f"// {t.sm}\n{_trace(launcher, plan, t, options)[0]}" for t in targets).encode()
   return _bounded(text, "the launcher's trace for the key audit", name, targets, where).decode()

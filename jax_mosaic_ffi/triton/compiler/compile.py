@@ -42,9 +42,9 @@ from jax_mosaic_ffi.base import native_stderr
 from jax_mosaic_ffi.base import ptx_info
 from jax_mosaic_ffi.base.errors import CompileError, KeyAuditError
 from jax_mosaic_ffi.base.module_format import Image, ImageKind, ParsedModule
-from jax_mosaic_ffi.toolchain import compile_cache
+from jax_mosaic_ffi.store import compile_cache
 from jax_mosaic_ffi.toolchain import dump
-from jax_mosaic_ffi.toolchain import key_audit
+from jax_mosaic_ffi.store import key_audit
 from jax_mosaic_ffi.toolchain.compiled import Compiled, param_sizes
 from jax_mosaic_ffi.toolchain.kernel import PDL_MIN_ARCH, Kernel, buffer_name
 from jax_mosaic_ffi.triton.compiler import errors
@@ -252,7 +252,7 @@ def _requests(fn, specialization, options: TritonOptions, targets, config, langu
 
 
 def _witness(request: _Request, bounded: BoundedCompile) -> str:
-  """A request's TTIR, with its target: the key audit's witness (toolchain/key_audit.py)."""
+  """A request's TTIR, with its target: the key audit's witness (store/key_audit.py)."""
   with _compile_lock:
     return f"// {request.target.sm}\n{bounded.ir_text(request.source, request.gpu_target, request.parsed)}"
 

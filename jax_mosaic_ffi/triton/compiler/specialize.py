@@ -39,8 +39,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from jax_mosaic_ffi.base import disk_cache
-from jax_mosaic_ffi.toolchain import compile_cache
-from jax_mosaic_ffi.toolchain import key_audit
+from jax_mosaic_ffi.store import compile_cache
+from jax_mosaic_ffi.store import key_audit
 from jax_mosaic_ffi.triton.compiler import options as triton_options
 from jax_mosaic_ffi.triton.compiler import keys as triton_keys
 

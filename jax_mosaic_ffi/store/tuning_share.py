@@ -1,4 +1,4 @@
-"""An autotuning decision made once per GPU model of a ``jax.distributed`` job (toolchain/job_share.py).
+"""An autotuning decision made once per GPU model of a ``jax.distributed`` job (store/job_share.py).
 
 A decision's key (autotune.py) holds its environment (the device's name and compute capability, the driver and the
 releases) and every config's timing key, so the processes that reach one share a GPU model and a program. The
@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import json
 
-from jax_mosaic_ffi.toolchain import job_share
-from jax_mosaic_ffi.toolchain import packs
-from jax_mosaic_ffi.transforms import tuning_failures
-from jax_mosaic_ffi.transforms import tuning_records
+from jax_mosaic_ffi.store import job_share
+from jax_mosaic_ffi.store import packs
+from jax_mosaic_ffi.store import tuning_failures
+from jax_mosaic_ffi.store import tuning_records
 
 _FORMAT = "job-tuning-1"
 

@@ -25,11 +25,11 @@ from typing import Any, Callable, Mapping, TypeVar
 
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import source_location
-from jax_mosaic_ffi.toolchain import job_share
-from jax_mosaic_ffi.toolchain import key_audit
-from jax_mosaic_ffi.toolchain import pack_record
+from jax_mosaic_ffi.store import job_share
+from jax_mosaic_ffi.store import key_audit
+from jax_mosaic_ffi.store import pack_record
 from jax_mosaic_ffi.toolchain.compiled import Compiled
-from jax_mosaic_ffi.toolchain import packs
+from jax_mosaic_ffi.store import packs
 
 _MEMORY_CACHE_SIZE = 512
 

@@ -6,7 +6,7 @@ launch (module hashes, grid, block, scalars...: what `autotune` reads off the
 config's jaxpr) and the call signature (shapes and dtypes, or the user's
 ``key``); its `Environment` is the device name and compute capability, the
 CUDA driver, jax_mosaic_ffi and the front ends' toolchains (their releases, as
-each front end names them: call/front_end.py's ``toolchains``). Adding a config to a list therefore
+each front end names them: transforms/tuning_environment.py reads them). Adding a config to a list therefore
 times that config alone, and an edited kernel only re-times the configs
 that use it: the winner is picked among the stored timings of the current
 list (`autotune.py`).
@@ -24,12 +24,10 @@ import threading
 
 
 from jax_mosaic_ffi.base import disk_cache
-from jax_mosaic_ffi.base import gpu_info
 from jax_mosaic_ffi.base import module_format
 from jax_mosaic_ffi.base import value_key
 from jax_mosaic_ffi.base.errors import ValueKeyError
-from jax_mosaic_ffi.call import front_end
-from jax_mosaic_ffi.toolchain import packs
+from jax_mosaic_ffi.store import packs
 
 _RECORD_FORMAT = "tuning-record-1"
 _PACK_FORMAT = "pack-tuning-1"
@@ -82,31 +80,12 @@ _lock = threading.Lock()
 _memory: dict[str, _Stored] = {}
 
 
-def _package_version() -> str:
+def package_version() -> str:
+  """This package's release, as a timing's environment names it."""
   try:
     return importlib.metadata.version("jax_mosaic_ffi")
   except importlib.metadata.PackageNotFoundError:
     return "unknown"
-
-
-def _toolchains() -> str:
-  """The installed front ends' toolchains and their releases, as one text (each front end reads its own once)."""
-  releases = {name: release for end in front_end.installed() for name, release in end.toolchains().items()}
-  return ", ".join(f"{name} {releases[name]}" for name in sorted(releases))
-
-
-def environment(device) -> Environment:
-  """The environment of a jax device: a GPU's name and compute capability, or the CPU's kind."""
-  capability = "none"
-  if device.platform in ("gpu", "cuda"):
-    ordinal = getattr(device, "local_hardware_id", None)
-    ordinal = device.id if ordinal is None else ordinal
-    for gpu in gpu_info.visible_gpus():
-      if gpu.ordinal == ordinal:
-        capability = f"{gpu.arch // 10}.{gpu.arch % 10}"
-  return Environment(device=str(getattr(device, "device_kind", device.platform)), compute_capability=capability,
-                     driver=gpu_info.driver_version(), jax_mosaic_ffi=_package_version(),
-                     toolchains=_toolchains())
 
 
 def bounded_text(text: str) -> str:

@@ -6,7 +6,7 @@ The packs in use are those `load_pack` was given (first, in the order given), th
 load on one of them (by the runtime's image rule: `module_format.served_image`) are held, so a process per GPU does
 not hold every generation's kernels (all are held where ``JAX_MOSAIC_FFI_TARGETS`` is set); a pack that is
 refused raises its `PackError` at every lookup, so a deployment whose pack is damaged never quietly compiles.
-`lookup` answers by the compile cache's own entry key (toolchain/compile_cache.py), so a pack serves exactly what
+`lookup` answers by the compile cache's own entry key (store/compile_cache.py), so a pack serves exactly what
 a compile would make here.
 
 ``JAX_MOSAIC_FFI_PACKS_STRICT=1`` makes a compile the packs cannot serve an error (`NotInPacks`), raised by

@@ -1,7 +1,7 @@
 """Recording a program's kernels for a pack: ``JAX_MOSAIC_FFI_PACK_RECORD=DIR``.
 
 While it is set, every compile-cache entry the process uses (compiled, or a hit in memory, on disk or in a pack:
-toolchain/compile_cache.py) is written into ``DIR`` once, with what its front end says of it (kernel, front end,
+store/compile_cache.py) is written into ``DIR`` once, with what its front end says of it (kernel, front end,
 specialization, targets, toolchain, call site) and the default targets it was made for; so is every autotuning
 decision (its configs' timing keys: transforms/autotune.py) and every compile that failed (the front end refused
 the arch, say). ``python -m jax_mosaic_ffi.pack record`` sets it for the program it runs, once per arch, and builds
