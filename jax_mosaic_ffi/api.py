@@ -186,6 +186,17 @@ def mosaic_kernel(kernel, out_shape, *, input_output_aliases: Mapping[int, int] 
   return call if sharding is None else sharding_lib.sharded(call, sharding, name=name)
 
 
+# Each of KernelCacheStats' names for a count of the store's mapping (store/stats.py): (kind, event).
+_STORE_NAMES = {
+    "memory_hits": ("compile", "memory"), "disk_hits": ("compile", "disk"), "pack_hits": ("compile", "pack"),
+    "peer_hits": ("compile", "received"), "peer_published": ("compile", "published"),
+    "peer_unshared": ("compile", "unshared"), "peer_timeouts": ("compile", "timeouts"),
+    "peer_refused": ("compile", "refused"), "autotune_tunings": ("decision", "tuned"),
+    "autotune_disk_hits": ("decision", "from disk"), "autotune_pack_hits": ("decision", "from pack"),
+    "autotune_memory_hits": ("decision", "memory"), "autotune_peer_hits": ("decision", "peer"),
+    "autotune_skipped": ("decision", "skipped")}
+
+
 @dataclasses.dataclass(frozen=True)
 class KernelCacheStats:
   """What the caches did so far in this process (`kernel_cache_stats` returns one).
@@ -250,23 +261,25 @@ class KernelCacheStats:
   collective_initializes: int
   tensor_map_encodes: int = 0
 
-  def _count(self, kind: str, event: str) -> int:
-    return self.store.get(kind, {}).get(event, 0)
+  # The store's counts under their names of before the mapping (fields, so dataclasses.asdict still holds them).
+  memory_hits: int = dataclasses.field(init=False, default=0)
+  disk_hits: int = dataclasses.field(init=False, default=0)
+  pack_hits: int = dataclasses.field(init=False, default=0)
+  peer_hits: int = dataclasses.field(init=False, default=0)
+  peer_published: int = dataclasses.field(init=False, default=0)
+  peer_unshared: int = dataclasses.field(init=False, default=0)
+  peer_timeouts: int = dataclasses.field(init=False, default=0)
+  peer_refused: int = dataclasses.field(init=False, default=0)
+  autotune_tunings: int = dataclasses.field(init=False, default=0)
+  autotune_disk_hits: int = dataclasses.field(init=False, default=0)
+  autotune_pack_hits: int = dataclasses.field(init=False, default=0)
+  autotune_memory_hits: int = dataclasses.field(init=False, default=0)
+  autotune_peer_hits: int = dataclasses.field(init=False, default=0)
+  autotune_skipped: int = dataclasses.field(init=False, default=0)
 
-  memory_hits = property(lambda self: self._count("compile", "memory"))
-  disk_hits = property(lambda self: self._count("compile", "disk"))
-  pack_hits = property(lambda self: self._count("compile", "pack"))
-  peer_hits = property(lambda self: self._count("compile", "received"))
-  peer_published = property(lambda self: self._count("compile", "published"))
-  peer_unshared = property(lambda self: self._count("compile", "unshared"))
-  peer_timeouts = property(lambda self: self._count("compile", "timeouts"))
-  peer_refused = property(lambda self: self._count("compile", "refused"))
-  autotune_tunings = property(lambda self: self._count("decision", "tuned"))
-  autotune_disk_hits = property(lambda self: self._count("decision", "from disk"))
-  autotune_pack_hits = property(lambda self: self._count("decision", "from pack"))
-  autotune_memory_hits = property(lambda self: self._count("decision", "memory"))
-  autotune_peer_hits = property(lambda self: self._count("decision", "peer"))
-  autotune_skipped = property(lambda self: self._count("decision", "skipped"))
+  def __post_init__(self):
+    for name, (kind, event) in _STORE_NAMES.items():
+      object.__setattr__(self, name, self.store.get(kind, {}).get(event, 0))
 
   @property
   def nvrtc_compiles(self) -> int:

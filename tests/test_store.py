@@ -173,3 +173,40 @@ def test_an_autotuning_decision_is_told_on_the_logger(isolated_disk_cache, caplo
     tuned.best_config(X)
   (record,) = [r for r in caplog.records if getattr(r, "jmf_kernel", None) == "test-store-logged"]
   assert record.jmf_front_end == "autotune" and "autotune 'test-store-logged'" in record.getMessage()
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_pack_of_an_older_arch_serves_it_by_its_ptx_with_no_setting(clean_packs, monkeypatch):
+  """On the H200 (sm_90): a pack recorded for sm_80 only serves the node with no setting by the PTX the driver
+  JITs there (the step after its own arch and its family's; not in the strict mode, which forbids JIT-compiling):
+  NVRTC compiles nothing; the kernel runs and matches numpy on fresh random inputs (outputs poisoned first:
+  conftest). In the strict mode the same kernel is NotInPacks."""
+  arch = gpu_info.visible_gpus()[0].arch
+  if arch < 90:
+    pytest.skip(f"needs a GPU newer than sm_80's major version, this one is sm_{arch}")
+  monkeypatch.setenv(kernel_lib.TARGETS_ENV, "sm_80")
+  monkeypatch.setenv(pack_record.ENV, str(clean_packs / "recording"))
+  jmf.cuda_kernel(kernel_sources.ADD, "add")
+  monkeypatch.delenv(pack_record.ENV)
+  monkeypatch.delenv(kernel_lib.TARGETS_ENV)
+  built = pack_build.build(recordings.read(str(clean_packs / "recording")))
+  path = str(clean_packs / "older.jmfpack")
+  pack_file.write(path, built.entries, built.created, built.notes)
+  jmf.clear_kernel_cache(disk=True)
+  packs.forget()
+  monkeypatch.setenv(packs.PACKS_ENV, path)
+  monkeypatch.setenv(packs.STRICT_ENV, "1")
+  with pytest.raises(jmf.NotInPacks):
+    jmf.cuda_kernel(kernel_sources.ADD, "add")
+  monkeypatch.setenv(packs.STRICT_ENV, "0")
+  before = jmf.kernel_cache_stats()
+  kernel = jmf.cuda_kernel(kernel_sources.ADD, "add")
+  after = jmf.kernel_cache_stats()
+  assert after.pack_hits == before.pack_hits + 1 and after.compiles["nvrtc"] == before.compiles["nvrtc"]
+  assert [f"{i.kind.name.lower()} {i.arch.sm}" for i in kernel.images] == ["cubin sm_80", "ptx sm_80"]
+  n = 4099
+  call = jmf.mosaic_kernel(kernel, lambda a, b: a, grid=lambda a, b: jmf.cdiv(a.size, 256), block=256,
+                           scalars=lambda a, b: (np.int32(a.size),))
+  rng = np.random.default_rng()
+  a, b = (rng.standard_normal(n, dtype=np.float32) for _ in range(2))
+  np.testing.assert_array_equal(np.asarray(jax.jit(call)(a, b)), a + b)

@@ -83,14 +83,6 @@ def _setting(entry: pack_file.Entry, target: str, capability: int) -> str:
   return f"with {flags.TARGETS}={target} on the node"
 
 
-def node_target(pack: pack_file.Pack, capability: int) -> tuple[str, str]:
-  """(the default target a node of ``capability`` keys its kernels by, the setting that takes): a target the pack
-  was recorded for that serves it, else its own arch."""
-  recorded = {t for e in pack.entries.values() for t in _list(e.about.get("recorded_for"))}
-  target = next(iter(_reached_by(capability, recorded)), f"sm_{capability}")
-  return target, "" if target == f"sm_{capability}" else f"as the node reaches {target}'s entries"
-
-
 def misses(pack: pack_file.Pack, recording) -> list[str]:
   """What a program's ``recording`` (pack/recordings.py) used that ``pack`` does not hold: each compile, with
   the nearest packed one and what differs, and each compile that failed."""

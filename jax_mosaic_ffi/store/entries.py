@@ -103,12 +103,15 @@ class Found:
       that keeps an entry says of it ("timed", "file").
     own: whether this process (or an earlier one on this machine, through its disk cache) made it: only such an
       entry is written to the disk cache; a pack's, a peer's or a file's never is.
+    key: the key the tier found it under, where that is not the lookup's (a pack's entry for another target that
+      serves this GPU: store/targets.py), else "".
   """
 
   value: Any
   source: str
   origin: str
   own: bool
+  key: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

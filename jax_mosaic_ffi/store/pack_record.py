@@ -184,17 +184,18 @@ class Recorder(Observer):
     return noted(ask.about)
 
   def served(self, ask, found) -> None:
-    self._record(ask, found.value)
+    self._record(ask, found.value, found.key or own(ask.key))
 
   def made(self, ask, found, unkept) -> None:
     if unkept is not None:
       unpackable(ask.about, unkept)
     else:
-      self._record(ask, found.value)
+      self._record(ask, found.value, own(ask.key))
 
   @staticmethod
-  def _record(ask, value) -> None:
-    key = own(ask.key)
+  def _record(ask, value, key: str) -> None:
+    """Writes the entry under the key a pack holds it by (for one served from a pack under another target's key,
+    that key: the pack it came from holds it)."""
     if written(key):
       return
     data = ask.codec.packed(value)

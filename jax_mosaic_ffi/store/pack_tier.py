@@ -1,10 +1,10 @@
 """The kernel packs in use as a tier (store/packs.py holds them): read-only, ahead of the disk cache.
 
 A pack serves an entry by its key, as a compile here would make it; a compile keyed for this machine's own GPU
-(no ``JAX_MOSAIC_FFI_TARGETS``) whose key is not there is also looked up under the targets the packs were recorded
-for that would serve that GPU (store/targets.py: its family's target, then older archs whose PTX it can JIT), so a
-B300 takes the sm_100f entry of a pack with no setting. Under ``JAX_MOSAIC_FFI_PACKS_STRICT=1`` a miss of a kind the
-strict mode requires is refused here, before the disk cache, a peer or a compile is asked.
+whose key is not there is also looked up under the targets the packs were recorded for that would serve that GPU
+(store/targets.py: its family's target, then older archs whose cubins or, outside the strict mode, PTX it loads),
+so a B300 takes the sm_100f entry of a pack with no setting. Under ``JAX_MOSAIC_FFI_PACKS_STRICT=1`` a miss of a
+kind the strict mode requires is refused here, before the disk cache, a peer or a compile is asked.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class PackTier(Tier):
       value = codec.unpacked(entry.payload)
     except Exception:  # noqa: BLE001 - an entry that does not apply here (an NVRTC header that differs)
       return None
-    return None if value is None else Found(value, "pack", "pack", False)
+    return None if value is None else Found(value, "pack", "pack", False, entry.key)
 
   def refusal(self, ask):
     codec = ask.codec
@@ -46,8 +46,10 @@ class PackTier(Tier):
     if entry is None and isinstance(key, Key) and key.retarget is not None:
       for other in targets.serving(key.targets):
         entry = packs.lookup(key.retarget(other), kind)
-        if entry is not None:
-          break
+        # Its image must load on this GPU; PTX only outside the strict mode (which forbids JIT-compiling here).
+        if entry is not None and packs.loads_on(entry, key.targets[0].number, jit=not packs.strict()):
+          return entry
+      return None
     return entry
 
   def _why(self, key, codec) -> str:

@@ -241,6 +241,17 @@ def _for_these_gpus(capabilities: tuple[int, ...]) -> Callable[[str, Mapping[str
   return keep
 
 
+def loads_on(entry: pack_file.Entry, capability: int, jit: bool) -> bool:
+  """Whether a compile entry holds an image a GPU of ``capability`` loads (by the runtime's rule), as its manifest
+  names them (``jit``: its PTX counts, which the driver compiles there); one that does not say is not taken."""
+  try:
+    images = [module_format.parse_image_name(n) for n in entry.about.get("images") or ()]
+  except ValueError:
+    return False
+  index = module_format.served_image(images, capability) if images else None
+  return index is not None and (jit or images[index][0] != module_format.ImageKind.PTX)
+
+
 def _pack(path: str) -> pack_file.Pack:
   with _lock:
     found = _read.get(path)

@@ -40,11 +40,13 @@ def reaching(capability: int, recorded: Iterable[str]) -> list[str]:
 
 def serving(own: tuple[Arch, ...]) -> list[tuple[Arch, ...]]:
   """For a compile keyed by ``own`` targets, the other targets whose packed entries may serve it, best first;
-  none unless ``own`` is this machine's one GPU arch by default (no ``JAX_MOSAIC_FFI_TARGETS``: a setting names
-  the targets to use, and targets a call names are its own)."""
-  if len(own) != 1 or own[0].suffix or kernel_lib.targets_setting():
+  none unless ``own`` is one GPU's arch, as a GPU of this machine (or ``JAX_MOSAIC_FFI_TARGETS``, which stands for
+  the GPUs a machine would have: ``pack check`` runs a program so) reports it. A family target named by the
+  setting or by the call is a choice already made."""
+  if len(own) != 1 or own[0].suffix:
     return []
-  if own[0].number not in {gpu.arch for gpu in gpu_info.visible_gpus()}:
+  here = kernel_lib.targets_setting() or tuple(Arch(gpu.arch) for gpu in gpu_info.visible_gpus())
+  if own[0] not in here:
     return []
   recorded = packs.recorded_targets()
   return [(Arch.parse(target),) for target in reaching(own[0].number, recorded)] if recorded else []
