@@ -9,7 +9,7 @@ bound to it for that call (`Codec.bound`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, NamedTuple
 
 from jax_mosaic_ffi.base.module_format import Arch
 
@@ -25,8 +25,8 @@ class Codec:
     pack_encode / pack_decode: its form in a pack and in a job's store, where it differs from ``encode`` /
       ``decode`` (an NVRTC entry names the headers it read by this machine's paths: cuda/nvrtc/portable.py).
     fresh: ``value -> bool``, asked on each memory hit of a value that can go stale while held (headers on disk).
-    fits: ``value -> bool``: whether an entry another process made (a pack's, a peer's) is the one this call
-      names (the module defines the kernel the call asked for); one that does not is refused.
+    fits: ``(value, about) -> bool``: whether an entry another process made (a pack's, a peer's) is the one this
+      call names (the module defines the kernel ``about()["kernel"]`` names); one that does not is refused.
     required: the strict pack mode requires it of the packs (a compile, a timing); else it is answered anyway.
     shared: the processes of a job share it (a compile, a decision).
     alike: every process of a job must hold the same one (a decision): the first published replaces one's own.
@@ -41,7 +41,7 @@ class Codec:
   pack_encode: Callable[[Any], bytes | None] | None = None
   pack_decode: Callable[[bytes], Any] | None = None
   fresh: Callable[[Any], bool] | None = None
-  fits: Callable[[Any], bool] | None = None
+  fits: Callable[[Any, Mapping[str, Any]], bool] | None = None
   required: bool = True
   shared: bool = True
   alike: bool = False
@@ -50,24 +50,26 @@ class Codec:
   memory: int = 512
 
   def bound(self, **call) -> "Codec":
-    """This codec with what one call adds (``decode=`` checking against the call's values, ``fits=``)."""
-    return dataclasses.replace(self, **call)
+    """This codec with what one call adds (``decode=`` checking against the call's values): a copy, made without
+    `dataclasses.replace`'s checks, as it is made on every lookup of such a kind."""
+    copy = object.__new__(Codec)
+    copy.__dict__.update(self.__dict__, **call)
+    return copy
 
   def packed(self, value) -> bytes | None:
     """The value as a pack (or a job's store) carries it."""
     return (self.encode if self.pack_encode is None else self.pack_encode)(value)
 
-  def unpacked(self, data: bytes):
-    """A pack's (or a peer's) entry read back and checked as this call's, or None where it does not apply here or
-    is not this call's; raises ValueError saying why it does not apply."""
+  def unpacked(self, data: bytes, about: Callable[[], Mapping[str, Any]] | None):
+    """A pack's (or a peer's) entry read back and checked as the one ``about`` names, or None where it does not
+    apply here; raises ValueError saying why it does not apply."""
     value = (self.decode if self.pack_decode is None else self.pack_decode)(data)
-    if value is not None and self.fits is not None and not self.fits(value):
+    if value is not None and self.fits is not None and about is not None and not self.fits(value, about()):
       raise ValueError("it is another kernel's entry")
     return value
 
 
-@dataclasses.dataclass(frozen=True)
-class Key:
+class Key(NamedTuple):
   """An entry's key where a plain string is not all of it.
 
   Attributes:
@@ -123,8 +125,7 @@ class Unkept:
   why: str = "what the compile read is not known, so it is cached nowhere"
 
 
-@dataclasses.dataclass(frozen=True)
-class Ask:
+class Ask(NamedTuple):
   """One lookup, as the tiers and the observers see it: its key and codec; ``about``, what the front end says of
   the entry (kernel, front_end, specialization, targets, toolchain), asked only where something names it;
   ``witness``, what the key audit proves a hit against (store/key_audit.py); when it started

@@ -31,45 +31,45 @@ class JobTier(Tier):
   def holds(self, codec):
     return codec.shared and not packs.strict()
 
-  def get(self, key, codec):
-    turn = self.claims.turn(codec.kind, own(key))
+  def get(self, ask):
+    turn = self.claims.turn(ask.codec.kind, own(ask.key))
     if turn.payload is None:
       if turn.shared:
         with self._lock:
-          self._turns[(codec.kind, own(key), threading.get_ident())] = turn
+          self._turns[(ask.codec.kind, own(ask.key), threading.get_ident())] = turn
       return None
-    value = self._read(turn.payload, codec)
+    value = self._read(turn.payload, ask)
     if value is None:
       job_share.refused(turn)  # made here
       return None
     return Found(value, "peer", "peer", False)
 
-  def put(self, key, codec, found):
-    turn = self._taken(key, codec)
+  def put(self, ask, found):
+    turn = self._taken(ask)
     if turn is None or not found.own:
       return None
-    payload = codec.packed(found.value)
-    if not codec.alike:
+    payload = ask.codec.packed(found.value)
+    if not ask.codec.alike:
       turn.publish(payload)
       return None
     held = turn.settle(payload)
     if held == payload:
       return None
-    value = self._read(held, codec)  # a peer's, published first: every process of the job takes it
+    value = self._read(held, ask)  # a peer's, published first: every process of the job takes it
     return None if value is None else Found(value, "peer", "peer", False)
 
-  def abandon(self, key, codec):
-    turn = self._taken(key, codec)
+  def abandon(self, ask):
+    turn = self._taken(ask)
     if turn is not None:
       turn.decline()
 
-  def _taken(self, key, codec) -> job_share.Turn | None:
+  def _taken(self, ask) -> job_share.Turn | None:
     with self._lock:
-      return self._turns.pop((codec.kind, own(key), threading.get_ident()), None)
+      return self._turns.pop((ask.codec.kind, own(ask.key), threading.get_ident()), None)
 
   @staticmethod
-  def _read(payload: bytes, codec):
+  def _read(payload: bytes, ask):
     try:
-      return codec.unpacked(payload)
+      return ask.codec.unpacked(payload, ask.about)
     except Exception:  # noqa: BLE001 - a peer's entry that does not apply here, or is not this call's
       return None

@@ -25,12 +25,12 @@ class PackTier(Tier):
   def holds(self, codec):
     return codec.kind in pack_file.KINDS
 
-  def get(self, key, codec):
-    entry = self._entry(key, codec.kind)
+  def get(self, ask):
+    entry = self._entry(ask.key, ask.codec.kind)
     if entry is None:
       return None
     try:
-      value = codec.unpacked(entry.payload)
+      value = ask.codec.unpacked(entry.payload, ask.about)
     except Exception:  # noqa: BLE001 - an entry that does not apply here (an NVRTC header that differs)
       return None
     return None if value is None else Found(value, "pack", "pack", False, entry.key)
@@ -39,7 +39,7 @@ class PackTier(Tier):
     codec = ask.codec
     if not codec.required or not packs.strict():
       return None
-    return packs.missing(packs.with_call_site(ask.about, source_location.current()), self._why(ask.key, codec))
+    return packs.missing(packs.with_call_site(ask.about, source_location.current()), self._why(ask))
 
   def _entry(self, key, kind: str) -> pack_file.Entry | None:
     entry = packs.lookup(packed(key), kind)
@@ -52,12 +52,12 @@ class PackTier(Tier):
       return None
     return entry
 
-  def _why(self, key, codec) -> str:
-    """Why the packs' entry for ``key`` does not apply here, or "" where they hold none."""
-    entry = self._entry(key, codec.kind)
+  def _why(self, ask) -> str:
+    """Why the packs' entry for the key does not apply here, or "" where they hold none."""
+    entry = self._entry(ask.key, ask.codec.kind)
     if entry is None:
       return ""
     try:
-      return "" if codec.unpacked(entry.payload) is not None else "its entry does not apply here"
+      return "" if ask.codec.unpacked(entry.payload, ask.about) is not None else "its entry does not apply here"
     except Exception as e:  # noqa: BLE001 - what the codec says of it
       return f"its entry does not apply here: {e}"

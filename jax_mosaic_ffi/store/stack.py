@@ -41,7 +41,7 @@ def get_or_make(key: str | Key, codec: Codec, make: Callable[[], Any], about: Ca
   ``witness``: what the key audit proves a hit against (store/key_audit.py)."""
   ask = Ask(key, codec, about, witness, time.perf_counter())
   watching = [o for o in OBSERVERS if o.watches(ask)]
-  found = _find(ask, watching, making=True)
+  found = _find(ask, watching, True)
   return found if found is not None else _made(ask, make, watching)
 
 
@@ -72,13 +72,14 @@ def _find(ask: Ask, watching: list[Observer], making: bool) -> Found | None:
     if not tier.holds(ask.codec) or (tier.shared and not making) or (
         vetoing and not all(o.admits(ask, tier) for o in vetoing)):
       continue
-    found = tier.get(ask.key, ask.codec)
+    found = tier.get(ask)
     if found is None:
       refusal = tier.refusal(ask)
       if refusal is not None:
         raise refusal
     elif not vetoing or all(o.proves(ask, found, tier) for o in vetoing):
-      _keep(STACK[:index], ask, found)
+      if index:
+        _keep(STACK[:index], ask, found)
       for observer in watching:
         observer.served(ask, found)
       return found
@@ -94,11 +95,11 @@ def _made(ask: Ask, make: Callable[[], Any], watching: list[Observer]) -> Found:
       value = _run(make, ask)
   except BaseException:
     for tier in tiers:
-      tier.abandon(ask.key, ask.codec)
+      tier.abandon(ask)
     raise
   if isinstance(value, Unkept):
     for tier in tiers:
-      tier.abandon(ask.key, ask.codec)
+      tier.abandon(ask)
     found = Found(value.value, "made", "made", True)
   else:
     found = _keep(tiers, ask, Found(value, "made", "made", True))
@@ -117,5 +118,5 @@ def _keep(tiers, ask: Ask, found: Found) -> Found:
   first decision) goes on in its place."""
   for tier in reversed(tiers):
     if not tier.read_only and tier.holds(ask.codec):
-      found = tier.put(ask.key, ask.codec, found) or found
+      found = tier.put(ask, found) or found
   return found

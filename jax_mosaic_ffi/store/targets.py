@@ -43,11 +43,11 @@ def serving(own: tuple[Arch, ...]) -> list[tuple[Arch, ...]]:
   none unless ``own`` is one GPU's arch, as a GPU of this machine (or ``JAX_MOSAIC_FFI_TARGETS``, which stands for
   the GPUs a machine would have: ``pack check`` runs a program so) reports it. A family target named by the
   setting or by the call is a choice already made."""
-  if len(own) != 1 or own[0].suffix:
+  recorded = packs.recorded_targets()  # first: without packs, nothing else is asked (the GPUs are not probed)
+  if not recorded or len(own) != 1 or own[0].suffix:
     return []
   here = kernel_lib.targets_setting() or tuple(Arch(gpu.arch) for gpu in gpu_info.visible_gpus())
   if own[0] not in here:
     return []
-  recorded = packs.recorded_targets()
-  return [(Arch.parse(target),) for target in reaching(own[0].number, recorded)] if recorded else []
+  return [(Arch.parse(target),) for target in reaching(own[0].number, recorded)]
 

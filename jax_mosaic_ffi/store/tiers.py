@@ -14,7 +14,7 @@ import collections
 import threading
 
 from jax_mosaic_ffi.base import disk_cache
-from jax_mosaic_ffi.store.entries import Ask, Codec, Found, Key, own
+from jax_mosaic_ffi.store.entries import Ask, Codec, Found, own
 
 
 class Tier:
@@ -29,16 +29,17 @@ class Tier:
     """Whether it keeps entries of this kind at all."""
     return True
 
-  def get(self, key: str | Key, codec: Codec) -> Found | None:
+  def get(self, ask: Ask) -> Found | None:
+    """The entry of ``ask.key``, or None."""
     raise NotImplementedError
 
-  def put(self, key: str | Key, codec: Codec, found: Found) -> Found | None:
+  def put(self, ask: Ask, found: Found) -> Found | None:
     """Keeps ``found``; returns the entry that replaces it where the tier holds another for the key that every
     process must use alike (a job's first decision), else None."""
     return None
 
-  def abandon(self, key: str | Key, codec: Codec) -> None:
-    """What this process was to make for ``key`` will not come (``make`` failed, or its value is kept nowhere)."""
+  def abandon(self, ask: Ask) -> None:
+    """What this process was to make for the key will not come (``make`` failed, or its value is kept nowhere)."""
 
   def refusal(self, ask: Ask) -> Exception | None:
     """After a miss: the error that refuses every tier below and ``make`` (a strict read-only tier's), or None."""
@@ -58,8 +59,8 @@ class MemoryTier(Tier):
     self._lock = threading.Lock()
     self._kinds: dict[str, collections.OrderedDict[str, Found]] = {}
 
-  def get(self, key, codec):
-    entry_key = own(key)
+  def get(self, ask):
+    entry_key, codec = own(ask.key), ask.codec
     with self._lock:
       entries = self._kinds.get(codec.kind)
       held = None if entries is None else entries.get(entry_key)
@@ -70,13 +71,14 @@ class MemoryTier(Tier):
       return None  # stale: the tiers below answer, and their entry replaces it
     return held
 
-  def put(self, key, codec, found):
+  def put(self, ask, found):
     held = found if found.source == "memory" else Found(found.value, "memory", found.origin, found.own)
+    entry_key = own(ask.key)
     with self._lock:
-      entries = self._kinds.setdefault(codec.kind, collections.OrderedDict())
-      entries[own(key)] = held
-      entries.move_to_end(own(key))
-      while len(entries) > codec.memory:
+      entries = self._kinds.setdefault(ask.codec.kind, collections.OrderedDict())
+      entries[entry_key] = held
+      entries.move_to_end(entry_key)
+      while len(entries) > ask.codec.memory:
         entries.popitem(last=False)
     return None
 
@@ -101,13 +103,13 @@ class DiskTier(Tier):
   def holds(self, codec):
     return codec.persistent
 
-  def get(self, key, codec):
-    value = disk_cache.load_decoded(own(key), codec.decode)
+  def get(self, ask):
+    value = disk_cache.load_decoded(own(ask.key), ask.codec.decode)
     return None if value is None else Found(value, "disk", "disk", True)
 
-  def put(self, key, codec, found):
+  def put(self, ask, found):
     if found.own and found.source != "disk":
-      data = codec.encode(found.value)
+      data = ask.codec.encode(found.value)
       if data is not None:
-        disk_cache.store(own(key), data)
+        disk_cache.store(own(ask.key), data)
     return None

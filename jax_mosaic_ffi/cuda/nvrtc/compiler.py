@@ -161,9 +161,7 @@ def compile_cuda(source: str, name: str, *, options=(), headers=None,
                               + (f"; linked with {package.identity}" if package else ""),
             "toolchain": nvrtc_identity()}
 
-  # An entry another process made (a pack's, a peer's) must hold the kernel this call names.
-  codec = CODEC.bound(fits=lambda compiled: symbol_names(compiled.parsed.symbol, name))
-  return stack.get_or_make(key, codec, compile, about, witness=witness).value
+  return stack.get_or_make(key, CODEC, compile, about, witness=witness).value
 
 
 def _output_text(parsed: ParsedModule) -> str:
@@ -197,9 +195,10 @@ def _fresh_entry(data: bytes) -> Compiled | None:
 
 
 # NVRTC's entries: the module with what NVRTC read (fresh while the user's headers are unchanged), and in a pack or
-# a job's store with those headers named portably (portable.py).
+# a job's store with those headers named portably (portable.py), there holding the kernel the call names.
 CODEC = Codec("compile", encode=Compiled.to_bytes, decode=_fresh_entry, pack_encode=portable.PORTABLE.encode,
-              pack_decode=portable.PORTABLE.decode, fresh=_user_headers_unchanged)
+              pack_decode=portable.PORTABLE.decode, fresh=_user_headers_unchanged,
+              fits=lambda compiled, about: symbol_names(compiled.parsed.symbol, about["kernel"]))
 
 
 def _compile_with_nvrtc(source, name, options, headers, targets, timeout, pdl,

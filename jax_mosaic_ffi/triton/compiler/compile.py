@@ -188,9 +188,7 @@ def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: Triton
   witness = key_audit.Witness("TTIR", lambda: "\n".join(_witness(r, bounded) for r in requests),
                               what=f"{made} for {', '.join(t.sm for t in targets)} with {config}",
                               read=f"the kernel's code and what it reaches; the constexprs {read}" if read else "")
-  # An entry another process made (a pack's, a peer's) must hold the kernel this call names.
-  codec = CODEC.bound(decode=decode, fits=lambda kernel: symbol_names(kernel.symbol, fn.__name__))
-  found = stack.get_or_make(entry_key, codec, run, about, witness=witness)
+  found = stack.get_or_make(entry_key, CODEC.bound(decode=decode), run, about, witness=witness)
   if found.source != "memory":
     dump.maybe_dump(found.value)
   return found.value
@@ -361,5 +359,7 @@ def _from_bytes(name: str, data: bytes) -> TritonKernel:
           for d in info.get("tensordesc_meta", ()))))
 
 
-# Triton's entries (decoded under the call's name, with its constexprs and launch options).
-CODEC = Codec("compile", encode=_to_bytes, decode=lambda data: _from_bytes("", data))
+# Triton's entries (decoded under the call's name, with its constexprs and launch options); in a pack or a job's
+# store, holding the kernel the call names.
+CODEC = Codec("compile", encode=_to_bytes, decode=lambda data: _from_bytes("", data),
+              fits=lambda kernel, about: symbol_names(kernel.symbol, about["kernel"]))
