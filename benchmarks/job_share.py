@@ -1,5 +1,5 @@
 """A job's first lowering: N processes under jax.distributed, each with its own empty disk cache, with and without
-sharing their compiles and autotuning decisions (toolchain/job_share.py), against one process alone.
+sharing their compiles and autotuning decisions (store/job_share.py), against one process alone.
 
 Measured on the CPU where lowering compiles (kernels for JAX_MOSAIC_FFI_TARGETS, the GPU's arch or sm_90; autotuned
 calls timed on the CPU, JAX_MOSAIC_FFI_AUTOTUNE_ON_CPU=1, their fallbacks run), so it runs on a GPU machine and

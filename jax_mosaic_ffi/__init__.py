@@ -26,7 +26,7 @@ from jax_mosaic_ffi.base.errors import (AutotuneError, CompileError, CompileTime
                                        NotInPacks, NvshmemUnavailable, PackError, ReferenceMismatch,
                                        ReferenceMismatchWarning, StreamCaptureWarning, UncheckedKernelWarning)
 from jax_mosaic_ffi.toolchain.kernel import Kernel
-from jax_mosaic_ffi.toolchain.packs import load_pack
+from jax_mosaic_ffi.store.packs import load_pack
 from jax_mosaic_ffi.cuda.kernel import CudaKernel, cubin_kernel, cuda_kernel, ptx_kernel
 from jax_mosaic_ffi.call import lowering as _lowering  # noqa: F401  (registers the CUDA lowering)
 from jax_mosaic_ffi.call import registration  # noqa: F401  (jmf.registration.status(), as the docs say)

@@ -22,8 +22,8 @@ from jax_mosaic_ffi.cuda import front_end as cuda_front_end
 from jax_mosaic_ffi.cute import front_end as cute_front_end
 from jax_mosaic_ffi.cutile import front_end as cutile_front_end
 from jax_mosaic_ffi.gluon import front_end as gluon_front_end
-from jax_mosaic_ffi.toolchain import compile_cache
-from jax_mosaic_ffi.toolchain import job_share
+from jax_mosaic_ffi.store import stack as store_stack
+from jax_mosaic_ffi.store import stats as store_stats
 from jax_mosaic_ffi.toolchain.kernel import Kernel
 from jax_mosaic_ffi.transforms import autotune as autotune_lib
 from jax_mosaic_ffi.transforms import sharding as sharding_lib
@@ -193,6 +193,17 @@ def mosaic_kernel(kernel, out_shape, *, grid: Any = None, block: Any = None, sca
   return call if sharding is None else sharding_lib.sharded(call, sharding, name=name)
 
 
+# Each of KernelCacheStats' names for a count of the store's mapping (store/stats.py): (kind, event).
+_STORE_NAMES = {
+    "memory_hits": ("compile", "memory"), "disk_hits": ("compile", "disk"), "pack_hits": ("compile", "pack"),
+    "peer_hits": ("compile", "received"), "peer_published": ("compile", "published"),
+    "peer_unshared": ("compile", "unshared"), "peer_timeouts": ("compile", "timeouts"),
+    "peer_refused": ("compile", "refused"), "autotune_tunings": ("decision", "tuned"),
+    "autotune_disk_hits": ("decision", "from disk"), "autotune_pack_hits": ("decision", "from pack"),
+    "autotune_memory_hits": ("decision", "memory"), "autotune_peer_hits": ("decision", "peer"),
+    "autotune_skipped": ("decision", "skipped")}
+
+
 @dataclasses.dataclass(frozen=True)
 class KernelCacheStats:
   """What the caches did so far in this process (`kernel_cache_stats` returns one).
@@ -203,6 +214,11 @@ class KernelCacheStats:
     compiles: compiles run, by compiler ("nvrtc", "triton", "cute": each front end's, one per target arch; cache
       hits count as memory_hits, pack_hits or disk_hits). ``nvrtc_compiles``, ``triton_compiles`` and
       ``cute_compiles`` are its old, deprecated names for one compiler's count.
+    store: the store's counts as one mapping, ``{kind: {event: count}}``: per kind of entry ("compile",
+      "specialization", "tuning": a timing, "decision"), the tier that served each ("memory", "pack", "disk",
+      "peer"), "made", and what else was counted of it (the job's "published", "unshared", "timeouts",
+      "refused"; the key audit's "audits"; autotuning's "tuned", "from pack", "from disk", "skipped"). The names
+      below (memory_hits, peer_hits, autotune_tunings, ...) read it.
     memory_hits: compiles served by the in-memory cache.
     disk_hits: compiles served by the on-disk cache.
     module_parses: instantiate stages that parsed a module (``kernel_builds``: its old, deprecated name).
@@ -224,22 +240,22 @@ class KernelCacheStats:
       buffer a descriptor describes moved).
     pack_hits: compiles served by a kernel pack (`load_pack`, ``JAX_MOSAIC_FFI_PACKS``).
     autotune_pack_hits: autotuning winners found in a kernel pack instead of timed.
-    peer_hits: compiles served by another process of the ``jax.distributed`` job, which compiled them (each kept
-      on this process's disk too); the job's processes share their compiles unless ``JAX_MOSAIC_FFI_JOB_SHARE=0``.
+    peer_hits: compiles served by another process of the ``jax.distributed`` job, which compiled them (kept in
+      this process's memory, never on its disk); the job's processes share their compiles unless
+      ``JAX_MOSAIC_FFI_JOB_SHARE=0``.
     peer_published: compiles this process ran and gave to the job's other processes.
     peer_unshared: compiles that could not be shared (over the size bound, not cacheable, failed), run by each
       process that needs them.
     peer_timeouts: waits for the process of the job that claimed a compile that ran past
       ``JAX_MOSAIC_FFI_JOB_SHARE_WAIT_S`` (it died or is slow): compiled here instead.
     peer_refused: values from the job's key-value store that were not a valid entry (damaged, over the bound,
-      another entry's): compiled here instead.
+      another entry's, another kernel's): compiled here instead.
     autotune_peer_hits: autotuning decisions taken from the process of the job that timed them on a GPU of the
       same model, nothing timed here.
   """
 
   compiles: Mapping[str, int]
-  memory_hits: int
-  disk_hits: int
+  store: Mapping[str, Mapping[str, int]]
   module_parses: int
   parse_cache_hits: int
   cached_kernels: int
@@ -250,19 +266,27 @@ class KernelCacheStats:
   instantiate_seconds: float
   collective_prepares: int
   collective_initializes: int
-  autotune_tunings: int = 0
-  autotune_disk_hits: int = 0
-  autotune_memory_hits: int = 0
-  autotune_skipped: int = 0
   tensor_map_encodes: int = 0
-  pack_hits: int = 0
-  autotune_pack_hits: int = 0
-  peer_hits: int = 0
-  peer_published: int = 0
-  peer_unshared: int = 0
-  peer_timeouts: int = 0
-  peer_refused: int = 0
-  autotune_peer_hits: int = 0
+
+  # The store's counts under their names of before the mapping (fields, so dataclasses.asdict still holds them).
+  memory_hits: int = dataclasses.field(init=False, default=0)
+  disk_hits: int = dataclasses.field(init=False, default=0)
+  pack_hits: int = dataclasses.field(init=False, default=0)
+  peer_hits: int = dataclasses.field(init=False, default=0)
+  peer_published: int = dataclasses.field(init=False, default=0)
+  peer_unshared: int = dataclasses.field(init=False, default=0)
+  peer_timeouts: int = dataclasses.field(init=False, default=0)
+  peer_refused: int = dataclasses.field(init=False, default=0)
+  autotune_tunings: int = dataclasses.field(init=False, default=0)
+  autotune_disk_hits: int = dataclasses.field(init=False, default=0)
+  autotune_pack_hits: int = dataclasses.field(init=False, default=0)
+  autotune_memory_hits: int = dataclasses.field(init=False, default=0)
+  autotune_peer_hits: int = dataclasses.field(init=False, default=0)
+  autotune_skipped: int = dataclasses.field(init=False, default=0)
+
+  def __post_init__(self):
+    for name, (kind, event) in _STORE_NAMES.items():
+      object.__setattr__(self, name, self.store.get(kind, {}).get(event, 0))
 
   @property
   def nvrtc_compiles(self) -> int:
@@ -305,30 +329,11 @@ def kernel_cache_stats() -> KernelCacheStats:
   Returns:
     A `KernelCacheStats`; its docstring says what each field counts.
   """
-  compile_stats = compile_cache.stats()
+  counts = store_stats.counts()
   # Every installed front end's compiler, at 0 until it compiles: a count to subtract from another reading.
   compiles = {name: 0 for front_end in FRONT_ENDS for name in front_end.compilers}
-  compiles.update(compile_stats.compiles)
-  tune = autotune_lib.stats()
-  peers = job_share.stats("compile")
-  return KernelCacheStats(
-      compiles=compiles,
-      memory_hits=compile_stats.memory_hits,
-      disk_hits=compile_stats.disk_hits,
-      **core.cache_stats(),
-      autotune_tunings=tune.tunings,
-      autotune_disk_hits=tune.disk_hits,
-      autotune_memory_hits=tune.memory_hits,
-      autotune_skipped=tune.skipped,
-      pack_hits=compile_stats.pack_hits,
-      autotune_pack_hits=tune.pack_hits,
-      peer_hits=peers.received,
-      peer_published=peers.published,
-      peer_unshared=peers.unshared,
-      peer_timeouts=peers.timeouts,
-      peer_refused=peers.refused,
-      autotune_peer_hits=tune.peer_hits,
-  )
+  compiles.update(counts.pop("compiles", {}))
+  return KernelCacheStats(compiles=compiles, store=counts, **core.cache_stats())
 
 
 def clear_kernel_cache(*, disk: bool = False) -> None:
@@ -340,8 +345,7 @@ def clear_kernel_cache(*, disk: bool = False) -> None:
 
     >>> jmf.clear_kernel_cache()   # the next compile reads the disk cache; disk=True empties that too
   """
-  compile_cache.clear_memory_cache()
-  autotune_lib.clear_memory_cache()
+  store_stack.clear_memory()
   core.clear_kernel_cache()
   if disk:
     disk_cache.clear()

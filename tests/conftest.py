@@ -122,7 +122,7 @@ def rng(request):
   return np.random.default_rng(seed)
 
 
-# The compile keys' proof (jax_mosaic_ffi/toolchain/key_audit.py): in the front ends' and the caches' tests every
+# The compile keys' proof (jax_mosaic_ffi/store/key_audit.py): in the front ends' and the caches' tests every
 # cache hit, in memory and on disk, is also checked against the compiler's IR (and the processes they start inherit
 # it). JAX_MOSAIC_FFI_KEY_AUDIT=0 in the environment runs them without.
 _AUDITED = ("test_triton", "test_gluon", "test_cute", "test_disk_cache", "test_caching", "test_compile",

@@ -8,7 +8,8 @@ Modes: ``share`` (every rank lowers the same call), ``killed`` (rank 1 claims th
 ``killed-two`` (rank 1 claims two and dies in them), ``slow``
 (rank 1 claims it and compiles only once rank 0 gave up waiting and compiled it), ``share-gpu`` and ``tuning-gpu``
 (on a GPU: kernels for its arch, configs timed on it), ``forged-<how>`` (rank 1
-publishes a value that is not the entry), ``unshareable`` (rank 1's entry is over the bound), ``strict`` (rank 0
+publishes a value that is not the entry), ``another-kernel`` (rank 1 publishes another kernel's entry, validly framed,
+under the key of the call rank 0 makes), ``unshareable`` (rank 1's entry is over the bound), ``strict`` (rank 0
 serves from packs only: a peer's entry is a compile), ``tuning`` (an autotuned call, timed on the CPU).
 A peer is made slow, killed or a forger by replacing, in its own process, this package's function on the way
 (never CUDA, NVRTC or XLA): the compile itself is real everywhere.
@@ -83,22 +84,22 @@ def main() -> dict:
   jax = initialize(cpu=not MODE.endswith("-gpu"))  # on a GPU: every process on GPU 0, as the collective tests do
   import numpy as np
   import jax_mosaic_ffi as jmf
-  from jax_mosaic_ffi.toolchain import compile_cache, job_share
+  from jax_mosaic_ffi.store import job_share, stack
   before = jmf.kernel_cache_stats()
   result = {"rank": RANK}
-  compiled = compile_cache._compiled
+  compiled = stack._run
 
   if MODE == "share":
     result["lowered"] = lower(jax, jmf, np, count=int(os.environ.get("JMF_TEST_KERNELS", "1")))
   elif MODE in ("killed", "slow"):
     if RANK == 1:
-      def claimed(compile, about):
+      def claimed(make, ask):
         tell("rank 1 claimed the compile")
         if MODE == "killed":
           os.kill(os.getpid(), signal.SIGKILL)
         await_event("rank 0 lowered")  # compiles only once rank 0 gave up on it and compiled it itself
-        return compiled(compile, about)
-      compile_cache._compiled = claimed
+        return compiled(make, ask)
+      stack._run = claimed
       result["lowered"] = lower(jax, jmf, np)
     else:
       await_event("rank 1 claimed the compile")
@@ -108,12 +109,12 @@ def main() -> dict:
     if RANK == 1:  # claims two compiles (in two threads), then dies in them
       both = threading.Barrier(2)
 
-      def claimed(compile, about):
+      def claimed(make, ask):
         if both.wait() == 0:
           tell("rank 1 claimed both")
           os.kill(os.getpid(), signal.SIGKILL)
         threading.Event().wait()
-      compile_cache._compiled = claimed
+      stack._run = claimed
       threads = [threading.Thread(target=jmf.cuda_kernel, args=(SOURCE % (k, SEED % 1000 + 2), f"scaled_{k}"))
                  for k in range(2)]
       for thread in threads:
@@ -138,6 +139,20 @@ def main() -> dict:
       else:
         job_share.encoded = forgeries[how]
       result["lowered"] = lower(jax, jmf, np)
+      tell("rank 1 published")
+    else:
+      await_event("rank 1 published")
+      result["lowered"] = lower(jax, jmf, np)
+  elif MODE == "another-kernel":
+    if RANK == 1:
+      encoded, payloads = job_share.encoded, {}
+
+      def swapped(key, payload):  # the first entry it published (scaled_1's), under every later key
+        payloads.setdefault("first", payload)
+        return encoded(key, payloads["first"])
+      job_share.encoded = swapped
+      jmf.cuda_kernel(SOURCE % (1, SEED % 1000 + 2), "scaled_1")
+      result["lowered"] = lower(jax, jmf, np)  # scaled_0: compiled here, scaled_1's entry published for it
       tell("rank 1 published")
     else:
       await_event("rank 1 published")

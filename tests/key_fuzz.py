@@ -318,7 +318,7 @@ def _kernel_digest(lowered) -> str:
 
 def lower(folder: str, program: Program, edit: Edit | None) -> dict:
   """One version, lowered in this process: whether it compiled (its key was new) and its kernel's digest."""
-  from jax_mosaic_ffi.toolchain import compile_cache
+  from jax_mosaic_ffi.store import compile_cache
   module = _load(folder, program.id, program.version(edit))
   before = compile_cache.stats()
   digest = _kernel_digest(module.lower())

@@ -528,7 +528,7 @@ def test_autotuning_over_constexprs_times_each_config_and_keeps_a_compile_failur
   # The autotuner's machinery on the CPU (the configs' fallbacks timed): each config is the launcher with its
   # constexprs, compiled on its own; one the launcher does not take fails to compile, a failure kept as lasting.
   from jax_mosaic_ffi.transforms import autotune as autotuning
-  from jax_mosaic_ffi.transforms import tuning_failures
+  from jax_mosaic_ffi.store import tuning_failures
   monkeypatch.setenv(autotuning.CPU_ENV, "1")
   a, b = (rng.standard_normal((32, 128)).astype(np.float32) for _ in range(2))
   before = jmf.kernel_cache_stats()

@@ -172,7 +172,7 @@ def test_the_key_audit_proves_a_hit_against_the_kernels_tileir(isolated_disk_cac
   compile_plan(S.vector_add, plan, name="vector_add", targets=(module_format.Arch(90),))
   after = jmf.kernel_cache_stats()
   assert after.memory_hits - before.memory_hits == 1
-  from jax_mosaic_ffi.toolchain import compile_cache
+  from jax_mosaic_ffi.store import compile_cache
   assert compile_cache.stats().audits >= 1
 
 

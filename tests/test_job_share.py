@@ -1,4 +1,4 @@
-"""Compiling once per job (toolchain/job_share.py): several processes under jax.distributed on one machine, on the
+"""Compiling once per job (store/job_share.py): several processes under jax.distributed on one machine, on the
 CPU, each with its own empty disk cache, compile kernels for JAX_MOSAIC_FFI_TARGETS and lower them for CUDA, as the
 pack tests do (tests/job_share_worker.py). Processes are ordered by events in the store, never by sleeps; the one
 short timeout (JAX_MOSAIC_FFI_JOB_SHARE_WAIT_S=2) is where a test is about a peer that never publishes."""
@@ -42,7 +42,9 @@ def test_each_kernel_is_compiled_once_per_job_and_every_process_lowers_the_same_
   assert sum(r["peer_published"] for r in results) == 2
   assert all(r["peer_timeouts"] == r["peer_refused"] == r["peer_unshared"] == 0 for r in results)
   assert len({tuple(r["lowered"]) for r in results}) == 1
-  assert all(r["cached_files"] >= 2 for r in results)  # every process keeps both entries on its own disk
+  # Each process keeps on its disk what it compiled, never a peer's entry: a later process outside the job would take
+  # it as its own (docs/threat_model.md).
+  assert all(r["cached_files"] == r["compiles"] for r in results)
 
 
 def test_off_by_the_setting_every_process_compiles(tmp_path):
@@ -83,6 +85,15 @@ def test_a_forged_or_oversized_store_value_is_refused_and_compiled_here(tmp_path
   assert results[0]["lowered"] == results[1]["lowered"]
 
 
+def test_a_peers_entry_of_another_kernel_is_refused_and_compiled_here(tmp_path):
+  """The framing's digest needs no secret: rank 1 publishes scaled_1's entry under scaled_0's key. Rank 0 refuses it
+  (its module does not define scaled_0), compiles scaled_0 itself and lowers the same call as rank 1."""
+  results = _results(_run(tmp_path, "another-kernel"))
+  assert (results[0]["compiles"], results[0]["peer_refused"], results[0]["peer_hits"]) == (1, 1, 0)
+  assert results[0]["lowered"] == results[1]["lowered"]
+  assert results[0]["cached_files"] == 1  # its own compile only
+
+
 def test_an_entry_over_the_bound_is_compiled_by_each_process_and_counted(tmp_path):
   results = _results(_run(tmp_path, "unshareable"))
   assert [r["compiles"] for r in results] == [1, 1]
@@ -104,6 +115,8 @@ def test_an_autotuned_call_is_timed_by_one_process_and_decided_alike_in_every_on
   assert sum(r["tunings"] for r in results) == 1 and sum(r["autotune_peer_hits"] for r in results) == 2
   assert len({r["winner"] for r in results}) == 1 and len({tuple(r["lowered"]) for r in results}) == 1
   assert sum(r["compiles"] for r in results) == 4  # four configs, one kernel each, one arch: each compiled once
+  # A peer's timings and compiles are its own: kept in memory, never on this process's disk as its own.
+  assert all(r["cached_files"] == r["compiles"] for r in results if r["source"] == "peer")
 
 
 def test_a_decision_taken_past_the_bound_gives_way_to_the_one_the_job_published_first(tmp_path):

@@ -1,5 +1,5 @@
 """What a process of a job reads from the key-value store, checked in one process: a compile's value
-(toolchain/job_share.py) and an autotuning decision (transforms/tuning_share.py), each bounded and bound to its key
+(store/job_share.py) and an autotuning decision (store/tuning_share.py), each bounded and bound to its key
 before use; the settings. The processes themselves are tests/test_job_share.py's."""
 
 import json
@@ -8,8 +8,8 @@ import os
 import pytest
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi.toolchain import job_share
-from jax_mosaic_ffi.transforms import tuning_share
+from jax_mosaic_ffi.store import job_share
+from jax_mosaic_ffi.store import tuning_share
 
 KEY, OTHER = "ab" * 32, "cd" * 32
 
@@ -48,14 +48,23 @@ CONFIGS = ['{"block": 64}', '{"block": 128}', '{"block": 256}']
 
 
 def _decision(**changes) -> bytes:
-  decision = {"format": "job-tuning-1", "winner": 1,
+  decision = {"format": "job-tuning-1", "winner": 0,
               "table": [{"config": c, "us": 10.0 + k, "error": None} for k, c in enumerate(CONFIGS)]}
   decision.update(changes)
   return json.dumps(decision).encode()
 
 
+def test_a_peers_decision_whose_winner_is_not_its_tables_fastest_is_refused():
+  """Winner 2 of [10, 20, 30] us decoded before: a peer could steer the job to its slowest config."""
+  table = [{"config": c, "us": us, "error": None} for c, us in zip(CONFIGS, (10.0, 20.0, 30.0))]
+  assert tuning_share._decoded(_decision(winner=2, table=table), CONFIGS) is None
+  assert tuning_share._decoded(_decision(winner=0, table=table), CONFIGS) == (0, table)
+  tied = [{**row, "us": 10.0} for row in table]  # a tie: any of the fastest is one
+  assert tuning_share._decoded(_decision(winner=1, table=tied), CONFIGS) == (1, tied)
+
+
 def test_a_peers_decision_is_taken_only_over_this_calls_configs_with_bounded_timings():
-  assert tuning_share._decoded(_decision(), CONFIGS) == (1, [{"config": c, "us": 10.0 + k, "error": None}
+  assert tuning_share._decoded(_decision(), CONFIGS) == (0, [{"config": c, "us": 10.0 + k, "error": None}
                                                              for k, c in enumerate(CONFIGS)])
   row = {"config": CONFIGS[1], "us": None, "error": "compile: out of resources"}
   forged = [
@@ -66,8 +75,9 @@ def test_a_peers_decision_is_taken_only_over_this_calls_configs_with_bounded_tim
       _decision(table=[{"config": c, "us": -1.0, "error": None} for c in CONFIGS]),
       _decision(table=[{"config": c, "us": float("nan"), "error": None} for c in CONFIGS]),
       _decision(table=[{"config": c, "us": 1.0, "error": "x" * 5000} for c in CONFIGS]),
-      _decision(table=[{"config": CONFIGS[0], "us": 1.0, "error": None}, row,
-                       {"config": CONFIGS[2], "us": 1.0, "error": None}]),  # the winner did not run
+      _decision(winner=1, table=[{"config": CONFIGS[0], "us": 1.0, "error": None}, row,
+                                 {"config": CONFIGS[2], "us": 1.0, "error": None}]),  # the winner did not run
+      _decision(winner=1), _decision(winner=2),  # a winner that is not the fastest of its own table
       b"[" * 100_000, b"\xff", b"null",
   ]
   for bad in forged:

@@ -1,4 +1,4 @@
-"""The key audit (JAX_MOSAIC_FFI_KEY_AUDIT=1, jax_mosaic_ffi/toolchain/key_audit.py): a cache hit whose kernel was
+"""The key audit (JAX_MOSAIC_FFI_KEY_AUDIT=1, jax_mosaic_ffi/store/key_audit.py): a cache hit whose kernel was
 compiled from other IR than the call makes is refused by name, in memory and on disk, for every front end. Each test
 breaks a key on purpose (one of ours, made lossy as the old ones were) and shows that the audit catches the stale
 kernel it would serve; and that a proven hit is counted, an unwitnessed entry is compiled again, and a bad setting
@@ -13,10 +13,10 @@ import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.base import pack_file
 from jax_mosaic_ffi.base.errors import KeyAuditError
 from jax_mosaic_ffi.pack import build as pack_build
-from jax_mosaic_ffi.toolchain import compile_cache
+from jax_mosaic_ffi.store import compile_cache
 from jax_mosaic_ffi.pack import recordings
-from jax_mosaic_ffi.toolchain import pack_record
-from jax_mosaic_ffi.toolchain import packs
+from jax_mosaic_ffi.store import pack_record
+from jax_mosaic_ffi.store import packs
 
 import fresh_process
 import kernel_sources

@@ -17,11 +17,11 @@ from jax_mosaic_ffi.base import pack_file
 from jax_mosaic_ffi.pack import build as pack_build
 from jax_mosaic_ffi.toolchain import kernel as kernel_lib
 from jax_mosaic_ffi.pack import recordings
-from jax_mosaic_ffi.toolchain import pack_record
-from jax_mosaic_ffi.toolchain import packs
+from jax_mosaic_ffi.store import pack_record
+from jax_mosaic_ffi.store import packs
 from jax_mosaic_ffi.transforms import autotune as autotuning
 from jax_mosaic_ffi.transforms import tuning_files
-from jax_mosaic_ffi.transforms import tuning_records
+from jax_mosaic_ffi.store import tuning_records
 
 import kernel_sources
 from test_autotune import add_factory

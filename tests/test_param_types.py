@@ -14,7 +14,7 @@ import pytest
 import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.base import gpu_info
 from jax_mosaic_ffi.base.module_format import ImageKind
-from jax_mosaic_ffi.toolchain import compile_cache
+from jax_mosaic_ffi.store import compile_cache
 from jax_mosaic_ffi.toolchain import param_types
 from jax_mosaic_ffi.cuda.nvrtc import program
 from jax_mosaic_ffi.transforms import autotune as autotuning

@@ -14,7 +14,7 @@ from triton_required import import_triton
 triton = import_triton()
 
 import jax_mosaic_ffi as jmf
-from jax_mosaic_ffi.toolchain import compile_cache
+from jax_mosaic_ffi.store import stack
 from jax_mosaic_ffi.triton.compiler import compile as triton_lib
 from jax_mosaic_ffi.triton.compiler import release as triton_release
 from jax_mosaic_ffi.base.module_format import ImageKind
@@ -175,7 +175,7 @@ def test_global_scratch_becomes_an_output_xla_allocates(isolated_disk_cache):
   # in0, out0, M, N, global scratch (output 1), null profile scratch.
   assert cc["config"]["param_order"] == [0, 1, -1, -2, 2, -3]
   # The compile cache holds NVRTC and Triton compiles alike: the Triton kernel of that name.
-  (kernel,) = [k for k in compile_cache._memory.values()
+  (kernel,) = [k for k in (found.value for found in stack.MEMORY.entries("compile"))
               if isinstance(k, triton_lib.TritonKernel) and k.name == "descriptor_copy"]
   size = kernel.info.scratch[0][0] * 4 * 2  # per program, 4 x 2 programs
   assert size > 0 and f"tensor<{size}xui8>" in lowered.as_text()

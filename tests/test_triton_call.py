@@ -199,7 +199,7 @@ def test_a_tuple_parameters_cached_specialization_is_checked_leaf_by_leaf(isolat
   from triton.backends.compiler import GPUTarget
   from triton.compiler import make_backend
   from jax_mosaic_ffi.base import disk_cache
-  from jax_mosaic_ffi.toolchain import compile_cache
+  from jax_mosaic_ffi.store import compile_cache
   from jax_mosaic_ffi.triton.compiler import specialize as triton_specialize
   asked = []
   real = triton_specialize.specialize

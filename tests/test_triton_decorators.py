@@ -18,7 +18,7 @@ triton = import_triton()
 import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.base import gpu_info
 from jax_mosaic_ffi.base.module_format import ImageKind
-from jax_mosaic_ffi.toolchain import compile_cache
+from jax_mosaic_ffi.store import stack
 from jax_mosaic_ffi.transforms.autotune import AutotuneSkipped
 
 import triton_decorated_sources as ds
@@ -33,7 +33,7 @@ def ints(*values):
 
 def ptx_of(cc) -> str:
   """The PTX of the kernel a lowered custom call launches (from the compile cache, by its hash)."""
-  (kernel,) = {k for k in compile_cache._memory.values()
+  (kernel,) = {k for k in (found.value for found in stack.MEMORY.entries("compile"))
                if isinstance(k, jmf.TritonKernel) and k.hash == cc["config"]["kernel_hash"]}
   return next(image.data.decode() for image in kernel.images if image.kind == ImageKind.PTX)
 

@@ -148,7 +148,7 @@ def test_a_specialization_is_asked_of_triton_once_then_read_from_the_disk_cache(
   from triton.backends.compiler import GPUTarget
   from triton.compiler import make_backend
   from jax_mosaic_ffi.base import disk_cache
-  from jax_mosaic_ffi.toolchain import compile_cache
+  from jax_mosaic_ffi.store import compile_cache
   from jax_mosaic_ffi.triton.compiler import specialize as triton_specialize
   asked = []
   real = triton_specialize.specialize
@@ -205,7 +205,7 @@ def test_a_cached_specialization_that_does_not_fit_the_call_is_dropped_and_rebui
   from triton.backends.compiler import GPUTarget
   from triton.compiler import make_backend
   from jax_mosaic_ffi.base import disk_cache
-  from jax_mosaic_ffi.toolchain import compile_cache
+  from jax_mosaic_ffi.store import compile_cache
   from jax_mosaic_ffi.triton.compiler import specialize as triton_specialize
   asked = []
   real = triton_specialize.specialize

@@ -20,7 +20,7 @@ import jax_mosaic_ffi as jmf
 from jax_mosaic_ffi.base import gpu_info
 from jax_mosaic_ffi.transforms import autotune as autotuning
 from jax_mosaic_ffi.transforms import tuning_files
-from jax_mosaic_ffi.transforms import tuning_records
+from jax_mosaic_ffi.store import tuning_records
 
 from test_autotune import add_factory
 
@@ -312,7 +312,7 @@ def test_a_failure_that_will_repeat_is_kept_while_other_configs_are_timed(cpu_ti
 
 def test_the_runtime_still_says_what_the_resource_markers_look_for():
   # Resource failures are told from their text: each runtime marker must still be in the runtime's messages.
-  from jax_mosaic_ffi.transforms import tuning_failures
+  from jax_mosaic_ffi.store import tuning_failures
   csrc = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc", "runtime")
   if not os.path.isdir(csrc):
     pytest.skip("runs from a source checkout (csrc/)")

@@ -36,20 +36,20 @@ AUTOTUNE_LOG = "JAX_MOSAIC_FFI_AUTOTUNE_LOG"
 # 1: time autotuning configs on the CPU too (testing the machinery without a GPU).
 AUTOTUNE_ON_CPU = "JAX_MOSAIC_FFI_AUTOTUNE_ON_CPU"
 # 1: every compile-cache hit also makes the compiler's input (Triton's TTIR, the CuTe DSL's MLIR; NVRTC: its PTX)
-# and raises KeyAuditError where the stored kernel came from another (toolchain/key_audit.py).
+# and raises KeyAuditError where the stored kernel came from another (store/key_audit.py).
 KEY_AUDIT = "JAX_MOSAIC_FFI_KEY_AUDIT"
-# Kernel packs (toolchain/packs.py): the pack files to serve compiles and autotuning winners from, ahead of the disk
+# Kernel packs (store/packs.py): the pack files to serve compiles and autotuning winners from, ahead of the disk
 # cache (separated by ':'); 1: a kernel missing from them is an error where it would compile (NotInPacks).
 PACKS = "JAX_MOSAIC_FFI_PACKS"
 PACKS_STRICT = "JAX_MOSAIC_FFI_PACKS_STRICT"
 # A folder to record every compile-cache entry and autotuning decision of this process into, for a pack
-# (toolchain/pack_record.py; python -m jax_mosaic_ffi.pack record sets it for the program it runs).
+# (store/pack_record.py; python -m jax_mosaic_ffi.pack record sets it for the program it runs).
 PACK_RECORD = "JAX_MOSAIC_FFI_PACK_RECORD"
 # The GPU archs kernels without targets= compile for, in place of the visible GPUs' (sm_90,sm_100): how a machine
 # without those GPUs builds what a machine with them would (toolchain/kernel.py).
 TARGETS = "JAX_MOSAIC_FFI_TARGETS"
 # 0: the processes of a jax.distributed job do not share compiles and autotuning decisions through its key-value
-# store (toolchain/job_share.py; on by default where the job has several processes); how long a process waits for
+# store (store/job_share.py; on by default where the job has several processes); how long a process waits for
 # the peer that claimed one before making it itself (default: the compile bound plus 30 s).
 JOB_SHARE = "JAX_MOSAIC_FFI_JOB_SHARE"
 JOB_SHARE_WAIT_S = "JAX_MOSAIC_FFI_JOB_SHARE_WAIT_S"

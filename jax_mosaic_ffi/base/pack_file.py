@@ -8,7 +8,7 @@
            .   the entries' payloads as stored, one after another in the manifest's order, nothing between
     end - 32   sha256 of every byte before it: the pack's digest
 
-A payload is what a compile-cache entry holds (the front end's ``encode`` bytes, toolchain/compile_cache.py), or a
+A payload is what a compile-cache entry holds (the front end's ``encode`` bytes, store/compile_cache.py), or a
 timing (``kind`` "tuning"); an entry's ``size`` is what is stored, its ``sha256`` that of the payload (with its
 headers put back, where the pack's table holds them). `read` refuses a file, by name and with what to do, before
 exposing any entry: not a regular file, owned by someone else than the user or root, writable by group or others,

@@ -6,7 +6,8 @@ and a launcher that resolves one `CheckedLaunch` per traced call and binds it wi
 gets the rest for free: `mosaic_kernel` picks it by kernel type (api.py's table), and the compile cache, export,
 vmap, gradients, sharding, fallback, autotuning and the runtime treat its launches as every other. What its kernels
 need beyond the launch, it names here too: the native libraries the runtime opens for its images
-(`RuntimeLibrary`) and the toolchains whose releases an autotuning timing depends on. api.py hands this module
+(`RuntimeLibrary`), the toolchains whose releases an autotuning timing depends on, and the keyed settings its
+compiles depend on (`FrontEnd.settings`, which the pack CLI reads: it imports no wing). api.py hands this module
 the front ends (`install`), and the shared layers ask it for them (`installed`): they import no wing.
 """
 
@@ -76,6 +77,10 @@ class FrontEnd:
       environment (optional).
     compilers: the names its compiles are counted under (``compile_cache.count_compiles``), each a key of
       `kernel_cache_stats().compiles` (optional: a wing built on another counts under that one's).
+    settings: ``() -> {front end as its entries name it: ["NAME=value", ...]}``: the keyed settings of the
+      environment its compiles depend on that are set here ("Triton": its knobs' variables), read without
+      compiling; ``pack check --environment`` compares a node's with those a pack's entries were made under
+      (optional).
   """
 
   name: str
@@ -89,6 +94,7 @@ class FrontEnd:
   runtime_libraries: tuple[RuntimeLibrary, ...] = ()
   toolchains: Callable[[], Mapping[str, str]] = dict
   compilers: tuple[str, ...] = ()
+  settings: Callable[[], Mapping[str, list[str]]] = dict
 
   def options_of(self, given: Mapping[str, Any], defaults: Mapping[str, Any], made: str):
     """Its options object from `mosaic_kernel`'s front-end keywords ``given``. A keyword it does not take is
@@ -139,3 +145,13 @@ def check_images(kernel, parsed, made: str) -> None:
     raise LaunchError(f"{made}: {front_end.name}'s module holds {odd} images, which its front end does not declare "
                       f"(it emits {', '.join(k.name for k in front_end.image_kinds)}): a front end's bug, not yours; "
                       "please report it")
+
+
+def check_defines(kernel, made: str) -> None:
+  """LaunchError where the module a call received does not define the kernel the call names (`Kernel.
+  defines_its_name`): another kernel's entry served under this one's key (a peer process's) never runs."""
+  if not kernel.defines_its_name():
+    raise LaunchError(f"{made}: the module this call received defines '{kernel.symbol}', not the kernel "
+                      f"'{kernel.name}' the call names: a cache entry of another kernel (from a peer process of the "
+                      "job, or a damaged cache). Clear the caches (jmf.clear_kernel_cache(disk=True)) and run "
+                      "again; please report it")

@@ -114,6 +114,7 @@ def _cuda_lowering(ctx, *operands, kernel: Kernel, out_avals, spec: LaunchSpec):
   if getattr(ctx.module_context.lowering_parameters, "for_export", False):
     export_stability.warn_if_refused(who(kernel, spec.call_site))
   front_end.check_images(kernel, kernel.parsed, who(kernel, spec.call_site))
+  front_end.check_defines(kernel, who(kernel, spec.call_site))
   runtime_libraries.check(kernel.parsed, who(kernel, spec.call_site))
   if kernel.parsed.host_code:
     # Host code this process made: JAX_MOSAIC_FFI_HOST_CODE=lowered runs only such images.

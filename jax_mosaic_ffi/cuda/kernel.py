@@ -10,7 +10,7 @@ from jax_mosaic_ffi.base import ptx_info
 from jax_mosaic_ffi.base.module_format import Arch, Image, ImageKind, ParsedModule
 from jax_mosaic_ffi.cuda.nvrtc import compiler
 from jax_mosaic_ffi.cuda.nvrtc import program
-from jax_mosaic_ffi.toolchain import compile_cache
+from jax_mosaic_ffi.store import compile_cache
 from jax_mosaic_ffi.toolchain import dump
 from jax_mosaic_ffi.toolchain import param_types as param_types_lib
 from jax_mosaic_ffi.toolchain.compiled import Compiled

@@ -5,6 +5,7 @@ NVIDIA's CuTe DSL runtime library (`RUNTIME_LIBRARY`). Imports no DSL: the packa
 from jax_mosaic_ffi.base.module_format import ImageKind
 from jax_mosaic_ffi.call.front_end import FrontEnd, RuntimeLibrary
 from jax_mosaic_ffi.cute import launch
+from jax_mosaic_ffi.cute.compiler import keys as cute_keys
 from jax_mosaic_ffi.cute.compiler import package
 from jax_mosaic_ffi.cute.kernel import CuteFunction
 from jax_mosaic_ffi.cute.launch_options import HINTS, CuteOptions
@@ -31,4 +32,5 @@ FRONT_END = FrontEnd(
     runtime_libraries=(RUNTIME_LIBRARY,),
     toolchains=lambda: {"nvidia-cutlass-dsl": package.compiler_release() or "none"},
     compilers=("cute",),
+    settings=lambda: {"CuTe DSL": cute_keys.settings_environment()},
 )

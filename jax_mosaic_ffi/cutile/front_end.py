@@ -10,6 +10,8 @@ import importlib.metadata
 from jax_mosaic_ffi.base.module_format import ImageKind
 from jax_mosaic_ffi.call.front_end import FrontEnd
 from jax_mosaic_ffi.cutile import launch
+from jax_mosaic_ffi.cutile.compiler import keys as cutile_keys
+from jax_mosaic_ffi.cutile.compiler.compile import COMPILER
 from jax_mosaic_ffi.cutile.kernel import CutileFunction
 from jax_mosaic_ffi.cutile.launch_options import HINTS, CutileOptions
 
@@ -35,5 +37,6 @@ FRONT_END = FrontEnd(
     launcher=launch.launcher,
     hints=HINTS,
     toolchains=toolchains,
+    settings=lambda: {COMPILER: cutile_keys.settings_environment()},
     compilers=("cutile",),
 )

@@ -35,4 +35,5 @@ FRONT_END = FrontEnd(
     check_tunable=triton_front_end.check_tunable,
     hints=HINTS,
     toolchains=triton_front_end.toolchains,
+    settings=lambda: triton_front_end.settings("Gluon"),
 )

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
@@ -20,17 +19,16 @@ import subprocess
 import sys
 import tempfile
 
+from jax_mosaic_ffi import api
 from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.base import pack_file
 from jax_mosaic_ffi.base.errors import PackError
 from jax_mosaic_ffi.base.module_format import Arch
-from jax_mosaic_ffi.cute.compiler import keys as cute_keys
 from jax_mosaic_ffi.pack import build as build_lib
 from jax_mosaic_ffi.pack import contents
 from jax_mosaic_ffi.pack import fleet
 from jax_mosaic_ffi.pack import merge
 from jax_mosaic_ffi.pack import recordings
-from jax_mosaic_ffi.triton.compiler import keys as triton_keys
 from jax_mosaic_ffi.transforms import tuning_files
 
 
@@ -91,11 +89,9 @@ def _program(command: list[str]) -> list[str]:
 
 
 def _environment() -> dict[str, list[str]]:
-  """The keyed settings this environment sets, by front end (Triton's only where Triton is installed)."""
-  here = {"CuTe DSL": cute_keys.settings_environment()}
-  if importlib.util.find_spec("triton") is not None:
-    here["Triton"] = here["Gluon"] = triton_keys.settings_environment()
-  return here
+  """The keyed settings this environment sets, by front end as its entries name it (each front end's
+  ``settings``: Triton's only where Triton is installed)."""
+  return {name: found for front_end in api.FRONT_ENDS for name, found in front_end.settings().items()}
 
 
 def _run(command: list[str], target: str, run_dir: str, recording: recordings.Recording,
@@ -119,10 +115,11 @@ def _program_misses(path: str, pack: pack_file.Pack, capabilities: list[int], co
   folder = tempfile.mkdtemp(prefix="jmf-pack-check-")
   try:
     for capability in capabilities:
-      target, setting = fleet.node_target(pack, capability)
-      print(f"running for sm_{capability}{f' ({setting})' if setting else ''}: {' '.join(command)}", flush=True)
+      # Run as a node of that GPU runs: keyed by its arch, the store reaching the targets that serve it.
+      print(f"running for sm_{capability}: {' '.join(command)}", flush=True)
       recording = recordings.Recording()
-      code = _run(command, target, os.path.join(folder, f"sm_{capability}"), recording, packs=os.path.abspath(path))
+      code = _run(command, f"sm_{capability}", os.path.join(folder, f"sm_{capability}"), recording,
+                  packs=os.path.abspath(path))
       misses += [f"sm_{capability}: the program exited with status {code}"] if code != 0 else []
       misses += [f"sm_{capability}: {miss}" for miss in fleet.misses(pack, recording)]
   finally:

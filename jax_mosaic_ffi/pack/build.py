@@ -1,4 +1,4 @@
-"""A pack built from recordings (pack/recordings.py) and tuning files (transforms/tuning_records.py).
+"""A pack built from recordings (pack/recordings.py) and tuning files (store/tuning_records.py).
 
 Every recorded entry goes in as it was recorded. Each recorded autotuning decision is looked up in the tuning
 files measured on GPUs of the arch it was recorded for: where a file times every config the call builds (at least
@@ -23,8 +23,8 @@ import jax
 from jax_mosaic_ffi.base import pack_file
 from jax_mosaic_ffi.base.module_format import Arch
 from jax_mosaic_ffi.pack import recordings
-from jax_mosaic_ffi.transforms import tuning_failures
-from jax_mosaic_ffi.transforms import tuning_records
+from jax_mosaic_ffi.store import tuning_failures
+from jax_mosaic_ffi.store import tuning_records
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,8 +2,10 @@
 a pack, told on a machine without a GPU, for CI to fail where a node would.
 
 For each compute capability of the fleet, a node looks kernels up by the keys of its default targets: its own arch
-(sm_103), or the family target it is told to use (``JAX_MOSAIC_FFI_TARGETS=sm_100f``); so the entries it reaches
-are those recorded for that target. From each such entry's images the runtime's own rule
+(sm_103); where the pack was not recorded for it, by the store's rule (store/targets.py) and with no setting, the
+family target it was recorded for (sm_100f), then an older arch whose PTX it can JIT; this only for a compile whose
+entry holds such an image (NVRTC's, the CuTe DSL's): another (Triton's sm_100a for sm_100f) needs the node told the
+target (``JAX_MOSAIC_FFI_TARGETS=sm_100f``). From each entry it reaches, the runtime's own rule
 (`module_format.served_image`) picks what the node would load: an exact cubin, a family or generic cubin of its
 major version, PTX the driver compiles there at the first launch (JIT), or nothing. For each autotuned call and GPU
 model (``--gpus``, as ``jax.devices()[0].device_kind`` names it), whether the pack holds its winner: winners are
@@ -18,11 +20,13 @@ from __future__ import annotations
 
 import dataclasses
 
+from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.base import module_format
 from jax_mosaic_ffi.base import pack_file
 from jax_mosaic_ffi.base.module_format import Arch, ImageKind
 from jax_mosaic_ffi.pack import contents
-from jax_mosaic_ffi.toolchain import packs
+from jax_mosaic_ffi.store import packs
+from jax_mosaic_ffi.store import targets as store_targets
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,29 +67,20 @@ def _images(entry: pack_file.Entry) -> list[tuple[ImageKind, Arch]] | None:
     return None
 
 
-def _reached_by(capability: int, recorded: set[str]) -> list[tuple[str, str]]:
-  """The default targets a node of ``capability`` may key its kernels by, among those recorded, with the setting
-  each needs: its own arch, else a family target of its major version at or below it."""
+def _reached_by(capability: int, recorded: set[str]) -> list[str]:
+  """The default targets a node of ``capability`` may key its kernels by, among those recorded, best first: its own
+  arch, else those whose entries serve it (store/targets.py: its family's, then older archs')."""
   own = f"sm_{capability}"
-  if own in recorded:
-    return [(own, "")]
-  family = sorted((t for t in recorded if t.endswith("f") and _fits_family(t, capability)), reverse=True)
-  return [(t, f"with JAX_MOSAIC_FFI_TARGETS={t} on the node") for t in family]
+  return [own] if own in recorded else store_targets.reaching(capability, recorded)
 
 
-def _fits_family(target: str, capability: int) -> bool:
-  try:
-    arch = Arch.parse(target)
-  except ValueError:
-    return False
-  return arch.number // 10 == capability // 10 and arch.number <= capability
-
-
-def node_target(pack: pack_file.Pack, capability: int) -> tuple[str, str]:
-  """(the default target a node of ``capability`` keys its kernels by, the setting that takes): a family target the
-  pack was recorded for that fits, else its own arch."""
-  recorded = {t for e in pack.entries.values() for t in _list(e.about.get("recorded_for"))}
-  return next(iter(_reached_by(capability, recorded)), (f"sm_{capability}", ""))
+def _setting(entry: pack_file.Entry, target: str, capability: int) -> str:
+  """What a node of ``capability`` needs to reach ``entry``, recorded for ``target``: nothing for its own arch or
+  for an entry holding a family or PTX image (the store looks those up by itself); else the targets setting."""
+  images = _images(entry) or []
+  if target == f"sm_{capability}" or any(arch.suffix == "f" or kind == ImageKind.PTX for kind, arch in images):
+    return ""
+  return f"with {flags.TARGETS}={target} on the node"
 
 
 def misses(pack: pack_file.Pack, recording) -> list[str]:
@@ -138,9 +133,11 @@ def kernels(pack: pack_file.Pack) -> dict[tuple[str, str, str], list[pack_file.E
 def kernel_serving(entries: list[pack_file.Entry], capability: int) -> Served:
   """How a kernel (its compiles for every recorded target) would be served on a GPU of ``capability``."""
   recorded = {t for e in entries for t in _list(e.about.get("recorded_for"))}
-  for target, setting in _reached_by(capability, recorded):
+  for target in _reached_by(capability, recorded):
     reached = [e for e in entries if target in _list(e.about.get("recorded_for"))]
-    served = [serving(e, capability, setting) for e in reached]
+    served = [serving(e, capability, _setting(e, target, capability)
+                      or (f"(the node takes {target}'s entry by itself: no setting)"
+                          if target != f"sm_{capability}" else "")) for e in reached]
     best = next((s for s in served if s.ok), served[0] if served else None)
     if best is not None:
       return best

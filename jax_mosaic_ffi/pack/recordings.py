@@ -1,5 +1,5 @@
 """A recording folder read back for a pack's build: what ``JAX_MOSAIC_FFI_PACK_RECORD`` processes wrote there
-(toolchain/pack_record.py, the writing half, which every compile reaches), as one `Recording`.
+(store/pack_record.py, the writing half, which every compile reaches), as one `Recording`.
 
 `read` trusts the folder as a pack is trusted (the user's, writable by no one else) and bounds every value before
 use.
@@ -16,7 +16,7 @@ import struct
 from jax_mosaic_ffi.base import owned_files
 from jax_mosaic_ffi.base import pack_file
 from jax_mosaic_ffi.base.errors import PackError
-from jax_mosaic_ffi.toolchain import pack_record
+from jax_mosaic_ffi.store import pack_record
 
 
 @dataclasses.dataclass

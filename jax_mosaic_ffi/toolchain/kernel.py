@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 
 from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.base import gpu_info
@@ -80,6 +81,12 @@ class Kernel:
     dependent launch by default."""
     return self.compiled.parsed.pdl_wait
 
+  def defines_its_name(self) -> bool:
+    """Whether its module's entry is the kernel it names (`symbol_names`): a module the caches handed to another
+    kernel's call (a peer's entry under this key) is refused at lowering. A front end whose modules name their
+    entry otherwise (the CuTe DSL's, one prefix for every kernel) says so here."""
+    return symbol_names(self.symbol, self.name)
+
   def batch_misalignment(self, strides: tuple[int, ...], param_order: tuple[int, ...], num_inputs: int) -> str | None:
     """What batch elements ``strides`` bytes apart (one stride per buffer: inputs, then outputs) break of what the
     compiled code assumes of its buffers' addresses, as the rest of a message "under vmap ...", or None. A
@@ -96,6 +103,15 @@ class Kernel:
 
   def __eq__(self, other) -> bool:
     return isinstance(other, Kernel) and self.hash == other.hash and self.name == other.name
+
+
+def symbol_names(symbol: str, name: str) -> bool:
+  """Whether a module's entry ``symbol`` can be the kernel ``name`` a call asked for: the same name, or a C++
+  name's Itanium mangling holding its function's identifier (``ns::scale<float, 4>``: ``_Z5scaleIfLi4EEv...``)."""
+  if symbol == name:
+    return True
+  function = re.split(r"[<(]", name, maxsplit=1)[0].split("::")[-1].strip()
+  return symbol.startswith("_Z") and bool(function) and f"{len(function.encode())}{function}" in symbol
 
 
 def buffer_name(buffer: int, num_inputs: int) -> str:

@@ -42,7 +42,6 @@ import contextvars
 import dataclasses
 import json
 import os
-import threading
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
@@ -53,21 +52,22 @@ from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base.errors import AutotuneError, NotInPacks
 from jax_mosaic_ffi.transforms import timing as timing_lib
-from jax_mosaic_ffi.toolchain import packs
+from jax_mosaic_ffi.store import packs
 from jax_mosaic_ffi.transforms import autotune_report
 from jax_mosaic_ffi.transforms import launch_identity
-from jax_mosaic_ffi.transforms import tuning_failures
+from jax_mosaic_ffi.store import tuning_failures
 from jax_mosaic_ffi.transforms import tuning_packs
-from jax_mosaic_ffi.transforms import tuning_records
-from jax_mosaic_ffi.transforms import tuning_share
+from jax_mosaic_ffi.store import stack
+from jax_mosaic_ffi.store import stats as store_stats
+from jax_mosaic_ffi.store import tuning_records
+from jax_mosaic_ffi.store import tuning_share
+from jax_mosaic_ffi.transforms import tuning_environment
 
 LOG_ENV = flags.AUTOTUNE_LOG
 # For testing the machinery on a machine without a GPU: time the configs on
 # the CPU too (their jax.numpy fallbacks run there).
 CPU_ENV = flags.AUTOTUNE_ON_CPU
 _FORMAT = "autotune-3"  # 3: a launch's identity is LaunchSpec.identity()
-# Decisions (a config list and signature -> winner) kept in this process, the oldest dropped past this.
-_MAX_DECISIONS = 4096
 
 
 class AutotuneSkipped(UserWarning):
@@ -85,20 +85,19 @@ class Stats:
   skipped: int = 0        # no GPU: the default config, untimed
 
 
-_stats = Stats()
-_lock = threading.Lock()
-_winners: dict[str, int] = {}
+# Each field's event in the store's counts (store/stats.py): (kind, event).
+_EVENTS = {"tunings": ("decision", "tuned"), "configs_timed": ("tuning", "timed"),
+           "disk_hits": ("decision", "from disk"), "pack_hits": ("decision", "from pack"),
+           "memory_hits": ("decision", "memory"), "peer_hits": ("decision", "peer"), "skipped": ("decision", "skipped")}
 
 
 def stats() -> Stats:
-  with _lock:
-    return dataclasses.replace(_stats)
+  counts = store_stats.counts()
+  return Stats(**{field: counts.get(kind, {}).get(event, 0) for field, (kind, event) in _EVENTS.items()})
 
 
 def clear_memory_cache() -> None:
-  with _lock:
-    _winners.clear()
-  tuning_records.clear_memory()
+  stack.clear_memory((tuning_share.CODEC.kind, tuning_records.CODEC.kind))
 
 
 def _plain_config(config) -> str:
@@ -199,8 +198,7 @@ class Autotuned:
       if tuning_packs.recording():  # every config built and its timing key noted, for a pack
         keys, launches = self._keys(avals, scope)
         tuning_packs.record(self.name, shapes, keys, [_plain_config(c) for c in self.configs], launches, self.default)
-      with _lock:
-        _stats.skipped += 1
+      store_stats.count("decision", "skipped")
       self._record({"name": self.name, "shapes": shapes, "source": "untuned", "winner": self.default,
                     "config": self.configs[self.default], "table": [], "timed": []})
       return self.default
@@ -210,38 +208,29 @@ class Autotuned:
           "polymorphism), and configs can only be timed on concrete shapes. Pick the config first "
           "(tuned.best_config(*concrete_avals)) and export the call it makes (tuned.factory(config)), "
           "or export per concrete size")
-    env = tuning_records.environment(device)
+    env = tuning_environment.environment(device)
     keys, launches = self._keys(avals, scope)
     decision = disk_cache.key(_FORMAT, repr(env), repr(keys))
-    with _lock:
-      if decision in _winners:
-        _stats.memory_hits += 1
-        return _winners[decision]
-    # In a job of several processes, one per GPU model times and every one of the model takes its decision.
-    turn = tuning_share.turn(decision)
-    held = tuning_share.received(turn, [_plain_config(c) for c in self.configs], env, keys)
-    missing: list[int] = []
-    if held is None:
-      try:
-        index, table, missing, source = self._decide_here(env, keys, launches, avals, device, shapes)
-      except BaseException:
-        turn.decline()  # the others stop waiting and try it themselves
-        raise
-      held = tuning_share.settled(turn, index, table, [_plain_config(c) for c in self.configs], env, keys)
-    if held is not None:
-      (index, table), source = held, "peer"
-    with _lock:
-      if missing:
-        _stats.tunings += 1
-      elif source == "peer":
-        _stats.peer_hits += 1
-      elif source == "pack":
-        _stats.pack_hits += 1
-      elif source in ("disk", "file"):
-        _stats.disk_hits += 1
-      _winners[decision] = index
-      while len(_winners) > _MAX_DECISIONS:
-        del _winners[next(iter(_winners))]
+    here: dict = {}  # what deciding here found, where it ran
+
+    def make() -> tuple[int, list]:
+      index, table, here["timed"], here["source"] = self._decide_here(env, keys, launches, avals, device, shapes)
+      return index, table
+    # In memory, else (in a job of several processes) one per GPU model decides and every one of the model takes its
+    # decision, else decided here.
+    found = tuning_share.decide(decision, [_plain_config(c) for c in self.configs], make, env, keys)
+    index, table = found.value
+    if found.source == "memory":
+      return index
+    missing, source = here.get("timed", []), "peer" if found.source == "peer" else here["source"]
+    if missing:
+      store_stats.count("decision", "tuned")
+    elif source == "peer" and here:  # decided here, then took the decision a peer published first
+      store_stats.count("decision", "peer")
+    elif source == "pack":
+      store_stats.count("decision", "from pack")
+    elif source in ("disk", "file"):
+      store_stats.count("decision", "from disk")
     self._record({"name": self.name, "shapes": shapes, "source": source, "winner": index,
                   "config": self.configs[index], "table": table, "timed": missing})
     return index
@@ -316,8 +305,7 @@ class Autotuned:
   def _tune(self, avals, device, indices: list[int]) -> dict[int, tuning_records.Timing]:
     """Times the configs `indices`; a config that fails to build or run gets its error instead."""
     timings = timing_lib.time_configs(self._call_for, avals, device, indices, warmup=self.warmup, rounds=self.rounds)
-    with _lock:
-      _stats.configs_timed += sum(timing.us is not None for timing in timings.values())
+    store_stats.count("tuning", "timed", sum(timing.us is not None for timing in timings.values()))
     return timings
 
 

@@ -1,15 +1,18 @@
-"""What autotuning decided: every decision of this process (`report`, ``jmf.autotune_report``), and its table on
-stderr under ``JAX_MOSAIC_FFI_AUTOTUNE_LOG=1``.
+"""What autotuning decided: every decision of this process (`report`, ``jmf.autotune_report``), each with its table
+on the ``jax_mosaic_ffi`` logger (INFO, as the store's cold-start records: store/cold_starts.py), and on stderr
+under ``JAX_MOSAIC_FFI_AUTOTUNE_LOG=1``.
 """
 
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import sys
 import threading
 
 from jax_mosaic_ffi.base import flags
+from jax_mosaic_ffi.store import cold_starts
 
 # Decisions kept, the oldest dropped past this: a long-running program decides for every new shape.
 MAX_REPORTS = 4096
@@ -18,10 +21,16 @@ _reports: collections.deque = collections.deque(maxlen=MAX_REPORTS)
 
 
 def record(entry: dict) -> None:
-  """One decision: kept for `report`, and printed when the log is on."""
+  """One decision: kept for `report`, logged, and printed when ``JAX_MOSAIC_FFI_AUTOTUNE_LOG`` is on."""
   with _lock:
     _reports.append(entry)
-  _log(entry)
+  printed = os.environ.get(flags.AUTOTUNE_LOG, "").strip().lower() not in ("", "0", "off", "false")
+  if printed or cold_starts.LOGGER.isEnabledFor(logging.INFO):
+    text = _text(entry)
+    cold_starts.LOGGER.info("%s", text, extra={"jmf_kernel": entry["name"], "jmf_front_end": "autotune",
+                                               "jmf_source": entry["source"]})
+    if printed:
+      print(text, file=sys.stderr, flush=True)
 
 
 def report() -> list[dict]:
@@ -46,13 +55,11 @@ def report() -> list[dict]:
     return [dict(r) for r in _reports]
 
 
-def _log(entry: dict) -> None:
-  if os.environ.get(flags.AUTOTUNE_LOG, "").strip().lower() in ("", "0", "off", "false"):
-    return
+def _text(entry: dict) -> str:
   lines = [f"jax_mosaic_ffi autotune '{entry['name']}' {entry['shapes']}: {entry['source']}, "
            f"winner config {entry['winner']} {entry['config']}"]
   for k, row in enumerate(entry["table"]):
     mark = "*" if k == entry["winner"] else " "
     time_text = f"{row['us']:10.2f} us" if row.get("us") is not None else "    failed   "
     lines.append(f" {mark} {k:3d} {time_text}  {row['config']}" + (f"  ({row['error']})" if row.get("error") else ""))
-  print("\n".join(lines), file=sys.stderr, flush=True)
+  return "\n".join(lines)

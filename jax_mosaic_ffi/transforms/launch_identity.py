@@ -1,4 +1,4 @@
-"""What an autotuning config launches, as its timing's key holds it (transforms/tuning_records.py's TimingKey)."""
+"""What an autotuning config launches, as its timing's key holds it (store/tuning_records.py's TimingKey)."""
 
 from __future__ import annotations
 

@@ -16,8 +16,8 @@ import numpy as np
 
 from jax_mosaic_ffi.call.comparison import shadow
 from jax_mosaic_ffi.transforms import gpu_clock
-from jax_mosaic_ffi.transforms import tuning_failures
-from jax_mosaic_ffi.transforms import tuning_records
+from jax_mosaic_ffi.store import tuning_failures
+from jax_mosaic_ffi.store import tuning_records
 
 
 def random_inputs(avals, device):

@@ -23,9 +23,10 @@ import jax
 
 from jax_mosaic_ffi.base import owned_files
 from jax_mosaic_ffi.base.paths import PACKAGE_DIR
-from jax_mosaic_ffi.transforms.tuning_records import (ENV_FIELDS, MAX_KERNELS, MAX_RECORDS, Environment, Malformed,
-                                                      Timing, TimingKey, checked_text, checked_timing, environment,
-                                                      of_environment, remember_loaded)
+from jax_mosaic_ffi.store.tuning_records import (ENV_FIELDS, MAX_KERNELS, MAX_RECORDS, Environment, Malformed,
+                                                 Timing, TimingKey, checked_text, checked_timing, of_environment,
+                                                 remember_loaded)
+from jax_mosaic_ffi.transforms.tuning_environment import environment
 
 FILE_FORMAT = "jax_mosaic_ffi tuning"
 # 2: the environment's "toolchains" (every front end's) took the place of "triton"; a version 1 file is refused.

@@ -1,6 +1,6 @@
 """Autotuning and kernel packs: a decision recorded for a pack, and the strict mode's error for one a pack lacks.
 
-Recording (``JAX_MOSAIC_FFI_PACK_RECORD``, toolchain/pack_record.py) runs where nothing can be timed (the CPU of a
+Recording (``JAX_MOSAIC_FFI_PACK_RECORD``, store/pack_record.py) runs where nothing can be timed (the CPU of a
 CI runner): there every config of an autotuned call is built, so that its kernels go into the pack (a machine
 serving from the pack builds every config too, to key the stored timings), and the decision is noted with each
 config's timing key. The pack's builder (python -m jax_mosaic_ffi.pack) finds those keys in the tuning files
@@ -13,9 +13,9 @@ from typing import Sequence
 
 from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base.errors import NotInPacks
-from jax_mosaic_ffi.toolchain import pack_record
-from jax_mosaic_ffi.toolchain import packs
-from jax_mosaic_ffi.transforms import tuning_records
+from jax_mosaic_ffi.store import pack_record
+from jax_mosaic_ffi.store import packs
+from jax_mosaic_ffi.store import tuning_records
 
 
 def recording() -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import importlib.util
 from typing import Any, Callable, Mapping
 
 from jax_mosaic_ffi.base.errors import LaunchError
@@ -17,6 +18,7 @@ from jax_mosaic_ffi.call.front_end import FrontEnd
 from jax_mosaic_ffi.call.launch_options import LaunchOptions
 from jax_mosaic_ffi.triton import decorated
 from jax_mosaic_ffi.triton import launch
+from jax_mosaic_ffi.triton.compiler import keys as triton_keys
 from jax_mosaic_ffi.triton.compiler.compile import TritonKernel
 from jax_mosaic_ffi.triton.kernel import TritonFunction
 from jax_mosaic_ffi.triton.launch_options import HINTS, TritonLaunchOptions
@@ -54,6 +56,13 @@ def toolchains() -> dict[str, str]:
     return {"triton": "none"}
 
 
+def settings(language: str = "Triton") -> dict[str, list[str]]:
+  """The keyed knobs' variables set here, under ``language`` (its entries' front end), where Triton is installed."""
+  if importlib.util.find_spec("triton") is None:
+    return {}
+  return {language: triton_keys.settings_environment()}
+
+
 FRONT_END = FrontEnd(
     name="a Triton kernel",
     kernel_types=(TritonFunction, TritonKernel),
@@ -65,4 +74,5 @@ FRONT_END = FrontEnd(
     hints=HINTS,
     toolchains=toolchains,
     compilers=("triton",),
+    settings=settings,
 )

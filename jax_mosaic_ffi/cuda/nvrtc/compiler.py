@@ -1,8 +1,9 @@
-"""CUDA C++ to cubin and PTX with NVRTC (cuda-python), behind two caches.
+"""CUDA C++ to cubin and PTX with NVRTC (cuda-python), behind the store.
 
-A compile is looked up first in memory, then on disk (``disk_cache``), and
-only then handed to NVRTC (``worker``, in a child process with a time
-bound). The cache key covers everything given that changes the binary: the
+A compile is looked up through the store's tiers (store/stack.py: memory, the
+kernel packs, the disk cache, a job's peers), and only then handed to NVRTC
+(``worker``, in a child process with a time bound); its entries' codec is
+`CODEC`. The cache key covers everything given that changes the binary: the
 source, the in-memory headers, the options, the target archs, the NVRTC
 build and this package's module format. The headers NVRTC read from disk
 are known only after the compile: the entry lists them with their contents'
@@ -33,10 +34,13 @@ from jax_mosaic_ffi.base import wheel_record
 from jax_mosaic_ffi.base.errors import CompileTimeout
 from jax_mosaic_ffi.base.module_format import Arch, Image, ImageKind, ParsedModule
 from jax_mosaic_ffi.base.paths import DEVICE_INCLUDE_DIR
-from jax_mosaic_ffi.toolchain import compile_cache
-from jax_mosaic_ffi.toolchain import key_audit
+from jax_mosaic_ffi.store import compile_cache
+from jax_mosaic_ffi.store import key_audit
+from jax_mosaic_ffi.store import stack
+from jax_mosaic_ffi.store.entries import Codec, Key, Unkept
 from jax_mosaic_ffi.toolchain import param_types
 from jax_mosaic_ffi.toolchain.compiled import Compiled
+from jax_mosaic_ffi.toolchain.kernel import symbol_names
 from jax_mosaic_ffi.cuda.nvrtc import compat
 from jax_mosaic_ffi.cuda.nvrtc import error_lines
 from jax_mosaic_ffi.cuda.nvrtc import include_search
@@ -127,8 +131,11 @@ def compile_cuda(source: str, name: str, *, options=(), headers=None,
   timeout = worker.timeout_s()
   package = nvshmem_package.require(f"cuda_kernel '{name}'") if nvshmem else None
   pdl = pdl and package is None
-  entry_key = cache_key(source, name, options, headers, targets, nvrtc_identity(), pdl,
-                        f"{package.identity} renamed {NVSHMEM_PTX_RENAMES}" if package else None)
+  linked = f"{package.identity} renamed {NVSHMEM_PTX_RENAMES}" if package else None
+  entry_key = cache_key(source, name, options, headers, targets, nvrtc_identity(), pdl, linked)
+  # A pack recorded for this GPU's family (sm_100f for an sm_103) serves it by default (store/targets.py).
+  key = entry_key if len(targets) != 1 else Key(entry_key, entry_key, targets, lambda other: cache_key(
+      source, name, options, headers, other, nvrtc_identity(), pdl, linked))
 
   def compile():
     # A header written just before the compile cannot be told from one written during it (file timestamps come
@@ -142,7 +149,8 @@ def compile_cuda(source: str, name: str, *, options=(), headers=None,
       if deps is not None or read is None or not file_deps.settle(read, started):
         break
     # What it read is not known (deps None): cached nowhere, so never stale.
-    return Compiled.of(parsed, sizes, deps or (), types), deps is not None
+    compiled = Compiled.of(parsed, sizes, deps or (), types)
+    return compiled if deps is not None else Unkept(compiled)
 
   # NVRTC cannot stop after preprocessing, so what the audit compares is its output: a hit compiles again.
   witness = key_audit.Witness(
@@ -156,9 +164,7 @@ def compile_cuda(source: str, name: str, *, options=(), headers=None,
                               + (f"; linked with {package.identity}" if package else ""),
             "toolchain": nvrtc_identity()}
 
-  return compile_cache.cached(entry_key, compile=compile, encode=Compiled.to_bytes, decode=_fresh_entry,
-                              fresh=_user_headers_unchanged, witness=witness, about=about,
-                              portable=portable.PORTABLE).value
+  return stack.get_or_make(key, CODEC, compile, about, witness=witness).value
 
 
 def _output_text(parsed: ParsedModule) -> str:
@@ -189,6 +195,13 @@ def _user_headers_unchanged(compiled: Compiled) -> bool:
 def _fresh_entry(data: bytes) -> Compiled | None:
   compiled = Compiled.from_bytes(data)
   return compiled if file_deps.unchanged(compiled.deps) else None
+
+
+# NVRTC's entries: the module with what NVRTC read (fresh while the user's headers are unchanged), and in a pack or
+# a job's store with those headers named portably (portable.py), there holding the kernel the call names.
+CODEC = Codec("compile", encode=Compiled.to_bytes, decode=_fresh_entry, pack_encode=portable.PORTABLE.encode,
+              pack_decode=portable.PORTABLE.decode, fresh=_user_headers_unchanged,
+              fits=lambda compiled, about: symbol_names(compiled.parsed.symbol, about["kernel"]))
 
 
 def _compile_with_nvrtc(source, name, options, headers, targets, timeout, pdl,

@@ -1,4 +1,4 @@
-"""An NVRTC compile's cache entry as a kernel pack carries it to another machine (toolchain/packs.py).
+"""An NVRTC compile's cache entry as a kernel pack carries it to another machine (store/packs.py).
 
 The entry lists the headers the compile read from disk by this machine's paths, with their sha256
 (base/file_deps.py). In a pack, those under this package's ``include/`` and the CUDA include folders (the wheels'
@@ -18,7 +18,7 @@ import posixpath
 
 from jax_mosaic_ffi.base import file_deps
 from jax_mosaic_ffi.base.paths import DEVICE_INCLUDE_DIR
-from jax_mosaic_ffi.toolchain.compile_cache import Portable
+from jax_mosaic_ffi.store.compile_cache import Portable
 from jax_mosaic_ffi.toolchain.compiled import Compiled
 from jax_mosaic_ffi.cuda.nvrtc import compat
 

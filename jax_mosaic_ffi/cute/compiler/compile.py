@@ -33,10 +33,12 @@ from jax_mosaic_ffi.cute.compiler import dsl
 from jax_mosaic_ffi.cute.compiler import error_lines as cute_error_lines
 from jax_mosaic_ffi.cute.compiler import keys as cute_keys
 from jax_mosaic_ffi.cute.compiler.plan import Plan
-from jax_mosaic_ffi.toolchain import compile_cache
+from jax_mosaic_ffi.store import compile_cache
+from jax_mosaic_ffi.store import key_audit
+from jax_mosaic_ffi.store import stack
+from jax_mosaic_ffi.store.entries import Codec, Key
 from jax_mosaic_ffi.toolchain import dump
 from jax_mosaic_ffi.toolchain import forked_compile
-from jax_mosaic_ffi.toolchain import key_audit
 from jax_mosaic_ffi.toolchain.compiled import Compiled
 from jax_mosaic_ffi.toolchain.kernel import Kernel, buffer_name
 
@@ -57,6 +59,9 @@ class CuteKernel(Kernel):
 
   host_args: tuple[int, ...] = ()
   alignment: int = 256  # the largest address alignment its tensors assume (TensorSpec.ptr_assumed_align)
+
+  def defines_its_name(self) -> bool:
+    return True  # every CuTe DSL module's entry is the host function under one prefix; its name is the call's
 
   def batch_misalignment(self, strides, param_order, num_inputs) -> str | None:
     # It was compiled taking each buffer as aligned as its TensorSpec says (at most as XLA aligns them).
@@ -123,7 +128,7 @@ def _trace_key(launcher, plan: Plan, target: Arch, options: str | None, name: st
 
 
 def _trace_text(launcher, plan: Plan, targets: tuple[Arch, ...], options: str | None, name: str, where: str) -> str:
-  """The IR of each target's trace, as text: the key audit's witness (toolchain/key_audit.py)."""
+  """The IR of each target's trace, as text: the key audit's witness (store/key_audit.py)."""
   def text() -> bytes:
     return "\n".join(f"// {t.sm}\n{_trace(launcher, plan, t, options)[0]}" for t in targets).encode()
   return _bounded(text, "the launcher's trace for the key audit", name, targets, where).decode()
@@ -181,16 +186,26 @@ def _from_bytes(name: str, data: bytes) -> CuteKernel:
   return CuteKernel(name, compiled, tuple(host_args), alignment)
 
 
+# The CuTe DSL's entries (decoded under the call's kernel name).
+CODEC = Codec("compile", encode=_to_bytes, decode=lambda data: _from_bytes("", data))
+
+
 def compile_plan(launcher, plan: Plan, *, name: str, targets: tuple[Arch, ...], options: str | None,
                  compile_key=None, where: str = "") -> CuteKernel:
   """The kernel of this specialization: from memory, from disk, or compiled (once per target)."""
   release = package.compiler_release()
   dsl.check_release(release)
   described, exact_plan = plan.describe()
+
+  def key_for(archs: tuple[Arch, ...], identity: str | None = None) -> str:
+    identity = identity or launcher_identity(launcher, plan, archs[0], options, compile_key, exact_plan, name, where)
+    return disk_cache.key(_CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"nvidia-cutlass-dsl {release}",
+                          cute_keys.settings_key(), identity, described, options or "", *(t.sm for t in archs))
+
   identity = launcher_identity(launcher, plan, targets[0], options, compile_key, exact_plan, name, where)
-  entry_key = disk_cache.key(_CACHE_FORMAT, f"format{module_format.FORMAT_VERSION}", f"nvidia-cutlass-dsl {release}",
-                             cute_keys.settings_key(), identity, described, options or "",
-                             *(t.sm for t in targets))
+  entry_key = key_for(targets, identity)
+  # A pack recorded for this GPU's family (sm_100f for an sm_103) serves it by default (store/targets.py).
+  key = entry_key if len(targets) != 1 else Key(entry_key, entry_key, targets, key_for)
 
   def decode(data: bytes) -> CuteKernel:
     return _from_bytes(name, data)
@@ -206,7 +221,7 @@ def compile_plan(launcher, plan: Plan, *, name: str, targets: tuple[Arch, ...], 
   def compile():
     kernel = decode(_bounded(compile_all, _compile_stage(targets[0]), name, targets, where))
     compile_cache.count_compiles("cute", len(targets))
-    return kernel, True
+    return kernel
 
   constexprs = ", ".join(k for k, _ in plan.constexprs)
   witness = key_audit.Witness(
@@ -224,8 +239,7 @@ def compile_plan(launcher, plan: Plan, *, name: str, targets: tuple[Arch, ...], 
             "toolchain": f"nvidia-cutlass-dsl {release}", "call_sites": [where] if where else [],
             "settings": cute_keys.settings_environment()}
 
-  found = compile_cache.cached(entry_key, compile=compile, encode=_to_bytes, decode=decode, witness=witness,
-                               about=about)
+  found = stack.get_or_make(key, CODEC.bound(decode=decode), compile, about, witness=witness)
   kernel = found.value
   if kernel.name != name:  # the same code under another name (a cache hit of a twin launcher)
     kernel = dataclasses.replace(kernel, name=name)

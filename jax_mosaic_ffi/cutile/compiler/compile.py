@@ -40,10 +40,12 @@ from jax_mosaic_ffi.cutile.compiler import release as release_lib
 from jax_mosaic_ffi.cutile.compiler import signature as signature_lib
 from jax_mosaic_ffi.cutile.compiler.cubin import LaunchInfo
 from jax_mosaic_ffi.cutile.compiler.plan import XLA_BUFFER_ALIGNMENT, Plan
-from jax_mosaic_ffi.toolchain import compile_cache
+from jax_mosaic_ffi.store import compile_cache
+from jax_mosaic_ffi.store import key_audit
+from jax_mosaic_ffi.store import stack
+from jax_mosaic_ffi.store.entries import Codec
 from jax_mosaic_ffi.toolchain import dump
 from jax_mosaic_ffi.toolchain import forked_compile
-from jax_mosaic_ffi.toolchain import key_audit
 from jax_mosaic_ffi.toolchain.compiled import Compiled
 from jax_mosaic_ffi.toolchain.kernel import Kernel, buffer_name
 
@@ -64,6 +66,10 @@ class CutileKernel(Kernel):
 
   def launch_info(self, arch: str) -> LaunchInfo | None:
     return dict(self.launch_infos).get(arch)
+
+  def defines_its_name(self) -> bool:
+    # cuTile names the entry after the Python function, then its mangled signature ("vector_add_Kt1_A1f32_...").
+    return self.symbol == self.name or self.symbol.startswith(self.name + "_K")
 
   def batch_misalignment(self, strides, param_order, num_inputs) -> str | None:
     misaligned = [b for b, s in enumerate(strides) if s % XLA_BUFFER_ALIGNMENT]
@@ -207,6 +213,10 @@ def _from_bytes(name: str, data: bytes) -> CutileKernel:
   return CutileKernel(name, compiled, tuple(infos))
 
 
+# cuTile's entries (decoded under the call's kernel name).
+CODEC = Codec("compile", encode=_to_bytes, decode=lambda data: _from_bytes("", data))
+
+
 def compile_plan(kernel, plan: Plan, *, name: str, targets: tuple[Arch, ...], where: str = "") -> CutileKernel:
   """The kernel of this specialization for ``targets``: from memory, a pack, disk, a peer, or compiled."""
   release = release_lib.release()
@@ -242,7 +252,7 @@ def compile_plan(kernel, plan: Plan, *, name: str, targets: tuple[Arch, ...], wh
     made = _from_bytes(name, _bounded(compile_all, f"cuTile's front end and tileiras for {targets[0].sm}", name,
                                       targets, where))
     compile_cache.count_compiles("cutile", len(targets))
-    return made, True
+    return made
 
   witness = key_audit.Witness(
       "TileIR", lambda: _witness_text(kernel, plan, targets, name, where), what=what,
@@ -253,8 +263,8 @@ def compile_plan(kernel, plan: Plan, *, name: str, targets: tuple[Arch, ...], wh
             "toolchain": f"cuda-tile {release}; {tileiras}", "call_sites": [where] if where else [],
             "settings": cutile_keys.settings_environment()}
 
-  found = compile_cache.cached(entry_key, compile=compile, encode=_to_bytes, decode=lambda d: _from_bytes(name, d),
-                               witness=witness, about=about)
+  found = stack.get_or_make(entry_key, CODEC.bound(decode=lambda d: _from_bytes(name, d)), compile, about,
+                            witness=witness)
   made = found.value
   if made.name != name:  # the same code under another name
     made = dataclasses.replace(made, name=name)

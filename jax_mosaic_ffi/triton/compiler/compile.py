@@ -42,11 +42,14 @@ from jax_mosaic_ffi.base import native_stderr
 from jax_mosaic_ffi.base import ptx_info
 from jax_mosaic_ffi.base.errors import CompileError, KeyAuditError
 from jax_mosaic_ffi.base.module_format import Image, ImageKind, ParsedModule
-from jax_mosaic_ffi.toolchain import compile_cache
+from jax_mosaic_ffi.store import compile_cache
+from jax_mosaic_ffi.store import key_audit
+from jax_mosaic_ffi.store import pack_record
+from jax_mosaic_ffi.store import stack
+from jax_mosaic_ffi.store.entries import Codec
 from jax_mosaic_ffi.toolchain import dump
-from jax_mosaic_ffi.toolchain import key_audit
 from jax_mosaic_ffi.toolchain.compiled import Compiled, param_sizes
-from jax_mosaic_ffi.toolchain.kernel import PDL_MIN_ARCH, Kernel, buffer_name
+from jax_mosaic_ffi.toolchain.kernel import PDL_MIN_ARCH, Kernel, buffer_name, symbol_names
 from jax_mosaic_ffi.triton.compiler import errors
 from jax_mosaic_ffi.triton.compiler import stages as triton_stages
 from jax_mosaic_ffi.triton.compiler.forked import BoundedCompile
@@ -154,7 +157,7 @@ def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: Triton
   about = lambda: {"front_end": language.name, "kernel": fn.__name__, "specialization": config,  # noqa: E731
                    "targets": [t.sm for t in targets], "toolchain": f"triton {triton.__version__}",
                    "settings": triton_keys.settings_environment()}
-  with compile_cache.noted(about):  # while recording for a pack, a target Triton refuses is noted per kernel
+  with pack_record.noted(about):  # while recording for a pack, a target Triton refuses is noted per kernel
     specialization = _specialization(fn, signature, scalar_values, constexprs, targets, config, language)
     requests = _requests(fn, specialization, options, targets, config, language, bounded)
   entry_key = disk_cache.key(
@@ -178,14 +181,14 @@ def compile_triton(fn, signature, constexprs: Mapping[str, Any], options: Triton
       data = bounded.run_printing(lambda: _run_triton(triton, fn, signature, specialization, requests, meta, config,
                                                       language, options.debug), targets[0].sm)
       compile_cache.count_compiles("triton", len(targets))
-    return decode(data), True
+    return decode(data)
 
   read = ", ".join(f"{k} ({'its IR' if keys[k] is None else type(v).__qualname__})"
                    for k, v in constexprs.items())
   witness = key_audit.Witness("TTIR", lambda: "\n".join(_witness(r, bounded) for r in requests),
                               what=f"{made} for {', '.join(t.sm for t in targets)} with {config}",
                               read=f"the kernel's code and what it reaches; the constexprs {read}" if read else "")
-  found = compile_cache.cached(entry_key, compile=run, encode=_to_bytes, decode=decode, witness=witness, about=about)
+  found = stack.get_or_make(entry_key, CODEC.bound(decode=decode), run, about, witness=witness)
   if found.source != "memory":
     dump.maybe_dump(found.value)
   return found.value
@@ -252,7 +255,7 @@ def _requests(fn, specialization, options: TritonOptions, targets, config, langu
 
 
 def _witness(request: _Request, bounded: BoundedCompile) -> str:
-  """A request's TTIR, with its target: the key audit's witness (toolchain/key_audit.py)."""
+  """A request's TTIR, with its target: the key audit's witness (store/key_audit.py)."""
   with _compile_lock:
     return f"// {request.target.sm}\n{bounded.ir_text(request.source, request.gpu_target, request.parsed)}"
 
@@ -354,3 +357,9 @@ def _from_bytes(name: str, data: bytes) -> TritonKernel:
       tensordesc_meta=tuple(tensordesc_abi.DescriptorMeta(
           int(d["swizzle"]), int(d["elem_size"]), int(d["elem_type"]), tuple(int(b) for b in d["block_size"]))
           for d in info.get("tensordesc_meta", ()))))
+
+
+# Triton's entries (decoded under the call's name, with its constexprs and launch options); in a pack or a job's
+# store, holding the kernel the call names.
+CODEC = Codec("compile", encode=_to_bytes, decode=lambda data: _from_bytes("", data),
+              fits=lambda kernel, about: symbol_names(kernel.symbol, about["kernel"]))

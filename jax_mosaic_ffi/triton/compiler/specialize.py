@@ -39,8 +39,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from jax_mosaic_ffi.base import disk_cache
-from jax_mosaic_ffi.toolchain import compile_cache
-from jax_mosaic_ffi.toolchain import key_audit
+from jax_mosaic_ffi.store import key_audit
+from jax_mosaic_ffi.store import stack
+from jax_mosaic_ffi.store.entries import Codec
 from jax_mosaic_ffi.triton.compiler import options as triton_options
 from jax_mosaic_ffi.triton.compiler import keys as triton_keys
 
@@ -198,12 +199,12 @@ def specialize_cached(fn, types: Sequence[Any], values: Mapping[int, Any], const
                               lambda: _text(specialize(fn, types, values, constexprs, make_backend())), of=_text,
                               what=f"triton_kernel '{fn.__name__}' for {target}",
                               read="the function, the types and values of its arguments")
-  found = compile_cache.cached(
-      entry_key, compile=lambda: (specialize(fn, types, values, constexprs, make_backend()), True), encode=_stored,
-      decode=lambda payload: _fitting(_decode(payload), fn, types, values, constexprs), counted=False,
-      witness=witness, about=lambda: {"front_end": "Triton specialization", "kernel": fn.__name__,
-                                      "targets": [target], "specialization": f"types {list(types)}",
-                                      "toolchain": f"triton {triton.__version__}"})
+  codec = CODEC.bound(decode=lambda payload: _fitting(_decode(payload), fn, types, values, constexprs))
+  found = stack.get_or_make(
+      entry_key, codec, lambda: specialize(fn, types, values, constexprs, make_backend()),
+      lambda: {"front_end": "Triton specialization", "kernel": fn.__name__, "targets": [target],
+               "specialization": f"types {list(types)}", "toolchain": f"triton {triton.__version__}"},
+      witness=witness)
   return found.value
 
 
@@ -352,3 +353,8 @@ def _decode(payload: bytes) -> Specialization | None:
     return Specialization(signature, dict(pairs["constexprs"]), dict(pairs["attrs"]), dropped, aligned)
   except (ValueError, KeyError, TypeError, RecursionError):
     return None
+
+
+# A specialization's entries: kept on disk and in packs beside Triton's compiles; the strict pack mode answers one
+# a pack lacks (it compiles nothing), and a job does not share them (each process answers its own in milliseconds).
+CODEC = Codec("specialization", encode=_stored, decode=_decode, required=False, shared=False)

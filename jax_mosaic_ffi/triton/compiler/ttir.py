@@ -1,7 +1,7 @@
 """The TTIR Triton's frontend makes of a source: what decides a Triton or Gluon kernel, before any pass.
 
 Our compile keys stand in for it (keys.py): read from the user's Python without tracing it. Where a value
-cannot be read whole, the key holds this IR's digest instead; and the key audit (toolchain/key_audit.py) compares
+cannot be read whole, the key holds this IR's digest instead; and the key audit (store/key_audit.py) compares
 it on every cache hit. Making it costs about 0.05 s for a small kernel, and needs no GPU.
 """
 

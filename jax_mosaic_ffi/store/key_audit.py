@@ -14,6 +14,7 @@ The audit costs a trace (or an NVRTC compile) per hit; it is for tests and CI, n
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import difflib
 import re
@@ -24,8 +25,12 @@ from typing import Any, Callable
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.base.errors import KeyAuditError
+from jax_mosaic_ffi.store import stats
+from jax_mosaic_ffi.store.entries import Observer, own
 
 _MAX_WITNESS_BYTES = 64 << 20
+# Witnesses kept in memory, the oldest dropped first (each is also on disk).
+_MAX_IN_MEMORY = 1024
 # A location's file: the same code at another path is the same kernel (keys leave paths out, base/code_key.py).
 _LOCATION_FILE = re.compile(r'loc\("(?:[^"]*/)?([^"/]*)":')
 
@@ -56,7 +61,7 @@ class Witness:
 
 
 _lock = threading.Lock()
-_memory: dict[str, str] = {}  # entry key -> witness, for entries compiled in this process (bounded with the cache)
+_memory: collections.OrderedDict[str, str] = collections.OrderedDict()  # entry key -> witness, compiled here
 
 
 def _disk_key(entry_key: str) -> str:
@@ -75,15 +80,17 @@ def record(entry_key: str, witness: Witness) -> None:
   text = normal(witness.now())
   with _lock:
     _memory[entry_key] = text
+    _memory.move_to_end(entry_key)
+    while len(_memory) > _MAX_IN_MEMORY:
+      _memory.popitem(last=False)
   data = text.encode()
   if len(data) <= _MAX_WITNESS_BYTES:
     disk_cache.store(_disk_key(entry_key), zlib.compress(data, 6))
 
 
-def forget(entry_keys) -> None:
+def forget() -> None:
   with _lock:
-    for k in entry_keys:
-      _memory.pop(k, None)
+    _memory.clear()
 
 
 def _stored(entry_key: str, witness: Witness, value) -> str | None:
@@ -106,8 +113,8 @@ def _stored(entry_key: str, witness: Witness, value) -> str | None:
 
 
 def check(entry_key: str, witness: Witness, value, source: str) -> bool:
-  """Audits a hit from ``source`` ("memory", "disk"): True when proven, False when the entry has no witness (the
-  caller compiles again); raises KeyAuditError when the entry was made from other IR than this call's."""
+  """Audits a hit from ``source`` ("memory", "disk", "pack"): True when proven, False when its key has no witness
+  (the caller compiles again); raises KeyAuditError when the entry was made from other IR than this call's."""
   stored = _stored(entry_key, witness, value)
   if stored is None:
     return False
@@ -127,3 +134,33 @@ def _message(witness: Witness, source: str, stored: str, now: str) -> str:
           f"{flags.KEY_AUDIT} a stale kernel would have run.{read}\n{diff}\n"
           "This is a bug of jax_mosaic_ffi's compile keys: please report it with this message. Until it is fixed, "
           f"remove the cache folder ({flags.CACHE_DIR}) after such an edit, or pass compile_key=")
+
+
+class Audit(Observer):
+  """The audit as the store's observer: under ``JAX_MOSAIC_FFI_KEY_AUDIT=1``, a lookup with a witness takes only
+  ``witnessed`` tiers (not a job's peers: their entries come to a process that must compile to prove them anyway),
+  each hit is proven before it is served (not proven: the next tier answers), and each compile's witness kept."""
+
+  vetoes = True
+
+  def watches(self, ask) -> bool:
+    return ask.witness is not None and on()
+
+  def admits(self, ask, tier) -> bool:
+    return tier.witnessed
+
+  def proves(self, ask, found, tier) -> bool:
+    proven = check(own(ask.key), ask.witness, found.value, tier.name)
+    if proven:
+      stats.count(ask.codec.kind, "audits")
+    return proven
+
+  def made(self, ask, found, unkept) -> None:
+    if unkept is None:
+      record(own(ask.key), ask.witness)
+
+  def clear(self) -> None:
+    forget()
+
+
+AUDIT = Audit()

@@ -1,4 +1,4 @@
-"""Autotuning timings, one per config: kept in memory and on disk (and looked up in kernel packs).
+"""Autotuning timings, one per config: entries of the store (memory, kernel packs, the disk cache: `CODEC`).
 
 A timing belongs to one config of one call, on one kind of machine. Its key
 (`TimingKey`) is the call's name, the config, the config's own kernels and
@@ -6,12 +6,16 @@ launch (module hashes, grid, block, scalars...: what `autotune` reads off the
 config's jaxpr) and the call signature (shapes and dtypes, or the user's
 ``key``); its `Environment` is the device name and compute capability, the
 CUDA driver, jax_mosaic_ffi and the front ends' toolchains (their releases, as
-each front end names them: call/front_end.py's ``toolchains``). Adding a config to a list therefore
+each front end names them: transforms/tuning_environment.py reads them). Adding a config to a list therefore
 times that config alone, and an edited kernel only re-times the configs
 that use it: the winner is picked among the stored timings of the current
 list (`autotune.py`).
 
-The file a cluster ships them in (`save_tuning`, `load_tuning`) is tuning_files.py's.
+Each timing held says where it came from: measured here ("timed"), read from the disk cache, a pack or a tuning
+file, or a peer's (a job's decision's table: store/tuning_share.py). Only those measured here go to the disk cache
+and into a tuning file this process saves: a peer's is its own to keep.
+
+The file a cluster ships them in (`save_tuning`, `load_tuning`) is transforms/tuning_files.py's.
 """
 
 from __future__ import annotations
@@ -20,16 +24,14 @@ import dataclasses
 import importlib.metadata
 import json
 import math
-import threading
 
 
 from jax_mosaic_ffi.base import disk_cache
-from jax_mosaic_ffi.base import gpu_info
 from jax_mosaic_ffi.base import module_format
 from jax_mosaic_ffi.base import value_key
 from jax_mosaic_ffi.base.errors import ValueKeyError
-from jax_mosaic_ffi.call import front_end
-from jax_mosaic_ffi.toolchain import packs
+from jax_mosaic_ffi.store import stack
+from jax_mosaic_ffi.store.entries import Codec, Key
 
 _RECORD_FORMAT = "tuning-record-1"
 _PACK_FORMAT = "pack-tuning-1"
@@ -71,42 +73,20 @@ class Timing:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Stored:
+class Record:
+  """A timing as the store keeps it: with its environment and key (a tuning file lists them)."""
+
   environment: Environment
   key: TimingKey
   timing: Timing
-  source: str                 # "timed", "disk" or "file"
 
 
-_lock = threading.Lock()
-_memory: dict[str, _Stored] = {}
-
-
-def _package_version() -> str:
+def package_version() -> str:
+  """This package's release, as a timing's environment names it."""
   try:
     return importlib.metadata.version("jax_mosaic_ffi")
   except importlib.metadata.PackageNotFoundError:
     return "unknown"
-
-
-def _toolchains() -> str:
-  """The installed front ends' toolchains and their releases, as one text (each front end reads its own once)."""
-  releases = {name: release for end in front_end.installed() for name, release in end.toolchains().items()}
-  return ", ".join(f"{name} {releases[name]}" for name in sorted(releases))
-
-
-def environment(device) -> Environment:
-  """The environment of a jax device: a GPU's name and compute capability, or the CPU's kind."""
-  capability = "none"
-  if device.platform in ("gpu", "cuda"):
-    ordinal = getattr(device, "local_hardware_id", None)
-    ordinal = device.id if ordinal is None else ordinal
-    for gpu in gpu_info.visible_gpus():
-      if gpu.ordinal == ordinal:
-        capability = f"{gpu.arch // 10}.{gpu.arch % 10}"
-  return Environment(device=str(getattr(device, "device_kind", device.platform)), compute_capability=capability,
-                     driver=gpu_info.driver_version(), jax_mosaic_ffi=_package_version(),
-                     toolchains=_toolchains())
 
 
 def bounded_text(text: str) -> str:
@@ -144,43 +124,39 @@ def pack_payload(timing: Timing) -> bytes:
   return json.dumps({"format": _PACK_FORMAT, "us": timing.us, "error": timing.error}).encode()
 
 
+def _address(env: Environment, key: TimingKey) -> Key:
+  return Key(_record_id(env, key), pack_key(env.device, env.compute_capability, key))
+
+
+def _codec(env: Environment, key: TimingKey) -> Codec:
+  """`CODEC` for one config's timing: its entries read back as its `Record`."""
+  def read(data: bytes, decode=_decode_entry) -> Record | None:
+    timing = decode(data)
+    return None if timing is None else Record(env, key, timing)
+  return CODEC.bound(decode=read, pack_decode=lambda data: read(data, _decode_pack_entry))
+
+
 def lookup(env: Environment, key: TimingKey) -> tuple[Timing, str] | None:
-  """The stored timing of this config, and where it came from ("timed", "pack", "disk", "file"); None if none."""
-  record_id = _record_id(env, key)
-  with _lock:
-    stored = _memory.get(record_id)
-  if stored is not None:
-    return stored.timing, stored.source
-  entry = packs.lookup(pack_key(env.device, env.compute_capability, key), "tuning")
-  if entry is not None:
-    timing, source = _decode_pack_entry(entry.payload), "pack"
-  else:
-    timing, source = disk_cache.load_decoded(record_id, _decode_entry), "disk"
-  if timing is None:
+  """The stored timing of this config, and where it came from ("timed", "pack", "disk", "file", "peer"); None if
+  none."""
+  found = stack.find(_address(env, key), _codec(env, key))
+  if found is None:
     return None
-  _remember(record_id, _Stored(env, key, timing, source))
-  return timing, source
+  return found.value.timing, "timed" if found.origin == "made" else found.origin
 
 
 def store(env: Environment, key: TimingKey, timing: Timing) -> None:
   """Keeps a timing this process measured, in memory and in the disk cache."""
-  record_id = _record_id(env, key)
-  _remember(record_id, _Stored(env, key, timing, "timed"))
-  disk_cache.store(record_id, json.dumps({"format": _RECORD_FORMAT, "us": timing.us,
-                                          "error": timing.error}).encode())
+  stack.keep(_address(env, key), _codec(env, key), Record(env, key, timing), "timed", own=True)
+
+
+def keep_peers(env: Environment, key: TimingKey, timing: Timing) -> None:
+  """Keeps a timing a peer of the job measured (its decision's table), in memory only: it is the peer's."""
+  stack.keep(_address(env, key), _codec(env, key), Record(env, key, timing), "peer", own=False)
 
 
 def clear_memory() -> None:
-  with _lock:
-    _memory.clear()
-
-
-def _remember(record_id: str, stored: _Stored) -> None:
-  with _lock:
-    _memory.pop(record_id, None)
-    _memory[record_id] = stored
-    while len(_memory) > MAX_RECORDS:
-      del _memory[next(iter(_memory))]
+  stack.clear_memory((CODEC.kind,))
 
 
 class Malformed(ValueError):
@@ -226,12 +202,24 @@ def _decode_pack_entry(data: bytes) -> Timing | None:
 
 
 def of_environment(env: Environment) -> list[tuple[TimingKey, Timing]]:
-  """The timings this process holds for ``env`` (measured, read from disk or loaded), for a tuning file."""
-  with _lock:
-    return [(stored.key, stored.timing) for stored in _memory.values() if stored.environment == env]
+  """The timings this process holds for ``env`` (measured, read from disk, a pack or a file; never a peer's), for a
+  tuning file."""
+  return [(found.value.key, found.value.timing) for found in stack.MEMORY.entries(CODEC.kind)
+          if found.origin != "peer" and found.value.environment == env]
 
 
 def remember_loaded(env: Environment, records) -> None:
   """Timings read from a tuning file, for ``env``: kept in memory as a file's."""
   for key, timing in records:
-    _remember(_record_id(env, key), _Stored(env, key, timing, "file"))
+    stack.keep(_address(env, key), _codec(env, key), Record(env, key, timing), "file", own=False)
+
+
+def _encode(record: Record) -> bytes:
+  return json.dumps({"format": _RECORD_FORMAT, "us": record.timing.us, "error": record.timing.error}).encode()
+
+
+# A timing's entries: on disk as this machine's, in packs keyed per GPU model (`pack_key`); measured, never made by
+# the store (autotuning times the configs it misses, then keeps them); the strict pack mode's refusal is autotuning's
+# (the configs a pack lacks, named at once); never shared alone (a job shares decisions).
+CODEC = Codec("tuning", encode=_encode, decode=_decode_entry, pack_decode=_decode_pack_entry, required=False,
+              shared=False, recorded=False, memory=MAX_RECORDS)

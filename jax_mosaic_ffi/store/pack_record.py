@@ -1,7 +1,8 @@
 """Recording a program's kernels for a pack: ``JAX_MOSAIC_FFI_PACK_RECORD=DIR``.
 
-While it is set, every compile-cache entry the process uses (compiled, or a hit in memory, on disk or in a pack:
-toolchain/compile_cache.py) is written into ``DIR`` once, with what its front end says of it (kernel, front end,
+While it is set, every entry of a recorded kind the process uses (a compile or a Triton specialization: compiled,
+or a hit in memory, on disk, in a pack or from a peer; `Recorder` watches the store for them) is written into
+``DIR`` once, with what its front end says of it (kernel, front end,
 specialization, targets, toolchain, call site) and the default targets it was made for; so is every autotuning
 decision (its configs' timing keys: transforms/autotune.py) and every compile that failed (the front end refused
 the arch, say). ``python -m jax_mosaic_ffi.pack record`` sets it for the program it runs, once per arch, and builds
@@ -20,12 +21,17 @@ import os
 import re
 import secrets
 import struct
+import contextlib
 import threading
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.base import pack_file
+from jax_mosaic_ffi.base import source_location
+from jax_mosaic_ffi.store import packs
+from jax_mosaic_ffi.store.entries import Observer, own
 from jax_mosaic_ffi.toolchain import kernel as kernel_lib
+from jax_mosaic_ffi.toolchain.compiled import Compiled
 
 ENV = flags.PACK_RECORD
 MAGIC = b"JMFREC1\0"
@@ -142,3 +148,64 @@ def _write(folder: str, name: str, data: bytes) -> None:
     if os.path.lexists(temp):
       os.unlink(temp)
     raise
+
+
+@contextlib.contextmanager
+def noted(about: Callable[[], Mapping[str, Any]] | None):
+  """While recording, a failure inside (a front end that cannot target an arch) is noted with what ``about`` says
+  of the compile, then raised as it was; so is a crash that ends the process (a note made before)."""
+  if not on():
+    yield
+    return
+  found = packs.with_call_site(about, source_location.current())
+  running = compiling(found)
+  try:
+    yield
+  except Exception as e:
+    note("failed", {**found, "error": f"{type(e).__name__}: {str(e)[:2000]}"})
+    raise
+  finally:
+    compiled(running)
+
+
+def unpackable(about: Callable[[], Mapping[str, Any]] | None, why: str) -> None:
+  """Notes a compile no pack can hold (``pack check`` fails on it)."""
+  note("failed", {**packs.with_call_site(about, source_location.current()), "error": f"not packable: {why}"})
+
+
+class Recorder(Observer):
+  """Recording as the store's observer: each entry of a recorded kind served or made is written once, with what
+  its front end says of it and the images it holds; each compile runs `noted`; one kept nowhere is noted."""
+
+  def watches(self, ask) -> bool:
+    return ask.codec.recorded and on()
+
+  def making(self, ask):
+    return noted(ask.about)
+
+  def served(self, ask, found) -> None:
+    self._record(ask, found.value, found.key or own(ask.key))
+
+  def made(self, ask, found, unkept) -> None:
+    if unkept is not None:
+      unpackable(ask.about, unkept)
+    else:
+      self._record(ask, found.value, own(ask.key))
+
+  @staticmethod
+  def _record(ask, value, key: str) -> None:
+    """Writes the entry under the key a pack holds it by (for one served from a pack under another target's key,
+    that key: the pack it came from holds it)."""
+    if written(key):
+      return
+    data = ask.codec.packed(value)
+    if data is None:
+      if ask.codec.kind == "compile":  # a specialization that cannot be written is only answered again on the node
+        unpackable(ask.about, "it is kept in memory only (its values cannot be written)")
+      return
+    held = value if isinstance(value, Compiled) else getattr(value, "compiled", None)  # every front end's holds one
+    images = {"images": held.image_names()} if isinstance(held, Compiled) else {}
+    entry(key, ask.codec.kind, data, {**packs.with_call_site(ask.about, source_location.current()), **images})
+
+
+RECORDER = Recorder()

@@ -3,7 +3,8 @@ autotuning decision) through the coordination service's key-value store, which e
 runs (no other server, no shared folder).
 
 Where ``jax.distributed`` runs more than one process (and ``JAX_MOSAIC_FFI_JOB_SHARE`` is not 0), a process that
-must make something the job may already make asks for its `turn`: the first to set the item's claim key (the store
+must make something the job may already make asks for its `turn` (`Claims`; store/job_tier.py is the job as a
+tier of the store): the first to set the item's claim key (the store
 refuses a second set) makes it and `Turn.publish`\\ es it; the others wait for the value, up to
 ``JAX_MOSAIC_FFI_JOB_SHARE_WAIT_S`` (default: the compile bound plus a margin), then verify it and use it. A
 claimant that died or is slow leaves the others at the bound, never hanging: they make it themselves, and the
@@ -18,10 +19,12 @@ entry key, a decision's key). A value is ours, bounded and bound to its key befo
           13   sha256 of the key and the payload (base/disk_cache.key's framing), 32 bytes
           45   the payload (a compile: the bytes a pack's entry holds, its `Portable` form)
 
-What a peer can do with a value is what it could do anyway: the job's processes run one program under one
-coordinator, and each trusts the others' entries as it trusts its own disk cache (docs/threat_model.md). The
-checks stop a damaged, truncated, oversized or misplaced value (another key's, another release's) from being
-used, never a process that means harm. Compile time only: nothing here runs on a launch.
+The job's processes run one program under one coordinator, and a value's framing needs no secret: a peer could
+publish any entry under any key. So a peer's entry is used by this process only, never written to its disk cache
+(a later process that is not in the job would take it as its own), checked as the call's (the module it holds must
+define the kernel the call names) and, for a decision, checked to be its own table's fastest over this call's
+configs (docs/threat_model.md). The framing stops a damaged, truncated, oversized or misplaced value (another
+key's, another release's) from being used. Compile time only: nothing here runs on a launch.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from jax._src import distributed  # no public key-value API in jax 0.11/0.12
 from jax_mosaic_ffi.base import compile_timeout
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import flags
+from jax_mosaic_ffi.store import stats as store_stats
 
 ENV = flags.JOB_SHARE
 WAIT_ENV = flags.JOB_SHARE_WAIT_S
@@ -64,19 +68,17 @@ class Stats:
 
 
 _lock = threading.Lock()
-_stats: dict[str, Stats] = {}
 _late: set[bytes] = set()  # the claimants (process ids, as they claim) a wait for ran past the bound
 
 
 def stats(space: str) -> Stats:
-  with _lock:
-    return dataclasses.replace(_stats.get(space, Stats()))
+  """The counts of one space ("compile", "decision"), as the store's mapping holds them (store/stats.py)."""
+  events = store_stats.counts().get(space, {})
+  return Stats(**{field.name: events.get(field.name, 0) for field in dataclasses.fields(Stats)})
 
 
-def _count(space: str, field: str) -> None:
-  with _lock:
-    counts = _stats.setdefault(space, Stats())
-    setattr(counts, field, getattr(counts, field) + 1)
+def _count(space: str, field: str, n: int = 1) -> None:
+  store_stats.count(space, field, n)
 
 
 def enabled() -> bool:
@@ -215,47 +217,57 @@ class Turn:
     self.publish(None)
 
 
+class Claims:
+  """Who makes an item of the job: the first process to set its claim key makes it, the others wait for its value.
+  The one place that decides it (a way to spread a job's compiles over its processes would replace `turn`)."""
+
+  def turn(self, space: str, key: str) -> Turn:
+    """This process's turn at the item ``key`` of ``space`` ("compile", "decision"): a peer's payload where the
+    job has one (waiting for the claimant, up to `wait_s`), else this process's to make. Outside a job, or with
+    sharing off, always this process's."""
+    client = _client()
+    if client is None or not _KEY.fullmatch(key):
+      return Turn(space, key)
+    base = f"{_PREFIX}/{space}/{key}"
+    me = str(distributed.global_state.process_id or 0).encode()
+    claimant = b""
+    try:
+      if _set_once(client, f"{base}/claim", me):
+        return Turn(space, key, client, base, claimed=True)
+      claimant = client.key_value_try_get_bytes(f"{base}/claim")[:32]
+      # A claimant this process already waited for in vain (it died, or is that slow) is not waited for again: only
+      # a value already there is taken. Else a dead process's every claim would cost the bound once more.
+      bound = 0.001 if claimant in _late else wait_s()
+      value = client.blocking_key_value_get_bytes(f"{base}/value", max(1, int(bound * 1000)))
+    except Exception as err:  # noqa: BLE001 - jax's error type is private
+      if _timed_out(err):
+        _count(space, "timeouts")
+        with _lock:
+          _late.add(claimant)
+        return Turn(space, key, client, base)  # made here; published for later processes where still unset
+      return Turn(space, key)  # the store failed otherwise (the job ends): made here, nothing shared
+    valid, payload = decoded(key, value)
+    if not valid:
+      _count(space, "refused")
+    elif payload is None:
+      _count(space, "unshared")
+    else:
+      _count(space, "received")
+      return Turn(space, key, client, base, payload=payload, settled=True)
+    return Turn(space, key, client, base, settled=True)  # made here; the value set stays
+
+
+CLAIMS = Claims()
+
+
 def turn(space: str, key: str) -> Turn:
-  """This process's turn at the item ``key`` of ``space`` ("compile", "tuning"): a peer's payload where the job
-  has one (waiting for the claimant, up to `wait_s`), else this process's to make. Outside a job, or with
-  sharing off, always this process's."""
-  client = _client()
-  if client is None or not _KEY.fullmatch(key):
-    return Turn(space, key)
-  base = f"{_PREFIX}/{space}/{key}"
-  me = str(distributed.global_state.process_id or 0).encode()
-  claimant = b""
-  try:
-    if _set_once(client, f"{base}/claim", me):
-      return Turn(space, key, client, base, claimed=True)
-    claimant = client.key_value_try_get_bytes(f"{base}/claim")[:32]
-    # A claimant this process already waited for in vain (it died, or is that slow) is not waited for again: only
-    # a value already there is taken. Else a dead process's every claim would cost the bound once more.
-    bound = 0.001 if claimant in _late else wait_s()
-    value = client.blocking_key_value_get_bytes(f"{base}/value", max(1, int(bound * 1000)))
-  except Exception as err:  # noqa: BLE001 - jax's error type is private
-    if _timed_out(err):
-      _count(space, "timeouts")
-      with _lock:
-        _late.add(claimant)
-      return Turn(space, key, client, base)  # made here; published for later processes where still unset
-    return Turn(space, key)  # the store failed otherwise (the job ends): made here, nothing shared
-  valid, payload = decoded(key, value)
-  if not valid:
-    _count(space, "refused")
-  elif payload is None:
-    _count(space, "unshared")
-  else:
-    _count(space, "received")
-    return Turn(space, key, client, base, payload=payload, settled=True)
-  return Turn(space, key, client, base, settled=True)  # made here; the value set stays
+  """`Claims.turn` of the job's claims."""
+  return CLAIMS.turn(space, key)
 
 
 def refused(turn_: Turn) -> None:
   """A peer's payload that passed the checks here but that the caller could not use (it does not decode, or the
   key audit could not prove it): counted as refused instead of received; the caller makes the item itself."""
-  with _lock:
-    counts = _stats.setdefault(turn_.space, Stats())
-    counts.received -= 1
-    counts.refused += 1
+  _count(turn_.space, "received", -1)
+  _count(turn_.space, "refused")
   turn_.payload = None

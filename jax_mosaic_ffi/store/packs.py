@@ -6,8 +6,8 @@ The packs in use are those `load_pack` was given (first, in the order given), th
 load on one of them (by the runtime's image rule: `module_format.served_image`) are held, so a process per GPU does
 not hold every generation's kernels (all are held where ``JAX_MOSAIC_FFI_TARGETS`` is set); a pack that is
 refused raises its `PackError` at every lookup, so a deployment whose pack is damaged never quietly compiles.
-`lookup` answers by the compile cache's own entry key (toolchain/compile_cache.py), so a pack serves exactly what
-a compile would make here.
+`lookup` answers by the store's own entry key (a compile's, store/compile_cache.py), so a pack serves exactly what
+a compile would make here; store/pack_tier.py is the packs as a tier of the store.
 
 ``JAX_MOSAIC_FFI_PACKS_STRICT=1`` makes a compile the packs cannot serve an error (`NotInPacks`), raised by
 `missing` with the kernel, its call site, its specialization and the command that adds it.
@@ -34,6 +34,7 @@ STRICT_ENV = flags.PACKS_STRICT
 _lock = threading.Lock()
 _called: list[str] = []                                    # load_pack's paths, in order
 _read: dict[str, pack_file.Pack | PackError] = {}          # by path as named: the pack, or why it is refused
+_recorded: dict[str, frozenset[str]] = {}                   # by path: the targets its compiles were recorded for
 
 
 def load_pack(path: str | os.PathLike) -> int:
@@ -69,6 +70,21 @@ def active() -> list[pack_file.Pack]:
   return [_pack(p) for p in paths()]
 
 
+def recorded_targets() -> frozenset[str]:
+  """The targets the compiles of the packs in use were recorded for (their entries' ``recorded_for``)."""
+  found: set[str] = set()
+  for path in paths():
+    with _lock:
+      held = _recorded.get(path)
+    if held is None:
+      held = frozenset(str(t) for e in _pack(path).entries.values() if e.kind == "compile"
+                       for t in (e.about.get("recorded_for") or ()))
+      with _lock:
+        _recorded[path] = held
+    found |= held
+  return frozenset(found)
+
+
 def lookup(entry_key: str, kind: str) -> pack_file.Entry | None:
   """The entry ``entry_key`` of the first pack in use that holds one of ``kind``, or None. The strict mode's setting
   is checked here too: a value that is neither on nor off is an error at the first kernel, not at the first miss."""
@@ -95,7 +111,7 @@ def missing(about: Mapping[str, Any], why: str = "", doing: str = "compiling it"
   in_use = paths()
   held = f"the packs in use ({', '.join(in_use)})" if in_use else f"no pack (set {PACKS_ENV} or call jmf.load_pack)"
   program = shlex.join(["python", *sys.argv]) if sys.argv and sys.argv[0] else "python your_program.py"
-  arch = ",".join(dict.fromkeys(_gpu(t) for t in about.get("targets") or ())) or "sm_90"
+  arch = _family(about) or ",".join(dict.fromkeys(_gpu(t) for t in about.get("targets") or ())) or "sm_90"
   shipped = in_use[0] if in_use else "model.jmfpack"
   return NotInPacks(kernel, (
       f"{about.get('front_end', 'kernel')} '{kernel}' at {where} is not in {held}, and {STRICT_ENV}=1 forbids "
@@ -131,14 +147,48 @@ def nearest(about: Mapping[str, Any], among: list[pack_file.Pack] | None = None)
     return [f"{field}: {_shown(entry.about.get(field))} in the pack, {_shown(about.get(field))} here"
             for field in _INGREDIENTS if _shown(entry.about.get(field)) != _shown(about.get(field))]
 
-  pack, entry = min(same, key=lambda found: len(differs(found[1])))
+  # An entry whose target serves this GPU (its family's) first: the one a fix would build on.
+  pack, entry = min(same, key=lambda found: (len(differs(found[1])), not _serves_here(found[1].about, about)))
   found = differs(entry) or ["nothing the pack says of it: the source, a header it read or a value its key "
                              "reads differs"]
   pruned = pack.created.get("pruned_to")
   if pruned and not any(_gpu(t) in pruned for t in about.get("targets") or ()):
     found.append(f"the pack was pruned to {_shown(pruned)}")
+  serves = (", a target that serves this GPU without a setting" if _serves_here(entry.about, about) else "")
   return (f"  nearest in the packs: {pack_file.escaped(pack.path)} holds '{about.get('kernel')}' under another key "
-          f"(recorded for {_shown(entry.about.get('recorded_for'))}); what differs: {'; '.join(found)}\n")
+          f"(recorded for {_shown(entry.about.get('recorded_for'))}{serves}); what differs: {'; '.join(found)}\n")
+
+
+def _plain_arch(target: str) -> Arch | None:
+  try:
+    arch = Arch.parse(target)
+  except ValueError:
+    return None
+  return arch if not arch.suffix else None
+
+
+def _serves_here(packed: Mapping[str, Any], about: Mapping[str, Any]) -> bool:
+  """Whether a packed entry was recorded for a family target of the GPU ``about`` is compiled for (sm_100f for
+  an sm_103): what a node takes from the pack with no setting (store/targets.py)."""
+  here = [a for a in map(_plain_arch, about.get("targets") or ()) if a is not None]
+  for target in packed.get("recorded_for") or ():
+    try:
+      arch = Arch.parse(str(target))
+    except ValueError:
+      continue
+    if arch.suffix == "f" and any(a.number // 10 == arch.number // 10 and arch.number <= a.number for a in here):
+      return True
+  return False
+
+
+def _family(about: Mapping[str, Any]) -> str:
+  """The family target the packs were recorded for that serves the GPU ``about`` is compiled for, or "": the arch
+  a fix records for (one pack entry then serves every GPU of the family)."""
+  try:
+    recorded = recorded_targets()
+  except PackError:
+    return ""
+  return next((t for t in sorted(recorded, reverse=True) if _serves_here({"recorded_for": [t]}, about)), "")
 
 
 def _shown(value) -> str:
@@ -170,6 +220,7 @@ def forget() -> None:
   with _lock:
     _called.clear()
     _read.clear()
+    _recorded.clear()
 
 
 def _for_these_gpus(capabilities: tuple[int, ...]) -> Callable[[str, Mapping[str, Any]], bool] | None:
@@ -188,6 +239,17 @@ def _for_these_gpus(capabilities: tuple[int, ...]) -> Callable[[str, Mapping[str
       return True
     return any(module_format.served_image(images, c) is not None for c in capabilities)
   return keep
+
+
+def loads_on(entry: pack_file.Entry, capability: int, jit: bool) -> bool:
+  """Whether a compile entry holds an image a GPU of ``capability`` loads (by the runtime's rule), as its manifest
+  names them (``jit``: its PTX counts, which the driver compiles there); one that does not say is not taken."""
+  try:
+    images = [module_format.parse_image_name(n) for n in entry.about.get("images") or ()]
+  except ValueError:
+    return False
+  index = module_format.served_image(images, capability) if images else None
+  return index is not None and (jit or images[index][0] != module_format.ImageKind.PTX)
 
 
 def _pack(path: str) -> pack_file.Pack:
