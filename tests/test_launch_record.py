@@ -68,10 +68,12 @@ def test_the_shared_options_are_what_every_front_end_takes():
   shared = {field.name for field in dataclasses.fields(LaunchOptions)}
   assert shared == {"input_output_aliases", "fallback", "sharding", "zero_outputs", "has_side_effect",
                     "cost_estimate"}
-  # mosaic_kernel's own keywords are the shared ones, the autotuning ones and the front ends' (**options).
+  # mosaic_kernel's own keywords are the shared ones, the autotuning ones and the front ends' (**options), of which
+  # the three most calls give (grid, block, scalars) are named in the signature for editors.
   parameters = inspect.signature(jmf.mosaic_kernel).parameters
   assert set(parameters) - {"kernel", "out_shape", "options"} == shared | {"configs", "autotune_key",
-                                                                            "autotune_default"}
+                                                                            "autotune_default", "grid", "block",
+                                                                            "scalars"}
   assert {f.name for f in dataclasses.fields(CudaOptions)} == front_end_keywords()  # the widest front end
   with pytest.raises(TypeError, match="unexpected keyword argument 'blok'"):
     jmf.mosaic_kernel(jmf.cuda_kernel(kernel_sources.ADD, "add"), X, grid=1, blok=128)
@@ -121,7 +123,7 @@ def test_each_front_end_is_one_line_of_the_table_and_names_its_image_kinds(isola
   kernel = jmf.cuda_kernel(kernel_sources.ADD, "add", targets="sm_90")
   assert {image.kind for image in kernel.images} <= set(cuda.image_kinds)
   with pytest.raises(TypeError, match=r"needs a kernel from cuda_kernel, ptx_kernel, cubin_kernel, triton_kernel, "
-                                      r"cute_kernel, gluon_kernel, got a builtins.str"):
+                                      r"cute_kernel, gluon_kernel, cutile_kernel, got a builtins.str"):
     api.front_end_of("add")
 
 
