@@ -94,6 +94,7 @@ class Pool:
 
   def start(self, key, make: Callable[[], Found]) -> Pending:
     """``make()`` on the pool, or the `Pending` of the task already started for ``key``."""
+    limit = compile_jobs.count()  # read at each start: a mistaken setting is named at the first
     with self._cond:
       task = self._tasks.get(key)
       if task is not None:
@@ -102,7 +103,7 @@ class Pool:
       task = pending._task = _Task(key, make, pending)
       self._tasks[key] = task
       self._fresh.append(task)
-      if self._idle == 0 and self._threads < compile_jobs.count():
+      if self._idle == 0 and self._threads < limit:
         self._threads += 1
         threading.Thread(target=self._work, name="jax_mosaic_ffi compile ahead", daemon=True).start()
       else:

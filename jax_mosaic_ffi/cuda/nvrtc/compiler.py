@@ -170,7 +170,7 @@ def compile_cuda(source: str, name: str, *, options=(), headers=None,
 
   if ahead.active():  # jmf.compile_ahead: the compile runs on the store's pool, the kernel waits for it when asked
     pending = stack.start(key, CODEC, compile, about, witness=witness)
-    return PendingCompiled(lambda: pending.result().value)
+    return pending.result().value if pending.done() else PendingCompiled(lambda: pending.result().value)
   return stack.get_or_make(key, CODEC, compile, about, witness=witness).value
 
 
