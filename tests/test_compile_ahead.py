@@ -12,7 +12,9 @@ import pytest
 import fresh_process
 import jax_mosaic_ffi as jmf
 import kernel_sources
+from test_packs import _recorded, clean_packs  # noqa: F401  (a fixture)
 from jax_mosaic_ffi.cuda.nvrtc import worker
+from jax_mosaic_ffi.store import packs
 from jax_mosaic_ffi.store import stack
 from jax_mosaic_ffi.toolchain.compiled import Compiled, PendingCompiled
 
@@ -102,3 +104,36 @@ def test_a_bad_compile_jobs_setting_is_named(isolated_disk_cache, monkeypatch, v
   with pytest.raises(ValueError, match="JAX_MOSAIC_FFI_COMPILE_JOBS"):
     with jmf.compile_ahead():
       jmf.cuda_kernel(_source(40), "add_40")
+
+
+def test_pack_recording_strict_packs_and_the_key_audit_see_compiles_made_ahead(clean_packs, monkeypatch):
+  """Recorded ahead, built into a pack, served from it strictly ahead; a kernel missing from it is the same
+  NotInPacks as one by one, naming the line that made it; a disk hit made ahead is proven by the key audit."""
+  def made_ahead():
+    with jmf.compile_ahead():
+      return [jmf.cuda_kernel(_source(k), f"add_{k}") for k in (50, 51)]
+  path, built = _recorded(clean_packs, monkeypatch, made_ahead)
+  assert len(built.entries) == 2
+  monkeypatch.setenv(packs.PACKS_ENV, path)
+  monkeypatch.setenv(packs.STRICT_ENV, "1")
+  before = jmf.kernel_cache_stats()
+  assert [k.symbol for k in made_ahead()] == ["add_50", "add_51"]
+  after = jmf.kernel_cache_stats()
+  assert after.pack_hits - before.pack_hits == 2 and after.compiles == before.compiles
+  with pytest.raises(jmf.NotInPacks) as alone:
+    _made_here(_source(52), "add_52")
+  with pytest.raises(jmf.NotInPacks) as ahead:
+    with jmf.compile_ahead():
+      _made_here(_source(52), "add_52")
+  assert str(ahead.value) == str(alone.value)
+  monkeypatch.delenv(packs.STRICT_ENV)
+  monkeypatch.delenv(packs.PACKS_ENV)
+  packs.forget()
+  jmf.cuda_kernel(_source(53), "add_53")
+  jmf.clear_kernel_cache()  # memory only: the disk cache serves it, and the audit proves the hit
+  monkeypatch.setenv("JAX_MOSAIC_FFI_KEY_AUDIT", "1")
+  audits = jmf.kernel_cache_stats().store.get("compile", {}).get("audits", 0)
+  with jmf.compile_ahead():
+    kernel = jmf.cuda_kernel(_source(53), "add_53")
+  assert kernel.symbol == "add_53"
+  assert jmf.kernel_cache_stats().store["compile"]["audits"] == audits + 1
