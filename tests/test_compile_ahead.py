@@ -106,7 +106,7 @@ def test_a_bad_compile_jobs_setting_is_named(isolated_disk_cache, monkeypatch, v
       jmf.cuda_kernel(_source(40), "add_40")
 
 
-def test_pack_recording_strict_packs_and_the_key_audit_see_compiles_made_ahead(clean_packs, monkeypatch):
+def test_pack_recording_strict_packs_and_the_key_audit_see_compiles_made_ahead(clean_packs, monkeypatch):  # noqa: F811
   """Recorded ahead, built into a pack, served from it strictly ahead; a kernel missing from it is the same
   NotInPacks as one by one, naming the line that made it; a disk hit made ahead is proven by the key audit."""
   def made_ahead():

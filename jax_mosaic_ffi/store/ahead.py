@@ -41,7 +41,7 @@ class Pending:
   def __init__(self, found: Found | None = None):
     self._done = threading.Event()
     self._found, self._error, self._traceback = found, None, None
-    self._task: _Task | None = None
+    self.task: _Task | None = None  # its task while no thread of the pool has settled it
     if found is not None:
       self._done.set()
 
@@ -49,18 +49,19 @@ class Pending:
     return self._done.is_set()
 
   def result(self) -> Found:
-    if not self._done.is_set() and self._task is not None:
-      POOL.run_now(self._task)  # not started by the pool: this thread makes it, rather than wait for a free one
+    task = self.task
+    if not self._done.is_set() and task is not None:
+      POOL.run_now(task)  # not started by the pool: this thread makes it, rather than wait for a free one
     self._done.wait()
     if self._error is not None:
       raise self._error.with_traceback(self._traceback)
     return self._found
 
-  def _settle(self, found: Found | None, error: BaseException | None, origin) -> None:
+  def settle(self, found: Found | None, error: BaseException | None, origin) -> None:
     """``origin``: the traceback of the line that started it, which an error is raised with (else its own)."""
     self._found, self._error = found, error
     self._traceback = None if error is None else origin or error.__traceback__
-    self._task = None
+    self.task = None
     self._done.set()
 
 
@@ -100,7 +101,7 @@ class Pool:
       if task is not None:
         return task.pending
       pending = Pending()
-      task = pending._task = _Task(key, make, pending)
+      task = pending.task = _Task(key, make, pending)
       self._tasks[key] = task
       self._fresh.append(task)
       if self._idle == 0 and self._threads < limit:
@@ -155,7 +156,7 @@ class Pool:
   def _settle(self, task: _Task, found, error) -> None:
     with self._cond:
       self._tasks.pop(task.key, None)
-    task.pending._settle(found, error, task.origin)
+    task.pending.settle(found, error, task.origin)
     task.frames = task.origin = None
 
   def _forked(self) -> None:

@@ -14,8 +14,8 @@ ahead (store/ahead.py) whose item a peer claimed and has not published steps asi
 so that the process compiles its next kernel meanwhile: processes making the same kernels in the same order claim
 different ones at once.
 
-Keys: ``jax_mosaic_ffi/job/<space>/<key>/claim``, ``.../beat`` and ``.../value``; ``<key>`` is 64 hex digits (the compile cache's
-entry key, a decision's key). A value is ours, bounded and bound to its key before anything reads it:
+Keys: ``jax_mosaic_ffi/job/<space>/<key>/claim``, ``.../beat`` and ``.../value``; ``<key>`` is 64 hex digits (the
+compile cache's entry key, a decision's key). A value is ours, bounded and bound to its key before anything reads it:
 
     offset 0   magic b"JMFJOB1\\0"
            8   status, u8: 0 an item; 1 none (the claimant could not share it: compile it yourself)
