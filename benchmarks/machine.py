@@ -76,3 +76,24 @@ def summary(info: dict) -> str:
           "".join(f", {label} {packages[name]}" for name, label in (("triton", "Triton"), ("torch", "torch"))
                   if packages.get(name)) +
           (f", source {info['commit']}" if info.get("commit") else ""))
+
+
+_BUSY = "s = 0\nfor i in range(8_000_000):\n  s += i\n"
+
+
+def parallel_capacity() -> float:
+  """How many CPUs' work this machine gives a run now: the time of two busy processes at once over one's, turned
+  into a count (2.0: two CPUs free; 1.0: work side by side gains nothing, the machine is shared that much). Ratios
+  of side-by-side compiles are read against it (the machine's other users' load is not ours to stop)."""
+  import subprocess
+  import sys
+  import time
+
+  def timed(n: int) -> float:
+    start = time.perf_counter()
+    children = [subprocess.Popen([sys.executable, "-c", _BUSY]) for _ in range(n)]
+    for child in children:
+      child.wait()
+    return time.perf_counter() - start
+  one, two = sorted(timed(1) for _ in range(3))[1], sorted(timed(2) for _ in range(3))[1]
+  return 2 * one / two

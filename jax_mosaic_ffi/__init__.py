@@ -27,6 +27,7 @@ from jax_mosaic_ffi.base.errors import (AutotuneError, CompileError, CompileTime
                                        ReferenceMismatchWarning, StreamCaptureWarning, UncheckedKernelWarning)
 from jax_mosaic_ffi.toolchain.kernel import Kernel
 from jax_mosaic_ffi.store.packs import load_pack
+from jax_mosaic_ffi.store.ahead import compile_ahead
 from jax_mosaic_ffi.cuda.kernel import CudaKernel, cubin_kernel, cuda_kernel, ptx_kernel
 from jax_mosaic_ffi.call import lowering as _lowering  # noqa: F401  (registers the CUDA lowering)
 from jax_mosaic_ffi.call import registration  # noqa: F401  (jmf.registration.status(), as the docs say)
@@ -89,5 +90,5 @@ __all__ = [
     "cute_kernel", "check", "CheckReport", "verify", "ReferenceMismatch", "ReferenceMismatchWarning",
     "UncheckedKernelWarning", "testing", "GluonFunction", "GluonKernel", "gluon_kernel", "KeyAuditError",
     "CompileTimeout", "TensorTooLarge", "CudaKernel", "load_pack", "PackError", "NotInPacks", "StreamCaptureWarning",
-    "CutileFunction", "CutileKernel", "CutileUnavailable", "cutile_kernel",
+    "CutileFunction", "CutileKernel", "CutileUnavailable", "cutile_kernel", "compile_ahead",
 ]

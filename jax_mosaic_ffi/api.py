@@ -217,6 +217,7 @@ class KernelCacheStats:
     store: the store's counts as one mapping, ``{kind: {event: count}}``: per kind of entry ("compile",
       "specialization", "tuning": a timing, "decision"), the tier that served each ("memory", "pack", "disk",
       "peer"), "made", and what else was counted of it (the job's "published", "unshared", "timeouts",
+      "silent" (a claimant's heartbeat stopped), "stepped_aside" (a compile started ahead let a peer's claim be),
       "refused"; the key audit's "audits"; autotuning's "tuned", "from pack", "from disk", "skipped"). The names
       below (memory_hits, peer_hits, autotune_tunings, ...) read it.
     memory_hits: compiles served by the in-memory cache.

@@ -10,7 +10,10 @@ Modes: ``share`` (every rank lowers the same call), ``killed`` (rank 1 claims th
 (on a GPU: kernels for its arch, configs timed on it), ``forged-<how>`` (rank 1
 publishes a value that is not the entry), ``another-kernel`` (rank 1 publishes another kernel's entry, validly framed,
 under the key of the call rank 0 makes), ``unshareable`` (rank 1's entry is over the bound), ``strict`` (rank 0
-serves from packs only: a peer's entry is a compile), ``tuning`` (an autotuned call, timed on the CPU).
+serves from packs only: a peer's entry is a compile), ``tuning`` (an autotuned call, timed on the CPU), ``spread``
+(JMF_TEST_KERNELS kernels made inside jmf.compile_ahead, then lowered; each rank makes one only once the other is
+making one too), ``silent`` (rank 1 claims the compile and stops: SIGSTOP, until rank 0 lowered), ``beating``
+(rank 1 claims it, beats for twenty beats' time, then compiles it).
 A peer is made slow, killed or a forger by replacing, in its own process, this package's function on the way
 (never CUDA, NVRTC or XLA): the compile itself is real everywhere.
 """
@@ -91,6 +94,41 @@ def main() -> dict:
 
   if MODE == "share":
     result["lowered"] = lower(jax, jmf, np, count=int(os.environ.get("JMF_TEST_KERNELS", "1")))
+  elif MODE == "spread":
+    told = threading.Lock()
+
+    def making(make, ask):  # this rank makes its first only once the other makes one: both take part, at any speed
+      if told.acquire(blocking=False):
+        tell(f"rank {RANK} making")
+      await_event(f"rank {1 - RANK} making")
+      return compiled(make, ask)
+    stack._run = making
+    count = int(os.environ.get("JMF_TEST_KERNELS", "6"))
+    with jmf.compile_ahead():
+      kernels = [jmf.cuda_kernel(SOURCE % (k, SEED % 1000 + 2), f"scaled_{k}") for k in range(count)]
+    result["symbols"] = [k.symbol for k in kernels]
+    result["lowered"] = lower(jax, jmf, np, count=count)
+  elif MODE in ("silent", "beating"):
+    from worker_process import _client
+    if RANK == 1:
+      def claimed(make, ask):
+        _client().key_value_set("worker/pid/1", str(os.getpid()))
+        tell("rank 1 claimed the compile")
+        if MODE == "silent":
+          os.kill(os.getpid(), signal.SIGSTOP)  # living, but silent: rank 0 sends SIGCONT once it lowered
+        else:  # living and beating: rank 0 waits past ten beats, for as long as the beat moves
+          from jax_mosaic_ffi.store import job_heartbeat
+          first = job_heartbeat.HEART._count
+          while job_heartbeat.HEART._count < first + 2 * job_heartbeat.SILENT_BEATS:
+            threading.Event().wait(job_heartbeat.heartbeat_s())
+        return compiled(make, ask)
+      stack._run = claimed
+      result["lowered"] = lower(jax, jmf, np)
+    else:
+      await_event("rank 1 claimed the compile")
+      result["lowered"] = lower(jax, jmf, np)
+      if MODE == "silent":
+        os.kill(int(_client().blocking_key_value_get("worker/pid/1", 60_000)), signal.SIGCONT)
   elif MODE in ("killed", "slow"):
     if RANK == 1:
       def claimed(make, ask):
@@ -188,6 +226,7 @@ def main() -> dict:
     if MODE == "tuning-slow" and RANK == 0:
       tell("rank 0 decided")
   result.update(_stats(jmf, before), cached_files=_cached_files())
+  result["job"] = jmf.kernel_cache_stats().store.get("compile", {})
   return result
 
 

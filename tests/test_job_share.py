@@ -78,6 +78,36 @@ def test_a_slow_claimant_is_not_waited_for_past_the_bound_and_both_lower_the_sam
   assert results[0]["lowered"] == results[1]["lowered"]
 
 
+def test_a_silent_claimant_stalls_the_others_ten_beats_not_the_wait_bound(tmp_path):
+  """Rank 1 claims the compile and stops (SIGSTOP: alive, silent) until rank 0 lowered. The wait bound is far past
+  the test's pace (an hour would fail the test at its guard): only the claimant's silence ends rank 0's wait."""
+  results = _results(_run(tmp_path, "silent", JAX_MOSAIC_FFI_JOB_SHARE_HEARTBEAT_S="0.2",
+                          JAX_MOSAIC_FFI_JOB_SHARE_WAIT_S=str(fresh_process.HANG_GUARD_S)))
+  assert (results[0]["compiles"], results[0]["job"].get("silent"), results[0]["peer_timeouts"]) == (1, 1, 0)
+  assert results[0]["peer_published"] == 1 and results[1]["peer_published"] == 0  # the store keeps the first
+  assert results[0]["lowered"] == results[1]["lowered"]
+
+
+def test_a_living_claimant_that_beats_is_waited_for_past_ten_beats(tmp_path):
+  """Rank 1 claims the compile and beats twenty beats' time before compiling it: rank 0 waits for its entry."""
+  results = _results(_run(tmp_path, "beating", JAX_MOSAIC_FFI_JOB_SHARE_HEARTBEAT_S="0.2"))
+  assert (results[0]["compiles"], results[0]["peer_hits"]) == (0, 1)
+  assert results[0]["job"].get("silent", 0) == results[0]["peer_timeouts"] == 0
+  assert (results[1]["compiles"], results[1]["peer_published"]) == (1, 1)
+  assert results[0]["lowered"] == results[1]["lowered"]
+
+
+def test_two_ranks_making_six_kernels_ahead_split_them_each_compiled_once(tmp_path):
+  """Both ranks make the same six kernels in the same order inside jmf.compile_ahead: each compiles some (a
+  compile a peer claimed steps aside for the next), the job compiles each once."""
+  results = _results(_run(tmp_path, "spread", JMF_TEST_KERNELS="6", JAX_MOSAIC_FFI_COMPILE_JOBS="2"))
+  compiles = [r["compiles"] for r in results]
+  assert sum(compiles) == 6 and min(compiles) > 0, compiles
+  assert sum(r["peer_hits"] for r in results) == 6 and sum(r["peer_published"] for r in results) == 6
+  assert all(r["peer_timeouts"] == r["peer_refused"] == r["peer_unshared"] == 0 for r in results)
+  assert results[0]["symbols"] == [f"scaled_{k}" for k in range(6)] and results[0]["lowered"] == results[1]["lowered"]
+
+
 @pytest.mark.parametrize("how", ["digest", "garbage", "other_key", "large", "length"])
 def test_a_forged_or_oversized_store_value_is_refused_and_compiled_here(tmp_path, how):
   results = _results(_run(tmp_path, f"forged-{how}"))

@@ -18,6 +18,9 @@ CACHE_MAX_BYTES = disk_cache.MAX_BYTES_ENV
 # A compile's time bound, in seconds (0: no bound): NVRTC's worker process, Triton's and Gluon's ptxas
 # (base/compile_timeout.py reads it).
 COMPILE_TIMEOUT_S = "JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S"
+# How many compiles run side by side (jmf.compile_ahead's pool, NVRTC's worker processes); default: this process's
+# CPUs (base/compile_jobs.py reads it).
+COMPILE_JOBS = "JAX_MOSAIC_FFI_COMPILE_JOBS"
 # A folder to write each new kernel's PTX, cubin and SASS into.
 DUMP_DIR = "JAX_MOSAIC_FFI_DUMP_DIR"
 # 1: run the jax.numpy fallbacks instead of the kernels on CUDA, as programs are lowered.
@@ -53,6 +56,8 @@ TARGETS = "JAX_MOSAIC_FFI_TARGETS"
 # the peer that claimed one before making it itself (default: the compile bound plus 30 s).
 JOB_SHARE = "JAX_MOSAIC_FFI_JOB_SHARE"
 JOB_SHARE_WAIT_S = "JAX_MOSAIC_FFI_JOB_SHARE_WAIT_S"
+# Seconds between the beats of a claimant's heartbeat; a waiter stops waiting for a claimant silent for ten of them.
+JOB_SHARE_HEARTBEAT_S = "JAX_MOSAIC_FFI_JOB_SHARE_HEARTBEAT_S"
 # Read by the C++ runtime: seconds to wait for peers in other processes; synchronous launches (debugging).
 PEER_TIMEOUT_S = "JAX_MOSAIC_FFI_PEER_TIMEOUT_S"
 SYNC_LAUNCHES = "JAX_MOSAIC_FFI_SYNC_LAUNCHES"
@@ -61,9 +66,9 @@ SYNC_LAUNCHES = "JAX_MOSAIC_FFI_SYNC_LAUNCHES"
 # jax.export artifact or a serialized executable from elsewhere cannot run code in this process.
 HOST_CODE = "JAX_MOSAIC_FFI_HOST_CODE"
 
-ALL = (CACHE_DIR, CACHE_MAX_BYTES, COMPILE_TIMEOUT_S, DUMP_DIR, REFERENCE, VERIFY, POISON_OUTPUTS, RECORD,
-       SKIP_VERSION_CHECK, AUTOTUNE_LOG, AUTOTUNE_ON_CPU, KEY_AUDIT, PACKS, PACKS_STRICT, PACK_RECORD, TARGETS,
-       JOB_SHARE, JOB_SHARE_WAIT_S, PEER_TIMEOUT_S, SYNC_LAUNCHES, HOST_CODE)
+ALL = (CACHE_DIR, CACHE_MAX_BYTES, COMPILE_TIMEOUT_S, COMPILE_JOBS, DUMP_DIR, REFERENCE, VERIFY, POISON_OUTPUTS,
+       RECORD, SKIP_VERSION_CHECK, AUTOTUNE_LOG, AUTOTUNE_ON_CPU, KEY_AUDIT, PACKS, PACKS_STRICT, PACK_RECORD, TARGETS,
+       JOB_SHARE, JOB_SHARE_WAIT_S, JOB_SHARE_HEARTBEAT_S, PEER_TIMEOUT_S, SYNC_LAUNCHES, HOST_CODE)
 
 _ON = ("1", "true", "on", "yes")
 _OFF = ("0", "false", "off", "no")

@@ -16,17 +16,24 @@ location ``/home/me/model.py:17:5``, a ``.loc`` of Triton's PTX, a Python traceb
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import os
 import re
 import sys
 import sysconfig
+import types
 
 from jax._src import source_info_util
 
 _MAX_FILE_BYTES = 4 << 20
 _MAX_FILES = 64
 _MAX_FOLDER_ENTRIES = 256
+_MAX_FRAMES = 64
+# The user's frames of the call a compile made ahead was started from (`seen_from`): its stack, where the compile
+# runs on another thread's.
+_seen_from: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("jax_mosaic_ffi_seen_from", default=None)
 # The lines either side of a line that must agree for a line-by-line match.
 _CONTEXT = 4
 _TEXT_SUFFIXES = (".cu", ".cuh", ".h", ".hh", ".hpp", ".hxx", ".inl", ".inc", ".cuda", ".c", ".cc", ".cpp", ".cxx",
@@ -144,12 +151,9 @@ def candidate_files(source: str) -> list[str]:
       if holds:
         add(filename)
   named: list[str] = []  # files the user's frames name (a path in a variable): where a source read may come from
-  frame = sys._getframe(1)  # noqa: SLF001  (the stack as it is, without reading every frame's source)
-  while frame is not None:
-    if _user_file(frame.f_code.co_filename):
-      add(frame.f_code.co_filename)
-      named += _paths_in(frame.f_locals)
-    frame = frame.f_back
+  for frame in _seen_from.get() or user_frames():
+    add(frame.f_code.co_filename)
+    named += _paths_in(frame.f_locals)
   for path in named:
     add(path)
   folders = [os.path.dirname(p) for p in found] + [os.getcwd()]
@@ -162,6 +166,37 @@ def candidate_files(source: str) -> list[str]:
       if name.endswith(_TEXT_SUFFIXES) and not name.startswith("."):
         add(os.path.join(folder, name))
   return found
+
+
+def user_frames() -> tuple:
+  """The frames of the user's files on the calling thread's stack, innermost first, a bounded few."""
+  frames = []
+  frame = sys._getframe(1)  # noqa: SLF001  (the stack as it is, without reading every frame's source)
+  while frame is not None and len(frames) < _MAX_FRAMES:
+    if _user_file(frame.f_code.co_filename):
+      frames.append(frame)
+    frame = frame.f_back
+  return tuple(frames)
+
+
+def traceback_at(frames: tuple) -> types.TracebackType | None:
+  """A traceback of one entry, the innermost of ``frames`` at the line it is on now (taken now: the frame runs on):
+  what an error of work started there and run elsewhere (a compile made ahead) is raised with, so that its
+  traceback ends on the line that started it."""
+  if not frames:
+    return None
+  return types.TracebackType(None, frames[0], frames[0].f_lasti, frames[0].f_lineno)
+
+
+@contextlib.contextmanager
+def seen_from(frames: tuple):
+  """Within: `candidate_files` looks at ``frames`` (`user_frames` of the call that started the work) in place of
+  the stack."""
+  token = _seen_from.set(frames)
+  try:
+    yield
+  finally:
+    _seen_from.reset(token)
 
 
 def _paths_in(variables) -> list[str]:

@@ -68,7 +68,8 @@ def cuda_kernel(source: str, name: str, *, options: Sequence[str] = (),
     ['const float*', 'float*', 'float', 'int']
 
   :doc:`CUDA C++, PTX and cubin kernels </guides/cuda_kernels>` has more: the headers on the include
-  path, kernels written for nvcc, TMA descriptors.
+  path, kernels written for nvcc, TMA descriptors. Inside ``with jmf.compile_ahead():`` it returns at once and
+  the program's kernels compile side by side (`compile_ahead`).
 
   Args:
     source: the CUDA C++ text.
@@ -91,7 +92,8 @@ def cuda_kernel(source: str, name: str, *, options: Sequence[str] = (),
       a header includes ``<nvshmem.h>`` or ``<nvshmemx.h>``.
 
   Raises:
-    CompileError: with NVRTC's log and the source lines it names.
+    CompileError: with NVRTC's log and the source lines it names (inside `compile_ahead`: where the kernel is
+      first needed, or at the block's end).
   """
   if not isinstance(source, str) or not source.strip():
     raise ValueError("cuda_kernel needs the CUDA C++ source text")

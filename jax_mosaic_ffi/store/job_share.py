@@ -5,13 +5,17 @@ runs (no other server, no shared folder).
 Where ``jax.distributed`` runs more than one process (and ``JAX_MOSAIC_FFI_JOB_SHARE`` is not 0), a process that
 must make something the job may already make asks for its `turn` (`Claims`; store/job_tier.py is the job as a
 tier of the store): the first to set the item's claim key (the store
-refuses a second set) makes it and `Turn.publish`\\ es it; the others wait for the value, up to
-``JAX_MOSAIC_FFI_JOB_SHARE_WAIT_S`` (default: the compile bound plus a margin), then verify it and use it. A
-claimant that died or is slow leaves the others at the bound, never hanging: they make it themselves, and the
-first of them to finish publishes it for any process still to come (the store keeps the first value set).
+refuses a second set) makes it and `Turn.publish`\\ es it, beating for it meanwhile (store/job_heartbeat.py); the
+others wait for the value while the claimant's heartbeat moves, up to ``JAX_MOSAIC_FFI_JOB_SHARE_WAIT_S`` (default:
+the compile bound plus a margin), then verify it and use it. A claimant that died or fell silent leaves the others
+after ten beats (one slower than the bound, at the bound), never hanging: they make it themselves, and the first of
+them to finish publishes it for any process still to come (the store keeps the first value set). A compile started
+ahead (store/ahead.py) whose item a peer claimed and has not published steps aside (`Parked`) instead of waiting,
+so that the process compiles its next kernel meanwhile: processes making the same kernels in the same order claim
+different ones at once.
 
-Keys: ``jax_mosaic_ffi/job/<space>/<key>/claim`` and ``.../value``; ``<key>`` is 64 hex digits (the compile cache's
-entry key, a decision's key). A value is ours, bounded and bound to its key before anything reads it:
+Keys: ``jax_mosaic_ffi/job/<space>/<key>/claim``, ``.../beat`` and ``.../value``; ``<key>`` is 64 hex digits (the
+compile cache's entry key, a decision's key). A value is ours, bounded and bound to its key before anything reads it:
 
     offset 0   magic b"JMFJOB1\\0"
            8   status, u8: 0 an item; 1 none (the claimant could not share it: compile it yourself)
@@ -29,6 +33,8 @@ key's, another release's) from being used. Compile time only: nothing here runs 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import os
 import re
@@ -41,6 +47,7 @@ from jax_mosaic_ffi.base import compile_timeout
 from jax_mosaic_ffi.base import disk_cache
 from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.store import stats as store_stats
+from jax_mosaic_ffi.store.job_heartbeat import HEART, Late, wait_for_value
 
 ENV = flags.JOB_SHARE
 WAIT_ENV = flags.JOB_SHARE_WAIT_S
@@ -64,11 +71,29 @@ class Stats:
   unshared: int = 0   # items made here that could not be shared (too large, not cacheable, failed), or that a
                       # claimant said it could not share
   timeouts: int = 0   # waits for a peer's item that ran past the bound: made here instead
+  silent: int = 0     # waits for a peer's item that its claimant's heartbeat ended (it stopped beating): made here
+  stepped_aside: int = 0  # compiles started ahead that let a peer's claim be and compiled another kernel first
   refused: int = 0    # values read from the store and refused (damaged, oversized, another key's): made here
 
 
 _lock = threading.Lock()
 _late: set[bytes] = set()  # the claimants (process ids, as they claim) a wait for ran past the bound
+_parking: contextvars.ContextVar[bool] = contextvars.ContextVar("jax_mosaic_ffi_job_parking", default=False)
+
+
+class Parked(Exception):
+  """A peer claimed the item and has not published it yet, and the caller (a compile started ahead) would rather
+  make another item meanwhile than wait: it asks again later, and then waits."""
+
+
+@contextlib.contextmanager
+def parking(allowed: bool):
+  """Within: a `Claims.turn` at an item a peer claimed raises `Parked` where its value is not there yet."""
+  token = _parking.set(allowed)
+  try:
+    yield
+  finally:
+    _parking.reset(token)
 
 
 def stats(space: str) -> Stats:
@@ -189,6 +214,7 @@ class Turn:
         _count(self.space, "published")
     except Exception:  # noqa: BLE001 - the store gone (the job ends): the item is this process's anyway
       pass
+    HEART.drop(self._base)  # once the value is set: its waiters have it
 
   def settle(self, payload: bytes) -> bytes:
     """`publish`, for an item every process must hold alike (an autotuning decision): returns the payload the job
@@ -205,6 +231,8 @@ class Turn:
       value = self._client.key_value_try_get_bytes(key)
     except Exception:  # noqa: BLE001 - the store gone (the job ends): this process's own
       return payload
+    finally:
+      HEART.drop(self._base)
     valid, held = decoded(self.key, value)
     if not valid or held is None:
       _count(self.space, "refused" if not valid else "unshared")
@@ -218,13 +246,15 @@ class Turn:
 
 
 class Claims:
-  """Who makes an item of the job: the first process to set its claim key makes it, the others wait for its value.
-  The one place that decides it (a way to spread a job's compiles over its processes would replace `turn`)."""
+  """Who makes an item of the job: the first process to set its claim key makes it, the others wait for its value
+  while its heartbeat moves, or, for a compile started ahead, make another item first (`Parked`). The one place that
+  decides it."""
 
   def turn(self, space: str, key: str) -> Turn:
     """This process's turn at the item ``key`` of ``space`` ("compile", "decision"): a peer's payload where the
-    job has one (waiting for the claimant, up to `wait_s`), else this process's to make. Outside a job, or with
-    sharing off, always this process's."""
+    job has one (waiting for the claimant while it beats, up to `wait_s`), else this process's to make; `Parked`
+    where a peer claimed it and the caller is `parking`. Outside a job, or with sharing off, always this
+    process's."""
     client = _client()
     if client is None or not _KEY.fullmatch(key):
       return Turn(space, key)
@@ -233,12 +263,27 @@ class Claims:
     claimant = b""
     try:
       if _set_once(client, f"{base}/claim", me):
+        HEART.hold(client, base)
         return Turn(space, key, client, base, claimed=True)
       claimant = client.key_value_try_get_bytes(f"{base}/claim")[:32]
+      if _parking.get():
+        value = _published(client, base)
+        if value is None:  # the peer is making it: this process makes another item first, and asks again
+          _count(space, "stepped_aside")
+          raise Parked(key)
       # A claimant this process already waited for in vain (it died, or is that slow) is not waited for again: only
       # a value already there is taken. Else a dead process's every claim would cost the bound once more.
-      bound = 0.001 if claimant in _late else wait_s()
-      value = client.blocking_key_value_get_bytes(f"{base}/value", max(1, int(bound * 1000)))
+      elif claimant in _late:
+        value = client.blocking_key_value_get_bytes(f"{base}/value", 1)
+      else:
+        value = wait_for_value(client, base, wait_s(), _timed_out)
+    except Late as late:
+      _count(space, late.why)
+      with _lock:
+        _late.add(claimant)
+      return Turn(space, key, client, base)  # made here; published for later processes where still unset
+    except Parked:
+      raise
     except Exception as err:  # noqa: BLE001 - jax's error type is private
       if _timed_out(err):
         _count(space, "timeouts")
@@ -255,6 +300,14 @@ class Claims:
       _count(space, "received")
       return Turn(space, key, client, base, payload=payload, settled=True)
     return Turn(space, key, client, base, settled=True)  # made here; the value set stays
+
+
+def _published(client, base: str) -> bytes | None:
+  """The item's value where it is set already, else None."""
+  try:
+    return client.key_value_try_get_bytes(f"{base}/value")
+  except Exception:  # noqa: BLE001 - not set: jax's error type is private
+    return None
 
 
 CLAIMS = Claims()

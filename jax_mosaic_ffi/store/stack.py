@@ -7,7 +7,8 @@ here goes to every tier that keeps its kind (the job's first, so its waiters hav
 and is strict (the packs under ``JAX_MOSAIC_FFI_PACKS_STRICT=1``) refuses every tier below it and ``make``. The
 observers (`OBSERVERS`) watch what was served or made: the counts, the key audit (which may refuse a tier or an
 entry it cannot prove), pack recording, the cold-start log. A new tier is a class (store/tiers.py says what one
-is) and its place in `STACK`; nothing else names it.
+is) and its place in `STACK`; nothing else names it. `start` is the same lookup begun ahead, on a pool
+(store/ahead.py), for a front end that knows an entry before it needs it.
 
 The shape is JAX's persistent compilation cache's (``compile_or_get_cached``: read, share through the job's
 key-value store, compile and write) and Triton's remote cache over its file cache, as one list of tiers.
@@ -19,12 +20,13 @@ import contextlib
 import time
 from typing import Any, Callable
 
+from jax_mosaic_ffi.store import ahead
 from jax_mosaic_ffi.store import cold_starts
 from jax_mosaic_ffi.store import job_share
 from jax_mosaic_ffi.store import key_audit
 from jax_mosaic_ffi.store import pack_record
 from jax_mosaic_ffi.store import stats
-from jax_mosaic_ffi.store.entries import Ask, Codec, Found, Key, Observer, Unkept
+from jax_mosaic_ffi.store.entries import Ask, Codec, Found, Key, Observer, Unkept, own
 from jax_mosaic_ffi.store.job_tier import JobTier
 from jax_mosaic_ffi.store.pack_tier import PackTier
 from jax_mosaic_ffi.store.tiers import DiskTier, MemoryTier, Tier
@@ -38,8 +40,26 @@ def get_or_make(key: str | Key, codec: Codec, make: Callable[[], Any], about: Ca
                 witness: Any = None) -> Found:
   """The entry of ``key``: from the first tier that holds it, else ``make()``'s (a value, or `Unkept`).
   ``about``: what the front end says of the entry, asked only to name it (an error, a record, a log line);
-  ``witness``: what the key audit proves a hit against (store/key_audit.py)."""
-  ask = Ask(key, codec, about, witness, time.perf_counter())
+  ``witness``: what the key audit proves a hit against (store/key_audit.py). An entry being made ahead (`start`)
+  is waited for, never made twice."""
+  pending = ahead.POOL.running((codec.kind, own(key)))
+  if pending is not None:
+    return pending.result()
+  return _lookup(Ask(key, codec, about, witness, time.perf_counter()), make)
+
+
+def start(key: str | Key, codec: Codec, make: Callable[[], Any], about: Callable[[], Any] | None = None, *,
+          witness: Any = None) -> ahead.Pending:
+  """`get_or_make` ahead (store/ahead.py): an entry in memory at once, else its lookup (and ``make``) on the pool,
+  whose `Pending` the caller asks when it needs the entry; one already started for ``key`` is returned as it is.
+  The tiers, the observers and a job's claims see the lookup as `get_or_make`'s."""
+  if MEMORY.get(Ask(key, codec, about, witness, 0.0)) is not None:  # warm: served here, as without ahead
+    return ahead.started(ahead.Pending(get_or_make(key, codec, make, about, witness=witness)))
+  return ahead.started(ahead.POOL.start(
+      (codec.kind, own(key)), lambda: _lookup(Ask(key, codec, about, witness, time.perf_counter()), make)))
+
+
+def _lookup(ask: Ask, make: Callable[[], Any]) -> Found:
   watching = [o for o in OBSERVERS if o.watches(ask)]
   found = _find(ask, watching, True)
   return found if found is not None else _made(ask, make, watching)

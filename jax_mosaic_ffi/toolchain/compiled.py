@@ -77,3 +77,28 @@ def param_sizes(parsed: ParsedModule) -> tuple[int, ...] | None:
     if image.kind == ImageKind.PTX:
       return ptx_info.entries(image.data.decode(errors="replace")).get(parsed.symbol)
   return None
+
+
+class PendingCompiled:
+  """A `Compiled` being made ahead (store/ahead.py), in a kernel that was returned before its compile ended: each of
+  its attributes waits for the compile, and raises the compile's error where it failed.
+
+  ``resolve``: returns the `Compiled` once made (or raises its error).
+  """
+
+  __slots__ = ("_resolve", "_value")
+
+  def __init__(self, resolve):
+    self._resolve, self._value = resolve, None
+
+  def resolved(self) -> Compiled:
+    if self._value is None:
+      self._value = self._resolve()
+      self._resolve = None  # what it held (the lookup, the user's frames) goes with it
+    return self._value
+
+  def __getattr__(self, name):
+    return getattr(self.resolved(), name)
+
+  def __reduce__(self):
+    return self.resolved().__reduce__()

@@ -34,12 +34,13 @@ from jax_mosaic_ffi.base import wheel_record
 from jax_mosaic_ffi.base.errors import CompileTimeout
 from jax_mosaic_ffi.base.module_format import Arch, Image, ImageKind, ParsedModule
 from jax_mosaic_ffi.base.paths import DEVICE_INCLUDE_DIR
+from jax_mosaic_ffi.store import ahead
 from jax_mosaic_ffi.store import compile_cache
 from jax_mosaic_ffi.store import key_audit
 from jax_mosaic_ffi.store import stack
 from jax_mosaic_ffi.store.entries import Codec, Key, Unkept
 from jax_mosaic_ffi.toolchain import param_types
-from jax_mosaic_ffi.toolchain.compiled import Compiled
+from jax_mosaic_ffi.toolchain.compiled import Compiled, PendingCompiled
 from jax_mosaic_ffi.toolchain.kernel import symbol_names
 from jax_mosaic_ffi.cuda.nvrtc import compat
 from jax_mosaic_ffi.cuda.nvrtc import error_lines
@@ -108,7 +109,7 @@ def cache_key(source: str, name: str, options, headers: dict, targets, compiler:
 
 
 def compile_cuda(source: str, name: str, *, options=(), headers=None,
-                 targets: tuple[Arch, ...], pdl: bool = True, nvshmem: bool = False) -> Compiled:
+                 targets: tuple[Arch, ...], pdl: bool = True, nvshmem: bool = False) -> Compiled | PendingCompiled:
   """Compiles ``source`` for each target, through the memory and disk caches.
 
   The result holds one cubin per target and the PTX of the first one, the
@@ -121,6 +122,9 @@ def compile_cuda(source: str, name: str, *, options=(), headers=None,
   per target and no PTX (relocatable PTX cannot be loaded alone), flagged for
   the runtime to start NVSHMEM. Such a kernel is not made PDL-safe: it is
   launched cooperatively, as nvshmemx_collective_launch does.
+
+  Inside ``jmf.compile_ahead()`` a compile that is not in memory starts on the store's pool (store/ahead.py) and a
+  `PendingCompiled` is returned at once: its first use waits for it.
   """
   options = tuple(str(o) for o in options)
   if _has_option(options, "-arch", "--gpu-architecture", "-gencode"):
@@ -164,6 +168,9 @@ def compile_cuda(source: str, name: str, *, options=(), headers=None,
                               + (f"; linked with {package.identity}" if package else ""),
             "toolchain": nvrtc_identity()}
 
+  if ahead.active():  # jmf.compile_ahead: the compile runs on the store's pool, the kernel waits for it when asked
+    pending = stack.start(key, CODEC, compile, about, witness=witness)
+    return pending.result().value if pending.done() else PendingCompiled(lambda: pending.result().value)
   return stack.get_or_make(key, CODEC, compile, about, witness=witness).value
 
 

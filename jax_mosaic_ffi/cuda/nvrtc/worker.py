@@ -23,6 +23,7 @@ import tempfile
 import threading
 import time
 
+from jax_mosaic_ffi.base import compile_jobs
 from jax_mosaic_ffi.base import compile_timeout
 from jax_mosaic_ffi.cuda.nvrtc import program
 from jax_mosaic_ffi.cuda.nvrtc.program import LENGTH, NvrtcFailure, compile_here, write_message
@@ -153,18 +154,61 @@ def _cwd() -> str | None:
     return None
 
 
-_worker = _Worker()
-atexit.register(_worker.close)
-# What a forked child inherited from its parent's worker: kept, never used (_Worker.forget_inherited).
+_worker = _Worker()  # the first: every compile made one at a time runs in it
+# Compiles side by side (store/ahead.py) each take a worker of their own, up to JAX_MOSAIC_FFI_COMPILE_JOBS: the
+# first that is idle, else a new one, else they wait for one.
+_workers = [_worker]
+_idle = [_worker]
+_pool = threading.Condition()
+# What a forked child inherited from its parent's workers: kept, never used (_Worker.forget_inherited).
 _inherited: list = []
-os.register_at_fork(after_in_child=_worker.forget_inherited)
+
+
+def _close_all() -> None:
+  for worker in list(_workers):
+    worker.close()
+
+
+def _forget_inherited() -> None:
+  global _pool
+  for worker in _workers:
+    worker.forget_inherited()
+  _pool = threading.Condition()  # a thread of the parent may have held it when the process forked
+  _workers[:], _idle[:] = [_worker], [_worker]  # the others' objects stay in _inherited's care
+
+
+atexit.register(_close_all)
+os.register_at_fork(after_in_child=_forget_inherited)
+
+
+def _take() -> _Worker:
+  with _pool:
+    while True:
+      if _idle:
+        return _idle.pop(0)  # the first worker first: a lone compile always runs in it
+      if len(_workers) < compile_jobs.count():
+        worker = _Worker()
+        _workers.append(worker)
+        return worker
+      _pool.wait()
+
+
+def _give_back(worker: _Worker) -> None:
+  with _pool:
+    _idle.append(worker)
+    _idle.sort(key=_workers.index)
+    _pool.notify()
 
 
 def compile_bounded(request: dict, seconds: float | None) -> dict:
-  """`compile_here` in the worker process, stopped after ``seconds``; in this process when None."""
+  """`compile_here` in a worker process, stopped after ``seconds``; in this process when None."""
   if seconds is None:
     return compile_here(request)
-  return _worker.compile(request, seconds)
+  worker = _take()
+  try:
+    return worker.compile(request, seconds)
+  finally:
+    _give_back(worker)
 
 
 def _read_exactly(fd: int, size: int, deadline: float | None) -> bytes:
