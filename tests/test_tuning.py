@@ -84,7 +84,8 @@ def test_a_saved_file_round_trips_and_its_winner_is_used_without_timing(cpu_timi
   assert document["environment"]["device"] == jax.devices()[0].device_kind
   # Each front end's toolchain and its release, whether installed or not ("none"), sorted by name.
   toolchains = document["environment"]["toolchains"]
-  assert re.fullmatch(r"cuda-tile \S+, nvidia-cuda-tileiras \S+, nvidia-cutlass-dsl \S+, triton \S+", toolchains), toolchains
+  assert re.fullmatch(r"cuda-tile \S+, nvidia-cuda-tileiras \S+, nvidia-cutlass-dsl \S+, triton \S+",
+                      toolchains), toolchains
   try:
     triton = importlib.metadata.version("triton")
   except importlib.metadata.PackageNotFoundError:
