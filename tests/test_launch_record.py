@@ -71,7 +71,7 @@ def test_the_shared_options_are_what_every_front_end_takes():
   # mosaic_kernel's own keywords are the shared ones, the autotuning ones and the front ends' (**options).
   parameters = inspect.signature(jmf.mosaic_kernel).parameters
   assert set(parameters) - {"kernel", "out_shape", "options"} == shared | {"configs", "autotune_key",
-                                                                            "autotune_default"}
+                                                                            "autotune_default", "autotune_inputs"}
   assert {f.name for f in dataclasses.fields(CudaOptions)} == front_end_keywords()  # the widest front end
   with pytest.raises(TypeError, match="unexpected keyword argument 'blok'"):
     jmf.mosaic_kernel(jmf.cuda_kernel(kernel_sources.ADD, "add"), X, grid=1, blok=128)
