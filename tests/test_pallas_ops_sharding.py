@@ -3,14 +3,10 @@ batch and heads, the norms' backward by groups of rows (their dw and db summed a
 devices, gradients under jit and eagerly against the references, where the gradients live, and, in a fresh
 process, XLA's partitioned program of the CUDA lowering: every kernel on per-shard shapes, nothing gathered."""
 
-import glob
-import json
-import os
 import re
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
