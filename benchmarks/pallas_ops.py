@@ -38,6 +38,8 @@ CASES = {
                        True),
     "gqa": ("decode_attention", "gqa, batch 16, 32 query / 8 kv heads, 8192 keys, head dim 128",
             (16, 32, 8, 8192, 128)),
+    "gqa_lengths": ("decode_attention", "gqa with kv_seq_len (7000 to 8192 keys), as gqa", (16, 32, 8, 8192, 128),
+                    True),
     "mqa": ("decode_attention", "mqa, batch 16, 32 heads, 8192 keys, head dim 128", (16, 32, 1, 8192, 128)),
     "paged": ("paged_attention", "paged, batch 16, 32 query / 8 kv heads, 512 pages of 16, head dim 128",
               (16, 32, 8, 512, 16, 128)),
@@ -95,6 +97,10 @@ def _ops(name: str) -> dict:
     op = "mqa" if shape[2] == 1 else "gqa"
     call = lambda m: getattr(m, op)  # noqa: E731
     reference = getattr(ours_module, f"{op}_reference")
+    if extra and extra[0]:  # with lengths: the same call given each sequence's length
+      lengths = jnp.asarray(7000 + (jnp.arange(shape[0]) * 1192) // max(shape[0] - 1, 1), jnp.int32)
+      call = lambda m: (lambda q, k, v: getattr(m, op)(q, k, v, kv_seq_len=lengths))  # noqa: E731
+      reference = lambda q, k, v: getattr(ours_module, f"{op}_reference")(q, k, v, kv_seq_len=lengths)  # noqa: E731
   elif module == "paged_attention":
     call = lambda m: m.paged_attention  # noqa: E731
 

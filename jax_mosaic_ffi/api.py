@@ -68,7 +68,7 @@ def mosaic_kernel(kernel, out_shape, *, grid: Any = None, block: Any = None, sca
                   input_output_aliases: Mapping[int, int] | None = None,
                   fallback: Callable | None = None, sharding=None, zero_outputs=(), has_side_effect: bool = False,
                   cost_estimate: Mapping[str, Any] | None = None, configs=None, autotune_key=None,
-                  autotune_default=None, **options) -> Callable[..., Any]:
+                  autotune_default=None, autotune_inputs=None, **options) -> Callable[..., Any]:
   """Returns a function that launches ``kernel`` on its input arrays, inside ``jax.jit`` or outside.
 
   The kernel's parameters are, in order: one pointer per input, one pointer
@@ -152,6 +152,8 @@ def mosaic_kernel(kernel, out_shape, *, grid: Any = None, block: Any = None, sca
       fallback runs, and only a program lowered for CUDA builds the default config.
     autotune_key: `autotune`'s ``key``: a function of the input avals that scopes the winner.
     autotune_default: `autotune`'s ``default``: the config (or its index) used where nothing is timed.
+    autotune_inputs: `autotune`'s ``inputs``: ``inputs(rng, *avals)`` -> the arrays the configs are timed on (valid
+      lengths, block tables), in place of random ones.
     has_side_effect: keep the call when its results are unused (a kernel that prints, or writes what XLA
       does not see).
     cost_estimate: ``{"flops": ..., "bytes_accessed": ...}``, carried with the custom call as
@@ -175,8 +177,11 @@ def mosaic_kernel(kernel, out_shape, *, grid: Any = None, block: Any = None, sca
   own = front_end.options_of(options, _DEFAULTS, made)
   launch = LaunchOptions(input_output_aliases=input_output_aliases, fallback=fallback, sharding=sharding,
                          zero_outputs=zero_outputs, has_side_effect=has_side_effect, cost_estimate=cost_estimate)
-  if configs is not None or autotune_key is not None or autotune_default is not None:
+  if configs is not None or autotune_key is not None or autotune_default is not None or autotune_inputs is not None:
     front_end.check_tunable(kernel, made, configs)
+  if autotune_inputs is not None and configs is None:
+    raise TypeError(f"{made}: autotune_inputs= makes the arrays configs= are timed on; without configs= nothing is "
+                    "timed: drop it, or give configs=[...]")
   if configs is None:
     call = front_end.launcher(kernel, out_shape, launch, own)
     name = made
@@ -186,10 +191,11 @@ def mosaic_kernel(kernel, out_shape, *, grid: Any = None, block: Any = None, sca
     name = f"mosaic_kernel {getattr(kernel, 'name', kernel)!s}"
     factory = lambda meta: front_end.launcher(kernel, out_shape, per_config, own, meta)  # noqa: E731
     if fallback is None:
-      call = autotune_lib.Autotuned(factory, configs, key=autotune_key, default=autotune_default, name=name)
+      call = autotune_lib.Autotuned(factory, configs, key=autotune_key, default=autotune_default, name=name,
+                                    inputs=autotune_inputs)
     else:  # where nothing can be timed, only a program lowered for CUDA builds a config
       call = untimed.WithFallback(factory, configs, fallback=fallback, key=autotune_key, default=autotune_default,
-                                  name=name)
+                                  name=name, inputs=autotune_inputs)
   return call if sharding is None else sharding_lib.sharded(call, sharding, name=name)
 
 

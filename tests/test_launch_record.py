@@ -72,8 +72,8 @@ def test_the_shared_options_are_what_every_front_end_takes():
   # the three most calls give (grid, block, scalars) are named in the signature for editors.
   parameters = inspect.signature(jmf.mosaic_kernel).parameters
   assert set(parameters) - {"kernel", "out_shape", "options"} == shared | {"configs", "autotune_key",
-                                                                            "autotune_default", "grid", "block",
-                                                                            "scalars"}
+                                                                            "autotune_default", "autotune_inputs",
+                                                                            "grid", "block", "scalars"}
   assert {f.name for f in dataclasses.fields(CudaOptions)} == front_end_keywords()  # the widest front end
   with pytest.raises(TypeError, match="unexpected keyword argument 'blok'"):
     jmf.mosaic_kernel(jmf.cuda_kernel(kernel_sources.ADD, "add"), X, grid=1, blok=128)

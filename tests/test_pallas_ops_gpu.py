@@ -145,3 +145,35 @@ def test_where_jax_still_ships_pallas_ops_ours_give_their_results(dtype, rng):
   cases.assert_close(paged_attention.paged_attention(q, k_pages, v_pages, tables, lengths, k_splits=4),
                      _pallas("paged_attention").paged_attention(q, k_pages, v_pages, tables, lengths, k_splits=4),
                      dtype, "paged_attention")
+
+
+def test_every_tuned_decoding_config_is_right(rng):
+  """Each config the autotuner may pick for mqa / gqa and paged_attention, run on its own."""
+  q, k, v, start, length = cases._decode_inputs(rng, jnp.bfloat16, mqa=False, lengths=True)
+  want = decode_attention.gqa_reference(q, k, v, start, length)
+  for config in decode_attention._MORE:
+    got = decode_attention.gqa(q, k, v, start, length, block_h=config["BLOCK_H"], block_k=config["BLOCK_K"],
+                               num_warps=config["num_warps"], num_stages=config["num_stages"])
+    cases.assert_close(got, want, jnp.bfloat16, str(config))
+  q, k_pages, v_pages, tables, lengths = cases._paged_inputs(rng, jnp.bfloat16)
+  want = cases._paged_reference(q, k_pages, v_pages, tables, lengths)
+  for pages, warps, stages, block_h in paged_attention._MORE:
+    got = paged_attention.paged_attention(q, k_pages, v_pages, tables, lengths, k_splits=4, block_h=block_h,
+                                          pages_per_compute_block=pages, num_warps=warps, num_stages=stages)
+    cases.assert_close(got, want, jnp.bfloat16, f"paged {pages, warps, stages, block_h}")
+
+
+@pytest.mark.parametrize("rows", [1, 7, 512, 3 * 4096], ids=lambda r: f"rows{r}")
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_norm_gradients_for_every_grouping_of_rows(op, rows, rng):
+  """The backward's two-stage sums (norms.backward_groups: one group, many groups of one row, many of many)."""
+  case = cases.CASES[op]
+  x = cases._normal(rng, (rows, 768), jnp.bfloat16, 2.0)
+  w, b = cases._normal(rng, (768,), jnp.bfloat16), cases._normal(rng, (768,), jnp.bfloat16)
+  got = jax.jit(jax.grad(cases.loss(case.op), argnums=(0, 1, 2)))(x, w, b)
+  reference = lambda x, w, b: case.reference(x[None], w, b)[0]  # noqa: E731  (the references take (B, T, N))
+  want = jax.grad(cases.loss(reference), argnums=(0, 1, 2))(*(a.astype(jnp.float32) for a in (x, w, b)))
+  for i, g, r in zip("xwb", got, want):
+    # dw and db sum every row's terms, each off by its 16-bit cotangent's rounding: errors grow as sqrt(rows).
+    spread = 1.0 if i == "x" else float(np.sqrt(rows))
+    cases.assert_close(g.astype(jnp.float32) / spread, r / spread, jnp.bfloat16, f"{op} d/d{i} rows={rows}", scale=4)

@@ -333,7 +333,7 @@ def test_mistakes_in_decorated_calls_are_named(isolated_disk_cache):
     jmf.triton_kernel(ds.softmax_rows, signature=["*fp32", "*fp32", "i32", "i32", "i32"])
   with pytest.raises(ValueError, match=re.escape(
       "mosaic_kernel 'grouped_matmul': the kernel's @triton.autotune/@triton.heuristics choose its configs; configs=, "
-      "autotune_key= and autotune_default= are for an undecorated kernel")):
+      "autotune_key=, autotune_default= and autotune_inputs= are for an undecorated kernel")):
     jmf.mosaic_kernel(jmf.triton_kernel(ds.grouped_matmul), f32(4), grid=1, configs=[{"BLOCK_M": 64}])
   failing = triton.heuristics({"BLOCK": lambda args: args["rows"] * 2})(ds.copy)
   with pytest.raises(jmf.LaunchError, match=r"mosaic_kernel 'copy' at test_triton_decorators.py:\d+ \(.*\): "

@@ -152,3 +152,16 @@ def unrolled_sum(x_ptr, out_ptr, STEPS: tl.constexpr):
   for i in tl.static_range(STEPS):
     acc += tl.load(x_ptr + i)
   tl.store(out_ptr, acc)
+
+
+@triton.jit
+def steps_from_memory(x_ptr, steps_ptr, out_ptr, n, BLOCK: tl.constexpr):
+  """out = x iterated ``steps`` times through acc * 0.5 + x (a dependent chain the compiler cannot fold): its time
+  grows with the int32 read from memory, as a decode kernel's with its lengths."""
+  offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+  mask = offsets < n
+  x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
+  acc = tl.zeros([BLOCK], dtype=tl.float32)
+  for _ in range(0, tl.load(steps_ptr)):
+    acc = acc * 0.5 + x
+  tl.store(out_ptr + offsets, acc, mask=mask)

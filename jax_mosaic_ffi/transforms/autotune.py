@@ -23,6 +23,9 @@ timings to another machine of the same GPU, packs to any (tuning_packs.py). In a
 per GPU model decides and the others take its decision (tuning_share.py). A `jax.export` artifact holds the
 winner's binary alone.
 
+Calls whose integer inputs are data (lengths, block tables) give ``inputs=`` the arrays to be timed on
+(timing_inputs.py).
+
 A single config is taken as it is (nothing is timed). A config that fails to
 compile, lower or launch is skipped and reported; only failures that will
 happen again (a compile error, more resources than the GPU has) are stored
@@ -52,6 +55,7 @@ from jax_mosaic_ffi.base import flags
 from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base.errors import AutotuneError, NotInPacks
 from jax_mosaic_ffi.transforms import timing as timing_lib
+from jax_mosaic_ffi.transforms import timing_inputs
 from jax_mosaic_ffi.store import packs
 from jax_mosaic_ffi.transforms import autotune_report
 from jax_mosaic_ffi.transforms import launch_identity
@@ -120,7 +124,7 @@ class Autotuned:
 
   def __init__(self, factory: Callable[[dict], Callable], configs: Sequence[Mapping[str, Any]], *,
                key: Callable | None = None, default: int | Mapping | None = None, name: str | None = None,
-               warmup: int = 2, rounds: int = 7):
+               inputs: Callable | None = None, warmup: int = 2, rounds: int = 7):
     if not callable(factory):
       raise TypeError(f"jmf.autotune needs a function of a config that returns the kernel call, got {factory!r}")
     configs = list(configs)
@@ -128,7 +132,10 @@ class Autotuned:
       raise ValueError("jmf.autotune needs configs=[{...}, ...]: at least one config, each a dict")
     if key is not None and not callable(key):
       raise TypeError("autotune key must be a callable of the input avals returning something hashable")
-    self.factory, self.configs, self.key = factory, [dict(c) for c in configs], key
+    if inputs is not None and not callable(inputs):
+      raise TypeError(f"autotune inputs must be a function inputs(rng, *avals) returning the arrays to time the "
+                      f"configs on, got {inputs!r}")
+    self.factory, self.configs, self.key, self.inputs = factory, [dict(c) for c in configs], key, inputs
     self.name = name or f"{getattr(factory, '__module__', '')}.{getattr(factory, '__qualname__', repr(factory))}"
     if default is None:
       self.default = 0
@@ -280,7 +287,7 @@ class Autotuned:
 
   def _keys(self, avals, scope) -> tuple[list, list]:
     """Each config's timing key (None for one that fails to build), and what each launches or how it fails."""
-    signature = tuning_records.bounded_text(tuning_records.exact_text(scope))
+    signature = tuning_records.bounded_text(tuning_records.exact_text(scope) + timing_inputs.tag(self.inputs))
     workers = max(1, min(len(self.configs), os.cpu_count() or 1, 8))
     # Each process of a job starts at its own place in the list: the job's processes claim and compile different
     # configs at once (job_share.py) instead of all waiting for the one that claimed the first.
@@ -304,14 +311,16 @@ class Autotuned:
 
   def _tune(self, avals, device, indices: list[int]) -> dict[int, tuning_records.Timing]:
     """Times the configs `indices`; a config that fails to build or run gets its error instead."""
-    timings = timing_lib.time_configs(self._call_for, avals, device, indices, warmup=self.warmup, rounds=self.rounds)
+    make_inputs = timing_inputs.maker(self.inputs, self.name)
+    timings = timing_lib.time_configs(self._call_for, avals, device, indices, warmup=self.warmup, rounds=self.rounds,
+                                      make_inputs=make_inputs)
     store_stats.count("tuning", "timed", sum(timing.us is not None for timing in timings.values()))
     return timings
 
 
 def autotune(factory: Callable[[dict], Callable] | None = None, *, configs: Sequence[Mapping[str, Any]],
              key: Callable | None = None, default: int | Mapping | None = None, name: str | None = None,
-             warmup: int = 2, rounds: int = 7):
+             inputs: Callable | None = None, warmup: int = 2, rounds: int = 7):
   """Picks the fastest config of a kernel call per input shapes, timed on the GPU and kept on disk.
 
   The first time the call is traced for some input avals, every config is built (compiles in parallel) and
@@ -350,10 +359,18 @@ def autotune(factory: Callable[[dict], Callable] | None = None, *, configs: Sequ
     default: the config (or its index) used where nothing can be timed.
     name: names the call in reports and in the winner's cache key (default:
       the factory's qualified name).
+    inputs: ``inputs(rng, *avals)`` -> the arrays to time the configs on, one
+      per aval, of its shape and dtype (``rng``: a numpy Generator, seeded
+      alike in every process), for calls whose integer inputs are data
+      (lengths, block tables, indices) that random values would make
+      meaningless (as `check`'s ``inputs=``); default: normal floats,
+      integers in [0, 4).
 
   Returns:
     An `Autotuned` call (or, without ``factory``, a decorator that makes one).
   """
   if factory is None:
-    return lambda f: Autotuned(f, configs, key=key, default=default, name=name, warmup=warmup, rounds=rounds)
-  return Autotuned(factory, configs, key=key, default=default, name=name, warmup=warmup, rounds=rounds)
+    return lambda f: Autotuned(f, configs, key=key, default=default, name=name, inputs=inputs, warmup=warmup,
+                               rounds=rounds)
+  return Autotuned(factory, configs, key=key, default=default, name=name, inputs=inputs, warmup=warmup,
+                   rounds=rounds)

@@ -1,6 +1,7 @@
-"""How the autotuner times its configs (`time_configs`): compiled calls on random inputs of the call's shapes, in
-rounds in which the executables take turns, on the GPU's own clock (`gpu_clock.py`), or the host's where there is
-no GPU (the machinery's tests, with JAX_MOSAIC_FFI_AUTOTUNE_ON_CPU=1); and how many calls one timed program makes.
+"""How the autotuner times its configs (`time_configs`): compiled calls on random inputs of the call's shapes (or
+the call's own: timing_inputs.py), in rounds in which the executables take turns, on the GPU's own clock
+(`gpu_clock.py`), or the host's where there is no GPU (the machinery's tests, with JAX_MOSAIC_FFI_AUTOTUNE_ON_CPU=1);
+and how many calls one timed program makes.
 """
 
 from __future__ import annotations
@@ -108,10 +109,11 @@ def _median_in_turns(executables: dict, rounds: int, seconds) -> dict:
 
 
 def time_configs(call_for: Callable[[int], Callable], avals, device, indices: list[int], *, warmup: int,
-                 rounds: int) -> dict[int, tuning_records.Timing]:
-  """Times the calls of configs ``indices`` (``call_for(k)``) on ``device``, on random inputs of ``avals``: each
-  built (in threads), run once, then timed in rounds; a config that fails to build or run gets its error instead
-  (tuning_failures.py says which will repeat)."""
+                 rounds: int, make_inputs: Callable = random_inputs) -> dict[int, tuning_records.Timing]:
+  """Times the calls of configs ``indices`` (``call_for(k)``) on ``device``, on ``make_inputs(avals, device)``
+  (random inputs of ``avals``, or the call's own: timing_inputs.py): each built (in threads), run once, then timed
+  in rounds; a config that fails to build or run gets its error instead (tuning_failures.py says which will
+  repeat)."""
   on_gpu = device.platform in ("gpu", "cuda")
 
   def build(index, repeats=1):
@@ -135,8 +137,8 @@ def time_configs(call_for: Callable[[int], Callable], avals, device, indices: li
     return built
 
   timings: dict[int, tuning_records.Timing] = {}
+  inputs = make_inputs(avals, device)  # first: a call's own inputs that are wrong fail before anything compiles
   executables = build_all(indices)
-  inputs = random_inputs(avals, device)
   launched, first_s, most_bytes = [], [], 0
   for k, executable in executables.items():  # one that fails to launch is left out of the timed rounds
     try:

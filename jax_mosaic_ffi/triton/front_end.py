@@ -40,7 +40,7 @@ def launcher(kernel: TritonFunction | TritonKernel, out_shape, launch_options: L
 def check_tunable(kernel: TritonFunction | TritonKernel, made: str, configs) -> None:
   if isinstance(kernel, TritonFunction) and kernel.decorators:
     raise ValueError(f"{made}: the kernel's @triton.autotune/@triton.heuristics choose its configs; configs=, "
-                     "autotune_key= and autotune_default= are for an undecorated kernel")
+                     "autotune_key=, autotune_default= and autotune_inputs= are for an undecorated kernel")
   if isinstance(kernel, TritonKernel) and configs is not None:
     raise ValueError(f"{made}: configs= needs the kernel uncompiled; make it with jmf.{kernel.language.maker}(fn) "
                      "without signature=, so each config compiles its own")

@@ -3,8 +3,8 @@ fallbacks, which are also what `jmf.check` compares each kernel with: the forwar
 base-2 log-sum-exp, the backward delta, then dK/dV and dQ.
 
 Layouts: q, o, do (B, T, H, D); k, v (B, S, H, D); segment ids (B, S) int32 (T == S); lse, delta (B, H, T)
-float32. The forward's batch and head dimensions may be split under ``jit`` (`ShardingRule`); sequences and the
-head dimension stay whole on each device.
+float32. Every kernel's batch and head dimensions may be split under ``jit`` (`ShardingRule`), the backward's as
+the forward's; sequences and the head dimension stay whole on each device.
 """
 
 from __future__ import annotations
@@ -26,21 +26,29 @@ LOG2E = math.log2(math.e)
 MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
 
 # Tried in this order; the first is jax's Pallas default (its blocks and warps), so a tuned call is never slower
-# than the config Pallas ran, and it is the one used where nothing is timed (lowering on a CPU).
+# than the config Pallas ran, and it is the one used where nothing is timed (lowering on a CPU). After it, the
+# Hopper choices of Triton's own attention (128-query blocks, 8 warps, 3 to 4 stages: on sm_90 a 128-row block
+# is two warpgroups' wgmma) and smaller tiles for short sequences.
 _FORWARD = {
     "small": [calls.config(4, 2, BLOCK_Q=128, BLOCK_K=128), calls.config(4, 3, BLOCK_Q=128, BLOCK_K=64),
               calls.config(4, 3, BLOCK_Q=64, BLOCK_K=64), calls.config(8, 3, BLOCK_Q=128, BLOCK_K=64),
+              calls.config(8, 3, BLOCK_Q=128, BLOCK_K=128), calls.config(4, 4, BLOCK_Q=128, BLOCK_K=64),
               calls.config(4, 4, BLOCK_Q=128, BLOCK_K=32)],
     "large": [calls.config(8, 2, BLOCK_Q=128, BLOCK_K=128), calls.config(8, 3, BLOCK_Q=128, BLOCK_K=64),
+              calls.config(8, 3, BLOCK_Q=128, BLOCK_K=128), calls.config(8, 4, BLOCK_Q=128, BLOCK_K=64),
               calls.config(4, 3, BLOCK_Q=128, BLOCK_K=64), calls.config(4, 3, BLOCK_Q=64, BLOCK_K=64),
               calls.config(8, 4, BLOCK_Q=128, BLOCK_K=32)],
     "float32": [calls.config(8, 2, BLOCK_Q=128, BLOCK_K=128), calls.config(4, 2, BLOCK_Q=64, BLOCK_K=64),
                 calls.config(4, 2, BLOCK_Q=64, BLOCK_K=32), calls.config(4, 2, BLOCK_Q=32, BLOCK_K=32)],
 }
+# The backward's: Pallas's 32 x 32 blocks, 4 warps, 2 stages first; then Triton's Hopper choice (dK/dV over
+# 128 keys a program walking 32 queries a step, dQ the transpose, 4 warps, 5 stages) and neighbours of it.
 _DKDV = [calls.config(4, 2, BLOCK_Q=32, BLOCK_K=32), calls.config(4, 3, BLOCK_Q=32, BLOCK_K=128),
+         calls.config(4, 5, BLOCK_Q=32, BLOCK_K=128), calls.config(8, 3, BLOCK_Q=64, BLOCK_K=128),
          calls.config(4, 3, BLOCK_Q=64, BLOCK_K=64), calls.config(8, 2, BLOCK_Q=64, BLOCK_K=128),
          calls.config(4, 3, BLOCK_Q=32, BLOCK_K=64)]
 _DQ = [calls.config(4, 2, BLOCK_Q=32, BLOCK_K=32), calls.config(4, 3, BLOCK_Q=128, BLOCK_K=32),
+       calls.config(4, 5, BLOCK_Q=128, BLOCK_K=32), calls.config(8, 3, BLOCK_Q=128, BLOCK_K=64),
        calls.config(4, 3, BLOCK_Q=64, BLOCK_K=64), calls.config(8, 2, BLOCK_Q=128, BLOCK_K=64),
        calls.config(4, 3, BLOCK_Q=64, BLOCK_K=32)]
 
@@ -71,12 +79,21 @@ def backward_configs(dtype, seq_q: int, seq_k: int) -> tuple[list[dict], list[di
           calls.clamp_configs([c for c in _DQ if keep(c)], limits))
 
 
-def _rule(segments: bool) -> ShardingRule:
-  """Batch (a) and heads (c) may be split; query positions (b), the head dimension (d) and key positions (e) not.
-  The factors are named in the order they first appear: Factors.sdy_rule lists the replicated ones sorted by
-  name, and Shardy wants them in that order."""
-  inputs = "a b c d, a e c d, a e c d" + (", a e" if segments else "")
-  return ShardingRule(f"{inputs} -> a b c d, a c b", replicated=("b", "d", "e"))
+# The factors of the kernels' sharding rules: batch (b) and heads (h) may be split; query positions (t), key
+# positions (s) and the head dimension (d) stay whole on each device.
+_Q, _KV, _ROWS = "b t h d", "b s h d", "b h t"
+_KEPT = ("t", "s", "d")
+
+
+def _rule(inputs: list[str], outputs: list[str]) -> ShardingRule:
+  """The rule of a call of these operands' and results' factors, the whole ones those of `_KEPT` it has."""
+  kept = tuple(f for f in _KEPT if any(f in m.split() for m in inputs + outputs))
+  return ShardingRule(f"{', '.join(inputs)} -> {', '.join(outputs)}", replicated=kept)
+
+
+def _attention_inputs(segments: bool) -> list[str]:
+  """q, k, v and the segment ids (keyed by key position) when there are some."""
+  return [_Q, _KV, _KV] + (["b s"] if segments else [])
 
 
 def _mask(static: Static, seq_q: int, seq_k: int, segment_ids):
@@ -141,7 +158,7 @@ def forward_call(static: Static, head_dim: int, dtype: str):
       scalars=lambda meta, q, k, *_: (calls.f32(static.sm_scale * LOG2E), calls.i32(q.shape[1]),
                                       calls.i32(k.shape[1]), calls.i32(q.shape[2])),
       fallback=lambda *args: forward_reference(static, *args),
-      sharding=_rule(static.segments))
+      sharding=_rule(_attention_inputs(static.segments), [_Q, _ROWS]))
 
 
 def backward_reference(static: Static, q, k, v, segment_ids, do, lse, delta):
@@ -168,12 +185,16 @@ def delta_call(head_dim: int, dtype: str, seq_q: int):
       grid=lambda meta, o, do, dlse: (cdiv(o.shape[1], block), o.shape[0], o.shape[2]),
       scalars=lambda meta, o, *_: (calls.i32(o.shape[1]), calls.i32(o.shape[2])),
       fallback=lambda o, do, dlse: jnp.einsum("bthd,bthd->bht", o.astype(jnp.float32),
-                                              do.astype(jnp.float32)) - LOG2E * dlse)
+                                              do.astype(jnp.float32)) - LOG2E * dlse,
+      sharding=_rule([_Q, _Q, _ROWS], [_ROWS]))
+
+
+def _backward_rule(static: Static, outputs: list[str]) -> ShardingRule:
+  """(q, k, v[, segment_ids], do, lse, delta) -> ``outputs``: split as the forward is."""
+  return _rule(_attention_inputs(static.segments) + [_Q, _ROWS, _ROWS], outputs)
 
 
 def _backward_scalars(static: Static):
-  # No sharding= on the backward's calls: a sharded call inside jmf.differentiable's bwd does not lower under an
-  # eager jax.grad (jax finds no devices for it); under jit XLA gathers what the opaque call reads.
   return lambda meta, q, k, *_: (calls.f32(static.sm_scale * LOG2E), calls.f32(static.sm_scale),
                                  calls.i32(q.shape[1]), calls.i32(k.shape[1]), calls.i32(q.shape[2]))
 
@@ -200,7 +221,7 @@ def dkdv_call(static: Static, head_dim: int, dtype: str):
                  out_shape=lambda q, k, v, *_: (jax.ShapeDtypeStruct(k.shape, k.dtype),
                                                 jax.ShapeDtypeStruct(v.shape, v.dtype)),
                  grid=lambda meta, q, k, *_: (cdiv(k.shape[1], meta["BLOCK_K"]), k.shape[0], k.shape[2]),
-                 fallback=fallback, scalars=_backward_scalars(static))
+                 fallback=fallback, scalars=_backward_scalars(static), sharding=_backward_rule(static, [_KV, _KV]))
 
 
 def dq_call(static: Static, head_dim: int, dtype: str):
@@ -216,4 +237,4 @@ def dq_call(static: Static, head_dim: int, dtype: str):
   return _launch(fn, static.dq_configs, constexprs,
                  out_shape=lambda q, *_: jax.ShapeDtypeStruct(q.shape, q.dtype),
                  grid=lambda meta, q, *_: (cdiv(q.shape[1], meta["BLOCK_Q"]), q.shape[0], q.shape[2]),
-                 fallback=fallback, scalars=_backward_scalars(static))
+                 fallback=fallback, scalars=_backward_scalars(static), sharding=_backward_rule(static, [_Q]))

@@ -23,10 +23,12 @@ from jax_mosaic_ffi.transforms.sharding import sharded
 from jax_mosaic_ffi.transforms.sharding_rules import BatchDims
 
 # Tuned configs after the default one (Pallas's block_h and block_k, 4 warps, 2 stages): wider head blocks read
-# the keys fewer times, shorter key blocks pipeline deeper.
+# the keys fewer times, shorter key blocks pipeline deeper, longer ones with 8 warps keep more loads in flight
+# (Hopper's bandwidth wants many bytes in flight per SM).
 _MORE = [calls.config(4, 3, BLOCK_H=16, BLOCK_K=64), calls.config(4, 3, BLOCK_H=16, BLOCK_K=128),
-         calls.config(4, 3, BLOCK_H=32, BLOCK_K=64), calls.config(4, 2, BLOCK_H=64, BLOCK_K=64),
-         calls.config(8, 3, BLOCK_H=64, BLOCK_K=128)]
+         calls.config(4, 4, BLOCK_H=16, BLOCK_K=64), calls.config(8, 3, BLOCK_H=16, BLOCK_K=128),
+         calls.config(8, 2, BLOCK_H=16, BLOCK_K=256), calls.config(4, 3, BLOCK_H=32, BLOCK_K=64),
+         calls.config(4, 2, BLOCK_H=64, BLOCK_K=64), calls.config(8, 3, BLOCK_H=64, BLOCK_K=128)]
 
 
 def _split(name, q, k, start_idx, kv_seq_len, block_h, block_k, k_splits, num_warps, num_stages, default_k) -> Split:
@@ -38,9 +40,8 @@ def _split(name, q, k, start_idx, kv_seq_len, block_h, block_k, k_splits, num_wa
   if not isinstance(k_splits, int) or k_splits < 1:
     raise ValueError(f"{name}: k_splits must be a positive int, got {k_splits!r}")
   first = calls.config(num_warps or 4, num_stages, BLOCK_H=block_h, BLOCK_K=block_k)
-  # The timing inputs' lengths are small random ints, which would time almost nothing: with lengths, no tuning.
-  tuned = (block_h == 16 and block_k == default_k and num_warps is None and num_stages == 2
-           and start_idx is None and kv_seq_len is None)
+  # With start_idx or kv_seq_len too: the configs are timed on full lengths (decode_calls.decode_timing_inputs).
+  tuned = block_h == 16 and block_k == default_k and num_warps is None and num_stages == 2
   limits = {"BLOCK_H": calls.padded(group), "BLOCK_K": calls.padded(split_len)}
   configs = calls.clamp_configs([first] + (_MORE if tuned else []), limits)
   options = (("HAS_LENGTH", kv_seq_len is not None), ("HAS_START", start_idx is not None))
@@ -86,9 +87,9 @@ def mqa(q, k, v, start_idx=None, kv_seq_len=None, sm_scale: float | None = None,
   jax 0.11's Pallas ``mqa``, argument for argument: q (batch, num_heads, head_dim), k and v (batch, k_seq_len,
   head_dim); keys at positions in [start_idx, kv_seq_len) count ((batch,) or scalars; None: all). The keys are
   cut into ``k_splits`` splits (any length: Pallas needed multiples), each attended by its own programs in
-  ``block_h`` heads x ``block_k`` keys tiles, then merged. At the defaults (and without start_idx or
-  kv_seq_len, whose timing inputs would be meaningless) the tiles, warps and stages are autotuned on the GPU,
-  Pallas's first; otherwise used as given. ``sm_scale`` defaults to 1/sqrt(head_dim).
+  ``block_h`` heads x ``block_k`` keys tiles, then merged. At the defaults the tiles, warps and stages are
+  autotuned on the GPU, Pallas's first, timed with every key attended (whatever start_idx and kv_seq_len will
+  be); otherwise used as given. ``sm_scale`` defaults to 1/sqrt(head_dim).
 
   ``grid``, ``interpret`` and ``debug`` were Pallas's (its grid override, interpreter and debug printing):
   accepted and ignored. With ``return_residuals``, returns ``(o, (l, m))``: each head's softmax sum and max

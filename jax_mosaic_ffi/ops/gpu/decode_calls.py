@@ -40,8 +40,9 @@ def partials_out_shape(rows: int, splits: int, head_dim: int):
           jax.ShapeDtypeStruct((rows, splits), jnp.float32), jax.ShapeDtypeStruct((rows, splits), jnp.float32))
 
 
-def launch(fn, split: Split, constexprs: dict, **options):
-  """mosaic_kernel of a split kernel: one config fixed, several autotuned."""
+def launch(fn, split: Split, constexprs: dict, timing_inputs, **options):
+  """mosaic_kernel of a split kernel: one config fixed, several autotuned on ``timing_inputs(rng, *avals)``
+  (lengths and block tables that make the kernel do its whole work, not random small integers)."""
   configs = [dict(c) for c in split.configs]
   constexprs = {**constexprs, **dict(split.options)}
   if len(configs) == 1:
@@ -49,7 +50,20 @@ def launch(fn, split: Split, constexprs: dict, **options):
     warps, stages = fixed.pop("num_warps"), fixed.pop("num_stages")
     return mosaic_kernel(triton_kernel(fn, num_warps=warps, num_stages=stages, constexprs={**constexprs, **fixed}),
                          **options)
-  return mosaic_kernel(triton_kernel(fn, constexprs=constexprs), configs=configs, **options)
+  return mosaic_kernel(triton_kernel(fn, constexprs=constexprs), configs=configs, autotune_inputs=timing_inputs,
+                       **options)
+
+
+def normal(rng, aval):
+  """Normal floats of ``aval`` (a timing input)."""
+  return rng.standard_normal(aval.shape, dtype=np.float32).astype(aval.dtype)
+
+
+def decode_timing_inputs(rng, q, k, v, start, length):
+  """What decode_split's configs are timed on: normal q, k and v, every key attended (start 0, length S), as a
+  full cache is; random small lengths would time a split that reads almost nothing."""
+  return [normal(rng, q), normal(rng, k), normal(rng, v), np.zeros(start.shape, np.int32),
+          np.full(length.shape, k.shape[1], np.int32)]
 
 
 def split_partials(logits, valid, v_rows):
@@ -124,7 +138,7 @@ def decode_split_call(split: Split, sm_scale: float, head_dim: int, dtype: str):
   constexprs = {"HEAD_DIM": head_dim, "D_PAD": calls.padded(head_dim), "PRECISION": calls.precision(dtype)}
   qk_scale = calls.f32(sm_scale * math.log2(math.e))
   return launch(
-      calls.kernels("decode").decode_split, split, constexprs,
+      calls.kernels("decode").decode_split, split, constexprs, decode_timing_inputs,
       out_shape=lambda q, k, *_: partials_out_shape(q.shape[0] * q.shape[1], split.k_splits, head_dim),
       grid=lambda meta, q, k, *_: (cdiv(q.shape[1] // k.shape[2], meta["BLOCK_H"]), split.k_splits,
                                    q.shape[0] * k.shape[2]),

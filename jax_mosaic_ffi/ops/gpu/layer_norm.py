@@ -1,6 +1,6 @@
 """Layer normalization with a fused backward: jax 0.11's ``jax.experimental.pallas.ops.gpu.layer_norm``
 (`layer_norm`, `layer_norm_reference`) with the same names, arguments and results, run by our own Triton
-kernels (kernels/norms.py: a row read once and written once, dw and db summed in the dx kernel)::
+kernels (kernels/norms.py: a row read once and written once, each program's dw and db sums made by the dx kernel)::
 
     from jax_mosaic_ffi.ops.gpu import layer_norm   # was: from jax.experimental.pallas.ops.gpu import layer_norm
     y = layer_norm.layer_norm(x, weight, bias)      # x (batch, seq_len, N), weight and bias (N,)

@@ -2,8 +2,11 @@
 viewed as (M, N), their fallbacks, and the function with its backward attached (`jmf.differentiable`).
 
 The forward returns y and, for the backward, each row's mean and 1/std (float32); the backward returns dx and
-dw, db summed in float32 (cast to the weights' dtypes after). Rows may be split under ``jit`` in the forward;
-the backward's sums over every row read them all.
+dw, db summed in float32 (cast to the weights' dtypes after), in two stages: the kernel's programs each write
+their rows' sums (`backward_groups`), which XLA then adds. Rows may be split under ``jit``, in the forward and the
+backward alike: the backward's kernel sees x as (groups, rows of a group, N) and its partial sums as (groups,
+splits, N), so a device holding some groups writes their partial sums, and XLA's sum of them across devices is
+an all-reduce of N floats.
 """
 
 from __future__ import annotations
@@ -17,14 +20,19 @@ from jax_mosaic_ffi.api import mosaic_kernel
 from jax_mosaic_ffi.call.launch_values import cdiv
 from jax_mosaic_ffi.ops.gpu import calls
 from jax_mosaic_ffi.transforms.autodiff import differentiable
-from jax_mosaic_ffi.transforms.sharding_rules import BatchDims
+from jax_mosaic_ffi.transforms.sharding_rules import BatchDims, ShardingRule
 from jax_mosaic_ffi.triton.kernel import triton_kernel
 
 # The longest row one program holds whole; longer rows are walked in blocks of LONG_BLOCK.
 MAX_BLOCK_N = 16384
 LONG_BLOCK = 4096
-# Programs of the backward: each sums its rows' dw and db terms, then adds them once to the float32 totals.
+# The backward's programs (about): each sums at least MIN_PROGRAM_ROWS rows' dw and db terms into its own row of
+# partial sums (each costs 8 bytes a column written and read again: a program of 16 rows adds a sixth to what a
+# 16-bit row costs). Rows are viewed as (groups, rows of a group), up to MAX_GROUPS groups: the largest power of
+# two dividing the row count, so that devices splitting the rows split whole groups.
 BACKWARD_PROGRAMS = 512
+MIN_PROGRAM_ROWS = 16
+MAX_GROUPS = 256
 
 
 class Norm(NamedTuple):
@@ -101,28 +109,60 @@ def forward_call(norm: Norm, n: int, rows_fill: int):
                  grid=lambda meta, x, w, b: cdiv(x.shape[0], meta["BLOCK_M"]), **options)
 
 
+def backward_groups(rows: int) -> tuple[int, int, int]:
+  """(groups, splits of a group, rows a program takes) for the backward over ``rows`` rows."""
+  groups = min(rows & -rows, MAX_GROUPS) if rows else 1
+  group_rows = rows // groups
+  splits = max(1, min(cdiv(BACKWARD_PROGRAMS, groups), cdiv(group_rows, MIN_PROGRAM_ROWS)))
+  per_program = max(1, cdiv(group_rows, splits))
+  return groups, max(1, cdiv(group_rows, per_program)), per_program
+
+
+def backward_partials_reference(norm: Norm, splits: int, per_program: int, x, w, dy, mean, rstd):
+  """What the backward kernel computes on x (G, R, N): (dx, dw and db partial sums (G, splits, N) float32)."""
+  groups, group_rows, n = x.shape
+  flat = lambda a: a.reshape(groups * group_rows, *a.shape[2:])  # noqa: E731
+  dx = backward_reference(norm, flat(x), w, flat(dy), flat(mean), flat(rstd))[0].reshape(x.shape)
+  xhat = (x.astype(jnp.float32) - mean[..., None]) * rstd[..., None]
+  dyf = dy.astype(jnp.float32)
+
+  def partials(terms):
+    terms = jnp.pad(terms, ((0, 0), (0, splits * per_program - group_rows), (0, 0)))
+    return jnp.sum(terms.reshape(groups, splits, per_program, n), axis=2)
+  return dx, partials(dyf * xhat), partials(dyf)
+
+
+def weight_grads(x, dy, mean, rstd):
+  """dw and db, float32, as XLA's column sums (rows longer than a kernel's block)."""
+  xhat = (x.astype(jnp.float32) - mean[:, None]) * rstd[:, None]
+  return jnp.sum(dy.astype(jnp.float32) * xhat, axis=0), jnp.sum(dy.astype(jnp.float32), axis=0)
+
+
 @calls.cached
-def backward_call(norm: Norm, n: int, rows_fill: int):
-  """(x (M, N), w, dy, mean, rstd) -> (dx, dw, db), dw and db float32."""
+def backward_call(norm: Norm, n: int, splits: int, per_program: int):
+  """(x (G, R, N), w, dy (G, R, N), mean (G, R), rstd (G, R)) -> (dx, dw and db partial sums (G, splits, N)
+  float32); groups may be split under jit."""
   module = calls.kernels("norms")
-  options = dict(
-      out_shape=lambda x, w, *_: (jax.ShapeDtypeStruct(x.shape, x.dtype),
-                                  jax.ShapeDtypeStruct(x.shape[1:], jnp.float32),
-                                  jax.ShapeDtypeStruct(x.shape[1:], jnp.float32)),
-      zero_outputs=(1, 2), fallback=lambda *args: backward_reference(norm, *args))
-  if n > MAX_BLOCK_N:
-    return _launch(module.norm_backward_long, [calls.config(norm.num_warps or 8, 1)],
-                   {"SUBTRACT_MEAN": norm.subtract_mean, "BLOCK_N": LONG_BLOCK},
-                   grid=lambda meta, x, *_: x.shape[0],
-                   scalars=lambda meta, x, *_: (calls.i32(x.shape[0]), calls.i32(x.shape[1])), **options)
-  programs = lambda x: max(1, min(x.shape[0], BACKWARD_PROGRAMS))  # noqa: E731
-  return _launch(module.norm_backward, row_configs(n, rows_fill, norm.num_warps),
+  partials = lambda x: jax.ShapeDtypeStruct((x.shape[0], splits, n), jnp.float32)  # noqa: E731
+  return _launch(module.norm_backward, row_configs(n, per_program, norm.num_warps),
                  {"SUBTRACT_MEAN": norm.subtract_mean, "BLOCK_N": calls.padded(n, 1)},
-                 grid=lambda meta, x, *_: programs(x),
-                 scalars=lambda meta, x, *_: (calls.i32(x.shape[0]), calls.i32(x.shape[1]),
-                                              calls.i32(cdiv(x.shape[0], programs(x)))), **options)
+                 out_shape=lambda x, *_: (jax.ShapeDtypeStruct(x.shape, x.dtype), partials(x), partials(x)),
+                 grid=lambda meta, x, *_: (splits, x.shape[0]),
+                 scalars=lambda meta, x, *_: (calls.i32(x.shape[1]), calls.i32(n), calls.i32(per_program)),
+                 fallback=lambda *args: backward_partials_reference(norm, splits, per_program, *args),
+                 sharding=ShardingRule("g r n, n, g r n, g r, g r -> g r n, g s n, g s n", replicated=("r", "n")))
 
 
+@calls.cached
+def backward_long_call(norm: Norm, n: int):
+  """(x (M, N), w, dy, mean, rstd) -> dx, for rows longer than MAX_BLOCK_N; rows may be split under jit."""
+  return _launch(calls.kernels("norms").norm_backward_long, [calls.config(norm.num_warps or 8, 1)],
+                 {"SUBTRACT_MEAN": norm.subtract_mean, "BLOCK_N": LONG_BLOCK},
+                 out_shape=lambda x, *_: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                 grid=lambda meta, x, *_: x.shape[0],
+                 scalars=lambda meta, x, *_: (calls.i32(x.shape[0]), calls.i32(x.shape[1])),
+                 fallback=lambda *args: backward_reference(norm, *args)[0],
+                 sharding=BatchDims(inputs=(0, None, 0, 0, 0), outputs=0))
 
 
 @calls.cached
@@ -135,7 +175,15 @@ def function(norm: Norm, n: int, rows_fill: int):
     if norm.backward_pass_impl == "xla":
       _, vjp = jax.vjp(lambda x, w, b: forward_reference(norm, x, w, b)[0], x, w, b)
       return vjp(dy)
-    dx, dw, db = backward_call(norm, n, rows_fill)(x, w, dy, mean, rstd)
+    if n > MAX_BLOCK_N:
+      dx = backward_long_call(norm, n)(x, w, dy, mean, rstd)
+      dw, db = weight_grads(x, dy, mean, rstd)
+    else:
+      groups, splits, per_program = backward_groups(x.shape[0])
+      grouped = lambda a: a.reshape(groups, x.shape[0] // groups, *a.shape[1:])  # noqa: E731
+      dx, dw, db = backward_call(norm, n, splits, per_program)(grouped(x), w, grouped(dy), grouped(mean),
+                                                               grouped(rstd))
+      dx, dw, db = dx.reshape(x.shape), jnp.sum(dw, axis=(0, 1)), jnp.sum(db, axis=(0, 1))
     return dx, dw.astype(w.dtype), db.astype(b.dtype)
 
   return jax.jit(differentiable(forward, bwd=backward, residuals=("in0", "in1", "in2", "out1", "out2")))

@@ -23,6 +23,12 @@ from jax_mosaic_ffi.transforms.sharding import sharded
 from jax_mosaic_ffi.transforms.sharding_rules import BatchDims
 
 DEFAULT_MASK_VALUE = -0.7 * float(np.finfo(np.dtype("float32")).max)
+# Tuned after Pallas's default (block_h 16, 8 pages per step, 8 warps, 2 stages), as (pages per step, warps,
+# stages, block_h): fewer tokens per step pipeline deeper, wider head blocks read each page fewer times. Steps
+# of more than _MOST_TOKENS tokens are left out (their key tiles spill registers).
+_MORE = [(4, 4, 2, 16), (4, 4, 3, 16), (8, 4, 3, 16), (8, 8, 3, 16), (16, 8, 2, 16), (2, 4, 4, 16),
+         (4, 4, 3, 32), (8, 8, 2, 64)]
+_MOST_TOKENS = 256
 
 
 def _split_reference(q, k_pages, v_pages, k_scales, v_scales, tables, lengths, split: Split, soft_cap, mask_value):
@@ -65,7 +71,7 @@ def _split_call(split: Split, page_size: int, head_dim: int, dtype: str, soft_ca
             calls.f32(soft_cap), calls.f32(mask_value))
 
   return decode_calls.launch(
-      calls.kernels("paged").paged_split, split, constexprs,
+      calls.kernels("paged").paged_split, split, constexprs, paged_timing_inputs,
       out_shape=lambda q, *_: decode_calls.partials_out_shape(q.shape[0] * q.shape[1], split.k_splits, head_dim),
       grid=lambda meta, q, k_pages, *_: (cdiv(q.shape[1] // k_pages.shape[0], meta["BLOCK_H"]), split.k_splits,
                                          q.shape[0] * k_pages.shape[0]),
@@ -86,10 +92,36 @@ def _paged(split: Split, page_size: int, head_dim: int, dtype: str, soft_cap: fl
   return jax.jit(sharded(run, rule, name="paged_attention"))
 
 
+def paged_timing_inputs(rng, q, k_pages, v_pages, k_scales, v_scales, tables, lengths):
+  """What paged_split's configs are timed on: every sequence full (its length all its pages), its block table
+  distinct pages scattered over the pool (as an allocator leaves them), int8 pages as int8 data, scales near 1;
+  random small ints would make every length 0 to 3 tokens and every table one of four pages."""
+  batch, per_seq = tables.shape
+  total, page_size = k_pages.shape[1], k_pages.shape[2]
+  pages = (rng.permutation(total)[:batch * per_seq] if total >= batch * per_seq
+           else rng.integers(0, total, batch * per_seq))
+  page_data = lambda a: (rng.integers(-127, 128, a.shape).astype(a.dtype) if np.dtype(a.dtype).kind == "i"  # noqa: E731
+                         else decode_calls.normal(rng, a))
+  scale = lambda a: rng.uniform(0.5, 1.5, a.shape).astype(a.dtype)  # noqa: E731
+  return [decode_calls.normal(rng, q), page_data(k_pages), page_data(v_pages), scale(k_scales), scale(v_scales),
+          pages.reshape(batch, per_seq).astype(np.int32), np.full(lengths.shape, per_seq * page_size, np.int32)]
+
+
 def _config(block_h, pages_per_compute_block, page_size, num_warps, num_stages, pages_per_split) -> dict:
   pages = max(1, min(pages_per_compute_block, pages_per_split))
   return calls.config(num_warps, num_stages, BLOCK_H=block_h, PAGES_PER_BLOCK=pages,
                       BLOCK_T=calls.padded(pages * page_size))
+
+
+def _configs(block_h, pages_per_compute_block, page_size, num_warps, num_stages, pages_per_split, group) -> list:
+  """The given config first; at Pallas's defaults, `_MORE` after it (autotuned on `paged_timing_inputs`)."""
+  most_h = calls.padded(group)
+  configs = [_config(min(block_h, most_h), pages_per_compute_block, page_size, num_warps, num_stages,
+                     pages_per_split)]
+  if (block_h, pages_per_compute_block, num_warps, num_stages) == (16, 8, 8, 2):
+    configs += [_config(min(h, most_h), pages, page_size, warps, stages, pages_per_split)
+                for pages, warps, stages, h in _MORE if pages * page_size <= _MOST_TOKENS]
+  return calls.clamp_configs(configs, {})
 
 
 def paged_attention(q: jax.Array, k_pages: jax.Array, v_pages: jax.Array, block_tables: jax.Array,
@@ -111,8 +143,10 @@ def paged_attention(q: jax.Array, k_pages: jax.Array, v_pages: jax.Array, block_
     pages_per_compute_block: pages per step of a program's loop.
     k_splits: splits of each sequence's pages, each attended by its own programs, then merged (any
       pages_per_sequence: Pallas needed multiples).
-    num_warps, num_stages: the split kernel's launch. Used as given (as the other sizes): autotuning would time
-      random block tables and lengths.
+    num_warps, num_stages: the split kernel's launch. Left at Pallas's defaults (with block_h and
+      pages_per_compute_block at theirs), pages per step, warps, stages and head blocks are autotuned on the GPU,
+      Pallas's first, timed on full sequences over scattered pages (`paged_timing_inputs`); otherwise used as
+      given.
     interpret, debug: Pallas's interpreter and debug printing: accepted and ignored.
     mask_value: the logit of tokens past a sequence's length.
     attn_logits_soft_cap: when given, logits become ``cap * tanh(logits / cap)``.
@@ -156,11 +190,11 @@ def paged_attention(q: jax.Array, k_pages: jax.Array, v_pages: jax.Array, block_
   if not isinstance(k_splits, int) or k_splits < 1:
     raise ValueError(f"paged_attention: k_splits must be a positive int, got {k_splits!r}")
   pages_per_split = cdiv(block_tables.shape[1], k_splits)
-  config = _config(min(block_h, calls.padded(num_heads // num_kv_heads)), pages_per_compute_block, page_size,
-                   num_warps, num_stages, pages_per_split)
+  configs = _configs(block_h, pages_per_compute_block, page_size, num_warps, num_stages, pages_per_split,
+                     num_heads // num_kv_heads)
   options = (("HAS_CAP", attn_logits_soft_cap is not None), ("HAS_K_SCALES", k_scales_pages is not None),
              ("HAS_LENGTHS", lengths is not None), ("HAS_V_SCALES", v_scales_pages is not None))
-  split = Split(decode_calls.frozen([config]), k_splits, options)
+  split = Split(decode_calls.frozen(configs), k_splits, options)
   none = jnp.zeros((1,), jnp.float32)
   fn = _paged(split, page_size, head_dim, str(jnp.dtype(q.dtype)), float(attn_logits_soft_cap or 0.0),
               float(mask_value))

@@ -2,8 +2,8 @@
 
 A row that fits `BLOCK_N` is read once and written once (Pallas's kernel reads it three times); longer rows are
 walked in blocks, twice (three times with the mean). The forward keeps the mean and 1/std per row, float32,
-for the backward, which computes dx row by row and adds each program's share of dw and db into float32
-outputs the runtime zeroes first (``zero_outputs``).
+for the backward, which computes dx row by row and writes each program's share of dw and db, float32, for the
+caller to sum (no atomics: every program's partial sums are its own row of the output).
 """
 
 import triton
@@ -66,12 +66,15 @@ def norm_forward_long(X, W, B, Y, MEAN, RSTD, rows, n, eps, SUBTRACT_MEAN: tl.co
 
 
 @triton.jit(do_not_specialize_on_alignment=["MEAN", "RSTD"])
-def norm_backward(X, W, DY, MEAN, RSTD, DX, DW, DB, rows, n, rows_per_program, SUBTRACT_MEAN: tl.constexpr,
-             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-  """grid (programs,): each program rows [pid * rows_per_program, ...), BLOCK_M at a time (n <= BLOCK_N); its
-  sums of dy * xhat and dy are added to DW and DB (float32, zeroed by the runtime) once, at the end."""
-  first = tl.program_id(0) * rows_per_program
-  last = tl.minimum(first + rows_per_program, rows)
+def norm_backward(X, W, DY, MEAN, RSTD, DX, DW_PART, DB_PART, group_rows, n, rows_per_program,
+                  SUBTRACT_MEAN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+  """grid (SPLITS, GROUPS) over x viewed as (GROUPS, group_rows, n) (n <= BLOCK_N): program (s, g) takes rows
+  [s * rows_per_program, ...) of group g, BLOCK_M at a time; its sums of dy * xhat and dy are row g * SPLITS + s
+  of DW_PART and DB_PART (float32), summed after (a two-stage reduction: no atomics, the same sums every run)."""
+  s = tl.program_id(0)
+  g = tl.program_id(1).to(tl.int64)
+  first = s * rows_per_program
+  last = tl.minimum(first + rows_per_program, group_rows)
   offs_n = tl.arange(0, BLOCK_N)
   n_ok = offs_n < n
   w = tl.load(W + offs_n, mask=n_ok, other=0.0).to(tl.float32)
@@ -80,13 +83,14 @@ def norm_backward(X, W, DY, MEAN, RSTD, DX, DW, DB, rows, n, rows_per_program, S
   for start in range(first, last, BLOCK_M):
     offs_m = start + tl.arange(0, BLOCK_M)
     m_ok = offs_m < last
+    rows = g * group_rows + offs_m
     mask = m_ok[:, None] & n_ok[None, :]
-    offsets = offs_m.to(tl.int64)[:, None] * n + offs_n[None, :]
+    offsets = rows[:, None] * n + offs_n[None, :]
     x = tl.load(X + offsets, mask=mask, other=0.0).to(tl.float32)
     dy = tl.load(DY + offsets, mask=mask, other=0.0).to(tl.float32)
-    rstd = tl.load(RSTD + offs_m, mask=m_ok, other=0.0)
+    rstd = tl.load(RSTD + rows, mask=m_ok, other=0.0)
     if SUBTRACT_MEAN:
-      mean = tl.load(MEAN + offs_m, mask=m_ok, other=0.0)
+      mean = tl.load(MEAN + rows, mask=m_ok, other=0.0)
       xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
     else:
       xhat = x * rstd[:, None]
@@ -100,13 +104,14 @@ def norm_backward(X, W, DY, MEAN, RSTD, DX, DW, DB, rows, n, rows_per_program, S
     tl.store(DX + offsets, dx.to(DX.dtype.element_ty), mask=mask)
     dw += tl.sum(dy * xhat, 0)
     db += tl.sum(dy, 0)
-  tl.atomic_add(DW + offs_n, dw, mask=n_ok, sem="relaxed")
-  tl.atomic_add(DB + offs_n, db, mask=n_ok, sem="relaxed")
+  part = (g * tl.num_programs(0) + s) * n
+  tl.store(DW_PART + part + offs_n, dw, mask=n_ok)
+  tl.store(DB_PART + part + offs_n, db, mask=n_ok)
 
 
 @triton.jit(do_not_specialize_on_alignment=["MEAN", "RSTD"])
-def norm_backward_long(X, W, DY, MEAN, RSTD, DX, DW, DB, rows, n, SUBTRACT_MEAN: tl.constexpr, BLOCK_N: tl.constexpr):
-  """grid (M,): one row longer than a block; its dw and db terms are added block by block."""
+def norm_backward_long(X, W, DY, MEAN, RSTD, DX, rows, n, SUBTRACT_MEAN: tl.constexpr, BLOCK_N: tl.constexpr):
+  """grid (M,): dx of one row longer than a block, walked in blocks twice (dw and db: the caller's column sums)."""
   row = tl.program_id(0).to(tl.int64)
   rstd = tl.load(RSTD + row)
   mean = 0.0
@@ -135,5 +140,3 @@ def norm_backward_long(X, W, DY, MEAN, RSTD, DX, DW, DB, rows, n, SUBTRACT_MEAN:
     w = tl.load(W + offs, mask=ok, other=0.0).to(tl.float32)
     xhat = (x - mean) * rstd
     tl.store(DX + row * n + offs, ((w * dy - (xhat * c1 + c2)) * rstd).to(DX.dtype.element_ty), mask=ok)
-    tl.atomic_add(DW + offs, dy * xhat, mask=ok, sem="relaxed")
-    tl.atomic_add(DB + offs, dy, mask=ok, sem="relaxed")
