@@ -137,6 +137,26 @@ GOALS = (
     Goal("CuTe Hopper GEMM, warm in a fresh process: first result in at most 5% of a cold process's time",
          metric="cute_native/warm_start/warm_s/ours", baseline="cute_native/warm_start/cold_s/ours",
          compare="<=", threshold=0.05, unit="s"),
+    *(Goal(f"cuTile sample through cutile_jax, {label}: at least 1.00x cuda.tile.jax's own launcher (GPU time)",
+           metric=f"cutile_native/samples/speed/{case}", compare=">=", threshold=1.0,
+           explain_unmet="GPU time per call: ours {ours} us, cuda.tile.jax.cutile_call {theirs} us.",
+           context={"ours": f"cutile_native/samples/cases/{case}/us/ours",
+                    "theirs": f"cutile_native/samples/cases/{case}/us/theirs"})
+      for case, label in (("vector_add", "vector add"), ("softmax", "softmax"), ("matmul", "matmul"),
+                          ("layer_norm", "layer norm"))),
+    *(Goal(f"cuTile kernel launches, {label}: a call inside jit costs the host less than cuda.tile.jax's",
+           metric=f"cutile_native/{run}/us_per_call/ours", baseline=f"cutile_native/{run}/us_per_call/theirs",
+           compare="<=", threshold=1.0, unit="us")
+      for run, label in (("launch", "command buffers on"), ("launch_cb_off", "command buffers off"))),
+    *(Goal(f"cuTile cold compile, {case}: no slower than cuTile's export_kernel alone (sm_90, every cache empty)",
+           metric=f"cutile_native/compile/compile/{case}/s/ours",
+           baseline=f"cutile_native/compile/compile/{case}/s/export_kernel", compare="<=", threshold=1.0, unit="s",
+           explain_unmet=("Each compile runs in a child forked for it, so that JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S can "
+                          "stop it: a forked compile that does nothing costs {fork} s here, and ours without the "
+                          "bound (=0, no fork) {unbounded} s against export_kernel's {baseline} s."),
+           context={"fork": f"cutile_native/compile/compile/{case}/s/fork",
+                    "unbounded": f"cutile_native/compile/compile/{case}/s/unbounded"})
+      for case in ("vector_add", "softmax", "matmul", "layer_norm")),
     *(Goal(f"FlashAttention-4's Hopper {label} through jmf.cute_call: at least 0.98x FA4's own launcher (GPU time)",
            metric=f"fa4_attention/gpu/cases/{case}/us/fa4", baseline=f"fa4_attention/gpu/cases/{case}/us/ours",
            compare=">=", threshold=0.98, unit="us")

@@ -9,6 +9,11 @@
 #                                PATHS it removes that file (before a build: the build takes the machine's jaxlib).
 #                                site reads .pth files in name order: 00- puts them before the machine's packages,
 #                                which setup_env.sh's _jmf_parent_site.pth adds
+#   carried_tools STASH [PATHS]  prints a folder for the front of PATH holding links to the programs a front end
+#                                looks for on PATH when its own lookup through the packages misses them (cuTile's
+#                                tileiras: its lookup goes through the nvidia.cu13 namespace package, which a
+#                                machine whose nvidia/ is a regular package hides; PATH is where cuTile looks next);
+#                                nothing where PATHS carry none
 # Needs JMF_PYTHON (a Python to honour the .pth files with).
 carried_stash() {
   local repo=$1 stash=$2 f
@@ -61,4 +66,18 @@ carried_install() {
   else
     tr ':' '\n' <<<"$paths" > "$site/00-jmf-carried.pth"
   fi
+}
+
+carried_tools() {
+  local stash=$1 paths=${2:-} entry tool found=""
+  local -a entries
+  IFS=: read -r -a entries <<<"$paths"
+  rm -rf "$stash/tools"
+  for entry in "${entries[@]}"; do
+    for tool in tileiras tileirdisasm; do
+      [ -x "$entry/nvidia/cu13/bin/$tool" ] || continue
+      mkdir -p "$stash/tools" && ln -sf "$entry/nvidia/cu13/bin/$tool" "$stash/tools/$tool" && found=1
+    done
+  done
+  [ -z "$found" ] || echo "$stash/tools"
 }

@@ -111,12 +111,27 @@ print(core.BUILT_AGAINST["jaxlib"], ".".join(map(str, versions.OLDEST)))')
     exit 1
   fi
   carried_install "$JMF_VENV" "$carried" || exit 1
+  tools="$(carried_tools "$stash" "$carried")"
+  [ -z "$tools" ] || export PATH="$tools:$PATH"
 fi
 "$JMF_VENV/bin/python" -P -c '
 import jax, jaxlib
 from jax_mosaic_ffi.base.native import core
 print(f"== jax {jax.__version__} and jaxlib {jaxlib.__version__} from {jax.__file__.rsplit("/", 2)[0]}; "
       f"extension built against jaxlib {core.BUILT_AGAINST["jaxlib"]}")' | tee "$out/versions.txt"
+# cuTile (installed or carried): the tileiras it runs, which it takes from the nvidia/cu13/bin its pip packages put
+# first on the path when nvidia-cuda-tileiras, -nvcc and -nvvm share a release (else the system's, if any).
+"$JMF_VENV/bin/python" -P -c '
+import importlib.util
+if importlib.util.find_spec("cuda") is not None and importlib.util.find_spec("cuda.tile") is not None:
+  from jax_mosaic_ffi.cutile.compiler import release
+  try:
+    ct = release.require_cutile()
+    from cuda.tile import _compile
+    print(f"== cuTile {release.release()} from {ct.__file__.rsplit("/", 3)[0]}; tileiras "
+          f"{_compile._find_compiler_bin().path}: {release.tileiras_identity()}")
+  except Exception as e:
+    print(f"== cuTile cannot compile here: {type(e).__name__}: {e}")' 2>&1 | tee -a "$out/versions.txt"
 
 status=0
 if [ "$what" = tests ] || [ "$what" = all ] || [ "$what" = wheel ]; then

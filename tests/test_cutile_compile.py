@@ -234,3 +234,19 @@ def test_cold_compile_costs_what_export_kernel_costs(isolated_disk_cache):
     custom_calls(lower(f, f32(8, 200)))
   assert jmf.kernel_cache_stats().compiles["cutile"] - before == 1
 
+
+
+def test_a_compile_leaves_no_file_and_asks_tileiras_its_bytecode_version_once(tmp_path, isolated_disk_cache,
+                                                                            monkeypatch):
+  """cuTile writes each compile's bytecode and cubin into its temporary folder and leaves them there, and probes
+  tileiras for the bytecode version it takes (two more files) once per process: a forked compile's child does
+  both in its own folder, and asks no probe, which this process made once."""
+  from cuda.tile import _cext
+  from jax_mosaic_ffi.cutile.compiler import release
+  release.bytecode_version()
+  folder = tmp_path / "cutile-temp"
+  folder.mkdir()
+  monkeypatch.setattr(_cext.default_tile_context.config, "temp_dir", str(folder))
+  for n in (2048, 2047):  # two keys (the extent's divisibility differs): two compiles
+    compile_plan(S.vector_add, vadd_plan(n=n, tile=256), name="vector_add", targets=(module_format.Arch(90),))
+  assert sorted(p.name for p in folder.iterdir()) == []

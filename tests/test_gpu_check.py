@@ -117,6 +117,27 @@ def test_carried_paths_are_installed_in_the_venv_ahead_of_its_other_pth_paths_an
   assert carried(f"carried_install {venv}").returncode == 0   # nothing to remove
 
 
+def test_a_carried_tileiras_is_linked_into_a_folder_for_path(tmp_path):
+  """cuTile looks for tileiras on PATH where its lookup through nvidia.cu13 misses the carried one: the bundle's
+  tileiras and tileirdisasm, linked into a folder of their own (nothing else of that bin/ goes on PATH)."""
+  stash, carried_site, other = tmp_path / "stash", tmp_path / "cutile.site", tmp_path / "other.site"
+  stash.mkdir()
+  bin_ = carried_site / "nvidia" / "cu13" / "bin"
+  bin_.mkdir(parents=True)
+  for tool in ("tileiras", "tileirdisasm", "ptxas"):
+    (bin_ / tool).write_text(f"#!/bin/sh\necho {tool} carried\n")
+    (bin_ / tool).chmod(0o755)
+  other.mkdir()
+  done = carried(f"carried_tools {stash} {other}:{carried_site}")
+  assert done.returncode == 0 and done.stdout.strip() == str(stash / "tools"), done.stderr
+  assert sorted(p.name for p in (stash / "tools").iterdir()) == ["tileiras", "tileirdisasm"]
+  found = subprocess.run(["bash", "-c", "tileiras"], capture_output=True, text=True,
+                         env={**os.environ, "PATH": f"{stash / 'tools'}:{os.environ['PATH']}"})
+  assert found.stdout.strip() == "tileiras carried"
+  done = carried(f"carried_tools {stash} {other}")   # a bundle without tileiras: no folder, the last one gone
+  assert done.returncode == 0 and done.stdout.strip() == "" and not (stash / "tools").exists()
+
+
 STEP = os.path.join(os.path.dirname(SCRIPT), "benchmarks_step.sh")
 
 

@@ -12,7 +12,10 @@ in another checkout compiles to the same bytes. cuTile's own cache is off in our
 nothing; `jax.export` carries the module.
 
 Every compile runs under ``JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S``, in a child forked for it and killed at the deadline
-(toolchain/forked_compile.py): cuTile's Python front end and tileiras, for every target.
+(toolchain/forked_compile.py): cuTile's Python front end and tileiras, for every target. What cuTile looks up once
+per process (its tileiras, the bytecode version that tileiras takes: a tileiras run each) is looked up here before
+the fork, since a child's lookups die with it; the child's temporary files go in its own folder, which the parent
+removes. Its cost above ``export_kernel`` alone is then the fork's (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -91,10 +94,15 @@ def cutile_arch(target: Arch) -> tuple[str, Arch]:
   return f"sm_{target.number}", Arch(target.number, "a" if target.number >= 90 else "")
 
 
-def _no_cutile_cache() -> None:
-  """cuTile's own disk cache off in this process (a forked compile's child): ours keeps the cubins."""
+def _configure_cutile() -> None:
+  """cuTile's own disk cache off (ours keeps the cubins); in a forked compile's child, its temporary files (each
+  compile's bytecode and cubin, which it does not remove) in the child's own folder, which the parent removes,
+  not in the folder cuTile made for this process, which would keep them until the process ends."""
   from cuda.tile import _cext  # noqa: PLC0415  (optional dependency: cuTile; its context's configuration)
-  _cext.default_tile_context.config.cache_dir = None  # noqa: SLF001
+  config = _cext.default_tile_context.config
+  config.cache_dir = None
+  if forked_compile.in_child():
+    config.temp_dir = tempfile.gettempdir()
 
 
 def _unrelocated(text: str, kernel, relocated) -> str:
@@ -108,14 +116,14 @@ def _export(kernel, plan: Plan, target: Arch, name: str, what: str, bytecode: bo
   """(the entry's symbol, the cubin or TileIR bytecode) of ``kernel`` for ``plan`` on ``target``, made here."""
   release_lib.require_cutile()
   from cuda.tile.compilation import export_kernel  # noqa: PLC0415  (optional dependency: cuTile)
-  _no_cutile_cache()
+  _configure_cutile()
   moved = relocate.relocated(kernel)
   gpu_code, _ = cutile_arch(target)
   try:
     # The entry named as cuTile names it: the function's name mangled with the signature.
     signature = signature_lib.kernel_signature(plan, parameters_lib.python_function(kernel).__name__, _itemsize)
     out = io.BytesIO()
-    export_kernel(moved, [signature], out, gpu_code=gpu_code,
+    export_kernel(moved, [signature], out, gpu_code=gpu_code, bytecode_version=release_lib.bytecode_version(),
                   output_format="tileir_bytecode" if bytecode else "cubin")
   except Exception as e:  # cuTile's errors are many types; each says what it found and where
     raise CompileError(name, _unrelocated(f"{type(e).__name__}: {str(e).rstrip()}", kernel, moved), "", "",
@@ -133,6 +141,7 @@ def _bounded(work, stage: str, name: str, targets: tuple[Arch, ...], where: str)
   bound = compile_timeout.seconds()
   what = f"'{name}' for {', '.join(t.sm for t in targets)}" + (f" (called at {where})" if where else "")
   release_lib.require_cutile()
+  release_lib.bytecode_version()  # probed here, once per process: a child's would die with it
   with _lock:
     try:
       return forked_compile.run(work, bound, stage)

@@ -104,6 +104,24 @@ def tileiras_identity() -> str:
 
 
 @functools.cache
+def bytecode_version() -> str:
+  """The newest TileIR bytecode version the tileiras cuTile runs takes ("13.4"), found as cuTile finds it (a
+  tileiras run on an empty module, some 50-80 ms): asked once per process, here, before a compile forks, and handed
+  to every ``export_kernel``, so that no forked compile's child runs that probe again (what a child caches dies with
+  it). The cuda-tile release and the tileiras decide it, and the key names both."""
+  require_cutile()
+  with importing("cuTile's bytecode version lookup"):
+    from cuda.tile import _cext  # noqa: PLC0415  (optional dependency: cuTile; its context's configuration)
+    from cuda.tile import _compile as ct_compile  # noqa: PLC0415  (optional dependency: cuTile; its own probe)
+  try:
+    found = ct_compile._get_max_supported_bytecode_version(  # noqa: SLF001  (as export_kernel asks it)
+        _cext.default_tile_context.config.temp_dir, allow_dev=_cext.dev_features_enabled())
+  except FileNotFoundError as e:
+    raise CutileUnavailable(f"cuTile's compiler, tileiras, was not found ({e}): {INSTALL_HINT}") from None
+  return found.as_string()
+
+
+@functools.cache
 def disassembler() -> str | None:
   """tileirdisasm beside the tileiras cuTile runs (TileIR bytecode to MLIR text, the key audit's witness), or None."""
   require_cutile()
