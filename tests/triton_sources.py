@@ -1,6 +1,9 @@
 """Triton kernels for the tests (@triton.jit functions must live in a file); the ones the benchmarks run too come
 from the kernel corpus (benchmarks/kernels/), written once."""
 
+import os
+import time
+
 import triton
 import triton.language as tl
 
@@ -152,3 +155,16 @@ def unrolled_sum(x_ptr, out_ptr, STEPS: tl.constexpr):
   for i in tl.static_range(STEPS):
     acc += tl.load(x_ptr + i)
   tl.store(out_ptr, acc)
+
+
+@triton.constexpr_function
+def _slept():
+  globals()["time"].sleep(float(os.environ["JMF_TEST_TRACE_SLEEP_S"]))  # (Triton refuses a function it names)
+  return 1.0
+
+
+@triton.jit
+def sleeps_in_its_frontend(x_ptr, out_ptr):
+  """Each frontend run of it sleeps for JMF_TEST_TRACE_SLEEP_S seconds; it reads the environment, so the key reader
+  refuses it and its key is its TTIR's: a frontend run for the key, then the compile's."""
+  tl.store(out_ptr, tl.load(x_ptr) + _slept())

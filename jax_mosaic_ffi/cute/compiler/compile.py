@@ -181,7 +181,14 @@ def _from_bytes(name: str, data: bytes) -> CuteKernel:
 
 def compile_plan(launcher, plan: Plan, *, name: str, targets: tuple[Arch, ...], options: str | None,
                  compile_key=None, where: str = "") -> CuteKernel:
-  """The kernel of this specialization: from memory, from disk, or compiled (once per target)."""
+  """The kernel of this specialization: from memory, from disk, or compiled (once per target). Its pieces (an IR
+  key's trace, the compile, the audit's witness) share one deadline (base/compile_timeout.py)."""
+  with compile_timeout.whole_compile(compile_timeout.seconds()):
+    return _compile_plan(launcher, plan, name, targets, options, compile_key, where)
+
+
+def _compile_plan(launcher, plan: Plan, name: str, targets: tuple[Arch, ...], options: str | None, compile_key,
+                  where: str) -> CuteKernel:
   release = package.compiler_release()
   dsl.check_release(release)
   described, exact_plan = plan.describe()
