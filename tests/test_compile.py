@@ -108,6 +108,19 @@ def test_ptx_and_cubin_kernels_wrap_prebuilt_code(isolated_disk_cache):
     jmf.cubin_kernel({"sm_90": b"not an elf"}, "add")
 
 
+@pytest.mark.parametrize("source, name, options, said", [
+    (kernel_sources.ADD + "// \udcff", "add", (), r"the source holds '\\udcff' at character \d+, a lone surrogate"),
+    (kernel_sources.ADD, "add\udcff", (), r"the kernel name 'add\\udcff' holds a lone surrogate"),
+    (kernel_sources.ADD, "add", ("-DX=\udcff",), r"the option '-DX=\\udcff' holds '\\udcff'"),
+    (kernel_sources.ADD, "add", ("--dlink-time-opt",), r"the option '--dlink-time-opt' makes NVRTC emit LTO IR"),
+    (kernel_sources.ADD, "add", ("-dlto",), r"the option '-dlto' makes NVRTC emit LTO IR"),
+])
+def test_text_nvrtc_cannot_take_and_options_that_make_no_loadable_module_are_refused_by_name(
+    isolated_disk_cache, source, name, options, said):
+  with pytest.raises(ValueError, match=rf"^cuda_kernel( 'add')?: {said}"):
+    jmf.cuda_kernel(source, name, options=options)
+
+
 TEMPLATE_BOMB = r'''
 template <int N, unsigned long long M> struct Bomb {
   static constexpr unsigned long long value = Bomb<N - 1, 2 * M>::value + Bomb<N - 1, 2 * M + 1>::value;

@@ -548,6 +548,27 @@ def test_load_pack_puts_a_pack_first(clean_packs, monkeypatch):
   assert packs.lookup("ab" * 32, "tuning") is None
 
 
+def test_a_recording_folder_that_is_not_yours_alone_is_refused(clean_packs, monkeypatch):
+  # Entries another user put there would be built into the pack as this program's own.
+  shared = clean_packs / "shared"
+  shared.mkdir()
+  shared.chmod(0o777)
+  monkeypatch.setenv(pack_record.ENV, str(shared))
+  with pytest.raises(jmf.PackError, match=rf"^JAX_MOSAIC_FFI_PACK_RECORD={shared} is not a folder of yours that no "
+                                          r"one else can write \(uid \d+, mode 777"):
+    jmf.cuda_kernel(kernel_sources.ADD, "add")
+  assert not list(shared.iterdir())
+  if os.geteuid() == 0:  # root can give it to another user: refused too
+    shared.chmod(0o755)
+    os.chown(shared, 12345, 12345)
+    with pytest.raises(jmf.PackError, match=r"\(uid 12345, mode 755; you are uid 0\)"):
+      jmf.cuda_kernel(kernel_sources.ADD.replace("add", "add_again"), "add_again")
+  own = clean_packs / "own"
+  monkeypatch.setenv(pack_record.ENV, str(own))
+  jmf.cuda_kernel(kernel_sources.ADD.replace("add", "add_mine"), "add_mine")
+  assert stat.S_IMODE(os.stat(own).st_mode) == 0o700 and list(own.iterdir())
+
+
 def test_the_build_command_makes_a_pack_from_a_recorded_folder(clean_packs, monkeypatch, capsys):
   from jax_mosaic_ffi.pack import __main__ as command
   monkeypatch.setenv(pack_record.ENV, str(clean_packs / "recording"))

@@ -205,7 +205,15 @@ def _compile_plan(launcher, plan: Plan, name: str, targets: tuple[Arch, ...], op
     for t in targets:
       forked_compile.stage(_compile_stage(t))
       images.append(_compile_one(launcher, plan, t, options, name, where))
-    compiled = Compiled.of(ParsedModule(PREFIX, tuple(images)), None)
+    try:
+      compiled = Compiled.of(ParsedModule(PREFIX, tuple(images)), None)
+    except module_format.ModuleFormatError:
+      if dsl.is_jit(launcher):
+        raise
+      raise CompileError(name, f"the launcher {launcher!r} is not a @cute.jit function and launched no kernel", "",
+                         "", compiler="CuTe DSL", what=f"'{name}' (called at {where})",
+                         advice="decorate the launcher with @cute.jit (or launch kernels from a @cute.jit function "
+                         "it calls)") from None
     return _to_bytes(CuteKernel(name, compiled, plan.host_args(), max(t.align for t in plan.tensors)))
 
   def compile():
