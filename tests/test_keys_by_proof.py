@@ -206,7 +206,8 @@ def test_an_attribute_the_program_set_on_a_library_module_is_read(tmp_path, monk
 
 def test_a_library_module_is_keyed_by_its_release(tmp_path):
   from jax_mosaic_ffi.base import library_modules
-  assert library_modules.release("numpy") == f"numpy {np.__version__}"
+  import importlib.metadata
+  assert library_modules.release("numpy") == f"numpy {importlib.metadata.version('numpy')}"
   assert library_modules.release("json") == f"python {sys.version.split()[0]}"
 
 

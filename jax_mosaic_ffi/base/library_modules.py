@@ -85,11 +85,13 @@ def release(top: str) -> str:
   Python's version)."""
   if top in sys.stdlib_module_names or top in sys.builtin_module_names:
     return f"python {sys.version.split()[0]}"
+  version = getattr(sys.modules.get(top), "__version__", None)  # the distribution's, as it installed it (cheap)
+  if isinstance(version, str):
+    return f"{top} {version}"
   for name in (_DISTRIBUTIONS.get(top), top):
     if name:
       try:
         return f"{name} {importlib.metadata.version(name)}"
       except (importlib.metadata.PackageNotFoundError, ValueError):
         continue
-  version = getattr(sys.modules.get(top), "__version__", None)
-  return f"{top} {version}" if isinstance(version, str) else f"{top} (no release found)"
+  return f"{top} (no release found)"

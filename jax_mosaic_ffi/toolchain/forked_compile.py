@@ -40,6 +40,7 @@ import signal
 import struct
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from typing import Callable
@@ -111,18 +112,20 @@ def run(work: Callable[[], bytes], seconds: float | None, first_stage: str = "")
   parent = os.getpid()
   read_end, write_end = os.pipe()
   lifeline = lifeline_lib.Lifeline()
+  child = None
   try:
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _interrupts_held():
       warnings.filterwarnings("ignore", _FORK_WARNINGS)
       pid = os.fork()
       if pid == 0:
         _child(work, read_end, write_end, scratch, parent)  # never returns
+      child = _Child(pid)
       with contextlib.suppress(OSError):  # the child does it too: whichever runs first
         os.setpgid(pid, pid)
-      child = _Child(pid, lifeline.guard(pid, scratch))
+      child.guard = lifeline.guard(pid, scratch)
   except BaseException:
-    if "pid" in locals() and pid > 0:
-      _Child(pid, None).end()
+    if child is not None:
+      child.end()
     for fd in (read_end, write_end):
       os.close(fd)
     lifeline.close()
@@ -138,11 +141,34 @@ def run(work: Callable[[], bytes], seconds: float | None, first_stage: str = "")
     shutil.rmtree(scratch, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def _interrupts_held():
+  """A Ctrl-C during the forks, raised after them. Python runs the handlers `os.register_at_fork` registered
+  (logging's, ...) after each fork and drops what they raise, so a KeyboardInterrupt raised in one is lost: the
+  interrupt is held by a handler of ours meanwhile (in the main thread, where Python runs signal handlers, and only
+  while Python's own is in place)."""
+  if threading.current_thread() is not threading.main_thread() or \
+      signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    yield
+    return
+  caught = []
+  signal.signal(signal.SIGINT, lambda number, frame: caught.append(number))
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+  if caught:
+    raise KeyboardInterrupt
+
+
 def _child(work: Callable[[], bytes], read_end: int, write_end: int, scratch: str, parent: int) -> None:
   global _reports
   status = 0
   try:
     os.close(read_end)
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler and threading.current_thread() is \
+        threading.main_thread():  # the parent's handler of its forks (_interrupts_held): Python's own here
+      signal.signal(signal.SIGINT, signal.default_int_handler)
     os.setpgid(0, 0)  # its own group: the parent kills it with whatever it started
     _die_with(parent)
     _reports = write_end
@@ -244,8 +270,9 @@ class _Child:
   """A forked compile's process and its guard, ended once: its group killed before it is reaped (so the group's id
   is no one else's yet: a ptxas it started goes with it), then reaped, then its guard."""
 
-  def __init__(self, pid: int, guard: int | None):
-    self.pid, self.guard = pid, guard
+  def __init__(self, pid: int):
+    self.pid = pid
+    self.guard: int | None = None  # its guard's pid (toolchain/lifeline.py), once forked
     self.how: str | None = None
 
   def end(self) -> str:
