@@ -296,7 +296,14 @@ def _class_whole(k, cls: type, depth: int) -> None:
     if name in _CLASS_SKIPPED:
       continue
     k.text(b"attr", name)
-    k.put(namespace[name], depth + 1, f"{cls.__qualname__}.{name}")
+    if name.startswith("_"):  # Python's own tables (__annotations__, __dataclass_fields__, an enum's maps): in
+      ir, k.ir = k.ir, False  # the order of the class's text, the same in every process
+      try:
+        k.put(namespace[name], depth + 1, f"{cls.__qualname__}.{name}")
+      finally:
+        k.ir = ir
+    else:
+      k.put(namespace[name], depth + 1, f"{cls.__qualname__}.{name}")
 
 
 def _builtin(k, fn, depth: int, where: str) -> None:
