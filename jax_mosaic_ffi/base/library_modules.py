@@ -65,6 +65,8 @@ def put(k, module: types.ModuleType, depth: int, where: str, reads) -> None:
       if value.__name__.split(".")[0] == top and k.toolchain.origins.module(value):
         k.text(b"module attr", name)
         k.put(value, depth + 1, f"{module.__name__}.{name}", reads)
+    elif t is types.FunctionType and k.toolchain.origins.function(value) and "__wrapped__" not in vars(value):
+      k.text(b"function", name, value.__qualname__)  # the library's own (as code_key names it, without a digest)
     elif isinstance(value, _CODE) or t in _DATA or (t in (tuple, frozenset) and _plain(value)):
       k.text(b"attr", name)
       k.put(value, depth + 1, f"{module.__name__}.{name}", reads)
