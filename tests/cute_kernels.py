@@ -2,6 +2,7 @@
 corpus's add_one."""
 
 import os
+import time
 
 import cuda.bindings.driver as cuda
 import cutlass
@@ -121,6 +122,14 @@ def _unrolled_kernel(x: cute.Tensor, y: cute.Tensor, steps: cutlass.Constexpr):
 def unrolled(stream: cuda.CUstream, x: cute.Tensor, y: cute.Tensor, *, steps: cutlass.Constexpr = 4):
   """Slow to compile by construction for a large ``steps``: the trace unrolls the loop, a load and an add each."""
   _unrolled_kernel(x, y, steps).launch(grid=(1, 1, 1), block=(128, 1, 1), stream=stream)
+
+
+@cute.jit
+def sleeps_in_its_trace(stream: cuda.CUstream, x: cute.Tensor, y: cute.Tensor):
+  """Each trace of it sleeps for JMF_TEST_TRACE_SLEEP_S seconds; it reads the environment, so the key reader
+  refuses it and its key is its IR's: a trace for the key, then one for the compile."""
+  time.sleep(float(os.environ["JMF_TEST_TRACE_SLEEP_S"]))
+  _unrolled_kernel(x, y, 4).launch(grid=(1, 1, 1), block=(128, 1, 1), stream=stream)
 
 
 @cute.jit

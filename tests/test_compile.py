@@ -1,7 +1,9 @@
 """NVRTC front end: compiling, names, targets, errors (no GPU needed)."""
 
 import hashlib
+import json
 import os
+import time
 
 import pytest
 
@@ -106,6 +108,19 @@ def test_ptx_and_cubin_kernels_wrap_prebuilt_code(isolated_disk_cache):
     jmf.cubin_kernel({"sm_90": b"not an elf"}, "add")
 
 
+@pytest.mark.parametrize("source, name, options, said", [
+    (kernel_sources.ADD + "// \udcff", "add", (), r"the source holds '\\udcff' at character \d+, a lone surrogate"),
+    (kernel_sources.ADD, "add\udcff", (), r"the kernel name 'add\\udcff' holds a lone surrogate"),
+    (kernel_sources.ADD, "add", ("-DX=\udcff",), r"the option '-DX=\\udcff' holds '\\udcff'"),
+    (kernel_sources.ADD, "add", ("--dlink-time-opt",), r"the option '--dlink-time-opt' makes NVRTC emit LTO IR"),
+    (kernel_sources.ADD, "add", ("-dlto",), r"the option '-dlto' makes NVRTC emit LTO IR"),
+])
+def test_text_nvrtc_cannot_take_and_options_that_make_no_loadable_module_are_refused_by_name(
+    isolated_disk_cache, source, name, options, said):
+  with pytest.raises(ValueError, match=rf"^cuda_kernel( 'add')?: {said}"):
+    jmf.cuda_kernel(source, name, options=options)
+
+
 TEMPLATE_BOMB = r'''
 template <int N, unsigned long long M> struct Bomb {
   static constexpr unsigned long long value = Bomb<N - 1, 2 * M>::value + Bomb<N - 1, 2 * M + 1>::value;
@@ -142,6 +157,54 @@ def test_a_compile_that_never_ends_is_stopped_and_the_next_one_works(isolated_di
   assert r["symbol"] == "add", r
   # The killed worker's scratch folder is removed with it; only the new worker's is there.
   assert r["worker"] and r["worker"].startswith(str(temp)) and r["scratch"] == [r["worker"]], r
+
+
+ENDS = """
+  import json, os, sys
+  import jax_mosaic_ffi as jmf, kernel_sources, test_compile
+  from jax_mosaic_ffi.cuda.nvrtc import worker
+  jmf.cuda_kernel(kernel_sources.ADD, "add")  # its worker started
+  print(json.dumps([worker._worker._process.pid, worker._worker._scratch]), flush=True)
+  if sys.argv[1] == "exit":
+    os._exit(0)  # no atexit handler runs
+  os.chdir(sys.argv[2])  # the worker takes the caller's folder with each request: a sign that it compiles
+  jmf.cuda_kernel(test_compile.TEMPLATE_BOMB, "bomb")  # never ends: this process is killed in it
+"""
+
+
+@pytest.mark.parametrize("how", ["exit", "killed"])
+def test_a_caller_that_ends_outright_leaves_no_worker_and_no_scratch(tmp_path, how):
+  # A caller killed in a compile, or ended by os._exit: its worker (and what the worker started) ends with it, and
+  # the worker's jmf-nvrtc-* scratch folder is removed (the caller runs nothing: its guard does).
+  temp, compiling = tmp_path / "tmp", tmp_path / "compiling"
+  temp.mkdir()
+  compiling.mkdir()
+  caller = fresh_process.start(ENDS, how, compiling, env={
+      "TMPDIR": str(temp), "JAX_MOSAIC_FFI_CACHE_DIR": "off",
+      "JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S": str(fresh_process.INNER_GUARD_S)})
+  try:
+    pid, scratch = json.loads(caller.stdout.readline())
+    assert scratch.startswith(str(temp)) and os.path.isdir(scratch)
+    deadline = time.monotonic() + fresh_process.INNER_GUARD_S  # a guard: the wait ends when the bomb compiles
+    while how == "killed" and _cwd(pid) != str(compiling) and time.monotonic() < deadline:
+      time.sleep(0.01)
+  finally:
+    if how == "killed":
+      caller.kill()
+    caller.communicate(timeout=fresh_process.HANG_GUARD_S)
+  deadline = time.monotonic() + fresh_process.INNER_GUARD_S  # a guard: the guard acts at once
+  while (_cwd(pid) is not None or os.path.exists(scratch)) and time.monotonic() < deadline:
+    time.sleep(0.01)
+  assert _cwd(pid) is None, "the worker outlived its caller"
+  assert not os.path.exists(scratch) and not list(temp.iterdir())
+
+
+def _cwd(pid: int) -> str | None:
+  """A running process's working folder (None: it has ended; a zombie has none)."""
+  try:
+    return os.readlink(f"/proc/{pid}/cwd")
+  except OSError:
+    return None
 
 
 FORKED = """

@@ -10,6 +10,7 @@ import cute_required  # noqa: F401  (skips without nvidia-cutlass-dsl)
 import jax_mosaic_ffi as jmf
 
 import cute_kernels as K
+import fresh_process
 from hlo_inspect import lower
 
 TIMEOUT = "JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S"
@@ -38,12 +39,22 @@ def test_a_cute_compile_past_the_bound_is_stopped_naming_the_kernel_and_its_stag
 
 
 def test_an_unrolled_trace_is_stopped(isolated_disk_cache, monkeypatch):
-  # 65536 unrolled loads: the DSL's trace and passes take about a minute on a 2-core machine (4096: 3.5 s), far
-  # longer than the 2 s bound on any machine.
+  # 2**40 unrolled loads: a trace that cannot finish, on any machine, so only the bound stops it.
   monkeypatch.setenv(TIMEOUT, "2")
   with pytest.raises(jmf.CompileTimeout, match=rf"ran past JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S=2 seconds in {STAGE}"):
-    lower(unrolled(2**16), X)
-  lower(unrolled(8), X)  # under the bound, in a process as it was
+    lower(unrolled(2**40), X)
+  monkeypatch.setenv(TIMEOUT, str(fresh_process.INNER_GUARD_S))  # a bound that is only a hang guard
+  lower(unrolled(8), X)  # compiled, in a process as it was
+
+
+def test_the_pieces_of_one_compile_share_one_deadline(isolated_disk_cache, monkeypatch):
+  # The IR key's trace and the compile's each take 0.6 of the bound: one deadline stops the compile, wherever the
+  # time went (a fresh bound per piece let it finish, at up to twice the bound).
+  monkeypatch.setenv(TIMEOUT, "10")
+  monkeypatch.setenv("JMF_TEST_TRACE_SLEEP_S", "6")
+  with pytest.raises(jmf.CompileTimeout, match=r"ran past JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S=10 seconds"):
+    lower(lambda x: jmf.mosaic_kernel(jmf.cute_kernel(K.sleeps_in_its_trace, targets=("sm_90a",)), lambda x: x)(x),
+          X)
 
 
 def test_a_compile_that_ends_its_process_is_an_error_here(isolated_disk_cache):

@@ -814,3 +814,12 @@ def test_a_damaged_runtime_library_stops_cute_kernels_alone(tmp_path):
   problem = r["status"]["runtime_libraries"]["libcute_dsl_runtime.so"]
   assert problem.startswith(kept) and problem == r["runtime_problem"], r
   assert r["library"] == "", r
+
+
+def test_a_launcher_that_is_not_a_cute_jit_function_and_launches_nothing_is_named(isolated_disk_cache):
+  x = jax.ShapeDtypeStruct((128,), jnp.float32)
+  with pytest.raises(jmf.CompileError, match=r"'lambda' .*\nthe launcher <function .*<lambda>.*> is not a @cute.jit "
+                                             r"function and launched no kernel\n\nadvice: decorate the launcher with "
+                                             r"@cute.jit"):
+    lower(jmf.cute_call(lambda stream, a, b: None, output_shape_dtype=x), x)
+  lower(jmf.cute_call(lambda stream, a, b: K.add_one(stream, a, b), output_shape_dtype=x), x)  # one that calls one

@@ -63,7 +63,7 @@ def cute_call(alpha):
 
 def test_a_lossy_cute_key_is_caught(monkeypatch):
   from jax_mosaic_ffi.cute.compiler import plan
-  monkeypatch.setattr(plan.cute_keys, "exact_key", lambda v: b"every constexpr alike")
+  monkeypatch.setattr(plan.cute_keys, "exact_key", lambda v, **kw: b"every constexpr alike")
   a = jax.ShapeDtypeStruct((16, 8), jnp.float32)
   lower(cute_call(2.0), a)
   with pytest.raises(KeyAuditError, match=r"(?s)cute_kernel 'axpy'.*another CuTe DSL MLIR.*3\.0"):

@@ -104,3 +104,47 @@ def test_what_the_reader_reads_keeps_its_fast_key_and_only_the_rest_goes_to_the_
   else:
     key = keys.constexpr_key(module.kernel)
   assert (key is not None) == wing.endswith("_reads"), wing
+
+
+SET_ORDERED = '''
+  import json, sys
+  sys.dont_write_bytecode = True
+  import jax, jax.numpy as jnp
+  import jax_mosaic_ffi as jmf
+  import cute_kernels as K
+  from hlo_inspect import custom_calls
+  # A table built from a set of names: its order is the set's, which string hashes make differ per process.
+  table = {name: float(len(name)) for name in {"alpha", "beta", "gamma", "delta", "epsilon", "zeta"}}
+  x = jax.ShapeDtypeStruct((256,), jnp.float32)
+  call = lambda x: jmf.mosaic_kernel(jmf.cute_kernel(K.add_entry_of, table=table, index="gamma",
+                                                     targets=("sm_90a",)), lambda x: x)(x)
+  (cc,) = custom_calls(jax.jit(call).trace(x).lower(lowering_platforms=("cuda",)))
+  s = jmf.kernel_cache_stats()
+  print(json.dumps({"order": list(table), "compiles": s.compiles.get("cute", 0), "pack_hits": s.pack_hits}))
+'''
+
+
+def test_a_dict_built_from_a_set_keys_alike_in_every_process(tmp_path):
+  # D24: its order differs per process (PYTHONHASHSEED), and nothing of the kernel depends on it: one compile for
+  # four processes with a warm disk cache, and a pack recorded in one serves the others in the strict mode.
+  import cute_required  # noqa: F401  (skips without nvidia-cutlass-dsl)
+  from jax_mosaic_ffi.base import pack_file
+  from jax_mosaic_ffi.pack import build as pack_build
+  from jax_mosaic_ffi.pack import recordings
+  cache = str(tmp_path / "cache")
+  runs = [fresh_process.run(SET_ORDERED, env={"JAX_MOSAIC_FFI_CACHE_DIR": cache, "PYTHONHASHSEED": str(seed)}).result
+          for seed in (1, 2, 3, 4)]
+  assert len({tuple(r["order"]) for r in runs}) > 1, runs  # the order differed between the processes
+  assert [r["compiles"] for r in runs] == [1, 0, 0, 0], runs
+  # A pack recorded by one process serves processes of other orders, strictly (a compile would fail them).
+  fresh_process.run(SET_ORDERED, env={"JAX_MOSAIC_FFI_CACHE_DIR": "off", "PYTHONHASHSEED": "5",
+                                      "JAX_MOSAIC_FFI_PACK_RECORD": str(tmp_path / "recording")})
+  built = pack_build.build(recordings.read(str(tmp_path / "recording")))
+  pack = str(tmp_path / "set.jmfpack")
+  pack_file.write(pack, built.entries, built.created, built.notes)
+  # (Without the audit, which proves a pack's entry by compiling it again.)
+  served = [fresh_process.run(SET_ORDERED, env={"JAX_MOSAIC_FFI_CACHE_DIR": "off", "PYTHONHASHSEED": str(seed),
+                                                "JAX_MOSAIC_FFI_PACKS": pack, "JAX_MOSAIC_FFI_PACKS_STRICT": "1",
+                                                "JAX_MOSAIC_FFI_KEY_AUDIT": "0"}).result
+            for seed in (6, 7, 8)]
+  assert [(r["compiles"], r["pack_hits"]) for r in served] == [(0, 1)] * 3, served

@@ -137,6 +137,94 @@ def test_a_module_read_by_computed_name_is_read_whole(tmp_path):
   assert keys[0] != keys[1]
 
 
+@pytest.mark.parametrize("body, read", [
+    ("return float(os.path.expandvars('$BLOCK'))", "os.path.expandvars"),
+    ("return float(os.path.expanduser('~').count('/'))", "os.path.expanduser"),
+    ("return float(pathlib.Path(NAME).read_text())", "pathlib.Path.read_text"),
+    ("return float(len(os.listdir('.')))", "os.listdir"),
+    ("return float(np.loadtxt(NAME))", "numpy.loadtxt"),
+    ("return float(getattr(shutil, 'o' + 's').environ['BLOCK'])", "an attribute of os by a computed name"),
+    ("return float(subprocess.check_output(['cat', NAME]))", "subprocess.check_output"),
+])
+def test_what_library_functions_read_for_the_code_is_refused(tmp_path, body, read):
+  # D31: the environment, a file, a folder, a program, read through a library function: no key of the code holds
+  # what they give, so the kernel is keyed by its IR.
+  user = load(tmp_path, "fz_outside", f"""
+    import os, pathlib, shutil, subprocess
+    import numpy as np
+    NAME = "block.txt"
+
+    def block():
+      {body}
+    """)
+  assert refused(user.block, read)
+
+
+def test_a_module_handed_to_a_library_function_is_read_whole(tmp_path):
+  # D31: operator.attrgetter(computed)(module), inspect.getmembers(module): the module is a value the code hands on,
+  # so every attribute of it is read, whatever the function that reads them.
+  for body in ("return operator.attrgetter('HELPER_' + kind)(helpers)",
+               "return dict(inspect.getmembers(helpers))['HELPER_' + kind]",
+               "return functools.reduce(getattr, ['HELPER_' + kind], helpers)"):
+    keys = []
+    for a in ("1.0", "2.0"):
+      helpers = load(tmp_path, "fz_helpers", f"HELPER_A = {a}\nHELPER_B = 0.5\n")
+      user = load(tmp_path, "fz_user", f"""
+        import functools, inspect, operator
+
+        def pick(kind):
+          {body}
+        """)
+      user.helpers = helpers
+      keys.append(value_key(user.pick))
+    assert keys[0] != keys[1], body
+  # A module read only for the attributes the code names keeps its other attributes out of the key.
+  keys = []
+  for a in ("1.0", "2.0"):
+    helpers = load(tmp_path, "fz_helpers", f"HELPER_A = {a}\nHELPER_B = 0.5\n")
+    user = load(tmp_path, "fz_user", "def pick():\n  return helpers.HELPER_B\n")
+    user.helpers = helpers
+    keys.append(value_key(user.pick))
+  assert keys[0] == keys[1]
+
+
+def test_an_attribute_the_program_set_on_a_library_module_is_read(tmp_path, monkeypatch):
+  # D31: np.FZ_BIAS = ... is the program's value, not numpy's; the function it sets there is the program's code.
+  user = load(tmp_path, "fz_library_attribute", """
+    import numpy as np
+
+    def bias():
+      return np.FZ_BIAS + np.fz_helper()
+    """)
+  keys = set()
+  for value, helper in ((0.5, lambda: 1.0), (0.75, lambda: 1.0), (0.75, lambda: 2.0)):
+    monkeypatch.setattr(np, "FZ_BIAS", value, raising=False)
+    monkeypatch.setattr(np, "fz_helper", helper, raising=False)
+    keys.add(value_key(user.bias))
+  assert len(keys) == 3
+
+
+def test_a_library_module_is_keyed_by_its_release(tmp_path):
+  from jax_mosaic_ffi.base import library_modules
+  import importlib.metadata
+  assert library_modules.release("numpy") == f"numpy {importlib.metadata.version('numpy')}"
+  assert library_modules.release("json") == f"python {sys.version.split()[0]}"
+
+
+def test_a_dict_in_a_hashs_order_is_left_to_the_ir_and_data_keeps_its_order():
+  # D24: a dict built from a set of strings has the set's order, which differs from process to process; where an IR
+  # stands in (ir=True) it is refused, so its kernel keys alike in every process. Data (no IR) keeps its order, and
+  # so do a sorted dict and one of integers.
+  from_a_set = {name: len(name) for name in {"alpha", "beta", "gamma", "delta"}}
+  if list(from_a_set) == sorted(from_a_set):  # the set happened to iterate in sorted order in this process
+    from_a_set = dict(reversed(from_a_set.items()))
+  with pytest.raises(ValueKeyError, match="a dict whose keys are not in sorted order"):
+    value_key(from_a_set, ir=True)
+  assert value_key(from_a_set) != value_key(dict(sorted(from_a_set.items())))
+  for kept in (dict(sorted(from_a_set.items())), {3: 1, 1: 2}, {"only": 1}):
+    value_key(kept, ir=True)
+
+
 def test_a_module_imported_inside_a_function_is_read(tmp_path, monkeypatch):
   user = load(tmp_path, "fz_importer", """
     def scale():

@@ -241,6 +241,46 @@ def test_many_nvrtc_kernels_sharing_headers_store_them_once_and_a_tampered_table
       pack_file.read(path)
 
 
+def _with_one_header(path: str, header_path: str) -> None:
+  """A pack of one compile entry whose JSON header lists one header, factored into the pack's table."""
+  import struct
+  header = json.dumps({"deps": [[header_path, "0" * 64]], "name": "k"}).encode()
+  payload = struct.pack("<I", len(header)) + header + b"the module"
+  pack_file.write(path, [_entry(payload=payload)], {})
+
+
+def test_a_small_pack_whose_entries_join_into_a_large_one_is_refused_before_it_is_joined(clean_packs):
+  # One table row, of a long path, referred to 50000 times by one entry: a 150 KiB file that joins into 50 MB (one
+  # of 150 KiB held 198 MiB and peaked at 751 MiB). Refused from the rows' lengths, before anything is joined.
+  import tracemalloc
+  path = str(clean_packs / "balloon.jmfpack")
+  _with_one_header(path, "/" + "p" * 999)
+  assert len(pack_file.read(path).entries) == 1
+  _rewritten(path, lambda m: m["entries"][0].__setitem__("headers", [0] * 50000))
+  assert os.path.getsize(path) < 200_000
+  tracemalloc.start()
+  try:
+    with pytest.raises(jmf.PackError, match=rf"^pack {path} is refused: its entries would hold over \d+ bytes once "
+                                            r"their headers are put back \(128 times its \d+ bytes"):
+      pack_file.read(path)
+    peak = tracemalloc.get_traced_memory()[1]
+  finally:
+    tracemalloc.stop()
+  assert peak < 16 << 20, f"{peak >> 20} MiB held to refuse a pack of {os.path.getsize(path) >> 10} KiB"
+
+
+def test_running_out_of_memory_reading_a_pack_is_a_pack_error_naming_it(clean_packs, monkeypatch):
+  path = str(clean_packs / "tight.jmfpack")
+  _with_one_header(path, "/usr/include/a.h")
+  from jax_mosaic_ffi.base import pack_headers
+
+  def exhausted(*args):
+    raise MemoryError()
+  monkeypatch.setattr(pack_headers, "joined", exhausted)  # as a process under a memory limit finds it
+  with pytest.raises(jmf.PackError, match=rf"^pack {path} cannot be read: this process ran out of memory"):
+    pack_file.read(path)
+
+
 def test_a_pack_others_can_write_or_not_a_regular_file_is_refused(clean_packs):
   path = str(clean_packs / "shared.jmfpack")
   pack_file.write(path, [_entry()], {})
@@ -508,6 +548,27 @@ def test_load_pack_puts_a_pack_first(clean_packs, monkeypatch):
   assert jmf.load_pack(first) == 1
   assert packs.paths() == [first, second] and packs.lookup("ab" * 32, "compile").payload == b"one"
   assert packs.lookup("ab" * 32, "tuning") is None
+
+
+def test_a_recording_folder_that_is_not_yours_alone_is_refused(clean_packs, monkeypatch):
+  # Entries another user put there would be built into the pack as this program's own.
+  shared = clean_packs / "shared"
+  shared.mkdir()
+  shared.chmod(0o777)
+  monkeypatch.setenv(pack_record.ENV, str(shared))
+  with pytest.raises(jmf.PackError, match=rf"^JAX_MOSAIC_FFI_PACK_RECORD={shared} is not a folder of yours that no "
+                                          r"one else can write \(uid \d+, mode 777"):
+    jmf.cuda_kernel(kernel_sources.ADD, "add")
+  assert not list(shared.iterdir())
+  if os.geteuid() == 0:  # root can give it to another user: refused too
+    shared.chmod(0o755)
+    os.chown(shared, 12345, 12345)
+    with pytest.raises(jmf.PackError, match=r"\(uid 12345, mode 755; you are uid 0\)"):
+      jmf.cuda_kernel(kernel_sources.ADD.replace("add", "add_again"), "add_again")
+  own = clean_packs / "own"
+  monkeypatch.setenv(pack_record.ENV, str(own))
+  jmf.cuda_kernel(kernel_sources.ADD.replace("add", "add_mine"), "add_mine")
+  assert stat.S_IMODE(os.stat(own).st_mode) == 0o700 and list(own.iterdir())
 
 
 def test_the_build_command_makes_a_pack_from_a_recorded_folder(clean_packs, monkeypatch, capsys):

@@ -153,16 +153,16 @@ STAGES = r"Triton's (frontend|ttir stage|ttgir stage|llir stage|ptx stage|cubin 
 
 
 def test_an_unrolled_loop_is_stopped_in_tritons_own_stages(isolated_disk_cache, triton_cache, monkeypatch):
-  # The issue's case: a tl.static_range loop ran for 456 s under a 20 s bound, which stopped only ptxas. 65536
-  # unrolled loads take Triton's frontend alone about 100 s on a 2-core machine (8192: 12 s of frontend, 40 s of
-  # passes and ptxas), far longer than the 2 s bound on any machine.
+  # The issue's case: a tl.static_range loop ran for 456 s under a 20 s bound, which stopped only ptxas. 2**40
+  # unrolled loads cannot be traced on any machine (65536 take Triton's frontend about 100 s on 2 cores), so only
+  # the bound stops them.
   monkeypatch.setenv(TIMEOUT, "2")
-  with pytest.raises(jmf.CompileTimeout, match=rf"kernel 'unrolled_sum' for sm_90 with .*STEPS=65536.*\n"
+  with pytest.raises(jmf.CompileTimeout, match=rf"kernel 'unrolled_sum' for sm_90 with .*STEPS={2**40}.*\n"
                                                rf"the compile ran past JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S=2 seconds in "
                                                rf"{STAGES} .*for sm_90, and its process was killed"):
-    jmf.triton_kernel(ts.unrolled_sum, constexprs={"STEPS": 2**16}, signature=["*fp32", "*fp32"], targets=["sm_90"])
-  # This process is as it was: the same kernel, unrolled less, compiles forked under a bound (only a hang guard:
-  # 2 s would measure the machine's speed), and without one.
+    jmf.triton_kernel(ts.unrolled_sum, constexprs={"STEPS": 2**40}, signature=["*fp32", "*fp32"], targets=["sm_90"])
+  # This process is as it was: the same kernel, unrolled less, compiles under a bound that is only a hang guard,
+  # and without one.
   monkeypatch.setenv(TIMEOUT, str(fresh_process.INNER_GUARD_S))
   kernel = jmf.triton_kernel(ts.unrolled_sum, constexprs={"STEPS": 8}, signature=["*fp32", "*fp32"],
                              targets=["sm_90"])
@@ -171,6 +171,15 @@ def test_an_unrolled_loop_is_stopped_in_tritons_own_stages(isolated_disk_cache, 
   again = jmf.triton_kernel(ts.unrolled_sum, constexprs={"STEPS": 8}, signature=["*fp32", "*fp32"],
                             targets=["sm_90"])
   assert again.compiled.to_bytes() == kernel.compiled.to_bytes()
+
+
+def test_the_pieces_of_one_compile_share_one_deadline(isolated_disk_cache, triton_cache, monkeypatch):
+  # The frontend's TTIR for the key and the compile's frontend each take 0.6 of the bound: one deadline stops the
+  # compile, wherever the time went (a fresh bound per piece let it finish, at up to twice the bound).
+  monkeypatch.setenv(TIMEOUT, "10")
+  monkeypatch.setenv("JMF_TEST_TRACE_SLEEP_S", "6")
+  with pytest.raises(jmf.CompileTimeout, match=r"ran past JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S=10 seconds"):
+    jmf.triton_kernel(ts.sleeps_in_its_frontend, signature=["*fp32", "*fp32"], targets=["sm_90"])
 
 
 def test_a_slow_ptxas_is_stopped_and_left_running_nowhere(isolated_disk_cache, triton_cache, tmp_path, monkeypatch):

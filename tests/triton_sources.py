@@ -1,6 +1,9 @@
 """Triton kernels for the tests (@triton.jit functions must live in a file); the ones the benchmarks run too come
 from the kernel corpus (benchmarks/kernels/), written once."""
 
+import os
+import time  # noqa: F401  (_slept reaches it through globals())
+
 import triton
 import triton.language as tl
 
@@ -165,3 +168,16 @@ def steps_from_memory(x_ptr, steps_ptr, out_ptr, n, BLOCK: tl.constexpr):
   for _ in range(0, tl.load(steps_ptr)):
     acc = acc * 0.5 + x
   tl.store(out_ptr + offsets, acc, mask=mask)
+
+
+@triton.constexpr_function
+def _slept():
+  globals()["time"].sleep(float(os.environ["JMF_TEST_TRACE_SLEEP_S"]))  # (Triton refuses a function it names)
+  return 1.0
+
+
+@triton.jit
+def sleeps_in_its_frontend(x_ptr, out_ptr):
+  """Each frontend run of it sleeps for JMF_TEST_TRACE_SLEEP_S seconds; it reads the environment, so the key reader
+  refuses it and its key is its TTIR's: a frontend run for the key, then the compile's."""
+  tl.store(out_ptr, tl.load(x_ptr) + _slept())

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
-import dis
 import functools
 import sys
 import types
 import typing
 
+from jax_mosaic_ffi.base import code_names
 from jax_mosaic_ffi.base import dynamic_reads
+from jax_mosaic_ffi.base import library_modules
 from jax_mosaic_ffi.base.errors import ValueKeyError
 
 # Hooks that make an instance show another face than its state.
@@ -51,19 +52,26 @@ _ALIASES = frozenset(type(a) for a in (list[int], int | None, typing.List[int], 
                                        typing.Callable[[int], int], typing.Literal[1], typing.Annotated[int, 0],
                                        typing.List, typing.Tuple, typing.Callable))
 _SPECIAL_FORM = type(typing.Optional)
-# The opcodes the scan of a function's bytecode reads (`_names`): Python >= 3.12's.
-_OPS = dis.opmap
-_EXTENDED_ARG, _CACHE, _LOAD_GLOBAL, _IMPORT_NAME, _LOAD_CONST = (
-    _OPS["EXTENDED_ARG"], _OPS["CACHE"], _OPS["LOAD_GLOBAL"], _OPS["IMPORT_NAME"], _OPS["LOAD_CONST"])
-_LOAD_SMALL_INT = _OPS.get("LOAD_SMALL_INT", -1)
-_LOADS_BY_NAME = frozenset(_OPS[n] for n in ("LOAD_NAME", "LOAD_FROM_DICT_OR_GLOBALS") if n in _OPS)
-# Names that read attributes by a computed name: a user module such code reaches is read whole.
-_BY_COMPUTED_NAME = frozenset({"getattr", "hasattr", "__dict__", "__getattribute__"})
 
 
-def put_object(k, v, depth: int, where: str, names: frozenset[str] | None) -> None:
-  """Writes the key of a value that is not plain data (`Keyer.put` hands it here); ``names``: the attributes the
-  code that reached ``v`` reads of it (None: it may read any)."""
+@dataclasses.dataclass(frozen=True)
+class Reads:
+  """What the code that reached a module reads of it: ``names``, every name it holds; ``computed``, whether it also
+  reads attributes by a name it computes (``__dict__``); ``values``, the names whose values it uses whole
+  (`code_names`: a module handed to ``getattr``, ``operator.attrgetter(name)`` or any function)."""
+
+  names: frozenset[str]
+  computed: bool = False
+  values: frozenset[str] = frozenset()
+
+  def of(self, name: str) -> Reads | None:
+    """What the code reads of the value under ``name``: whole (None) where it uses that value whole."""
+    return None if self.computed or name in self.values else self
+
+
+def put_object(k, v, depth: int, where: str, reads: Reads | None) -> None:
+  """Writes the key of a value that is not plain data (`Keyer.put` hands it here); ``reads``: what the code that
+  reached ``v`` reads of it (None: it may read any attribute)."""
   t = type(v)
   dynamic_reads.check_value(v, where)
   if t is types.CodeType:
@@ -91,9 +99,9 @@ def put_object(k, v, depth: int, where: str, names: frozenset[str] | None) -> No
     k.put(v.keywords, depth + 1, f"the keywords of {where}")
     k.put(dict(attributes(v, where)), depth + 1, f"the attributes of {where}")  # p.block = 64 is state too
   elif t is types.ModuleType:
-    _module(k, v, depth, where, names)
+    _module(k, v, depth, where, reads)
   elif isinstance(v, type):
-    _class(k, v, depth, where)
+    _class(k, v, depth, where, reads)
   elif t is dataclasses.Field:
     _field(k, v, depth)
   elif t in _DESCRIPTORS:
@@ -176,60 +184,6 @@ def _code(k, code: types.CodeType, depth: int, where: str) -> None:
     k.put(const, depth + 1, f"a constant of {where}")
 
 
-@functools.lru_cache(maxsize=4096)
-def _names(code: types.CodeType) -> tuple[frozenset[str], frozenset[str], frozenset[tuple[str, int]]]:
-  """(every name the code and the code inside it read: globals and attributes, ``mod.helper``; the names it
-  loads as globals or builtins; the modules it imports, with their levels). Code is immutable and compares by
-  its content, so the answer is kept."""
-  names, loaded, imports = set(code.co_names), set(), set()
-  raw, extended, previous = code.co_code, 0, (None, None)
-  for i in range(0, len(raw), 2):  # the raw bytecode (dis's objects cost a warm start 25 ms on a GEMM)
-    op, arg = raw[i], raw[i + 1] | extended
-    if op == _EXTENDED_ARG:
-      extended = arg << 8
-      continue
-    extended = 0
-    if op == _CACHE:
-      continue
-    if op == _LOAD_GLOBAL:
-      loaded.add(code.co_names[arg >> 1])
-    elif op in _LOADS_BY_NAME:
-      loaded.add(code.co_names[arg])
-    elif op == _IMPORT_NAME:
-      level = previous[0]
-      imports.add((code.co_names[arg], level if type(level) is int else -1))
-    if op == _LOAD_CONST:
-      previous = (previous[1], code.co_consts[arg])
-    elif op == _LOAD_SMALL_INT:
-      previous = (previous[1], arg)
-    else:
-      previous = (previous[1], None)
-  for const in code.co_consts:
-    if type(const) is types.CodeType:
-      inner, inner_loaded, inner_imports = _names(const)
-      names |= inner
-      loaded |= inner_loaded
-      imports |= inner_imports
-  return frozenset(names), frozenset(loaded), frozenset(imports)
-
-
-def _imported(name: str, level: int, globals_: dict, where: str) -> list[types.ModuleType]:
-  """The modules an ``import`` in the code binds, as it will find them (sys.modules): the module and its top
-  package. One not imported yet, or a relative import the reader cannot place, is refused."""
-  if level < 0:
-    raise ValueKeyError(f"{where} imports {name!r} in a way the key cannot follow")
-  if level > 0:
-    package = globals_.get("__package__")
-    parts = package.split(".") if isinstance(package, str) and package else []
-    if len(parts) < level:
-      raise ValueKeyError(f"{where} imports {name!r} relative to a package the key cannot place")
-    name = ".".join([*parts[:len(parts) - level + 1], *([name] if name else [])])
-  found = [sys.modules.get(n) for n in dict.fromkeys((name, name.split(".")[0]))]
-  if any(type(m) is not types.ModuleType for m in found):
-    raise ValueKeyError(f"{where} imports {name!r}, which is not imported yet: what it will find is unknown")
-  return found
-
-
 def _function(k, fn: types.FunctionType, depth: int, where: str) -> None:
   k.composite(fn, lambda: _function_whole(k, fn, depth, where))
 
@@ -247,13 +201,16 @@ def _function_whole(k, fn: types.FunctionType, depth: int, where: str) -> None:
   if type(fn.__globals__) is not dict or fn.__builtins__ is not vars(builtins):
     raise ValueKeyError(f"{label} runs with globals or builtins of its own making, which the key cannot read")
   _code(k, code, depth, label)
-  names, loaded, imports = _names(code)
-  dynamic_reads.check_code(loaded, fn.__globals__, label)
-  # A module this code reaches is read for the names it reads of it, or whole where it reads by computed name.
-  module_names = None if names & _BY_COMPUTED_NAME else names
+  found = code_names.scan(code)
+  dynamic_reads.check_code(found.loaded, fn.__globals__, label)
+  # A module this code reaches is read for the names it reads of it, or whole where it reads by computed name or
+  # uses it as a value (hands it to a function, stores it, returns it).
+  globals_ = fn.__globals__
+  reads = Reads(found.names, bool(found.names & dynamic_reads.COMPUTED_READER_NAMES), found.values)
   k.put(fn.__defaults__, depth + 1, f"the defaults of {label}")
-  k.put(fn.__kwdefaults__, depth + 1, f"the defaults of {label}")
-  k.put(vars(fn).get("__annotations__") or getattr(fn, "__annotations__", None), depth + 1,
+  # By name: their order is the parameters' (in the code), and a name's value is all a call reads of them.
+  k.put(_by_name(fn.__kwdefaults__), depth + 1, f"the defaults of {label}")
+  k.put(_by_name(vars(fn).get("__annotations__") or getattr(fn, "__annotations__", None)), depth + 1,
         f"the annotations of {label}")
   for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
     k.text(b"cell", name)
@@ -262,19 +219,20 @@ def _function_whole(k, fn: types.FunctionType, depth: int, where: str) -> None:
     except ValueError:  # an empty cell
       k.tag(b"empty")
       continue
-    k.put(contents, depth + 1, f"the closure variable {name} of {label}", module_names)
-  for name in sorted(names):
-    if name in fn.__globals__:
+    k.put(contents, depth + 1, f"the closure variable {name} of {label}", reads.of(name))
+  for name in sorted(found.names):
+    if name in globals_:
       k.text(b"global", name)
-      k.put(fn.__globals__[name], depth + 1, f"the global {name} that {label} reads", module_names)
-  for name in sorted(loaded):  # a builtin it loads (one a program set on builtins is data like any global)
-    if name not in fn.__globals__ and name in vars(builtins):
+      k.put(globals_[name], depth + 1, f"the global {name} that {label} reads", reads.of(name))
+  for name in sorted(found.loaded):  # a builtin it loads (one a program set on builtins is data like any global)
+    if name not in globals_ and name in vars(builtins):
       k.text(b"builtin name", name)
-      k.put(vars(builtins)[name], depth + 1, f"the builtin {name} that {label} reads", module_names)
-  for name, level in sorted(imports):  # a module it imports in its body, as the import will find it
-    for module in _imported(name, level, fn.__globals__, label):
+      k.put(vars(builtins)[name], depth + 1, f"the builtin {name} that {label} reads", reads.of(name))
+  for name, level in sorted(found.imports):  # a module it imports in its body, as the import will find it
+    for module in code_names.imported(name, level, globals_, label):
       k.text(b"import", module.__name__)
-      k.put(module, depth + 1, f"the module {module.__name__} that {label} imports", module_names)
+      k.put(module, depth + 1, f"the module {module.__name__} that {label} imports",
+            None if name in found.imported_values else reads)
   # Every attribute (a private one too: code may read it as data), but the toolchain's own bookkeeping.
   bookkeeping = k.toolchain.bookkeeping
   skip = {"__wrapped__", *(a for a in vars(fn) if isinstance(a, str) and bookkeeping and bookkeeping(a))}
@@ -286,26 +244,40 @@ def _function_whole(k, fn: types.FunctionType, depth: int, where: str) -> None:
     k.put(wrapped, depth + 1, f"the function {label} wraps")
 
 
-def _module(k, module: types.ModuleType, depth: int, where: str, names: frozenset[str] | None) -> None:
+def _by_name(d):
+  """A dict of parameters' names, as (name, value) pairs sorted by name; anything else as it is."""
+  if type(d) is dict and all(type(name) is str for name in d):
+    return tuple(sorted(d.items(), key=lambda item: item[0]))
+  return d
+
+
+def _module(k, module: types.ModuleType, depth: int, where: str, reads: Reads | None) -> None:
   # Not recorded as visited: each code that reaches a module reads its own names of it.
   k.text(b"module", module.__name__)
   contents = vars(module)
   if k.toolchain.origins.module(module):
-    dynamic_reads.check_module(module, names, where)
+    library_modules.put(k, module, depth, where, reads)
     return
   if "__getattr__" in contents:
     raise ValueKeyError(f"{where}: the module {module.__name__} computes attributes (__getattr__)")
-  if names is None:  # reached as a value, or by code that reads attributes by computed name: all of it
+  if reads is None or reads.computed:  # reached as a value, or by code that reads attributes by computed name
     names = frozenset(n for n in contents if type(n) is str and n not in _MODULE_SKIPPED)
     k.tag(b"whole")
+    inner = Reads(names if reads is None else reads.names | names)
+  else:
+    names = inner = reads.names
+    inner = reads
   for name in sorted(names):
     if name in contents:
       k.text(b"attr", name)
-      k.put(contents[name], depth + 1, f"{module.__name__}.{name}", names)
+      k.put(contents[name], depth + 1, f"{module.__name__}.{name}", inner.of(name))
 
 
-def _class(k, cls: type, depth: int, where: str) -> None:
+def _class(k, cls: type, depth: int, where: str, reads: Reads | None = None) -> None:
   if k.toolchain.origins.cls(cls):
+    # A library's class: named (its release is in the key), and refused where the code may call one of its
+    # methods that reads the outside world (pathlib.Path(p).read_text()).
+    dynamic_reads.check_class(cls, reads.names if reads else frozenset(), reads is None or reads.computed, where)
     k.text(b"class", cls.__module__, cls.__qualname__)
     return
   k.composite(cls, lambda: _class_whole(k, cls, depth))
@@ -324,7 +296,14 @@ def _class_whole(k, cls: type, depth: int) -> None:
     if name in _CLASS_SKIPPED:
       continue
     k.text(b"attr", name)
-    k.put(namespace[name], depth + 1, f"{cls.__qualname__}.{name}")
+    if name.startswith("_"):  # Python's own tables (__annotations__, __dataclass_fields__, an enum's maps): in
+      ir, k.ir = k.ir, False  # the order of the class's text, the same in every process
+      try:
+        k.put(namespace[name], depth + 1, f"{cls.__qualname__}.{name}")
+      finally:
+        k.ir = ir
+    else:
+      k.put(namespace[name], depth + 1, f"{cls.__qualname__}.{name}")
 
 
 def _builtin(k, fn, depth: int, where: str) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import stat
 
+from jax_mosaic_ffi.base.errors import PackError
+
 
 def foreign(st: os.stat_result) -> bool:
   """Whether a file or folder belongs to someone other than this user or root."""
@@ -32,3 +34,16 @@ def read_at_most(fd: int, limit: int) -> bytes:
     chunks.append(chunk)
     left -= len(chunk)
   return b"".join(chunks)
+
+
+def own_folder(path: str, setting: str) -> None:
+  """Makes the folder ``path`` the user named in ``setting`` (mode 0700) where it is missing, and refuses
+  (`PackError`) one that is not the user's alone: another user's, or writable by group or others, who could put
+  files there that are then taken for this process's own (a recording a pack is built from)."""
+  os.makedirs(path, mode=0o700, exist_ok=True)
+  st = os.stat(path)  # the user's choice of folder: a symlink to it is followed, and what it leads to judged
+  if foreign(st) or writable_by_others(st) or not stat.S_ISDIR(st.st_mode):
+    raise PackError(f"{setting}={path} is not a folder of yours that no one else can write (uid {st.st_uid}, "
+                    f"mode {stat.S_IMODE(st.st_mode):o}; you are uid {os.geteuid()}): others could put files there "
+                    "that would be taken for this program's own. Name a folder of your own (chmod go-w, or a new "
+                    "folder)")

@@ -14,7 +14,9 @@ headers put back, where the pack's table holds them). `read` refuses a file, by 
 exposing any entry: not a regular file, owned by someone else than the user or root, writable by group or others,
 in a folder that is, over `MAX_PACK_BYTES`; not ours (magic), of another format version, truncated or altered (the
 digest), or with any manifest value out of bounds or any payload whose sha256 is not its entry's. Nothing of a
-pack is half-used.
+pack is half-used. What a read holds is bounded by what it holds once joined (an entry's header rows put back in
+it), before it is joined: each entry by `MAX_ENTRY_BYTES`, all of them by `HELD_PER_BYTE` times the file's size and
+by `MAX_HELD_BYTES`; any failure, running out of memory included, is a `PackError` naming the pack.
 
 Nothing here depends on jax: a pack made under one jax release reads the same under every other.
 """
@@ -52,6 +54,10 @@ MAX_PACK_BYTES = 4 << 30
 MAX_MANIFEST_BYTES = 64 << 20
 MAX_ENTRIES = 200_000
 MAX_ENTRY_BYTES = 256 << 20   # as the disk cache: a kernel's binaries are far smaller
+# What the entries a process holds may come to once their header rows are put back: a pack keeps each header once,
+# so its entries hold more than its file, but a table row (about 150 bytes) costs an entry at least 2 bytes.
+HELD_PER_BYTE = 128
+MAX_HELD_BYTES = 8 << 30
 MAX_TEXT = 4096
 MAX_LIST = 256
 KINDS = ("compile", "specialization", "tuning")
@@ -145,6 +151,9 @@ def read(path: str | os.PathLike, keep: Callable[[str, Mapping[str, Any]], bool]
     return _read_stream(shown, _Stream(fd, size), keep)
   except OSError as e:
     raise PackError(f"pack {shown} cannot be read ({e.strerror})") from None
+  except MemoryError:
+    raise PackError(f"pack {shown} cannot be read: this process ran out of memory reading it (it holds "
+                    f"{size} bytes); read it where more memory is free, or split it") from None
   finally:
     os.close(fd)
 
@@ -220,12 +229,21 @@ def _read_stream(shown: str, stream: _Stream, keep) -> Pack:
                     "it was written); nothing of it was used. Copy it again from where it was built, or build it again")
   if problem:
     raise PackError(f"pack {shown} is damaged: {problem}")
-  entries, table = {}, manifest.get("headers", [])
+  entries, table = {}, pack_headers.Rows(manifest.get("headers", []))
+  held, limit = 0, min(HELD_PER_BYTE * stream.size, MAX_HELD_BYTES)
   for row, payload in kept:
     if payload is None:
       continue
+    size = table.joined_size(payload, row["headers"]) if "headers" in row else len(payload)
+    held += size
+    if size > MAX_ENTRY_BYTES or held > limit:  # known before anything is joined
+      what = (f"entry {row['key']} would hold {size} bytes once its headers are put back, over the limit of "
+              f"{MAX_ENTRY_BYTES}") if size > MAX_ENTRY_BYTES else (
+              f"its entries would hold over {limit} bytes once their headers are put back ({HELD_PER_BYTE} "
+              f"times its {stream.size} bytes, at most {MAX_HELD_BYTES})")
+      raise PackError(f"pack {shown} is refused: {what}; nothing of it was used. Build it again")
     if "headers" in row:  # its headers from the pack's table (the sha256 below checks what that makes)
-      payload = pack_headers.joined(payload, row["headers"], table) or b""
+      payload = pack_headers.joined(payload, row["headers"], table.rows) or b""
     if hashlib.sha256(payload).hexdigest() != row["sha256"]:
       raise PackError(f"pack {shown} is damaged: entry {row['key']} does not match its sha256; nothing of it was "
                       "used. Build it again")

@@ -12,6 +12,10 @@ for the entry, as it does for every entry: so every check the loader makes on th
 paths that must be empty: cuda/nvrtc/portable.py) sees exactly what was recorded, and a table altered after the
 pack was made is refused as the entries it feeds do not match. An entry whose bytes are not of that shape, or that
 would not come back byte for byte, is stored whole.
+
+A row is held once but may be referred to by every entry, many times each: so an entry's size once joined is
+computed from its rows' lengths before it is joined (`joined_size`), and bounded by its reader, never found out
+by joining it (a 150 KiB pack once joined into 198 MiB).
 """
 
 from __future__ import annotations
@@ -57,9 +61,30 @@ class Table:
     return stored, refs
 
 
+class Rows:
+  """A pack's header table as its reader uses it: each row's length in JSON computed once."""
+
+  def __init__(self, rows: list[list]) -> None:
+    self.rows = rows
+    self._lengths: dict[int, int] = {}
+
+  def joined_size(self, stored: bytes, refs: list[int]) -> int:
+    """How many bytes `joined` would make of ``stored`` and ``refs`` (exactly, where it makes any), without
+    making them."""
+    lengths = self._lengths
+    listed = 0
+    for k in refs:
+      found = lengths.get(k)
+      if found is None:
+        found = lengths[k] = len(json.dumps(self.rows[k]).encode())
+      listed += found
+    separators = 2 * max(len(refs) - 1, 0)  # json.dumps's ", " between rows
+    return len(stored) - len(_EMPTY) + len(_FIELD) + 2 + listed + separators
+
+
 def joined(stored: bytes, refs: list[int], rows: list[list]) -> bytes | None:
   """The entry's bytes: ``stored`` with the header rows ``refs`` put back in its list; None where ``stored`` has no
-  empty list to put them in."""
+  empty list to put them in. Its size is `Rows.joined_size`'s: bound that first."""
   parts = _split(stored)
   if parts is None or parts[0].count(_EMPTY) != 1:
     return None

@@ -21,8 +21,9 @@ mask, a matrix), an instance whose class computes its attributes or equality, a 
 reads by a computed name or from the process (`dynamic_reads`), a value nested deeper than `MAX_DEPTH` or larger
 than `MAX_NODES`. A front end then keys that value by the IR it produces, never by a partial reading or by text.
 A key is the same in every process: no address, no order from hashing (a set by its members' sorted keys). A
-dict keeps its order, which code iterating it sees: a dict built from a set has the set's order, which differs
-between processes, and so does its key (a compile per process, never a kernel of another order).
+dict keeps its order, which code iterating it sees; one whose order may come from hashing (keys of strings or
+objects, not sorted: a dict built from a set has the set's order, which differs between processes) is refused, and
+its kernel keyed by its IR, which is the same in every process unless the code depends on that order.
 
     >>> value_key(1.0) == value_key(1.0), value_key(1.0) == value_key(1.0000000001)
     (True, False)
@@ -80,11 +81,12 @@ class Toolchain:
 PLAIN = Toolchain()
 
 
-def value_key(value, *, toolchain: Toolchain = PLAIN, name: str = "the value") -> bytes:
+def value_key(value, *, toolchain: Toolchain = PLAIN, name: str = "the value", ir: bool = False) -> bytes:
   """The 32-byte sha256 of ``value``'s key: equal keys only for values of the same types and content, and for
   code of the same behaviour. Raises `ValueKeyError` naming (from ``name``, what the value is to the caller) what
-  it cannot read completely."""
-  keyer = Keyer(hashlib.sha256(), toolchain)
+  it cannot read completely; with ``ir`` (the caller keys what is refused by the IR it makes), also a dict whose
+  order may come from hashing (data with no IR, an option or an autotuning space, is keyed in its order)."""
+  keyer = Keyer(hashlib.sha256(), toolchain, ir)
   try:
     keyer.put(value, 0, name)
   except ValueKeyError:
@@ -136,6 +138,27 @@ def _array_bytes(array: np.ndarray) -> list[bytes]:
   return out
 
 
+# Keys whose hashes are the same in every process (str, bytes and objects hash otherwise from one to the next).
+_STABLE_HASH = (int, bool, float, complex, type(None))
+
+
+def _stable(key) -> bool:
+  return type(key) in _STABLE_HASH or (type(key) is tuple and all(_stable(x) for x in key))
+
+
+def _hash_ordered(d: dict) -> bool:
+  """Whether ``d``'s order may come from hashing: two or more keys, not all of a type that hashes alike in every
+  process, not in sorted order (a dict built from a set of strings: a literal one is in its text's order, which is
+  the same in every process, and keyed by its IR all the same where that is not sorted)."""
+  if len(d) < 2 or all(_stable(k) for k in d):
+    return False
+  keys = list(d)
+  try:
+    return keys != sorted(keys)
+  except TypeError:  # keys that do not compare: no order to tell the set's from
+    return True
+
+
 class Keyer:
   """One key in the making: ``put`` a value, ``tag`` raw bytes. Each composite (a container, a function, a class,
   an instance) is hashed on its own and written as its digest, so that a value shared by two places and two equal
@@ -143,14 +166,16 @@ class Keyer:
   how many levels up it is. So a key is finite, the same in every process, and never depends on which objects
   happen to be shared or on a set's order."""
 
-  def __init__(self, h, toolchain: Toolchain):
+  def __init__(self, h, toolchain: Toolchain, ir: bool = False):
     self.h = h
     self.toolchain = toolchain
+    self.ir = ir  # refuse what only an IR keys the same in every process (a dict in a hash's order)
     self.stack: dict[int, int] = {}   # id -> level, of the composites being keyed
     self.low = _NO_REFERENCE          # the highest level (lowest number) referred to by the composite in the making
     self.done: dict[int, bytes] = {}  # id -> digest, of composites keyed whole (no reference above themselves)
     self.keep: list[Any] = []         # what done's ids name, alive until the key is made
     self.nodes = 0
+    self.library_modules: set = set()  # (library module, what the code reads of it) written whole already
 
   def tag(self, tag: bytes, *fields: bytes) -> None:
     self.h.update(tag)
@@ -193,9 +218,9 @@ class Keyer:
         self.low = min(self.low, low)
     self.tag(b"#", found)
 
-  def put(self, v, depth: int, where: str, names: frozenset[str] | None = None) -> None:
-    """Writes ``v``'s key; ``where`` says how it was reached, for the error; ``names``: the attribute names the
-    code that reached a module reads of it (None: any, so a user's module is read whole)."""
+  def put(self, v, depth: int, where: str, names: code_key.Reads | None = None) -> None:
+    """Writes ``v``'s key; ``where`` says how it was reached, for the error; ``names``: what the code that reached
+    a module reads of it (`code_key.Reads`; None: any attribute, so a user's module is read whole)."""
     self.nodes += 1
     if depth > MAX_DEPTH:
       raise ValueKeyError(f"{where} is nested more than {MAX_DEPTH} levels deep")
@@ -274,6 +299,12 @@ class Keyer:
         self.tag(b"T" if t is tuple else b"L", struct.pack("<Q", len(v)))
         self.items(v, depth, where)
     elif t is dict:
+      if self.ir and _hash_ordered(v):
+        raise ValueKeyError(f"{where} is a dict whose keys are not in sorted order and hash differently in each "
+                            "process (a dict built from a set has the set's order, which differs from process to "
+                            "process): its kernel is keyed by its IR, the same in every process unless the code "
+                            "depends on that order")
+
       def fill():
         self.tag(b"D", struct.pack("<Q", len(v)))
         for k, x in v.items():  # in its order, which code that iterates it sees

@@ -28,10 +28,30 @@ class CudaKernel(Kernel):
   """
 
 
+# NVRTC options whose output is LTO IR (NVVM), which only a device link reads: the compile would succeed and its
+# module fail to load.
+_NOT_A_LOADABLE_MODULE = frozenset({"-dlto", "--dlink-time-opt", "-dlink-time-opt"})
+
+
+def _check_text(text: str, what: str) -> None:
+  """Refuses text that is not UTF-8 (a lone surrogate, as a bad decode leaves): NVRTC reads bytes."""
+  try:
+    text.encode()
+  except UnicodeEncodeError as e:
+    raise ValueError(f"cuda_kernel: {what} holds {text[e.start:e.end]!r} at character {e.start}, a lone surrogate "
+                     "that is no UTF-8 character (left by decoding bytes with errors='surrogateescape'); decode the "
+                     "text as UTF-8, or replace the character") from None
+
+
 def _check_name(name, what: str) -> str:
   if not isinstance(name, str) or not name.strip():
     raise ValueError(f"{what} needs the name of the kernel's entry point as a non-empty string, got {name!r}")
   name = name.strip()
+  try:
+    name.encode()
+  except UnicodeEncodeError:
+    raise ValueError(f"{what}: the kernel name {name!r} holds a lone surrogate, no UTF-8 character; pass the entry "
+                     "point's name as written in the source") from None
   if any(ord(c) < 0x20 or ord(c) == 0x7f for c in name):
     raise ValueError(f"{what}: the kernel name {name!r} holds control characters (a NUL, a newline); "
                      "pass the entry point's name as written in the source")
@@ -97,12 +117,21 @@ def cuda_kernel(source: str, name: str, *, options: Sequence[str] = (),
   """
   if not isinstance(source, str) or not source.strip():
     raise ValueError("cuda_kernel needs the CUDA C++ source text")
+  _check_text(source, "the source")
   name = _check_name(name, "cuda_kernel")
   if isinstance(options, (str, bytes)):
     raise TypeError(f"cuda_kernel: options must be a sequence of NVRTC options, like ['-DTILE=64'], got {options!r}")
+  for option in options:
+    _check_text(str(option), f"the option {option!r}")
+    if str(option).split("=")[0] in _NOT_A_LOADABLE_MODULE:
+      raise ValueError(f"cuda_kernel '{name}': the option {option!r} makes NVRTC emit LTO IR for a later device link, "
+                       "not a module a GPU can load; leave it out (link-time optimization is not supported)")
   if headers is not None and not (isinstance(headers, Mapping) and
                                   all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items())):
     raise TypeError("cuda_kernel: headers must map include names to header text, both strings")
+  for include, text in (headers or {}).items():
+    _check_text(include, f"the header name {include!r}")
+    _check_text(text, f"the header {include!r}")
   if nvshmem is None:
     nvshmem = includes_nvshmem(source, headers)
   elif not isinstance(nvshmem, bool):

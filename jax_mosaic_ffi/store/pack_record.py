@@ -26,6 +26,7 @@ import threading
 from typing import Any, Callable, Mapping
 
 from jax_mosaic_ffi.base import flags
+from jax_mosaic_ffi.base import owned_files
 from jax_mosaic_ffi.base import pack_file
 from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.store import packs
@@ -137,7 +138,7 @@ def _clip(text: str) -> str:
 
 
 def _write(folder: str, name: str, data: bytes) -> None:
-  os.makedirs(folder, mode=0o700, exist_ok=True)
+  owned_files.own_folder(folder, ENV)
   temp = os.path.join(folder, f".{name}.partial")
   fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
   try:

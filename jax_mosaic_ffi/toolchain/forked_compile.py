@@ -5,7 +5,13 @@ holds the kernel's Python objects, and nothing stops one of those from outside o
 compile forks: the child, a copy of this process holding the same objects, compiles and sends back the bytes the
 compile cache would store, and the parent waits until the deadline, then kills the child's process group (a ptxas
 it started with it). The parent stays as it was: a compile that ran past its bound, or crashed (a segfault in an
-MLIR pass), costs a child, never the caller's process.
+MLIR pass), costs a child, never the caller's process. A parent killed outright runs nothing: the child's guard
+(toolchain/lifeline.py, forked from it into its group) then kills the group and removes its files. The deadline is
+the whole compile's where a front end opened one (base/compile_timeout.py's `whole_compile`), so the pieces of one
+compile (an IR key's trace, the compile, the audit's witness) share one bound.
+
+The wait wakes at least every `_WAKE_S`, so that a Ctrl-C that Linux delivered to another thread than the waiting
+one (any thread may take a signal sent to the process) is raised here at once, not at the deadline.
 
 What comes back is bounded as a disk-cache entry is: its length is checked before it is read, its sha256 digest
 after, and the front end's own ``decode`` reads it; a failure comes back as the exception the compile raised (its
@@ -34,9 +40,13 @@ import signal
 import struct
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from typing import Callable
+
+from jax_mosaic_ffi.base import compile_timeout
+from jax_mosaic_ffi.toolchain import lifeline as lifeline_lib
 
 # A kernel's binaries are far smaller; the disk cache reads no larger entry either.
 MAX_RESULT_BYTES = 256 << 20
@@ -48,6 +58,9 @@ _PR_SET_PDEATHSIG = 1
 # What the parent is warned of at a fork (JAX's and Python's warnings that a threaded process forks): the child
 # runs only the compiler, which takes no lock another thread may hold.
 _FORK_WARNINGS = r"(?s).*(os\.fork\(\) was called|multi-threaded, use of fork\(\))"
+# The longest the parent's wait sleeps between looks at Python's pending signals (a handler runs only in the main
+# thread, and only when it is not blocked in a system call the signal did not interrupt).
+_WAKE_S = 0.1
 
 _reports: int | None = None  # in a child: the pipe it answers on
 
@@ -83,39 +96,69 @@ def stage(name: str) -> None:
 
 
 def run(work: Callable[[], bytes], seconds: float | None, first_stage: str = "") -> bytes:
-  """``work()`` in a child forked from this process, killed after ``seconds`` (`Stopped`); None: here, unbounded
-  (as in a child already). What it raises is raised here; a child that dies without an answer raises `Died`.
-  ``first_stage``: the stage it is in until it reports one (its process's start counts towards it)."""
+  """``work()`` in a child forked from this process, killed after ``seconds`` (`Stopped`), or at the whole
+  compile's deadline where that is earlier; None: here, unbounded (as in a child already). What it raises is raised
+  here; a child that dies without an answer raises `Died`. ``first_stage``: the stage it is in until it reports
+  one (its process's start counts towards it)."""
   if seconds is None or in_child():
     return work()
+  deadline = compile_timeout.deadline(seconds)
+  if deadline <= time.monotonic():  # the whole compile's time is spent: no piece starts
+    raise Stopped(first_stage)
   for stream in (sys.stdout, sys.stderr):  # or the child would print what this process buffered, again
     with contextlib.suppress(Exception):
       stream.flush()
   scratch = tempfile.mkdtemp(prefix="jmf-compile-")
   parent = os.getpid()
   read_end, write_end = os.pipe()
+  lifeline = lifeline_lib.Lifeline()
+  child = None
   try:
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _interrupts_held():
       warnings.filterwarnings("ignore", _FORK_WARNINGS)
       pid = os.fork()
+      if pid == 0:
+        _child(work, read_end, write_end, scratch, parent)  # never returns
+      child = _Child(pid)
+      with contextlib.suppress(OSError):  # the child does it too: whichever runs first
+        os.setpgid(pid, pid)
+      child.guard = lifeline.guard(pid, scratch)
   except BaseException:
+    if child is not None:
+      child.end()
     for fd in (read_end, write_end):
       os.close(fd)
+    lifeline.close()
     shutil.rmtree(scratch, ignore_errors=True)
     raise
-  if pid == 0:
-    _child(work, read_end, write_end, scratch, parent)  # never returns
   os.close(write_end)
-  deadline = time.monotonic() + seconds
-  with contextlib.suppress(OSError):  # the child does it too: whichever runs first
-    os.setpgid(pid, pid)
-  child = _Child(pid)
   try:
     return _answer(read_end, child, deadline, first_stage)
   finally:
     child.end()
+    lifeline.close()
     os.close(read_end)
     shutil.rmtree(scratch, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _interrupts_held():
+  """A Ctrl-C during the forks, raised after them. Python runs the handlers `os.register_at_fork` registered
+  (logging's, ...) after each fork and drops what they raise, so a KeyboardInterrupt raised in one is lost: the
+  interrupt is held by a handler of ours meanwhile (in the main thread, where Python runs signal handlers, and only
+  while Python's own is in place)."""
+  if threading.current_thread() is not threading.main_thread() or \
+      signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    yield
+    return
+  caught = []
+  signal.signal(signal.SIGINT, lambda number, frame: caught.append(number))
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+  if caught:
+    raise KeyboardInterrupt
 
 
 def _child(work: Callable[[], bytes], read_end: int, write_end: int, scratch: str, parent: int) -> None:
@@ -123,6 +166,9 @@ def _child(work: Callable[[], bytes], read_end: int, write_end: int, scratch: st
   status = 0
   try:
     os.close(read_end)
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler and threading.current_thread() is \
+        threading.main_thread():  # the parent's handler of its forks (_interrupts_held): Python's own here
+      signal.signal(signal.SIGINT, signal.default_int_handler)
     os.setpgid(0, 0)  # its own group: the parent kills it with whatever it started
     _die_with(parent)
     _reports = write_end
@@ -208,8 +254,10 @@ def _read(fd: int, size: int, deadline: float, reached: str) -> bytes | None:
   chunks = []
   while size > 0:
     remaining = deadline - time.monotonic()
-    if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+    if remaining <= 0:
       raise Stopped(reached)
+    if not select.select([fd], [], [], min(remaining, _WAKE_S))[0]:
+      continue
     chunk = os.read(fd, min(size, 1 << 20))
     if not chunk:
       return None
@@ -219,11 +267,12 @@ def _read(fd: int, size: int, deadline: float, reached: str) -> bytes | None:
 
 
 class _Child:
-  """A forked compile's process, ended once: its group killed before it is reaped (so the group's id is no one
-  else's yet: a ptxas it started goes with it), then reaped."""
+  """A forked compile's process and its guard, ended once: its group killed before it is reaped (so the group's id
+  is no one else's yet: a ptxas it started goes with it), then reaped, then its guard."""
 
   def __init__(self, pid: int):
     self.pid = pid
+    self.guard: int | None = None  # its guard's pid (toolchain/lifeline.py), once forked
     self.how: str | None = None
 
   def end(self) -> str:
@@ -233,6 +282,8 @@ class _Child:
         os.killpg(self.pid, signal.SIGKILL)
       _, status = os.waitpid(self.pid, 0)
       self.how = _described(status)
+      if self.guard is not None:
+        lifeline_lib.end_guard(self.guard)
     return self.how
 
 

@@ -4,19 +4,27 @@ NVRTC cannot be interrupted: a template that explodes keeps it busy for
 minutes, and Ctrl-C does not reach it. So by default compiles run in a
 worker process (program.py run as a script), kept alive between compiles and
 killed when one takes longer than ``JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S``
-seconds (default 300, at most a week) or the caller is interrupted. Set it
-to 0 to compile in the calling process, with no bound. A child made by
+seconds (default 300, at most a week; the whole compile's deadline where a
+front end opened one: base/compile_timeout.py) or the caller is interrupted.
+Set it to 0 to compile in the calling process, with no bound. A child made by
 ``os.fork`` (multiprocessing's default on Linux) leaves its parent's worker
 alone and starts its own.
+
+The worker runs in a process group of its own (a Ctrl-C at the terminal is
+the caller's to handle: it kills the worker), with a guard
+(toolchain/lifeline.py) that kills it and removes its scratch folder when the
+caller ends without closing it (killed, or ``os._exit``).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import pickle
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -25,6 +33,7 @@ import time
 
 from jax_mosaic_ffi.base import compile_jobs
 from jax_mosaic_ffi.base import compile_timeout
+from jax_mosaic_ffi.toolchain import lifeline as lifeline_lib
 from jax_mosaic_ffi.cuda.nvrtc import program
 from jax_mosaic_ffi.cuda.nvrtc.program import LENGTH, NvrtcFailure, compile_here, write_message
 
@@ -32,6 +41,9 @@ TIMEOUT_ENV = compile_timeout.ENV
 DEFAULT_TIMEOUT_S = compile_timeout.DEFAULT_S
 MAX_TIMEOUT_S = compile_timeout.MAX_S
 _MAX_REPLY_BYTES = 1 << 30
+# The longest a wait for the worker sleeps between looks at Python's pending signals (a Ctrl-C that Linux gave to
+# another thread is raised in the main thread only once its system call returns).
+_WAKE_S = 0.1
 
 
 class NvrtcTimeout(Exception):
@@ -56,6 +68,7 @@ class _Worker:
     self._answers = None  # the read end of the worker's answer pipe
     # The worker's folder for NVRTC's trace files: ours to remove, as a killed worker cannot.
     self._scratch = None
+    self._guard = None  # the worker's guard (toolchain/lifeline.py) and its lifeline
     self._lock = threading.Lock()
 
   def _start(self) -> None:
@@ -63,14 +76,36 @@ class _Worker:
     self._scratch = tempfile.mkdtemp(prefix="jmf-nvrtc-")
     try:
       self._process = subprocess.Popen([sys.executable, "-P", program.__file__, str(write_end),
-                                        self._scratch], stdin=subprocess.PIPE, pass_fds=(write_end,))
+                                        self._scratch], stdin=subprocess.PIPE, pass_fds=(write_end,),
+                                       process_group=0)
+      self._start_guard()
     except BaseException:
       os.close(read_end)
-      self._remove_scratch()
+      self._stop()
       raise
     finally:
       os.close(write_end)
     self._answers = os.fdopen(read_end, "rb", buffering=0)
+
+  def _start_guard(self) -> None:
+    lifeline = lifeline_lib.Lifeline()
+    try:
+      guard = subprocess.Popen(lifeline_lib.guard_command(lifeline.fd, self._process.pid, self._scratch),
+                               pass_fds=(lifeline.fd,), start_new_session=True, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL)
+    except BaseException:
+      lifeline.close()
+      raise
+    lifeline.started()
+    self._guard = (guard, lifeline)
+
+  def _end_guard(self) -> None:
+    found, self._guard = self._guard, None
+    if found is not None:
+      guard, lifeline = found
+      guard.kill()
+      guard.wait()
+      lifeline.close()
 
   def compile(self, request: dict, seconds: float) -> dict:
     with self._lock:
@@ -81,7 +116,7 @@ class _Worker:
         # The worker started in some earlier working directory: NVRTC resolves
         # relative include paths against the caller's current one.
         write_message(self._process.stdin, {**request, "cwd": _cwd()})
-        status, payload = _read_message(self._answers, time.monotonic() + seconds)
+        status, payload = _read_message(self._answers, compile_timeout.deadline(seconds))
       except BaseException:
         self._stop()
         raise
@@ -99,11 +134,13 @@ class _Worker:
     process, self._process = self._process, None
     answers, self._answers = self._answers, None
     if process is not None:
-      process.kill()
+      with contextlib.suppress(OSError):
+        os.killpg(process.pid, signal.SIGKILL)  # with whatever it started; before it is reaped
       process.wait()
       process.stdin.close()
     if answers is not None:
       answers.close()
+    self._end_guard()
     self._remove_scratch()
 
   def _remove_scratch(self) -> None:
@@ -119,7 +156,7 @@ class _Worker:
     closes it, not when every child has); the objects are kept, so that collecting them never closes a
     descriptor number the child has reused."""
     process, answers = self._process, self._answers
-    self._process = self._answers = self._scratch = None
+    self._process = self._answers = self._scratch = self._guard = None
     self._lock = threading.Lock()  # a thread of the parent may have held it when the process forked
     if process is None:
       return
@@ -144,6 +181,7 @@ class _Worker:
         process.wait()
     if answers is not None:
       answers.close()
+    self._end_guard()
     self._remove_scratch()
 
 
@@ -216,10 +254,12 @@ def _read_exactly(fd: int, size: int, deadline: float | None) -> bytes:
   while size > 0:
     if deadline is not None:
       remaining = deadline - time.monotonic()
-      if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+      if remaining <= 0:
         raise NvrtcTimeout(
             f"NVRTC did not finish within the {TIMEOUT_ENV} bound and was stopped. Set it higher to allow "
             "longer compiles (0: no bound)")
+      if not select.select([fd], [], [], min(remaining, _WAKE_S))[0]:
+        continue
     chunk = os.read(fd, min(size, 1 << 20))
     if not chunk:
       raise RuntimeError("the NVRTC worker process died (see its output above)")

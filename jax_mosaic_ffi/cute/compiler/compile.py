@@ -192,7 +192,14 @@ CODEC = Codec("compile", encode=_to_bytes, decode=lambda data: _from_bytes("", d
 
 def compile_plan(launcher, plan: Plan, *, name: str, targets: tuple[Arch, ...], options: str | None,
                  compile_key=None, where: str = "") -> CuteKernel:
-  """The kernel of this specialization: from memory, from disk, or compiled (once per target)."""
+  """The kernel of this specialization: from memory, from disk, or compiled (once per target). Its pieces (an IR
+  key's trace, the compile, the audit's witness) share one deadline (base/compile_timeout.py)."""
+  with compile_timeout.whole_compile(compile_timeout.seconds()):
+    return _compile_plan(launcher, plan, name, targets, options, compile_key, where)
+
+
+def _compile_plan(launcher, plan: Plan, name: str, targets: tuple[Arch, ...], options: str | None, compile_key,
+                  where: str) -> CuteKernel:
   release = package.compiler_release()
   dsl.check_release(release)
   described, exact_plan = plan.describe()
@@ -215,7 +222,15 @@ def compile_plan(launcher, plan: Plan, *, name: str, targets: tuple[Arch, ...], 
     for t in targets:
       forked_compile.stage(_compile_stage(t))
       images.append(_compile_one(launcher, plan, t, options, name, where))
-    compiled = Compiled.of(ParsedModule(PREFIX, tuple(images)), None)
+    try:
+      compiled = Compiled.of(ParsedModule(PREFIX, tuple(images)), None)
+    except module_format.ModuleFormatError:
+      if dsl.is_jit(launcher):
+        raise
+      raise CompileError(name, f"the launcher {launcher!r} is not a @cute.jit function and launched no kernel", "",
+                         "", compiler="CuTe DSL", what=f"'{name}' (called at {where})",
+                         advice="decorate the launcher with @cute.jit (or launch kernels from a @cute.jit function "
+                         "it calls)") from None
     return _to_bytes(CuteKernel(name, compiled, plan.host_args(), max(t.align for t in plan.tensors)))
 
   def compile():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import re
 
 from jax_mosaic_ffi.cute.compiler import package
@@ -18,6 +19,14 @@ from jax_mosaic_ffi.cute.compiler.package import CuteUnavailable
 # object and the runtime library's C API are what we rely on; a new minor release may change any of them.
 SUPPORTED = ((4, 8), (4, 9))
 SUPPORTED_TEXT = "nvidia-cutlass-dsl >= 4.8, < 4.9 (tested: 4.8.1 compiling on CPU)"
+
+
+def is_jit(fn) -> bool:
+  """Whether ``fn`` is a ``@cute.jit`` function (the DSL marks each with its DSL class), bound or partially
+  applied."""
+  while isinstance(fn, functools.partial) or inspect.ismethod(fn):
+    fn = fn.func if isinstance(fn, functools.partial) else fn.__func__
+  return callable(fn) and "_dsl_cls" in getattr(fn, "__dict__", {})
 
 
 def release_tuple(version: str) -> tuple[int, ...]:

@@ -65,16 +65,17 @@ TOOLCHAIN = value_key_lib.Toolchain(libraries=frozenset({"cutlass", "cuda"}), ex
                                     user_code=_user_code, bookkeeping=_bookkeeping)
 
 
-def exact_key(value, name: str = "the value") -> bytes:
+def exact_key(value, name: str = "the value", ir: bool = False) -> bytes:
   """`base.value_key` with the DSL's values: raises ValueKeyError for what it cannot read whole (``name``: what
-  the value is, as the error names it)."""
-  return value_key_lib.value_key(value, toolchain=TOOLCHAIN, name=name)
+  the value is, as the error names it; ``ir``: the caller keys a refused value by a trace)."""
+  return value_key_lib.value_key(value, toolchain=TOOLCHAIN, name=name, ir=ir)
 
 
 def fingerprint(*objects) -> str | None:
-  """A hex digest of the objects and all they reach, or None where something cannot be read whole."""
+  """A hex digest of the objects and all they reach, or None where something cannot be read whole (the caller
+  keys them by a trace)."""
   try:
-    return exact_key(objects).hex()
+    return exact_key(objects, ir=True).hex()
   except (ValueKeyError, RecursionError):
     return None
 

@@ -116,7 +116,7 @@ class Plan:
     constexprs, exact = [], True
     for k, v in self.constexprs:
       try:
-        constexprs.append([k, cute_keys.exact_key(v).hex()])
+        constexprs.append([k, cute_keys.exact_key(v, ir=True).hex()])
       except (ValueKeyError, RecursionError):
         constexprs.append([k, f"{type(v).__module__}.{type(v).__qualname__}: not keyed"])
         exact = False

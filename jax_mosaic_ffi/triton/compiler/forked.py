@@ -2,7 +2,8 @@
 
 Each piece of a compile that runs the user's Python or Triton's compiler (the whole compile, every target; the
 frontend's TTIR where a kernel is keyed by it, and the key audit's) runs in a child forked for it and killed at the
-deadline (toolchain/forked_compile.py), which starts in the frontend and reports each stage (stages.py).
+deadline (toolchain/forked_compile.py), which starts in the frontend and reports each stage (stages.py). The
+deadline is one for the whole compile: each piece gets what its earlier pieces left of the bound (D36).
 Its stop, or a crash of Triton's native code in it, is worded for the kernel (errors.py); what it prints for
 Triton's ``debug`` option comes back with its answer and is printed here, where the user's stdout is.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+import time
 from typing import Any, Callable
 
 from jax_mosaic_ffi.toolchain import forked_compile
@@ -32,6 +34,7 @@ class BoundedCompile:
     config: its config as errors name it (triton_errors.config_text).
     language: what it is written in.
     bound: the bound in seconds, or None.
+    started: when the compile started (time.monotonic()): its pieces share the bound from there.
   """
 
   fn: Any
@@ -39,11 +42,15 @@ class BoundedCompile:
   config: str
   language: Language
   bound: float | None
+  started: float = dataclasses.field(default_factory=time.monotonic)
+
+  def _left(self) -> float | None:
+    return None if self.bound is None else self.bound - (time.monotonic() - self.started)
 
   def run(self, work: Callable[[], bytes], target: str) -> bytes:
     """``work()`` bounded; it starts in the frontend for ``target`` (``"sm_90"``)."""
     try:
-      return forked_compile.run(work, self.bound, stages.first(target))
+      return forked_compile.run(work, self._left(), stages.first(target))
     except forked_compile.Stopped as e:
       raise triton_errors.timed_out(self.fn, self.targets, self.config, self.language, self.bound,
                                     e.stage) from None

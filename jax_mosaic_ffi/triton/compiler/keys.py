@@ -65,15 +65,16 @@ def _triton_value(value, keyer) -> bool:
 TOOLCHAIN = value_key_lib.Toolchain(libraries=frozenset({"triton"}), extra=_triton_value)
 
 
-def exact(value) -> bytes:
-  """`base.value_key` with Triton's values; raises ValueKeyError for what it cannot read whole."""
-  return value_key_lib.value_key(value, toolchain=TOOLCHAIN)
+def exact(value, ir: bool = False) -> bytes:
+  """`base.value_key` with Triton's values; raises ValueKeyError for what it cannot read whole (``ir``: the caller
+  keys a refused value by its TTIR)."""
+  return value_key_lib.value_key(value, toolchain=TOOLCHAIN, ir=ir)
 
 
 def constexpr_key(value) -> str | None:
   """A constexpr's key as hex, or None where it cannot be read whole (the compile is then keyed by its IR)."""
   try:
-    return exact(value).hex()
+    return exact(value, ir=True).hex()
   except (ValueKeyError, RecursionError):
     return None
 
