@@ -24,11 +24,11 @@ import dataclasses
 from typing import Any, Mapping
 
 import jax
-import jax.numpy as jnp
 
 from jax_mosaic_ffi.base import source_location
 from jax_mosaic_ffi.base.errors import LaunchError
 from jax_mosaic_ffi.base.module_format import Arch
+from jax_mosaic_ffi.call import batch_axis
 from jax_mosaic_ffi.call import fallback as fallback_lib
 from jax_mosaic_ffi.call import launch_values
 from jax_mosaic_ffi.call import primitive
@@ -141,23 +141,5 @@ def launcher(target: CuteFunction, out_shape, launch: LaunchOptions, options: Cu
   if batch_mode is None:
     return lambda *args: bind(args, False)
 
-  @jax.custom_batching.custom_vmap
-  def batched(*args):  # every array with one leading batch axis, the same for all
-    return bind(args, True)
-
-  @batched.def_vmap
-  def merged(axis_size, in_batched, *args):
-    # A batch of batches (vmap of this call, or nested vmaps): one batch, outer axis first.
-    args = [a if b else jnp.broadcast_to(a, (axis_size, *a.shape)) for a, b in zip(args, in_batched)]
-    inner = args[0].shape[1]
-    out = batched(*(a.reshape((axis_size * inner, *a.shape[2:])) for a in args))
-    out = jax.tree.map(lambda o: o.reshape((axis_size, inner, *o.shape[1:])), out)
-    return out, jax.tree.map(lambda _: True, out)
-
-  def call(*args):
-    if not args:
-      raise LaunchError(f"mosaic_kernel '{name}': a launcher with batch_mode= needs at least one input array")
-    out = batched(*(a[None] for a in args))  # one call is a batch of one
-    return jax.tree.map(lambda o: o[0], out)
-
-  return call
+  return batch_axis.leading_axis_call(
+      bind, f"mosaic_kernel '{name}': a launcher with batch_mode= needs at least one input array")
