@@ -10,7 +10,7 @@ holds the other end, and the kernel closes it when the caller ends, however it e
 read then sees the end of the stream.
 
 What it is told is bounded before it is used: a record longer than `MAX_RECORD_BYTES` is dropped, a group must be a
-number above 1 and not the guard's own, a folder an absolute path. A folder is removed only where it is a folder
+number above 1, not the guard's own and not its caller's, a folder an absolute path. A folder is removed only where it is a folder
 (not a symlink to one) owned by this user; shutil.rmtree follows no symlink inside it.
 """
 
@@ -34,7 +34,8 @@ GONE_WAIT_S = 10.0
 class Told:
   """What the caller has told so far: its live groups and folders."""
 
-  def __init__(self) -> None:
+  def __init__(self, caller_group: int) -> None:
+    self.caller_group = caller_group  # never killed: the caller's own (its shell's, its terminal's)
     self.groups: set[int] = set()
     self.folders: set[str] = set()
     self._pending = b""
@@ -54,7 +55,7 @@ class Told:
       if not (value.isdigit() and len(value) <= 10):
         return
       group = int(value)
-      if group <= 1 or group == os.getpgrp():
+      if group <= 1 or group in (os.getpgrp(), self.caller_group):
         return
       (self.groups.add if op == b"+g" else self.groups.discard)(group)
     elif op in (b"+f", b"-f"):
@@ -89,7 +90,11 @@ def remove_own_folder(folder: str) -> None:
 
 def guard(fd: int = 0) -> None:
   """Reads ``fd`` until its end, then kills what is live and removes what is left. Never returns."""
-  told = Told()
+  try:
+    caller_group = os.getpgid(os.getppid())
+  except OSError:  # the caller is gone already: what it told is all there is
+    caller_group = -1
+  told = Told(caller_group)
   try:
     while True:
       try:
