@@ -168,3 +168,26 @@ def test_the_sweep_removes_only_our_own_folders_of_owners_gone(tmp_path, monkeyp
     assert lifeline.sweep("jmf-nvrtc-") == []  # once per process and folder
   finally:
     lifeline.remove_folder(live)
+
+
+def test_a_compiles_child_is_reaped_and_its_folder_removed_after_its_answer(tmp_path, monkeypatch):
+  # Off the caller's path (the answer comes first), but done: no zombie, no folder, in this process as at its exit.
+  monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+  answers = [forked_compile.run(lambda: f"{os.getpid()} {tempfile.gettempdir()}".encode(),
+                                fresh_process.INNER_GUARD_S).decode().split() for _ in range(3)]
+  for pid, scratch in answers:
+    assert scratch.startswith(str(tmp_path / "jmf-compile-"))
+    assert _wait_until(lambda: not os.path.exists(f"/proc/{pid}") and not os.path.exists(scratch))
+
+
+EXITS_AFTER_ITS_COMPILES = """
+  import json, os, tempfile
+  from jax_mosaic_ffi.toolchain import forked_compile
+  print(json.dumps([forked_compile.run(lambda: tempfile.gettempdir().encode(), 60).decode() for _ in range(5)]))
+"""
+
+
+def test_a_process_that_exits_after_its_compiles_leaves_no_folder(tmp_path):
+  r = fresh_process.run(EXITS_AFTER_ITS_COMPILES, env={"TMPDIR": str(tmp_path)})
+  assert len(r.result) == 5 and all(s.startswith(str(tmp_path / "jmf-compile-")) for s in r.result)
+  assert not list(tmp_path.iterdir())

@@ -110,6 +110,7 @@ def run(work: Callable[[], bytes], seconds: float | None, first_stage: str = "")
   for stream in (sys.stdout, sys.stderr):  # or the child would print what this process buffered, again
     with contextlib.suppress(Exception):
       stream.flush()
+  _find_prctl()
   scratch = lifeline_lib.scratch_folder("jmf-compile-")  # this process's guard knows it before it exists
   parent = os.getpid()
   read_end, write_end = os.pipe()
@@ -207,10 +208,23 @@ def _child(work: Callable[[], bytes], read_end: int, write_end: int, go_read: in
 def _die_with(parent: int) -> None:
   """This child killed when its parent ends (Linux's PR_SET_PDEATHSIG), so a parent killed outright leaves no
   compile running; and ended now if the parent already has."""
-  with contextlib.suppress(OSError, AttributeError):
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+  if _prctl is not None:
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
   if os.getppid() != parent:
     os._exit(1)
+
+
+def _find_prctl():
+  """libc's prctl, looked up once in the parent (a child's lookup would be on the compile's path)."""
+  global _prctl, _prctl_looked_up
+  if not _prctl_looked_up:
+    _prctl_looked_up = True
+    with contextlib.suppress(OSError, AttributeError):
+      _prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+
+_prctl = None
+_prctl_looked_up = False
 
 
 def _failure(e: BaseException) -> bytes:
