@@ -10,8 +10,8 @@ holds the other end, and the kernel closes it when the caller ends, however it e
 read then sees the end of the stream.
 
 What it is told is bounded before it is used: a record longer than `MAX_RECORD_BYTES` is dropped, a group must be a
-number above 1, not the guard's own and not its caller's, a folder an absolute path. A folder is removed only where it is a folder
-(not a symlink to one) owned by this user; shutil.rmtree follows no symlink inside it.
+number above 1, not the guard's own and not its caller's, a folder an absolute path. A folder is removed only where
+it is a folder (not a symlink to one) owned by this user; shutil.rmtree follows no symlink inside it.
 """
 
 from __future__ import annotations
