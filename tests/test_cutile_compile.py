@@ -201,6 +201,43 @@ def test_a_compile_that_cannot_finish_is_stopped_at_the_bound(tmp_path, isolated
     compile_plan(slow_tile.unrolled, plan, name="unrolled", targets=(module_format.Arch(90),))
 
 
+# A kernel whose front end sleeps JMF_TEST_TRACE_SLEEP_S seconds (reading a constant of a module that makes it on
+# demand): the key reader cannot read that whole, so the kernel is keyed by its bytecode: two runs of the front end.
+SLEEPS_IN_ITS_FRONT_END = {
+    "slow_constants.py": """
+import os, time
+def __getattr__(name):
+  if name != "SCALE":
+    raise AttributeError(name)
+  time.sleep(float(os.environ["JMF_TEST_TRACE_SLEEP_S"]))
+  return 2.0
+""",
+    "sleepy_tile.py": """
+import cuda.tile as ct
+import slow_constants
+
+@ct.kernel
+def sleepy(a, b, TILE: ct.Constant[int]):
+  t = ct.load(a, index=(ct.bid(0),), shape=(TILE,))
+  ct.store(b, index=(ct.bid(0),), tile=t * slow_constants.SCALE)
+"""}
+
+
+def test_the_pieces_of_one_compile_share_one_deadline(tmp_path, isolated_disk_cache, monkeypatch):
+  # The bytecode key's front end and the compile's each take 0.6 of the bound: one deadline stops the compile,
+  # wherever the time went (a fresh bound per piece let it finish, at up to twice the bound).
+  for name, text in SLEEPS_IN_ITS_FRONT_END.items():
+    (tmp_path / name).write_text(text)
+  monkeypatch.syspath_prepend(str(tmp_path))
+  import sleepy_tile
+  monkeypatch.setenv("JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S", "10")
+  monkeypatch.setenv("JMF_TEST_TRACE_SLEEP_S", "6")
+  plan = plan_lib.Plan((plan_lib.ArrayArg(0, "float32", (1024,)), plan_lib.ArrayArg(1, "float32", (1024,)),
+                        plan_lib.ConstantArg(128, cutile_keys.exact_key(128).hex())))
+  with pytest.raises(jmf.CompileTimeout, match=r"(?s)sleepy.*ran past JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S=10 seconds"):
+    compile_plan(sleepy_tile.sleepy, plan, name="sleepy", targets=(module_format.Arch(90),))
+
+
 def test_a_kernel_cutile_refuses_names_the_kernel_and_its_file(tmp_path, isolated_disk_cache, monkeypatch):
   (tmp_path / "broken_tile.py").write_text(textwrap.dedent('''
     import cuda.tile as ct

@@ -5,10 +5,12 @@ holds the kernel's Python objects, and nothing stops one of those from outside o
 compile forks: the child, a copy of this process holding the same objects, compiles and sends back the bytes the
 compile cache would store, and the parent waits until the deadline, then kills the child's process group (a ptxas
 it started with it). The parent stays as it was: a compile that ran past its bound, or crashed (a segfault in an
-MLIR pass), costs a child, never the caller's process. A parent killed outright runs nothing: the child's guard
-(toolchain/lifeline.py, forked from it into its group) then kills the group and removes its files. The deadline is
-the whole compile's where a front end opened one (base/compile_timeout.py's `whole_compile`), so the pieces of one
-compile (an IR key's trace, the compile, the audit's witness) share one bound.
+MLIR pass), costs a child, never the caller's process. A parent killed outright runs nothing: its guard
+(toolchain/lifeline.py, one per process, told the child's group before the child starts its work) then kills the
+group and removes its files. Once the answer is read, the child is reaped and its folder removed in a thread of
+this process's: the answer does not wait for them (a failure does, so that its error finds nothing left). The
+deadline is the whole compile's where a front end opened one (base/compile_timeout.py's `whole_compile`), so the
+pieces of one compile (an IR key's trace, the compile, the audit's witness) share one bound.
 
 The wait wakes at least every `_WAKE_S`, so that a Ctrl-C that Linux delivered to another thread than the waiting
 one (any thread may take a signal sent to the process) is raised here at once, not at the deadline.
@@ -29,13 +31,13 @@ the forking thread), and the bound would end such a wait too.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import hashlib
 import os
 import pickle
 import select
-import shutil
 import signal
 import struct
 import sys
@@ -108,37 +110,45 @@ def run(work: Callable[[], bytes], seconds: float | None, first_stage: str = "")
   for stream in (sys.stdout, sys.stderr):  # or the child would print what this process buffered, again
     with contextlib.suppress(Exception):
       stream.flush()
-  scratch = tempfile.mkdtemp(prefix="jmf-compile-")
+  _find_prctl()
+  scratch = lifeline_lib.scratch_folder("jmf-compile-")  # this process's guard knows it before it exists
   parent = os.getpid()
   read_end, write_end = os.pipe()
-  lifeline = lifeline_lib.Lifeline()
+  go_read, go_write = os.pipe()  # the child starts its work once its group is the guard's
   child = None
   try:
     with warnings.catch_warnings(), _interrupts_held():
       warnings.filterwarnings("ignore", _FORK_WARNINGS)
       pid = os.fork()
       if pid == 0:
-        _child(work, read_end, write_end, scratch, parent)  # never returns
+        _child(work, read_end, write_end, go_read, go_write, scratch, parent)  # never returns
       child = _Child(pid)
       with contextlib.suppress(OSError):  # the child does it too: whichever runs first
         os.setpgid(pid, pid)
-      child.guard = lifeline.guard(pid, scratch)
+      lifeline_lib.watch_group(pid)
+      child.watched = True
+      os.write(go_write, b"g")
   except BaseException:
     if child is not None:
       child.end()
-    for fd in (read_end, write_end):
+    for fd in (read_end, write_end, go_read, go_write):
       os.close(fd)
-    lifeline.close()
-    shutil.rmtree(scratch, ignore_errors=True)
+    lifeline_lib.remove_folder(scratch)
+    _reaper.wait()
     raise
-  os.close(write_end)
+  for fd in (write_end, go_read, go_write):
+    os.close(fd)
   try:
-    return _answer(read_end, child, deadline, first_stage)
-  finally:
+    data = _answer(read_end, child, deadline, first_stage)
+  except BaseException:
     child.end()
-    lifeline.close()
+    lifeline_lib.remove_folder(scratch)
+    _reaper.wait()  # so that a failed compile has left nothing when its error is raised
+    raise
+  finally:
     os.close(read_end)
-    shutil.rmtree(scratch, ignore_errors=True)
+  _reaper.later(child, scratch)  # the answer is read: the rest is off the caller's path
+  return data
 
 
 @contextlib.contextmanager
@@ -161,16 +171,21 @@ def _interrupts_held():
     raise KeyboardInterrupt
 
 
-def _child(work: Callable[[], bytes], read_end: int, write_end: int, scratch: str, parent: int) -> None:
+def _child(work: Callable[[], bytes], read_end: int, write_end: int, go_read: int, go_write: int, scratch: str,
+           parent: int) -> None:
   global _reports
   status = 0
   try:
     os.close(read_end)
+    os.close(go_write)
     if signal.getsignal(signal.SIGINT) is not signal.default_int_handler and threading.current_thread() is \
         threading.main_thread():  # the parent's handler of its forks (_interrupts_held): Python's own here
       signal.signal(signal.SIGINT, signal.default_int_handler)
     os.setpgid(0, 0)  # its own group: the parent kills it with whatever it started
     _die_with(parent)
+    if os.read(go_read, 1) != b"g":  # the parent ended before its guard knew this group: nothing starts
+      os._exit(1)
+    os.close(go_read)
     _reports = write_end
     tempfile.tempdir = scratch  # Triton's PTX and cubin files, and ptxas's, are the parent's to remove
     os.environ["TMPDIR"] = scratch
@@ -193,10 +208,23 @@ def _child(work: Callable[[], bytes], read_end: int, write_end: int, scratch: st
 def _die_with(parent: int) -> None:
   """This child killed when its parent ends (Linux's PR_SET_PDEATHSIG), so a parent killed outright leaves no
   compile running; and ended now if the parent already has."""
-  with contextlib.suppress(OSError, AttributeError):
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+  if _prctl is not None:
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
   if os.getppid() != parent:
     os._exit(1)
+
+
+def _find_prctl():
+  """libc's prctl, looked up once in the parent (a child's lookup would be on the compile's path)."""
+  global _prctl, _prctl_looked_up
+  if not _prctl_looked_up:
+    _prctl_looked_up = True
+    with contextlib.suppress(OSError, AttributeError):
+      _prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+
+_prctl = None
+_prctl_looked_up = False
 
 
 def _failure(e: BaseException) -> bytes:
@@ -267,12 +295,12 @@ def _read(fd: int, size: int, deadline: float, reached: str) -> bytes | None:
 
 
 class _Child:
-  """A forked compile's process and its guard, ended once: its group killed before it is reaped (so the group's id
-  is no one else's yet: a ptxas it started goes with it), then reaped, then its guard."""
+  """A forked compile's process, ended once: its group killed before it is reaped (so the group's id is no one
+  else's yet: a ptxas it started goes with it), then no longer the guard's, then reaped."""
 
   def __init__(self, pid: int):
     self.pid = pid
-    self.guard: int | None = None  # its guard's pid (toolchain/lifeline.py), once forked
+    self.watched = False  # whether this process's guard (toolchain/lifeline.py) watches its group
     self.how: str | None = None
 
   def end(self) -> str:
@@ -280,11 +308,71 @@ class _Child:
     if self.how is None:
       with contextlib.suppress(OSError):
         os.killpg(self.pid, signal.SIGKILL)
+      if self.watched:
+        lifeline_lib.forget_group(self.pid)
+        self.watched = False
       _, status = os.waitpid(self.pid, 0)
       self.how = _described(status)
-      if self.guard is not None:
-        lifeline_lib.end_guard(self.guard)
     return self.how
+
+
+class _Reaper:
+  """Ends children whose answer was read, and removes their scratch, in a thread of its own while there are any:
+  reaping one waits until the kernel has torn down its copy of this process, milliseconds the caller need not wait.
+  No thread stays once they are done (a fork from a process with threads of ours would warn); the last ones are
+  ended at exit, and a forked child leaves its parent's to the parent."""
+
+  def __init__(self) -> None:
+    self._lock = threading.Lock()
+    self._pending: list[tuple[_Child, str]] = []
+    self._thread: threading.Thread | None = None
+
+  def later(self, child: _Child, scratch: str) -> None:
+    with self._lock:
+      self._pending.append((child, scratch))
+      if self._thread is not None:
+        return
+      try:
+        self._thread = threading.Thread(target=self._run, name="jmf-compile-reaper", daemon=True)
+        self._thread.start()
+      except RuntimeError:  # no new thread at the interpreter's shutdown: ended here
+        self._thread = None
+        self._pending.remove((child, scratch))
+      else:
+        return
+    _end(child, scratch)
+
+  def _run(self) -> None:
+    while True:
+      with self._lock:
+        if not self._pending:
+          self._thread = None
+          return
+        child, scratch = self._pending.pop(0)
+      _end(child, scratch)
+
+  def wait(self) -> None:
+    """Until every child handed over is ended."""
+    with self._lock:
+      thread = self._thread
+    if thread is not None and thread is not threading.current_thread():
+      thread.join()
+
+  def forget_inherited(self) -> None:
+    """In a child made by os.fork: the pending children are the parent's (it reaps them, not this process)."""
+    self._lock = threading.Lock()
+    self._pending, self._thread = [], None
+
+
+def _end(child: _Child, scratch: str) -> None:
+  with contextlib.suppress(ChildProcessError):  # reaped by someone else's os.wait()
+    child.end()
+  lifeline_lib.remove_folder(scratch)
+
+
+_reaper = _Reaper()
+atexit.register(_reaper.wait)
+os.register_at_fork(after_in_child=_reaper.forget_inherited)
 
 
 def _described(status: int) -> str:

@@ -11,9 +11,11 @@ Set it to 0 to compile in the calling process, with no bound. A child made by
 alone and starts its own.
 
 The worker runs in a process group of its own (a Ctrl-C at the terminal is
-the caller's to handle: it kills the worker), with a guard
-(toolchain/lifeline.py) that kills it and removes its scratch folder when the
-caller ends without closing it (killed, or ``os._exit``).
+the caller's to handle: it kills the worker), watched by this process's guard
+(toolchain/lifeline.py), which kills it and removes its scratch folder when the
+caller ends without closing it (killed, or ``os._exit``). A caller killed
+together with its guard leaves its worker's folder: the next process to start
+a worker removes it (its name records its owner, who is gone).
 """
 
 from __future__ import annotations
@@ -23,11 +25,9 @@ import contextlib
 import os
 import pickle
 import select
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -41,6 +41,7 @@ TIMEOUT_ENV = compile_timeout.ENV
 DEFAULT_TIMEOUT_S = compile_timeout.DEFAULT_S
 MAX_TIMEOUT_S = compile_timeout.MAX_S
 _MAX_REPLY_BYTES = 1 << 30
+_SCRATCH_PREFIX = "jmf-nvrtc-"
 # The longest a wait for the worker sleeps between looks at Python's pending signals (a Ctrl-C that Linux gave to
 # another thread is raised in the main thread only once its system call returns).
 _WAKE_S = 0.1
@@ -68,17 +69,19 @@ class _Worker:
     self._answers = None  # the read end of the worker's answer pipe
     # The worker's folder for NVRTC's trace files: ours to remove, as a killed worker cannot.
     self._scratch = None
-    self._guard = None  # the worker's guard (toolchain/lifeline.py) and its lifeline
+    self._watched = False  # whether this process's guard (toolchain/lifeline.py) watches the worker's group
     self._lock = threading.Lock()
 
   def _start(self) -> None:
+    lifeline_lib.sweep(_SCRATCH_PREFIX)  # what callers killed with their guard left, once per process
     read_end, write_end = os.pipe()
-    self._scratch = tempfile.mkdtemp(prefix="jmf-nvrtc-")
+    self._scratch = lifeline_lib.scratch_folder(_SCRATCH_PREFIX)  # this process's guard removes it if we die
     try:
       self._process = subprocess.Popen([sys.executable, "-P", program.__file__, str(write_end),
                                         self._scratch], stdin=subprocess.PIPE, pass_fds=(write_end,),
                                        process_group=0)
-      self._start_guard()
+      lifeline_lib.watch_group(self._process.pid)  # killed by the guard if we die (a worker ends with its input)
+      self._watched = True
     except BaseException:
       os.close(read_end)
       self._stop()
@@ -87,25 +90,11 @@ class _Worker:
       os.close(write_end)
     self._answers = os.fdopen(read_end, "rb", buffering=0)
 
-  def _start_guard(self) -> None:
-    lifeline = lifeline_lib.Lifeline()
-    try:
-      guard = subprocess.Popen(lifeline_lib.guard_command(lifeline.fd, self._process.pid, self._scratch),
-                               pass_fds=(lifeline.fd,), start_new_session=True, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.DEVNULL)
-    except BaseException:
-      lifeline.close()
-      raise
-    lifeline.started()
-    self._guard = (guard, lifeline)
-
-  def _end_guard(self) -> None:
-    found, self._guard = self._guard, None
-    if found is not None:
-      guard, lifeline = found
-      guard.kill()
-      guard.wait()
-      lifeline.close()
+  def _forget_group(self, process) -> None:
+    """Before the worker is reaped: then its group's id may be anyone's."""
+    if self._watched:
+      self._watched = False
+      lifeline_lib.forget_group(process.pid)
 
   def compile(self, request: dict, seconds: float) -> dict:
     with self._lock:
@@ -136,17 +125,17 @@ class _Worker:
     if process is not None:
       with contextlib.suppress(OSError):
         os.killpg(process.pid, signal.SIGKILL)  # with whatever it started; before it is reaped
+      self._forget_group(process)
       process.wait()
       process.stdin.close()
     if answers is not None:
       answers.close()
-    self._end_guard()
     self._remove_scratch()
 
   def _remove_scratch(self) -> None:
     scratch, self._scratch = self._scratch, None
     if scratch is not None:
-      shutil.rmtree(scratch, ignore_errors=True)
+      lifeline_lib.remove_folder(scratch)
 
   def forget_inherited(self) -> None:
     """In a child made by os.fork: the worker, its pipes and its scratch folder are the parent's, in use by the
@@ -156,7 +145,8 @@ class _Worker:
     closes it, not when every child has); the objects are kept, so that collecting them never closes a
     descriptor number the child has reused."""
     process, answers = self._process, self._answers
-    self._process = self._answers = self._scratch = self._guard = None
+    self._process = self._answers = self._scratch = None
+    self._watched = False  # the parent's guard watches it; the child's knows nothing of it
     self._lock = threading.Lock()  # a thread of the parent may have held it when the process forked
     if process is None:
       return
@@ -173,6 +163,8 @@ class _Worker:
     process, self._process = self._process, None
     answers, self._answers = self._answers, None
     if process is not None:
+      # No longer the guard's before it may be reaped (wait reaps it); it ends by itself once its input closes.
+      self._forget_group(process)
       process.stdin.close()
       try:
         process.wait(timeout=5)
@@ -181,7 +173,6 @@ class _Worker:
         process.wait()
     if answers is not None:
       answers.close()
-    self._end_guard()
     self._remove_scratch()
 
 

@@ -12,7 +12,8 @@ in another checkout compiles to the same bytes. cuTile's own cache is off in our
 nothing; `jax.export` carries the module.
 
 Every compile runs under ``JAX_MOSAIC_FFI_COMPILE_TIMEOUT_S``, in a child forked for it and killed at the deadline
-(toolchain/forked_compile.py): cuTile's Python front end and tileiras, for every target. What cuTile looks up once
+(toolchain/forked_compile.py): cuTile's Python front end and tileiras, for every target; one deadline for the whole
+compile, whatever pieces it forks (the bytecode key, the compile, the key audit's witness). What cuTile looks up once
 per process (its tileiras, the bytecode version that tileiras takes: a tileiras run each) is looked up here before
 the fork, since a child's lookups die with it; the child's temporary files go in its own folder, which the parent
 removes. Its cost above ``export_kernel`` alone is then the fork's (docs/benchmarks.md).
@@ -227,7 +228,13 @@ CODEC = Codec("compile", encode=_to_bytes, decode=lambda data: _from_bytes("", d
 
 
 def compile_plan(kernel, plan: Plan, *, name: str, targets: tuple[Arch, ...], where: str = "") -> CutileKernel:
-  """The kernel of this specialization for ``targets``: from memory, a pack, disk, a peer, or compiled."""
+  """The kernel of this specialization for ``targets``: from memory, a pack, disk, a peer, or compiled. Its pieces
+  (the bytecode key's front end, the compile, the audit's witness) share one deadline (base/compile_timeout.py)."""
+  with compile_timeout.whole_compile(compile_timeout.seconds()):
+    return _compile_plan(kernel, plan, name, targets, where)
+
+
+def _compile_plan(kernel, plan: Plan, name: str, targets: tuple[Arch, ...], where: str) -> CutileKernel:
   release = release_lib.release()
   release_lib.check_release(release)
   for t in targets:
