@@ -19,6 +19,7 @@ import tempfile
 from jax_mosaic_ffi.base import ptx_info
 from jax_mosaic_ffi.base import source_origin
 
+_MAX_DECORATOR_LINES = 16
 _PTXAS_LINE = re.compile(r"^ptxas[\w.-]*\s+(\S+\.ptx), line (\d+);", re.MULTILINE)
 _MAX_NAMED = 5
 _MAX_PTX_BYTES = 64 << 20
@@ -58,13 +59,28 @@ def _frontend_place(fn, error: BaseException) -> tuple[source_origin.Place | Non
   path = getattr(getattr(fn, "fn", None), "__code__", None)
   if not wanted or path is None:
     return None, ""
-  # The def's line in the file (Triton >= 3.3: def_file_line_number; before it, the decorator's line).
-  for start in {getattr(fn, "def_file_line_number", None), getattr(fn, "starting_line_number", None)}:
+  # The def's line in the file (Triton >= 3.3: def_file_line_number; before it, starting_line_number is the first
+  # decorator's line, and the def follows the decorators).
+  for start in {getattr(fn, "def_file_line_number", None),
+                _def_line(path.co_filename, getattr(fn, "starting_line_number", None))}:
     if isinstance(start, int):
       place = source_origin.line_of(path.co_filename, start + line - 1)
       if place is not None and place.text.strip() == wanted:
         return place, f"at {line}:{getattr(node, 'col_offset', 0)}"
   return None, ""
+
+
+def _def_line(filename: str, start) -> int | None:
+  """The line of the ``def`` at or after ``start`` (a decorator's line) in ``filename``, or None."""
+  if not isinstance(start, int):
+    return None
+  for number in range(start, start + _MAX_DECORATOR_LINES):
+    place = source_origin.line_of(filename, number)
+    if place is None:
+      return None
+    if place.text.lstrip().startswith(("def ", "async def ")):
+      return number
+  return None
 
 
 def _ptxas_lines(log: str) -> dict[str, list[int]]:
